@@ -1,0 +1,71 @@
+//! Decoding events to proto3 JSON, so nobody reads raw protobuf.
+
+use std::sync::LazyLock;
+
+use prost_reflect::{DescriptorPool, DynamicMessage};
+
+use crate::Subject;
+
+static POOL: LazyLock<Result<DescriptorPool, String>> =
+    LazyLock::new(|| DescriptorPool::decode(crate::DESCRIPTOR_SET).map_err(|e| e.to_string()));
+
+/// Why an event could not be shown as JSON.
+#[derive(Debug, thiserror::Error)]
+pub enum JsonError {
+    #[error("the embedded descriptor set is unreadable: {0}")]
+    Descriptor(String),
+    #[error("no message named {0} in clankie.v1")]
+    UnknownType(String),
+    #[error("payload is not a valid {type_name}: {source}")]
+    Decode { type_name: &'static str, source: prost::DecodeError },
+    #[error("could not render JSON: {0}")]
+    Render(#[from] serde_json::Error),
+}
+
+/// Decodes `payload` as the message `type_name` (fully qualified) into proto3 JSON.
+pub fn decode_named(type_name: &'static str, payload: &[u8]) -> Result<serde_json::Value, JsonError> {
+    let pool = POOL.as_ref().map_err(|e| JsonError::Descriptor(e.clone()))?;
+    let desc = pool.get_message_by_name(type_name).ok_or_else(|| JsonError::UnknownType(type_name.to_owned()))?;
+    let msg = DynamicMessage::decode(desc, payload).map_err(|source| JsonError::Decode { type_name, source })?;
+    Ok(serde_json::to_value(&msg)?)
+}
+
+/// Decodes the payload a subject carries into proto3 JSON.
+pub fn decode(subject: &Subject, payload: &[u8]) -> Result<serde_json::Value, JsonError> {
+    decode_named(subject.family().payload(), payload)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{Family, v1};
+
+    #[test]
+    fn every_family_payload_is_in_the_descriptor_set() {
+        for family in Family::ALL {
+            decode_named(family.payload(), &[]).unwrap_or_else(|e| panic!("{family:?}: {e}"));
+        }
+    }
+
+    #[test]
+    fn enums_render_by_name() {
+        let outcome = v1::DeliveryOutcome {
+            delivery_id: "42".into(),
+            kind: v1::OutcomeKind::Absorbed as i32,
+            ..Default::default()
+        };
+        let json = decode(
+            &Subject::LaneOutcome { lane: crate::LaneKey::Dm { channel: 1 } },
+            &prost::Message::encode_to_vec(&outcome),
+        )
+        .unwrap();
+        assert_eq!(json["kind"], "OUTCOME_KIND_ABSORBED");
+        assert_eq!(json["deliveryId"], "42");
+    }
+
+    #[test]
+    fn garbage_is_a_decode_error() {
+        let err = decode(&Subject::BodySend { channel: 1 }, &[0xff, 0xff, 0xff]).unwrap_err();
+        assert!(matches!(err, JsonError::Decode { .. }), "{err}");
+    }
+}

@@ -1,0 +1,87 @@
+//! The event contract every Clankie service speaks.
+//!
+//! - [`v1`]: the protobuf messages generated from `proto/clankie/v1`.
+//! - [`LaneKey`]: the durable identity of a room's conversation.
+//! - [`Subject`] and [`Family`]: the only place subject strings are built or parsed.
+//! - [`Event`]: ties each message type to the subjects that carry it.
+//! - [`json`]: decodes any event to proto3 JSON for taps and trails.
+
+pub mod json;
+mod lane;
+mod subject;
+
+pub use lane::{LaneKey, LaneKeyError};
+pub use subject::{Area, Family, Place, ReceiptKind, Subject, SubjectError};
+
+/// Generated protobuf types for package `clankie.v1`.
+#[allow(clippy::all, missing_docs)]
+pub mod v1 {
+    include!(concat!(env!("OUT_DIR"), "/clankie.v1.rs"));
+}
+
+/// The encoded `FileDescriptorSet` of every `clankie.v1` file.
+pub const DESCRIPTOR_SET: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/clankie_descriptor.bin"));
+
+/// A protobuf message that travels on the bus.
+pub trait Event: prost::Message + prost::Name + Default + Clone + Send + Sync + 'static {}
+
+impl Event for v1::Ingress {}
+impl Event for v1::RoomInput {}
+impl Event for v1::Steer {}
+impl Event for v1::DeliveryOutcome {}
+impl Event for v1::TypingAction {}
+impl Event for v1::OutboundMessage {}
+impl Event for v1::VoiceSession {}
+impl Event for v1::Transcript {}
+impl Event for v1::FloorDecision {}
+impl Event for v1::Receipt {}
+
+impl v1::FailureCode {
+    /// The stable snake-case code written to outcomes, receipts and metrics.
+    pub fn code(self) -> &'static str {
+        match self {
+            v1::FailureCode::Unspecified => "unspecified",
+            v1::FailureCode::CaptainUsageLimitReached => "captain_usage_limit_reached",
+            v1::FailureCode::CaptainModelFailed => "captain_model_failed",
+            v1::FailureCode::CaptainResponseMissing => "captain_response_missing",
+            v1::FailureCode::CaptainTurnStalled => "captain_turn_stalled",
+        }
+    }
+
+    /// Parses a code written by [`FailureCode::code`](v1::FailureCode::code).
+    pub fn from_code(code: &str) -> Option<Self> {
+        [
+            v1::FailureCode::CaptainUsageLimitReached,
+            v1::FailureCode::CaptainModelFailed,
+            v1::FailureCode::CaptainResponseMissing,
+            v1::FailureCode::CaptainTurnStalled,
+        ]
+        .into_iter()
+        .find(|c| c.code() == code)
+    }
+}
+
+impl v1::OutcomeKind {
+    /// The stable snake-case name stored in the deliveries table.
+    pub fn code(self) -> &'static str {
+        match self {
+            v1::OutcomeKind::Unspecified => "unspecified",
+            v1::OutcomeKind::Replied => "replied",
+            v1::OutcomeKind::Absorbed => "absorbed",
+            v1::OutcomeKind::Silent => "silent",
+            v1::OutcomeKind::Failed => "failed",
+        }
+    }
+
+    /// Parses a name written by [`OutcomeKind::code`](v1::OutcomeKind::code).
+    pub fn from_code(code: &str) -> Option<Self> {
+        [
+            v1::OutcomeKind::Replied,
+            v1::OutcomeKind::Absorbed,
+            v1::OutcomeKind::Silent,
+            v1::OutcomeKind::Failed,
+        ]
+        .into_iter()
+        .find(|c| c.code() == code)
+    }
+}

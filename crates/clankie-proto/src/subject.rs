@@ -1,0 +1,379 @@
+//! The subject catalogue. Every subject string in the workspace is built or
+//! parsed here; other crates hold [`Subject`] values, never literals.
+
+use std::fmt;
+
+use crate::{Event, LaneKey};
+
+const ROOT: &str = "clankie";
+const DM: &str = "dm";
+
+/// Where a text message was written: a guild, or a DM.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Place {
+    Guild(u64),
+    Dm,
+}
+
+/// The dotted kind of a receipt, such as `discord.voice.text_input`.
+///
+/// Each token is lower-case ASCII letters, digits and `_`, so the kind can be a
+/// subject suffix and a column value without escaping.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct ReceiptKind(String);
+
+impl ReceiptKind {
+    /// Validates a dotted receipt kind.
+    pub fn new(kind: &str) -> Result<Self, SubjectError> {
+        let valid_token = |t: &str| {
+            !t.is_empty() && t.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
+        };
+        if kind.len() <= 128 && kind.split('.').all(valid_token) {
+            Ok(ReceiptKind(kind.to_owned()))
+        } else {
+            Err(SubjectError::BadReceiptKind(truncate(kind)))
+        }
+    }
+
+    /// The dotted text form.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for ReceiptKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// One concrete subject an event is published on.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Subject {
+    /// `clankie.ingress.text.<guild|dm>.<channel>`: a text-lane delivery.
+    IngressText { place: Place, channel: u64 },
+    /// `clankie.ingress.room.<guild>.<channel>`: text routed into a live voice room.
+    IngressRoom { guild: u64, channel: u64 },
+    /// `clankie.lane.<lane>.steer`: a delivery forwarded to the live run's owner.
+    LaneSteer { lane: LaneKey },
+    /// `clankie.lane.<lane>.outcome`: the one outcome of a delivery.
+    LaneOutcome { lane: LaneKey },
+    /// `clankie.body.typing.<channel>`: light or clear the typing indicator.
+    BodyTyping { channel: u64 },
+    /// `clankie.body.send.<channel>`: something to post.
+    BodySend { channel: u64 },
+    /// `clankie.voice.session.<guild>`: which voice channel of a guild is live.
+    VoiceSession { guild: u64 },
+    /// `clankie.voice.input.<guild>.<channel>`: speech and typed lines entering a voice room.
+    VoiceInput { guild: u64, channel: u64 },
+    /// `clankie.voice.transcript.<guild>.<channel>`: captured speech only.
+    VoiceTranscript { guild: u64, channel: u64 },
+    /// `clankie.voice.floor.<guild>.<channel>`: the floor's decisions.
+    VoiceFloor { guild: u64, channel: u64 },
+    /// `clankie.receipt.<kind>`: content-free evidence.
+    Receipt { kind: ReceiptKind },
+}
+
+/// A kind of subject, independent of its ids: what wildcards and payload types hang off.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Family {
+    IngressText,
+    IngressRoom,
+    LaneSteer,
+    LaneOutcome,
+    BodyTyping,
+    BodySend,
+    VoiceSession,
+    VoiceInput,
+    VoiceTranscript,
+    VoiceFloor,
+    Receipt,
+}
+
+/// The second token of a subject: what JetStream streams are cut along.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Area {
+    Ingress,
+    Lane,
+    Body,
+    Voice,
+    Receipt,
+}
+
+/// A subject string that is not in the catalogue, or an invalid part of one.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SubjectError {
+    #[error("subject {0:?} is not a clankie subject")]
+    Unknown(String),
+    #[error("subject {subject:?} has an invalid id in token {token}")]
+    BadId { subject: String, token: usize },
+    #[error("subject {0:?} names an invalid lane")]
+    BadLane(String),
+    #[error("receipt kind {0:?} must be dot-separated tokens of [a-z0-9_]")]
+    BadReceiptKind(String),
+    #[error("a {payload} cannot travel on {subject:?}, which carries {expected}")]
+    WrongPayload { subject: String, payload: String, expected: &'static str },
+}
+
+fn truncate(s: &str) -> String {
+    s.chars().take(120).collect()
+}
+
+impl Family {
+    /// Every family, in catalogue order.
+    pub const ALL: [Family; 11] = [
+        Family::IngressText,
+        Family::IngressRoom,
+        Family::LaneSteer,
+        Family::LaneOutcome,
+        Family::BodyTyping,
+        Family::BodySend,
+        Family::VoiceSession,
+        Family::VoiceInput,
+        Family::VoiceTranscript,
+        Family::VoiceFloor,
+        Family::Receipt,
+    ];
+
+    /// A NATS wildcard matching every subject of this family.
+    pub fn wildcard(self) -> String {
+        match self {
+            Family::IngressText => format!("{ROOT}.ingress.text.*.*"),
+            Family::IngressRoom => format!("{ROOT}.ingress.room.*.*"),
+            Family::LaneSteer => format!("{ROOT}.lane.*.steer"),
+            Family::LaneOutcome => format!("{ROOT}.lane.*.outcome"),
+            Family::BodyTyping => format!("{ROOT}.body.typing.*"),
+            Family::BodySend => format!("{ROOT}.body.send.*"),
+            Family::VoiceSession => format!("{ROOT}.voice.session.*"),
+            Family::VoiceInput => format!("{ROOT}.voice.input.*.*"),
+            Family::VoiceTranscript => format!("{ROOT}.voice.transcript.*.*"),
+            Family::VoiceFloor => format!("{ROOT}.voice.floor.*.*"),
+            Family::Receipt => format!("{ROOT}.receipt.>"),
+        }
+    }
+
+    /// The fully qualified protobuf name of the payload this family carries.
+    pub fn payload(self) -> &'static str {
+        match self {
+            Family::IngressText => "clankie.v1.Ingress",
+            Family::IngressRoom | Family::VoiceInput => "clankie.v1.RoomInput",
+            Family::LaneSteer => "clankie.v1.Steer",
+            Family::LaneOutcome => "clankie.v1.DeliveryOutcome",
+            Family::BodyTyping => "clankie.v1.TypingAction",
+            Family::BodySend => "clankie.v1.OutboundMessage",
+            Family::VoiceSession => "clankie.v1.VoiceSession",
+            Family::VoiceTranscript => "clankie.v1.Transcript",
+            Family::VoiceFloor => "clankie.v1.FloorDecision",
+            Family::Receipt => "clankie.v1.Receipt",
+        }
+    }
+
+    /// The area (and so the stream) this family belongs to.
+    pub fn area(self) -> Area {
+        match self {
+            Family::IngressText | Family::IngressRoom => Area::Ingress,
+            Family::LaneSteer | Family::LaneOutcome => Area::Lane,
+            Family::BodyTyping | Family::BodySend => Area::Body,
+            Family::VoiceSession | Family::VoiceInput | Family::VoiceTranscript | Family::VoiceFloor => {
+                Area::Voice
+            }
+            Family::Receipt => Area::Receipt,
+        }
+    }
+}
+
+impl Area {
+    /// Every area, in catalogue order.
+    pub const ALL: [Area; 5] = [Area::Ingress, Area::Lane, Area::Body, Area::Voice, Area::Receipt];
+
+    /// A NATS wildcard matching every subject in this area.
+    pub fn wildcard(self) -> String {
+        let token = match self {
+            Area::Ingress => "ingress",
+            Area::Lane => "lane",
+            Area::Body => "body",
+            Area::Voice => "voice",
+            Area::Receipt => "receipt",
+        };
+        format!("{ROOT}.{token}.>")
+    }
+}
+
+impl Subject {
+    /// A wildcard matching every clankie subject, for taps.
+    pub fn everything() -> String {
+        format!("{ROOT}.>")
+    }
+
+    /// The subject a text message is published on.
+    pub fn ingress_text(guild: Option<u64>, channel: u64) -> Subject {
+        let place = guild.map_or(Place::Dm, Place::Guild);
+        Subject::IngressText { place, channel }
+    }
+
+    /// The receipt subject for a dotted kind.
+    pub fn receipt(kind: &str) -> Result<Subject, SubjectError> {
+        Ok(Subject::Receipt { kind: ReceiptKind::new(kind)? })
+    }
+
+    /// The family this subject belongs to.
+    pub fn family(&self) -> Family {
+        match self {
+            Subject::IngressText { .. } => Family::IngressText,
+            Subject::IngressRoom { .. } => Family::IngressRoom,
+            Subject::LaneSteer { .. } => Family::LaneSteer,
+            Subject::LaneOutcome { .. } => Family::LaneOutcome,
+            Subject::BodyTyping { .. } => Family::BodyTyping,
+            Subject::BodySend { .. } => Family::BodySend,
+            Subject::VoiceSession { .. } => Family::VoiceSession,
+            Subject::VoiceInput { .. } => Family::VoiceInput,
+            Subject::VoiceTranscript { .. } => Family::VoiceTranscript,
+            Subject::VoiceFloor { .. } => Family::VoiceFloor,
+            Subject::Receipt { .. } => Family::Receipt,
+        }
+    }
+
+    /// Checks that `E` is the payload this subject carries.
+    pub fn check_payload<E: Event>(&self) -> Result<(), SubjectError> {
+        let expected = self.family().payload();
+        if E::full_name() == expected {
+            Ok(())
+        } else {
+            Err(SubjectError::WrongPayload { subject: self.to_string(), payload: E::full_name(), expected })
+        }
+    }
+
+    /// Parses a concrete subject string.
+    pub fn parse(subject: &str) -> Result<Subject, SubjectError> {
+        let tokens: Vec<&str> = subject.split('.').collect();
+        let unknown = || SubjectError::Unknown(truncate(subject));
+        let id = |i: usize| -> Result<u64, SubjectError> {
+            let t = tokens[i];
+            if t.is_empty() || !t.bytes().all(|b| b.is_ascii_digit()) {
+                return Err(SubjectError::BadId { subject: truncate(subject), token: i });
+            }
+            t.parse().map_err(|_| SubjectError::BadId { subject: truncate(subject), token: i })
+        };
+        let lane = |i: usize| -> Result<LaneKey, SubjectError> {
+            tokens[i].parse().map_err(|_| SubjectError::BadLane(truncate(subject)))
+        };
+        if tokens.first() != Some(&ROOT) {
+            return Err(unknown());
+        }
+        match tokens[1..] {
+            ["ingress", "text", place, _] => {
+                let place = if place == DM { Place::Dm } else { Place::Guild(id(3)?) };
+                Ok(Subject::IngressText { place, channel: id(4)? })
+            }
+            ["ingress", "room", _, _] => Ok(Subject::IngressRoom { guild: id(3)?, channel: id(4)? }),
+            ["lane", _, "steer"] => Ok(Subject::LaneSteer { lane: lane(2)? }),
+            ["lane", _, "outcome"] => Ok(Subject::LaneOutcome { lane: lane(2)? }),
+            ["body", "typing", _] => Ok(Subject::BodyTyping { channel: id(3)? }),
+            ["body", "send", _] => Ok(Subject::BodySend { channel: id(3)? }),
+            ["voice", "session", _] => Ok(Subject::VoiceSession { guild: id(3)? }),
+            ["voice", "input", _, _] => Ok(Subject::VoiceInput { guild: id(3)?, channel: id(4)? }),
+            ["voice", "transcript", _, _] => Ok(Subject::VoiceTranscript { guild: id(3)?, channel: id(4)? }),
+            ["voice", "floor", _, _] => Ok(Subject::VoiceFloor { guild: id(3)?, channel: id(4)? }),
+            ["receipt", ..] if tokens.len() > 2 => Ok(Subject::Receipt { kind: ReceiptKind::new(&tokens[2..].join("."))? }),
+            _ => Err(unknown()),
+        }
+    }
+}
+
+impl fmt::Display for Subject {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Subject::IngressText { place: Place::Guild(g), channel } => write!(f, "{ROOT}.ingress.text.{g}.{channel}"),
+            Subject::IngressText { place: Place::Dm, channel } => write!(f, "{ROOT}.ingress.text.{DM}.{channel}"),
+            Subject::IngressRoom { guild, channel } => write!(f, "{ROOT}.ingress.room.{guild}.{channel}"),
+            Subject::LaneSteer { lane } => write!(f, "{ROOT}.lane.{lane}.steer"),
+            Subject::LaneOutcome { lane } => write!(f, "{ROOT}.lane.{lane}.outcome"),
+            Subject::BodyTyping { channel } => write!(f, "{ROOT}.body.typing.{channel}"),
+            Subject::BodySend { channel } => write!(f, "{ROOT}.body.send.{channel}"),
+            Subject::VoiceSession { guild } => write!(f, "{ROOT}.voice.session.{guild}"),
+            Subject::VoiceInput { guild, channel } => write!(f, "{ROOT}.voice.input.{guild}.{channel}"),
+            Subject::VoiceTranscript { guild, channel } => write!(f, "{ROOT}.voice.transcript.{guild}.{channel}"),
+            Subject::VoiceFloor { guild, channel } => write!(f, "{ROOT}.voice.floor.{guild}.{channel}"),
+            Subject::Receipt { kind } => write!(f, "{ROOT}.receipt.{kind}"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::v1;
+
+    fn samples() -> Vec<Subject> {
+        let lane = LaneKey::Room { guild: 10, channel: 20 };
+        vec![
+            Subject::ingress_text(Some(1), 2),
+            Subject::ingress_text(None, 3),
+            Subject::IngressRoom { guild: 4, channel: 5 },
+            Subject::LaneSteer { lane },
+            Subject::LaneOutcome { lane: LaneKey::Dm { channel: 7 } },
+            Subject::BodyTyping { channel: 8 },
+            Subject::BodySend { channel: 9 },
+            Subject::VoiceSession { guild: 11 },
+            Subject::VoiceInput { guild: 12, channel: 13 },
+            Subject::VoiceTranscript { guild: 14, channel: 15 },
+            Subject::VoiceFloor { guild: 16, channel: 17 },
+            Subject::receipt("discord.voice.text_input").unwrap(),
+        ]
+    }
+
+    #[test]
+    fn every_subject_round_trips_through_its_string() {
+        for s in samples() {
+            assert_eq!(Subject::parse(&s.to_string()), Ok(s.clone()), "{s}");
+        }
+    }
+
+    #[test]
+    fn every_family_is_sampled_and_its_wildcard_matches() {
+        for family in Family::ALL {
+            let s = samples().into_iter().find(|s| s.family() == family).expect("sampled");
+            assert!(wildcard_matches(&family.wildcard(), &s.to_string()), "{family:?}");
+            assert!(wildcard_matches(&family.area().wildcard(), &s.to_string()));
+        }
+    }
+
+    #[test]
+    fn strangers_and_bad_ids_are_rejected() {
+        for bad in [
+            "",
+            "clankie",
+            "other.ingress.text.1.2",
+            "clankie.ingress.text.1",
+            "clankie.ingress.text.x.2",
+            "clankie.ingress.text.1.-2",
+            "clankie.body.send.18446744073709551616",
+            "clankie.lane.room:1.steer",
+            "clankie.receipt",
+            "clankie.receipt.Bad",
+            "clankie.voice.floor.1.2.3",
+        ] {
+            assert!(Subject::parse(bad).is_err(), "{bad} parsed");
+        }
+    }
+
+    #[test]
+    fn payload_check_refuses_the_wrong_type() {
+        assert!(Subject::BodySend { channel: 1 }.check_payload::<v1::OutboundMessage>().is_ok());
+        assert!(Subject::BodySend { channel: 1 }.check_payload::<v1::Ingress>().is_err());
+    }
+
+    fn wildcard_matches(pattern: &str, subject: &str) -> bool {
+        let p: Vec<&str> = pattern.split('.').collect();
+        let s: Vec<&str> = subject.split('.').collect();
+        for (i, tok) in p.iter().enumerate() {
+            match *tok {
+                ">" => return s.len() > i,
+                "*" if i < s.len() => {}
+                t if s.get(i) == Some(&t) => {}
+                _ => return false,
+            }
+        }
+        p.len() == s.len()
+    }
+}
