@@ -8,6 +8,7 @@
 
 pub mod json;
 mod lane;
+pub mod receipt;
 mod subject;
 
 pub use lane::{LaneKey, LaneKeyError};

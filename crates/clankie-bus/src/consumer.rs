@@ -1,0 +1,221 @@
+use std::marker::PhantomData;
+use std::time::Duration;
+
+use async_nats::jetstream::{self, AckKind, consumer::pull};
+use clankie_proto::{Event, Family, ReceiptKind, Subject, v1};
+use futures::StreamExt;
+
+use crate::{Bus, BusError, REJECTED, now_ms, stream_for};
+
+/// How a typed durable consumer is declared.
+#[derive(Debug, Clone)]
+pub struct ConsumerSpec {
+    /// The durable name, shared by every replica of a service so they split the work.
+    pub durable: String,
+    /// The family of subjects it reads; its stream follows from it.
+    pub family: Family,
+    /// A narrower subject filter inside the family, if any (NATS wildcards allowed).
+    pub filter: Option<String>,
+    /// How long the server waits for an ack before redelivering.
+    pub ack_wait: Duration,
+    /// Deliveries before the server gives up on a message; -1 for no limit.
+    pub max_deliver: i64,
+    /// Where a new consumer starts.
+    pub deliver: pull::Config,
+}
+
+impl ConsumerSpec {
+    /// A durable consumer of every subject in `family`, acked explicitly, starting at the first stored message.
+    pub fn durable(durable: impl Into<String>, family: Family) -> ConsumerSpec {
+        ConsumerSpec {
+            durable: durable.into(),
+            family,
+            filter: None,
+            ack_wait: Duration::from_secs(30),
+            max_deliver: -1,
+            deliver: pull::Config::default(),
+        }
+    }
+
+    /// Narrows the consumer to `filter`, which must lie inside the family.
+    pub fn with_filter(mut self, filter: impl Into<String>) -> ConsumerSpec {
+        self.filter = Some(filter.into());
+        self
+    }
+
+    /// Sets the ack wait.
+    pub fn with_ack_wait(mut self, ack_wait: Duration) -> ConsumerSpec {
+        self.ack_wait = ack_wait;
+        self
+    }
+
+    /// Starts a new consumer at the last message of each subject, for state such as live voice sessions.
+    pub fn last_per_subject(mut self) -> ConsumerSpec {
+        self.deliver.deliver_policy = jetstream::consumer::DeliverPolicy::LastPerSubject;
+        self
+    }
+}
+
+/// A typed durable pull consumer. [`Consumer::next`] yields only well-formed events of type `E`.
+pub struct Consumer<E: Event> {
+    bus: Bus,
+    name: String,
+    stream: &'static str,
+    messages: pull::Stream,
+    _event: PhantomData<fn() -> E>,
+}
+
+/// One received event, held until it is acked, nak'd or terminated.
+pub struct Delivery<E> {
+    /// The decoded event.
+    pub event: E,
+    /// The subject it arrived on.
+    pub subject: Subject,
+    /// Its `Nats-Msg-Id`, if it was published with one.
+    pub msg_id: Option<String>,
+    /// Its sequence in the stream.
+    pub stream_sequence: u64,
+    /// How many times the server has delivered it, counting this one.
+    pub delivered: i64,
+    message: jetstream::Message,
+}
+
+/// Why a message was refused before it reached the service.
+#[derive(Debug, Clone, Copy)]
+enum Refusal {
+    UnknownSubject,
+    WrongFamily,
+    Undecodable,
+}
+
+impl Refusal {
+    fn code(self) -> &'static str {
+        match self {
+            Refusal::UnknownSubject => "subject_unknown",
+            Refusal::WrongFamily => "subject_wrong_family",
+            Refusal::Undecodable => "payload_decode_failed",
+        }
+    }
+}
+
+impl<E: Event> Consumer<E> {
+    pub(crate) async fn open(bus: Bus, spec: ConsumerSpec) -> Result<Consumer<E>, BusError> {
+        let stream_spec = stream_for(spec.family);
+        if spec.family.payload() != E::full_name() {
+            return Err(BusError::Consumer {
+                consumer: spec.durable,
+                detail: format!("{:?} carries {}, not {}", spec.family, spec.family.payload(), E::full_name()),
+            });
+        }
+        let fail = |detail: String| BusError::Consumer { consumer: spec.durable.clone(), detail };
+        let stream = bus.js.get_stream(stream_spec.name).await.map_err(|e| fail(e.to_string()))?;
+        let config = pull::Config {
+            durable_name: Some(spec.durable.clone()),
+            filter_subject: spec.filter.clone().unwrap_or_else(|| spec.family.wildcard()),
+            ack_policy: jetstream::consumer::AckPolicy::Explicit,
+            ack_wait: spec.ack_wait,
+            max_deliver: spec.max_deliver,
+            ..spec.deliver.clone()
+        };
+        let consumer: jetstream::consumer::Consumer<pull::Config> = stream
+            .get_or_create_consumer(&spec.durable, config)
+            .await
+            .map_err(|e| fail(e.to_string()))?;
+        let messages = consumer.messages().await.map_err(|e| fail(e.to_string()))?;
+        Ok(Consumer { bus, name: spec.durable, stream: stream_spec.name, messages, _event: PhantomData })
+    }
+
+    /// Waits for the next well-formed event.
+    ///
+    /// Malformed messages are refused on the way: a `bus.rejected` receipt
+    /// naming the stream sequence and a terminal ack, then the wait goes on.
+    /// Transient pull errors are logged and the wait goes on.
+    pub async fn next(&mut self) -> Result<Delivery<E>, BusError> {
+        loop {
+            let message = match self.messages.next().await {
+                None => return Err(BusError::Closed),
+                Some(Err(e)) => {
+                    tracing::warn!(consumer = %self.name, error = %e, "pull consumer hiccup; continuing");
+                    continue;
+                }
+                Some(Ok(m)) => m,
+            };
+            let (stream_sequence, delivered) = match message.info() {
+                Ok(info) => (info.stream_sequence, info.delivered),
+                Err(_) => (0, 1),
+            };
+            match decode::<E>(&message) {
+                Ok((subject, event)) => {
+                    let msg_id = message
+                        .headers
+                        .as_ref()
+                        .and_then(|h| h.get(async_nats::header::NATS_MESSAGE_ID))
+                        .map(|v| v.as_str().to_owned());
+                    return Ok(Delivery { event, subject, msg_id, stream_sequence, delivered, message });
+                }
+                Err(refusal) => self.refuse(message, refusal, stream_sequence, delivered).await,
+            }
+        }
+    }
+
+    async fn refuse(&self, message: jetstream::Message, refusal: Refusal, stream_sequence: u64, delivered: i64) {
+        tracing::warn!(
+            consumer = %self.name,
+            stream = self.stream,
+            stream_sequence,
+            code = refusal.code(),
+            "refused a malformed message"
+        );
+        let receipt = v1::Receipt::new(&rejected_kind(), self.bus.service(), "", now_ms())
+            .with_id("stream", self.stream)
+            .with_id("consumer", &self.name)
+            .with_id("stream_sequence", stream_sequence)
+            .with_count("payload_bytes", message.payload.len() as i64)
+            .with_count("delivered", delivered)
+            .with_code(refusal.code());
+        if let Err(e) = self.bus.publish_receipt(&receipt).await {
+            tracing::error!(consumer = %self.name, stream_sequence, error = %e, "could not publish rejection receipt");
+        }
+        if let Err(e) = message.ack_with(AckKind::Term).await {
+            tracing::error!(consumer = %self.name, stream_sequence, error = %e, "could not terminate a refused message");
+        }
+    }
+}
+
+fn rejected_kind() -> ReceiptKind {
+    ReceiptKind::new(REJECTED).unwrap_or_else(|_| unreachable!("REJECTED is a valid kind"))
+}
+
+fn decode<E: Event>(message: &jetstream::Message) -> Result<(Subject, E), Refusal> {
+    let subject = Subject::parse(message.subject.as_str()).map_err(|_| Refusal::UnknownSubject)?;
+    subject.check_payload::<E>().map_err(|_| Refusal::WrongFamily)?;
+    let event = E::decode(message.payload.clone()).map_err(|_| Refusal::Undecodable)?;
+    Ok((subject, event))
+}
+
+impl<E> Delivery<E> {
+    fn ack_error(&self, e: impl std::fmt::Display) -> BusError {
+        BusError::Ack { sequence: self.stream_sequence, detail: e.to_string() }
+    }
+
+    /// Acknowledges the event and waits for the server to confirm it, so a
+    /// confirmed ack is never redelivered.
+    pub async fn ack(&self) -> Result<(), BusError> {
+        self.message.double_ack().await.map_err(|e| self.ack_error(e))
+    }
+
+    /// Asks for redelivery after `delay`.
+    pub async fn nak_after(&self, delay: Duration) -> Result<(), BusError> {
+        self.message.ack_with(AckKind::Nak(Some(delay))).await.map_err(|e| self.ack_error(e))
+    }
+
+    /// Tells the server work is still going, restarting its ack wait.
+    pub async fn in_progress(&self) -> Result<(), BusError> {
+        self.message.ack_with(AckKind::Progress).await.map_err(|e| self.ack_error(e))
+    }
+
+    /// Ends redelivery without success; for events the service can never handle.
+    pub async fn term(&self) -> Result<(), BusError> {
+        self.message.ack_with(AckKind::Term).await.map_err(|e| self.ack_error(e))
+    }
+}

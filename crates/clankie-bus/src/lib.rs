@@ -1,0 +1,186 @@
+//! The bus: NATS JetStream wiring shared by every service.
+//!
+//! - [`Bus::connect`] retries with backoff until the configured deadline.
+//! - [`Bus::ensure_streams`] declares the [`STREAMS`], idempotently.
+//! - [`Bus::publish`] sends a typed event, with a `Nats-Msg-Id` when the event has a natural identity.
+//! - [`Bus::consumer`] opens a typed durable pull consumer. A payload that does not
+//!   decode is answered with a rejection receipt and a terminal ack, so one bad
+//!   message never panics a service or loops in redelivery.
+//! - [`tap`] renders any clankie message as one JSON line.
+
+mod consumer;
+mod streams;
+pub mod tap;
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use async_nats::jetstream;
+use bytes::Bytes;
+use clankie_proto::{Event, ReceiptKind, Subject, SubjectError, v1};
+use clankie_settings::{Settings, redact_url};
+
+pub use consumer::{Consumer, ConsumerSpec, Delivery};
+pub use streams::{STREAMS, StreamSpec, stream_for};
+
+/// The receipt kind of a message a consumer could not accept.
+pub const REJECTED: &str = "bus.rejected";
+
+/// Why a bus operation failed.
+#[derive(Debug, thiserror::Error)]
+pub enum BusError {
+    #[error("could not reach NATS at {url} within {waited:?} ({attempts} attempts): {last}")]
+    Connect { url: String, waited: Duration, attempts: u32, last: String },
+    #[error("JetStream stream {stream}: {detail}")]
+    Stream { stream: &'static str, detail: String },
+    #[error("consumer {consumer}: {detail}")]
+    Consumer { consumer: String, detail: String },
+    #[error("publish to {subject}: {detail}")]
+    Publish { subject: String, detail: String },
+    #[error("ack of stream sequence {sequence}: {detail}")]
+    Ack { sequence: u64, detail: String },
+    #[error("the consumer's message stream ended")]
+    Closed,
+    #[error(transparent)]
+    Subject(#[from] SubjectError),
+}
+
+/// A JetStream deduplication id (`Nats-Msg-Id`).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct MsgId(String);
+
+impl MsgId {
+    /// The dedup id of a Discord message: `discord:message:<id>`.
+    pub fn discord_message(message_id: u64) -> MsgId {
+        MsgId(format!("discord:message:{message_id}"))
+    }
+
+    /// A dedup id of the caller's making; it should be stable across redelivery.
+    pub fn new(id: impl Into<String>) -> MsgId {
+        MsgId(id.into())
+    }
+
+    /// The header value.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+/// What JetStream said about a publish.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Published {
+    pub stream: String,
+    pub sequence: u64,
+    /// The same `Nats-Msg-Id` was already stored inside the duplicate window.
+    pub duplicate: bool,
+}
+
+/// A connection to NATS and JetStream, named after the service that holds it.
+#[derive(Clone)]
+pub struct Bus {
+    client: async_nats::Client,
+    js: jetstream::Context,
+    service: String,
+    ingress_dedup_window: Duration,
+}
+
+/// Milliseconds since the Unix epoch, the time unit of every event.
+pub fn now_ms() -> i64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0)
+}
+
+impl Bus {
+    /// Connects to the configured NATS, retrying with exponential backoff until
+    /// `bus_connect_timeout` has passed. Each failed attempt is logged.
+    pub async fn connect(settings: &Settings, service: &str) -> Result<Bus, BusError> {
+        let started = tokio::time::Instant::now();
+        let deadline = started + settings.bus_connect_timeout;
+        let url = redact_url(&settings.nats_url);
+        let mut delay = Duration::from_millis(100);
+        let mut attempts = 0;
+        loop {
+            attempts += 1;
+            let options = async_nats::ConnectOptions::new()
+                .name(format!("clankie-{service}"))
+                .connection_timeout(Duration::from_secs(5));
+            match options.connect(settings.nats_url.as_str()).await {
+                Ok(client) => {
+                    tracing::info!(%url, attempts, "connected to NATS");
+                    return Ok(Bus {
+                        js: jetstream::new(client.clone()),
+                        client,
+                        service: service.to_owned(),
+                        ingress_dedup_window: settings.ingress_dedup_window,
+                    });
+                }
+                Err(e) if tokio::time::Instant::now() + delay < deadline => {
+                    tracing::warn!(%url, attempts, retry_in_ms = delay.as_millis() as u64, error = %e, "NATS not reachable yet");
+                    tokio::time::sleep(delay).await;
+                    delay = (delay * 2).min(Duration::from_secs(5));
+                }
+                Err(e) => {
+                    return Err(BusError::Connect { url, waited: started.elapsed(), attempts, last: e.to_string() });
+                }
+            }
+        }
+    }
+
+    /// The service name this bus writes into receipts.
+    pub fn service(&self) -> &str {
+        &self.service
+    }
+
+    /// The raw NATS client, for request/reply and core subscriptions.
+    pub fn client(&self) -> &async_nats::Client {
+        &self.client
+    }
+
+    /// The JetStream context.
+    pub fn jetstream(&self) -> &jetstream::Context {
+        &self.js
+    }
+
+    /// Declares every stream in [`STREAMS`], creating or updating each; safe to call from every replica.
+    pub async fn ensure_streams(&self) -> Result<(), BusError> {
+        for spec in STREAMS {
+            let config = spec.config(self.ingress_dedup_window);
+            self.js
+                .create_or_update_stream(config)
+                .await
+                .map_err(|e| BusError::Stream { stream: spec.name, detail: e.to_string() })?;
+        }
+        Ok(())
+    }
+
+    /// Publishes `event` on `subject` and waits for JetStream's ack.
+    ///
+    /// The subject must be one that carries `E`. With a `msg_id`, a second
+    /// publish of the same id inside the stream's duplicate window is stored
+    /// once and reported as `duplicate`.
+    pub async fn publish<E: Event>(&self, subject: &Subject, event: &E, msg_id: Option<&MsgId>) -> Result<Published, BusError> {
+        subject.check_payload::<E>()?;
+        self.publish_bytes(subject.to_string(), Bytes::from(event.encode_to_vec()), msg_id).await
+    }
+
+    /// Publishes raw bytes on a subject string, bypassing the contract; for tests of hostile input.
+    pub async fn publish_bytes(&self, subject: String, payload: Bytes, msg_id: Option<&MsgId>) -> Result<Published, BusError> {
+        let mut publish = jetstream::message::PublishMessage::build().payload(payload);
+        if let Some(id) = msg_id {
+            publish = publish.message_id(id.as_str());
+        }
+        let fail = |detail: String| BusError::Publish { subject: subject.clone(), detail };
+        let ack = self.js.send_publish(subject.clone(), publish).await.map_err(|e| fail(e.to_string()))?;
+        let ack = ack.await.map_err(|e| fail(e.to_string()))?;
+        Ok(Published { stream: ack.stream, sequence: ack.sequence, duplicate: ack.duplicate })
+    }
+
+    /// Publishes a receipt on `clankie.receipt.<kind>`.
+    pub async fn publish_receipt(&self, receipt: &v1::Receipt) -> Result<Published, BusError> {
+        let subject = Subject::Receipt { kind: ReceiptKind::new(&receipt.kind)? };
+        self.publish(&subject, receipt, None).await
+    }
+
+    /// Opens (creating if needed) a typed durable pull consumer.
+    pub async fn consumer<E: Event>(&self, spec: ConsumerSpec) -> Result<Consumer<E>, BusError> {
+        Consumer::open(self.clone(), spec).await
+    }
+}

@@ -1,0 +1,201 @@
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::{ProcessState, StackError, find_program, pid_alive, wait_for_port};
+
+const READY_WITHIN: Duration = Duration::from_secs(20);
+
+/// Locates Debian's `nats-server` (it installs to /usr/sbin, which a user's PATH may lack).
+pub fn find_nats_server() -> Result<PathBuf, StackError> {
+    find_program("nats-server", &["/usr/sbin", "/usr/local/sbin"])
+        .ok_or(StackError::Missing { program: "nats-server", package: "nats-server" })
+}
+
+/// The long-lived local nats-server, detached from the terminal and tracked by its pid file.
+#[derive(Debug, Clone)]
+pub struct NatsProcess {
+    dir: PathBuf,
+    port: u16,
+}
+
+impl NatsProcess {
+    pub(crate) fn new(dir: PathBuf, port: u16) -> NatsProcess {
+        NatsProcess { dir, port }
+    }
+
+    fn pid_file(&self) -> PathBuf {
+        self.dir.join("nats-server.pid")
+    }
+
+    fn log_file(&self) -> PathBuf {
+        self.dir.join("nats-server.log")
+    }
+
+    fn pid(&self) -> Option<u32> {
+        std::fs::read_to_string(self.pid_file()).ok()?.trim().parse().ok().filter(|&pid| pid_alive(pid))
+    }
+
+    pub(crate) fn state(&self) -> ProcessState {
+        match self.pid() {
+            Some(pid) => ProcessState::Running { pid, port: self.port },
+            None => ProcessState::Stopped,
+        }
+    }
+
+    pub(crate) fn start(&self, progress: &mut dyn FnMut(&str)) -> Result<(), StackError> {
+        if let Some(pid) = self.pid() {
+            progress(&format!("nats-server already running (pid {pid}, port {})", self.port));
+            return Ok(());
+        }
+        let bin = find_nats_server()?;
+        let store = self.dir.join("jetstream");
+        std::fs::create_dir_all(&store).map_err(|source| StackError::Io { path: store.clone(), source })?;
+        progress(&format!("starting nats-server with JetStream on 127.0.0.1:{} (data in {})", self.port, store.display()));
+        let mut cmd = Command::new("setsid");
+        cmd.arg(&bin);
+        server_args(&mut cmd, self.port, &store);
+        cmd.arg("-P").arg(self.pid_file()).arg("-l").arg(self.log_file());
+        cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null());
+        cmd.spawn().map_err(|source| StackError::Spawn { program: bin.display().to_string(), source })?;
+        if !wait_for_port(self.port, READY_WITHIN) {
+            return Err(StackError::NotReady {
+                what: "nats-server",
+                port: self.port,
+                waited: READY_WITHIN,
+                log: self.log_file().display().to_string(),
+            });
+        }
+        progress("nats-server is ready");
+        Ok(())
+    }
+
+    pub(crate) fn stop(&self, progress: &mut dyn FnMut(&str)) -> Result<(), StackError> {
+        let Some(pid) = self.pid() else {
+            progress("nats-server is not running");
+            return Ok(());
+        };
+        progress(&format!("stopping nats-server (pid {pid})"));
+        terminate(pid, Duration::from_secs(15));
+        let _ = std::fs::remove_file(self.pid_file());
+        Ok(())
+    }
+}
+
+fn server_args(cmd: &mut Command, port: u16, store: &Path) {
+    cmd.arg("-a").arg("127.0.0.1").arg("-p").arg(port.to_string()).arg("-js").arg("-sd").arg(store);
+}
+
+/// Sends SIGTERM and waits for the process to go; SIGKILL if it will not.
+fn terminate(pid: u32, grace: Duration) {
+    let _ = Command::new("kill").arg("-TERM").arg(pid.to_string()).status();
+    let start = Instant::now();
+    while pid_alive(pid) && start.elapsed() < grace {
+        std::thread::sleep(Duration::from_millis(25));
+    }
+    if pid_alive(pid) {
+        let _ = Command::new("kill").arg("-KILL").arg(pid.to_string()).status();
+    }
+}
+
+/// A nats-server owned by one test: its own port and store, killed when dropped.
+pub struct EphemeralNats {
+    child: Option<Child>,
+    dir: PathBuf,
+    port: u16,
+}
+
+impl EphemeralNats {
+    /// Starts a fresh nats-server with JetStream on a free loopback port.
+    pub fn start() -> Result<EphemeralNats, StackError> {
+        let dir = unique_dir("clankie-nats")?;
+        let mut nats = EphemeralNats { child: None, dir, port: 0 };
+        nats.spawn(None)?;
+        Ok(nats)
+    }
+
+    /// The client URL.
+    pub fn url(&self) -> String {
+        format!("nats://127.0.0.1:{}", self.port)
+    }
+
+    /// The port it listens on; stable across [`EphemeralNats::restart`].
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// Kills the server, keeping its store, as an outage would.
+    pub fn stop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Starts the server again on the same port and store.
+    pub fn restart(&mut self) -> Result<(), StackError> {
+        self.stop();
+        self.spawn(Some(self.port))
+    }
+
+    fn spawn(&mut self, port: Option<u16>) -> Result<(), StackError> {
+        let bin = find_nats_server()?;
+        let ports_dir = self.dir.join("ports");
+        let _ = std::fs::remove_dir_all(&ports_dir);
+        std::fs::create_dir_all(&ports_dir).map_err(|source| StackError::Io { path: ports_dir.clone(), source })?;
+        let mut cmd = Command::new(&bin);
+        // -1 asks the server for a random free port, which it then writes to the ports file.
+        let port_arg = port.map_or(-1, i32::from);
+        cmd.arg("-a").arg("127.0.0.1").arg("-p").arg(port_arg.to_string()).arg("-js").arg("-sd").arg(self.dir.join("js"));
+        cmd.arg("--ports_file_dir").arg(&ports_dir);
+        cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::from(
+            std::fs::File::create(self.dir.join("nats.log")).map_err(|source| StackError::Io { path: self.dir.clone(), source })?,
+        ));
+        let child = cmd.spawn().map_err(|source| StackError::Spawn { program: bin.display().to_string(), source })?;
+        let start = Instant::now();
+        let port = loop {
+            if let Some(port) = read_ports_file(&ports_dir) {
+                break port;
+            }
+            if start.elapsed() > READY_WITHIN {
+                return Err(StackError::NotReady {
+                    what: "nats-server",
+                    port: 0,
+                    waited: READY_WITHIN,
+                    log: self.dir.join("nats.log").display().to_string(),
+                });
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        };
+        self.child = Some(child);
+        self.port = port;
+        if !wait_for_port(port, READY_WITHIN) {
+            return Err(StackError::NotReady { what: "nats-server", port, waited: READY_WITHIN, log: self.dir.join("nats.log").display().to_string() });
+        }
+        Ok(())
+    }
+}
+
+impl Drop for EphemeralNats {
+    fn drop(&mut self) {
+        self.stop();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn read_ports_file(dir: &Path) -> Option<u16> {
+    let entry = std::fs::read_dir(dir).ok()?.filter_map(Result::ok).find(|e| e.path().extension().is_some_and(|x| x == "ports"))?;
+    let text = std::fs::read_to_string(entry.path()).ok()?;
+    let after = &text[text.find("nats://")? + "nats://".len()..];
+    let hostport = after.split('"').next()?;
+    hostport.rsplit_once(':')?.1.parse().ok()
+}
+
+pub(crate) fn unique_dir(prefix: &str) -> Result<PathBuf, StackError> {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static N: AtomicU32 = AtomicU32::new(0);
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.subsec_nanos()).unwrap_or(0);
+    let dir = std::env::temp_dir().join(format!("{prefix}-{}-{}-{nanos}", std::process::id(), N.fetch_add(1, Ordering::Relaxed)));
+    std::fs::create_dir_all(&dir).map_err(|source| StackError::Io { path: dir.clone(), source })?;
+    Ok(dir)
+}
