@@ -49,7 +49,7 @@ pub const SETTINGS: &[Setting] = &[
     },
     Setting {
         name: "CLANKIE_LOG",
-        default: "info",
+        default: "info,sqlx=warn",
         doc: "tracing filter, e.g. `info,clankie_bus=debug`.",
     },
     Setting {
@@ -165,7 +165,7 @@ impl Settings {
                 reason: "use at most 64 characters of [A-Za-z0-9._-]".into(),
             });
         }
-        let log = var("CLANKIE_LOG").unwrap_or_else(|| "info".into());
+        let log = var("CLANKIE_LOG").unwrap_or_else(|| "info,sqlx=warn".into());
         let bus_connect_timeout = Duration::from_secs(secs(var("CLANKIE_BUS_CONNECT_TIMEOUT_SECS"), "CLANKIE_BUS_CONNECT_TIMEOUT_SECS", 60, 1)?);
         let ingress_dedup_window =
             Duration::from_secs(secs(var("CLANKIE_INGRESS_DEDUP_WINDOW_SECS"), "CLANKIE_INGRESS_DEDUP_WINDOW_SECS", 120, 120)?);

@@ -1,0 +1,103 @@
+//! PostgreSQL for lanes and evidence.
+//!
+//! The invariant this crate keeps: **every lane-state write is fenced.** A
+//! replica may change a lane only while it holds the lane's current lease
+//! epoch; the check runs under a share lock on the lane row in the same
+//! transaction as the write, so a replica whose lease was taken over cannot
+//! slip a write in after the takeover.
+
+mod lease;
+mod receipts;
+mod session;
+mod turns;
+
+use std::time::Duration;
+
+use sqlx::PgPool;
+use sqlx::postgres::PgPoolOptions;
+
+pub use lease::{LaneRow, Lease};
+pub use receipts::StoredReceipt;
+pub use session::{Entry, NewEntry};
+pub use turns::{Exchange, Outcome, Recorded, TurnEnd, TurnMode, TurnStart};
+
+/// Why a store operation failed.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("lane {lane}: lease epoch {held} is no longer current (now {current}); the write was refused")]
+    Fenced { lane: String, held: i64, current: i64 },
+    #[error("lane {0} has never been leased")]
+    UnknownLane(String),
+    #[error("stored row is inconsistent: {0}")]
+    Corrupt(String),
+    #[error("invalid outcome: {0}")]
+    InvalidOutcome(&'static str),
+    #[error("database: {0}")]
+    Database(#[from] sqlx::Error),
+    #[error("migration: {0}")]
+    Migrate(#[from] sqlx::migrate::MigrateError),
+}
+
+/// What a migration run did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MigrationReport {
+    /// Versions applied by this run; empty when the database was already current.
+    pub applied: Vec<i64>,
+    /// Versions known to this build.
+    pub known: Vec<i64>,
+}
+
+/// A pool on the Clankie database and the repository functions over it.
+#[derive(Clone, Debug)]
+pub struct Store {
+    pool: PgPool,
+}
+
+static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations");
+
+impl Store {
+    /// Connects a pool; fails fast with the driver's reason when the database is unreachable.
+    pub async fn connect(url: &str) -> Result<Store, StoreError> {
+        let pool = PgPoolOptions::new()
+            .max_connections(16)
+            .acquire_timeout(Duration::from_secs(10))
+            .connect(url)
+            .await?;
+        Ok(Store { pool })
+    }
+
+    /// Wraps an existing pool.
+    pub fn from_pool(pool: PgPool) -> Store {
+        Store { pool }
+    }
+
+    /// The underlying pool.
+    pub fn pool(&self) -> &PgPool {
+        &self.pool
+    }
+
+    /// Applies pending migrations; a no-op on a current database.
+    pub async fn migrate(&self) -> Result<MigrationReport, StoreError> {
+        let before = self.applied_versions().await?;
+        MIGRATOR.run(&self.pool).await?;
+        let after = self.applied_versions().await?;
+        Ok(MigrationReport {
+            applied: after.into_iter().filter(|v| !before.contains(v)).collect(),
+            known: MIGRATOR.iter().map(|m| m.version).collect(),
+        })
+    }
+
+    /// Whether every migration this build knows is applied; for readiness checks.
+    pub async fn is_current(&self) -> Result<bool, StoreError> {
+        let applied = self.applied_versions().await?;
+        Ok(MIGRATOR.iter().all(|m| applied.contains(&m.version)))
+    }
+
+    async fn applied_versions(&self) -> Result<Vec<i64>, StoreError> {
+        let exists: bool = sqlx::query_scalar("SELECT to_regclass('_sqlx_migrations') IS NOT NULL").fetch_one(&self.pool).await?;
+        if !exists {
+            return Ok(Vec::new());
+        }
+        Ok(sqlx::query_scalar("SELECT version FROM _sqlx_migrations WHERE success ORDER BY version").fetch_all(&self.pool).await?)
+    }
+}

@@ -1,0 +1,81 @@
+use sqlx::Row;
+use sqlx::types::Json;
+
+use crate::lease::fence;
+use crate::{Lease, Store, StoreError};
+
+/// An entry to append to a session tree.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NewEntry {
+    /// Unique within the tree.
+    pub id: String,
+    /// The entry this one follows; `None` for a root.
+    pub parent_id: Option<String>,
+    /// What the entry is: user message, assistant message, tool result, compaction summary, ...
+    pub kind: String,
+    /// The entry itself; the session layer owns its shape.
+    pub body: serde_json::Value,
+    /// Whether the entry is part of the model's context.
+    pub in_context: bool,
+}
+
+/// A stored session entry.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Entry {
+    /// Global append order.
+    pub seq: i64,
+    pub id: String,
+    pub parent_id: Option<String>,
+    pub kind: String,
+    pub body: serde_json::Value,
+    pub in_context: bool,
+    /// The lease epoch that wrote it.
+    pub epoch: i64,
+}
+
+impl Store {
+    /// Appends an entry to `tree` (a tree of the lease's lane), fenced by the lease epoch.
+    pub async fn append_entry(&self, lease: &Lease, tree: &str, entry: &NewEntry) -> Result<i64, StoreError> {
+        let mut tx = self.pool.begin().await?;
+        fence(&mut tx, lease).await?;
+        let seq: i64 = sqlx::query_scalar(
+            "INSERT INTO session_entries (tree, lane, id, parent_id, kind, body, in_context, epoch)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8) RETURNING seq",
+        )
+        .bind(tree)
+        .bind(lease.lane.to_string())
+        .bind(&entry.id)
+        .bind(&entry.parent_id)
+        .bind(&entry.kind)
+        .bind(Json(&entry.body))
+        .bind(entry.in_context)
+        .bind(lease.epoch)
+        .fetch_one(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(seq)
+    }
+
+    /// Every entry of a tree in append order.
+    pub async fn entries(&self, tree: &str) -> Result<Vec<Entry>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT seq, id, parent_id, kind, body, in_context, epoch FROM session_entries WHERE tree = $1 ORDER BY seq",
+        )
+        .bind(tree)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.into_iter()
+            .map(|r| {
+                Ok(Entry {
+                    seq: r.try_get("seq")?,
+                    id: r.try_get("id")?,
+                    parent_id: r.try_get("parent_id")?,
+                    kind: r.try_get("kind")?,
+                    body: r.try_get::<Json<serde_json::Value>, _>("body")?.0,
+                    in_context: r.try_get("in_context")?,
+                    epoch: r.try_get("epoch")?,
+                })
+            })
+            .collect()
+    }
+}

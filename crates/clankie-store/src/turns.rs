@@ -1,0 +1,217 @@
+use std::time::Duration;
+
+use clankie_proto::{LaneKey, v1};
+use sqlx::Row;
+
+use crate::lease::fence;
+use crate::{Lease, Store, StoreError};
+
+/// Whether a turn runs in the lane's durable session or a one-shot one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TurnMode {
+    Durable,
+    OneShot,
+}
+
+impl TurnMode {
+    fn code(self) -> &'static str {
+        match self {
+            TurnMode::Durable => "durable",
+            TurnMode::OneShot => "one_shot",
+        }
+    }
+}
+
+/// The start of a lane turn.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TurnStart {
+    pub turn_id: String,
+    pub mode: TurnMode,
+    /// The delivery whose arrival started the run.
+    pub owner_delivery_id: String,
+}
+
+/// The end of a lane turn: its outcome and content-free counts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TurnEnd {
+    pub turn_id: String,
+    pub outcome: v1::OutcomeKind,
+    pub failure_code: Option<v1::FailureCode>,
+    pub model_calls: i32,
+    pub input_tokens: i64,
+    pub output_tokens: i64,
+    pub steer_count: i32,
+    pub typing_lit: bool,
+}
+
+/// The one outcome of a delivery.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Outcome {
+    pub delivery_id: String,
+    pub turn_id: Option<String>,
+    pub kind: v1::OutcomeKind,
+    /// Present exactly when `kind` is `Failed`.
+    pub failure_code: Option<v1::FailureCode>,
+}
+
+/// What recording an outcome did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Recorded {
+    /// This call recorded it.
+    New,
+    /// The delivery already had an outcome, which stands.
+    Existing(Outcome),
+}
+
+/// When a room last heard him settle a turn.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Exchange {
+    pub last_settled_at_ms: i64,
+    pub last_delivery_id: String,
+}
+
+fn validate(kind: v1::OutcomeKind, code: Option<v1::FailureCode>) -> Result<(), StoreError> {
+    match (kind, code) {
+        (v1::OutcomeKind::Unspecified, _) => Err(StoreError::InvalidOutcome("outcome kind is unspecified")),
+        (v1::OutcomeKind::Failed, None | Some(v1::FailureCode::Unspecified)) => {
+            Err(StoreError::InvalidOutcome("a failed outcome needs a failure code"))
+        }
+        (v1::OutcomeKind::Failed, Some(_)) | (_, None) => Ok(()),
+        (_, Some(_)) => Err(StoreError::InvalidOutcome("only a failed outcome carries a failure code")),
+    }
+}
+
+impl Store {
+    /// Records the start of a turn under the lease.
+    pub async fn start_turn(&self, lease: &Lease, turn: &TurnStart) -> Result<(), StoreError> {
+        let mut tx = self.pool.begin().await?;
+        fence(&mut tx, lease).await?;
+        sqlx::query("INSERT INTO turns (turn_id, lane, epoch, mode, owner_delivery_id) VALUES ($1, $2, $3, $4, $5)")
+            .bind(&turn.turn_id)
+            .bind(lease.lane.to_string())
+            .bind(lease.epoch)
+            .bind(turn.mode.code())
+            .bind(&turn.owner_delivery_id)
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// Records how a turn ended.
+    pub async fn finish_turn(&self, lease: &Lease, end: &TurnEnd) -> Result<(), StoreError> {
+        validate(end.outcome, end.failure_code)?;
+        if end.outcome == v1::OutcomeKind::Absorbed {
+            return Err(StoreError::InvalidOutcome("a turn ends replied, silent or failed; absorbed belongs to deliveries"));
+        }
+        let mut tx = self.pool.begin().await?;
+        fence(&mut tx, lease).await?;
+        let updated = sqlx::query(
+            "UPDATE turns SET ended_at = now(), outcome = $3, failure_code = $4, model_calls = $5, input_tokens = $6,
+                 output_tokens = $7, steer_count = $8, typing_lit = $9
+             WHERE turn_id = $1 AND lane = $2 AND ended_at IS NULL",
+        )
+        .bind(&end.turn_id)
+        .bind(lease.lane.to_string())
+        .bind(end.outcome.code())
+        .bind(end.failure_code.map(|c| c.code()))
+        .bind(end.model_calls)
+        .bind(end.input_tokens)
+        .bind(end.output_tokens)
+        .bind(end.steer_count)
+        .bind(end.typing_lit)
+        .execute(&mut *tx)
+        .await?;
+        if updated.rows_affected() != 1 {
+            return Err(StoreError::Corrupt(format!("turn {} is not an open turn of {}", end.turn_id, lease.lane)));
+        }
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// Records a delivery's outcome, once. A second call for the same delivery changes nothing and returns what stands.
+    pub async fn record_outcome(&self, lease: &Lease, outcome: &Outcome) -> Result<Recorded, StoreError> {
+        validate(outcome.kind, outcome.failure_code)?;
+        let mut tx = self.pool.begin().await?;
+        fence(&mut tx, lease).await?;
+        let inserted = sqlx::query(
+            "INSERT INTO deliveries (delivery_id, lane, turn_id, outcome, failure_code) VALUES ($1, $2, $3, $4, $5)
+             ON CONFLICT (delivery_id) DO NOTHING",
+        )
+        .bind(&outcome.delivery_id)
+        .bind(lease.lane.to_string())
+        .bind(&outcome.turn_id)
+        .bind(outcome.kind.code())
+        .bind(outcome.failure_code.map(|c| c.code()))
+        .execute(&mut *tx)
+        .await?
+        .rows_affected();
+        tx.commit().await?;
+        if inserted == 1 {
+            return Ok(Recorded::New);
+        }
+        let existing = self.outcome(&outcome.delivery_id).await?.ok_or_else(|| StoreError::Corrupt("outcome vanished".into()))?;
+        Ok(Recorded::Existing(existing))
+    }
+
+    /// The recorded outcome of a delivery, if any.
+    pub async fn outcome(&self, delivery_id: &str) -> Result<Option<Outcome>, StoreError> {
+        let row = sqlx::query("SELECT turn_id, outcome, failure_code FROM deliveries WHERE delivery_id = $1")
+            .bind(delivery_id)
+            .fetch_optional(&self.pool)
+            .await?;
+        row.map(|r| {
+            let kind: String = r.try_get("outcome")?;
+            let code: Option<String> = r.try_get("failure_code")?;
+            Ok(Outcome {
+                delivery_id: delivery_id.to_owned(),
+                turn_id: r.try_get("turn_id")?,
+                kind: v1::OutcomeKind::from_code(&kind).ok_or_else(|| StoreError::Corrupt(format!("outcome {kind}")))?,
+                failure_code: code
+                    .map(|c| v1::FailureCode::from_code(&c).ok_or_else(|| StoreError::Corrupt(format!("failure code {c}"))))
+                    .transpose()?,
+            })
+        })
+        .transpose()
+    }
+
+    /// Marks the room's exchange as just settled (a reply or an absorbed delivery).
+    pub async fn refresh_exchange(&self, lease: &Lease, delivery_id: &str) -> Result<(), StoreError> {
+        let mut tx = self.pool.begin().await?;
+        fence(&mut tx, lease).await?;
+        sqlx::query(
+            "INSERT INTO exchanges (lane, last_settled_at, last_delivery_id) VALUES ($1, now(), $2)
+             ON CONFLICT (lane) DO UPDATE SET last_settled_at = now(), last_delivery_id = EXCLUDED.last_delivery_id",
+        )
+        .bind(lease.lane.to_string())
+        .bind(delivery_id)
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// The room's exchange, if he has ever settled a turn there.
+    pub async fn exchange(&self, lane: &LaneKey) -> Result<Option<Exchange>, StoreError> {
+        let row = sqlx::query(
+            "SELECT (extract(epoch from last_settled_at) * 1000)::bigint AS at_ms, last_delivery_id FROM exchanges WHERE lane = $1",
+        )
+        .bind(lane.to_string())
+        .fetch_optional(&self.pool)
+        .await?;
+        row.map(|r| Ok(Exchange { last_settled_at_ms: r.try_get("at_ms")?, last_delivery_id: r.try_get("last_delivery_id")? }))
+            .transpose()
+    }
+
+    /// Whether the room's exchange settled within `window` of the database's now.
+    pub async fn exchange_live(&self, lane: &LaneKey, window: Duration) -> Result<bool, StoreError> {
+        let live: Option<bool> = sqlx::query_scalar(
+            "SELECT last_settled_at > now() - make_interval(secs => $2::double precision / 1000) FROM exchanges WHERE lane = $1",
+        )
+        .bind(lane.to_string())
+        .bind(i64::try_from(window.as_millis()).unwrap_or(i64::MAX))
+        .fetch_optional(&self.pool)
+        .await?;
+        Ok(live.unwrap_or(false))
+    }
+}

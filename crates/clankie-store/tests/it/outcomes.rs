@@ -1,0 +1,65 @@
+use std::time::Duration;
+
+use clankie_proto::{LaneKey, ReceiptKind, v1};
+use clankie_store::{Outcome, Recorded, StoreError};
+
+const LANE: LaneKey = LaneKey::Dm { channel: 9 };
+
+#[tokio::test]
+async fn a_delivery_has_exactly_one_outcome() {
+    let (store, _db) = super::store().await;
+    let lease = store.acquire_lease(&LANE, "c", Duration::from_secs(60)).await.unwrap().unwrap();
+    let absorbed = Outcome { delivery_id: "5".into(), turn_id: Some("t".into()), kind: v1::OutcomeKind::Absorbed, failure_code: None };
+    assert_eq!(store.record_outcome(&lease, &absorbed).await.unwrap(), Recorded::New);
+    let replied = Outcome { kind: v1::OutcomeKind::Replied, ..absorbed.clone() };
+    assert_eq!(store.record_outcome(&lease, &replied).await.unwrap(), Recorded::Existing(absorbed.clone()));
+    assert_eq!(store.outcome("5").await.unwrap(), Some(absorbed));
+}
+
+#[tokio::test]
+async fn failure_codes_belong_to_failed_outcomes_only() {
+    let (store, _db) = super::store().await;
+    let lease = store.acquire_lease(&LANE, "c", Duration::from_secs(60)).await.unwrap().unwrap();
+    let bad = [
+        (v1::OutcomeKind::Failed, None),
+        (v1::OutcomeKind::Silent, Some(v1::FailureCode::CaptainModelFailed)),
+        (v1::OutcomeKind::Unspecified, None),
+    ];
+    for (kind, failure_code) in bad {
+        let o = Outcome { delivery_id: "6".into(), turn_id: None, kind, failure_code };
+        assert!(matches!(store.record_outcome(&lease, &o).await, Err(StoreError::InvalidOutcome(_))), "{kind:?}");
+    }
+    let stalled = Outcome { delivery_id: "6".into(), turn_id: None, kind: v1::OutcomeKind::Failed, failure_code: Some(v1::FailureCode::CaptainTurnStalled) };
+    store.record_outcome(&lease, &stalled).await.unwrap();
+    assert_eq!(store.outcome("6").await.unwrap(), Some(stalled));
+}
+
+#[tokio::test]
+async fn an_exchange_is_live_only_inside_its_window() {
+    let (store, _db) = super::store().await;
+    let lease = store.acquire_lease(&LANE, "c", Duration::from_secs(60)).await.unwrap().unwrap();
+    assert!(!store.exchange_live(&LANE, Duration::from_secs(600)).await.unwrap(), "no exchange yet");
+    store.refresh_exchange(&lease, "7").await.unwrap();
+    assert!(store.exchange_live(&LANE, Duration::from_secs(600)).await.unwrap());
+    assert!(!store.exchange_live(&LANE, Duration::ZERO).await.unwrap());
+    assert_eq!(store.exchange(&LANE).await.unwrap().unwrap().last_delivery_id, "7");
+}
+
+#[tokio::test]
+async fn receipts_are_stored_once_per_dedup_key_and_read_back_by_delivery() {
+    let (store, _db) = super::store().await;
+    let kind = ReceiptKind::new("captain.turn").unwrap();
+    let receipt = v1::Receipt::new(&kind, "captain", "77", 1_700_000_000_123)
+        .with_lane(&LANE)
+        .with_id("turn", "t1")
+        .with_count("input_tokens", 1200)
+        .with_flag("typing_lit", true)
+        .with_code("captain_turn_stalled");
+    assert!(store.insert_receipt(&receipt, Some("CLANKIE_RECEIPTS:1")).await.unwrap());
+    assert!(!store.insert_receipt(&receipt, Some("CLANKIE_RECEIPTS:1")).await.unwrap());
+    let other = v1::Receipt::new(&kind, "captain", "78", 1_700_000_000_200);
+    assert!(store.insert_receipt(&other, None).await.unwrap());
+    let got = store.receipts_for_delivery("77").await.unwrap();
+    assert_eq!(got.len(), 1);
+    assert_eq!(got[0].receipt, receipt);
+}

@@ -1,0 +1,142 @@
+//! `clankie`: run the local stack, apply migrations, tap subjects.
+
+use std::io::Write;
+
+use anyhow::{Context, Result, bail};
+use clankie_settings::{SETTINGS, Settings, redact_url};
+use clap::{Parser, Subcommand};
+use futures::StreamExt;
+
+#[derive(Parser)]
+#[command(name = "clankie", version, about = "Operate a Clankie deployment")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Apply database migrations (a no-op when current).
+    Migrate,
+    /// Print every event on matching subjects as one JSON line.
+    Tap {
+        /// Subject filter; NATS wildcards `*` and `>` allowed.
+        #[arg(default_value = "clankie.>")]
+        subject: String,
+        /// Exit after this many lines.
+        #[arg(long)]
+        count: Option<u64>,
+    },
+    /// Start, stop or inspect the local nats-server and PostgreSQL.
+    Stack {
+        #[command(subcommand)]
+        action: StackAction,
+    },
+    /// Print every setting with its default as a Markdown table.
+    Settings,
+}
+
+#[derive(Subcommand, Clone, Copy)]
+enum StackAction {
+    /// Start what is not running and wait until it accepts connections; then migrate.
+    Up,
+    /// Stop both processes.
+    Down,
+    /// Report what is running.
+    Status,
+}
+
+#[tokio::main]
+async fn main() -> Result<()> {
+    let cli = Cli::parse();
+    let settings = Settings::from_env().context("reading CLANKIE_* settings")?;
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::try_new(&settings.log).unwrap_or_else(|_| "info".into()))
+        .with_writer(std::io::stderr)
+        .init();
+    match cli.command {
+        Command::Migrate => migrate(&settings).await,
+        Command::Tap { subject, count } => tap(&settings, &subject, count).await,
+        Command::Stack { action } => stack(&settings, action).await,
+        Command::Settings => {
+            print!("{}", settings_table());
+            Ok(())
+        }
+    }
+}
+
+async fn migrate(settings: &Settings) -> Result<()> {
+    let url = redact_url(&settings.database_url);
+    let store = clankie_store::Store::connect(&settings.database_url).await.with_context(|| format!("connecting to {url}"))?;
+    let report = store.migrate().await.context("applying migrations")?;
+    if report.applied.is_empty() {
+        eprintln!("database at {url} is current ({} migrations)", report.known.len());
+    } else {
+        eprintln!("applied migrations {:?} to {url}", report.applied);
+    }
+    Ok(())
+}
+
+fn valid_filter(subject: &str) -> bool {
+    let tokens: Vec<&str> = subject.split('.').collect();
+    !subject.is_empty()
+        && tokens.iter().enumerate().all(|(i, t)| {
+            !t.is_empty()
+                && !t.chars().any(char::is_whitespace)
+                && (*t != ">" || i == tokens.len() - 1)
+                && (!t.contains(['*', '>']) || t.len() == 1)
+        })
+}
+
+async fn tap(settings: &Settings, subject: &str, count: Option<u64>) -> Result<()> {
+    if !valid_filter(subject) {
+        bail!("{subject:?} is not a NATS subject filter (dot-separated tokens; `*` one token, `>` the rest)");
+    }
+    let bus = clankie_bus::Bus::connect(settings, "tap").await?;
+    let mut sub = bus.client().subscribe(subject.to_owned()).await.context("subscribing")?;
+    bus.client().flush().await.context("flushing subscription")?;
+    eprintln!("tapping {subject} on {}", redact_url(&settings.nats_url));
+    let mut out = std::io::stdout().lock();
+    let mut seen = 0u64;
+    while let Some(msg) = sub.next().await {
+        let line = clankie_bus::tap::render(msg.subject.as_str(), &msg.payload, std::time::SystemTime::now());
+        writeln!(out, "{line}")?;
+        out.flush()?;
+        seen += 1;
+        if count.is_some_and(|c| seen >= c) {
+            break;
+        }
+    }
+    Ok(())
+}
+
+async fn stack(settings: &Settings, action: StackAction) -> Result<()> {
+    let local = clankie_stack::Stack::new(settings)?;
+    let mut progress = |line: &str| eprintln!("stack: {line}");
+    let status = match action {
+        StackAction::Up => local.up(&mut progress)?,
+        StackAction::Down => local.down(&mut progress)?,
+        StackAction::Status => local.status(),
+    };
+    if let StackAction::Up = action {
+        migrate(settings).await?;
+    }
+    println!("nats: {}", describe(&status.nats));
+    println!("postgres: {}", describe(&status.postgres));
+    Ok(())
+}
+
+fn describe(state: &clankie_stack::ProcessState) -> String {
+    match state {
+        clankie_stack::ProcessState::Running { pid, port } => format!("running (pid {pid}, 127.0.0.1:{port})"),
+        clankie_stack::ProcessState::Stopped => "stopped".into(),
+    }
+}
+
+fn settings_table() -> String {
+    let mut table = String::from("| variable | default | meaning |\n|---|---|---|\n");
+    for s in SETTINGS {
+        table.push_str(&format!("| `{}` | `{}` | {} |\n", s.name, s.default, s.doc));
+    }
+    table
+}
