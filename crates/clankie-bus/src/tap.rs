@@ -63,7 +63,7 @@ mod tests {
     fn strangers_render_as_errors_not_panics() {
         let v = render("elsewhere.x", b"\xff", UNIX_EPOCH);
         assert!(v["error"].is_string());
-        let v = render("clankie.body.send.1", b"\xff\xff", UNIX_EPOCH);
+        let v = render(&Subject::BodySend { channel: 1 }.to_string(), b"\xff\xff", UNIX_EPOCH);
         assert_eq!(v["type"], "clankie.v1.OutboundMessage");
         assert!(v["error"].is_string());
     }

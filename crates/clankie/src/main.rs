@@ -18,10 +18,12 @@ struct Cli {
 enum Command {
     /// Apply database migrations (a no-op when current).
     Migrate,
+    /// Declare the JetStream streams (creates or updates; safe to repeat).
+    Streams,
     /// Print every event on matching subjects as one JSON line.
     Tap {
         /// Subject filter; NATS wildcards `*` and `>` allowed.
-        #[arg(default_value = "clankie.>")]
+        #[arg(default_value_t = clankie_proto::Subject::everything())]
         subject: String,
         /// Exit after this many lines.
         #[arg(long)]
@@ -56,6 +58,7 @@ async fn main() -> Result<()> {
         .init();
     match cli.command {
         Command::Migrate => migrate(&settings).await,
+        Command::Streams => streams(&settings).await,
         Command::Tap { subject, count } => tap(&settings, &subject, count).await,
         Command::Stack { action } => stack(&settings, action).await,
         Command::Settings => {
@@ -74,6 +77,14 @@ async fn migrate(settings: &Settings) -> Result<()> {
     } else {
         eprintln!("applied migrations {:?} to {url}", report.applied);
     }
+    Ok(())
+}
+
+async fn streams(settings: &Settings) -> Result<()> {
+    let bus = clankie_bus::Bus::connect(settings, "cli").await?;
+    bus.ensure_streams().await?;
+    let names: Vec<&str> = clankie_bus::STREAMS.iter().map(|s| s.name).collect();
+    eprintln!("streams ready on {}: {}", redact_url(&settings.nats_url), names.join(", "));
     Ok(())
 }
 
@@ -120,6 +131,7 @@ async fn stack(settings: &Settings, action: StackAction) -> Result<()> {
     };
     if let StackAction::Up = action {
         migrate(settings).await?;
+        streams(settings).await?;
     }
     println!("nats: {}", describe(&status.nats));
     println!("postgres: {}", describe(&status.postgres));

@@ -1,0 +1,4 @@
+//! The CLI as a person runs it, and the workspace rules it stands for.
+
+mod invariants;
+mod tap;

@@ -1,0 +1,36 @@
+# Shared by deploy/local/run, deploy/local/test and .ci/run. Source it; do not run it.
+
+say() { printf '\033[1mclankie:\033[0m %s\n' "$*" >&2; }
+
+# Installs the Debian packages the stack and the build need, saying what and why.
+ensure_packages() {
+  local missing=()
+  command -v nats-server >/dev/null 2>&1 || [ -x /usr/sbin/nats-server ] || missing+=(nats-server)
+  ls /usr/lib/postgresql/*/bin/pg_ctl >/dev/null 2>&1 || missing+=(postgresql)
+  command -v cmake >/dev/null 2>&1 || missing+=(cmake)
+  command -v setsid >/dev/null 2>&1 || missing+=(util-linux)
+  if [ ${#missing[@]} -eq 0 ]; then
+    return 0
+  fi
+  say "installing Debian packages: ${missing[*]} (NATS JetStream, PostgreSQL, and cmake for the voice codec build)"
+  local sudo=""
+  [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  $sudo env DEBIAN_FRONTEND=noninteractive apt-get update -q >/dev/null
+  $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${missing[@]}" >/dev/null
+  say "installed ${missing[*]}"
+}
+
+# Builds the clankie CLI and brings up nats-server and PostgreSQL (idempotent).
+stack_up() {
+  say "building the clankie CLI"
+  cargo build -q -p clankie --bin clankie
+  "$(target_dir)/debug/clankie" stack up
+}
+
+target_dir() {
+  if [ -n "${CARGO_TARGET_DIR:-}" ]; then
+    echo "$CARGO_TARGET_DIR"
+  else
+    echo "$(git rev-parse --show-toplevel 2>/dev/null || pwd)/target"
+  fi
+}
