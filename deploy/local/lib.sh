@@ -4,15 +4,17 @@ say() { printf '\033[1mclankie:\033[0m %s\n' "$*" >&2; }
 
 # Installs the Debian packages the stack and the build need, saying what and why.
 ensure_packages() {
-  local missing=()
-  command -v nats-server >/dev/null 2>&1 || [ -x /usr/sbin/nats-server ] || missing+=(nats-server)
-  ls /usr/lib/postgresql/*/bin/pg_ctl >/dev/null 2>&1 || missing+=(postgresql)
-  command -v cmake >/dev/null 2>&1 || missing+=(cmake)
-  command -v setsid >/dev/null 2>&1 || missing+=(util-linux)
+  local missing=() why=()
+  command -v nats-server >/dev/null 2>&1 || [ -x /usr/sbin/nats-server ] || { missing+=(nats-server); why+=("nats-server: the JetStream bus"); }
+  ls /usr/lib/postgresql/*/bin/pg_ctl >/dev/null 2>&1 || { missing+=(postgresql); why+=("postgresql: lane state and receipts"); }
+  command -v cmake >/dev/null 2>&1 || { missing+=(cmake); why+=("cmake: builds the voice codec"); }
+  command -v setsid >/dev/null 2>&1 || { missing+=(util-linux); why+=("util-linux: setsid, runuser"); }
   if [ ${#missing[@]} -eq 0 ]; then
     return 0
   fi
-  say "installing Debian packages: ${missing[*]} (NATS JetStream, PostgreSQL, and cmake for the voice codec build)"
+  local reason
+  reason=$(IFS=';'; echo "${why[*]}")
+  say "installing Debian packages with apt-get: ${missing[*]} (${reason//;/, })"
   local sudo=""
   [ "$(id -u)" -eq 0 ] || sudo="sudo"
   $sudo env DEBIAN_FRONTEND=noninteractive apt-get update -q >/dev/null
