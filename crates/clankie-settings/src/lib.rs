@@ -62,6 +62,51 @@ pub const SETTINGS: &[Setting] = &[
         default: "120",
         doc: "JetStream duplicate window for ingress; at least 120 so gateway redelivery posts once.",
     },
+    Setting {
+        name: "CLANKIE_MODEL_BASE_URL",
+        default: "unset: the offline rehearsal model",
+        doc: "OpenAI-compatible endpoint, e.g. `https://api.openai.com/v1`. Unset runs the labelled rehearsal model.",
+    },
+    Setting {
+        name: "CLANKIE_MODEL_NAME",
+        default: "gpt-4o-mini",
+        doc: "Model name sent to the endpoint.",
+    },
+    Setting {
+        name: "CLANKIE_MODEL_API_KEY",
+        default: "unset",
+        doc: "Bearer token for the endpoint. Never logged.",
+    },
+    Setting {
+        name: "CLANKIE_MODEL_MAX_RETRIES",
+        default: "4",
+        doc: "Retries of a transient provider failure (rate limit, 5xx, dropped stream) before the turn fails.",
+    },
+    Setting {
+        name: "CLANKIE_STALL_SILENCE_MS",
+        default: "300000",
+        doc: "A run with no sign of life this long is aborted as `captain_turn_stalled`. Nothing caps a run's length.",
+    },
+    Setting {
+        name: "CLANKIE_STALL_TICK_MS",
+        default: "5000",
+        doc: "How often the stall watchdog re-reads the boot clock.",
+    },
+    Setting {
+        name: "CLANKIE_CONTEXT_BUDGET_TOKENS",
+        default: "60000",
+        doc: "Estimated context size past which a session is compacted.",
+    },
+    Setting {
+        name: "CLANKIE_REHEARSAL_THINK_MS",
+        default: "1500",
+        doc: "Rehearsal model: silence before its first token.",
+    },
+    Setting {
+        name: "CLANKIE_REHEARSAL_TOKEN_MS",
+        default: "60",
+        doc: "Rehearsal model: gap between tokens.",
+    },
 ];
 
 /// A variable that is set but unusable.
@@ -89,6 +134,24 @@ pub struct Settings {
     pub bus_connect_timeout: Duration,
     /// JetStream duplicate window on the ingress stream.
     pub ingress_dedup_window: Duration,
+    /// The OpenAI-compatible endpoint; `None` means the rehearsal model.
+    pub model_base_url: Option<String>,
+    /// Model name sent to the endpoint.
+    pub model_name: String,
+    /// Bearer token; [`fmt::Debug`] never shows it.
+    pub model_api_key: Option<String>,
+    /// Retries of transient provider failures.
+    pub model_max_retries: u32,
+    /// Silence that counts as a stalled run.
+    pub stall_silence: Duration,
+    /// The stall watchdog's tick.
+    pub stall_tick: Duration,
+    /// Context budget before compaction.
+    pub context_budget_tokens: usize,
+    /// Rehearsal model's think delay.
+    pub rehearsal_think: Duration,
+    /// Rehearsal model's per-token delay.
+    pub rehearsal_token: Duration,
 }
 
 impl fmt::Debug for Settings {
@@ -102,6 +165,15 @@ impl fmt::Debug for Settings {
             .field("log", &self.log)
             .field("bus_connect_timeout", &self.bus_connect_timeout)
             .field("ingress_dedup_window", &self.ingress_dedup_window)
+            .field("model_base_url", &self.model_base_url.as_deref().map(redact_url))
+            .field("model_name", &self.model_name)
+            .field("model_api_key", &self.model_api_key.as_ref().map(|_| "***"))
+            .field("model_max_retries", &self.model_max_retries)
+            .field("stall_silence", &self.stall_silence)
+            .field("stall_tick", &self.stall_tick)
+            .field("context_budget_tokens", &self.context_budget_tokens)
+            .field("rehearsal_think", &self.rehearsal_think)
+            .field("rehearsal_token", &self.rehearsal_token)
             .finish()
     }
 }
@@ -169,7 +241,34 @@ impl Settings {
         let bus_connect_timeout = Duration::from_secs(secs(var("CLANKIE_BUS_CONNECT_TIMEOUT_SECS"), "CLANKIE_BUS_CONNECT_TIMEOUT_SECS", 60, 1)?);
         let ingress_dedup_window =
             Duration::from_secs(secs(var("CLANKIE_INGRESS_DEDUP_WINDOW_SECS"), "CLANKIE_INGRESS_DEDUP_WINDOW_SECS", 120, 120)?);
+        let model_base_url = var("CLANKIE_MODEL_BASE_URL");
+        if let Some(url) = &model_base_url
+            && !(url.starts_with("http://") || url.starts_with("https://"))
+        {
+            return Err(SettingsError::Invalid { var: "CLANKIE_MODEL_BASE_URL", reason: "expected an http:// or https:// URL".into() });
+        }
+        let model_name = var("CLANKIE_MODEL_NAME").unwrap_or_else(|| "gpt-4o-mini".into());
+        let model_api_key = var("CLANKIE_MODEL_API_KEY");
+        let model_max_retries = number(var("CLANKIE_MODEL_MAX_RETRIES"), "CLANKIE_MODEL_MAX_RETRIES", 4, 0, 20)? as u32;
+        let stall_silence = Duration::from_millis(number(var("CLANKIE_STALL_SILENCE_MS"), "CLANKIE_STALL_SILENCE_MS", 300_000, 10, u64::MAX)?);
+        let stall_tick = Duration::from_millis(number(var("CLANKIE_STALL_TICK_MS"), "CLANKIE_STALL_TICK_MS", 5_000, 1, u64::MAX)?);
+        if stall_tick > stall_silence {
+            return Err(SettingsError::Invalid { var: "CLANKIE_STALL_TICK_MS", reason: "must not exceed CLANKIE_STALL_SILENCE_MS".into() });
+        }
+        let context_budget_tokens =
+            number(var("CLANKIE_CONTEXT_BUDGET_TOKENS"), "CLANKIE_CONTEXT_BUDGET_TOKENS", 60_000, 1_000, 10_000_000)? as usize;
+        let rehearsal_think = Duration::from_millis(number(var("CLANKIE_REHEARSAL_THINK_MS"), "CLANKIE_REHEARSAL_THINK_MS", 1_500, 0, 600_000)?);
+        let rehearsal_token = Duration::from_millis(number(var("CLANKIE_REHEARSAL_TOKEN_MS"), "CLANKIE_REHEARSAL_TOKEN_MS", 60, 0, 60_000)?);
         Ok(Settings {
+            model_base_url,
+            model_name,
+            model_api_key,
+            model_max_retries,
+            stall_silence,
+            stall_tick,
+            context_budget_tokens,
+            rehearsal_think,
+            rehearsal_token,
             state_root,
             attachment_root_override,
             nats_url,
@@ -203,13 +302,17 @@ fn absolute(var: &'static str, value: &str) -> Result<PathBuf, SettingsError> {
 }
 
 fn secs(value: Option<String>, var: &'static str, default: u64, min: u64) -> Result<u64, SettingsError> {
+    number(value, var, default, min, u64::MAX)
+}
+
+fn number(value: Option<String>, var: &'static str, default: u64, min: u64, max: u64) -> Result<u64, SettingsError> {
     let Some(value) = value else { return Ok(default) };
     let n: u64 = value
         .trim()
         .parse()
-        .map_err(|_| SettingsError::Invalid { var, reason: format!("expected whole seconds, got {:?}", truncate(&value)) })?;
-    if n < min {
-        return Err(SettingsError::Invalid { var, reason: format!("must be at least {min} seconds") });
+        .map_err(|_| SettingsError::Invalid { var, reason: format!("expected a whole number, got {:?}", truncate(&value)) })?;
+    if n < min || n > max {
+        return Err(SettingsError::Invalid { var, reason: format!("must be from {min} to {max}") });
     }
     Ok(n)
 }
@@ -294,6 +397,23 @@ mod tests {
         let shown = format!("{s:?}");
         assert!(!shown.contains("hunter2"), "{shown}");
         assert!(shown.contains("postgres://bot:***@db:5432/clankie"), "{shown}");
+    }
+
+    #[test]
+    fn the_model_key_never_shows_and_an_unset_endpoint_means_rehearsal() {
+        let s = settings(&[("CLANKIE_MODEL_API_KEY", "sk-secret-123")]).unwrap();
+        assert!(s.model_base_url.is_none());
+        assert!(!format!("{s:?}").contains("sk-secret-123"));
+        assert!(settings(&[("CLANKIE_MODEL_BASE_URL", "ftp://x")]).is_err());
+    }
+
+    #[test]
+    fn stall_durations_compress_but_stay_consistent() {
+        let s = settings(&[("CLANKIE_STALL_SILENCE_MS", "400"), ("CLANKIE_STALL_TICK_MS", "50")]).unwrap();
+        assert_eq!((s.stall_silence, s.stall_tick), (Duration::from_millis(400), Duration::from_millis(50)));
+        assert!(settings(&[("CLANKIE_STALL_SILENCE_MS", "400"), ("CLANKIE_STALL_TICK_MS", "500")]).is_err());
+        let d = settings(&[]).unwrap();
+        assert_eq!((d.stall_silence, d.stall_tick), (Duration::from_secs(300), Duration::from_secs(5)));
     }
 
     #[test]

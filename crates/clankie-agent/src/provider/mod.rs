@@ -1,0 +1,232 @@
+//! Model providers: what a model request is, what comes back, and how
+//! failures are classified into transient (retried) and terminal (coded).
+
+mod openai;
+mod rehearsal;
+
+use std::time::Duration;
+
+use clankie_proto::v1::FailureCode;
+use futures::stream::BoxStream;
+use serde::{Deserialize, Serialize};
+
+pub use openai::{OpenAiClient, OpenAiConfig};
+pub use rehearsal::{REHEARSAL_LABEL, RehearsalModel};
+
+/// A tool as the model sees it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolSpec {
+    pub name: String,
+    pub description: String,
+    /// JSON schema of the arguments.
+    pub parameters: serde_json::Value,
+}
+
+/// A tool call the model made; `arguments` is the raw JSON text it streamed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ToolCall {
+    pub id: String,
+    pub name: String,
+    pub arguments: String,
+}
+
+/// One message of model context.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "role", rename_all = "snake_case")]
+pub enum ChatMessage {
+    User { text: String },
+    Assistant { text: String, tool_calls: Vec<ToolCall> },
+    Tool { call_id: String, name: String, content: String },
+}
+
+impl ChatMessage {
+    /// A rough token count (characters / 4), for budgets.
+    pub fn token_estimate(&self) -> usize {
+        let chars = match self {
+            ChatMessage::User { text } => text.len(),
+            ChatMessage::Assistant { text, tool_calls } => {
+                text.len() + tool_calls.iter().map(|c| c.name.len() + c.arguments.len()).sum::<usize>()
+            }
+            ChatMessage::Tool { content, .. } => content.len(),
+        };
+        chars / 4 + 4
+    }
+}
+
+/// Everything one model call is sent.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ModelRequest {
+    pub system: String,
+    pub messages: Vec<ChatMessage>,
+    pub tools: Vec<ToolSpec>,
+}
+
+/// Tokens one model call used.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Usage {
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+}
+
+/// A piece of a streamed answer.
+#[derive(Debug, Clone, PartialEq)]
+pub enum StreamItem {
+    Text(String),
+    ToolCallDelta { index: usize, id: Option<String>, name: Option<String>, arguments: String },
+    Finish(String),
+    Usage(Usage),
+    /// The provider said the stream is complete.
+    Done,
+}
+
+/// A provider failure, classified.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ModelError {
+    /// Worth retrying: rate limit, 5xx, overload, a dropped or unreachable stream.
+    #[error("transient provider failure ({code})")]
+    Transient { code: &'static str, retry_after: Option<Duration>, message: String },
+    /// Quota or usage exhausted; retrying cannot help.
+    #[error("provider usage limit reached")]
+    UsageLimit { message: String },
+    /// Any other failure the provider will not get over by itself.
+    #[error("provider failed ({code})")]
+    Terminal { code: &'static str, message: String },
+}
+
+impl ModelError {
+    /// The failure code a run that ends on this error reports.
+    pub fn failure_code(&self) -> FailureCode {
+        match self {
+            ModelError::UsageLimit { .. } => FailureCode::CaptainUsageLimitReached,
+            ModelError::Transient { .. } | ModelError::Terminal { .. } => FailureCode::CaptainModelFailed,
+        }
+    }
+
+    /// The provider's own words, for the session tree only.
+    pub fn provider_message(&self) -> &str {
+        match self {
+            ModelError::Transient { message, .. } | ModelError::UsageLimit { message } | ModelError::Terminal { message, .. } => message,
+        }
+    }
+
+    /// A short machine code, safe for logs and receipts.
+    pub fn code(&self) -> &'static str {
+        match self {
+            ModelError::Transient { code, .. } | ModelError::Terminal { code, .. } => code,
+            ModelError::UsageLimit { .. } => "usage_limit",
+        }
+    }
+}
+
+/// The answer of one model call.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct AssistantTurn {
+    pub text: String,
+    pub tool_calls: Vec<ToolCall>,
+    pub stop_reason: String,
+    pub usage: Usage,
+}
+
+/// Builds an [`AssistantTurn`] from stream items.
+#[derive(Debug, Default)]
+pub(crate) struct Accumulator {
+    turn: AssistantTurn,
+    calls: Vec<ToolCall>,
+    finished: bool,
+    done: bool,
+}
+
+impl Accumulator {
+    pub(crate) fn push(&mut self, item: StreamItem) {
+        match item {
+            StreamItem::Text(t) => self.turn.text.push_str(&t),
+            StreamItem::ToolCallDelta { index, id, name, arguments } => {
+                while self.calls.len() <= index {
+                    self.calls.push(ToolCall { id: String::new(), name: String::new(), arguments: String::new() });
+                }
+                let call = &mut self.calls[index];
+                if let Some(id) = id {
+                    call.id = id;
+                }
+                if let Some(name) = name {
+                    call.name.push_str(&name);
+                }
+                call.arguments.push_str(&arguments);
+            }
+            StreamItem::Finish(reason) => {
+                self.finished = true;
+                self.turn.stop_reason = reason;
+            }
+            StreamItem::Usage(u) => self.turn.usage = u,
+            StreamItem::Done => self.done = true,
+        }
+    }
+
+    /// The finished turn, or a dropped-stream error when the provider never finished it.
+    pub(crate) fn finish(mut self) -> Result<AssistantTurn, ModelError> {
+        if !self.finished && !self.done {
+            return Err(ModelError::Transient {
+                code: "stream_dropped",
+                retry_after: None,
+                message: "the stream ended before the provider finished the answer".into(),
+            });
+        }
+        for (i, call) in self.calls.iter_mut().enumerate() {
+            if call.id.is_empty() {
+                call.id = format!("call_{i}");
+            }
+        }
+        self.turn.tool_calls = self.calls;
+        Ok(self.turn)
+    }
+}
+
+/// The model a run talks to.
+#[derive(Clone)]
+pub enum Model {
+    /// An OpenAI-compatible chat-completions endpoint.
+    OpenAi(OpenAiClient),
+    /// The offline rehearsal model: deterministic, labelled, no network.
+    Rehearsal(RehearsalModel),
+}
+
+impl Model {
+    /// Starts one streamed model call.
+    pub async fn open(&self, request: &ModelRequest) -> Result<BoxStream<'static, Result<StreamItem, ModelError>>, ModelError> {
+        match self {
+            Model::OpenAi(client) => client.open(request).await,
+            Model::Rehearsal(model) => Ok(model.open(request)),
+        }
+    }
+
+    /// Whether this is the rehearsal model, which must be labelled wherever it shows.
+    pub fn is_rehearsal(&self) -> bool {
+        matches!(self, Model::Rehearsal(_))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tool_calls_are_assembled_from_deltas() {
+        let mut acc = Accumulator::default();
+        acc.push(StreamItem::ToolCallDelta { index: 0, id: Some("c0".into()), name: Some("read_page".into()), arguments: String::new() });
+        acc.push(StreamItem::ToolCallDelta { index: 0, id: None, name: None, arguments: "{\"url\":".into() });
+        acc.push(StreamItem::ToolCallDelta { index: 1, id: None, name: Some("send_text_update".into()), arguments: "{}".into() });
+        acc.push(StreamItem::ToolCallDelta { index: 0, id: None, name: None, arguments: "\"x\"}".into() });
+        acc.push(StreamItem::Finish("tool_calls".into()));
+        let turn = acc.finish().unwrap();
+        assert_eq!(turn.tool_calls.len(), 2);
+        assert_eq!(turn.tool_calls[0].arguments, "{\"url\":\"x\"}");
+        assert_eq!(turn.tool_calls[1].id, "call_1");
+    }
+
+    #[test]
+    fn a_stream_that_never_finishes_is_a_dropped_stream() {
+        let mut acc = Accumulator::default();
+        acc.push(StreamItem::Text("half an ans".into()));
+        assert!(matches!(acc.finish(), Err(ModelError::Transient { code: "stream_dropped", .. })));
+    }
+}

@@ -1,0 +1,221 @@
+//! A thin streaming client for OpenAI-compatible chat completions.
+//!
+//! Thin on purpose: the classification of failures and the retry policy are
+//! ours, so the run can tell a quota problem from a dead stream.
+
+use std::time::Duration;
+
+use eventsource_stream::Eventsource;
+use futures::StreamExt;
+use futures::stream::BoxStream;
+use serde_json::{Value, json};
+
+use super::{ChatMessage, ModelError, ModelRequest, StreamItem, Usage};
+
+/// Where and as whom to call the provider.
+#[derive(Clone)]
+pub struct OpenAiConfig {
+    /// Such as `https://api.openai.com/v1`; `/chat/completions` is appended.
+    pub base_url: String,
+    pub model: String,
+    /// Sent as a bearer token; never logged.
+    pub api_key: Option<String>,
+}
+
+impl std::fmt::Debug for OpenAiConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OpenAiConfig")
+            .field("base_url", &self.base_url)
+            .field("model", &self.model)
+            .field("api_key", &self.api_key.as_ref().map(|_| "***"))
+            .finish()
+    }
+}
+
+/// The client; cheap to clone.
+#[derive(Clone, Debug)]
+pub struct OpenAiClient {
+    http: reqwest::Client,
+    config: OpenAiConfig,
+}
+
+const MAX_ERROR_BODY: usize = 16 * 1024;
+
+fn install_crypto() {
+    // reqwest is built without a TLS provider of its own; ring serves it. Installing twice is harmless.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+}
+
+impl OpenAiClient {
+    /// Builds a client. Connecting is bounded; a streaming answer is not, because the stall watchdog bounds silence.
+    pub fn new(config: OpenAiConfig) -> Result<OpenAiClient, ModelError> {
+        install_crypto();
+        let http = reqwest::Client::builder()
+            .connect_timeout(Duration::from_secs(10))
+            .build()
+            .map_err(|e| ModelError::Terminal { code: "client_build_failed", message: e.to_string() })?;
+        Ok(OpenAiClient { http, config })
+    }
+
+    fn body(&self, request: &ModelRequest) -> Value {
+        let mut messages = vec![json!({ "role": "system", "content": request.system })];
+        for m in &request.messages {
+            messages.push(match m {
+                ChatMessage::User { text } => json!({ "role": "user", "content": text }),
+                ChatMessage::Assistant { text, tool_calls } if tool_calls.is_empty() => json!({ "role": "assistant", "content": text }),
+                ChatMessage::Assistant { text, tool_calls } => json!({
+                    "role": "assistant",
+                    "content": if text.is_empty() { Value::Null } else { Value::String(text.clone()) },
+                    "tool_calls": tool_calls.iter().map(|c| json!({
+                        "id": c.id, "type": "function", "function": { "name": c.name, "arguments": c.arguments }
+                    })).collect::<Vec<_>>(),
+                }),
+                ChatMessage::Tool { call_id, content, .. } => json!({ "role": "tool", "tool_call_id": call_id, "content": content }),
+            });
+        }
+        let mut body = json!({
+            "model": self.config.model,
+            "messages": messages,
+            "stream": true,
+            "stream_options": { "include_usage": true },
+        });
+        if !request.tools.is_empty() {
+            body["tools"] = request
+                .tools
+                .iter()
+                .map(|t| json!({ "type": "function", "function": { "name": t.name, "description": t.description, "parameters": t.parameters } }))
+                .collect();
+        }
+        body
+    }
+
+    pub(crate) async fn open(&self, request: &ModelRequest) -> Result<BoxStream<'static, Result<StreamItem, ModelError>>, ModelError> {
+        let url = format!("{}/chat/completions", self.config.base_url.trim_end_matches('/'));
+        let mut builder = self.http.post(url).json(&self.body(request));
+        if let Some(key) = &self.config.api_key {
+            builder = builder.bearer_auth(key);
+        }
+        let response = builder.send().await.map_err(|e| ModelError::Transient {
+            code: "connect_failed",
+            retry_after: None,
+            message: e.to_string(),
+        })?;
+        let status = response.status();
+        if !status.is_success() {
+            let retry_after = response
+                .headers()
+                .get(reqwest::header::RETRY_AFTER)
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| v.trim().parse::<u64>().ok())
+                .map(Duration::from_secs);
+            let mut body = response.text().await.unwrap_or_default();
+            body.truncate(MAX_ERROR_BODY);
+            return Err(classify_status(status.as_u16(), retry_after, &body));
+        }
+        let events = response.bytes_stream().eventsource();
+        let items = events.flat_map(|event| {
+            let items: Vec<Result<StreamItem, ModelError>> = match event {
+                Err(e) => vec![Err(ModelError::Transient { code: "stream_dropped", retry_after: None, message: e.to_string() })],
+                Ok(event) if event.data.trim() == "[DONE]" => vec![Ok(StreamItem::Done)],
+                Ok(event) => parse_chunk(&event.data),
+            };
+            futures::stream::iter(items)
+        });
+        Ok(items.boxed())
+    }
+}
+
+fn error_fields(body: &str) -> (String, String, String) {
+    let v: Value = serde_json::from_str(body).unwrap_or(Value::Null);
+    let e = &v["error"];
+    let text = |k: &str| e[k].as_str().unwrap_or_default().to_owned();
+    let message = if e.is_null() { body.to_owned() } else { text("message") };
+    (text("type"), text("code"), message)
+}
+
+fn is_quota(kind: &str, code: &str) -> bool {
+    [kind, code].iter().any(|s| matches!(*s, "insufficient_quota" | "usage_limit_reached" | "billing_hard_limit_reached"))
+}
+
+/// Classifies an HTTP error answer.
+pub(crate) fn classify_status(status: u16, retry_after: Option<Duration>, body: &str) -> ModelError {
+    let (kind, code, message) = error_fields(body);
+    match status {
+        402 => ModelError::UsageLimit { message },
+        429 if is_quota(&kind, &code) => ModelError::UsageLimit { message },
+        429 => ModelError::Transient { code: "rate_limited", retry_after, message },
+        408 => ModelError::Transient { code: "timeout", retry_after, message },
+        529 => ModelError::Transient { code: "overloaded", retry_after, message },
+        500..=599 => ModelError::Transient { code: "server_error", retry_after, message },
+        401 | 403 => ModelError::Terminal { code: "unauthorized", message },
+        _ => ModelError::Terminal { code: "rejected", message },
+    }
+}
+
+fn parse_chunk(data: &str) -> Vec<Result<StreamItem, ModelError>> {
+    let Ok(v) = serde_json::from_str::<Value>(data) else {
+        return vec![Err(ModelError::Terminal { code: "malformed_stream", message: "a stream event was not JSON".into() })];
+    };
+    if !v["error"].is_null() {
+        let (kind, code, message) = error_fields(data);
+        let err = if is_quota(&kind, &code) {
+            ModelError::UsageLimit { message }
+        } else if kind.contains("overloaded") || code.contains("overloaded") || kind == "server_error" {
+            ModelError::Transient { code: "overloaded", retry_after: None, message }
+        } else {
+            ModelError::Terminal { code: "stream_error", message }
+        };
+        return vec![Err(err)];
+    }
+    let mut items = Vec::new();
+    if let Some(choice) = v["choices"].get(0) {
+        let delta = &choice["delta"];
+        if let Some(text) = delta["content"].as_str().filter(|t| !t.is_empty()) {
+            items.push(Ok(StreamItem::Text(text.to_owned())));
+        }
+        for call in delta["tool_calls"].as_array().into_iter().flatten() {
+            items.push(Ok(StreamItem::ToolCallDelta {
+                index: call["index"].as_u64().unwrap_or(0) as usize,
+                id: call["id"].as_str().map(str::to_owned),
+                name: call["function"]["name"].as_str().filter(|n| !n.is_empty()).map(str::to_owned),
+                arguments: call["function"]["arguments"].as_str().unwrap_or_default().to_owned(),
+            }));
+        }
+        if let Some(reason) = choice["finish_reason"].as_str() {
+            items.push(Ok(StreamItem::Finish(reason.to_owned())));
+        }
+    }
+    if let Some(usage) = v.get("usage").filter(|u| u.is_object()) {
+        items.push(Ok(StreamItem::Usage(Usage {
+            input_tokens: usage["prompt_tokens"].as_u64().unwrap_or(0),
+            output_tokens: usage["completion_tokens"].as_u64().unwrap_or(0),
+        })));
+    }
+    items
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quota_is_not_a_rate_limit() {
+        let quota = r#"{"error":{"message":"You exceeded your current quota","type":"insufficient_quota","code":"insufficient_quota"}}"#;
+        assert!(matches!(classify_status(429, None, quota), ModelError::UsageLimit { .. }));
+        let rate = r#"{"error":{"message":"slow down","type":"requests","code":"rate_limit_exceeded"}}"#;
+        match classify_status(429, Some(Duration::from_secs(2)), rate) {
+            ModelError::Transient { code: "rate_limited", retry_after, .. } => assert_eq!(retry_after, Some(Duration::from_secs(2))),
+            other => panic!("{other:?}"),
+        }
+        assert!(matches!(classify_status(503, None, "busy"), ModelError::Transient { code: "server_error", .. }));
+        assert!(matches!(classify_status(400, None, "{}"), ModelError::Terminal { .. }));
+    }
+
+    #[test]
+    fn chunks_yield_text_tool_deltas_finish_and_usage() {
+        let items = parse_chunk(r#"{"choices":[{"index":0,"delta":{"content":"hi","tool_calls":[{"index":0,"id":"c","function":{"name":"f","arguments":"{"}}]},"finish_reason":"stop"}],"usage":{"prompt_tokens":10,"completion_tokens":2}}"#);
+        assert_eq!(items.len(), 4);
+        assert_eq!(items[0], Ok(StreamItem::Text("hi".into())));
+        assert_eq!(items[3], Ok(StreamItem::Usage(Usage { input_tokens: 10, output_tokens: 2 })));
+    }
+}

@@ -1,0 +1,393 @@
+//! A run: model call, tool batch, steered messages, model call … until the
+//! model stops with nothing queued. Wrapped, always, in the stall watchdog.
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use clankie_proto::v1::FailureCode;
+use futures::StreamExt;
+use tokio::sync::{mpsc, watch};
+
+use crate::compaction::{self, CompactionPolicy};
+use crate::provider::{Accumulator, AssistantTurn, Model, ModelError, ModelRequest, StreamItem};
+use crate::session::{EntryBody, Session, UserMessage};
+use crate::silence::{SilenceGate, is_silent, strip_token};
+use crate::watchdog::{self, StallPolicy};
+use crate::{AgentError, AgentEvent, BootClock, Clock, EventSink, Tool, ToolContext, ToolError};
+
+/// Bounded retries of transient provider failures.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RetryPolicy {
+    /// Retries after the first attempt.
+    pub max_retries: u32,
+    /// The first backoff; it doubles each retry.
+    pub base_delay: Duration,
+    /// No backoff, nor honoured Retry-After, waits longer than this.
+    pub max_delay: Duration,
+}
+
+impl Default for RetryPolicy {
+    fn default() -> Self {
+        RetryPolicy { max_retries: 4, base_delay: Duration::from_millis(500), max_delay: Duration::from_secs(30) }
+    }
+}
+
+/// How runs behave; every duration is configuration so tests can compress it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct AgentConfig {
+    pub stall: StallPolicy,
+    pub retry: RetryPolicy,
+    pub compaction: CompactionPolicy,
+}
+
+/// How a run ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RunReply {
+    /// The final reply, with any copy of the silence token removed.
+    Words(String),
+    /// The model declined with exactly `[[stay-silent]]`.
+    Silent,
+    /// The run failed with this code.
+    Failed(FailureCode),
+}
+
+/// Content-free counts of one run.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RunStats {
+    /// Model calls, counting retries once and compaction calls.
+    pub model_calls: u32,
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+    /// Delivery ids of the steered messages that entered the session.
+    pub steered: Vec<String>,
+    /// Whether the silence gate ever said words were coming.
+    pub words_came: bool,
+}
+
+/// What a finished run hands back.
+pub struct RunResult {
+    /// The reply, or the infrastructure error that stopped the run (a lost lease, say).
+    pub outcome: Result<RunReply, AgentError>,
+    pub stats: RunStats,
+    /// Steered messages the run closed on without delivering (only after a failure).
+    pub undelivered: Vec<UserMessage>,
+    /// The session, for the lane's next run.
+    pub session: Session,
+}
+
+#[derive(Default)]
+struct Queue {
+    closed: bool,
+    pending: VecDeque<UserMessage>,
+}
+
+/// Queues messages into a live run. Cheap to clone.
+#[derive(Clone, Default)]
+pub struct Steerer {
+    queue: Arc<Mutex<Queue>>,
+}
+
+impl Steerer {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Queue> {
+        self.queue.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Queues `message` for delivery at the run's next turn boundary. When the
+    /// run has already ended the message is handed back, so it is never lost.
+    pub fn steer(&self, message: UserMessage) -> Result<(), UserMessage> {
+        let mut q = self.lock();
+        if q.closed {
+            return Err(message);
+        }
+        q.pending.push_back(message);
+        Ok(())
+    }
+
+    /// Whether the run still takes steers.
+    pub fn is_open(&self) -> bool {
+        !self.lock().closed
+    }
+
+    fn drain(&self) -> Vec<UserMessage> {
+        self.lock().pending.drain(..).collect()
+    }
+
+    /// Closes the queue if nothing is waiting; the atomic check that lets a run end without losing a steer.
+    fn close_if_empty(&self) -> bool {
+        let mut q = self.lock();
+        if q.pending.is_empty() {
+            q.closed = true;
+        }
+        q.closed
+    }
+
+    fn close(&self) -> Vec<UserMessage> {
+        let mut q = self.lock();
+        q.closed = true;
+        q.pending.drain(..).collect()
+    }
+}
+
+/// A live run: steer into it, read its events, await its result.
+pub struct Run {
+    steerer: Steerer,
+    events: mpsc::UnboundedReceiver<AgentEvent>,
+    handle: tokio::task::JoinHandle<RunResult>,
+}
+
+impl Run {
+    /// A handle for steering messages into this run.
+    pub fn steerer(&self) -> Steerer {
+        self.steerer.clone()
+    }
+
+    /// The next event, or `None` once the run is over and all events are read.
+    pub async fn next_event(&mut self) -> Option<AgentEvent> {
+        self.events.recv().await
+    }
+
+    /// Takes the event receiver, for a consumer that reads events in its own task.
+    pub fn take_events(&mut self) -> mpsc::UnboundedReceiver<AgentEvent> {
+        let (_, empty) = mpsc::unbounded_channel();
+        std::mem::replace(&mut self.events, empty)
+    }
+
+    /// Waits for the run to end.
+    pub async fn finish(self) -> Result<RunResult, AgentError> {
+        self.handle.await.map_err(|e| AgentError::Session(format!("run task failed: {e}")))
+    }
+}
+
+/// Runs a model with tools over sessions.
+#[derive(Clone)]
+pub struct Agent {
+    model: Model,
+    tools: Vec<Arc<dyn Tool>>,
+    config: AgentConfig,
+    clock: Arc<dyn Clock>,
+}
+
+struct RunCtx {
+    model: Model,
+    tools: Vec<Arc<dyn Tool>>,
+    config: AgentConfig,
+    sink: EventSink,
+    steerer: Steerer,
+    system: String,
+    cancel: watch::Receiver<bool>,
+}
+
+impl Agent {
+    /// An agent over `model`, timed by the boot clock.
+    pub fn new(model: Model, config: AgentConfig) -> Agent {
+        Agent { model, tools: Vec::new(), config, clock: Arc::new(BootClock) }
+    }
+
+    /// Replaces the clock (tests use it to simulate a host suspend).
+    pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Agent {
+        self.clock = clock;
+        self
+    }
+
+    /// Adds a tool.
+    pub fn with_tool(mut self, tool: Arc<dyn Tool>) -> Agent {
+        self.tools.push(tool);
+        self
+    }
+
+    /// The configured model.
+    pub fn model(&self) -> &Model {
+        &self.model
+    }
+
+    /// Starts a run over `session` with `system` as the system prompt and `first` as the opening messages.
+    pub fn start(&self, session: Session, system: String, first: Vec<UserMessage>) -> Run {
+        self.start_with_tools(session, system, first, Vec::new())
+    }
+
+    /// Like [`Agent::start`], with extra tools for this run only (tools bound to the run's room, say).
+    pub fn start_with_tools(&self, mut session: Session, system: String, first: Vec<UserMessage>, extra: Vec<Arc<dyn Tool>>) -> Run {
+        let (sink, events) = EventSink::new(self.clock.clone());
+        let steerer = Steerer::default();
+        let (cancel_tx, cancel) = watch::channel(false);
+        let mut tools = self.tools.clone();
+        tools.extend(extra);
+        let ctx = RunCtx { model: self.model.clone(), tools, config: self.config, sink, steerer: steerer.clone(), system, cancel };
+        let handle = tokio::spawn(async move {
+            let mut stats = RunStats::default();
+            ctx.sink.emit(AgentEvent::RunStart);
+            let outcome = {
+                let work = run_loop(&mut session, &mut stats, &ctx, first);
+                tokio::select! {
+                    outcome = work => outcome,
+                    silent_for = watchdog::watch(&ctx.sink, ctx.config.stall) => {
+                        tracing::warn!(tree = session.tree(), silent_ms = silent_for.as_millis() as u64, "run stalled; aborting");
+                        Ok(RunReply::Failed(FailureCode::CaptainTurnStalled))
+                    }
+                }
+            };
+            let _ = cancel_tx.send(true);
+            let undelivered = ctx.steerer.close();
+            ctx.sink.emit(AgentEvent::RunEnd);
+            RunResult { outcome, stats, undelivered, session }
+        });
+        Run { steerer, events, handle }
+    }
+}
+
+fn final_reply(text: &str) -> RunReply {
+    if is_silent(text) {
+        return RunReply::Silent;
+    }
+    let words = strip_token(text);
+    if words.is_empty() { RunReply::Failed(FailureCode::CaptainResponseMissing) } else { RunReply::Words(words) }
+}
+
+async fn run_loop(session: &mut Session, stats: &mut RunStats, ctx: &RunCtx, first: Vec<UserMessage>) -> Result<RunReply, AgentError> {
+    for m in first {
+        session.append(EntryBody::User { author: m.author, delivery_id: m.delivery_id, text: m.text }).await?;
+    }
+    let specs: Vec<_> = ctx.tools.iter().map(|t| t.spec()).collect();
+    let mut n = 0;
+    loop {
+        compact_if_needed(session, stats, ctx).await?;
+        deliver_steers(session, stats, ctx).await?;
+        n += 1;
+        ctx.sink.emit(AgentEvent::TurnStart { n });
+        let request = ModelRequest { system: ctx.system.clone(), messages: session.context(), tools: specs.clone() };
+        let answer = call_with_retries(&request, ctx, stats, true).await;
+        let turn = match answer {
+            Err(e) => {
+                tracing::warn!(tree = session.tree(), code = e.code(), "model call failed");
+                session
+                    .append(EntryBody::Assistant {
+                        text: String::new(),
+                        tool_calls: Vec::new(),
+                        stop_reason: "error".into(),
+                        usage: Default::default(),
+                        provider_error: Some(e.provider_message().to_owned()),
+                    })
+                    .await?;
+                ctx.sink.emit(AgentEvent::TurnEnd { n });
+                return Ok(RunReply::Failed(e.failure_code()));
+            }
+            Ok(turn) => turn,
+        };
+        session
+            .append(EntryBody::Assistant {
+                text: turn.text.clone(),
+                tool_calls: turn.tool_calls.clone(),
+                stop_reason: turn.stop_reason.clone(),
+                usage: turn.usage,
+                provider_error: None,
+            })
+            .await?;
+        ctx.sink.emit(AgentEvent::TurnEnd { n });
+        if !turn.tool_calls.is_empty() {
+            run_tools(&turn, session, ctx).await?;
+            continue;
+        }
+        if ctx.steerer.close_if_empty() {
+            return Ok(final_reply(&turn.text));
+        }
+    }
+}
+
+async fn deliver_steers(session: &mut Session, stats: &mut RunStats, ctx: &RunCtx) -> Result<(), AgentError> {
+    for m in ctx.steerer.drain() {
+        let delivery_id = m.delivery_id.clone();
+        session.append(EntryBody::User { author: m.author, delivery_id: m.delivery_id, text: m.text }).await?;
+        stats.steered.push(delivery_id.clone());
+        ctx.sink.emit(AgentEvent::SteerDelivered { delivery_id });
+    }
+    Ok(())
+}
+
+async fn compact_if_needed(session: &mut Session, stats: &mut RunStats, ctx: &RunCtx) -> Result<(), AgentError> {
+    let Some(plan) = compaction::plan(session, &ctx.config.compaction) else { return Ok(()) };
+    ctx.sink.emit(AgentEvent::CompactionStart);
+    match call_with_retries(&plan.request, ctx, stats, false).await {
+        Ok(summary) if !summary.text.trim().is_empty() => {
+            session.append(EntryBody::Compaction { summary: summary.text, first_kept_id: plan.first_kept_id }).await?;
+        }
+        Ok(_) => tracing::warn!(tree = session.tree(), "compaction produced no summary; continuing uncompacted"),
+        Err(e) => tracing::warn!(tree = session.tree(), code = e.code(), "compaction failed; continuing uncompacted"),
+    }
+    ctx.sink.emit(AgentEvent::CompactionEnd);
+    Ok(())
+}
+
+async fn call_with_retries(request: &ModelRequest, ctx: &RunCtx, stats: &mut RunStats, gate: bool) -> Result<AssistantTurn, ModelError> {
+    let policy = ctx.config.retry;
+    let mut attempt = 0;
+    loop {
+        let result = call_once(request, ctx, stats, gate).await;
+        match result {
+            Ok(turn) => {
+                stats.model_calls += 1;
+                stats.input_tokens += turn.usage.input_tokens;
+                stats.output_tokens += turn.usage.output_tokens;
+                return Ok(turn);
+            }
+            Err(ModelError::Transient { code, retry_after, .. }) if attempt < policy.max_retries => {
+                attempt += 1;
+                let backoff = policy.base_delay.saturating_mul(1 << (attempt - 1).min(16));
+                let delay = retry_after.unwrap_or(backoff).min(policy.max_delay);
+                ctx.sink.emit(AgentEvent::RetryStart { attempt, delay_ms: delay.as_millis() as u64, code });
+                tokio::time::sleep(delay).await;
+                ctx.sink.emit(AgentEvent::RetryEnd { attempt });
+            }
+            Err(e) => {
+                stats.model_calls += 1;
+                return Err(e);
+            }
+        }
+    }
+}
+
+async fn call_once(request: &ModelRequest, ctx: &RunCtx, stats: &mut RunStats, gate: bool) -> Result<AssistantTurn, ModelError> {
+    let mut stream = ctx.model.open(request).await?;
+    let mut acc = Accumulator::default();
+    let mut silence = SilenceGate::new();
+    while let Some(item) = stream.next().await {
+        let item = item?;
+        match &item {
+            StreamItem::Text(t) => {
+                ctx.sink.emit(AgentEvent::TextDelta { chars: t.chars().count() });
+                if gate && silence.push(t) {
+                    stats.words_came = true;
+                    ctx.sink.emit(AgentEvent::WordsComing);
+                }
+            }
+            StreamItem::ToolCallDelta { arguments, .. } => ctx.sink.emit(AgentEvent::TextDelta { chars: arguments.chars().count() }),
+            StreamItem::Finish(_) | StreamItem::Usage(_) | StreamItem::Done => {}
+        }
+        acc.push(item);
+    }
+    acc.finish()
+}
+
+async fn run_tools(turn: &AssistantTurn, session: &mut Session, ctx: &RunCtx) -> Result<(), AgentError> {
+    let calls = turn.tool_calls.iter().map(|call| async move {
+        ctx.sink.emit(AgentEvent::ToolStart { call_id: call.id.clone(), name: call.name.clone() });
+        let tool = ctx.tools.iter().find(|t| t.spec().name == call.name);
+        let result = match (tool, serde_json::from_str::<serde_json::Value>(&call.arguments)) {
+            (None, _) => Err(ToolError::Invalid(format!("there is no tool named {}", call.name))),
+            (Some(_), Err(e)) => Err(ToolError::Invalid(format!("arguments are not valid JSON: {e}"))),
+            (Some(tool), Ok(args)) => {
+                tool.execute(args, ToolContext::new(call.id.clone(), ctx.sink.clone(), ctx.cancel.clone())).await
+            }
+        };
+        ctx.sink.emit(AgentEvent::ToolEnd { call_id: call.id.clone(), name: call.name.clone(), is_error: result.is_err() });
+        (call, result)
+    });
+    for (call, result) in futures::future::join_all(calls).await {
+        let (content, is_error) = match result {
+            Ok(content) => (content, false),
+            Err(e) => (format!("error: {e}"), true),
+        };
+        session.append(EntryBody::ToolResult { call_id: call.id.clone(), name: call.name.clone(), content, is_error }).await?;
+    }
+    Ok(())
+}

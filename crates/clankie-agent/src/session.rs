@@ -1,0 +1,192 @@
+//! A session: the append-only tree of a lane's conversation, persisted through
+//! the store and rebuilt into exactly the same model context on reload.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use clankie_store::{Lease, NewEntry, Store};
+use serde::{Deserialize, Serialize};
+
+use crate::AgentError;
+use crate::provider::{ChatMessage, ToolCall, Usage};
+
+/// A message from someone in the room, as the caller formatted it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UserMessage {
+    /// Who wrote it, for attribution.
+    pub author: String,
+    /// The delivery it came from; empty for context the caller adds itself.
+    pub delivery_id: String,
+    /// The text the model sees.
+    pub text: String,
+}
+
+/// One entry of a session tree.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum EntryBody {
+    User { author: String, delivery_id: String, text: String },
+    Assistant {
+        text: String,
+        tool_calls: Vec<ToolCall>,
+        stop_reason: String,
+        usage: Usage,
+        /// The provider's own message when the call failed; kept here, never in a receipt or log.
+        provider_error: Option<String>,
+    },
+    ToolResult { call_id: String, name: String, content: String, is_error: bool },
+    /// Everything before `first_kept_id` is replaced in context by `summary`.
+    Compaction { summary: String, first_kept_id: String },
+    /// A record kept out of model context.
+    Note { text: String },
+}
+
+impl EntryBody {
+    fn kind(&self) -> &'static str {
+        match self {
+            EntryBody::User { .. } => "user",
+            EntryBody::Assistant { .. } => "assistant",
+            EntryBody::ToolResult { .. } => "tool_result",
+            EntryBody::Compaction { .. } => "compaction",
+            EntryBody::Note { .. } => "note",
+        }
+    }
+
+    fn in_context(&self) -> bool {
+        match self {
+            EntryBody::Assistant { provider_error, .. } => provider_error.is_none(),
+            EntryBody::Note { .. } | EntryBody::Compaction { .. } => false,
+            EntryBody::User { .. } | EntryBody::ToolResult { .. } => true,
+        }
+    }
+}
+
+/// A stored entry with its id.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SessionEntry {
+    pub id: String,
+    pub parent_id: Option<String>,
+    pub body: EntryBody,
+}
+
+/// The prefix every summary is shown to the model with.
+pub const SUMMARY_PREFIX: &str = "Summary of the conversation before this point:\n";
+
+/// What the model is told a tool call with no recorded result did.
+const INTERRUPTED: &str = "(no result: the turn was interrupted before this tool finished)";
+
+/// A lane's session, writing through the store under a lease.
+pub struct Session {
+    store: Store,
+    lease: Lease,
+    tree: String,
+    entries: Vec<SessionEntry>,
+}
+
+fn new_id() -> String {
+    static N: AtomicU64 = AtomicU64::new(0);
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0);
+    format!("e{nanos:x}-{:x}", N.fetch_add(1, Ordering::Relaxed))
+}
+
+impl Session {
+    /// Opens the tree, loading whatever it already holds.
+    pub async fn open(store: Store, lease: Lease, tree: impl Into<String>) -> Result<Session, AgentError> {
+        let tree = tree.into();
+        let entries = store
+            .entries(&tree)
+            .await?
+            .into_iter()
+            .map(|e| {
+                let body: EntryBody = serde_json::from_value(e.body)
+                    .map_err(|err| AgentError::Session(format!("entry {} of {tree} is unreadable: {err}", e.id)))?;
+                Ok(SessionEntry { id: e.id, parent_id: e.parent_id, body })
+            })
+            .collect::<Result<Vec<_>, AgentError>>()?;
+        Ok(Session { store, lease, tree, entries })
+    }
+
+    /// The tree this session writes (`rooms/<lane>` or `turns/<lane>~<target>`).
+    pub fn tree(&self) -> &str {
+        &self.tree
+    }
+
+    /// The lease writes are fenced by.
+    pub fn lease(&self) -> &Lease {
+        &self.lease
+    }
+
+    /// Replaces the lease after a renewal.
+    pub fn set_lease(&mut self, lease: Lease) {
+        self.lease = lease;
+    }
+
+    /// Every entry, oldest first.
+    pub fn entries(&self) -> &[SessionEntry] {
+        &self.entries
+    }
+
+    /// Appends an entry after the current head, durably, and returns its id.
+    pub async fn append(&mut self, body: EntryBody) -> Result<String, AgentError> {
+        let id = new_id();
+        let parent_id = self.entries.last().map(|e| e.id.clone());
+        let entry = NewEntry {
+            id: id.clone(),
+            parent_id: parent_id.clone(),
+            kind: body.kind().to_owned(),
+            body: serde_json::to_value(&body).map_err(|e| AgentError::Session(e.to_string()))?,
+            in_context: body.in_context(),
+        };
+        self.store.append_entry(&self.lease, &self.tree, &entry).await?;
+        self.entries.push(SessionEntry { id: id.clone(), parent_id, body });
+        Ok(id)
+    }
+
+    /// The index of the first entry the model still sees in full, and the summary standing in for the rest.
+    pub(crate) fn context_start(&self) -> (usize, Option<&str>) {
+        let compaction = self.entries.iter().rev().find_map(|e| match &e.body {
+            EntryBody::Compaction { summary, first_kept_id } => Some((summary.as_str(), first_kept_id.as_str())),
+            _ => None,
+        });
+        match compaction {
+            Some((summary, first_kept)) => {
+                let start = self.entries.iter().position(|e| e.id == first_kept).unwrap_or(self.entries.len());
+                (start, Some(summary))
+            }
+            None => (0, None),
+        }
+    }
+
+    /// The model context this session stands for: the latest summary, then
+    /// every in-context entry after it. A tool call whose result never landed
+    /// gets a stated placeholder, so the context stays well-formed.
+    pub fn context(&self) -> Vec<ChatMessage> {
+        let (start, summary) = self.context_start();
+        let mut out = Vec::new();
+        if let Some(summary) = summary {
+            out.push(ChatMessage::User { text: format!("{SUMMARY_PREFIX}{summary}") });
+        }
+        let kept = &self.entries[start..];
+        for (i, entry) in kept.iter().enumerate() {
+            if !entry.body.in_context() {
+                continue;
+            }
+            match &entry.body {
+                EntryBody::User { text, .. } => out.push(ChatMessage::User { text: text.clone() }),
+                EntryBody::Assistant { text, tool_calls, .. } => {
+                    out.push(ChatMessage::Assistant { text: text.clone(), tool_calls: tool_calls.clone() });
+                    for call in tool_calls {
+                        let answered = kept[i + 1..].iter().any(|e| matches!(&e.body, EntryBody::ToolResult { call_id, .. } if *call_id == call.id));
+                        if !answered {
+                            out.push(ChatMessage::Tool { call_id: call.id.clone(), name: call.name.clone(), content: INTERRUPTED.into() });
+                        }
+                    }
+                }
+                EntryBody::ToolResult { call_id, name, content, .. } => {
+                    out.push(ChatMessage::Tool { call_id: call_id.clone(), name: name.clone(), content: content.clone() })
+                }
+                EntryBody::Compaction { .. } | EntryBody::Note { .. } => {}
+            }
+        }
+        out
+    }
+}

@@ -1,0 +1,49 @@
+use clankie_agent::{RunReply, Session};
+use clankie_model_standin::{Reply, Script};
+
+use super::{Rig, TREE, drain, fast, user};
+
+#[tokio::test]
+async fn a_session_reloaded_from_the_store_gives_the_identical_model_context() {
+    let rig = Rig::new().await;
+    rig.standin.script(Script::any(Reply::tool("missing_tool", serde_json::json!({"x": 1}))));
+    rig.standin.script(Script::any(Reply::text("first answer")));
+    rig.standin.script(Script::any(Reply::text("second answer")));
+    let agent = rig.agent(fast());
+    let run = agent.start(rig.session().await, "sys".into(), vec![user("1", "first question")]);
+    let (_, first) = drain(run).await;
+    assert_eq!(first.outcome.unwrap(), RunReply::Words("first answer".into()));
+    let run = agent.start(first.session, "sys".into(), vec![user("2", "second question")]);
+    let (_, second) = drain(run).await;
+    assert_eq!(second.outcome.unwrap(), RunReply::Words("second answer".into()));
+
+    let live = second.session.context();
+    let reloaded = Session::open(rig.store.clone(), second.session.lease().clone(), TREE).await.unwrap();
+    assert_eq!(reloaded.context(), live);
+    assert_eq!(reloaded.entries(), second.session.entries());
+    // user, assistant(tool call), tool result (an error: no such tool), assistant, user, assistant
+    assert_eq!(live.len(), 6, "{live:#?}");
+
+    // And the next model request built from the reloaded session is what a warm one would send.
+    rig.standin.script(Script::any(Reply::text("third")));
+    let run = agent.start(reloaded, "sys".into(), vec![user("3", "third question")]);
+    let (_, third) = drain(run).await;
+    third.outcome.unwrap();
+    let requests = rig.standin.requests();
+    let last = requests.last().unwrap();
+    assert_eq!(last.messages().len(), 1 + live.len() + 1, "system, the whole history, the new question");
+    assert_eq!(last.count("first question"), 1);
+}
+
+#[tokio::test]
+async fn a_stale_lease_cannot_extend_a_session() {
+    let rig = Rig::new().await;
+    let stale = rig.session().await;
+    let lease = stale.lease().clone();
+    rig.store.release_lease(&lease).await.unwrap();
+    let _taken = rig.store.acquire_lease(&rig.lane, "other", std::time::Duration::from_secs(60)).await.unwrap().unwrap();
+    let run = rig.agent(fast()).start(stale, "sys".into(), vec![user("1", "hi")]);
+    let (_, result) = drain(run).await;
+    assert!(matches!(result.outcome, Err(clankie_agent::AgentError::Store(clankie_store::StoreError::Fenced { .. }))));
+    assert!(rig.standin.requests().is_empty(), "nothing was sent for a lane this replica no longer owns");
+}

@@ -1,0 +1,80 @@
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use clankie_agent::{AgentEvent, RunReply, StallPolicy, SuspendableClock};
+use clankie_model_standin::{Reply, Script};
+use clankie_proto::v1::FailureCode;
+
+use super::{Rig, drain, fast, user};
+
+/// Scheduling slack on a loaded two-core machine; far below the silence it bounds.
+const SLACK: Duration = Duration::from_millis(250);
+
+#[tokio::test]
+async fn a_stream_that_goes_silent_is_aborted_within_silence_plus_one_tick() {
+    let rig = Rig::new().await;
+    rig.standin.script(Script::any(Reply::Stall { text_before: "let me check".into() }));
+    let config = fast();
+    let run = rig.agent(config).start(rig.session().await, "sys".into(), vec![user("1", "bracket?")]);
+    let (events, result) = drain(run).await;
+    assert_eq!(result.outcome.unwrap(), RunReply::Failed(FailureCode::CaptainTurnStalled));
+    let last_life = events.iter().rev().find(|(_, e)| *e != AgentEvent::RunEnd).map(|(t, _)| *t).unwrap();
+    let ended = events.last().map(|(t, _)| *t).unwrap();
+    let waited = ended - last_life;
+    assert!(waited >= config.stall.silence - Duration::from_millis(5), "aborted early after {waited:?}");
+    assert!(waited <= config.stall.silence + config.stall.tick + SLACK, "aborted late after {waited:?}");
+}
+
+#[tokio::test]
+async fn a_stream_that_keeps_emitting_is_never_aborted() {
+    let rig = Rig::new().await;
+    let config = fast();
+    // 40 pieces 100 ms apart: four seconds, ten silence windows, never 400 ms quiet.
+    let text: String = (0..40).map(|i| format!("w{i:02} ")).collect();
+    rig.standin.script(Script::any(Reply::Text { text: text.clone(), chunk_chars: 4, chunk_delay_ms: 100, first_delay_ms: 0, tail_delay_ms: 0 }));
+    let started = Instant::now();
+    let run = rig.agent(config).start(rig.session().await, "sys".into(), vec![user("1", "read the whole page")]);
+    let (_, result) = drain(run).await;
+    assert!(started.elapsed() > config.stall.silence * 8, "the run was not long enough to prove anything");
+    assert_eq!(result.outcome.unwrap(), RunReply::Words(text.trim().to_owned()));
+}
+
+#[tokio::test]
+async fn a_suspend_longer_than_the_silence_is_caught_on_the_first_tick_after_it() {
+    let rig = Rig::new().await;
+    let clock = SuspendableClock::new();
+    let mut config = fast();
+    // A long real silence, so only the suspend can trip the watchdog within this test's bounds.
+    config.stall = StallPolicy { silence: Duration::from_secs(20), tick: Duration::from_millis(50) };
+    rig.standin.script(Script::any(Reply::Stall { text_before: "working".into() }));
+    let mut run = rig.agent(config).with_clock(Arc::new(clock.clone())).start(rig.session().await, "sys".into(), vec![user("1", "go")]);
+    while let Some(e) = run.next_event().await {
+        if matches!(e, AgentEvent::TextDelta { .. }) {
+            break;
+        }
+    }
+    let suspended_at = Instant::now();
+    clock.suspend_for(Duration::from_secs(60));
+    let (events, result) = drain(run).await;
+    let caught = events.last().map(|(t, _)| *t).unwrap() - suspended_at;
+    assert_eq!(result.outcome.unwrap(), RunReply::Failed(FailureCode::CaptainTurnStalled));
+    assert!(caught <= config.stall.tick + SLACK, "caught {caught:?} after the suspend");
+}
+
+#[tokio::test]
+async fn retries_are_signs_of_life() {
+    let rig = Rig::new().await;
+    let mut config = fast();
+    config.retry.max_retries = 6;
+    config.retry.base_delay = Duration::from_millis(150);
+    config.retry.max_delay = Duration::from_millis(150);
+    // Six failures 150 ms apart: 900 ms of retrying, longer than the 400 ms silence, yet every retry is an event.
+    for _ in 0..6 {
+        rig.standin.script(Script::any(Reply::Status { status: 503 }));
+    }
+    rig.standin.script(Script::any(Reply::text("back")));
+    let run = rig.agent(config).start(rig.session().await, "sys".into(), vec![user("1", "hi")]);
+    let (events, result) = drain(run).await;
+    assert_eq!(result.outcome.unwrap(), RunReply::Words("back".into()));
+    assert_eq!(events.iter().filter(|(_, e)| matches!(e, AgentEvent::RetryStart { code: "server_error", .. })).count(), 6);
+}

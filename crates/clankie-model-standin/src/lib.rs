@@ -1,0 +1,402 @@
+//! A stand-in for an OpenAI-compatible model provider, on loopback.
+//!
+//! It speaks the real wire protocol (`POST /v1/chat/completions` with
+//! `stream: true`, answered as server-sent events) so the real HTTP client is
+//! what tests exercise. Each request takes the first queued [`Script`] whose
+//! condition matches, or answers `ok` when none does. Every request is
+//! recorded, so a test can assert exactly what the model was sent.
+//!
+//! Scripts are queued in process with [`StandIn::script`] or over HTTP with
+//! `POST /control/script`; `GET /control/requests` lists what was recorded.
+
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::Body;
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use bytes::Bytes;
+use futures::StreamExt;
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+
+/// One scripted answer, used by the first request it matches.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Script {
+    /// Only a request whose messages contain this text takes the script.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub when_request_contains: Option<String>,
+    pub reply: Reply,
+}
+
+/// A tool call the stand-in makes.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ScriptedCall {
+    pub name: String,
+    pub arguments: Value,
+}
+
+/// How the stand-in answers one request.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Reply {
+    /// Streams `text` in pieces of `chunk_chars`, `chunk_delay_ms` apart, after `first_delay_ms`.
+    Text {
+        text: String,
+        #[serde(default = "default_chunk")]
+        chunk_chars: usize,
+        #[serde(default)]
+        chunk_delay_ms: u64,
+        #[serde(default)]
+        first_delay_ms: u64,
+        /// Pause after the last piece before the stream finishes.
+        #[serde(default)]
+        tail_delay_ms: u64,
+    },
+    /// Streams optional text, then asks for these tool calls.
+    ToolCalls {
+        calls: Vec<ScriptedCall>,
+        #[serde(default)]
+        text: String,
+    },
+    /// Streams `text_before`, then holds the connection open and says nothing more.
+    Stall {
+        #[serde(default)]
+        text_before: String,
+    },
+    /// Streams `text_before`, then closes the stream without finishing it.
+    Drop {
+        #[serde(default)]
+        text_before: String,
+    },
+    /// 429 with a Retry-After header: a transient rate limit.
+    RateLimited { retry_after_secs: u64 },
+    /// 429 with `insufficient_quota`: usage exhausted, never worth retrying.
+    InsufficientQuota,
+    /// An HTTP error status with an OpenAI-style error body.
+    Status { status: u16 },
+    /// A finished stream with no text and no tool calls.
+    Empty,
+}
+
+fn default_chunk() -> usize {
+    4
+}
+
+impl Reply {
+    /// A text answer streamed in 4-character pieces with no delay.
+    pub fn text(text: impl Into<String>) -> Reply {
+        Reply::Text { text: text.into(), chunk_chars: 4, chunk_delay_ms: 0, first_delay_ms: 0, tail_delay_ms: 0 }
+    }
+
+    /// A single tool call.
+    pub fn tool(name: impl Into<String>, arguments: Value) -> Reply {
+        Reply::ToolCalls { calls: vec![ScriptedCall { name: name.into(), arguments }], text: String::new() }
+    }
+}
+
+impl Script {
+    /// A script any request takes.
+    pub fn any(reply: Reply) -> Script {
+        Script { when_request_contains: None, reply }
+    }
+
+    /// A script only a request mentioning `needle` takes.
+    pub fn when(needle: impl Into<String>, reply: Reply) -> Script {
+        Script { when_request_contains: Some(needle.into()), reply }
+    }
+}
+
+/// A request as the stand-in received it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct RecordedRequest {
+    /// The whole JSON body.
+    pub body: Value,
+    /// A rough token count of the messages (characters / 4).
+    pub token_estimate: u64,
+    /// Whether it carried an `Authorization: Bearer` header (the key itself is not kept).
+    #[serde(default)]
+    pub bearer_token: bool,
+}
+
+impl RecordedRequest {
+    /// The request's messages.
+    pub fn messages(&self) -> &[Value] {
+        self.body["messages"].as_array().map(Vec::as_slice).unwrap_or(&[])
+    }
+
+    /// All message text, joined; for "was X sent?" assertions.
+    pub fn all_text(&self) -> String {
+        self.messages().iter().map(message_text).collect::<Vec<_>>().join("\n")
+    }
+
+    /// How many times `needle` occurs across the messages.
+    pub fn count(&self, needle: &str) -> usize {
+        self.all_text().matches(needle).count()
+    }
+}
+
+fn message_text(m: &Value) -> String {
+    match &m["content"] {
+        Value::String(s) => s.clone(),
+        Value::Array(parts) => parts.iter().filter_map(|p| p["text"].as_str()).collect::<Vec<_>>().join("\n"),
+        _ => String::new(),
+    }
+}
+
+#[derive(Default)]
+struct Inner {
+    scripts: Vec<Script>,
+    requests: Vec<RecordedRequest>,
+}
+
+/// Shared state of a running stand-in.
+#[derive(Clone, Default)]
+pub struct Shared {
+    inner: Arc<Mutex<Inner>>,
+    arrived: Arc<tokio::sync::Notify>,
+}
+
+impl Shared {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn take(&self, request: &RecordedRequest) -> Reply {
+        let mut inner = self.lock();
+        let text = request.all_text();
+        let pos = inner.scripts.iter().position(|s| s.when_request_contains.as_ref().is_none_or(|n| text.contains(n.as_str())));
+        match pos {
+            Some(i) => inner.scripts.remove(i).reply,
+            None => Reply::text("ok"),
+        }
+    }
+}
+
+/// A running stand-in server.
+pub struct StandIn {
+    addr: SocketAddr,
+    shared: Shared,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl StandIn {
+    /// Serves on a free loopback port.
+    pub async fn start() -> std::io::Result<StandIn> {
+        StandIn::serve(SocketAddr::from(([127, 0, 0, 1], 0))).await
+    }
+
+    /// Serves on the given address.
+    pub async fn serve(addr: SocketAddr) -> std::io::Result<StandIn> {
+        let listener = tokio::net::TcpListener::bind(addr).await?;
+        let addr = listener.local_addr()?;
+        let shared = Shared::default();
+        let app = router(shared.clone());
+        let task = tokio::spawn(async move {
+            if let Err(e) = axum::serve(listener, app).await {
+                tracing::error!(error = %e, "model stand-in stopped");
+            }
+        });
+        Ok(StandIn { addr, shared, task })
+    }
+
+    /// The base URL to configure as the provider (`http://127.0.0.1:<port>/v1`).
+    pub fn base_url(&self) -> String {
+        format!("http://{}/v1", self.addr)
+    }
+
+    /// The address it listens on.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Queues a script.
+    pub fn script(&self, script: Script) {
+        self.shared.lock().scripts.push(script);
+    }
+
+    /// Every request recorded so far.
+    pub fn requests(&self) -> Vec<RecordedRequest> {
+        self.shared.lock().requests.clone()
+    }
+
+    /// Waits until at least `n` requests have arrived, or the timeout passes.
+    pub async fn wait_for_requests(&self, n: usize, timeout: Duration) -> Vec<RecordedRequest> {
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            let notified = self.shared.arrived.notified();
+            let got = self.requests();
+            if got.len() >= n || tokio::time::Instant::now() >= deadline {
+                return got;
+            }
+            let _ = tokio::time::timeout_at(deadline, notified).await;
+        }
+    }
+}
+
+impl Drop for StandIn {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// The stand-in's routes over `shared`, for embedding in another server.
+pub fn router(shared: Shared) -> Router {
+    Router::new()
+        .route("/v1/chat/completions", post(completions))
+        .route("/control/script", post(add_script))
+        .route("/control/requests", get(list_requests).delete(clear_requests))
+        .with_state(shared)
+}
+
+async fn add_script(State(shared): State<Shared>, axum::Json(script): axum::Json<Script>) -> StatusCode {
+    shared.lock().scripts.push(script);
+    StatusCode::NO_CONTENT
+}
+
+async fn list_requests(State(shared): State<Shared>) -> axum::Json<Vec<RecordedRequest>> {
+    axum::Json(shared.lock().requests.clone())
+}
+
+async fn clear_requests(State(shared): State<Shared>) -> StatusCode {
+    shared.lock().requests.clear();
+    StatusCode::NO_CONTENT
+}
+
+fn error_body(status: StatusCode, kind: &str, code: &str, message: &str) -> Response {
+    let body = json!({ "error": { "message": message, "type": kind, "code": code } });
+    (status, axum::Json(body)).into_response()
+}
+
+async fn completions(State(shared): State<Shared>, headers: HeaderMap, body: Bytes) -> Response {
+    let Ok(body) = serde_json::from_slice::<Value>(&body) else {
+        return error_body(StatusCode::BAD_REQUEST, "invalid_request_error", "invalid_json", "body is not JSON");
+    };
+    let chars: usize = body["messages"].as_array().map_or(0, |m| m.iter().map(|m| message_text(m).len()).sum());
+    let bearer_token = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("Bearer ") && v.len() > "Bearer ".len());
+    let request = RecordedRequest { body, token_estimate: (chars / 4) as u64, bearer_token };
+    let reply = shared.take(&request);
+    shared.lock().requests.push(request.clone());
+    shared.arrived.notify_waiters();
+
+    match reply {
+        Reply::RateLimited { retry_after_secs } => {
+            let mut resp = error_body(StatusCode::TOO_MANY_REQUESTS, "requests", "rate_limit_exceeded", "Rate limit reached; slow down.");
+            if let Ok(v) = retry_after_secs.to_string().parse() {
+                resp.headers_mut().insert(header::RETRY_AFTER, v);
+            }
+            resp
+        }
+        Reply::InsufficientQuota => error_body(
+            StatusCode::TOO_MANY_REQUESTS,
+            "insufficient_quota",
+            "insufficient_quota",
+            "You exceeded your current quota, please check your plan and billing details.",
+        ),
+        Reply::Status { status } => {
+            let status = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+            error_body(status, "server_error", "server_error", "The server had an error while processing your request.")
+        }
+        reply => stream_reply(reply, request.token_estimate),
+    }
+}
+
+fn chunk(delta: Value, finish: Option<&str>) -> Bytes {
+    let event = json!({
+        "id": "chatcmpl-standin",
+        "object": "chat.completion.chunk",
+        "model": "standin",
+        "choices": [{ "index": 0, "delta": delta, "finish_reason": finish }],
+    });
+    Bytes::from(format!("data: {event}\n\n"))
+}
+
+fn pieces(text: &str, size: usize) -> Vec<String> {
+    let chars: Vec<char> = text.chars().collect();
+    chars.chunks(size.max(1)).map(|c| c.iter().collect()).collect()
+}
+
+fn stream_reply(reply: Reply, prompt_tokens: u64) -> Response {
+    let (tx, rx) = tokio::sync::mpsc::channel::<Bytes>(16);
+    tokio::spawn(async move {
+        let send = |b: Bytes| {
+            let tx = tx.clone();
+            async move { tx.send(b).await.is_ok() }
+        };
+        let mut completion_chars = 0usize;
+        let finish = match reply {
+            Reply::Text { text, chunk_chars, chunk_delay_ms, first_delay_ms, tail_delay_ms } => {
+                tokio::time::sleep(Duration::from_millis(first_delay_ms)).await;
+                for (i, piece) in pieces(&text, chunk_chars).into_iter().enumerate() {
+                    if i > 0 && chunk_delay_ms > 0 {
+                        tokio::time::sleep(Duration::from_millis(chunk_delay_ms)).await;
+                    }
+                    completion_chars += piece.len();
+                    if !send(chunk(json!({ "content": piece }), None)).await {
+                        return;
+                    }
+                }
+                tokio::time::sleep(Duration::from_millis(tail_delay_ms)).await;
+                Some("stop")
+            }
+            Reply::ToolCalls { calls, text } => {
+                if !text.is_empty() {
+                    completion_chars += text.len();
+                    send(chunk(json!({ "content": text }), None)).await;
+                }
+                for (i, call) in calls.iter().enumerate() {
+                    let args = call.arguments.to_string();
+                    completion_chars += args.len();
+                    let head = json!({ "tool_calls": [{ "index": i, "id": format!("call_{i}"), "type": "function", "function": { "name": call.name, "arguments": "" } }] });
+                    send(chunk(head, None)).await;
+                    // Arguments arrive in pieces, as real providers send them.
+                    for piece in pieces(&args, 7) {
+                        send(chunk(json!({ "tool_calls": [{ "index": i, "function": { "arguments": piece } }] }), None)).await;
+                    }
+                }
+                Some("tool_calls")
+            }
+            Reply::Stall { text_before } => {
+                if !text_before.is_empty() {
+                    send(chunk(json!({ "content": text_before }), None)).await;
+                }
+                // Hold the connection open without a byte until the client goes away.
+                tx.closed().await;
+                return;
+            }
+            Reply::Drop { text_before } => {
+                if !text_before.is_empty() {
+                    send(chunk(json!({ "content": text_before }), None)).await;
+                }
+                None
+            }
+            Reply::Empty => Some("stop"),
+            Reply::RateLimited { .. } | Reply::InsufficientQuota | Reply::Status { .. } => None,
+        };
+        let Some(finish) = finish else { return };
+        send(chunk(json!({}), Some(finish))).await;
+        let usage = json!({
+            "id": "chatcmpl-standin", "object": "chat.completion.chunk", "model": "standin", "choices": [],
+            "usage": { "prompt_tokens": prompt_tokens, "completion_tokens": (completion_chars / 4) as u64 },
+        });
+        send(Bytes::from(format!("data: {usage}\n\n"))).await;
+        send(Bytes::from_static(b"data: [DONE]\n\n")).await;
+    });
+    let body = Body::from_stream(tokio_stream_from(rx).map(Ok::<_, std::convert::Infallible>));
+    Response::builder()
+        .header(header::CONTENT_TYPE, "text/event-stream")
+        .header(header::CACHE_CONTROL, "no-cache")
+        .body(body)
+        .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response())
+}
+
+fn tokio_stream_from(mut rx: tokio::sync::mpsc::Receiver<Bytes>) -> impl futures::Stream<Item = Bytes> {
+    futures::stream::poll_fn(move |cx| rx.poll_recv(cx))
+}
