@@ -100,7 +100,9 @@ impl Refusal {
 
 impl<E: Event> Consumer<E> {
     pub(crate) async fn open(bus: Bus, spec: ConsumerSpec) -> Result<Consumer<E>, BusError> {
-        let stream_spec = stream_for(spec.family);
+        let Some(stream_spec) = stream_for(spec.family) else {
+            return Err(BusError::Consumer { consumer: spec.durable, detail: format!("{:?} is request/reply, not streamed", spec.family) });
+        };
         if spec.family.payload() != E::full_name() {
             return Err(BusError::Consumer {
                 consumer: spec.durable,

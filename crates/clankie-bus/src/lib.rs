@@ -40,6 +40,8 @@ pub enum BusError {
     Ack { sequence: u64, detail: String },
     #[error("the consumer's message stream ended")]
     Closed,
+    #[error("request on {subject}: {detail}")]
+    Request { subject: String, detail: String },
     #[error(transparent)]
     Subject(#[from] SubjectError),
 }
@@ -177,6 +179,35 @@ impl Bus {
     pub async fn publish_receipt(&self, receipt: &v1::Receipt) -> Result<Published, BusError> {
         let subject = Subject::Receipt { kind: ReceiptKind::new(&receipt.kind)? };
         self.publish(&subject, receipt, None).await
+    }
+
+    /// Sends a core-NATS request and decodes the typed reply; for request/reply subjects only.
+    pub async fn request<Q: Event, A: Event>(&self, subject: &Subject, request: &Q, timeout: Duration) -> Result<A, BusError> {
+        subject.check_payload::<Q>()?;
+        let name = subject.to_string();
+        let fail = |detail: String| BusError::Request { subject: name.clone(), detail };
+        let reply = tokio::time::timeout(timeout, self.client.request(name.clone(), Bytes::from(request.encode_to_vec())))
+            .await
+            .map_err(|_| fail(format!("no reply within {timeout:?}")))?
+            .map_err(|e| fail(e.to_string()))?;
+        A::decode(reply.payload).map_err(|e| fail(format!("undecodable reply: {e}")))
+    }
+
+    /// Subscribes to request/reply subjects matching `filter` (queue group `group`) for a responder.
+    pub async fn serve(&self, filter: String, group: &str) -> Result<async_nats::Subscriber, BusError> {
+        self.client
+            .queue_subscribe(filter.clone(), group.to_owned())
+            .await
+            .map_err(|e| BusError::Request { subject: filter, detail: e.to_string() })
+    }
+
+    /// Answers one request received through [`Bus::serve`].
+    pub async fn respond<A: Event>(&self, request: &async_nats::Message, answer: &A) -> Result<(), BusError> {
+        let Some(reply) = request.reply.clone() else { return Ok(()) };
+        self.client
+            .publish(reply, Bytes::from(answer.encode_to_vec()))
+            .await
+            .map_err(|e| BusError::Request { subject: request.subject.to_string(), detail: e.to_string() })
     }
 
     /// Opens (creating if needed) a typed durable pull consumer.

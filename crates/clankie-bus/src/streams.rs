@@ -27,10 +27,10 @@ pub const STREAMS: &[StreamSpec] = &[
     StreamSpec { name: "CLANKIE_RECEIPTS", area: Area::Receipt, max_age: Duration::from_secs(30 * 24 * 3600) },
 ];
 
-/// The stream that stores a family's subjects.
-pub fn stream_for(family: Family) -> &'static StreamSpec {
+/// The stream that stores a family's subjects; `None` for request/reply families.
+pub fn stream_for(family: Family) -> Option<&'static StreamSpec> {
     let area = family.area();
-    STREAMS.iter().find(|s| s.area == area).unwrap_or(&STREAMS[0])
+    STREAMS.iter().find(|s| s.area == area)
 }
 
 impl StreamSpec {
@@ -55,17 +55,18 @@ mod tests {
     #[test]
     fn every_area_has_exactly_one_stream() {
         for area in Area::ALL {
-            assert_eq!(STREAMS.iter().filter(|s| s.area == area).count(), 1, "{area:?}");
+            let expected = usize::from(area.is_streamed());
+            assert_eq!(STREAMS.iter().filter(|s| s.area == area).count(), expected, "{area:?}");
         }
-        for family in Family::ALL {
-            assert_eq!(stream_for(family).area, family.area());
+        for family in Family::ALL.into_iter().filter(|f| f.area().is_streamed()) {
+            assert_eq!(stream_for(family).map(|s| s.area), Some(family.area()));
         }
     }
 
     #[test]
     fn ingress_dedup_window_is_the_configured_one() {
-        let cfg = stream_for(Family::IngressText).config(Duration::from_secs(300));
+        let cfg = stream_for(Family::IngressText).unwrap().config(Duration::from_secs(300));
         assert_eq!(cfg.duplicate_window, Duration::from_secs(300));
-        assert_eq!(stream_for(Family::Receipt).config(Duration::from_secs(300)).duplicate_window, DEFAULT_DEDUP);
+        assert_eq!(stream_for(Family::Receipt).unwrap().config(Duration::from_secs(300)).duplicate_window, DEFAULT_DEDUP);
     }
 }

@@ -36,6 +36,8 @@ impl Event for v1::VoiceSession {}
 impl Event for v1::Transcript {}
 impl Event for v1::FloorDecision {}
 impl Event for v1::Receipt {}
+impl Event for v1::HistoryRequest {}
+impl Event for v1::HistoryReply {}
 
 impl v1::FailureCode {
     /// The stable snake-case code written to outcomes, receipts and metrics.

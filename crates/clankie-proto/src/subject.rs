@@ -72,6 +72,8 @@ pub enum Subject {
     VoiceFloor { guild: u64, channel: u64 },
     /// `clankie.receipt.<kind>`: content-free evidence.
     Receipt { kind: ReceiptKind },
+    /// `clankie.rpc.history.<channel>`: request/reply for a channel's recent messages (no stream).
+    RpcHistory { channel: u64 },
 }
 
 /// A kind of subject, independent of its ids: what wildcards and payload types hang off.
@@ -88,6 +90,7 @@ pub enum Family {
     VoiceTranscript,
     VoiceFloor,
     Receipt,
+    RpcHistory,
 }
 
 /// The second token of a subject: what JetStream streams are cut along.
@@ -98,6 +101,8 @@ pub enum Area {
     Body,
     Voice,
     Receipt,
+    /// Request/reply subjects; deliberately outside every stream, so JetStream never answers them.
+    Rpc,
 }
 
 /// A subject string that is not in the catalogue, or an invalid part of one.
@@ -121,7 +126,7 @@ fn truncate(s: &str) -> String {
 
 impl Family {
     /// Every family, in catalogue order.
-    pub const ALL: [Family; 11] = [
+    pub const ALL: [Family; 12] = [
         Family::IngressText,
         Family::IngressRoom,
         Family::LaneSteer,
@@ -133,6 +138,7 @@ impl Family {
         Family::VoiceTranscript,
         Family::VoiceFloor,
         Family::Receipt,
+        Family::RpcHistory,
     ];
 
     /// A NATS wildcard matching every subject of this family.
@@ -149,6 +155,7 @@ impl Family {
             Family::VoiceTranscript => format!("{ROOT}.voice.transcript.*.*"),
             Family::VoiceFloor => format!("{ROOT}.voice.floor.*.*"),
             Family::Receipt => format!("{ROOT}.receipt.>"),
+            Family::RpcHistory => format!("{ROOT}.rpc.history.*"),
         }
     }
 
@@ -165,6 +172,7 @@ impl Family {
             Family::VoiceTranscript => "clankie.v1.Transcript",
             Family::VoiceFloor => "clankie.v1.FloorDecision",
             Family::Receipt => "clankie.v1.Receipt",
+            Family::RpcHistory => "clankie.v1.HistoryRequest",
         }
     }
 
@@ -178,13 +186,19 @@ impl Family {
                 Area::Voice
             }
             Family::Receipt => Area::Receipt,
+            Family::RpcHistory => Area::Rpc,
         }
     }
 }
 
 impl Area {
     /// Every area, in catalogue order.
-    pub const ALL: [Area; 5] = [Area::Ingress, Area::Lane, Area::Body, Area::Voice, Area::Receipt];
+    pub const ALL: [Area; 6] = [Area::Ingress, Area::Lane, Area::Body, Area::Voice, Area::Receipt, Area::Rpc];
+
+    /// Whether JetStream stores this area's subjects.
+    pub fn is_streamed(self) -> bool {
+        self != Area::Rpc
+    }
 
     /// A NATS wildcard matching every subject in this area.
     pub fn wildcard(self) -> String {
@@ -194,6 +208,7 @@ impl Area {
             Area::Body => "body",
             Area::Voice => "voice",
             Area::Receipt => "receipt",
+            Area::Rpc => "rpc",
         };
         format!("{ROOT}.{token}.>")
     }
@@ -230,6 +245,7 @@ impl Subject {
             Subject::VoiceTranscript { .. } => Family::VoiceTranscript,
             Subject::VoiceFloor { .. } => Family::VoiceFloor,
             Subject::Receipt { .. } => Family::Receipt,
+            Subject::RpcHistory { .. } => Family::RpcHistory,
         }
     }
 
@@ -274,6 +290,7 @@ impl Subject {
             ["voice", "input", _, _] => Ok(Subject::VoiceInput { guild: id(3)?, channel: id(4)? }),
             ["voice", "transcript", _, _] => Ok(Subject::VoiceTranscript { guild: id(3)?, channel: id(4)? }),
             ["voice", "floor", _, _] => Ok(Subject::VoiceFloor { guild: id(3)?, channel: id(4)? }),
+            ["rpc", "history", _] => Ok(Subject::RpcHistory { channel: id(3)? }),
             ["receipt", ..] if tokens.len() > 2 => Ok(Subject::Receipt { kind: ReceiptKind::new(&tokens[2..].join("."))? }),
             _ => Err(unknown()),
         }
@@ -295,6 +312,7 @@ impl fmt::Display for Subject {
             Subject::VoiceTranscript { guild, channel } => write!(f, "{ROOT}.voice.transcript.{guild}.{channel}"),
             Subject::VoiceFloor { guild, channel } => write!(f, "{ROOT}.voice.floor.{guild}.{channel}"),
             Subject::Receipt { kind } => write!(f, "{ROOT}.receipt.{kind}"),
+            Subject::RpcHistory { channel } => write!(f, "{ROOT}.rpc.history.{channel}"),
         }
     }
 }
@@ -319,6 +337,7 @@ mod tests {
             Subject::VoiceTranscript { guild: 14, channel: 15 },
             Subject::VoiceFloor { guild: 16, channel: 17 },
             Subject::receipt("discord.voice.text_input").unwrap(),
+            Subject::RpcHistory { channel: 18 },
         ]
     }
 

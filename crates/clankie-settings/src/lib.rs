@@ -107,6 +107,46 @@ pub const SETTINGS: &[Setting] = &[
         default: "60",
         doc: "Rehearsal model: gap between tokens.",
     },
+    Setting {
+        name: "CLANKIE_HTTP_ADDR",
+        default: "unset: no HTTP endpoint",
+        doc: "Address a service serves `/healthz` and `/metrics` on, e.g. `0.0.0.0:9470`.",
+    },
+    Setting {
+        name: "CLANKIE_BOT_NAME",
+        default: "Clankie",
+        doc: "His name, as prompts and the sandbox show it.",
+    },
+    Setting {
+        name: "CLANKIE_LANE_LEASE_TTL_MS",
+        default: "30000",
+        doc: "How long a captain's lane lease lasts unrenewed; a dead replica's lanes are taken over after it.",
+    },
+    Setting {
+        name: "CLANKIE_INGRESS_ACK_WAIT_MS",
+        default: "30000",
+        doc: "JetStream ack wait for captain deliveries; a delivery unacked this long (its replica died) is redelivered.",
+    },
+    Setting {
+        name: "CLANKIE_EXCHANGE_WINDOW_MS",
+        default: "300000",
+        doc: "After his last settled turn in a guild room, how long unaddressed messages there are still admitted.",
+    },
+    Setting {
+        name: "CLANKIE_TOOL_CARD_DELAY_MS",
+        default: "3000",
+        doc: "A tool-only phase longer than this shows the tool-activity card.",
+    },
+    Setting {
+        name: "CLANKIE_HISTORY_LIMIT",
+        default: "10",
+        doc: "Channel messages a cold lane's first prompt carries, as an untrusted block.",
+    },
+    Setting {
+        name: "CLANKIE_OPERATOR_GRANTS",
+        default: "empty",
+        doc: "Comma-separated Discord user ids granted the elevated tools; their turns run one-shot.",
+    },
 ];
 
 /// A variable that is set but unusable.
@@ -152,6 +192,22 @@ pub struct Settings {
     pub rehearsal_think: Duration,
     /// Rehearsal model's per-token delay.
     pub rehearsal_token: Duration,
+    /// Where a service serves health and metrics; `None` for nowhere.
+    pub http_addr: Option<std::net::SocketAddr>,
+    /// His display name.
+    pub bot_name: String,
+    /// Lane lease time-to-live.
+    pub lane_lease_ttl: Duration,
+    /// Ack wait of the captain's consumers.
+    pub ingress_ack_wait: Duration,
+    /// How long a room's exchange stays live after a settled turn.
+    pub exchange_window: Duration,
+    /// Delay before a tool-only phase shows the tool card.
+    pub tool_card_delay: Duration,
+    /// Messages of history a cold lane is given.
+    pub history_limit: u32,
+    /// User ids granted the elevated tools.
+    pub operator_grants: Vec<u64>,
 }
 
 impl fmt::Debug for Settings {
@@ -174,6 +230,14 @@ impl fmt::Debug for Settings {
             .field("context_budget_tokens", &self.context_budget_tokens)
             .field("rehearsal_think", &self.rehearsal_think)
             .field("rehearsal_token", &self.rehearsal_token)
+            .field("http_addr", &self.http_addr)
+            .field("bot_name", &self.bot_name)
+            .field("lane_lease_ttl", &self.lane_lease_ttl)
+            .field("ingress_ack_wait", &self.ingress_ack_wait)
+            .field("exchange_window", &self.exchange_window)
+            .field("tool_card_delay", &self.tool_card_delay)
+            .field("history_limit", &self.history_limit)
+            .field("operator_grants", &self.operator_grants)
             .finish()
     }
 }
@@ -259,7 +323,38 @@ impl Settings {
             number(var("CLANKIE_CONTEXT_BUDGET_TOKENS"), "CLANKIE_CONTEXT_BUDGET_TOKENS", 60_000, 1_000, 10_000_000)? as usize;
         let rehearsal_think = Duration::from_millis(number(var("CLANKIE_REHEARSAL_THINK_MS"), "CLANKIE_REHEARSAL_THINK_MS", 1_500, 0, 600_000)?);
         let rehearsal_token = Duration::from_millis(number(var("CLANKIE_REHEARSAL_TOKEN_MS"), "CLANKIE_REHEARSAL_TOKEN_MS", 60, 0, 60_000)?);
+        let ms = |name: &'static str, default: u64, min: u64| -> Result<Duration, SettingsError> {
+            Ok(Duration::from_millis(number(var(name), name, default, min, u64::MAX / 2)?))
+        };
+        let http_addr = var("CLANKIE_HTTP_ADDR")
+            .map(|a| a.trim().parse::<std::net::SocketAddr>())
+            .transpose()
+            .map_err(|_| SettingsError::Invalid { var: "CLANKIE_HTTP_ADDR", reason: "expected host:port, e.g. 0.0.0.0:9470".into() })?;
+        let bot_name = var("CLANKIE_BOT_NAME").unwrap_or_else(|| "Clankie".into());
+        let lane_lease_ttl = ms("CLANKIE_LANE_LEASE_TTL_MS", 30_000, 100)?;
+        let ingress_ack_wait = ms("CLANKIE_INGRESS_ACK_WAIT_MS", 30_000, 100)?;
+        let exchange_window = ms("CLANKIE_EXCHANGE_WINDOW_MS", 300_000, 0)?;
+        let tool_card_delay = ms("CLANKIE_TOOL_CARD_DELAY_MS", 3_000, 0)?;
+        let history_limit = number(var("CLANKIE_HISTORY_LIMIT"), "CLANKIE_HISTORY_LIMIT", 10, 0, 100)? as u32;
+        let operator_grants = match var("CLANKIE_OPERATOR_GRANTS") {
+            None => Vec::new(),
+            Some(list) => list
+                .split(',')
+                .map(str::trim)
+                .filter(|t| !t.is_empty())
+                .map(|t| t.parse::<u64>())
+                .collect::<Result<Vec<u64>, _>>()
+                .map_err(|_| SettingsError::Invalid { var: "CLANKIE_OPERATOR_GRANTS", reason: "expected comma-separated user ids".into() })?,
+        };
         Ok(Settings {
+            http_addr,
+            bot_name,
+            lane_lease_ttl,
+            ingress_ack_wait,
+            exchange_window,
+            tool_card_delay,
+            history_limit,
+            operator_grants,
             model_base_url,
             model_name,
             model_api_key,

@@ -175,6 +175,22 @@ impl Store {
         .transpose()
     }
 
+    /// Remembers that a delivery was admitted, and why; the first decision stands.
+    pub async fn record_admission(&self, delivery_id: &str, lane: &LaneKey, reason: &str) -> Result<(), StoreError> {
+        sqlx::query("INSERT INTO admissions (delivery_id, lane, reason) VALUES ($1, $2, $3) ON CONFLICT (delivery_id) DO NOTHING")
+            .bind(delivery_id)
+            .bind(lane.to_string())
+            .bind(reason)
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
+    /// Why a delivery was admitted, if it ever was.
+    pub async fn admission(&self, delivery_id: &str) -> Result<Option<String>, StoreError> {
+        Ok(sqlx::query_scalar("SELECT reason FROM admissions WHERE delivery_id = $1").bind(delivery_id).fetch_optional(&self.pool).await?)
+    }
+
     /// Marks the room's exchange as just settled (a reply or an absorbed delivery).
     pub async fn refresh_exchange(&self, lease: &Lease, delivery_id: &str) -> Result<(), StoreError> {
         let mut tx = self.pool.begin().await?;

@@ -41,15 +41,16 @@ pub struct OpenAiClient {
 
 const MAX_ERROR_BODY: usize = 16 * 1024;
 
-fn install_crypto() {
-    // reqwest is built without a TLS provider of its own; ring serves it. Installing twice is harmless.
+/// Gives reqwest (built without a TLS provider of its own) the ring provider.
+/// Every crate that builds a reqwest client calls it; installing twice is harmless.
+pub fn install_tls_provider() {
     let _ = rustls::crypto::ring::default_provider().install_default();
 }
 
 impl OpenAiClient {
     /// Builds a client. Connecting is bounded; a streaming answer is not, because the stall watchdog bounds silence.
     pub fn new(config: OpenAiConfig) -> Result<OpenAiClient, ModelError> {
-        install_crypto();
+        install_tls_provider();
         let http = reqwest::Client::builder()
             .connect_timeout(Duration::from_secs(10))
             .build()

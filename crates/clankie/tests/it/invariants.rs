@@ -50,7 +50,7 @@ fn the_attachment_root_is_derived_only_in_settings() {
     let offenders: Vec<_> = sources()
         .into_iter()
         .filter(|(krate, _, text)| {
-            krate != "clankie-settings" && (text.contains("\"attachments\"") || text.contains("CLANKIE_DISCORD_ATTACHMENT_ROOT"))
+            krate != "clankie-settings" && (text.contains("join(\"attachments") || text.contains("CLANKIE_DISCORD_ATTACHMENT_ROOT"))
         })
         .map(|(_, path, _)| path)
         .collect();

@@ -1,0 +1,47 @@
+use std::collections::HashSet;
+use std::time::Duration;
+
+use clankie_settings::Settings;
+
+/// How the captain behaves; every duration is configuration so tests can compress it.
+#[derive(Debug, Clone)]
+pub struct CaptainConfig {
+    /// This replica's name in leases and receipts.
+    pub replica: String,
+    pub bot_name: String,
+    pub lease_ttl: Duration,
+    pub ack_wait: Duration,
+    pub exchange_window: Duration,
+    pub tool_card_delay: Duration,
+    pub history_limit: u32,
+    pub history_timeout: Duration,
+    /// User ids whose turns run one-shot with the elevated tools.
+    pub grants: HashSet<u64>,
+    /// Bounds of the read_page tool.
+    pub page_timeout: Duration,
+    pub page_max_bytes: usize,
+}
+
+impl CaptainConfig {
+    /// The captain's configuration from settings.
+    pub fn from_settings(settings: &Settings) -> CaptainConfig {
+        CaptainConfig {
+            replica: settings.replica_id.clone(),
+            bot_name: settings.bot_name.clone(),
+            lease_ttl: settings.lane_lease_ttl,
+            ack_wait: settings.ingress_ack_wait,
+            exchange_window: settings.exchange_window,
+            tool_card_delay: settings.tool_card_delay,
+            history_limit: settings.history_limit,
+            history_timeout: Duration::from_secs(2),
+            grants: settings.operator_grants.iter().copied().collect(),
+            page_timeout: Duration::from_secs(10),
+            page_max_bytes: 512 * 1024,
+        }
+    }
+
+    /// How long a forwarded delivery waits before it is offered again.
+    pub(crate) fn retry_delay(&self) -> Duration {
+        (self.lease_ttl / 10).clamp(Duration::from_millis(20), Duration::from_millis(500))
+    }
+}

@@ -1,0 +1,68 @@
+//! A delivery the captain holds until its outcome is durably recorded.
+
+use std::time::{Duration, Instant};
+
+use clankie_bus::{BusError, Delivery};
+use clankie_proto::{LaneKey, v1};
+
+enum Source {
+    Ingress(Delivery<v1::Ingress>),
+    Steer(Delivery<v1::Steer>),
+}
+
+/// An admitted delivery and the JetStream message it came on. It is acked
+/// only after its outcome is recorded, so a replica that dies holding it
+/// loses nothing: JetStream hands it to another replica.
+pub struct Held {
+    pub ingress: v1::Ingress,
+    pub lane: LaneKey,
+    /// When this replica received it.
+    pub received: Instant,
+    source: Source,
+}
+
+impl Held {
+    pub(crate) fn from_ingress(lane: LaneKey, d: Delivery<v1::Ingress>) -> Held {
+        Held { ingress: d.event.clone(), lane, received: Instant::now(), source: Source::Ingress(d) }
+    }
+
+    pub(crate) fn from_steer(lane: LaneKey, ingress: v1::Ingress, d: Delivery<v1::Steer>) -> Held {
+        Held { ingress, lane, received: Instant::now(), source: Source::Steer(d) }
+    }
+
+    /// The delivery id (the Discord message id).
+    pub fn delivery_id(&self) -> &str {
+        &self.ingress.delivery_id
+    }
+
+    /// The Discord message id as a number, 0 when it is not one.
+    pub fn message_id(&self) -> u64 {
+        self.ingress.delivery_id.parse().unwrap_or(0)
+    }
+
+    /// Whether another replica already forwarded it here.
+    pub fn forwarded(&self) -> bool {
+        matches!(self.source, Source::Steer(_))
+    }
+
+    pub async fn ack(&self) -> Result<(), BusError> {
+        match &self.source {
+            Source::Ingress(d) => d.ack().await,
+            Source::Steer(d) => d.ack().await,
+        }
+    }
+
+    pub async fn nak_after(&self, delay: Duration) -> Result<(), BusError> {
+        match &self.source {
+            Source::Ingress(d) => d.nak_after(delay).await,
+            Source::Steer(d) => d.nak_after(delay).await,
+        }
+    }
+
+    pub async fn in_progress(&self) -> Result<(), BusError> {
+        match &self.source {
+            Source::Ingress(d) => d.in_progress().await,
+            Source::Steer(d) => d.in_progress().await,
+        }
+    }
+}

@@ -1,0 +1,501 @@
+//! One lane's life on this replica: take the lease, run the burst, steer what
+//! arrives meanwhile, record one outcome per delivery, hand the lane back.
+
+use std::sync::Arc;
+
+use clankie_agent::{AgentEvent, RunReply, Session, Tool, UserMessage};
+use clankie_bus::{MsgId, now_ms};
+use clankie_proto::{LaneKey, ReceiptKind, Subject, v1};
+use clankie_store::{Lease, Outcome, TurnEnd, TurnMode, TurnStart};
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+
+use crate::tools::{DescribeRuntime, ReadPage, Room, SendTextUpdate};
+use crate::{Captain, Held, Warm, prompt};
+
+/// What the run's event loop saw, for the turn receipt.
+#[derive(Default)]
+struct Presence {
+    typing_lit: bool,
+    card_posted: bool,
+    card_due: Option<Instant>,
+    tools_seen: Vec<String>,
+    card_edits: u32,
+}
+
+impl Captain {
+    /// Serves one lane until its inbox is empty, then retires the actor.
+    pub(crate) async fn lane_actor(self, lane: LaneKey, mut inbox: mpsc::UnboundedReceiver<Held>) {
+        let mut pending: Vec<Held> = Vec::new();
+        loop {
+            while let Ok(h) = inbox.try_recv() {
+                pending.push(h);
+            }
+            if pending.is_empty() {
+                let mut lanes = self.inner.lanes.lock().unwrap_or_else(|p| p.into_inner());
+                match inbox.try_recv() {
+                    Ok(h) => pending.push(h),
+                    Err(_) => {
+                        lanes.remove(&lane);
+                        return;
+                    }
+                }
+            }
+            let burst = std::mem::take(&mut pending);
+            self.serve_burst(lane, burst, &mut inbox, &mut pending).await;
+        }
+    }
+
+    async fn serve_burst(&self, lane: LaneKey, burst: Vec<Held>, inbox: &mut mpsc::UnboundedReceiver<Held>, pending: &mut Vec<Held>) {
+        let config = &self.inner.config;
+        let lease = self.inner.store.acquire_lease(&lane, &config.replica, config.lease_ttl).await;
+        tracing::debug!(%lane, deliveries = burst.len(), took = matches!(lease, Ok(Some(_))), "lane burst");
+        match lease {
+            Ok(Some(lease)) => self.run_turn(lease, burst, inbox, pending).await,
+            Ok(None) => {
+                for held in burst {
+                    if held.forwarded() {
+                        let _ = held.nak_after(config.retry_delay()).await;
+                    } else {
+                        self.forward(held).await;
+                    }
+                }
+            }
+            Err(e) => {
+                tracing::warn!(%lane, error = %e, "could not take the lane lease; deliveries will come back");
+                for held in burst {
+                    let _ = held.nak_after(config.retry_delay()).await;
+                }
+            }
+        }
+    }
+
+    /// Hands a delivery to whichever replica owns the lane's live run.
+    async fn forward(&self, held: Held) {
+        let lane = held.lane;
+        let steer = v1::Steer {
+            lane: lane.to_string(),
+            epoch: 0,
+            ingress: Some(held.ingress.clone()),
+            forwarded_by: self.inner.config.replica.clone(),
+        };
+        let id = MsgId::new(format!("steer:{}", held.delivery_id()));
+        match self.inner.bus.publish(&Subject::LaneSteer { lane }, &steer, Some(&id)).await {
+            Ok(_) => {
+                self.receipt("captain.forwarded", held.delivery_id(), &lane, |r| r).await;
+                let _ = held.ack().await;
+            }
+            Err(e) => {
+                tracing::warn!(%lane, error = %e, "could not forward a delivery; it will come back");
+                let _ = held.nak_after(self.inner.config.retry_delay()).await;
+            }
+        }
+    }
+
+    /// The lane's warm session, if this replica held the lane last and nobody held it since.
+    fn warm_session(&self, lane: LaneKey, lease: &Lease, privileged: bool) -> Option<Session> {
+        if privileged {
+            return None;
+        }
+        let mut warm = self.inner.warm.lock().unwrap_or_else(|p| p.into_inner());
+        match warm.remove(&lane) {
+            // Nobody else held the lane since this replica's last run: what it holds is current.
+            Some(Warm { mut session, epoch }) if epoch + 1 == lease.epoch => {
+                session.set_lease(lease.clone());
+                Some(session)
+            }
+            _ => None,
+        }
+    }
+
+    async fn history_block(&self, owner: &v1::Ingress) -> Option<String> {
+        let config = &self.inner.config;
+        if config.history_limit == 0 {
+            return None;
+        }
+        let request = v1::HistoryRequest {
+            channel_id: owner.channel_id,
+            before_message_id: owner.delivery_id.parse().unwrap_or(0),
+            limit: config.history_limit,
+        };
+        let subject = Subject::RpcHistory { channel: owner.channel_id };
+        match self.inner.bus.request::<_, v1::HistoryReply>(&subject, &request, config.history_timeout).await {
+            Ok(reply) if reply.error.is_empty() => prompt::history(&config.bot_name, &reply.messages),
+            Ok(reply) => {
+                tracing::warn!(code = %reply.error, "history unavailable for a cold lane");
+                None
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "history unavailable for a cold lane");
+                None
+            }
+        }
+    }
+
+    async fn run_turn(&self, lease: Lease, burst: Vec<Held>, inbox: &mut mpsc::UnboundedReceiver<Held>, pending: &mut Vec<Held>) {
+        let inner = &self.inner;
+        let config = &inner.config;
+        let lane = lease.lane;
+        let mut burst = burst.into_iter();
+        let Some(owner) = burst.next() else { return };
+        let mut absorbed: Vec<Held> = burst.collect();
+        let privileged = config.grants.contains(&owner.ingress.author_id);
+        let mode = if privileged { TurnMode::OneShot } else { TurnMode::Durable };
+        let turn_id = format!("{lane}~{}~{}", lease.epoch, owner.delivery_id());
+
+        let warm = self.warm_session(lane, &lease, privileged);
+        let cold = warm.is_none();
+        let session = match warm {
+            Some(s) => Ok(s),
+            None => {
+                let tree = if privileged { format!("turns/{lane}~{}", owner.delivery_id()) } else { format!("rooms/{lane}") };
+                Session::open(inner.store.clone(), lease.clone(), tree).await
+            }
+        };
+        let session = match session {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::error!(%lane, error = %e, "could not open the lane's session");
+                self.give_back(&lease, std::iter::once(owner).chain(absorbed)).await;
+                return;
+            }
+        };
+        let mut first = Vec::new();
+        if cold && let Some(block) = self.history_block(&owner.ingress).await {
+            first.push(UserMessage { author: "channel history".into(), delivery_id: String::new(), text: block });
+        }
+        for h in std::iter::once(&owner).chain(absorbed.iter()) {
+            first.push(user_message(h));
+        }
+        let newest = absorbed.last().unwrap_or(&owner);
+        let room = Room::new(lane, turn_id.clone(), newest.message_id());
+        let started = inner
+            .store
+            .start_turn(&lease, &TurnStart { turn_id: turn_id.clone(), mode, owner_delivery_id: owner.delivery_id().to_owned() })
+            .await
+            .and(inner.store.capture(&lease, newest.ingress.author_id, newest.message_id()).await);
+        if let Err(e) = started {
+            tracing::warn!(%lane, error = %e, "could not record the turn start");
+            self.give_back(&lease, std::iter::once(owner).chain(absorbed)).await;
+            return;
+        }
+
+        let mut tools: Vec<Arc<dyn Tool>> = vec![
+            Arc::new(SendTextUpdate::new(inner.bus.clone(), room.clone())),
+            Arc::new(ReadPage::new(config.page_timeout, config.page_max_bytes)),
+        ];
+        if privileged {
+            tools.push(Arc::new(DescribeRuntime { replica: config.replica.clone(), live_lanes: self.live_lanes() }));
+        }
+        let system = prompt::system(&config.bot_name, &lane, privileged);
+        metrics::counter!("clankie_captain_turns_total", "mode" => if privileged { "one_shot" } else { "durable" }).increment(1);
+        inner.live.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        tracing::debug!(%lane, epoch = lease.epoch, cold, deliveries = 1 + absorbed.len(), "run starts");
+        let mut run = inner.agent.start_with_tools(session, system, first, tools);
+        let steerer = run.steerer();
+        let mut events = run.take_events();
+        let mut presence = Presence::default();
+        let mut steer_sent: Vec<(String, Instant)> = Vec::new();
+        let mut renew = tokio::time::interval(config.lease_ttl / 3);
+        renew.tick().await;
+        let mut progress = tokio::time::interval(config.ack_wait / 3);
+        progress.tick().await;
+        let mut lease_now = lease.clone();
+
+        loop {
+            let card_due = presence.card_due;
+            tokio::select! {
+                event = events.recv() => {
+                    let Some(event) = event else { break };
+                    match event {
+                        AgentEvent::WordsComing if !presence.typing_lit => {
+                            presence.typing_lit = true;
+                            presence.card_due = None;
+                            self.typing(&lane, owner.delivery_id(), v1::TypingOp::Start).await;
+                        }
+                        AgentEvent::SteerDelivered { delivery_id } => {
+                            if let Some(h) = absorbed.iter().find(|h| h.delivery_id() == delivery_id) {
+                                room.capture(h.message_id());
+                                if let Err(e) = inner.store.capture(&lease_now, h.ingress.author_id, h.message_id()).await {
+                                    tracing::warn!(%lane, error = %e, "could not re-capture the newest speaker");
+                                }
+                            }
+                            if let Some(pos) = steer_sent.iter().position(|(id, _)| *id == delivery_id) {
+                                let (_, at) = steer_sent.swap_remove(pos);
+                                metrics::histogram!("clankie_captain_steer_to_boundary_seconds").record(at.elapsed().as_secs_f64());
+                            }
+                        }
+                        AgentEvent::ToolStart { name, .. } => {
+                            if !presence.tools_seen.contains(&name) {
+                                presence.tools_seen.push(name);
+                                if presence.card_posted {
+                                    presence.card_edits += 1;
+                                    let op = v1::ToolCardOp::Edit;
+                                    self.tool_card(&room, op, &presence.tools_seen, presence.card_edits).await;
+                                }
+                            }
+                            if !presence.typing_lit && !presence.card_posted && presence.card_due.is_none() {
+                                presence.card_due = Some(Instant::now() + config.tool_card_delay);
+                            }
+                        }
+                        _ => {}
+                    }
+                }
+                Some(held) = inbox.recv() => {
+                    if privileged {
+                        pending.push(held);
+                    } else {
+                        match steerer.steer(user_message(&held)) {
+                            Ok(()) => {
+                                steer_sent.push((held.delivery_id().to_owned(), Instant::now()));
+                                absorbed.push(held);
+                            }
+                            Err(_) => pending.push(held),
+                        }
+                    }
+                }
+                _ = renew.tick() => {
+                    match inner.store.renew_lease(&lease_now, config.lease_ttl).await {
+                        Ok(l) => lease_now = l,
+                        Err(e) => tracing::warn!(%lane, error = %e, "lease renewal failed"),
+                    }
+                }
+                _ = progress.tick() => {
+                    for h in std::iter::once(&owner).chain(absorbed.iter()).chain(pending.iter()) {
+                        let _ = h.in_progress().await;
+                    }
+                }
+                _ = sleep_until_opt(card_due) => {
+                    presence.card_due = None;
+                    if !presence.typing_lit && !presence.card_posted {
+                        presence.card_posted = true;
+                        self.tool_card(&room, v1::ToolCardOp::Post, &presence.tools_seen, 0).await;
+                    }
+                }
+            }
+        }
+        inner.live.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+        let result = match run.finish().await {
+            Ok(r) => r,
+            Err(e) => {
+                tracing::error!(%lane, error = %e, "run task failed");
+                self.give_back(&lease_now, std::iter::once(owner).chain(absorbed)).await;
+                return;
+            }
+        };
+        if presence.typing_lit {
+            self.typing(&lane, owner.delivery_id(), v1::TypingOp::Stop).await;
+        }
+        if presence.card_posted {
+            self.tool_card(&room, v1::ToolCardOp::Remove, &presence.tools_seen, 0).await;
+        }
+        let reply = match result.outcome {
+            Ok(reply) => reply,
+            Err(e) => {
+                // The lane was lost (fenced) or the store failed: another replica will answer.
+                tracing::warn!(%lane, error = %e, "run ended without a recordable outcome; handing deliveries back");
+                self.give_back(&lease_now, std::iter::once(owner).chain(absorbed)).await;
+                return;
+            }
+        };
+        tracing::debug!(%lane, steered = result.stats.steered.len(), "run ended");
+        let (owner_kind, code) = match &reply {
+            RunReply::Words(text) => {
+                tracing::debug!(%lane, "posting the reply");
+                if let Err(e) = self.post_reply(&room, owner.delivery_id(), text).await {
+                    tracing::warn!(%lane, error = %e, "reply could not be published; handing deliveries back");
+                    self.give_back(&lease_now, std::iter::once(owner).chain(absorbed)).await;
+                    return;
+                }
+                (v1::OutcomeKind::Replied, None)
+            }
+            RunReply::Silent => (v1::OutcomeKind::Silent, None),
+            RunReply::Failed(code) => (v1::OutcomeKind::Failed, Some(*code)),
+        };
+        metrics::counter!("clankie_captain_input_tokens_total").increment(result.stats.input_tokens);
+        metrics::counter!("clankie_captain_output_tokens_total").increment(result.stats.output_tokens);
+        if code == Some(v1::FailureCode::CaptainTurnStalled) {
+            metrics::counter!("clankie_captain_stalls_total").increment(1);
+        }
+        let undelivered: Vec<&str> = result.undelivered.iter().map(|m| m.delivery_id.as_str()).collect();
+        let mut settled = Vec::new();
+        settled.push((&owner, owner_kind, code));
+        for h in &absorbed {
+            let kind = if code.is_some() || undelivered.contains(&h.delivery_id()) {
+                (v1::OutcomeKind::Failed, Some(code.unwrap_or(v1::FailureCode::CaptainModelFailed)))
+            } else {
+                (v1::OutcomeKind::Absorbed, None)
+            };
+            settled.push((h, kind.0, kind.1));
+        }
+        let refresh = settled.iter().any(|(_, k, _)| matches!(k, v1::OutcomeKind::Replied | v1::OutcomeKind::Absorbed));
+        // The room's state is current before anyone can see an outcome.
+        if refresh && let Err(e) = inner.store.refresh_exchange(&lease_now, settled.last().map_or("", |(h, _, _)| h.delivery_id())).await {
+            tracing::warn!(%lane, error = %e, "exchange not refreshed");
+        }
+        let end = TurnEnd {
+            turn_id: turn_id.clone(),
+            outcome: owner_kind,
+            failure_code: code,
+            model_calls: result.stats.model_calls as i32,
+            input_tokens: result.stats.input_tokens as i64,
+            output_tokens: result.stats.output_tokens as i64,
+            steer_count: result.stats.steered.len() as i32,
+            typing_lit: presence.typing_lit,
+        };
+        if let Err(e) = inner.store.finish_turn(&lease_now, &end).await {
+            tracing::warn!(%lane, error = %e, "turn end not recorded");
+        }
+        self.turn_receipt(&lane, owner.delivery_id(), &end, mode).await;
+        for (held, kind, code) in &settled {
+            self.settle(&lease_now, &turn_id, held, *kind, *code).await;
+        }
+        if !privileged {
+            let mut warm = inner.warm.lock().unwrap_or_else(|p| p.into_inner());
+            warm.insert(lane, Warm { session: result.session, epoch: lease_now.epoch });
+        }
+        if let Err(e) = inner.store.release_lease(&lease_now).await {
+            tracing::warn!(%lane, error = %e, "lease not released; it will expire");
+        }
+    }
+
+    /// Records, announces and acks one delivery's outcome.
+    async fn settle(&self, lease: &Lease, turn_id: &str, held: &Held, kind: v1::OutcomeKind, code: Option<v1::FailureCode>) {
+        let inner = &self.inner;
+        let outcome = Outcome { delivery_id: held.delivery_id().to_owned(), turn_id: Some(turn_id.to_owned()), kind, failure_code: code };
+        if let Err(e) = inner.store.record_outcome(lease, &outcome).await {
+            tracing::warn!(delivery_id = held.delivery_id(), error = %e, "outcome not recorded; the delivery will come back");
+            let _ = held.nak_after(inner.config.retry_delay()).await;
+            return;
+        }
+        metrics::counter!("clankie_captain_outcomes_total", "kind" => kind.code()).increment(1);
+        let event = v1::DeliveryOutcome {
+            delivery_id: held.delivery_id().to_owned(),
+            lane: lease.lane.to_string(),
+            kind: kind as i32,
+            failure_code: code.map_or(0, |c| c as i32),
+            turn_id: turn_id.to_owned(),
+            recorded_at_ms: now_ms(),
+        };
+        let id = MsgId::new(format!("outcome:{}", held.delivery_id()));
+        if let Err(e) = inner.bus.publish(&Subject::LaneOutcome { lane: lease.lane }, &event, Some(&id)).await {
+            tracing::warn!(delivery_id = held.delivery_id(), error = %e, "outcome event not published");
+        }
+        self.receipt("captain.outcome", held.delivery_id(), &lease.lane, |r| {
+            let r = r.with_id("turn", turn_id).with_code(kind.code());
+            match code {
+                Some(c) => r.with_code(c.code()),
+                None => r,
+            }
+        })
+        .await;
+        if let Err(e) = held.ack().await {
+            tracing::warn!(delivery_id = held.delivery_id(), error = %e, "ack failed after the outcome was recorded");
+        }
+        tracing::debug!(delivery_id = held.delivery_id(), outcome = kind.code(), "settled");
+    }
+
+    /// Gives deliveries back to JetStream and the lane back to the pool.
+    async fn give_back(&self, lease: &Lease, held: impl Iterator<Item = Held>) {
+        for h in held {
+            let _ = h.nak_after(self.inner.config.retry_delay()).await;
+        }
+        self.inner.warm.lock().unwrap_or_else(|p| p.into_inner()).remove(&lease.lane);
+        let _ = self.inner.store.release_lease(lease).await;
+    }
+
+    async fn post_reply(&self, room: &Room, owner: &str, text: &str) -> Result<(), clankie_bus::BusError> {
+        let lane = room.lane;
+        let key = format!("reply:{owner}");
+        let outbound = v1::OutboundMessage {
+            idempotency_key: key.clone(),
+            kind: v1::OutboundKind::Reply as i32,
+            guild_id: lane.guild(),
+            channel_id: lane.channel(),
+            reply_to_message_id: Some(room.answering()),
+            text: text.to_owned(),
+            lane: lane.to_string(),
+            delivery_id: owner.to_owned(),
+            ..Default::default()
+        };
+        self.inner.bus.publish(&Subject::BodySend { channel: lane.channel() }, &outbound, Some(&MsgId::new(key))).await.map(|_| ())
+    }
+
+    async fn typing(&self, lane: &LaneKey, delivery_id: &str, op: v1::TypingOp) {
+        let action = v1::TypingAction {
+            channel_id: lane.channel(),
+            lane: lane.to_string(),
+            delivery_id: delivery_id.to_owned(),
+            op: op as i32,
+            host: self.inner.config.replica.clone(),
+            stamped_at_ms: now_ms(),
+        };
+        if let Err(e) = self.inner.bus.publish(&Subject::BodyTyping { channel: lane.channel() }, &action, None).await {
+            tracing::warn!(%lane, error = %e, "typing action not published");
+        }
+    }
+
+    async fn tool_card(&self, room: &Room, op: v1::ToolCardOp, tools: &[String], edit: u32) {
+        let lane = room.lane;
+        let step = match op {
+            v1::ToolCardOp::Post => "post".to_owned(),
+            v1::ToolCardOp::Edit => format!("edit:{edit}"),
+            _ => "remove".to_owned(),
+        };
+        let key = format!("card:{}:{step}", room.turn_id);
+        let card = v1::OutboundMessage {
+            idempotency_key: key.clone(),
+            kind: v1::OutboundKind::ToolCard as i32,
+            guild_id: lane.guild(),
+            channel_id: lane.channel(),
+            reply_to_message_id: Some(room.answering()),
+            lane: lane.to_string(),
+            delivery_id: room.answering().to_string(),
+            tool_card_op: op as i32,
+            tool_names: tools.to_vec(),
+            ..Default::default()
+        };
+        if let Err(e) = self.inner.bus.publish(&Subject::BodySend { channel: lane.channel() }, &card, Some(&MsgId::new(key))).await {
+            tracing::warn!(%lane, error = %e, "tool card not published");
+        }
+    }
+
+    async fn turn_receipt(&self, lane: &LaneKey, owner: &str, end: &TurnEnd, mode: TurnMode) {
+        self.receipt("captain.turn", owner, lane, |r| {
+            let r = r
+                .with_id("turn", &end.turn_id)
+                .with_code(if mode == TurnMode::Durable { "durable" } else { "one_shot" })
+                .with_code(end.outcome.code())
+                .with_count("model_calls", i64::from(end.model_calls))
+                .with_count("input_tokens", end.input_tokens)
+                .with_count("output_tokens", end.output_tokens)
+                .with_count("steer_count", i64::from(end.steer_count))
+                .with_flag("typing_lit", end.typing_lit);
+            match end.failure_code {
+                Some(c) => r.with_code(c.code()),
+                None => r,
+            }
+        })
+        .await;
+    }
+
+    pub(crate) async fn receipt(&self, kind: &'static str, delivery_id: &str, lane: &LaneKey, build: impl FnOnce(v1::Receipt) -> v1::Receipt) {
+        let Ok(kind) = ReceiptKind::new(kind) else { return };
+        let receipt = build(v1::Receipt::new(&kind, self.inner.bus.service(), delivery_id, now_ms()).with_lane(lane));
+        if let Err(e) = self.inner.bus.publish_receipt(&receipt).await {
+            tracing::warn!(error = %e, "receipt not published");
+        }
+    }
+}
+
+fn user_message(h: &Held) -> UserMessage {
+    UserMessage { author: h.ingress.author_name.clone(), delivery_id: h.delivery_id().to_owned(), text: prompt::message(&h.ingress) }
+}
+
+async fn sleep_until_opt(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+

@@ -1,0 +1,213 @@
+//! The captain: Discord text rooms as durable lanes.
+//!
+//! It consumes text ingress, admits what concerns him, and gives each lane
+//! exactly one live run across all replicas (a PostgreSQL lease with a
+//! fencing epoch decides which). A delivery for a lane with a live run here
+//! is steered into it and ends `absorbed`; one for a lane owned elsewhere is
+//! forwarded as a steer. Every delivery gets one recorded outcome before its
+//! ingress is acked, so a replica that dies loses nothing.
+
+pub mod admission;
+mod config;
+mod held;
+pub mod http;
+mod lane;
+pub mod prompt;
+pub mod tools;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+use clankie_agent::{Agent, Session};
+use clankie_bus::{Bus, BusError, ConsumerSpec, Delivery};
+use clankie_proto::{Family, LaneKey, v1};
+use clankie_store::Store;
+use tokio::sync::mpsc;
+use tracing::Instrument;
+
+pub use config::CaptainConfig;
+pub use held::Held;
+
+/// Why the captain stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum CaptainError {
+    #[error(transparent)]
+    Bus(#[from] BusError),
+}
+
+/// A lane's session kept in memory between runs, with the epoch it last ran under.
+pub(crate) struct Warm {
+    pub session: Session,
+    pub epoch: i64,
+}
+
+pub(crate) struct Inner {
+    pub bus: Bus,
+    pub store: Store,
+    pub agent: Agent,
+    pub config: CaptainConfig,
+    /// The inbox of each lane with an actor on this replica.
+    pub lanes: Mutex<HashMap<LaneKey, mpsc::UnboundedSender<Held>>>,
+    pub warm: Mutex<HashMap<LaneKey, Warm>>,
+    pub live: AtomicUsize,
+}
+
+/// A captain replica. Cheap to clone.
+#[derive(Clone)]
+pub struct Captain {
+    pub(crate) inner: Arc<Inner>,
+}
+
+/// The lane a text delivery belongs to.
+pub fn lane_of(ingress: &v1::Ingress) -> LaneKey {
+    match ingress.guild_id {
+        Some(guild) => LaneKey::Room { guild, channel: ingress.channel_id },
+        None => LaneKey::Dm { channel: ingress.channel_id },
+    }
+}
+
+impl Captain {
+    /// A replica over the given bus, store and agent.
+    pub fn new(bus: Bus, store: Store, agent: Agent, config: CaptainConfig) -> Captain {
+        Captain {
+            inner: Arc::new(Inner {
+                bus,
+                store,
+                agent,
+                config,
+                lanes: Mutex::new(HashMap::new()),
+                warm: Mutex::new(HashMap::new()),
+                live: AtomicUsize::new(0),
+            }),
+        }
+    }
+
+    /// Runs this replica live on this replica right now.
+    pub fn live_lanes(&self) -> usize {
+        self.inner.live.load(Ordering::SeqCst)
+    }
+
+    /// Lanes whose session this replica holds warm.
+    pub fn warm_lanes(&self) -> usize {
+        self.inner.warm.lock().unwrap_or_else(|p| p.into_inner()).len()
+    }
+
+    /// Consumes ingress and forwarded steers until the bus fails.
+    pub async fn run(&self) -> Result<(), CaptainError> {
+        let ack_wait = self.inner.config.ack_wait;
+        let mut ingress = self
+            .inner
+            .bus
+            .consumer::<v1::Ingress>(ConsumerSpec::durable("captain", Family::IngressText).with_ack_wait(ack_wait))
+            .await?;
+        let mut steers = self
+            .inner
+            .bus
+            .consumer::<v1::Steer>(ConsumerSpec::durable("captain-steer", Family::LaneSteer).with_ack_wait(ack_wait))
+            .await?;
+        tracing::info!(replica = %self.inner.config.replica, "captain consuming ingress");
+        loop {
+            tokio::select! {
+                d = ingress.next() => {
+                    let d = d?;
+                    let span = tracing::info_span!("delivery", delivery_id = %d.event.delivery_id);
+                    self.accept_ingress(d).instrument(span).await;
+                }
+                d = steers.next() => {
+                    let d = d?;
+                    let id = d.event.ingress.as_ref().map(|i| i.delivery_id.clone()).unwrap_or_default();
+                    let span = tracing::info_span!("delivery", delivery_id = %id, forwarded = true);
+                    self.accept_steer(d).instrument(span).await;
+                }
+            }
+        }
+    }
+
+    async fn already_settled(&self, delivery_id: &str) -> bool {
+        matches!(self.inner.store.outcome(delivery_id).await, Ok(Some(_)))
+    }
+
+    async fn accept_ingress(&self, d: Delivery<v1::Ingress>) {
+        let lane = lane_of(&d.event);
+        tracing::debug!(%lane, delivered = d.delivered, "ingress received");
+        if self.already_settled(&d.event.delivery_id).await {
+            let _ = d.ack().await;
+            return;
+        }
+        match self.inner.store.admission(&d.event.delivery_id).await {
+            Ok(Some(_)) => {
+                // Admitted before, by this replica or one that died holding it: the decision stands.
+                self.dispatch(Held::from_ingress(lane, d));
+                return;
+            }
+            Ok(None) => {}
+            Err(e) => {
+                tracing::warn!(%lane, error = %e, "admission needs the store; the delivery will come back");
+                let _ = d.nak_after(self.inner.config.retry_delay()).await;
+                return;
+            }
+        }
+        let live = if admission::needs_exchange(&d.event) {
+            let store = &self.inner.store;
+            match (store.exchange_live(&lane, self.inner.config.exchange_window).await, store.lease_held(&lane).await) {
+                (Ok(exchange), Ok(run)) => exchange || run,
+                (Err(e), _) | (_, Err(e)) => {
+                    tracing::warn!(%lane, error = %e, "admission needs the store; the delivery will come back");
+                    let _ = d.nak_after(self.inner.config.retry_delay()).await;
+                    return;
+                }
+            }
+        } else {
+            false
+        };
+        match admission::admit(&d.event, live) {
+            Err(refused) => {
+                tracing::debug!(%lane, code = refused.code(), "not admitted");
+                self.receipt("captain.not_admitted", &d.event.delivery_id, &lane, |r| r.with_code(refused.code())).await;
+                let _ = d.ack().await;
+            }
+            Ok(why) => {
+                if let Err(e) = self.inner.store.record_admission(&d.event.delivery_id, &lane, why.code()).await {
+                    tracing::warn!(%lane, error = %e, "admission not recorded; the delivery will come back");
+                    let _ = d.nak_after(self.inner.config.retry_delay()).await;
+                    return;
+                }
+                self.receipt("captain.admitted", &d.event.delivery_id, &lane, |r| r.with_code(why.code())).await;
+                self.dispatch(Held::from_ingress(lane, d));
+            }
+        }
+    }
+
+    async fn accept_steer(&self, d: Delivery<v1::Steer>) {
+        tracing::debug!(delivered = d.delivered, "steer received");
+        let (Some(ingress), Ok(lane)) = (d.event.ingress.clone(), d.event.lane.parse::<LaneKey>()) else {
+            tracing::warn!("a steer without an ingress or with a bad lane; terminated");
+            let _ = d.term().await;
+            return;
+        };
+        if self.already_settled(&ingress.delivery_id).await {
+            let _ = d.ack().await;
+            return;
+        }
+        self.dispatch(Held::from_steer(lane, ingress, d));
+    }
+
+    /// Hands a delivery to its lane's actor, starting one if the lane has none here.
+    fn dispatch(&self, held: Held) {
+        let lane = held.lane;
+        let mut lanes = self.inner.lanes.lock().unwrap_or_else(|p| p.into_inner());
+        let held = match lanes.get(&lane) {
+            Some(tx) => match tx.send(held) {
+                Ok(()) => return,
+                Err(mpsc::error::SendError(h)) => h,
+            },
+            None => held,
+        };
+        let (tx, rx) = mpsc::unbounded_channel();
+        let _ = tx.send(held);
+        lanes.insert(lane, tx);
+        let captain = self.clone();
+        tokio::spawn(captain.lane_actor(lane, rx).instrument(tracing::info_span!("lane", %lane)));
+    }
+}

@@ -1,0 +1,36 @@
+//! `clankie-captain`: wires settings, bus, store and agent, then runs the captain.
+
+use anyhow::{Context, Result};
+use clankie_captain::{Captain, CaptainConfig};
+use clankie_settings::Settings;
+
+#[tokio::main]
+async fn main() -> Result<()> {
+    let settings = Settings::from_env().context("reading CLANKIE_* settings")?;
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::try_new(&settings.log).unwrap_or_else(|_| "info".into()))
+        .with_writer(std::io::stderr)
+        .init();
+    let bus = clankie_bus::Bus::connect(&settings, "captain").await?;
+    bus.ensure_streams().await.context("declaring streams")?;
+    let store = clankie_store::Store::connect(&settings.database_url).await.context("connecting to PostgreSQL")?;
+    store.migrate().await.context("applying migrations")?;
+    let model = clankie_agent::model_from_settings(&settings).context("configuring the model")?;
+    if model.is_rehearsal() {
+        tracing::warn!("no CLANKIE_MODEL_BASE_URL: running the offline rehearsal model; every answer is labelled [rehearsal]");
+    }
+    let agent = clankie_agent::Agent::new(model, clankie_agent::config_from_settings(&settings));
+    let captain = Captain::new(bus, store, agent, CaptainConfig::from_settings(&settings));
+    if let Some(addr) = settings.http_addr {
+        let listener = clankie_captain::http::bind(addr).await.with_context(|| format!("binding {addr}"))?;
+        tracing::info!(%addr, "serving /metrics and /healthz");
+        tokio::spawn(clankie_captain::http::serve(listener, clankie_captain::http::metrics_handle()));
+    }
+    tokio::select! {
+        result = captain.run() => result.context("captain stopped"),
+        _ = tokio::signal::ctrl_c() => {
+            tracing::info!("interrupted; stopping");
+            Ok(())
+        }
+    }
+}

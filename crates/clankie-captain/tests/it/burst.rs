@@ -1,0 +1,48 @@
+use std::time::Duration;
+
+use clankie_model_standin::{Reply, Script};
+use clankie_proto::v1;
+
+use super::{Rig, kind};
+
+#[tokio::test]
+async fn the_seed_burst_gets_one_answer() {
+    let rig = Rig::new().await;
+    let (_captain, _task) = rig.captain("captain-a").await;
+    // A slow first answer, so the next two messages arrive while it is being written.
+    rig.standin.script(Script::any(Reply::Text {
+        text: "Deadlock lobbies open at eight, ".into(),
+        chunk_chars: 2,
+        chunk_delay_ms: 60,
+        first_delay_ms: 100,
+        tail_delay_ms: 0,
+    }));
+    rig.standin.script(Script::any(Reply::text("Lobby 4 opens at 20:00; yes, bring your friend, and the code is in #lobbies.")));
+
+    // Three messages 4 s and 6 s apart in the seed; scaled by ten here.
+    let first = rig.say("ada", "@Clankie is the deadlock lobby up?", true).await;
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let second = rig.say("ada", "the one for tonight", false).await;
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let third = rig.say("ada", "and can I bring a friend?", false).await;
+    rig.wait_outcomes(&[first, second, third]).await;
+
+    let replies = rig.replies();
+    assert_eq!(replies.len(), 1, "one answer for the burst: {replies:?}");
+    assert_eq!(replies[0].reply_to_message_id, Some(third), "threaded onto the newest speaker's message");
+    let kinds: Vec<_> = [first, second, third].iter().map(|id| rig.outcome_of(*id).iter().map(kind).collect::<Vec<_>>()).collect();
+    assert_eq!(kinds, [vec![v1::OutcomeKind::Replied], vec![v1::OutcomeKind::Absorbed], vec![v1::OutcomeKind::Absorbed]]);
+    for id in [first, second, third] {
+        let stored = rig.store.outcome(&id.to_string()).await.unwrap().expect("recorded");
+        assert_eq!(stored.kind, kind(&rig.outcome_of(id)[0]));
+    }
+    let starts = rig.typing.all().iter().filter(|t| t.op == v1::TypingOp::Start as i32).count();
+    assert_eq!(starts, 1, "one typing start for the whole turn");
+    let requests = rig.standin.requests();
+    let last = requests.last().unwrap();
+    for text in ["is the deadlock lobby up?", "the one for tonight", "and can I bring a friend?"] {
+        assert_eq!(last.count(text), 1, "final request lacks {text:?} (or has it twice)");
+    }
+    let turns: i64 = sqlx::query_scalar("SELECT count(*) FROM turns").fetch_one(rig.store.pool()).await.unwrap();
+    assert_eq!(turns, 1, "one run");
+}

@@ -1,0 +1,229 @@
+//! The captain with real NATS and PostgreSQL processes and the model stand-in, durations compressed.
+//!
+//! Tests publish ingress as the gateway does and read what the captain
+//! publishes. Cold lanes ask the body for channel history over NATS
+//! request/reply; `Rig::serve_history` answers those requests the way the
+//! gateway's history responder does, with the room's messages so far.
+
+mod burst;
+mod failures;
+mod metrics;
+mod privileged;
+mod replicas;
+mod silence;
+mod text_update;
+mod warm;
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use clankie_agent::{Agent, AgentConfig, RetryPolicy, StallPolicy};
+use clankie_bus::{Bus, MsgId};
+use clankie_captain::{Captain, CaptainConfig};
+use clankie_model_standin::StandIn;
+use clankie_proto::{Event, Family, Subject, v1};
+#[allow(unused_imports)]
+use prost::Name as _;
+use clankie_settings::Settings;
+use clankie_store::Store;
+use clankie_testkit::{TestDb, TestDir, TestNats};
+use futures::StreamExt;
+use prost::Message;
+
+pub const GUILD: u64 = 100;
+pub const CHANNEL: u64 = 200;
+
+/// Everything a captain needs, plus recorders of what it publishes.
+pub struct Rig {
+    pub nats: TestNats,
+    pub db: TestDb,
+    pub dir: TestDir,
+    pub standin: StandIn,
+    pub bus: Bus,
+    pub store: Store,
+    pub sent: Recorder<v1::OutboundMessage>,
+    pub typing: Recorder<v1::TypingAction>,
+    pub outcomes: Recorder<v1::DeliveryOutcome>,
+    pub receipts: Recorder<v1::Receipt>,
+    pub history: Arc<Mutex<Vec<v1::HistoryMessage>>>,
+    next_id: std::sync::atomic::AtomicU64,
+}
+
+/// Collects every event of one family published on the bus.
+#[derive(Clone)]
+pub struct Recorder<E>(Arc<Mutex<Vec<E>>>);
+
+impl<E: Clone> Recorder<E> {
+    pub fn all(&self) -> Vec<E> {
+        self.0.lock().unwrap().clone()
+    }
+}
+
+async fn record<E: Event>(bus: &Bus, family: Family) -> Recorder<E> {
+    let store = Recorder(Arc::new(Mutex::new(Vec::new())));
+    let mut sub = bus.client().subscribe(family.wildcard()).await.unwrap();
+    let sink = store.clone();
+    tokio::spawn(async move {
+        while let Some(msg) = sub.next().await {
+            if let Ok(e) = E::decode(msg.payload) {
+                sink.0.lock().unwrap().push(e);
+            }
+        }
+    });
+    store
+}
+
+/// Waits (polling a condition, bounded) until `check` holds.
+pub async fn until(what: &str, timeout: Duration, mut check: impl FnMut() -> bool) {
+    let deadline = tokio::time::Instant::now() + timeout;
+    while !check() {
+        assert!(tokio::time::Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+impl Rig {
+    pub async fn new() -> Rig {
+        let (nats, db, dir) = (TestNats::start().unwrap(), TestDb::create().await, TestDir::new());
+        let settings = clankie_testkit::settings(&nats, &db, &dir);
+        let bus = Bus::connect(&settings, "test").await.unwrap();
+        bus.ensure_streams().await.unwrap();
+        let store = Store::connect(db.url()).await.unwrap();
+        store.migrate().await.unwrap();
+        let rig = Rig {
+            sent: record(&bus, Family::BodySend).await,
+            typing: record(&bus, Family::BodyTyping).await,
+            outcomes: record(&bus, Family::LaneOutcome).await,
+            receipts: record(&bus, Family::Receipt).await,
+            standin: StandIn::start().await.unwrap(),
+            history: Arc::new(Mutex::new(Vec::new())),
+            next_id: std::sync::atomic::AtomicU64::new(1_000),
+            nats,
+            db,
+            dir,
+            bus,
+            store,
+        };
+        bus_flush(&rig.bus).await;
+        rig.serve_history().await;
+        rig
+    }
+
+    /// Settings for a captain process or instance in this rig, durations compressed.
+    pub fn settings(&self, replica: &str) -> Vec<(&'static str, String)> {
+        vec![
+            ("CLANKIE_NATS_URL", self.nats.url()),
+            ("CLANKIE_DATABASE_URL", self.db.url().to_owned()),
+            ("CLANKIE_STATE_DIR", self.dir.path().display().to_string()),
+            ("CLANKIE_REPLICA_ID", replica.to_owned()),
+            ("CLANKIE_MODEL_BASE_URL", self.standin.base_url()),
+            ("CLANKIE_MODEL_MAX_RETRIES", "1".into()),
+            ("CLANKIE_STALL_SILENCE_MS", "600".into()),
+            ("CLANKIE_STALL_TICK_MS", "50".into()),
+            ("CLANKIE_LANE_LEASE_TTL_MS", "1000".into()),
+            ("CLANKIE_INGRESS_ACK_WAIT_MS", "1000".into()),
+            ("CLANKIE_EXCHANGE_WINDOW_MS", "1500".into()),
+            ("CLANKIE_TOOL_CARD_DELAY_MS", "200".into()),
+        ]
+    }
+
+    /// A captain in this process.
+    pub async fn captain(&self, replica: &str) -> (Captain, tokio::task::JoinHandle<()>) {
+        self.captain_with(replica, &[]).await
+    }
+
+    /// A captain in this process with extra settings.
+    pub async fn captain_with(&self, replica: &str, extra: &[(&'static str, String)]) -> (Captain, tokio::task::JoinHandle<()>) {
+        let mut vars = self.settings(replica);
+        vars.extend(extra.iter().cloned());
+        let settings = Settings::from_lookup(|k| vars.iter().rev().find(|(n, _)| *n == k).map(|(_, v)| v.clone())).unwrap();
+        let bus = Bus::connect(&settings, "captain").await.unwrap();
+        let store = Store::connect(&settings.database_url).await.unwrap();
+        let model = clankie_agent::model_from_settings(&settings).unwrap();
+        let config = AgentConfig {
+            stall: StallPolicy { silence: settings.stall_silence, tick: settings.stall_tick },
+            retry: RetryPolicy { max_retries: 1, base_delay: Duration::from_millis(10), max_delay: Duration::from_millis(50) },
+            ..AgentConfig::default()
+        };
+        let mut cconfig = CaptainConfig::from_settings(&settings);
+        cconfig.history_timeout = Duration::from_millis(500);
+        let captain = Captain::new(bus, store, Agent::new(model, config), cconfig);
+        let running = captain.clone();
+        let task = tokio::spawn(async move {
+            let _ = running.run().await;
+        });
+        (captain, task)
+    }
+
+    /// Answers history requests as the gateway body does: the room's messages before the asked-for one.
+    async fn serve_history(&self) {
+        let mut sub = self.bus.serve(Family::RpcHistory.wildcard(), "body").await.unwrap();
+        let bus = self.bus.clone();
+        let history = self.history.clone();
+        tokio::spawn(async move {
+            while let Some(msg) = sub.next().await {
+                let Ok(req) = v1::HistoryRequest::decode(msg.payload.clone()) else { continue };
+                let all = history.lock().unwrap().clone();
+                let mut before: Vec<_> = all.into_iter().filter(|m| req.before_message_id == 0 || m.message_id < req.before_message_id).collect();
+                let keep = before.len().saturating_sub(req.limit as usize);
+                let messages = before.split_off(keep);
+                let _ = bus.respond(&msg, &v1::HistoryReply { messages, error: String::new() }).await;
+            }
+        });
+        bus_flush(&self.bus).await;
+    }
+
+    /// Someone writes in the room: the gateway's ingress, with its dedup id. Returns the message id.
+    pub async fn say(&self, author: &str, content: &str, mention: bool) -> u64 {
+        let id = self.next_id.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        self.say_as(id, author, content, mention, Some(GUILD)).await;
+        id
+    }
+
+    pub async fn say_as(&self, id: u64, author: &str, content: &str, mention: bool, guild: Option<u64>) {
+        let ingress = v1::Ingress {
+            delivery_id: id.to_string(),
+            guild_id: guild,
+            channel_id: CHANNEL,
+            author_id: author_id(author),
+            author_name: author.into(),
+            content: content.into(),
+            mentions_him: mention,
+            received_at_ms: clankie_bus::now_ms(),
+            ..Default::default()
+        };
+        self.history.lock().unwrap().push(v1::HistoryMessage {
+            message_id: id,
+            author_id: ingress.author_id,
+            author_name: author.into(),
+            content: content.into(),
+            ..Default::default()
+        });
+        self.bus.publish(&Subject::ingress_text(guild, CHANNEL), &ingress, Some(&MsgId::discord_message(id))).await.unwrap();
+    }
+
+    pub fn replies(&self) -> Vec<v1::OutboundMessage> {
+        self.sent.all().into_iter().filter(|m| m.kind == v1::OutboundKind::Reply as i32).collect()
+    }
+
+    pub fn outcome_of(&self, id: u64) -> Vec<v1::DeliveryOutcome> {
+        self.outcomes.all().into_iter().filter(|o| o.delivery_id == id.to_string()).collect()
+    }
+
+    pub async fn wait_outcomes(&self, ids: &[u64]) {
+        until("outcomes", Duration::from_secs(20), || ids.iter().all(|id| !self.outcome_of(*id).is_empty())).await;
+    }
+}
+
+/// The user id the rig gives an author name.
+pub fn author_id(author: &str) -> u64 {
+    author.bytes().map(u64::from).sum()
+}
+
+async fn bus_flush(bus: &Bus) {
+    bus.client().flush().await.unwrap();
+}
+
+pub fn kind(o: &v1::DeliveryOutcome) -> v1::OutcomeKind {
+    v1::OutcomeKind::try_from(o.kind).unwrap_or(v1::OutcomeKind::Unspecified)
+}

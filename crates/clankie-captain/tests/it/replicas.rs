@@ -1,0 +1,95 @@
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use clankie_model_standin::{Reply, Script};
+use clankie_proto::{LaneKey, v1};
+
+use super::{CHANNEL, GUILD, Rig, kind, until};
+
+#[tokio::test]
+async fn two_replicas_share_a_burst_with_one_run_and_one_reply() {
+    let rig = Rig::new().await;
+    let (a, _ta) = rig.captain("captain-a").await;
+    let (b, _tb) = rig.captain("captain-b").await;
+    rig.standin.script(Script::any(Reply::Text { text: "Working on it, ".into(), chunk_chars: 2, chunk_delay_ms: 80, first_delay_ms: 100, tail_delay_ms: 0 }));
+    rig.standin.script(Script::any(Reply::text("All three answered.")));
+    let mut ids = vec![rig.say("ada", "@Clankie one", true).await];
+    for text in ["two", "three", "four", "five"] {
+        tokio::time::sleep(Duration::from_millis(120)).await;
+        ids.push(rig.say("ada", text, false).await);
+    }
+    rig.wait_outcomes(&ids).await;
+    assert_eq!(rig.replies().len(), 1, "{:?}", rig.replies());
+    let turns: i64 = sqlx::query_scalar("SELECT count(*) FROM turns").fetch_one(rig.store.pool()).await.unwrap();
+    assert_eq!(turns, 1, "one live run across both replicas");
+    for id in &ids {
+        assert_eq!(rig.outcome_of(*id).len(), 1, "delivery {id} has one outcome event");
+    }
+    let replied = ids.iter().filter(|id| kind(&rig.outcome_of(**id)[0]) == v1::OutcomeKind::Replied).count();
+    assert_eq!(replied, 1);
+    assert_eq!(a.live_lanes() + b.live_lanes(), 0, "no run left behind");
+}
+
+fn spawn_captain(rig: &Rig, replica: &str) -> tokio::process::Child {
+    let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_clankie-captain"));
+    for (k, v) in rig.settings(replica) {
+        cmd.env(k, v);
+    }
+    let log = std::fs::File::create(rig.dir.path().join(format!("{replica}.log"))).unwrap();
+    cmd.env("CLANKIE_LOG", "warn,clankie_captain=debug").env("NO_COLOR", "1").stdout(Stdio::null()).stderr(log).kill_on_drop(true);
+    cmd.spawn().unwrap()
+}
+
+/// Prints the captain processes' logs when the test fails, so a failure explains itself.
+struct DumpLogsOnPanic(std::path::PathBuf);
+
+impl Drop for DumpLogsOnPanic {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            for replica in ["captain-a", "captain-b"] {
+                let log = std::fs::read_to_string(self.0.join(format!("{replica}.log"))).unwrap_or_default();
+                eprintln!("===== {replica} =====\n{log}");
+            }
+        }
+    }
+}
+
+#[tokio::test]
+async fn killing_the_owner_mid_run_loses_nothing_and_answers_once() {
+    let rig = Rig::new().await;
+    let _dump = DumpLogsOnPanic(rig.dir.path().to_owned());
+    let mut a = spawn_captain(&rig, "captain-a");
+    let mut b = spawn_captain(&rig, "captain-b");
+    let lane = LaneKey::Room { guild: GUILD, channel: CHANNEL };
+    // The first run hangs long enough to be killed in the middle of it.
+    rig.standin.script(Script::any(Reply::Text { text: "never finished".into(), chunk_chars: 64, chunk_delay_ms: 0, first_delay_ms: 8_000, tail_delay_ms: 0 }));
+    // The new owner may take the deliveries as one burst or steer the later ones in: one or two calls, one answer.
+    rig.standin.script(Script::any(Reply::text("Taken over and answered.")));
+    rig.standin.script(Script::any(Reply::text("Taken over and answered.")));
+    let ids = vec![rig.say("ada", "@Clankie one", true).await, rig.say("ada", "two", false).await, rig.say("ada", "three", false).await];
+    let requests = rig.standin.wait_for_requests(1, Duration::from_secs(20)).await;
+    assert_eq!(requests.len(), 1);
+    let owner = rig.store.lane(&lane).await.unwrap().and_then(|l| l.lease_owner).expect("a lease owner");
+    let (victim, survivor) = if owner == "captain-a" { (&mut a, &mut b) } else { (&mut b, &mut a) };
+    let killed_at = Instant::now();
+    victim.start_kill().unwrap();
+    victim.wait().await.unwrap();
+
+    rig.wait_outcomes(&ids).await;
+    let taken_over = killed_at.elapsed();
+    let new_owner = rig.store.lane(&lane).await.unwrap().map(|l| l.epoch).unwrap();
+    assert!(new_owner >= 2, "the lane changed hands");
+    // Lease TTL 1 s plus one ack wait (1 s) for JetStream to hand the deliveries over, plus slack.
+    assert!(taken_over < Duration::from_secs(5), "takeover took {taken_over:?}");
+    until("the reply", Duration::from_secs(5), || !rig.replies().is_empty()).await;
+    assert_eq!(rig.replies().len(), 1, "answered once");
+    assert_eq!(rig.replies()[0].text, "Taken over and answered.");
+    for id in &ids {
+        let events = rig.outcome_of(*id);
+        assert_eq!(events.len(), 1, "delivery {id}: {events:?}");
+        assert!(rig.store.outcome(&id.to_string()).await.unwrap().is_some());
+    }
+    let rows: i64 = sqlx::query_scalar("SELECT count(*) FROM deliveries").fetch_one(rig.store.pool()).await.unwrap();
+    assert_eq!(rows, 3);
+    let _ = survivor.start_kill();
+}
