@@ -9,6 +9,7 @@
 pub mod json;
 mod lane;
 pub mod receipt;
+pub mod time;
 mod subject;
 
 pub use lane::{LaneKey, LaneKeyError};
@@ -74,6 +75,24 @@ impl v1::OutcomeKind {
             v1::OutcomeKind::Silent => "silent",
             v1::OutcomeKind::Failed => "failed",
         }
+    }
+
+    /// The reaction the body puts on a delivery to show its outcome (the sandbox reads it back).
+    pub fn reaction(self) -> &'static str {
+        match self {
+            v1::OutcomeKind::Unspecified => "❔",
+            v1::OutcomeKind::Replied => "✅",
+            v1::OutcomeKind::Absorbed => "🫧",
+            v1::OutcomeKind::Silent => "🤐",
+            v1::OutcomeKind::Failed => "⚠️",
+        }
+    }
+
+    /// The outcome a reaction stands for.
+    pub fn from_reaction(emoji: &str) -> Option<Self> {
+        [v1::OutcomeKind::Replied, v1::OutcomeKind::Absorbed, v1::OutcomeKind::Silent, v1::OutcomeKind::Failed]
+            .into_iter()
+            .find(|k| k.reaction() == emoji)
     }
 
     /// Parses a name written by [`OutcomeKind::code`](v1::OutcomeKind::code).

@@ -113,6 +113,36 @@ pub const SETTINGS: &[Setting] = &[
         doc: "Address a service serves `/healthz` and `/metrics` on, e.g. `0.0.0.0:9470`.",
     },
     Setting {
+        name: "CLANKIE_DISCORD_TOKEN",
+        default: "loopback-token",
+        doc: "The bot token. Never logged. The default is the loopback Discord's.",
+    },
+    Setting {
+        name: "CLANKIE_DISCORD_API",
+        default: "unset: discord.com",
+        doc: "host:port of a Discord REST stand-in spoken to over plain HTTP, e.g. the loopback's `127.0.0.1:8700`.",
+    },
+    Setting {
+        name: "CLANKIE_DISCORD_GATEWAY_URL",
+        default: "unset: Discord's",
+        doc: "Gateway WebSocket URL to connect to, e.g. `ws://127.0.0.1:8700/gateway`.",
+    },
+    Setting {
+        name: "CLANKIE_DISCORD_GUILDS",
+        default: "empty: every guild",
+        doc: "Comma-separated guild ids whose messages are admitted; others are dropped with a receipt.",
+    },
+    Setting {
+        name: "CLANKIE_OUTCOME_REACTIONS",
+        default: "false",
+        doc: "React to each delivery with its outcome (✅ replied, 🫧 absorbed, 🤐 silent, ⚠️ failed); the sandbox shows them.",
+    },
+    Setting {
+        name: "CLANKIE_TYPING_INTERVAL_MS",
+        default: "8000",
+        doc: "How often the body re-triggers Discord's typing indicator, which expires after 10 s.",
+    },
+    Setting {
         name: "CLANKIE_BOT_NAME",
         default: "Clankie",
         doc: "His name, as prompts and the sandbox show it.",
@@ -194,6 +224,18 @@ pub struct Settings {
     pub rehearsal_token: Duration,
     /// Where a service serves health and metrics; `None` for nowhere.
     pub http_addr: Option<std::net::SocketAddr>,
+    /// The Discord bot token; [`fmt::Debug`] never shows it.
+    pub discord_token: String,
+    /// REST stand-in host:port, spoken to over HTTP.
+    pub discord_api: Option<String>,
+    /// Gateway URL override.
+    pub discord_gateway_url: Option<String>,
+    /// Guilds whose messages are admitted; empty for all.
+    pub discord_guilds: Vec<u64>,
+    /// Whether outcomes are shown as reactions.
+    pub outcome_reactions: bool,
+    /// Typing re-trigger interval.
+    pub typing_interval: Duration,
     /// His display name.
     pub bot_name: String,
     /// Lane lease time-to-live.
@@ -231,6 +273,12 @@ impl fmt::Debug for Settings {
             .field("rehearsal_think", &self.rehearsal_think)
             .field("rehearsal_token", &self.rehearsal_token)
             .field("http_addr", &self.http_addr)
+            .field("discord_token", &"***")
+            .field("discord_api", &self.discord_api)
+            .field("discord_gateway_url", &self.discord_gateway_url)
+            .field("discord_guilds", &self.discord_guilds)
+            .field("outcome_reactions", &self.outcome_reactions)
+            .field("typing_interval", &self.typing_interval)
             .field("bot_name", &self.bot_name)
             .field("lane_lease_ttl", &self.lane_lease_ttl)
             .field("ingress_ack_wait", &self.ingress_ack_wait)
@@ -336,17 +384,32 @@ impl Settings {
         let exchange_window = ms("CLANKIE_EXCHANGE_WINDOW_MS", 300_000, 0)?;
         let tool_card_delay = ms("CLANKIE_TOOL_CARD_DELAY_MS", 3_000, 0)?;
         let history_limit = number(var("CLANKIE_HISTORY_LIMIT"), "CLANKIE_HISTORY_LIMIT", 10, 0, 100)? as u32;
-        let operator_grants = match var("CLANKIE_OPERATOR_GRANTS") {
-            None => Vec::new(),
-            Some(list) => list
-                .split(',')
-                .map(str::trim)
-                .filter(|t| !t.is_empty())
-                .map(|t| t.parse::<u64>())
-                .collect::<Result<Vec<u64>, _>>()
-                .map_err(|_| SettingsError::Invalid { var: "CLANKIE_OPERATOR_GRANTS", reason: "expected comma-separated user ids".into() })?,
+        let operator_grants = ids(var("CLANKIE_OPERATOR_GRANTS"), "CLANKIE_OPERATOR_GRANTS")?;
+        let discord_guilds = ids(var("CLANKIE_DISCORD_GUILDS"), "CLANKIE_DISCORD_GUILDS")?;
+        let discord_token = var("CLANKIE_DISCORD_TOKEN").unwrap_or_else(|| "loopback-token".into());
+        let discord_api = var("CLANKIE_DISCORD_API");
+        let discord_gateway_url = var("CLANKIE_DISCORD_GATEWAY_URL");
+        if let Some(url) = &discord_gateway_url
+            && !(url.starts_with("ws://") || url.starts_with("wss://"))
+        {
+            return Err(SettingsError::Invalid { var: "CLANKIE_DISCORD_GATEWAY_URL", reason: "expected a ws:// or wss:// URL".into() });
+        }
+        let outcome_reactions = match var("CLANKIE_OUTCOME_REACTIONS").as_deref().map(str::trim) {
+            None | Some("false" | "0" | "no") => false,
+            Some("true" | "1" | "yes") => true,
+            Some(_) => return Err(SettingsError::Invalid { var: "CLANKIE_OUTCOME_REACTIONS", reason: "expected true or false".into() }),
         };
+        let typing_interval = ms("CLANKIE_TYPING_INTERVAL_MS", 8_000, 50)?;
+        if typing_interval >= Duration::from_secs(10) {
+            return Err(SettingsError::Invalid { var: "CLANKIE_TYPING_INTERVAL_MS", reason: "must be under 10000: Discord's indicator expires after 10 s".into() });
+        }
         Ok(Settings {
+            discord_token,
+            discord_api,
+            discord_gateway_url,
+            discord_guilds,
+            outcome_reactions,
+            typing_interval,
             http_addr,
             bot_name,
             lane_lease_ttl,
@@ -394,6 +457,16 @@ fn absolute(var: &'static str, value: &str) -> Result<PathBuf, SettingsError> {
     } else {
         Err(SettingsError::Invalid { var, reason: "must be an absolute path".into() })
     }
+}
+
+fn ids(value: Option<String>, var: &'static str) -> Result<Vec<u64>, SettingsError> {
+    let Some(list) = value else { return Ok(Vec::new()) };
+    list.split(',')
+        .map(str::trim)
+        .filter(|t| !t.is_empty())
+        .map(|t| t.parse::<u64>())
+        .collect::<Result<Vec<u64>, _>>()
+        .map_err(|_| SettingsError::Invalid { var, reason: "expected comma-separated ids".into() })
 }
 
 fn secs(value: Option<String>, var: &'static str, default: u64, min: u64) -> Result<u64, SettingsError> {
@@ -509,6 +582,14 @@ mod tests {
         assert!(settings(&[("CLANKIE_STALL_SILENCE_MS", "400"), ("CLANKIE_STALL_TICK_MS", "500")]).is_err());
         let d = settings(&[]).unwrap();
         assert_eq!((d.stall_silence, d.stall_tick), (Duration::from_secs(300), Duration::from_secs(5)));
+    }
+
+    #[test]
+    fn the_discord_token_never_shows() {
+        let s = settings(&[("CLANKIE_DISCORD_TOKEN", "MTA-secret-token")]).unwrap();
+        assert!(!format!("{s:?}").contains("MTA-secret-token"));
+        assert!(settings(&[("CLANKIE_TYPING_INTERVAL_MS", "10000")]).is_err());
+        assert_eq!(settings(&[("CLANKIE_DISCORD_GUILDS", "1, 2")]).unwrap().discord_guilds, vec![1, 2]);
     }
 
     #[test]

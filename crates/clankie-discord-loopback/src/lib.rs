@@ -1,0 +1,183 @@
+//! A loopback Discord for development and tests, on 127.0.0.1.
+//!
+//! It speaks Discord's real wire protocols, so the real clients (twilight's
+//! gateway shard and HTTP client) are what the tests exercise:
+//!
+//! - the gateway WebSocket, v10, JSON: Hello, Identify → Ready, Heartbeat →
+//!   ack, Resume with replay of missed dispatches → Resumed, Invalid Session;
+//! - REST under `/api/v10`: create message (nonce enforcement, replies),
+//!   trigger typing, channel messages, edit and delete, reactions,
+//!   `gateway/bot`, `users/@me`, and attachment downloads.
+//!
+//! A JSON control API on the same port drives it (`/control/...`), and `/`
+//! serves the sandbox room page where a person chats as several users.
+
+mod control;
+mod model;
+mod rest;
+mod state;
+mod ws;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use serde::{Deserialize, Serialize};
+
+pub use state::{Post, StoredMessage};
+
+/// A channel of the loopback guild.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ChannelSpec {
+    pub id: u64,
+    pub name: String,
+    /// A voice channel, whose attached text chat can be written in.
+    #[serde(default)]
+    pub voice: bool,
+}
+
+/// What the loopback Discord contains.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct LoopbackConfig {
+    /// The token clients must present (`Authorization: Bot <token>`).
+    pub token: String,
+    pub bot_user_id: u64,
+    pub bot_name: String,
+    pub guild_id: u64,
+    pub guild_name: String,
+    pub channels: Vec<ChannelSpec>,
+    /// DM channel ids (one per sandbox user is enough).
+    pub dm_channels: Vec<u64>,
+    /// The gateway heartbeat interval it announces in Hello.
+    pub heartbeat_interval_ms: u64,
+}
+
+impl Default for LoopbackConfig {
+    fn default() -> Self {
+        LoopbackConfig {
+            token: "loopback-token".into(),
+            bot_user_id: 4242,
+            bot_name: "Clankie".into(),
+            guild_id: 100,
+            guild_name: "Loopback".into(),
+            channels: vec![
+                ChannelSpec { id: 200, name: "general".into(), voice: false },
+                ChannelSpec { id: 201, name: "lobbies".into(), voice: false },
+                ChannelSpec { id: 300, name: "Hangout (voice)".into(), voice: true },
+            ],
+            dm_channels: vec![900],
+            heartbeat_interval_ms: 41_250,
+        }
+    }
+}
+
+/// A running loopback Discord.
+pub struct Loopback {
+    addr: SocketAddr,
+    state: Arc<state::State>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Loopback {
+    /// Serves on `addr` (port 0 for any free port).
+    pub async fn serve(addr: SocketAddr, config: LoopbackConfig) -> std::io::Result<Loopback> {
+        let listener = tokio::net::TcpListener::bind(addr).await?;
+        let addr = listener.local_addr()?;
+        let state = Arc::new(state::State::new(config, addr));
+        let app = router(state.clone());
+        let task = tokio::spawn(async move {
+            if let Err(e) = axum::serve(listener, app).await {
+                tracing::error!(error = %e, "loopback Discord stopped");
+            }
+        });
+        Ok(Loopback { addr, state, task })
+    }
+
+    /// Serves on a free loopback port with the default guild.
+    pub async fn start() -> std::io::Result<Loopback> {
+        Loopback::serve(SocketAddr::from(([127, 0, 0, 1], 0)), LoopbackConfig::default()).await
+    }
+
+    /// Its address.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Its configuration.
+    pub fn config(&self) -> &LoopbackConfig {
+        &self.state.config
+    }
+
+    /// The base URL of the sandbox page and control API.
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// The gateway URL clients connect to.
+    pub fn gateway_url(&self) -> String {
+        format!("ws://{}/gateway", self.addr)
+    }
+
+    /// A user writes a message; returns its id.
+    pub fn user_message(&self, message: control::NewMessage) -> u64 {
+        self.state.user_message(message)
+    }
+
+    /// What the bot posted in a channel.
+    pub fn posts(&self, channel: u64) -> Vec<Post> {
+        self.state.posts(channel)
+    }
+
+    /// When the bot triggered typing in a channel (ms since the epoch).
+    pub fn typing(&self, channel: u64) -> Vec<i64> {
+        self.state.typing(channel)
+    }
+
+    /// How many gateway sessions were identified (a resume does not count).
+    pub fn identifies(&self) -> u64 {
+        self.state.identifies()
+    }
+
+    /// How many resumes succeeded.
+    pub fn resumes(&self) -> u64 {
+        self.state.resumes()
+    }
+
+    /// Drops every gateway connection without a close frame, as a network cut would.
+    pub fn drop_connections(&self) {
+        self.state.drop_connections();
+    }
+
+    /// Drops every connection, and makes the resume that follows replay the last `frames` dispatches too.
+    pub fn drop_and_replay(&self, frames: u64) {
+        self.state.replay_on_resume(frames);
+        self.state.drop_connections();
+    }
+
+    /// Every message of a channel, oldest first (deleted ones marked).
+    pub fn messages(&self, channel: u64) -> Vec<StoredMessage> {
+        self.state.all_messages(channel)
+    }
+
+    /// Waits until a gateway session is attached, or the timeout passes.
+    pub async fn wait_for_session(&self, timeout: Duration) -> bool {
+        self.state.wait_for_session(timeout).await
+    }
+}
+
+impl Drop for Loopback {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+pub use control::{NewAttachment, NewMessage};
+
+fn router(state: Arc<state::State>) -> Router {
+    Router::new()
+        .merge(ws::routes())
+        .merge(rest::routes())
+        .merge(control::routes())
+        .with_state(state)
+}

@@ -1,0 +1,13 @@
+//! Serves the loopback Discord and its sandbox page: `clankie-discord-loopback [ADDR]`.
+
+use std::net::SocketAddr;
+
+fn main() -> std::io::Result<()> {
+    let addr: SocketAddr = std::env::args().nth(1).and_then(|a| a.parse().ok()).unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 8700)));
+    let rt = tokio::runtime::Runtime::new()?;
+    rt.block_on(async {
+        let loopback = clankie_discord_loopback::Loopback::serve(addr, Default::default()).await?;
+        eprintln!("loopback Discord and sandbox room at {}", loopback.url());
+        tokio::signal::ctrl_c().await
+    })
+}

@@ -1,0 +1,125 @@
+//! Discord's JSON shapes, as twilight-model reads them.
+
+use std::time::{Duration, UNIX_EPOCH};
+
+use serde_json::{Value, json};
+
+use crate::state::{State, StoredMessage};
+
+/// Discord's form, `2026-11-30T00:53:19.123000+00:00`.
+fn timestamp(ms: i64) -> String {
+    let utc = clankie_proto::time::rfc3339(UNIX_EPOCH + Duration::from_millis(ms.max(0) as u64));
+    format!("{}000+00:00", utc.trim_end_matches('Z'))
+}
+
+pub(crate) fn user_json(id: u64, name: &str, bot: bool) -> Value {
+    json!({ "id": id.to_string(), "username": name, "discriminator": "0", "avatar": null, "bot": bot, "global_name": name, "public_flags": 0 })
+}
+
+pub(crate) fn message_json(state: &State, m: &StoredMessage, referenced: Option<&StoredMessage>) -> Value {
+    let c = &state.config;
+    let mentions: Vec<Value> = if m.mentions_bot { vec![user_json(c.bot_user_id, &c.bot_name, true)] } else { vec![] };
+    let attachments: Vec<Value> = m
+        .attachments
+        .iter()
+        .map(|a| {
+            let url = format!("http://{}/attachments/{}/{}", state.addr, a.id, a.filename);
+            json!({ "id": a.id.to_string(), "filename": a.filename, "content_type": a.content_type, "size": a.size, "url": url, "proxy_url": url })
+        })
+        .collect();
+    let mut v = json!({
+        "id": m.id.to_string(),
+        "channel_id": m.channel_id.to_string(),
+        "author": user_json(m.author_id, &m.author_name, m.bot),
+        "content": m.content,
+        "timestamp": timestamp(m.at_ms),
+        "edited_timestamp": if m.edited { Value::String(timestamp(m.at_ms)) } else { Value::Null },
+        "tts": false,
+        "mention_everyone": false,
+        "mentions": mentions,
+        "mention_roles": [],
+        "attachments": attachments,
+        "embeds": [],
+        "pinned": false,
+        "type": if m.reply_to.is_some() { 19 } else { 0 },
+    });
+    if let Some(guild) = m.guild_id {
+        v["guild_id"] = json!(guild.to_string());
+    }
+    if let Some(r) = m.reply_to {
+        v["message_reference"] = json!({ "message_id": r.to_string(), "channel_id": m.channel_id.to_string() });
+        if let Some(referenced) = referenced {
+            v["referenced_message"] = message_json(state, referenced, None);
+        }
+    }
+    v
+}
+
+pub(crate) fn ready_json(state: &State, session_id: &str) -> Value {
+    let c = &state.config;
+    json!({
+        "v": 10,
+        "user": {
+            "id": c.bot_user_id.to_string(), "username": c.bot_name, "discriminator": "0", "avatar": null,
+            "bot": true, "mfa_enabled": false, "accent_color": null, "banner": null, "verified": true, "flags": 0,
+        },
+        "guilds": [{ "id": c.guild_id.to_string(), "unavailable": true }],
+        "session_id": session_id,
+        "resume_gateway_url": format!("ws://{}/gateway", state.addr),
+        "shard": [0, 1],
+        "application": { "id": c.bot_user_id.to_string(), "flags": 0 },
+    })
+}
+
+pub(crate) fn error_json(code: u64, message: &str) -> Value {
+    json!({ "code": code, "message": message })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::LoopbackConfig;
+
+    fn state() -> State {
+        State::new(LoopbackConfig::default(), "127.0.0.1:1".parse().unwrap())
+    }
+
+    fn stored(reply_to: Option<u64>) -> StoredMessage {
+        StoredMessage {
+            id: 5,
+            channel_id: 200,
+            guild_id: Some(100),
+            author_id: 7,
+            author_name: "ada".into(),
+            bot: false,
+            content: "hi @clankie".into(),
+            mentions_bot: true,
+            reply_to,
+            attachments: vec![crate::state::AttachmentMeta { id: 9, filename: "a.png".into(), content_type: "image/png".into(), size: 3 }],
+            at_ms: 1_700_000_000_000,
+            edited: false,
+            deleted: false,
+            reactions: vec![],
+        }
+    }
+
+    #[test]
+    fn twilight_reads_our_messages() {
+        let s = state();
+        let parent = stored(None);
+        let json = message_json(&s, &stored(Some(4)), Some(&parent));
+        let m: twilight_model::channel::Message = serde_json::from_value(json).unwrap();
+        assert_eq!(m.mentions[0].id.get(), 4242);
+        assert_eq!(m.attachments[0].content_type.as_deref(), Some("image/png"));
+        assert_eq!(m.referenced_message.unwrap().author.id.get(), 7);
+        assert_eq!(m.guild_id.map(|g| g.get()), Some(100));
+    }
+
+    #[test]
+    fn twilight_reads_our_ready() {
+        let s = state();
+        let r: twilight_model::gateway::payload::incoming::Ready = serde_json::from_value(ready_json(&s, "sess")).unwrap();
+        assert_eq!(r.resume_gateway_url, "ws://127.0.0.1:1/gateway");
+        assert_eq!(r.user.id.get(), 4242);
+    }
+}

@@ -1,0 +1,162 @@
+//! The REST routes under `/api/v10` that the gateway service uses.
+
+use std::sync::Arc;
+
+use axum::body::Bytes;
+use axum::extract::{Path, Query, State as AxState};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, patch, post, put};
+use axum::{Json, Router};
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use crate::model::{error_json, message_json};
+use crate::state::State;
+
+/// Discord's limit on message content.
+const MAX_CONTENT: usize = 2000;
+
+pub(crate) fn routes() -> Router<Arc<State>> {
+    Router::new()
+        .route("/api/v10/gateway", get(gateway))
+        .route("/api/v10/gateway/bot", get(gateway))
+        .route("/api/v10/users/@me", get(me))
+        .route("/api/v10/channels/{channel}/messages", post(create_message).get(list_messages))
+        .route("/api/v10/channels/{channel}/messages/{message}", patch(edit_message).delete(delete_message))
+        .route("/api/v10/channels/{channel}/messages/{message}/reactions/{emoji}/@me", put(react))
+        .route("/api/v10/channels/{channel}/typing", post(typing))
+        .route("/attachments/{id}/{filename}", get(attachment))
+}
+
+fn authorised(state: &State, headers: &HeaderMap) -> Result<(), Response> {
+    let token = headers.get("authorization").and_then(|v| v.to_str().ok()).unwrap_or_default();
+    if token.strip_prefix("Bot ") == Some(state.config.token.as_str()) {
+        Ok(())
+    } else {
+        Err((StatusCode::UNAUTHORIZED, Json(error_json(0, "401: Unauthorized"))).into_response())
+    }
+}
+
+fn unknown_channel() -> Response {
+    (StatusCode::NOT_FOUND, Json(error_json(10003, "Unknown Channel"))).into_response()
+}
+
+fn unknown_message() -> Response {
+    (StatusCode::NOT_FOUND, Json(error_json(10008, "Unknown Message"))).into_response()
+}
+
+async fn gateway(AxState(state): AxState<Arc<State>>) -> Json<Value> {
+    Json(json!({
+        "url": format!("ws://{}/gateway", state.addr),
+        "shards": 1,
+        "session_start_limit": { "total": 1000, "remaining": 1000, "reset_after": 0, "max_concurrency": 1 },
+    }))
+}
+
+async fn me(AxState(state): AxState<Arc<State>>, headers: HeaderMap) -> Response {
+    if let Err(r) = authorised(&state, &headers) {
+        return r;
+    }
+    let c = &state.config;
+    Json(json!({
+        "id": c.bot_user_id.to_string(), "username": c.bot_name, "discriminator": "0", "avatar": null,
+        "bot": true, "mfa_enabled": false, "accent_color": null, "banner": null,
+    }))
+    .into_response()
+}
+
+async fn create_message(AxState(state): AxState<Arc<State>>, Path(channel): Path<u64>, headers: HeaderMap, body: Bytes) -> Response {
+    if let Err(r) = authorised(&state, &headers) {
+        return r;
+    }
+    if state.guild_of(channel).is_err() {
+        return unknown_channel();
+    }
+    let Ok(body) = serde_json::from_slice::<Value>(&body) else {
+        return (StatusCode::BAD_REQUEST, Json(error_json(50109, "The request body contains invalid JSON."))).into_response();
+    };
+    let content = body["content"].as_str().unwrap_or_default().to_owned();
+    if content.is_empty() {
+        return (StatusCode::BAD_REQUEST, Json(error_json(50006, "Cannot send an empty message"))).into_response();
+    }
+    if content.chars().count() > MAX_CONTENT {
+        return (StatusCode::BAD_REQUEST, Json(error_json(50035, "Invalid Form Body: content must be 2000 or fewer in length."))).into_response();
+    }
+    let reply_to = body["message_reference"]["message_id"].as_str().and_then(|s| s.parse().ok()).or(body["message_reference"]["message_id"].as_u64());
+    if let Some(r) = reply_to
+        && state.message(r).is_none()
+    {
+        return (StatusCode::BAD_REQUEST, Json(error_json(50035, "Invalid Form Body: Unknown message"))).into_response();
+    }
+    let nonce = match &body["nonce"] {
+        Value::String(s) => Some(s.clone()),
+        Value::Number(n) => Some(n.to_string()),
+        _ => None,
+    };
+    let enforce = body["enforce_nonce"].as_bool().unwrap_or(false);
+    let message = state.bot_message(channel, content, reply_to, nonce.map(|n| (n, enforce)));
+    let referenced = message.reply_to.and_then(|r| state.message(r));
+    Json(message_json(&state, &message, referenced.as_ref())).into_response()
+}
+
+#[derive(Deserialize)]
+struct ListQuery {
+    limit: Option<usize>,
+    before: Option<u64>,
+}
+
+async fn list_messages(AxState(state): AxState<Arc<State>>, Path(channel): Path<u64>, Query(q): Query<ListQuery>, headers: HeaderMap) -> Response {
+    if let Err(r) = authorised(&state, &headers) {
+        return r;
+    }
+    if state.guild_of(channel).is_err() {
+        return unknown_channel();
+    }
+    let limit = q.limit.unwrap_or(50).clamp(1, 100);
+    let list: Vec<Value> = state.channel_messages(channel, q.before, limit).iter().map(|m| message_json(&state, m, None)).collect();
+    Json(Value::Array(list)).into_response()
+}
+
+async fn edit_message(AxState(state): AxState<Arc<State>>, Path((channel, message)): Path<(u64, u64)>, headers: HeaderMap, body: Bytes) -> Response {
+    if let Err(r) = authorised(&state, &headers) {
+        return r;
+    }
+    let content = serde_json::from_slice::<Value>(&body).ok().and_then(|v| v["content"].as_str().map(str::to_owned)).unwrap_or_default();
+    match state.edit(channel, message, content) {
+        Some(m) => Json(message_json(&state, &m, None)).into_response(),
+        None => unknown_message(),
+    }
+}
+
+async fn delete_message(AxState(state): AxState<Arc<State>>, Path((channel, message)): Path<(u64, u64)>, headers: HeaderMap) -> Response {
+    if let Err(r) = authorised(&state, &headers) {
+        return r;
+    }
+    if state.delete(channel, message) { StatusCode::NO_CONTENT.into_response() } else { unknown_message() }
+}
+
+async fn react(AxState(state): AxState<Arc<State>>, Path((channel, message, emoji)): Path<(u64, u64, String)>, headers: HeaderMap) -> Response {
+    if let Err(r) = authorised(&state, &headers) {
+        return r;
+    }
+    if state.react(channel, message, emoji) { StatusCode::NO_CONTENT.into_response() } else { unknown_message() }
+}
+
+async fn typing(AxState(state): AxState<Arc<State>>, Path(channel): Path<u64>, headers: HeaderMap) -> Response {
+    if let Err(r) = authorised(&state, &headers) {
+        return r;
+    }
+    if state.guild_of(channel).is_err() {
+        return unknown_channel();
+    }
+    state.trigger_typing(channel);
+    StatusCode::NO_CONTENT.into_response()
+}
+
+async fn attachment(AxState(state): AxState<Arc<State>>, Path((id, _filename)): Path<(u64, String)>) -> Response {
+    match state.file(id) {
+        Some(bytes) => bytes.into_response(),
+        None => StatusCode::NOT_FOUND.into_response(),
+    }
+}

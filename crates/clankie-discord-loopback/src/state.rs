@@ -1,0 +1,367 @@
+//! Everything the loopback Discord remembers.
+
+use std::collections::{BTreeMap, HashMap};
+use std::net::SocketAddr;
+use std::sync::Mutex;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use serde::Serialize;
+use tokio::sync::{Notify, broadcast};
+
+use crate::control::NewMessage;
+use crate::{LoopbackConfig, model};
+
+/// Discord's epoch, 2015-01-01, in ms since the Unix epoch.
+const DISCORD_EPOCH_MS: u64 = 1_420_070_400_000;
+
+pub(crate) fn now_ms() -> i64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0)
+}
+
+/// A stored attachment's metadata; bytes live in `State::files`.
+#[derive(Debug, Clone, Serialize)]
+pub struct AttachmentMeta {
+    pub id: u64,
+    pub filename: String,
+    pub content_type: String,
+    pub size: u64,
+}
+
+/// A message in a channel, by a user or the bot.
+#[derive(Debug, Clone, Serialize)]
+pub struct StoredMessage {
+    pub id: u64,
+    pub channel_id: u64,
+    pub guild_id: Option<u64>,
+    pub author_id: u64,
+    pub author_name: String,
+    pub bot: bool,
+    pub content: String,
+    pub mentions_bot: bool,
+    pub reply_to: Option<u64>,
+    pub attachments: Vec<AttachmentMeta>,
+    pub at_ms: i64,
+    pub edited: bool,
+    pub deleted: bool,
+    /// Reactions the bot added (how the sandbox shows each delivery's outcome).
+    pub reactions: Vec<String>,
+}
+
+/// What the bot posted, as the control API reports it.
+#[derive(Debug, Clone, Serialize)]
+pub struct Post {
+    pub id: u64,
+    pub at_ms: i64,
+    pub reply_to: Option<u64>,
+    pub content: String,
+    pub attachments: Vec<String>,
+    pub edited: bool,
+    pub deleted: bool,
+}
+
+#[derive(Default)]
+struct GatewaySession {
+    seq: u64,
+    log: Vec<(u64, String)>,
+}
+
+#[derive(Default)]
+struct Inner {
+    next_id: u64,
+    messages: BTreeMap<u64, StoredMessage>,
+    typing: HashMap<u64, Vec<i64>>,
+    nonces: HashMap<(u64, String), (u64, i64)>,
+    sessions: HashMap<String, GatewaySession>,
+    files: HashMap<u64, Vec<u8>>,
+    identifies: u64,
+    resumes: u64,
+    attached: usize,
+    /// Frames the next resume replays beyond what the client asked for.
+    replay_extra: u64,
+}
+
+pub(crate) struct State {
+    pub config: LoopbackConfig,
+    pub addr: SocketAddr,
+    inner: Mutex<Inner>,
+    pub dispatched: broadcast::Sender<()>,
+    pub drop_all: broadcast::Sender<()>,
+    pub attached_changed: Notify,
+}
+
+/// How long a nonce is remembered for enforcement.
+const NONCE_WINDOW_MS: i64 = 5 * 60 * 1000;
+
+impl State {
+    pub fn new(config: LoopbackConfig, addr: SocketAddr) -> State {
+        let first = ((now_ms() as u64).saturating_sub(DISCORD_EPOCH_MS)) << 22;
+        State {
+            config,
+            addr,
+            inner: Mutex::new(Inner { next_id: first, ..Default::default() }),
+            dispatched: broadcast::channel(1024).0,
+            drop_all: broadcast::channel(4).0,
+            attached_changed: Notify::new(),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn next_id(inner: &mut Inner) -> u64 {
+        inner.next_id += 1 << 12;
+        inner.next_id
+    }
+
+    /// The guild a channel belongs to; `None` for DM channels; `Err` for unknown channels.
+    pub fn guild_of(&self, channel: u64) -> Result<Option<u64>, ()> {
+        if self.config.channels.iter().any(|c| c.id == channel) {
+            Ok(Some(self.config.guild_id))
+        } else if self.config.dm_channels.contains(&channel) {
+            Ok(None)
+        } else {
+            Err(())
+        }
+    }
+
+    pub fn user_id(name: &str) -> u64 {
+        // A stable id per name, clear of the bot's.
+        10_000 + name.bytes().fold(0u64, |h, b| h.wrapping_mul(31).wrapping_add(u64::from(b))) % 1_000_000
+    }
+
+    /// Stores a user's message and dispatches MESSAGE_CREATE. Returns its id.
+    pub fn user_message(&self, m: NewMessage) -> u64 {
+        let guild_id = self.guild_of(m.channel_id).unwrap_or(None);
+        let mention = format!("@{}", self.config.bot_name.to_lowercase());
+        let mentions_bot = m.mention || m.content.to_lowercase().contains(&mention);
+        let mut inner = self.lock();
+        let id = State::next_id(&mut inner);
+        let attachments = m
+            .attachments
+            .into_iter()
+            .map(|a| {
+                let aid = State::next_id(&mut inner);
+                let bytes = a.bytes();
+                let meta = AttachmentMeta { id: aid, filename: a.filename, content_type: a.content_type, size: bytes.len() as u64 };
+                inner.files.insert(aid, bytes);
+                meta
+            })
+            .collect();
+        let message = StoredMessage {
+            id,
+            channel_id: m.channel_id,
+            guild_id,
+            author_id: State::user_id(&m.author),
+            author_name: m.author,
+            bot: false,
+            content: m.content,
+            mentions_bot,
+            reply_to: m.reply_to,
+            attachments,
+            at_ms: now_ms(),
+            edited: false,
+            deleted: false,
+            reactions: Vec::new(),
+        };
+        self.store_and_dispatch(&mut inner, message);
+        id
+    }
+
+    /// Creates a bot message, or returns the one an earlier request with the same nonce created.
+    pub fn bot_message(&self, channel: u64, content: String, reply_to: Option<u64>, nonce: Option<(String, bool)>) -> StoredMessage {
+        let guild_id = self.guild_of(channel).unwrap_or(None);
+        let mut inner = self.lock();
+        let now = now_ms();
+        if let Some((nonce, true)) = &nonce
+            && let Some((existing, at)) = inner.nonces.get(&(channel, nonce.clone())).copied()
+            && now - at < NONCE_WINDOW_MS
+            && let Some(m) = inner.messages.get(&existing)
+        {
+            return m.clone();
+        }
+        let id = State::next_id(&mut inner);
+        if let Some((nonce, _)) = nonce {
+            inner.nonces.insert((channel, nonce), (id, now));
+        }
+        let message = StoredMessage {
+            id,
+            channel_id: channel,
+            guild_id,
+            author_id: self.config.bot_user_id,
+            author_name: self.config.bot_name.clone(),
+            bot: true,
+            content,
+            mentions_bot: false,
+            reply_to,
+            attachments: Vec::new(),
+            at_ms: now,
+            edited: false,
+            deleted: false,
+            reactions: Vec::new(),
+        };
+        self.store_and_dispatch(&mut inner, message.clone());
+        message
+    }
+
+    fn store_and_dispatch(&self, inner: &mut Inner, message: StoredMessage) {
+        let referenced = message.reply_to.and_then(|r| inner.messages.get(&r).cloned());
+        let json = model::message_json(self, &message, referenced.as_ref());
+        inner.messages.insert(message.id, message);
+        for session in inner.sessions.values_mut() {
+            session.seq += 1;
+            let frame = serde_json::json!({ "op": 0, "t": "MESSAGE_CREATE", "s": session.seq, "d": json }).to_string();
+            session.log.push((session.seq, frame));
+        }
+        let _ = self.dispatched.send(());
+    }
+
+    pub fn message(&self, id: u64) -> Option<StoredMessage> {
+        self.lock().messages.get(&id).cloned().filter(|m| !m.deleted)
+    }
+
+    pub fn edit(&self, channel: u64, id: u64, content: String) -> Option<StoredMessage> {
+        let mut inner = self.lock();
+        let m = inner.messages.get_mut(&id).filter(|m| m.channel_id == channel && m.bot && !m.deleted)?;
+        m.content = content;
+        m.edited = true;
+        Some(m.clone())
+    }
+
+    pub fn delete(&self, channel: u64, id: u64) -> bool {
+        let mut inner = self.lock();
+        match inner.messages.get_mut(&id).filter(|m| m.channel_id == channel && !m.deleted) {
+            Some(m) => {
+                m.deleted = true;
+                true
+            }
+            None => false,
+        }
+    }
+
+    pub fn react(&self, channel: u64, id: u64, emoji: String) -> bool {
+        let mut inner = self.lock();
+        match inner.messages.get_mut(&id).filter(|m| m.channel_id == channel && !m.deleted) {
+            Some(m) => {
+                if !m.reactions.contains(&emoji) {
+                    m.reactions.push(emoji);
+                }
+                true
+            }
+            None => false,
+        }
+    }
+
+    pub fn trigger_typing(&self, channel: u64) {
+        self.lock().typing.entry(channel).or_default().push(now_ms());
+    }
+
+    /// Messages of a channel, newest first, as Discord lists them.
+    pub fn channel_messages(&self, channel: u64, before: Option<u64>, limit: usize) -> Vec<StoredMessage> {
+        self.lock()
+            .messages
+            .values()
+            .rev()
+            .filter(|m| m.channel_id == channel && !m.deleted && before.is_none_or(|b| m.id < b))
+            .take(limit)
+            .cloned()
+            .collect()
+    }
+
+    /// Every message of a channel, oldest first, deleted ones included (for the sandbox page).
+    pub fn all_messages(&self, channel: u64) -> Vec<StoredMessage> {
+        self.lock().messages.values().filter(|m| m.channel_id == channel).cloned().collect()
+    }
+
+    pub fn file(&self, id: u64) -> Option<Vec<u8>> {
+        self.lock().files.get(&id).cloned()
+    }
+
+    pub fn posts(&self, channel: u64) -> Vec<Post> {
+        self.lock()
+            .messages
+            .values()
+            .filter(|m| m.channel_id == channel && m.bot)
+            .map(|m| Post {
+                id: m.id,
+                at_ms: m.at_ms,
+                reply_to: m.reply_to,
+                content: m.content.clone(),
+                attachments: m.attachments.iter().map(|a| a.filename.clone()).collect(),
+                edited: m.edited,
+                deleted: m.deleted,
+            })
+            .collect()
+    }
+
+    pub fn typing(&self, channel: u64) -> Vec<i64> {
+        self.lock().typing.get(&channel).cloned().unwrap_or_default()
+    }
+
+    /// Starts a gateway session; returns its id and the READY frame (sequence 1).
+    pub fn identify(&self) -> (String, String) {
+        let mut inner = self.lock();
+        inner.identifies += 1;
+        let id = format!("loopback-session-{}-{}", inner.identifies, now_ms());
+        let ready = model::ready_json(self, &id);
+        let frame = serde_json::json!({ "op": 0, "t": "READY", "s": 1, "d": ready }).to_string();
+        inner.sessions.insert(id.clone(), GatewaySession { seq: 1, log: vec![(1, frame.clone())] });
+        (id, frame)
+    }
+
+    /// Resumes a session: the frames after `seq`, ending with RESUMED; `None` for an unknown session.
+    pub fn resume(&self, session: &str, seq: u64) -> Option<Vec<(u64, String)>> {
+        let mut inner = self.lock();
+        let extra = std::mem::take(&mut inner.replay_extra);
+        let seq = seq.saturating_sub(extra);
+        let s = inner.sessions.get_mut(session)?;
+        s.seq += 1;
+        let resumed = serde_json::json!({ "op": 0, "t": "RESUMED", "s": s.seq, "d": {} }).to_string();
+        s.log.push((s.seq, resumed));
+        let frames = s.log.iter().filter(|(n, _)| *n > seq).cloned().collect();
+        inner.resumes += 1;
+        Some(frames)
+    }
+
+    /// Frames of a session after `seq`.
+    pub fn frames_after(&self, session: &str, seq: u64) -> Vec<(u64, String)> {
+        self.lock().sessions.get(session).map(|s| s.log.iter().filter(|(n, _)| *n > seq).cloned().collect()).unwrap_or_default()
+    }
+
+    pub fn identifies(&self) -> u64 {
+        self.lock().identifies
+    }
+
+    pub fn resumes(&self) -> u64 {
+        self.lock().resumes
+    }
+
+    pub fn set_attached(&self, delta: isize) {
+        let mut inner = self.lock();
+        inner.attached = inner.attached.saturating_add_signed(delta);
+        drop(inner);
+        self.attached_changed.notify_waiters();
+    }
+
+    pub fn drop_connections(&self) {
+        let _ = self.drop_all.send(());
+    }
+
+    /// Makes the next resume replay `frames` dispatches the client already had, as Discord may.
+    pub fn replay_on_resume(&self, frames: u64) {
+        self.lock().replay_extra = frames;
+    }
+
+    pub async fn wait_for_session(&self, timeout: Duration) -> bool {
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            let notified = self.attached_changed.notified();
+            if self.lock().attached > 0 {
+                return true;
+            }
+            if tokio::time::timeout_at(deadline, notified).await.is_err() {
+                return self.lock().attached > 0;
+            }
+        }
+    }
+}

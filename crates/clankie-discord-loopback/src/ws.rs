@@ -1,0 +1,108 @@
+//! The gateway WebSocket, v10, JSON encoding.
+
+use std::sync::Arc;
+
+use axum::Router;
+use axum::extract::State as AxState;
+use axum::extract::ws::{Message, WebSocket, WebSocketUpgrade};
+use axum::response::Response;
+use axum::routing::get;
+use serde_json::{Value, json};
+
+use crate::state::State;
+
+pub(crate) fn routes() -> Router<Arc<State>> {
+    // twilight connects to `<url>/?v=10&encoding=json`, so both forms are served.
+    Router::new().route("/gateway", get(upgrade)).route("/gateway/", get(upgrade))
+}
+
+async fn upgrade(ws: WebSocketUpgrade, AxState(state): AxState<Arc<State>>) -> Response {
+    ws.on_upgrade(move |socket| serve(socket, state))
+}
+
+fn token_ok(state: &State, token: &str) -> bool {
+    token.trim_start_matches("Bot ") == state.config.token
+}
+
+async fn send(socket: &mut WebSocket, frame: String) -> bool {
+    socket.send(Message::Text(frame.into())).await.is_ok()
+}
+
+async fn serve(mut socket: WebSocket, state: Arc<State>) {
+    let hello = json!({ "op": 10, "d": { "heartbeat_interval": state.config.heartbeat_interval_ms } }).to_string();
+    if !send(&mut socket, hello).await {
+        return;
+    }
+    let mut dispatched = state.dispatched.subscribe();
+    let mut drop_all = state.drop_all.subscribe();
+    let mut session: Option<String> = None;
+    let mut sent = 0u64;
+    loop {
+        tokio::select! {
+            incoming = socket.recv() => {
+                let Some(Ok(message)) = incoming else { break };
+                let text = match message {
+                    Message::Text(t) => t.to_string(),
+                    Message::Close(_) => break,
+                    _ => continue,
+                };
+                let Ok(frame) = serde_json::from_str::<Value>(&text) else {
+                    let _ = socket.send(Message::Close(None)).await;
+                    break;
+                };
+                match frame["op"].as_u64() {
+                    Some(1) => {
+                        if !send(&mut socket, json!({ "op": 11 }).to_string()).await { break; }
+                    }
+                    Some(2) => {
+                        if !token_ok(&state, frame["d"]["token"].as_str().unwrap_or_default()) {
+                            let _ = socket.send(Message::Close(Some(axum::extract::ws::CloseFrame { code: 4004, reason: "Authentication failed.".into() }))).await;
+                            break;
+                        }
+                        let (id, ready) = state.identify();
+                        if !send(&mut socket, ready).await { break; }
+                        sent = 1;
+                        if session.replace(id).is_none() { state.set_attached(1); }
+                    }
+                    Some(6) => {
+                        let d = &frame["d"];
+                        let sid = d["session_id"].as_str().unwrap_or_default().to_owned();
+                        let seq = d["seq"].as_u64().unwrap_or(0);
+                        match (token_ok(&state, d["token"].as_str().unwrap_or_default()), state.resume(&sid, seq)) {
+                            (true, Some(frames)) => {
+                                let mut ok = true;
+                                for (n, f) in frames {
+                                    ok &= send(&mut socket, f).await;
+                                    sent = n;
+                                }
+                                if !ok { break; }
+                                if session.replace(sid).is_none() { state.set_attached(1); }
+                            }
+                            _ => {
+                                if !send(&mut socket, json!({ "op": 9, "d": false }).to_string()).await { break; }
+                            }
+                        }
+                    }
+                    _ => {}
+                }
+            }
+            _ = dispatched.recv() => {
+                if let Some(sid) = &session {
+                    let mut ok = true;
+                    for (n, f) in state.frames_after(sid, sent) {
+                        ok &= send(&mut socket, f).await;
+                        sent = n;
+                    }
+                    if !ok { break; }
+                }
+            }
+            _ = drop_all.recv() => {
+                // A cut, not a goodbye: no close frame, so the client resumes.
+                break;
+            }
+        }
+    }
+    if session.is_some() {
+        state.set_attached(-1);
+    }
+}

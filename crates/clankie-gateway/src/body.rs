@@ -1,0 +1,314 @@
+//! The body: posting, the tool card, history for cold lanes, live voice
+//! sessions for routing, and outcome reactions.
+
+use std::time::Duration;
+
+use clankie_bus::{ConsumerSpec, Delivery};
+use clankie_proto::{Family, LaneKey, v1};
+use futures::StreamExt;
+use prost::Message as _;
+use serde_json::json;
+use twilight_http::request::channel::reaction::RequestReactionType;
+use twilight_model::id::Id;
+
+use crate::{Gateway, GatewayError};
+
+/// Discord's limit on one message.
+pub const MAX_MESSAGE: usize = 2000;
+
+/// Splits text into pieces of at most `max` characters, preferring line
+/// breaks, then sentence ends, then spaces.
+pub fn split(text: &str, max: usize) -> Vec<String> {
+    let mut pieces = Vec::new();
+    let mut rest = text.trim();
+    while rest.chars().count() > max {
+        let cut_byte = rest.char_indices().nth(max).map_or(rest.len(), |(i, _)| i);
+        let window = &rest[..cut_byte];
+        let at = window
+            .rfind('\n')
+            .or_else(|| window.rfind(". ").map(|i| i + 1))
+            .or_else(|| window.rfind(['!', '?']).map(|i| i + 1))
+            .or_else(|| window.rfind(' '))
+            .filter(|&i| i > 0)
+            .unwrap_or(cut_byte);
+        pieces.push(rest[..at].trim_end().to_owned());
+        rest = rest[at..].trim_start();
+    }
+    if !rest.is_empty() {
+        pieces.push(rest.to_owned());
+    }
+    pieces
+}
+
+/// Discord's nonce for one piece of an outbound message: a stable number from its idempotency key.
+pub fn nonce(key: &str, piece: usize) -> String {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in key.bytes().chain(piece.to_le_bytes()) {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    // Discord nonces are at most 25 characters.
+    (h >> 1).to_string()
+}
+
+fn card_text(tools: &[String]) -> String {
+    format!("🔧 working: {}", if tools.is_empty() { "tools".to_owned() } else { tools.join(", ") })
+}
+
+/// What a failed post means for the outbound message.
+enum PostError {
+    /// Worth another try later (5xx, rate limit, network).
+    Retry,
+    /// Discord refused it for good.
+    Refused(u16),
+}
+
+fn classify(e: &twilight_http::Error) -> PostError {
+    match e.kind() {
+        twilight_http::error::ErrorType::Response { status, .. } if status.get() == 429 || status.get() >= 500 => PostError::Retry,
+        twilight_http::error::ErrorType::Response { status, .. } => PostError::Refused(status.get()),
+        _ => PostError::Retry,
+    }
+}
+
+impl Gateway {
+    pub(crate) async fn run_body(&self) -> Result<(), GatewayError> {
+        let spec = ConsumerSpec::durable("gateway-body", Family::BodySend);
+        let mut consumer = self.inner.bus.consumer::<v1::OutboundMessage>(spec).await?;
+        loop {
+            let d = consumer.next().await?;
+            let span = tracing::info_span!("delivery", delivery_id = %d.event.delivery_id);
+            let _ = tracing::Instrument::instrument(self.deliver(d), span).await;
+        }
+    }
+
+    async fn deliver(&self, d: Delivery<v1::OutboundMessage>) {
+        let out = &d.event;
+        let result = match v1::OutboundKind::try_from(out.kind) {
+            Ok(v1::OutboundKind::ToolCard) => self.tool_card(out).await,
+            Ok(v1::OutboundKind::Reply | v1::OutboundKind::TextUpdate) => self.post(out).await,
+            _ => Err(PostError::Refused(0)),
+        };
+        match result {
+            Ok(()) => {
+                let _ = d.ack().await;
+            }
+            Err(PostError::Retry) => {
+                let _ = d.nak_after(Duration::from_secs(1)).await;
+            }
+            Err(PostError::Refused(status)) => {
+                tracing::warn!(status, "Discord refused an outbound message; dropped");
+                self.receipt("gateway.post_refused", &out.delivery_id, |r| r.with_id("channel", out.channel_id).with_count("status", i64::from(status)))
+                    .await;
+                let _ = d.term().await;
+            }
+        }
+    }
+
+    async fn post(&self, out: &v1::OutboundMessage) -> Result<(), PostError> {
+        let channel = Id::new_checked(out.channel_id).ok_or(PostError::Refused(0))?;
+        let mut text = out.text.clone();
+        let mut missing = 0;
+        for artifact in &out.artifacts {
+            // No media service answers yet: every artifact is unresolved, which costs the picture, never the words.
+            missing += 1;
+            text.push_str(&format!("\n(I couldn't attach {}: it wasn't available when I posted.)", artifact.filename));
+        }
+        let pieces = split(&text, MAX_MESSAGE);
+        for (i, piece) in pieces.iter().enumerate() {
+            let mut body = json!({
+                "content": piece,
+                "nonce": nonce(&out.idempotency_key, i),
+                "enforce_nonce": true,
+                "allowed_mentions": { "parse": [], "replied_user": true },
+            });
+            if i == 0
+                && let Some(reply_to) = out.reply_to_message_id
+            {
+                body["message_reference"] = json!({ "message_id": reply_to.to_string(), "fail_if_not_exists": false });
+            }
+            let bytes = serde_json::to_vec(&body).map_err(|_| PostError::Refused(0))?;
+            self.inner.http.create_message(channel).payload_json(&bytes).await.map_err(|e| classify(&e))?;
+        }
+        if out.kind == v1::OutboundKind::Reply as i32 {
+            self.inner.typing.stop(out.channel_id);
+        }
+        self.receipt("gateway.posted", &out.delivery_id, |r| {
+            r.with_id("channel", out.channel_id)
+                .with_code(if out.kind == v1::OutboundKind::Reply as i32 { "reply" } else { "text_update" })
+                .with_count("pieces", pieces.len() as i64)
+                .with_count("chars", text.chars().count() as i64)
+                .with_count("artifacts_missing", missing)
+        })
+        .await;
+        Ok(())
+    }
+
+    async fn tool_card(&self, out: &v1::OutboundMessage) -> Result<(), PostError> {
+        let channel = Id::new_checked(out.channel_id).ok_or(PostError::Refused(0))?;
+        let turn = out.idempotency_key.rsplitn(2, ':').nth(1).unwrap_or(&out.idempotency_key);
+        let turn = turn.strip_suffix(":edit").unwrap_or(turn).to_owned();
+        let existing = self.inner.cards.lock().unwrap_or_else(|p| p.into_inner()).get(&turn).copied();
+        match (v1::ToolCardOp::try_from(out.tool_card_op), existing) {
+            (Ok(v1::ToolCardOp::Post), None) => {
+                let body = json!({ "content": card_text(&out.tool_names), "nonce": nonce(&out.idempotency_key, 0), "enforce_nonce": true });
+                let bytes = serde_json::to_vec(&body).map_err(|_| PostError::Refused(0))?;
+                let posted = self.inner.http.create_message(channel).payload_json(&bytes).await.map_err(|e| classify(&e))?;
+                let message = posted.model().await.map_err(|_| PostError::Retry)?;
+                self.inner.cards.lock().unwrap_or_else(|p| p.into_inner()).insert(turn, message.id);
+            }
+            (Ok(v1::ToolCardOp::Post | v1::ToolCardOp::Edit), Some(id)) => {
+                let text = card_text(&out.tool_names);
+                self.inner.http.update_message(channel, id).content(Some(&text)).await.map_err(|e| classify(&e))?;
+            }
+            (Ok(v1::ToolCardOp::Remove), Some(id)) => {
+                self.inner.cards.lock().unwrap_or_else(|p| p.into_inner()).remove(&turn);
+                self.inner.http.delete_message(channel, id).await.map_err(|e| classify(&e))?;
+            }
+            // An edit or removal of a card this replica never posted (or already removed): nothing to do.
+            _ => {}
+        }
+        Ok(())
+    }
+
+    pub(crate) async fn run_history(&self) -> Result<(), GatewayError> {
+        let mut requests = self.inner.bus.serve(Family::RpcHistory.wildcard(), "body").await?;
+        while let Some(msg) = requests.next().await {
+            let reply = match v1::HistoryRequest::decode(msg.payload.clone()) {
+                Ok(req) => self.history(&req).await,
+                Err(_) => v1::HistoryReply { messages: vec![], error: "request_undecodable".into() },
+            };
+            if let Err(e) = self.inner.bus.respond(&msg, &reply).await {
+                tracing::warn!(error = %e, "history reply not sent");
+            }
+        }
+        Ok(())
+    }
+
+    async fn history(&self, req: &v1::HistoryRequest) -> v1::HistoryReply {
+        let Some(channel) = Id::new_checked(req.channel_id) else {
+            return v1::HistoryReply { messages: vec![], error: "bad_channel".into() };
+        };
+        let limit = req.limit.clamp(1, 100) as u16;
+        let fetched = match Id::new_checked(req.before_message_id) {
+            Some(before) => self.inner.http.channel_messages(channel).before(before).limit(limit).await,
+            None => self.inner.http.channel_messages(channel).limit(limit).await,
+        };
+        let messages = match fetched {
+            Ok(response) => match response.models().await {
+                Ok(m) => m,
+                Err(_) => return v1::HistoryReply { messages: vec![], error: "undecodable".into() },
+            },
+            Err(_) => return v1::HistoryReply { messages: vec![], error: "fetch_failed".into() },
+        };
+        let bot = self.bot_id();
+        let mut out: Vec<v1::HistoryMessage> = messages
+            .iter()
+            .map(|m| v1::HistoryMessage {
+                message_id: m.id.get(),
+                author_id: m.author.id.get(),
+                author_name: m.author.global_name.clone().unwrap_or_else(|| m.author.name.clone()),
+                author_is_bot: m.author.bot,
+                is_him: m.author.id.get() == bot,
+                content: m.content.clone(),
+                at_ms: m.timestamp.as_micros() / 1000,
+            })
+            .collect();
+        // Discord lists newest first; a prompt reads oldest first.
+        out.reverse();
+        v1::HistoryReply { messages: out, error: String::new() }
+    }
+
+    pub(crate) async fn run_voice_sessions(&self) -> Result<(), GatewayError> {
+        // Every gateway replica needs every guild's current session, so each reads the stream from
+        // the last message per guild with a consumer of its own.
+        let name = format!("gateway-voice-{}", std::process::id());
+        let mut spec = ConsumerSpec::durable(name, Family::VoiceSession).last_per_subject();
+        spec.ack_wait = Duration::from_secs(30);
+        let mut consumer = self.inner.bus.consumer::<v1::VoiceSession>(spec).await?;
+        loop {
+            let d = consumer.next().await?;
+            {
+                let mut voice = self.inner.voice.write().unwrap_or_else(|p| p.into_inner());
+                match d.event.channel_id {
+                    Some(channel) => voice.insert(d.event.guild_id, channel),
+                    None => voice.remove(&d.event.guild_id),
+                };
+            }
+            let _ = d.ack().await;
+        }
+    }
+
+    /// The live voice channel of a guild, as this gateway knows it.
+    pub fn live_voice_channel(&self, guild: u64) -> Option<u64> {
+        self.inner.voice.read().unwrap_or_else(|p| p.into_inner()).get(&guild).copied()
+    }
+
+    pub(crate) async fn run_outcome_reactions(&self) -> Result<(), GatewayError> {
+        if !self.inner.config.outcome_reactions {
+            return std::future::pending().await;
+        }
+        let spec = ConsumerSpec::durable("gateway-outcomes", Family::LaneOutcome);
+        let mut consumer = self.inner.bus.consumer::<v1::DeliveryOutcome>(spec).await?;
+        loop {
+            let d = consumer.next().await?;
+            let outcome = &d.event;
+            let (Ok(lane), Ok(message)) = (outcome.lane.parse::<LaneKey>(), outcome.delivery_id.parse::<u64>()) else {
+                let _ = d.term().await;
+                continue;
+            };
+            let (Some(channel), Some(message)) = (Id::new_checked(lane.channel()), Id::new_checked(message)) else {
+                let _ = d.term().await;
+                continue;
+            };
+            let kind = v1::OutcomeKind::try_from(outcome.kind).unwrap_or(v1::OutcomeKind::Unspecified);
+            let emoji = RequestReactionType::Unicode { name: kind.reaction() };
+            match self.inner.http.create_reaction(channel, message, &emoji).await {
+                Ok(_) => {
+                    let _ = d.ack().await;
+                }
+                Err(e) => match classify(&e) {
+                    PostError::Retry => {
+                        let _ = d.nak_after(Duration::from_secs(1)).await;
+                    }
+                    PostError::Refused(_) => {
+                        let _ = d.term().await;
+                    }
+                },
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn long_text_splits_at_natural_boundaries_under_the_limit() {
+        let sentence = "This is one sentence about the bracket. ";
+        let text = sentence.repeat(120);
+        let pieces = split(&text, MAX_MESSAGE);
+        assert!(pieces.len() >= 3);
+        assert!(pieces.iter().all(|p| p.chars().count() <= MAX_MESSAGE));
+        assert!(pieces.iter().all(|p| p.ends_with('.')), "{:?}", pieces.iter().map(|p| &p[p.len() - 5..]).collect::<Vec<_>>());
+        assert_eq!(pieces.join(" ").split_whitespace().count(), text.split_whitespace().count());
+    }
+
+    #[test]
+    fn text_without_boundaries_still_splits() {
+        let pieces = split(&"x".repeat(4500), MAX_MESSAGE);
+        assert_eq!(pieces.iter().map(|p| p.chars().count()).collect::<Vec<_>>(), [2000, 2000, 500]);
+        assert_eq!(split("short", MAX_MESSAGE), ["short"]);
+        let multibyte = "é".repeat(2001);
+        assert!(split(&multibyte, MAX_MESSAGE).iter().all(|p| p.chars().count() <= MAX_MESSAGE));
+    }
+
+    #[test]
+    fn nonces_are_stable_distinct_and_short() {
+        assert_eq!(nonce("reply:1", 0), nonce("reply:1", 0));
+        assert_ne!(nonce("reply:1", 0), nonce("reply:1", 1));
+        assert_ne!(nonce("reply:1", 0), nonce("reply:2", 0));
+        assert!(nonce("reply:1", 0).len() <= 25);
+    }
+}

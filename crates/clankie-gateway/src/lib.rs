@@ -1,0 +1,143 @@
+//! The gateway: Discord's side of Clankie.
+//!
+//! - **Ingest**: a twilight shard reads MESSAGE_CREATE, [`normalise`]s it and
+//!   publishes it with `Nats-Msg-Id = discord:message:<id>`, so resume
+//!   replays and duplicate gateways yield one ingress. Text typed into the
+//!   chat of the guild's live voice channel goes to the voice room instead.
+//! - **Body**: posts what the captain asks (replies split at 2000 characters,
+//!   Discord's `nonce` with `enforce_nonce` from the idempotency key), keeps
+//!   the typing indicator alive, manages the tool card, answers history
+//!   requests for cold lanes, and (in the sandbox) shows outcomes as reactions.
+
+mod body;
+pub mod normalise;
+mod session;
+mod shard;
+mod typing;
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
+
+use clankie_bus::{Bus, BusError};
+use clankie_settings::Settings;
+use twilight_model::id::Id;
+use twilight_model::id::marker::MessageMarker;
+
+/// Why the gateway stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum GatewayError {
+    #[error(transparent)]
+    Bus(#[from] BusError),
+    #[error("the Discord shard ended: {0}")]
+    Shard(String),
+}
+
+/// How the gateway connects and behaves.
+#[derive(Clone)]
+pub struct GatewayConfig {
+    pub token: String,
+    /// host:port of a REST stand-in spoken to over HTTP.
+    pub api: Option<String>,
+    /// Gateway WebSocket URL override.
+    pub gateway_url: Option<String>,
+    /// Admitted guilds; empty for all.
+    pub guilds: Vec<u64>,
+    pub outcome_reactions: bool,
+    pub typing_interval: Duration,
+    /// The longest a typing loop runs without a stop (a backstop for a captain that died).
+    pub typing_max: Duration,
+    /// Where shard session state is saved so a restart resumes.
+    pub state_dir: PathBuf,
+    pub history_limit: u32,
+}
+
+impl std::fmt::Debug for GatewayConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GatewayConfig").field("api", &self.api).field("gateway_url", &self.gateway_url).field("guilds", &self.guilds).finish()
+    }
+}
+
+impl GatewayConfig {
+    /// The gateway's configuration from settings.
+    pub fn from_settings(settings: &Settings) -> GatewayConfig {
+        GatewayConfig {
+            token: settings.discord_token.clone(),
+            api: settings.discord_api.clone(),
+            gateway_url: settings.discord_gateway_url.clone(),
+            guilds: settings.discord_guilds.clone(),
+            outcome_reactions: settings.outcome_reactions,
+            typing_interval: settings.typing_interval,
+            typing_max: settings.stall_silence + Duration::from_secs(60),
+            state_dir: settings.state_root.join("gateway"),
+            history_limit: settings.history_limit,
+        }
+    }
+}
+
+pub(crate) struct Inner {
+    pub bus: Bus,
+    pub http: Arc<twilight_http::Client>,
+    pub config: GatewayConfig,
+    /// The bot's own user id, learned from READY.
+    pub bot_id: AtomicU64,
+    /// The live voice channel of each guild.
+    pub voice: RwLock<HashMap<u64, u64>>,
+    /// Tool cards on screen, by turn.
+    pub cards: Mutex<HashMap<String, Id<MessageMarker>>>,
+    pub typing: typing::TypingLoops,
+}
+
+/// A gateway replica. Cheap to clone.
+#[derive(Clone)]
+pub struct Gateway {
+    pub(crate) inner: Arc<Inner>,
+}
+
+/// Gives rustls (used by twilight without a provider of its own here) the ring provider.
+fn install_tls_provider() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+}
+
+impl Gateway {
+    /// A gateway over `bus` with the given configuration.
+    pub fn new(bus: Bus, config: GatewayConfig) -> Gateway {
+        install_tls_provider();
+        let mut builder = twilight_http::Client::builder().token(config.token.clone());
+        if let Some(api) = &config.api {
+            builder = builder.proxy(api.clone(), true);
+        }
+        let http = Arc::new(builder.build());
+        let typing = typing::TypingLoops::new(http.clone(), config.typing_interval, config.typing_max);
+        Gateway {
+            inner: Arc::new(Inner {
+                bus,
+                http,
+                config,
+                bot_id: AtomicU64::new(0),
+                voice: RwLock::new(HashMap::new()),
+                cards: Mutex::new(HashMap::new()),
+                typing,
+            }),
+        }
+    }
+
+    /// The bot's user id, once READY has arrived (0 before).
+    pub fn bot_id(&self) -> u64 {
+        self.inner.bot_id.load(Ordering::SeqCst)
+    }
+
+    /// Runs ingest and body until one of them fails.
+    pub async fn run(&self) -> Result<(), GatewayError> {
+        tokio::select! {
+            r = self.run_shard() => r,
+            r = self.run_body() => r,
+            r = self.run_typing() => r,
+            r = self.run_history() => r,
+            r = self.run_voice_sessions() => r,
+            r = self.run_outcome_reactions() => r,
+        }
+    }
+}

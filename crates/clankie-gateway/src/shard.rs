@@ -1,0 +1,144 @@
+//! Ingest: the shard's event loop.
+
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use clankie_bus::{MsgId, now_ms};
+use clankie_proto::{ReceiptKind, v1};
+use tracing::Instrument;
+use twilight_gateway::{ConfigBuilder, Event, EventTypeFlags, Intents, Session, Shard, ShardId, StreamExt};
+use twilight_model::channel::Message;
+
+use crate::normalise::{self, Route};
+use crate::session::{self, SavedSession};
+use crate::{Gateway, GatewayError};
+
+const SHARD: u32 = 0;
+
+impl Gateway {
+    fn save_session(&self, shard: &Shard) {
+        let (Some(s), Some(url)) = (shard.session(), shard.resume_url()) else { return };
+        let saved = SavedSession { session_id: s.id().to_owned(), sequence: s.sequence(), resume_url: url.to_owned() };
+        if let Err(e) = session::save(&self.inner.config.state_dir, SHARD, &saved) {
+            tracing::warn!(error = %e, "shard session not saved; a restart will identify afresh");
+        }
+    }
+
+    pub(crate) async fn run_shard(&self) -> Result<(), GatewayError> {
+        let config = &self.inner.config;
+        let intents = Intents::GUILD_MESSAGES | Intents::DIRECT_MESSAGES | Intents::MESSAGE_CONTENT | Intents::GUILD_VOICE_STATES;
+        let mut builder = ConfigBuilder::new(config.token.clone(), intents);
+        if let Some(url) = &config.gateway_url {
+            builder = builder.proxy_url(url.clone());
+        }
+        if let Some(saved) = session::load(&config.state_dir, SHARD) {
+            tracing::info!(sequence = saved.sequence, "resuming the saved shard session");
+            builder = builder.session(Session::new(saved.sequence, saved.session_id)).resume_url(saved.resume_url);
+        }
+        // A resumed session sees no READY, so learn who he is from REST as well.
+        match self.inner.http.current_user().await {
+            Ok(response) => match response.model().await {
+                Ok(me) => self.inner.bot_id.store(me.id.get(), Ordering::SeqCst),
+                Err(_) => tracing::warn!("current user unreadable; waiting for READY"),
+            },
+            Err(_) => tracing::warn!("current user not fetched; waiting for READY"),
+        }
+        let mut shard = Shard::with_config(ShardId::ONE, builder.build());
+        let wanted = EventTypeFlags::READY | EventTypeFlags::RESUMED | EventTypeFlags::MESSAGE_CREATE;
+        while let Some(item) = shard.next_event(wanted).await {
+            match item {
+                Err(e) => {
+                    // The error can quote the payload; log its kind only.
+                    tracing::warn!(kind = error_kind(e.kind()), "gateway event skipped");
+                }
+                Ok(Event::Ready(ready)) => {
+                    self.inner.bot_id.store(ready.user.id.get(), Ordering::SeqCst);
+                    tracing::info!("shard identified");
+                    self.save_session(&shard);
+                }
+                Ok(Event::Resumed) => {
+                    tracing::info!("shard resumed");
+                    self.save_session(&shard);
+                }
+                Ok(Event::MessageCreate(message)) => {
+                    let span = tracing::info_span!("delivery", delivery_id = message.id.get());
+                    self.ingest(&message.0).instrument(span).await;
+                    self.save_session(&shard);
+                }
+                Ok(_) => {}
+            }
+        }
+        Err(GatewayError::Shard("the shard's event stream ended".into()))
+    }
+
+    /// Normalises, routes and publishes one message.
+    pub(crate) async fn ingest(&self, message: &Message) {
+        let bot = self.bot_id();
+        if bot != 0 && message.author.id.get() == bot {
+            return;
+        }
+        let guilds = &self.inner.config.guilds;
+        if let Some(guild) = message.guild_id.map(|g| g.get())
+            && !guilds.is_empty()
+            && !guilds.contains(&guild)
+        {
+            self.receipt("gateway.rejected", &message.id.get().to_string(), |r| r.with_id("guild", guild).with_code("guild_not_admitted")).await;
+            return;
+        }
+        let ingress = normalise::ingress(message, bot, now_ms());
+        let live = ingress.guild_id.and_then(|g| self.inner.voice.read().unwrap_or_else(|p| p.into_inner()).get(&g).copied());
+        let id = MsgId::discord_message(message.id.get());
+        let (chars, attachments) = (ingress.content.chars().count() as i64, ingress.attachments.len() as i64);
+        let delivery = ingress.delivery_id.clone();
+        let (route, published) = match normalise::route(ingress, live) {
+            Route::Text(subject, ingress) => ("text", self.publish_patiently(&subject, &ingress, &id).await),
+            Route::Room(subject, input) => ("room", self.publish_patiently(&subject, &input, &id).await),
+        };
+        match published {
+            Some(p) => {
+                self.receipt("gateway.ingress", &delivery, |r| {
+                    r.with_id("channel", message.channel_id.get())
+                        .with_code(route)
+                        .with_count("chars", chars)
+                        .with_count("attachments", attachments)
+                        .with_flag("duplicate", p.duplicate)
+                })
+                .await
+            }
+            None => tracing::error!("ingress could not be published; the message is lost unless Discord replays it"),
+        }
+    }
+
+    /// Publishes, retrying for a while if NATS is briefly away.
+    async fn publish_patiently<E: clankie_proto::Event>(&self, subject: &clankie_proto::Subject, event: &E, id: &MsgId) -> Option<clankie_bus::Published> {
+        let mut delay = Duration::from_millis(100);
+        for attempt in 0..8 {
+            match self.inner.bus.publish(subject, event, Some(id)).await {
+                Ok(p) => return Some(p),
+                Err(e) => {
+                    tracing::warn!(attempt, error = %e, "publish failed; retrying");
+                    tokio::time::sleep(delay).await;
+                    delay = (delay * 2).min(Duration::from_secs(5));
+                }
+            }
+        }
+        None
+    }
+
+    pub(crate) async fn receipt(&self, kind: &'static str, delivery_id: &str, build: impl FnOnce(v1::Receipt) -> v1::Receipt) {
+        let Ok(kind) = ReceiptKind::new(kind) else { return };
+        let receipt = build(v1::Receipt::new(&kind, self.inner.bus.service(), delivery_id, now_ms()));
+        if let Err(e) = self.inner.bus.publish_receipt(&receipt).await {
+            tracing::warn!(error = %e, "receipt not published");
+        }
+    }
+}
+
+fn error_kind(kind: &twilight_gateway::error::ReceiveMessageErrorType) -> &'static str {
+    use twilight_gateway::error::ReceiveMessageErrorType as K;
+    match kind {
+        K::Deserializing { .. } => "deserializing",
+        K::Reconnect => "reconnect",
+        _ => "other",
+    }
+}

@@ -1,0 +1,112 @@
+use std::time::Duration;
+
+use clankie_bus::MsgId;
+use clankie_proto::{LaneKey, Subject, v1};
+
+use super::{GENERAL, GUILD, Rig, until};
+
+fn reply(to: u64, key: &str, text: &str) -> v1::OutboundMessage {
+    v1::OutboundMessage {
+        idempotency_key: key.into(),
+        kind: v1::OutboundKind::Reply as i32,
+        guild_id: Some(GUILD),
+        channel_id: GENERAL,
+        reply_to_message_id: Some(to),
+        text: text.into(),
+        lane: LaneKey::Room { guild: GUILD, channel: GENERAL }.to_string(),
+        delivery_id: to.to_string(),
+        ..Default::default()
+    }
+}
+
+#[tokio::test]
+async fn a_duplicate_outbound_posts_once() {
+    let rig = Rig::new().await;
+    let (_gateway, _task) = rig.gateway().await;
+    let asked = rig.say(GENERAL, "ada", "@Clankie hi");
+    let out = reply(asked, "reply:1", "hello ada");
+    // Two publishes JetStream does not dedup (as after a lost ack): Discord's enforced nonce must.
+    rig.bus.publish(&Subject::BodySend { channel: GENERAL }, &out, Some(&MsgId::new("first"))).await.unwrap();
+    rig.bus.publish(&Subject::BodySend { channel: GENERAL }, &out, Some(&MsgId::new("second"))).await.unwrap();
+    let other = reply(asked, "reply:2", "a different reply");
+    rig.bus.publish(&Subject::BodySend { channel: GENERAL }, &other, None).await.unwrap();
+    until("the later post", Duration::from_secs(10), || rig.discord.posts(GENERAL).iter().any(|p| p.content == "a different reply")).await;
+    let posts = rig.discord.posts(GENERAL);
+    assert_eq!(posts.iter().filter(|p| p.content == "hello ada").count(), 1, "{posts:?}");
+    assert_eq!(posts[0].reply_to, Some(asked), "threaded onto the message being answered");
+}
+
+#[tokio::test]
+async fn long_replies_split_and_every_piece_goes_out() {
+    let rig = Rig::new().await;
+    let (_gateway, _task) = rig.gateway().await;
+    let asked = rig.say(GENERAL, "ada", "@Clankie explain everything");
+    let text = "The bracket has many rounds. ".repeat(150);
+    rig.bus.publish(&Subject::BodySend { channel: GENERAL }, &reply(asked, "reply:long", &text), None).await.unwrap();
+    until("the pieces", Duration::from_secs(10), || rig.discord.posts(GENERAL).len() >= 3).await;
+    let posts = rig.discord.posts(GENERAL);
+    assert!(posts.iter().all(|p| p.content.chars().count() <= 2000));
+    assert_eq!(posts.iter().map(|p| p.content.split_whitespace().count()).sum::<usize>(), text.split_whitespace().count());
+    assert_eq!(posts[0].reply_to, Some(asked));
+}
+
+#[tokio::test]
+async fn an_artifact_that_cannot_be_resolved_costs_the_picture_not_the_words() {
+    let rig = Rig::new().await;
+    let (_gateway, _task) = rig.gateway().await;
+    let asked = rig.say(GENERAL, "ada", "@Clankie screenshot the bracket");
+    let mut out = reply(asked, "reply:pic", "Here's the bracket.");
+    out.artifacts = vec![v1::ArtifactRef { id: "sha256:00".into(), filename: "bracket.png".into(), content_type: "image/png".into() }];
+    rig.bus.publish(&Subject::BodySend { channel: GENERAL }, &out, None).await.unwrap();
+    until("the post", Duration::from_secs(10), || !rig.discord.posts(GENERAL).is_empty()).await;
+    let post = &rig.discord.posts(GENERAL)[0];
+    assert!(post.content.starts_with("Here's the bracket."));
+    assert!(post.content.contains("couldn't attach bracket.png"), "{}", post.content);
+    assert!(post.attachments.is_empty());
+}
+
+#[tokio::test]
+async fn typing_is_retriggered_before_it_expires_until_stopped() {
+    let rig = Rig::new().await;
+    let (_gateway, _task) = rig.gateway().await;
+    let action = |op: v1::TypingOp| v1::TypingAction { channel_id: GENERAL, lane: String::new(), delivery_id: "1".into(), op: op as i32, host: "captain-a".into(), stamped_at_ms: 0 };
+    rig.bus.publish(&Subject::BodyTyping { channel: GENERAL }, &action(v1::TypingOp::Start), None).await.unwrap();
+    until("several triggers", Duration::from_secs(10), || rig.discord.typing(GENERAL).len() >= 5).await;
+    rig.bus.publish(&Subject::BodyTyping { channel: GENERAL }, &action(v1::TypingOp::Stop), None).await.unwrap();
+    let stopped_by = clankie_bus::now_ms() + 1_000;
+    let count = rig.discord.typing(GENERAL).len();
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    let triggers = rig.discord.typing(GENERAL);
+    assert!(triggers.len() <= count + 1, "typing went on after stop");
+    assert!(triggers.iter().all(|t| *t <= stopped_by));
+    let gaps: Vec<i64> = triggers.windows(2).map(|w| w[1] - w[0]).collect();
+    // Configured at 200 ms here; Discord's indicator lasts 10 s.
+    assert!(gaps.iter().all(|g| *g < 1_000), "gaps {gaps:?}");
+}
+
+#[tokio::test]
+async fn the_tool_card_is_posted_edited_and_removed() {
+    let rig = Rig::new().await;
+    let (_gateway, _task) = rig.gateway().await;
+    let asked = rig.say(GENERAL, "ada", "@Clankie check the page");
+    let card = |op: v1::ToolCardOp, step: &str, tools: &[&str]| v1::OutboundMessage {
+        idempotency_key: format!("card:t1:{step}"),
+        kind: v1::OutboundKind::ToolCard as i32,
+        guild_id: Some(GUILD),
+        channel_id: GENERAL,
+        reply_to_message_id: Some(asked),
+        tool_card_op: op as i32,
+        tool_names: tools.iter().map(|t| t.to_string()).collect(),
+        delivery_id: asked.to_string(),
+        ..Default::default()
+    };
+    let subject = Subject::BodySend { channel: GENERAL };
+    rig.bus.publish(&subject, &card(v1::ToolCardOp::Post, "post", &["read_page"]), None).await.unwrap();
+    until("the card", Duration::from_secs(10), || !rig.discord.posts(GENERAL).is_empty()).await;
+    assert_eq!(rig.discord.posts(GENERAL)[0].content, "🔧 working: read_page");
+    rig.bus.publish(&subject, &card(v1::ToolCardOp::Edit, "edit:1", &["read_page", "send_text_update"]), None).await.unwrap();
+    until("the edit", Duration::from_secs(10), || rig.discord.posts(GENERAL)[0].edited).await;
+    assert_eq!(rig.discord.posts(GENERAL)[0].content, "🔧 working: read_page, send_text_update");
+    rig.bus.publish(&subject, &card(v1::ToolCardOp::Remove, "remove", &[]), None).await.unwrap();
+    until("the removal", Duration::from_secs(10), || rig.discord.posts(GENERAL)[0].deleted).await;
+}

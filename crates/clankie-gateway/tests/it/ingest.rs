@@ -1,0 +1,123 @@
+use std::time::Duration;
+
+use clankie_bus::now_ms;
+use clankie_discord_loopback::{NewAttachment, NewMessage};
+use clankie_proto::{Family, Subject, v1};
+
+use super::{GENERAL, GUILD, Rig, VOICE_CHAT, record, until};
+
+#[tokio::test]
+async fn a_user_message_becomes_exactly_one_ingress() {
+    let rig = Rig::new().await;
+    let ingress = record::<v1::Ingress>(&rig.bus, Family::IngressText).await;
+    let (_gateway, _task) = rig.gateway().await;
+    let id = rig.say(GENERAL, "ada", "@Clankie is the lobby up?");
+    until("the ingress", Duration::from_secs(10), || !ingress.all().is_empty()).await;
+    let got = ingress.all();
+    assert_eq!(got.len(), 1);
+    let i = &got[0];
+    assert_eq!(i.delivery_id, id.to_string());
+    assert_eq!((i.guild_id, i.channel_id), (Some(GUILD), GENERAL));
+    assert!(i.mentions_him);
+    assert_eq!(i.author_name, "ada");
+    assert!(!i.author_is_bot);
+    assert_eq!(rig.stream_count("CLANKIE_INGRESS").await, 1);
+}
+
+#[tokio::test]
+async fn a_forced_resume_that_replays_the_message_still_yields_one_ingress() {
+    let rig = Rig::new().await;
+    let receipts = record::<v1::Receipt>(&rig.bus, Family::Receipt).await;
+    let (_gateway, _task) = rig.gateway().await;
+    rig.say(GENERAL, "ada", "@Clankie hello");
+    until("the first ingress", Duration::from_secs(10), || receipts.all().iter().any(|r| r.kind == "gateway.ingress")).await;
+    let resumes = rig.discord.resumes();
+    rig.discord.drop_and_replay(1);
+    // twilight waits at least a second before reconnecting.
+    until("the resume", Duration::from_secs(15), || rig.discord.resumes() > resumes).await;
+    until("the replayed message", Duration::from_secs(10), || receipts.all().iter().filter(|r| r.kind == "gateway.ingress").count() == 2).await;
+    let ingress: Vec<_> = receipts.all().into_iter().filter(|r| r.kind == "gateway.ingress").collect();
+    assert_eq!(ingress.iter().filter(|r| r.flags["duplicate"]).count(), 1, "the replay reached JetStream as a duplicate");
+    assert_eq!(rig.stream_count("CLANKIE_INGRESS").await, 1, "one ingress stored");
+    assert_eq!(rig.discord.identifies(), 1, "a resume, not a new session");
+}
+
+#[tokio::test]
+async fn a_restarted_gateway_resumes_its_saved_session() {
+    let rig = Rig::new().await;
+    let (_gateway, task) = rig.gateway().await;
+    rig.say(GENERAL, "ada", "before the restart");
+    until("the session file", Duration::from_secs(10), || rig.dir.path().join("gateway/shard-0.json").exists()).await;
+    task.abort();
+    let _ = task.await;
+    rig.discord.drop_connections();
+    let resumes = rig.discord.resumes();
+    let (_gateway, _task) = rig.gateway().await;
+    until("the resume", Duration::from_secs(15), || rig.discord.resumes() > resumes).await;
+    assert_eq!(rig.discord.identifies(), 1, "the restart re-identified instead of resuming");
+}
+
+#[tokio::test]
+async fn text_in_the_live_voice_chat_is_room_input_unless_it_carries_an_image() {
+    let rig = Rig::new().await;
+    let text = record::<v1::Ingress>(&rig.bus, Family::IngressText).await;
+    let room = record::<v1::RoomInput>(&rig.bus, Family::IngressRoom).await;
+    let (gateway, _task) = rig.gateway().await;
+
+    // No live voice session: the text lane owns it.
+    let first = rig.say(VOICE_CHAT, "ada", "anyone in vc?");
+    until("text ingress", Duration::from_secs(10), || text.all().iter().any(|i| i.delivery_id == first.to_string())).await;
+
+    // The voice floor announces the live session.
+    let session = v1::VoiceSession { guild_id: GUILD, channel_id: Some(VOICE_CHAT), session_id: "vs1".into(), updated_at_ms: now_ms() };
+    rig.bus.publish(&Subject::VoiceSession { guild: GUILD }, &session, None).await.unwrap();
+    until("the live session", Duration::from_secs(10), || gateway.live_voice_channel(GUILD) == Some(VOICE_CHAT)).await;
+
+    let typed = rig.say(VOICE_CHAT, "ada", "say something in vc clankie");
+    until("room input", Duration::from_secs(10), || room.all().iter().any(|r| r.delivery_id == typed.to_string())).await;
+    let input = room.all().into_iter().find(|r| r.delivery_id == typed.to_string()).unwrap();
+    assert_eq!(input.source, v1::RoomInputSource::Text as i32);
+    assert_eq!(input.text, "say something in vc clankie");
+
+    let picture = rig.discord.user_message(NewMessage {
+        channel_id: VOICE_CHAT,
+        author: "ada".into(),
+        content: "look at this".into(),
+        attachments: vec![NewAttachment { filename: "map.png".into(), content_type: "image/png".into(), text: Some("png".into()), ..Default::default() }],
+        ..Default::default()
+    });
+    until("the picture as text ingress", Duration::from_secs(10), || text.all().iter().any(|i| i.delivery_id == picture.to_string())).await;
+
+    // Elsewhere in the guild nothing changes.
+    let general = rig.say(GENERAL, "ada", "meanwhile");
+    until("general ingress", Duration::from_secs(10), || text.all().iter().any(|i| i.delivery_id == general.to_string())).await;
+
+    let typed_as_text = text.all().iter().any(|i| i.delivery_id == typed.to_string());
+    let picture_as_room = room.all().iter().any(|r| r.delivery_id == picture.to_string());
+    assert!(!typed_as_text, "typed voice-chat text also became a text-lane ingress");
+    assert!(!picture_as_room, "a picture went to the voice room");
+    assert_eq!(room.all().len(), 1);
+}
+
+#[tokio::test]
+async fn messages_from_guilds_not_admitted_are_dropped_with_a_receipt() {
+    let rig = Rig::new().await;
+    let text = record::<v1::Ingress>(&rig.bus, Family::IngressText).await;
+    let receipts = record::<v1::Receipt>(&rig.bus, Family::Receipt).await;
+    let mut config = rig.gateway_config();
+    config.guilds = vec![999];
+    let settings = clankie_settings::Settings::for_endpoints(&rig.nats.url(), "postgres://unused@127.0.0.1:1/x", rig.dir.path()).unwrap();
+    let gateway = clankie_gateway::Gateway::new(clankie_bus::Bus::connect(&settings, "gateway").await.unwrap(), config);
+    let running = gateway.clone();
+    let _task = tokio::spawn(async move {
+        let _ = running.run().await;
+    });
+    assert!(rig.discord.wait_for_session(Duration::from_secs(20)).await);
+    let id = rig.say(GENERAL, "ada", "@Clankie secret plans");
+    until("the rejection", Duration::from_secs(10), || receipts.all().iter().any(|r| r.kind == "gateway.rejected")).await;
+    let r = receipts.all().into_iter().find(|r| r.kind == "gateway.rejected").unwrap();
+    assert_eq!(r.delivery_id, id.to_string());
+    assert_eq!(r.codes, ["guild_not_admitted"]);
+    assert!(!format!("{r:?}").contains("secret plans"));
+    assert!(text.all().is_empty());
+}

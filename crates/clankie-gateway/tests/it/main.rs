@@ -1,0 +1,110 @@
+//! The gateway's real twilight clients against the loopback Discord, with real NATS;
+//! the cross-service module adds the real captain, PostgreSQL and the model stand-in.
+
+mod body;
+mod ingest;
+mod stack;
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use clankie_bus::Bus;
+use clankie_discord_loopback::{Loopback, LoopbackConfig, NewMessage};
+use clankie_gateway::{Gateway, GatewayConfig};
+use clankie_proto::{Event, Family};
+use clankie_testkit::{TestDir, TestNats};
+use futures::StreamExt;
+
+pub const GENERAL: u64 = 200;
+pub const VOICE_CHAT: u64 = 300;
+pub const GUILD: u64 = 100;
+
+pub struct Rig {
+    pub nats: TestNats,
+    pub dir: TestDir,
+    pub discord: Loopback,
+    pub bus: Bus,
+}
+
+/// Collects every event of one family published on the bus.
+#[derive(Clone)]
+pub struct Recorder<E>(Arc<Mutex<Vec<E>>>);
+
+impl<E: Clone> Recorder<E> {
+    pub fn all(&self) -> Vec<E> {
+        self.0.lock().unwrap().clone()
+    }
+}
+
+pub async fn record<E: Event>(bus: &Bus, family: Family) -> Recorder<E> {
+    let store = Recorder(Arc::new(Mutex::new(Vec::new())));
+    let mut sub = bus.client().subscribe(family.wildcard()).await.unwrap();
+    let sink = store.clone();
+    tokio::spawn(async move {
+        while let Some(msg) = sub.next().await {
+            if let Ok(e) = E::decode(msg.payload) {
+                sink.0.lock().unwrap().push(e);
+            }
+        }
+    });
+    bus.client().flush().await.unwrap();
+    store
+}
+
+/// Waits (polling a condition, bounded) until `check` holds.
+pub async fn until(what: &str, timeout: Duration, mut check: impl FnMut() -> bool) {
+    let deadline = tokio::time::Instant::now() + timeout;
+    while !check() {
+        assert!(tokio::time::Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+impl Rig {
+    pub async fn new() -> Rig {
+        let config = LoopbackConfig { heartbeat_interval_ms: 5_000, ..LoopbackConfig::default() };
+        let discord = Loopback::serve("127.0.0.1:0".parse().unwrap(), config).await.unwrap();
+        let (nats, dir) = (TestNats::start().unwrap(), TestDir::new());
+        let settings = clankie_settings::Settings::for_endpoints(&nats.url(), "postgres://unused@127.0.0.1:1/x", dir.path()).unwrap();
+        let bus = Bus::connect(&settings, "test").await.unwrap();
+        bus.ensure_streams().await.unwrap();
+        Rig { nats, dir, discord, bus }
+    }
+
+    pub fn gateway_config(&self) -> GatewayConfig {
+        GatewayConfig {
+            token: self.discord.config().token.clone(),
+            api: Some(self.discord.addr().to_string()),
+            gateway_url: Some(self.discord.gateway_url()),
+            guilds: vec![],
+            outcome_reactions: true,
+            typing_interval: Duration::from_millis(200),
+            typing_max: Duration::from_secs(30),
+            state_dir: self.dir.path().join("gateway"),
+            history_limit: 10,
+        }
+    }
+
+    /// Starts a gateway and waits until its shard is identified or resumed.
+    pub async fn gateway(&self) -> (Gateway, tokio::task::JoinHandle<()>) {
+        let settings = clankie_settings::Settings::for_endpoints(&self.nats.url(), "postgres://unused@127.0.0.1:1/x", self.dir.path()).unwrap();
+        let bus = Bus::connect(&settings, "gateway").await.unwrap();
+        let gateway = Gateway::new(bus, self.gateway_config());
+        let running = gateway.clone();
+        let task = tokio::spawn(async move {
+            let _ = running.run().await;
+        });
+        assert!(self.discord.wait_for_session(Duration::from_secs(20)).await, "the shard never attached");
+        until("READY", Duration::from_secs(10), || gateway.bot_id() != 0).await;
+        (gateway, task)
+    }
+
+    pub fn say(&self, channel: u64, author: &str, content: &str) -> u64 {
+        self.discord.user_message(NewMessage { channel_id: channel, author: author.into(), content: content.into(), ..Default::default() })
+    }
+
+    pub async fn stream_count(&self, stream: &str) -> u64 {
+        let mut s = self.bus.jetstream().get_stream(stream).await.unwrap();
+        s.info().await.unwrap().state.messages
+    }
+}
