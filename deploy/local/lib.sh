@@ -9,6 +9,9 @@ ensure_packages() {
   ls /usr/lib/postgresql/*/bin/pg_ctl >/dev/null 2>&1 || { missing+=(postgresql); why+=("postgresql: lane state and receipts"); }
   command -v cmake >/dev/null 2>&1 || { missing+=(cmake); why+=("cmake: builds the voice codec"); }
   command -v setsid >/dev/null 2>&1 || { missing+=(util-linux); why+=("util-linux: setsid, runuser"); }
+  if [ "${CLANKIE_WITH_BROWSER:-0}" = "1" ]; then
+    command -v chromedriver >/dev/null 2>&1 || { missing+=(chromium chromium-driver); why+=("chromium, chromium-driver: the sandbox page's browser test"); }
+  fi
   if [ ${#missing[@]} -eq 0 ]; then
     return 0
   fi

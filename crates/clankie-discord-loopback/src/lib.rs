@@ -64,7 +64,7 @@ impl Default for LoopbackConfig {
             channels: vec![
                 ChannelSpec { id: 200, name: "general".into(), voice: false },
                 ChannelSpec { id: 201, name: "lobbies".into(), voice: false },
-                ChannelSpec { id: 300, name: "Hangout (voice)".into(), voice: true },
+                ChannelSpec { id: 300, name: "Hangout".into(), voice: true },
             ],
             dm_channels: vec![900],
             heartbeat_interval_ms: 41_250,

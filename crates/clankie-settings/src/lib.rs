@@ -143,6 +143,11 @@ pub const SETTINGS: &[Setting] = &[
         doc: "How often the body re-triggers Discord's typing indicator, which expires after 10 s.",
     },
     Setting {
+        name: "CLANKIE_SANDBOX_ADDR",
+        default: "127.0.0.1:8700",
+        doc: "Where `clankie run` serves the loopback Discord and its sandbox page.",
+    },
+    Setting {
         name: "CLANKIE_BOT_NAME",
         default: "Clankie",
         doc: "His name, as prompts and the sandbox show it.",
@@ -236,6 +241,8 @@ pub struct Settings {
     pub outcome_reactions: bool,
     /// Typing re-trigger interval.
     pub typing_interval: Duration,
+    /// Where the embedded default serves the loopback Discord.
+    pub sandbox_addr: std::net::SocketAddr,
     /// His display name.
     pub bot_name: String,
     /// Lane lease time-to-live.
@@ -279,6 +286,7 @@ impl fmt::Debug for Settings {
             .field("discord_guilds", &self.discord_guilds)
             .field("outcome_reactions", &self.outcome_reactions)
             .field("typing_interval", &self.typing_interval)
+            .field("sandbox_addr", &self.sandbox_addr)
             .field("bot_name", &self.bot_name)
             .field("lane_lease_ttl", &self.lane_lease_ttl)
             .field("ingress_ack_wait", &self.ingress_ack_wait)
@@ -378,6 +386,11 @@ impl Settings {
             .map(|a| a.trim().parse::<std::net::SocketAddr>())
             .transpose()
             .map_err(|_| SettingsError::Invalid { var: "CLANKIE_HTTP_ADDR", reason: "expected host:port, e.g. 0.0.0.0:9470".into() })?;
+        let sandbox_addr = var("CLANKIE_SANDBOX_ADDR")
+            .unwrap_or_else(|| "127.0.0.1:8700".into())
+            .trim()
+            .parse::<std::net::SocketAddr>()
+            .map_err(|_| SettingsError::Invalid { var: "CLANKIE_SANDBOX_ADDR", reason: "expected host:port, e.g. 127.0.0.1:8700".into() })?;
         let bot_name = var("CLANKIE_BOT_NAME").unwrap_or_else(|| "Clankie".into());
         let lane_lease_ttl = ms("CLANKIE_LANE_LEASE_TTL_MS", 30_000, 100)?;
         let ingress_ack_wait = ms("CLANKIE_INGRESS_ACK_WAIT_MS", 30_000, 100)?;
@@ -404,6 +417,7 @@ impl Settings {
             return Err(SettingsError::Invalid { var: "CLANKIE_TYPING_INTERVAL_MS", reason: "must be under 10000: Discord's indicator expires after 10 s".into() });
         }
         Ok(Settings {
+            sandbox_addr,
             discord_token,
             discord_api,
             discord_gateway_url,

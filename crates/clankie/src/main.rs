@@ -36,6 +36,10 @@ enum Command {
     },
     /// Print every setting with its default as a Markdown table.
     Settings,
+    /// Run the embedded default: loopback Discord with its sandbox page, gateway and captain.
+    ///
+    /// Needs the local stack (`clankie stack up`) or another NATS and PostgreSQL.
+    Run,
 }
 
 #[derive(Subcommand, Clone, Copy)]
@@ -65,7 +69,24 @@ async fn main() -> Result<()> {
             print!("{}", settings_table());
             Ok(())
         }
+        Command::Run => run(&settings).await,
     }
+}
+
+async fn run(settings: &Settings) -> Result<()> {
+    let sandbox = clankie_sandbox::Sandbox::start(settings, settings.sandbox_addr)
+        .await
+        .context("starting the embedded stack (is `clankie stack up` running?)")?;
+    let model = match &settings.model_base_url {
+        Some(url) => format!("the model at {}", redact_url(url)),
+        None => "the offline REHEARSAL model (set CLANKIE_MODEL_BASE_URL for a real one)".to_owned(),
+    };
+    eprintln!("Clankie is running against the loopback Discord with {model}.");
+    eprintln!("Open the sandbox room: {}", sandbox.url());
+    eprintln!("Watch the bus in another terminal: cargo run -q -p clankie -- tap");
+    eprintln!("Ctrl-C stops it.");
+    tokio::signal::ctrl_c().await.context("waiting for Ctrl-C")?;
+    Ok(())
 }
 
 async fn migrate(settings: &Settings) -> Result<()> {

@@ -13,7 +13,7 @@ async fn the_seed_burst_gets_one_answer() {
     rig.standin.script(Script::any(Reply::Text {
         text: "Deadlock lobbies open at eight, ".into(),
         chunk_chars: 2,
-        chunk_delay_ms: 60,
+        chunk_delay_ms: 150,
         first_delay_ms: 100,
         tail_delay_ms: 0,
     }));

@@ -1,0 +1,91 @@
+//! The embedded default: everything Clankie needs on one machine, in one
+//! process, against the loopback Discord.
+//!
+//! [`Sandbox::start`] serves the loopback Discord (with the sandbox page a
+//! person chats in), then a gateway and a captain wired to it, over the
+//! configured NATS and PostgreSQL. `clankie run` uses it; so do the
+//! cross-service tests, so what a person sees is what the tests prove.
+
+use std::net::SocketAddr;
+
+use clankie_captain::{Captain, CaptainConfig};
+use clankie_discord_loopback::{Loopback, LoopbackConfig};
+use clankie_gateway::{Gateway, GatewayConfig};
+use clankie_settings::Settings;
+
+/// Why the sandbox could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum SandboxError {
+    #[error("could not serve the loopback Discord on {addr}: {source}")]
+    Loopback { addr: SocketAddr, source: std::io::Error },
+    #[error(transparent)]
+    Bus(#[from] clankie_bus::BusError),
+    #[error(transparent)]
+    Store(#[from] clankie_store::StoreError),
+    #[error("model: {0}")]
+    Model(#[from] clankie_agent::ModelError),
+}
+
+/// A running embedded stack. Dropping it stops the services.
+pub struct Sandbox {
+    pub discord: Loopback,
+    pub gateway: Gateway,
+    pub captain: Captain,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl Sandbox {
+    /// Starts the loopback Discord on `addr`, then a gateway and a captain against it.
+    pub async fn start(settings: &Settings, addr: SocketAddr) -> Result<Sandbox, SandboxError> {
+        let config = LoopbackConfig { token: settings.discord_token.clone(), bot_name: settings.bot_name.clone(), ..LoopbackConfig::default() };
+        let discord = Loopback::serve(addr, config).await.map_err(|source| SandboxError::Loopback { addr, source })?;
+
+        let bus = clankie_bus::Bus::connect(settings, "gateway").await?;
+        bus.ensure_streams().await?;
+        let mut gateway_config = GatewayConfig::from_settings(settings);
+        gateway_config.api = Some(discord.addr().to_string());
+        gateway_config.gateway_url = Some(discord.gateway_url());
+        gateway_config.token = discord.config().token.clone();
+        gateway_config.outcome_reactions = true;
+        // Each sandbox is a fresh Discord: a session saved against another one cannot resume here.
+        let _ = std::fs::remove_dir_all(&gateway_config.state_dir);
+        let gateway = Gateway::new(bus, gateway_config);
+
+        let store = clankie_store::Store::connect(&settings.database_url).await?;
+        store.migrate().await?;
+        let model = clankie_agent::model_from_settings(settings)?;
+        if model.is_rehearsal() {
+            tracing::warn!("no CLANKIE_MODEL_BASE_URL: the offline rehearsal model answers; its words start with [rehearsal]");
+        }
+        let agent = clankie_agent::Agent::new(model, clankie_agent::config_from_settings(settings));
+        let captain = Captain::new(clankie_bus::Bus::connect(settings, "captain").await?, store, agent, CaptainConfig::from_settings(settings));
+
+        let mut tasks = Vec::new();
+        let g = gateway.clone();
+        tasks.push(tokio::spawn(async move {
+            if let Err(e) = g.run().await {
+                tracing::error!(error = %e, "gateway stopped");
+            }
+        }));
+        let c = captain.clone();
+        tasks.push(tokio::spawn(async move {
+            if let Err(e) = c.run().await {
+                tracing::error!(error = %e, "captain stopped");
+            }
+        }));
+        Ok(Sandbox { discord, gateway, captain, tasks })
+    }
+
+    /// The sandbox page's address.
+    pub fn url(&self) -> String {
+        self.discord.url()
+    }
+}
+
+impl Drop for Sandbox {
+    fn drop(&mut self) {
+        for t in &self.tasks {
+            t.abort();
+        }
+    }
+}
