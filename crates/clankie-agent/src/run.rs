@@ -368,6 +368,31 @@ async fn call_once(request: &ModelRequest, ctx: &RunCtx, stats: &mut RunStats, g
     acc.finish()
 }
 
+/// One model call with bounded retries of transient failures, outside any session: for
+/// callers (the voice floor's responder) that keep their own context.
+pub async fn complete(model: &Model, request: &ModelRequest, retry: RetryPolicy) -> Result<AssistantTurn, ModelError> {
+    let mut attempt = 0;
+    loop {
+        let result = async {
+            let mut stream = model.open(request).await?;
+            let mut acc = Accumulator::default();
+            while let Some(item) = stream.next().await {
+                acc.push(item?);
+            }
+            acc.finish()
+        }
+        .await;
+        match result {
+            Err(ModelError::Transient { retry_after, .. }) if attempt < retry.max_retries => {
+                attempt += 1;
+                let backoff = retry.base_delay.saturating_mul(1 << (attempt - 1).min(16));
+                tokio::time::sleep(retry_after.unwrap_or(backoff).min(retry.max_delay)).await;
+            }
+            other => return other,
+        }
+    }
+}
+
 async fn run_tools(turn: &AssistantTurn, session: &mut Session, ctx: &RunCtx) -> Result<(), AgentError> {
     let calls = turn.tool_calls.iter().map(|call| async move {
         ctx.sink.emit(AgentEvent::ToolStart { call_id: call.id.clone(), name: call.name.clone() });

@@ -9,6 +9,7 @@
 
 pub mod admission;
 mod config;
+mod ask;
 mod held;
 pub mod http;
 mod lane;
@@ -106,9 +107,14 @@ impl Captain {
             .bus
             .consumer::<v1::Steer>(ConsumerSpec::durable("captain-steer", Family::LaneSteer).with_ack_wait(ack_wait))
             .await?;
+        let mut asks = self.inner.bus.serve(Family::RpcAsk.wildcard(), "captain").await?;
         tracing::info!(replica = %self.inner.config.replica, "captain consuming ingress");
         loop {
             tokio::select! {
+                Some(msg) = futures::StreamExt::next(&mut asks) => {
+                    let captain = self.clone();
+                    tokio::spawn(async move { captain.answer_ask(msg).await });
+                }
                 d = ingress.next() => {
                     let d = d?;
                     let span = tracing::info_span!("delivery", delivery_id = %d.event.delivery_id);

@@ -155,6 +155,16 @@ impl Loopback {
         self.state.drop_connections();
     }
 
+    /// A handle that records spoken lines, for a task that outlives a borrow of the loopback.
+    pub fn speaker(&self) -> Speaker {
+        Speaker(self.state.clone())
+    }
+
+    /// Records words he said aloud in a voice channel (shown on the sandbox page, never posted).
+    pub fn spoken(&self, channel: u64, text: String, answering: Option<u64>) {
+        self.state.spoken(channel, text, answering);
+    }
+
     /// Every message of a channel, oldest first (deleted ones marked).
     pub fn messages(&self, channel: u64) -> Vec<StoredMessage> {
         self.state.all_messages(channel)
@@ -163,6 +173,17 @@ impl Loopback {
     /// Waits until a gateway session is attached, or the timeout passes.
     pub async fn wait_for_session(&self, timeout: Duration) -> bool {
         self.state.wait_for_session(timeout).await
+    }
+}
+
+/// Records what he says aloud, for the sandbox page.
+#[derive(Clone)]
+pub struct Speaker(Arc<state::State>);
+
+impl Speaker {
+    /// Records one spoken line in a voice channel.
+    pub fn say(&self, channel: u64, text: String, answering: Option<u64>) {
+        self.0.spoken(channel, text, answering);
     }
 }
 

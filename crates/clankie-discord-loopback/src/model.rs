@@ -100,6 +100,7 @@ mod tests {
             edited: false,
             deleted: false,
             reactions: vec![],
+            spoken: false,
         }
     }
 

@@ -45,6 +45,9 @@ pub struct StoredMessage {
     pub deleted: bool,
     /// Reactions the bot added (how the sandbox shows each delivery's outcome).
     pub reactions: Vec<String>,
+    /// Said aloud in the voice channel, not posted: the sandbox's stand-in for hearing him.
+    #[serde(default)]
+    pub spoken: bool,
 }
 
 /// What the bot posted, as the control API reports it.
@@ -163,9 +166,35 @@ impl State {
             edited: false,
             deleted: false,
             reactions: Vec::new(),
+            spoken: false,
         };
         self.store_and_dispatch(&mut inner, message);
         id
+    }
+
+    /// Records words he said aloud in a voice channel; nothing is posted or dispatched.
+    pub fn spoken(&self, channel: u64, text: String, answering: Option<u64>) {
+        let guild_id = self.guild_of(channel).unwrap_or(None);
+        let mut inner = self.lock();
+        let id = State::next_id(&mut inner);
+        let line = StoredMessage {
+            id,
+            channel_id: channel,
+            guild_id,
+            author_id: self.config.bot_user_id,
+            author_name: self.config.bot_name.clone(),
+            bot: true,
+            content: text,
+            mentions_bot: false,
+            reply_to: answering,
+            attachments: Vec::new(),
+            at_ms: now_ms(),
+            edited: false,
+            deleted: false,
+            reactions: Vec::new(),
+            spoken: true,
+        };
+        inner.messages.insert(id, line);
     }
 
     /// Creates a bot message, or returns the one an earlier request with the same nonce created.
@@ -199,6 +228,7 @@ impl State {
             edited: false,
             deleted: false,
             reactions: Vec::new(),
+            spoken: false,
         };
         self.store_and_dispatch(&mut inner, message.clone());
         message
@@ -262,7 +292,7 @@ impl State {
             .messages
             .values()
             .rev()
-            .filter(|m| m.channel_id == channel && !m.deleted && before.is_none_or(|b| m.id < b))
+            .filter(|m| m.channel_id == channel && !m.deleted && !m.spoken && before.is_none_or(|b| m.id < b))
             .take(limit)
             .cloned()
             .collect()
@@ -281,7 +311,7 @@ impl State {
         self.lock()
             .messages
             .values()
-            .filter(|m| m.channel_id == channel && m.bot)
+            .filter(|m| m.channel_id == channel && m.bot && !m.spoken)
             .map(|m| Post {
                 id: m.id,
                 at_ms: m.at_ms,

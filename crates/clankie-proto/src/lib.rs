@@ -39,6 +39,9 @@ impl Event for v1::FloorDecision {}
 impl Event for v1::Receipt {}
 impl Event for v1::HistoryRequest {}
 impl Event for v1::HistoryReply {}
+impl Event for v1::Speak {}
+impl Event for v1::AskRequest {}
+impl Event for v1::AskReply {}
 
 impl v1::FailureCode {
     /// The stable snake-case code written to outcomes, receipts and metrics.

@@ -70,10 +70,14 @@ pub enum Subject {
     VoiceTranscript { guild: u64, channel: u64 },
     /// `clankie.voice.floor.<guild>.<channel>`: the floor's decisions.
     VoiceFloor { guild: u64, channel: u64 },
+    /// `clankie.voice.speak.<guild>.<channel>`: words for the audio body to say.
+    VoiceSpeak { guild: u64, channel: u64 },
     /// `clankie.receipt.<kind>`: content-free evidence.
     Receipt { kind: ReceiptKind },
     /// `clankie.rpc.history.<channel>`: request/reply for a channel's recent messages (no stream).
     RpcHistory { channel: u64 },
+    /// `clankie.rpc.ask.<guild>.<channel>`: the voice room's `ask_clankie` handoff to the captain (no stream).
+    RpcAsk { guild: u64, channel: u64 },
 }
 
 /// A kind of subject, independent of its ids: what wildcards and payload types hang off.
@@ -89,8 +93,10 @@ pub enum Family {
     VoiceInput,
     VoiceTranscript,
     VoiceFloor,
+    VoiceSpeak,
     Receipt,
     RpcHistory,
+    RpcAsk,
 }
 
 /// The second token of a subject: what JetStream streams are cut along.
@@ -126,7 +132,7 @@ fn truncate(s: &str) -> String {
 
 impl Family {
     /// Every family, in catalogue order.
-    pub const ALL: [Family; 12] = [
+    pub const ALL: [Family; 14] = [
         Family::IngressText,
         Family::IngressRoom,
         Family::LaneSteer,
@@ -137,8 +143,10 @@ impl Family {
         Family::VoiceInput,
         Family::VoiceTranscript,
         Family::VoiceFloor,
+        Family::VoiceSpeak,
         Family::Receipt,
         Family::RpcHistory,
+        Family::RpcAsk,
     ];
 
     /// A NATS wildcard matching every subject of this family.
@@ -154,8 +162,10 @@ impl Family {
             Family::VoiceInput => format!("{ROOT}.voice.input.*.*"),
             Family::VoiceTranscript => format!("{ROOT}.voice.transcript.*.*"),
             Family::VoiceFloor => format!("{ROOT}.voice.floor.*.*"),
+            Family::VoiceSpeak => format!("{ROOT}.voice.speak.*.*"),
             Family::Receipt => format!("{ROOT}.receipt.>"),
             Family::RpcHistory => format!("{ROOT}.rpc.history.*"),
+            Family::RpcAsk => format!("{ROOT}.rpc.ask.*.*"),
         }
     }
 
@@ -171,8 +181,10 @@ impl Family {
             Family::VoiceSession => "clankie.v1.VoiceSession",
             Family::VoiceTranscript => "clankie.v1.Transcript",
             Family::VoiceFloor => "clankie.v1.FloorDecision",
+            Family::VoiceSpeak => "clankie.v1.Speak",
             Family::Receipt => "clankie.v1.Receipt",
             Family::RpcHistory => "clankie.v1.HistoryRequest",
+            Family::RpcAsk => "clankie.v1.AskRequest",
         }
     }
 
@@ -182,11 +194,11 @@ impl Family {
             Family::IngressText | Family::IngressRoom => Area::Ingress,
             Family::LaneSteer | Family::LaneOutcome => Area::Lane,
             Family::BodyTyping | Family::BodySend => Area::Body,
-            Family::VoiceSession | Family::VoiceInput | Family::VoiceTranscript | Family::VoiceFloor => {
+            Family::VoiceSession | Family::VoiceInput | Family::VoiceTranscript | Family::VoiceFloor | Family::VoiceSpeak => {
                 Area::Voice
             }
             Family::Receipt => Area::Receipt,
-            Family::RpcHistory => Area::Rpc,
+            Family::RpcHistory | Family::RpcAsk => Area::Rpc,
         }
     }
 }
@@ -244,8 +256,10 @@ impl Subject {
             Subject::VoiceInput { .. } => Family::VoiceInput,
             Subject::VoiceTranscript { .. } => Family::VoiceTranscript,
             Subject::VoiceFloor { .. } => Family::VoiceFloor,
+            Subject::VoiceSpeak { .. } => Family::VoiceSpeak,
             Subject::Receipt { .. } => Family::Receipt,
             Subject::RpcHistory { .. } => Family::RpcHistory,
+            Subject::RpcAsk { .. } => Family::RpcAsk,
         }
     }
 
@@ -290,6 +304,8 @@ impl Subject {
             ["voice", "input", _, _] => Ok(Subject::VoiceInput { guild: id(3)?, channel: id(4)? }),
             ["voice", "transcript", _, _] => Ok(Subject::VoiceTranscript { guild: id(3)?, channel: id(4)? }),
             ["voice", "floor", _, _] => Ok(Subject::VoiceFloor { guild: id(3)?, channel: id(4)? }),
+            ["voice", "speak", _, _] => Ok(Subject::VoiceSpeak { guild: id(3)?, channel: id(4)? }),
+            ["rpc", "ask", _, _] => Ok(Subject::RpcAsk { guild: id(3)?, channel: id(4)? }),
             ["rpc", "history", _] => Ok(Subject::RpcHistory { channel: id(3)? }),
             ["receipt", ..] if tokens.len() > 2 => Ok(Subject::Receipt { kind: ReceiptKind::new(&tokens[2..].join("."))? }),
             _ => Err(unknown()),
@@ -311,6 +327,8 @@ impl fmt::Display for Subject {
             Subject::VoiceInput { guild, channel } => write!(f, "{ROOT}.voice.input.{guild}.{channel}"),
             Subject::VoiceTranscript { guild, channel } => write!(f, "{ROOT}.voice.transcript.{guild}.{channel}"),
             Subject::VoiceFloor { guild, channel } => write!(f, "{ROOT}.voice.floor.{guild}.{channel}"),
+            Subject::VoiceSpeak { guild, channel } => write!(f, "{ROOT}.voice.speak.{guild}.{channel}"),
+            Subject::RpcAsk { guild, channel } => write!(f, "{ROOT}.rpc.ask.{guild}.{channel}"),
             Subject::Receipt { kind } => write!(f, "{ROOT}.receipt.{kind}"),
             Subject::RpcHistory { channel } => write!(f, "{ROOT}.rpc.history.{channel}"),
         }
@@ -338,6 +356,8 @@ mod tests {
             Subject::VoiceFloor { guild: 16, channel: 17 },
             Subject::receipt("discord.voice.text_input").unwrap(),
             Subject::RpcHistory { channel: 18 },
+            Subject::VoiceSpeak { guild: 19, channel: 20 },
+            Subject::RpcAsk { guild: 21, channel: 22 },
         ]
     }
 

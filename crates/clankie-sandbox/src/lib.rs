@@ -12,6 +12,7 @@ use clankie_captain::{Captain, CaptainConfig};
 use clankie_discord_loopback::{Loopback, LoopbackConfig};
 use clankie_gateway::{Gateway, GatewayConfig};
 use clankie_settings::Settings;
+use clankie_voice_floor::{VoiceConfig, VoiceFloor};
 
 /// Why the sandbox could not start.
 #[derive(Debug, thiserror::Error)]
@@ -31,6 +32,7 @@ pub struct Sandbox {
     pub discord: Loopback,
     pub gateway: Gateway,
     pub captain: Captain,
+    pub voice: std::sync::Arc<VoiceFloor>,
     tasks: Vec<tokio::task::JoinHandle<()>>,
 }
 
@@ -60,7 +62,32 @@ impl Sandbox {
         let agent = clankie_agent::Agent::new(model, clankie_agent::config_from_settings(settings));
         let captain = Captain::new(clankie_bus::Bus::connect(settings, "captain").await?, store, agent, CaptainConfig::from_settings(settings));
 
+        let mut voice_config = VoiceConfig::from_settings(settings);
+        if voice_config.rooms.is_empty() {
+            // The loopback's voice channels are live: typing in their chat talks to the voice room.
+            let guild = discord.config().guild_id;
+            voice_config.rooms = discord.config().channels.iter().filter(|c| c.voice).map(|c| (guild, c.id)).collect();
+        }
+        let voice_bus = clankie_bus::Bus::connect(settings, "voice-floor").await?;
+        let voice = std::sync::Arc::new(VoiceFloor::new(voice_bus.clone(), clankie_agent::model_from_settings(settings)?, voice_config));
+
         let mut tasks = Vec::new();
+        let v = voice.clone();
+        tasks.push(tokio::spawn(async move {
+            if let Err(e) = v.run().await {
+                tracing::error!(error = %e, "voice floor stopped");
+            }
+        }));
+        // There is no audio body here: what the voice room says shows on the sandbox page instead.
+        let speaker = discord.speaker();
+        tasks.push(tokio::spawn(async move {
+            let Ok(mut said) = voice_bus.client().subscribe(clankie_proto::Family::VoiceSpeak.wildcard()).await else { return };
+            while let Some(msg) = futures::StreamExt::next(&mut said).await {
+                if let Ok(speak) = <clankie_proto::v1::Speak as prost::Message>::decode(msg.payload) {
+                    speaker.say(speak.channel_id, speak.text, speak.delivery_id.parse().ok());
+                }
+            }
+        }));
         let g = gateway.clone();
         tasks.push(tokio::spawn(async move {
             if let Err(e) = g.run().await {
@@ -73,7 +100,7 @@ impl Sandbox {
                 tracing::error!(error = %e, "captain stopped");
             }
         }));
-        Ok(Sandbox { discord, gateway, captain, tasks })
+        Ok(Sandbox { discord, gateway, captain, voice, tasks })
     }
 
     /// The sandbox page's address.

@@ -148,6 +148,26 @@ pub const SETTINGS: &[Setting] = &[
         doc: "Where `clankie run` serves the loopback Discord and its sandbox page.",
     },
     Setting {
+        name: "CLANKIE_VOICE_ROOMS",
+        default: "empty; `clankie run` makes the loopback's voice channel live",
+        doc: "Live voice rooms as comma-separated `guild:channel`; text typed in their chat goes to the voice floor.",
+    },
+    Setting {
+        name: "CLANKIE_BOT_ALIASES",
+        default: "clanky",
+        doc: "Comma-separated other names that address him on the voice floor.",
+    },
+    Setting {
+        name: "CLANKIE_FLOOR_CONTINUATION_MS",
+        default: "60000",
+        doc: "After he answers someone in voice, how long their next line continues the exchange.",
+    },
+    Setting {
+        name: "CLANKIE_FLOOR_OFFER_INTERVAL_MS",
+        default: "300000",
+        doc: "At most one unprompted voice offer per this interval.",
+    },
+    Setting {
         name: "CLANKIE_BOT_NAME",
         default: "Clankie",
         doc: "His name, as prompts and the sandbox show it.",
@@ -243,6 +263,14 @@ pub struct Settings {
     pub typing_interval: Duration,
     /// Where the embedded default serves the loopback Discord.
     pub sandbox_addr: std::net::SocketAddr,
+    /// Live voice rooms (guild, channel).
+    pub voice_rooms: Vec<(u64, u64)>,
+    /// Other names that address him.
+    pub bot_aliases: Vec<String>,
+    /// Voice continuation window per speaker.
+    pub floor_continuation: Duration,
+    /// Minimum gap between unprompted offers.
+    pub floor_offer_interval: Duration,
     /// His display name.
     pub bot_name: String,
     /// Lane lease time-to-live.
@@ -287,6 +315,10 @@ impl fmt::Debug for Settings {
             .field("outcome_reactions", &self.outcome_reactions)
             .field("typing_interval", &self.typing_interval)
             .field("sandbox_addr", &self.sandbox_addr)
+            .field("voice_rooms", &self.voice_rooms)
+            .field("bot_aliases", &self.bot_aliases)
+            .field("floor_continuation", &self.floor_continuation)
+            .field("floor_offer_interval", &self.floor_offer_interval)
             .field("bot_name", &self.bot_name)
             .field("lane_lease_ttl", &self.lane_lease_ttl)
             .field("ingress_ack_wait", &self.ingress_ack_wait)
@@ -391,6 +423,27 @@ impl Settings {
             .trim()
             .parse::<std::net::SocketAddr>()
             .map_err(|_| SettingsError::Invalid { var: "CLANKIE_SANDBOX_ADDR", reason: "expected host:port, e.g. 127.0.0.1:8700".into() })?;
+        let voice_rooms = match var("CLANKIE_VOICE_ROOMS") {
+            None => Vec::new(),
+            Some(list) => list
+                .split(',')
+                .map(str::trim)
+                .filter(|t| !t.is_empty())
+                .map(|t| {
+                    let (g, c) = t.split_once(':')?;
+                    Some((g.trim().parse().ok()?, c.trim().parse().ok()?))
+                })
+                .collect::<Option<Vec<(u64, u64)>>>()
+                .ok_or(SettingsError::Invalid { var: "CLANKIE_VOICE_ROOMS", reason: "expected comma-separated guild:channel pairs".into() })?,
+        };
+        let bot_aliases = var("CLANKIE_BOT_ALIASES")
+            .unwrap_or_else(|| "clanky".into())
+            .split(',')
+            .map(|a| a.trim().to_owned())
+            .filter(|a| !a.is_empty())
+            .collect();
+        let floor_continuation = ms("CLANKIE_FLOOR_CONTINUATION_MS", 60_000, 0)?;
+        let floor_offer_interval = ms("CLANKIE_FLOOR_OFFER_INTERVAL_MS", 300_000, 0)?;
         let bot_name = var("CLANKIE_BOT_NAME").unwrap_or_else(|| "Clankie".into());
         let lane_lease_ttl = ms("CLANKIE_LANE_LEASE_TTL_MS", 30_000, 100)?;
         let ingress_ack_wait = ms("CLANKIE_INGRESS_ACK_WAIT_MS", 30_000, 100)?;
@@ -417,6 +470,10 @@ impl Settings {
             return Err(SettingsError::Invalid { var: "CLANKIE_TYPING_INTERVAL_MS", reason: "must be under 10000: Discord's indicator expires after 10 s".into() });
         }
         Ok(Settings {
+            voice_rooms,
+            bot_aliases,
+            floor_continuation,
+            floor_offer_interval,
             sandbox_addr,
             discord_token,
             discord_api,

@@ -4,6 +4,7 @@
 
 mod browser;
 mod scenarios;
+mod voice;
 
 use std::time::Duration;
 
@@ -18,6 +19,7 @@ pub const GENERAL: u64 = 200;
 pub struct Rig {
     pub standin: StandIn,
     pub sandbox: Sandbox,
+    pub nats_url: String,
     _nats: TestNats,
     _db: TestDb,
     _dir: TestDir,
@@ -57,7 +59,7 @@ impl Rig {
         let sandbox = Sandbox::start(&settings, "127.0.0.1:0".parse().unwrap()).await.unwrap();
         assert!(sandbox.discord.wait_for_session(Duration::from_secs(20)).await, "the gateway never attached");
         until("READY", Duration::from_secs(10), || sandbox.gateway.bot_id() != 0).await;
-        Rig { standin, sandbox, _nats: nats, _db: db, _dir: dir }
+        Rig { standin, sandbox, nats_url: nats.url(), _nats: nats, _db: db, _dir: dir }
     }
 
     pub fn say(&self, channel: u64, author: &str, content: &str) -> u64 {

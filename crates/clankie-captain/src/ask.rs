@@ -1,0 +1,79 @@
+//! `ask_clankie`: the voice room hands the captain a request that needs
+//! action, and the captain answers it in the voice lane's own session.
+
+use std::time::Duration;
+
+use clankie_agent::{RunReply, Session, UserMessage};
+use clankie_proto::{LaneKey, v1};
+use prost::Message as _;
+
+use crate::{Captain, prompt};
+
+impl Captain {
+    pub(crate) async fn answer_ask(&self, msg: async_nats::Message) {
+        let reply = match v1::AskRequest::decode(msg.payload.clone()) {
+            Ok(req) => {
+                let span = tracing::info_span!("delivery", delivery_id = %req.delivery_id, handoff = true);
+                tracing::Instrument::instrument(self.ask(req), span).await
+            }
+            Err(_) => v1::AskReply { failure_code: "request_undecodable".into(), ..Default::default() },
+        };
+        if let Err(e) = self.inner.bus.respond(&msg, &reply).await {
+            tracing::warn!(error = %e, "handoff reply not sent");
+        }
+    }
+
+    async fn ask(&self, req: v1::AskRequest) -> v1::AskReply {
+        let inner = &self.inner;
+        let config = &inner.config;
+        let lane = LaneKey::Voice { guild: req.guild_id, channel: req.channel_id };
+        let failed = |code: &str| v1::AskReply { failure_code: code.to_owned(), ..Default::default() };
+        // The voice lane runs one request at a time; wait a bounded while for a run in progress.
+        let mut lease = None;
+        for _ in 0..200 {
+            match inner.store.acquire_lease(&lane, &config.replica, config.lease_ttl).await {
+                Ok(Some(l)) => {
+                    lease = Some(l);
+                    break;
+                }
+                Ok(None) => tokio::time::sleep(config.retry_delay()).await,
+                Err(_) => return failed("store_unavailable"),
+            }
+        }
+        let Some(lease) = lease else { return failed("lane_busy") };
+        let session = match Session::open(inner.store.clone(), lease.clone(), format!("rooms/{lane}")).await {
+            Ok(s) => s,
+            Err(_) => {
+                let _ = inner.store.release_lease(&lease).await;
+                return failed("session_unavailable");
+            }
+        };
+        let text = format!(
+            "<message from=\"{}\" id=\"{}\" via=\"the voice room\">\n{}\n</message>",
+            prompt::defang(&req.author_name),
+            req.delivery_id,
+            prompt::defang(&req.request)
+        );
+        let run = inner.agent.start(session, prompt::system(&config.bot_name, &lane, false), vec![UserMessage { author: req.author_name.clone(), delivery_id: req.delivery_id.clone(), text }]);
+        let renew_every = config.lease_ttl / 3;
+        let mut renew = tokio::time::interval(renew_every.max(Duration::from_millis(10)));
+        renew.tick().await;
+        let finished = run.finish();
+        tokio::pin!(finished);
+        let result = loop {
+            tokio::select! {
+                r = &mut finished => break r,
+                _ = renew.tick() => { let _ = inner.store.renew_lease(&lease, config.lease_ttl).await; }
+            }
+        };
+        let _ = inner.store.release_lease(&lease).await;
+        let (reply, code) = match result.map(|r| r.outcome) {
+            Ok(Ok(RunReply::Words(answer))) => (v1::AskReply { answer, ..Default::default() }, "answered"),
+            Ok(Ok(RunReply::Silent)) => (v1::AskReply { silent: true, ..Default::default() }, "silent"),
+            Ok(Ok(RunReply::Failed(code))) => (failed(code.code()), code.code()),
+            _ => (failed("run_failed"), "run_failed"),
+        };
+        self.receipt("captain.handoff", &req.delivery_id, &lane, |r| r.with_code(code)).await;
+        reply
+    }
+}

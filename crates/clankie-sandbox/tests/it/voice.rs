@@ -1,0 +1,137 @@
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use clankie_bus::Bus;
+use clankie_model_standin::{Reply, Script};
+use clankie_proto::{Event, Family, Subject, v1};
+use futures::StreamExt;
+
+use super::{Rig, until};
+
+const GUILD: u64 = 100;
+const VOICE: u64 = 300;
+/// Every voice persona request says this; the captain's never does.
+const VOICE_PROMPT: &str = "live voice channel";
+
+#[derive(Clone)]
+struct Recorder<E>(Arc<Mutex<Vec<(String, E)>>>);
+
+impl<E: Clone> Recorder<E> {
+    fn all(&self) -> Vec<E> {
+        self.0.lock().unwrap().iter().map(|(_, e)| e.clone()).collect()
+    }
+}
+
+async fn record<E: Event>(bus: &Bus, family: Family) -> Recorder<E> {
+    let rec = Recorder(Arc::new(Mutex::new(Vec::new())));
+    let mut sub = bus.client().subscribe(family.wildcard()).await.unwrap();
+    let sink = rec.clone();
+    tokio::spawn(async move {
+        while let Some(msg) = sub.next().await {
+            if let Ok(e) = E::decode(msg.payload) {
+                sink.0.lock().unwrap().push((msg.subject.to_string(), e));
+            }
+        }
+    });
+    bus.client().flush().await.unwrap();
+    rec
+}
+
+async fn tap(rig: &Rig) -> Bus {
+    let settings = clankie_settings::Settings::for_endpoints(&rig.nats_url, "postgres://unused@127.0.0.1:1/x", std::path::Path::new("/tmp")).unwrap();
+    Bus::connect(&settings, "test").await.unwrap()
+}
+
+async fn live(rig: &Rig) {
+    until("the live voice session", Duration::from_secs(10), || rig.sandbox.gateway.live_voice_channel(GUILD) == Some(VOICE)).await;
+}
+
+#[tokio::test]
+async fn typing_in_the_voice_chat_is_answered_by_the_voice_room_alone() {
+    let rig = Rig::new().await;
+    let bus = tap(&rig).await;
+    let (decisions, speaks) = (record::<v1::FloorDecision>(&bus, Family::VoiceFloor).await, record::<v1::Speak>(&bus, Family::VoiceSpeak).await);
+    let (text_ingress, transcripts) = (record::<v1::Ingress>(&bus, Family::IngressText).await, record::<v1::Transcript>(&bus, Family::VoiceTranscript).await);
+    let receipts = record::<v1::Receipt>(&bus, Family::Receipt).await;
+    live(&rig).await;
+    rig.standin.script(Script::when(VOICE_PROMPT, Reply::text("Something, aloud, for the whole room!")));
+
+    let id = rig.say(VOICE, "ada", "say something in vc clankie");
+    until("the spoken answer", Duration::from_secs(20), || !speaks.all().is_empty()).await;
+    let decided: Vec<_> = decisions.all().into_iter().filter(|d| d.delivery_id == id.to_string()).collect();
+    assert_eq!(decided.len(), 1);
+    assert_eq!(decided[0].verdict, v1::FloorVerdict::Wake as i32);
+    assert_eq!(decided[0].source, v1::RoomInputSource::Text as i32);
+    assert_eq!(speaks.all()[0].text, "Something, aloud, for the whole room!");
+
+    // The same delivery again: Discord replays it on a resume, and a copy reaches the floor past JetStream's dedup.
+    rig.sandbox.discord.drop_and_replay(1);
+    let copy = v1::RoomInput {
+        delivery_id: id.to_string(),
+        guild_id: GUILD,
+        channel_id: VOICE,
+        author_name: "ada".into(),
+        source: v1::RoomInputSource::Text as i32,
+        text: "say something in vc clankie".into(),
+        ..Default::default()
+    };
+    bus.publish(&Subject::IngressRoom { guild: GUILD, channel: VOICE }, &copy, Some(&clankie_bus::MsgId::new("not-the-discord-id"))).await.unwrap();
+    until("the floor's duplicate receipt", Duration::from_secs(20), || receipts.all().iter().any(|r| r.kind == "voice.duplicate")).await;
+    let unrelated = rig.say(VOICE, "bob", "nice weather today");
+    until("the next decision", Duration::from_secs(20), || decisions.all().iter().any(|d| d.delivery_id == unrelated.to_string())).await;
+
+    assert_eq!(speaks.all().len(), 1, "one delivery opened one voice response");
+    assert!(rig.sandbox.discord.posts(VOICE).is_empty(), "no text reply in the voice chat");
+    assert!(text_ingress.all().iter().all(|i| i.delivery_id != id.to_string()), "no captain text turn for it");
+    assert!(receipts.all().iter().all(|r| !(r.kind.starts_with("captain.") && r.delivery_id == id.to_string())));
+
+    // Typed text is in the ring with its source, and never on the transcript subject.
+    let ring = rig.sandbox.voice.ring(GUILD, VOICE);
+    assert!(ring.iter().any(|l| l.delivery_id == id.to_string() && l.source == v1::RoomInputSource::Text));
+    assert!(transcripts.all().is_empty(), "typed text reached speech-transcript subscribers");
+
+    // An unaddressed typed line: heard, not answered, and no text fallback.
+    let verdict = decisions.all().into_iter().find(|d| d.delivery_id == unrelated.to_string()).unwrap().verdict;
+    assert!([v1::FloorVerdict::Attention as i32, v1::FloorVerdict::Ignore as i32].contains(&verdict));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(speaks.all().len(), 1);
+    assert!(rig.sandbox.discord.posts(VOICE).is_empty());
+
+    // Every receipt of the delivery joins by its id, and none carries its words.
+    let trail: Vec<_> = receipts.all().into_iter().filter(|r| r.delivery_id == id.to_string()).collect();
+    let kinds: Vec<&str> = trail.iter().map(|r| r.kind.as_str()).collect();
+    for kind in ["gateway.ingress", "discord.voice.text_input", "voice.floor", "voice.response", "voice.playback"] {
+        assert!(kinds.contains(&kind), "{kind} missing from {kinds:?}");
+    }
+    let text_input = trail.iter().find(|r| r.kind == "discord.voice.text_input").unwrap();
+    assert_eq!(text_input.counts["chars"], 27);
+    assert!(text_input.flags["addressed"]);
+    let everything = format!("{:?}", receipts.all());
+    for word in ["say something", "Something, aloud", "nice weather"] {
+        assert!(!everything.contains(word), "a receipt carried {word:?}");
+    }
+}
+
+#[tokio::test]
+async fn the_voice_room_hands_work_to_the_captain_and_says_what_came_of_it() {
+    let rig = Rig::new().await;
+    let bus = tap(&rig).await;
+    let speaks = record::<v1::Speak>(&bus, Family::VoiceSpeak).await;
+    let receipts = record::<v1::Receipt>(&bus, Family::Receipt).await;
+    live(&rig).await;
+    rig.standin.script(Script::when(VOICE_PROMPT, Reply::tool("ask_clankie", serde_json::json!({ "request": "look up when lobby 4 opens" }))));
+    rig.standin.script(Script::when("via=\"the voice room\"", Reply::text("Lobby 4 opens at 20:00.")));
+    rig.standin.script(Script::when(VOICE_PROMPT, Reply::text("Lobby four opens at eight tonight.")));
+    let id = rig.say(VOICE, "ada", "clankie when does lobby 4 open");
+    until("the spoken answer", Duration::from_secs(30), || !speaks.all().is_empty()).await;
+    assert_eq!(speaks.all()[0].text, "Lobby four opens at eight tonight.");
+    let requests = rig.standin.requests();
+    assert_eq!(requests.len(), 3);
+    assert_eq!(requests[2].count("Lobby 4 opens at 20:00."), 1, "the captain's answer came back to the room");
+    until("both handoff receipts", Duration::from_secs(5), || {
+        let r = receipts.all();
+        r.iter().any(|r| r.kind == "voice.handoff" && r.delivery_id == id.to_string()) && r.iter().any(|r| r.kind == "captain.handoff" && r.delivery_id == id.to_string())
+    })
+    .await;
+    assert!(rig.sandbox.discord.posts(VOICE).is_empty(), "the handoff posted nothing in text");
+}
