@@ -19,6 +19,7 @@ use bytes::Bytes;
 use clankie_proto::{Event, ReceiptKind, Subject, SubjectError, v1};
 use clankie_settings::{Settings, redact_url};
 
+pub use async_nats::connection::State as ConnectionState;
 pub use async_nats::jetstream::consumer::DeliverPolicy;
 pub use consumer::{Consumer, ConsumerSpec, Delivery};
 pub use streams::{STREAMS, StreamSpec, stream_for};

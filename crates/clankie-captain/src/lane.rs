@@ -48,6 +48,13 @@ impl Captain {
 
     async fn serve_burst(&self, lane: LaneKey, burst: Vec<Held>, inbox: &mut mpsc::UnboundedReceiver<Held>, pending: &mut Vec<Held>) {
         let config = &self.inner.config;
+        if self.is_draining() {
+            // Shutting down: another replica answers these.
+            for held in burst {
+                let _ = held.nak_after(std::time::Duration::ZERO).await;
+            }
+            return;
+        }
         let lease = self.inner.store.acquire_lease(&lane, &config.replica, config.lease_ttl).await;
         tracing::debug!(%lane, deliveries = burst.len(), took = matches!(lease, Ok(Some(_))), "lane burst");
         match lease {

@@ -11,7 +11,6 @@ pub mod admission;
 mod config;
 mod ask;
 mod held;
-pub mod http;
 mod lane;
 pub mod prompt;
 pub mod tools;
@@ -52,6 +51,8 @@ pub(crate) struct Inner {
     pub lanes: Mutex<HashMap<LaneKey, mpsc::UnboundedSender<Held>>>,
     pub warm: Mutex<HashMap<LaneKey, Warm>>,
     pub live: AtomicUsize,
+    /// Set on shutdown: take no new runs, hand queued deliveries to other replicas.
+    pub draining: std::sync::atomic::AtomicBool,
 }
 
 /// A captain replica. Cheap to clone.
@@ -80,6 +81,7 @@ impl Captain {
                 lanes: Mutex::new(HashMap::new()),
                 warm: Mutex::new(HashMap::new()),
                 live: AtomicUsize::new(0),
+                draining: std::sync::atomic::AtomicBool::new(false),
             }),
         }
     }
@@ -96,6 +98,33 @@ impl Captain {
 
     /// Consumes ingress and forwarded steers until the bus fails.
     pub async fn run(&self) -> Result<(), CaptainError> {
+        self.run_until(std::future::pending()).await
+    }
+
+    /// Like [`Captain::run`], but on `shutdown` stops taking deliveries, lets live runs
+    /// finish for up to `grace` (they record outcomes and release their leases), and
+    /// hands anything queued back to JetStream for the other replicas.
+    pub async fn run_until_drained(&self, shutdown: impl std::future::Future<Output = ()>, grace: std::time::Duration) -> Result<(), CaptainError> {
+        self.run_until(shutdown).await?;
+        self.inner.draining.store(true, Ordering::SeqCst);
+        tracing::info!(live = self.live_lanes(), "draining: no new deliveries; letting live runs finish");
+        let deadline = tokio::time::Instant::now() + grace;
+        while self.live_lanes() > 0 && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+        if self.live_lanes() > 0 {
+            tracing::warn!(live = self.live_lanes(), "grace period over; unfinished runs will be taken over after their leases expire");
+        }
+        Ok(())
+    }
+
+    /// Whether the replica is shutting down.
+    pub fn is_draining(&self) -> bool {
+        self.inner.draining.load(Ordering::SeqCst)
+    }
+
+    async fn run_until(&self, shutdown: impl std::future::Future<Output = ()>) -> Result<(), CaptainError> {
+        tokio::pin!(shutdown);
         let ack_wait = self.inner.config.ack_wait;
         let mut ingress = self
             .inner
@@ -111,6 +140,10 @@ impl Captain {
         tracing::info!(replica = %self.inner.config.replica, "captain consuming ingress");
         loop {
             tokio::select! {
+                _ = &mut shutdown => {
+                    self.inner.draining.store(true, Ordering::SeqCst);
+                    return Ok(());
+                }
                 Some(msg) = futures::StreamExt::next(&mut asks) => {
                     let captain = self.clone();
                     tokio::spawn(async move { captain.answer_ask(msg).await });

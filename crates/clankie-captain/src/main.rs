@@ -20,17 +20,16 @@ async fn main() -> Result<()> {
         tracing::warn!("no CLANKIE_MODEL_BASE_URL: running the offline rehearsal model; every answer is labelled [rehearsal]");
     }
     let agent = clankie_agent::Agent::new(model, clankie_agent::config_from_settings(&settings));
-    let captain = Captain::new(bus, store, agent, CaptainConfig::from_settings(&settings));
     if let Some(addr) = settings.http_addr {
-        let listener = clankie_captain::http::bind(addr).await.with_context(|| format!("binding {addr}"))?;
-        tracing::info!(%addr, "serving /metrics and /healthz");
-        tokio::spawn(clankie_captain::http::serve(listener, clankie_captain::http::metrics_handle()));
+        let readiness = clankie_http::Readiness { bus: bus.clone(), store: Some(store.clone()) };
+        tokio::spawn(async move {
+            if let Err(e) = clankie_http::serve(addr, readiness).await {
+                tracing::error!(%addr, error = %e, "HTTP endpoint failed");
+            }
+        });
     }
-    tokio::select! {
-        result = captain.run() => result.context("captain stopped"),
-        _ = tokio::signal::ctrl_c() => {
-            tracing::info!("interrupted; stopping");
-            Ok(())
-        }
-    }
+    let captain = Captain::new(bus, store, agent, CaptainConfig::from_settings(&settings));
+    captain.run_until_drained(clankie_http::terminated(), settings.shutdown_grace).await.context("captain stopped")?;
+    tracing::info!("drained; exiting");
+    Ok(())
 }

@@ -88,6 +88,8 @@ pub(crate) struct Inner {
     /// Tool cards on screen, by turn.
     pub cards: Mutex<HashMap<String, Id<MessageMarker>>>,
     pub typing: typing::TypingLoops,
+    /// Flipped on shutdown: the shard closes with a resumable frame.
+    pub stopping: tokio::sync::watch::Sender<bool>,
 }
 
 /// A gateway replica. Cheap to clone.
@@ -120,6 +122,7 @@ impl Gateway {
                 voice: RwLock::new(HashMap::new()),
                 cards: Mutex::new(HashMap::new()),
                 typing,
+                stopping: tokio::sync::watch::channel(false).0,
             }),
         }
     }
@@ -127,6 +130,21 @@ impl Gateway {
     /// The bot's user id, once READY has arrived (0 before).
     pub fn bot_id(&self) -> u64 {
         self.inner.bot_id.load(Ordering::SeqCst)
+    }
+
+    /// Runs until `shutdown`, then saves the shard's resume state and closes it so a
+    /// restarted gateway resumes; consumers stop with the process.
+    pub async fn run_until(&self, shutdown: impl std::future::Future<Output = ()>) -> Result<(), GatewayError> {
+        let run = self.run();
+        tokio::pin!(run);
+        tokio::select! {
+            r = &mut run => return r,
+            _ = shutdown => {}
+        }
+        let _ = self.inner.stopping.send(true);
+        // Let the shard loop close and save; it ends the run.
+        let _ = tokio::time::timeout(Duration::from_secs(5), run).await;
+        Ok(())
     }
 
     /// Runs ingest and body until one of them fails.

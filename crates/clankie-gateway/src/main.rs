@@ -13,12 +13,14 @@ async fn main() -> Result<()> {
         .init();
     let bus = clankie_bus::Bus::connect(&settings, "gateway").await?;
     bus.ensure_streams().await.context("declaring streams")?;
-    let gateway = Gateway::new(bus, GatewayConfig::from_settings(&settings));
-    tokio::select! {
-        result = gateway.run() => result.context("gateway stopped"),
-        _ = tokio::signal::ctrl_c() => {
-            tracing::info!("interrupted; stopping");
-            Ok(())
-        }
+    if let Some(addr) = settings.http_addr {
+        let readiness = clankie_http::Readiness { bus: bus.clone(), store: None };
+        tokio::spawn(async move {
+            if let Err(e) = clankie_http::serve(addr, readiness).await {
+                tracing::error!(%addr, error = %e, "HTTP endpoint failed");
+            }
+        });
     }
+    let gateway = Gateway::new(bus, GatewayConfig::from_settings(&settings));
+    gateway.run_until(clankie_http::terminated()).await.context("gateway stopped")
 }

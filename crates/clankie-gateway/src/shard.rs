@@ -45,7 +45,20 @@ impl Gateway {
         }
         let mut shard = Shard::with_config(ShardId::ONE, builder.build());
         let wanted = EventTypeFlags::READY | EventTypeFlags::RESUMED | EventTypeFlags::MESSAGE_CREATE;
-        while let Some(item) = shard.next_event(wanted).await {
+        let mut stopping = self.inner.stopping.subscribe();
+        loop {
+            let item = tokio::select! {
+                item = shard.next_event(wanted) => item,
+                _ = stopping.changed() => {
+                    self.save_session(&shard);
+                    shard.close(twilight_gateway::CloseFrame::RESUME);
+                    // Drive the shard until the close frame is out.
+                    let _ = tokio::time::timeout(Duration::from_secs(2), async { while shard.next_event(wanted).await.is_some() {} }).await;
+                    tracing::info!("shard closed for resume");
+                    return Ok(());
+                }
+            };
+            let Some(item) = item else { break };
             match item {
                 Err(e) => {
                     // The error can quote the payload; log its kind only.

@@ -168,6 +168,11 @@ pub const SETTINGS: &[Setting] = &[
         doc: "At most one unprompted voice offer per this interval.",
     },
     Setting {
+        name: "CLANKIE_SHUTDOWN_GRACE_MS",
+        default: "30000",
+        doc: "On SIGTERM, how long a captain lets live runs finish before it exits (others take the lanes).",
+    },
+    Setting {
         name: "CLANKIE_BOT_NAME",
         default: "Clankie",
         doc: "His name, as prompts and the sandbox show it.",
@@ -271,6 +276,8 @@ pub struct Settings {
     pub floor_continuation: Duration,
     /// Minimum gap between unprompted offers.
     pub floor_offer_interval: Duration,
+    /// How long a draining captain waits for live runs.
+    pub shutdown_grace: Duration,
     /// His display name.
     pub bot_name: String,
     /// Lane lease time-to-live.
@@ -319,6 +326,7 @@ impl fmt::Debug for Settings {
             .field("bot_aliases", &self.bot_aliases)
             .field("floor_continuation", &self.floor_continuation)
             .field("floor_offer_interval", &self.floor_offer_interval)
+            .field("shutdown_grace", &self.shutdown_grace)
             .field("bot_name", &self.bot_name)
             .field("lane_lease_ttl", &self.lane_lease_ttl)
             .field("ingress_ack_wait", &self.ingress_ack_wait)
@@ -444,6 +452,7 @@ impl Settings {
             .collect();
         let floor_continuation = ms("CLANKIE_FLOOR_CONTINUATION_MS", 60_000, 0)?;
         let floor_offer_interval = ms("CLANKIE_FLOOR_OFFER_INTERVAL_MS", 300_000, 0)?;
+        let shutdown_grace = ms("CLANKIE_SHUTDOWN_GRACE_MS", 30_000, 0)?;
         let bot_name = var("CLANKIE_BOT_NAME").unwrap_or_else(|| "Clankie".into());
         let lane_lease_ttl = ms("CLANKIE_LANE_LEASE_TTL_MS", 30_000, 100)?;
         let ingress_ack_wait = ms("CLANKIE_INGRESS_ACK_WAIT_MS", 30_000, 100)?;
@@ -470,6 +479,7 @@ impl Settings {
             return Err(SettingsError::Invalid { var: "CLANKIE_TYPING_INTERVAL_MS", reason: "must be under 10000: Discord's indicator expires after 10 s".into() });
         }
         Ok(Settings {
+            shutdown_grace,
             voice_rooms,
             bot_aliases,
             floor_continuation,

@@ -14,9 +14,17 @@ async fn main() -> Result<()> {
     let bus = clankie_bus::Bus::connect(&settings, "voice-floor").await?;
     bus.ensure_streams().await.context("declaring streams")?;
     let model = clankie_agent::model_from_settings(&settings).context("configuring the model")?;
+    if let Some(addr) = settings.http_addr {
+        let readiness = clankie_http::Readiness { bus: bus.clone(), store: None };
+        tokio::spawn(async move {
+            if let Err(e) = clankie_http::serve(addr, readiness).await {
+                tracing::error!(%addr, error = %e, "HTTP endpoint failed");
+            }
+        });
+    }
     let floor = VoiceFloor::new(bus, model, VoiceConfig::from_settings(&settings));
     tokio::select! {
         result = floor.run() => result.context("voice floor stopped"),
-        _ = tokio::signal::ctrl_c() => Ok(()),
+        _ = clankie_http::terminated() => Ok(()),
     }
 }

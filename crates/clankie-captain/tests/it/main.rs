@@ -124,6 +124,7 @@ impl Rig {
             ("CLANKIE_INGRESS_ACK_WAIT_MS", "1000".into()),
             ("CLANKIE_EXCHANGE_WINDOW_MS", "1500".into()),
             ("CLANKIE_TOOL_CARD_DELAY_MS", "200".into()),
+            ("CLANKIE_SHUTDOWN_GRACE_MS", "10000".into()),
         ]
     }
 

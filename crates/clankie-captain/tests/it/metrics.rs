@@ -4,11 +4,11 @@ use super::Rig;
 
 #[tokio::test]
 async fn turns_outcomes_and_tokens_are_scraped_from_metrics() {
-    let handle = clankie_captain::http::metrics_handle();
-    let listener = clankie_captain::http::bind("127.0.0.1:0".parse().unwrap()).await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(clankie_captain::http::serve(listener, handle));
     let rig = Rig::new().await;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let readiness = clankie_http::Readiness { bus: rig.bus.clone(), store: Some(rig.store.clone()) };
+    tokio::spawn(clankie_http::serve_on(listener, readiness));
     let (_captain, _task) = rig.captain("captain-a").await;
     rig.standin.script(Script::any(Reply::text("hello")));
     let id = rig.say("ada", "@Clankie hi", true).await;

@@ -93,3 +93,39 @@ async fn killing_the_owner_mid_run_loses_nothing_and_answers_once() {
     assert_eq!(rows, 3);
     let _ = survivor.start_kill();
 }
+
+#[tokio::test]
+async fn sigterm_lets_the_live_run_finish_and_the_lane_goes_on_elsewhere() {
+    let rig = Rig::new().await;
+    let _dump = DumpLogsOnPanic(rig.dir.path().to_owned());
+    let mut a = spawn_captain(&rig, "captain-a");
+    let mut b = spawn_captain(&rig, "captain-b");
+    let lane = LaneKey::Room { guild: GUILD, channel: CHANNEL };
+    // About 1.5 s of writing, during which the owner is told to stop; the second message may take one more call.
+    for _ in 0..2 {
+        rig.standin.script(Script::any(Reply::Text { text: "Finishing what I started.".into(), chunk_chars: 2, chunk_delay_ms: 120, first_delay_ms: 0, tail_delay_ms: 0 }));
+    }
+    let first = vec![rig.say("ada", "@Clankie one", true).await, rig.say("ada", "two", false).await];
+    rig.standin.wait_for_requests(1, Duration::from_secs(20)).await;
+    let owner = rig.store.lane(&lane).await.unwrap().and_then(|l| l.lease_owner).expect("a lease owner");
+    let (victim, survivor) = if owner == "captain-a" { (&mut a, &mut b) } else { (&mut b, &mut a) };
+    let pid = victim.id().unwrap().to_string();
+    assert!(std::process::Command::new("kill").args(["-TERM", &pid]).status().unwrap().success());
+    let status = tokio::time::timeout(Duration::from_secs(20), victim.wait()).await.expect("the captain exited").unwrap();
+    assert!(status.success(), "a drained captain exits cleanly: {status}");
+    rig.wait_outcomes(&first).await;
+    // The live run finished instead of being cut off. ("two" is either absorbed into it or, if it was
+    // still crossing over as a steer when the owner stopped, answered by the other replica.)
+    assert_eq!(rig.replies()[0].text, "Finishing what I started.");
+    let before = rig.replies().len();
+
+    rig.standin.script(Script::any(Reply::text("Still here.")));
+    let later = rig.say("ada", "@Clankie still there?", true).await;
+    rig.wait_outcomes(&[later]).await;
+    assert_eq!(rig.replies().len(), before + 1, "the lane goes on on the other replica");
+    assert_eq!(rig.replies().last().unwrap().text, "Still here.");
+    for id in first.iter().chain([&later]) {
+        assert_eq!(rig.outcome_of(*id).len(), 1, "delivery {id}");
+    }
+    let _ = survivor.start_kill();
+}

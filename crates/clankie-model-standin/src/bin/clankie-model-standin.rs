@@ -3,10 +3,16 @@
 use std::net::SocketAddr;
 
 fn main() -> std::io::Result<()> {
-    let port: u16 = std::env::args().nth(1).and_then(|p| p.parse().ok()).unwrap_or(8711);
+    // An address (`0.0.0.0:8711`) or a bare port on loopback.
+    let arg = std::env::args().nth(1).unwrap_or_else(|| "8711".into());
+    let addr = arg.parse::<SocketAddr>().ok().or_else(|| arg.parse::<u16>().ok().map(|p| SocketAddr::from(([127, 0, 0, 1], p))));
+    let Some(addr) = addr else {
+        eprintln!("usage: clankie-model-standin [PORT | ADDR:PORT]");
+        std::process::exit(2);
+    };
     let rt = tokio::runtime::Runtime::new()?;
     rt.block_on(async {
-        let standin = clankie_model_standin::StandIn::serve(SocketAddr::from(([127, 0, 0, 1], port))).await?;
+        let standin = clankie_model_standin::StandIn::serve(addr).await?;
         eprintln!("model stand-in at {} (scripts: POST /control/script)", standin.base_url());
         tokio::signal::ctrl_c().await
     })

@@ -74,3 +74,90 @@ fn every_crate_is_named_in_the_architecture_map() {
         assert!(map.contains(&format!("`{name}`")), "docs/ARCHITECTURE.md does not name {name}");
     }
 }
+
+/// Every file under deploy/ that describes a deployment, and the Dockerfile.
+fn manifests() -> Vec<(PathBuf, String)> {
+    let mut out = vec![];
+    let mut stack = vec![workspace().join("deploy/compose"), workspace().join("deploy/k8s")];
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap().filter_map(Result::ok) {
+            let path = entry.path();
+            if path.is_dir() {
+                stack.push(path);
+            } else {
+                out.push((path.clone(), std::fs::read_to_string(&path).unwrap()));
+            }
+        }
+    }
+    let dockerfile = workspace().join("Dockerfile");
+    out.push((dockerfile.clone(), std::fs::read_to_string(dockerfile).unwrap()));
+    assert!(out.len() >= 10, "found too few manifests");
+    out
+}
+
+/// The binaries the workspace builds: `[[bin]]` names and `src/bin/*.rs` files.
+fn binaries() -> Vec<String> {
+    let mut bins = vec![];
+    for krate in std::fs::read_dir(workspace().join("crates")).unwrap().filter_map(Result::ok) {
+        let manifest = std::fs::read_to_string(krate.path().join("Cargo.toml")).unwrap();
+        let mut in_bin = false;
+        for line in manifest.lines() {
+            if line.trim() == "[[bin]]" {
+                in_bin = true;
+            } else if line.starts_with('[') {
+                in_bin = false;
+            } else if in_bin && let Some(name) = line.trim().strip_prefix("name = ") {
+                bins.push(name.trim_matches('"').to_owned());
+            }
+        }
+        for file in std::fs::read_dir(krate.path().join("src/bin")).into_iter().flatten().filter_map(Result::ok) {
+            if let Some(stem) = file.path().file_stem() {
+                bins.push(stem.to_string_lossy().into_owned());
+            }
+        }
+    }
+    bins
+}
+
+fn words(text: &str) -> impl Iterator<Item = &str> {
+    text.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == '-'))
+}
+
+#[test]
+fn every_variable_in_the_manifests_is_a_setting() {
+    let known: Vec<&str> = clankie_settings::SETTINGS.iter().map(|s| s.name).collect();
+    for (path, text) in manifests() {
+        for var in words(&text).filter(|w| w.starts_with("CLANKIE_")) {
+            assert!(known.contains(&var), "{} names {var}, which no service reads", path.display());
+        }
+    }
+}
+
+#[test]
+fn every_command_in_the_manifests_is_a_binary_the_workspace_builds() {
+    let bins = binaries();
+    assert!(bins.contains(&"clankie-captain".to_owned()) && bins.contains(&"clankie-model-standin".to_owned()), "{bins:?}");
+    let mut seen = 0;
+    for (path, text) in manifests() {
+        for line in text.lines().filter(|l| l.contains("command:") || l.contains("--bin ") || l.starts_with("CMD")) {
+            for name in words(line).filter(|w| *w == "clankie" || w.starts_with("clankie-")) {
+                seen += 1;
+                assert!(bins.iter().any(|b| b == name), "{} runs {name}, which the workspace does not build", path.display());
+            }
+        }
+    }
+    assert!(seen >= 10, "found only {seen} commands: the scan is broken");
+}
+
+#[test]
+fn every_probe_path_in_the_manifests_is_served() {
+    let mut seen = 0;
+    for (path, text) in manifests() {
+        for line in text.lines().filter(|l| l.contains("httpGet") || l.contains("GET /")) {
+            let probe = line.split_whitespace().find(|w| w.starts_with('/')).unwrap_or_default().trim_end_matches([',', '}', '\\']);
+            seen += 1;
+            assert!(clankie_http::PATHS.contains(&probe), "{} probes {probe}, which no service serves", path.display());
+        }
+    }
+    assert!(seen >= 6, "found only {seen} probes");
+}

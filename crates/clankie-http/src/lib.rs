@@ -1,0 +1,114 @@
+//! The HTTP endpoints every service serves when `CLANKIE_HTTP_ADDR` is set:
+//!
+//! - `/healthz`: the process is up.
+//! - `/readyz`: NATS is connected and every stream exists; PostgreSQL (for
+//!   services that use it) answers and its migrations are current. 503 with
+//!   the failing check named otherwise, so an orchestrator stops routing to a
+//!   service that lost its bus and resumes once it is back, with no restart.
+//! - `/metrics`: Prometheus text.
+
+use std::net::SocketAddr;
+use std::sync::{Arc, OnceLock};
+
+use axum::Router;
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::routing::get;
+use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
+
+/// Every path the services serve; manifests' probes must name one of these.
+pub const PATHS: &[&str] = &["/healthz", "/readyz", "/metrics"];
+
+/// Installs the process-wide Prometheus recorder (once) and returns its handle.
+pub fn metrics_handle() -> PrometheusHandle {
+    static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
+    HANDLE
+        .get_or_init(|| {
+            let recorder = PrometheusBuilder::new().build_recorder();
+            let handle = recorder.handle();
+            // Another recorder already installed keeps working; ours then renders nothing.
+            let _ = metrics::set_global_recorder(recorder);
+            handle
+        })
+        .clone()
+}
+
+/// What readiness depends on.
+#[derive(Clone)]
+pub struct Readiness {
+    pub bus: clankie_bus::Bus,
+    pub store: Option<clankie_store::Store>,
+}
+
+impl Readiness {
+    /// The first failing check, or `None` when ready.
+    pub async fn check(&self) -> Option<&'static str> {
+        if self.bus.client().connection_state() != clankie_bus::ConnectionState::Connected {
+            return Some("nats_disconnected");
+        }
+        for stream in clankie_bus::STREAMS {
+            let found = tokio::time::timeout(std::time::Duration::from_secs(2), self.bus.jetstream().get_stream_no_info(stream.name)).await;
+            if !matches!(found, Ok(Ok(_))) {
+                return Some("stream_missing");
+            }
+        }
+        if let Some(store) = &self.store {
+            match tokio::time::timeout(std::time::Duration::from_secs(2), store.is_current()).await {
+                Ok(Ok(true)) => {}
+                Ok(Ok(false)) => return Some("migrations_pending"),
+                _ => return Some("postgres_unreachable"),
+            }
+        }
+        None
+    }
+}
+
+async fn ready(State(readiness): State<Arc<Readiness>>) -> (StatusCode, String) {
+    match readiness.check().await {
+        None => (StatusCode::OK, "ready\n".into()),
+        Some(why) => (StatusCode::SERVICE_UNAVAILABLE, format!("unready: {why}\n")),
+    }
+}
+
+/// The routes, for serving or testing.
+pub fn router(readiness: Readiness, metrics: PrometheusHandle) -> Router {
+    Router::new()
+        .route("/healthz", get(|| async { "ok\n" }))
+        .route("/readyz", get(ready))
+        .route("/metrics", get(move || std::future::ready(metrics.render())))
+        .with_state(Arc::new(readiness))
+}
+
+/// Serves the endpoints on `addr` until the task is dropped.
+pub async fn serve(addr: SocketAddr, readiness: Readiness) -> std::io::Result<()> {
+    let listener = tokio::net::TcpListener::bind(addr).await?;
+    tracing::info!(%addr, "serving /healthz, /readyz and /metrics");
+    axum::serve(listener, router(readiness, metrics_handle())).await
+}
+
+/// Serves on an already-bound listener (tests bind port 0 first).
+pub async fn serve_on(listener: tokio::net::TcpListener, readiness: Readiness) -> std::io::Result<()> {
+    axum::serve(listener, router(readiness, metrics_handle())).await
+}
+
+/// Resolves on SIGTERM (how orchestrators stop a container) or Ctrl-C.
+pub async fn terminated() {
+    #[cfg(unix)]
+    {
+        let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(s) => s,
+            Err(_) => {
+                let _ = tokio::signal::ctrl_c().await;
+                return;
+            }
+        };
+        tokio::select! {
+            _ = term.recv() => tracing::info!("SIGTERM received"),
+            _ = tokio::signal::ctrl_c() => tracing::info!("interrupted"),
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}
