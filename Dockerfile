@@ -4,11 +4,11 @@ RUN apt-get update && apt-get install -y --no-install-recommends cmake && rm -rf
 WORKDIR /src
 COPY . .
 RUN cargo build --release --locked \
-      --bin clankie --bin clankie-gateway --bin clankie-captain --bin clankie-voice-floor \
+      --bin clankie --bin clankie-gateway --bin clankie-captain --bin clankie-voice-floor --bin clankie-media \
       --bin clankie-discord-loopback --bin clankie-model-standin \
  && mkdir /out \
  && cp target/release/clankie target/release/clankie-gateway target/release/clankie-captain \
-       target/release/clankie-voice-floor target/release/clankie-discord-loopback \
+       target/release/clankie-voice-floor target/release/clankie-media target/release/clankie-discord-loopback \
        target/release/clankie-model-standin /out/
 
 FROM debian:bookworm-slim

@@ -90,7 +90,7 @@ pub(crate) fn plan(session: &Session, policy: &CompactionPolicy) -> Option<Plan>
         first_kept_id: entries[cut].id.clone(),
         request: ModelRequest {
             system: SUMMARY_INSTRUCTION.to_owned(),
-            messages: vec![ChatMessage::User { text: transcript }],
+            messages: vec![ChatMessage::user(transcript)],
             tools: Vec::new(),
         },
     })

@@ -246,7 +246,7 @@ fn final_reply(text: &str) -> RunReply {
 
 async fn run_loop(session: &mut Session, stats: &mut RunStats, ctx: &RunCtx, first: Vec<UserMessage>) -> Result<RunReply, AgentError> {
     for m in first {
-        session.append(EntryBody::User { author: m.author, delivery_id: m.delivery_id, text: m.text }).await?;
+        session.append(EntryBody::User { author: m.author, delivery_id: m.delivery_id, text: m.text, images: m.images }).await?;
     }
     let specs: Vec<_> = ctx.tools.iter().map(|t| t.spec()).collect();
     let mut n = 0;
@@ -297,7 +297,7 @@ async fn run_loop(session: &mut Session, stats: &mut RunStats, ctx: &RunCtx, fir
 async fn deliver_steers(session: &mut Session, stats: &mut RunStats, ctx: &RunCtx) -> Result<(), AgentError> {
     for m in ctx.steerer.drain() {
         let delivery_id = m.delivery_id.clone();
-        session.append(EntryBody::User { author: m.author, delivery_id: m.delivery_id, text: m.text }).await?;
+        session.append(EntryBody::User { author: m.author, delivery_id: m.delivery_id, text: m.text, images: m.images }).await?;
         stats.steered.push(delivery_id.clone());
         ctx.sink.emit(AgentEvent::SteerDelivered { delivery_id });
     }

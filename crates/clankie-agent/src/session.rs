@@ -18,13 +18,28 @@ pub struct UserMessage {
     pub delivery_id: String,
     /// The text the model sees.
     pub text: String,
+    /// Pictures the model perceives with it, as `data:` URLs.
+    pub images: Vec<String>,
+}
+
+impl UserMessage {
+    /// A message of text alone.
+    pub fn new(author: impl Into<String>, delivery_id: impl Into<String>, text: impl Into<String>) -> UserMessage {
+        UserMessage { author: author.into(), delivery_id: delivery_id.into(), text: text.into(), images: Vec::new() }
+    }
 }
 
 /// One entry of a session tree.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum EntryBody {
-    User { author: String, delivery_id: String, text: String },
+    User {
+        author: String,
+        delivery_id: String,
+        text: String,
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        images: Vec<String>,
+    },
     Assistant {
         text: String,
         tool_calls: Vec<ToolCall>,
@@ -163,7 +178,7 @@ impl Session {
         let (start, summary) = self.context_start();
         let mut out = Vec::new();
         if let Some(summary) = summary {
-            out.push(ChatMessage::User { text: format!("{SUMMARY_PREFIX}{summary}") });
+            out.push(ChatMessage::user(format!("{SUMMARY_PREFIX}{summary}")));
         }
         let kept = &self.entries[start..];
         for (i, entry) in kept.iter().enumerate() {
@@ -171,7 +186,7 @@ impl Session {
                 continue;
             }
             match &entry.body {
-                EntryBody::User { text, .. } => out.push(ChatMessage::User { text: text.clone() }),
+                EntryBody::User { text, images, .. } => out.push(ChatMessage::User { text: text.clone(), images: images.clone() }),
                 EntryBody::Assistant { text, tool_calls, .. } => {
                     out.push(ChatMessage::Assistant { text: text.clone(), tool_calls: tool_calls.clone() });
                     for call in tool_calls {

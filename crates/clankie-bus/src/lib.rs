@@ -184,14 +184,28 @@ impl Bus {
     }
 
     /// Sends a core-NATS request and decodes the typed reply; for request/reply subjects only.
+    ///
+    /// While nobody serves the subject yet (a responder starting or restarting), it
+    /// asks again until `timeout` runs out.
     pub async fn request<Q: Event, A: Event>(&self, subject: &Subject, request: &Q, timeout: Duration) -> Result<A, BusError> {
         subject.check_payload::<Q>()?;
         let name = subject.to_string();
         let fail = |detail: String| BusError::Request { subject: name.clone(), detail };
-        let reply = tokio::time::timeout(timeout, self.client.request(name.clone(), Bytes::from(request.encode_to_vec())))
-            .await
-            .map_err(|_| fail(format!("no reply within {timeout:?}")))?
-            .map_err(|e| fail(e.to_string()))?;
+        let payload = Bytes::from(request.encode_to_vec());
+        let deadline = tokio::time::Instant::now() + timeout;
+        let mut pause = Duration::from_millis(20);
+        let reply = loop {
+            let attempt = tokio::time::timeout_at(deadline, self.client.request(name.clone(), payload.clone())).await;
+            match attempt {
+                Err(_) => return Err(fail(format!("no reply within {timeout:?}"))),
+                Ok(Ok(reply)) => break reply,
+                Ok(Err(e)) if e.kind() == async_nats::RequestErrorKind::NoResponders && tokio::time::Instant::now() + pause < deadline => {
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(Duration::from_millis(500));
+                }
+                Ok(Err(e)) => return Err(fail(e.to_string())),
+            }
+        };
         A::decode(reply.payload).map_err(|e| fail(format!("undecodable reply: {e}")))
     }
 

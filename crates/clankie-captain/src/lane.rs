@@ -169,10 +169,10 @@ impl Captain {
         };
         let mut first = Vec::new();
         if cold && let Some(block) = self.history_block(&owner.ingress).await {
-            first.push(UserMessage { author: "channel history".into(), delivery_id: String::new(), text: block });
+            first.push(UserMessage::new("channel history", "", block));
         }
         for h in std::iter::once(&owner).chain(absorbed.iter()) {
-            first.push(user_message(h));
+            first.push(self.user_message(h).await);
         }
         let newest = absorbed.last().unwrap_or(&owner);
         let room = Room::new(lane, turn_id.clone(), newest.message_id());
@@ -252,7 +252,7 @@ impl Captain {
                     if privileged {
                         pending.push(held);
                     } else {
-                        match steerer.steer(user_message(&held)) {
+                        match steerer.steer(self.user_message(&held).await) {
                             Ok(()) => {
                                 steer_sent.push((held.delivery_id().to_owned(), Instant::now()));
                                 absorbed.push(held);
@@ -495,8 +495,24 @@ impl Captain {
     }
 }
 
-fn user_message(h: &Held) -> UserMessage {
-    UserMessage { author: h.ingress.author_name.clone(), delivery_id: h.delivery_id().to_owned(), text: prompt::message(&h.ingress) }
+impl Captain {
+    /// A delivery as the model sees it: its attributed block, and its pictures fetched through media.
+    async fn user_message(&self, h: &Held) -> UserMessage {
+        let mut message = UserMessage::new(h.ingress.author_name.clone(), h.delivery_id(), prompt::message(&h.ingress));
+        for a in h.ingress.attachments.iter().filter(|a| a.content_type.starts_with("image/")) {
+            let request = v1::MediaAttachmentRequest { attachment: Some(a.clone()), delivery_id: h.delivery_id().to_owned() };
+            match self.inner.bus.request::<_, v1::MediaResolveReply>(&Subject::RpcMediaAttachment, &request, std::time::Duration::from_secs(10)).await {
+                Ok(reply) if reply.error.is_empty() && !reply.data.is_empty() => {
+                    use base64::Engine as _;
+                    let encoded = base64::engine::general_purpose::STANDARD.encode(&reply.data);
+                    message.images.push(format!("data:{};base64,{encoded}", reply.content_type));
+                }
+                Ok(reply) => tracing::warn!(code = %reply.error, "a picture could not be fetched; the lane sees its name only"),
+                Err(e) => tracing::warn!(error = %e, "media unreachable; the lane sees the picture's name only"),
+            }
+        }
+        message
+    }
 }
 
 async fn sleep_until_opt(at: Option<Instant>) {

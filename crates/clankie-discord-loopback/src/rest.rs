@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use axum::body::Bytes;
-use axum::extract::{Path, Query, State as AxState};
+use axum::extract::{FromRequest, Multipart, Path, Query, Request, State as AxState};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, patch, post, put};
@@ -66,18 +66,48 @@ async fn me(AxState(state): AxState<Arc<State>>, headers: HeaderMap) -> Response
     .into_response()
 }
 
-async fn create_message(AxState(state): AxState<Arc<State>>, Path(channel): Path<u64>, headers: HeaderMap, body: Bytes) -> Response {
-    if let Err(r) = authorised(&state, &headers) {
+/// A file uploaded with a message: name, content type, bytes.
+pub(crate) type Upload = (String, String, Vec<u8>);
+
+/// Reads a create-message body: JSON, or multipart with `payload_json` and `files[n]` parts.
+async fn message_body(state: &Arc<State>, req: Request) -> Result<(Bytes, Vec<Upload>), Response> {
+    let multipart = req.headers().get("content-type").and_then(|v| v.to_str().ok()).is_some_and(|t| t.starts_with("multipart/form-data"));
+    let bad = |what: &str| (StatusCode::BAD_REQUEST, Json(error_json(50035, what))).into_response();
+    if !multipart {
+        return axum::body::to_bytes(req.into_body(), 10 * 1024 * 1024).await.map(|b| (b, Vec::new())).map_err(|_| bad("body too large"));
+    }
+    let mut form = Multipart::from_request(req, state).await.map_err(|_| bad("malformed multipart body"))?;
+    let (mut json, mut files) = (Bytes::new(), Vec::new());
+    while let Ok(Some(field)) = form.next_field().await {
+        let name = field.name().unwrap_or_default().to_owned();
+        let filename = field.file_name().unwrap_or("file").to_owned();
+        let content_type = field.content_type().unwrap_or("application/octet-stream").to_owned();
+        let data = field.bytes().await.map_err(|_| bad("malformed multipart part"))?;
+        if name == "payload_json" {
+            json = data;
+        } else if name.starts_with("files[") {
+            files.push((filename, content_type, data.to_vec()));
+        }
+    }
+    Ok((json, files))
+}
+
+async fn create_message(AxState(state): AxState<Arc<State>>, Path(channel): Path<u64>, req: Request) -> Response {
+    if let Err(r) = authorised(&state, req.headers()) {
         return r;
     }
     if state.guild_of(channel).is_err() {
         return unknown_channel();
     }
+    let (body, files) = match message_body(&state, req).await {
+        Ok(b) => b,
+        Err(r) => return r,
+    };
     let Ok(body) = serde_json::from_slice::<Value>(&body) else {
         return (StatusCode::BAD_REQUEST, Json(error_json(50109, "The request body contains invalid JSON."))).into_response();
     };
     let content = body["content"].as_str().unwrap_or_default().to_owned();
-    if content.is_empty() {
+    if content.is_empty() && files.is_empty() {
         return (StatusCode::BAD_REQUEST, Json(error_json(50006, "Cannot send an empty message"))).into_response();
     }
     if content.chars().count() > MAX_CONTENT {
@@ -95,7 +125,7 @@ async fn create_message(AxState(state): AxState<Arc<State>>, Path(channel): Path
         _ => None,
     };
     let enforce = body["enforce_nonce"].as_bool().unwrap_or(false);
-    let message = state.bot_message(channel, content, reply_to, nonce.map(|n| (n, enforce)));
+    let message = state.bot_message(channel, content, reply_to, nonce.map(|n| (n, enforce)), files);
     let referenced = message.reply_to.and_then(|r| state.message(r));
     Json(message_json(&state, &message, referenced.as_ref())).into_response()
 }

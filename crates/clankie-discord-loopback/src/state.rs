@@ -198,7 +198,7 @@ impl State {
     }
 
     /// Creates a bot message, or returns the one an earlier request with the same nonce created.
-    pub fn bot_message(&self, channel: u64, content: String, reply_to: Option<u64>, nonce: Option<(String, bool)>) -> StoredMessage {
+    pub fn bot_message(&self, channel: u64, content: String, reply_to: Option<u64>, nonce: Option<(String, bool)>, files: Vec<crate::rest::Upload>) -> StoredMessage {
         let guild_id = self.guild_of(channel).unwrap_or(None);
         let mut inner = self.lock();
         let now = now_ms();
@@ -213,6 +213,15 @@ impl State {
         if let Some((nonce, _)) = nonce {
             inner.nonces.insert((channel, nonce), (id, now));
         }
+        let attachments = files
+            .into_iter()
+            .map(|(filename, content_type, bytes)| {
+                let aid = State::next_id(&mut inner);
+                let meta = AttachmentMeta { id: aid, filename, content_type, size: bytes.len() as u64 };
+                inner.files.insert(aid, bytes);
+                meta
+            })
+            .collect();
         let message = StoredMessage {
             id,
             channel_id: channel,
@@ -223,7 +232,7 @@ impl State {
             content,
             mentions_bot: false,
             reply_to,
-            attachments: Vec::new(),
+            attachments,
             at_ms: now,
             edited: false,
             deleted: false,

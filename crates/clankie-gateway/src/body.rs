@@ -51,6 +51,12 @@ pub fn nonce(key: &str, piece: usize) -> String {
     (h >> 1).to_string()
 }
 
+/// A file name for Discord: media's cleaned name, else the one the captain gave.
+fn clean_name(stored: &str, given: &str) -> String {
+    let name = if stored.is_empty() { given } else { stored };
+    name.rsplit(['/', '\\']).next().filter(|n| !n.is_empty()).unwrap_or("file").to_owned()
+}
+
 fn card_text(tools: &[String]) -> String {
     format!("🔧 working: {}", if tools.is_empty() { "tools".to_owned() } else { tools.join(", ") })
 }
@@ -109,10 +115,20 @@ impl Gateway {
         let channel = Id::new_checked(out.channel_id).ok_or(PostError::Refused(0))?;
         let mut text = out.text.clone();
         let mut missing = 0;
+        let mut files = Vec::new();
         for artifact in &out.artifacts {
-            // No media service answers yet: every artifact is unresolved, which costs the picture, never the words.
-            missing += 1;
-            text.push_str(&format!("\n(I couldn't attach {}: it wasn't available when I posted.)", artifact.filename));
+            match self.resolve_artifact(&artifact.id).await {
+                Some(reply) => files.push(twilight_model::http::attachment::Attachment::from_bytes(
+                    clean_name(&reply.filename, &artifact.filename),
+                    reply.data,
+                    files.len() as u64,
+                )),
+                None => {
+                    // An artifact that cannot be resolved costs the picture, never the words.
+                    missing += 1;
+                    text.push_str(&format!("\n(I couldn't attach {}: it wasn't available when I posted.)", artifact.filename));
+                }
+            }
         }
         let pieces = split(&text, MAX_MESSAGE);
         for (i, piece) in pieces.iter().enumerate() {
@@ -127,8 +143,14 @@ impl Gateway {
             {
                 body["message_reference"] = json!({ "message_id": reply_to.to_string(), "fail_if_not_exists": false });
             }
+            let last = i + 1 == pieces.len();
+            if last && !files.is_empty() {
+                body["attachments"] = files.iter().map(|f| json!({ "id": f.id, "filename": f.filename })).collect();
+            }
             let bytes = serde_json::to_vec(&body).map_err(|_| PostError::Refused(0))?;
-            self.inner.http.create_message(channel).payload_json(&bytes).await.map_err(|e| classify(&e))?;
+            let request = self.inner.http.create_message(channel).payload_json(&bytes);
+            let request = if last && !files.is_empty() { request.attachments(&files) } else { request };
+            request.await.map_err(|e| classify(&e))?;
         }
         if out.kind == v1::OutboundKind::Reply as i32 {
             self.inner.typing.stop(out.channel_id);
@@ -139,9 +161,26 @@ impl Gateway {
                 .with_count("pieces", pieces.len() as i64)
                 .with_count("chars", text.chars().count() as i64)
                 .with_count("artifacts_missing", missing)
+                .with_count("artifacts_attached", files.len() as i64)
         })
         .await;
         Ok(())
+    }
+
+    /// An artifact's bytes through media, or `None` when it cannot be had in time.
+    async fn resolve_artifact(&self, id: &str) -> Option<v1::MediaResolveReply> {
+        let request = v1::MediaResolveRequest { artifact_id: id.to_owned(), want_bytes: true };
+        match self.inner.bus.request::<_, v1::MediaResolveReply>(&clankie_proto::Subject::RpcMediaResolve, &request, Duration::from_secs(3)).await {
+            Ok(reply) if reply.error.is_empty() => Some(reply),
+            Ok(reply) => {
+                tracing::warn!(code = %reply.error, "artifact unresolved");
+                None
+            }
+            Err(_) => {
+                tracing::warn!("media unreachable; posting without the artifact");
+                None
+            }
+        }
     }
 
     async fn tool_card(&self, out: &v1::OutboundMessage) -> Result<(), PostError> {

@@ -42,6 +42,9 @@ impl Event for v1::HistoryReply {}
 impl Event for v1::Speak {}
 impl Event for v1::AskRequest {}
 impl Event for v1::AskReply {}
+impl Event for v1::MediaResolveRequest {}
+impl Event for v1::MediaResolveReply {}
+impl Event for v1::MediaAttachmentRequest {}
 
 impl v1::FailureCode {
     /// The stable snake-case code written to outcomes, receipts and metrics.

@@ -78,6 +78,10 @@ pub enum Subject {
     RpcHistory { channel: u64 },
     /// `clankie.rpc.ask.<guild>.<channel>`: the voice room's `ask_clankie` handoff to the captain (no stream).
     RpcAsk { guild: u64, channel: u64 },
+    /// `clankie.rpc.media.resolve`: an artifact id to its path or bytes (no stream).
+    RpcMediaResolve,
+    /// `clankie.rpc.media.attachment`: an inbound attachment id to its stored artifact (no stream).
+    RpcMediaAttachment,
 }
 
 /// A kind of subject, independent of its ids: what wildcards and payload types hang off.
@@ -97,6 +101,8 @@ pub enum Family {
     Receipt,
     RpcHistory,
     RpcAsk,
+    RpcMediaResolve,
+    RpcMediaAttachment,
 }
 
 /// The second token of a subject: what JetStream streams are cut along.
@@ -132,7 +138,7 @@ fn truncate(s: &str) -> String {
 
 impl Family {
     /// Every family, in catalogue order.
-    pub const ALL: [Family; 14] = [
+    pub const ALL: [Family; 16] = [
         Family::IngressText,
         Family::IngressRoom,
         Family::LaneSteer,
@@ -147,6 +153,8 @@ impl Family {
         Family::Receipt,
         Family::RpcHistory,
         Family::RpcAsk,
+        Family::RpcMediaResolve,
+        Family::RpcMediaAttachment,
     ];
 
     /// A NATS wildcard matching every subject of this family.
@@ -166,6 +174,8 @@ impl Family {
             Family::Receipt => format!("{ROOT}.receipt.>"),
             Family::RpcHistory => format!("{ROOT}.rpc.history.*"),
             Family::RpcAsk => format!("{ROOT}.rpc.ask.*.*"),
+            Family::RpcMediaResolve => format!("{ROOT}.rpc.media.resolve"),
+            Family::RpcMediaAttachment => format!("{ROOT}.rpc.media.attachment"),
         }
     }
 
@@ -185,6 +195,8 @@ impl Family {
             Family::Receipt => "clankie.v1.Receipt",
             Family::RpcHistory => "clankie.v1.HistoryRequest",
             Family::RpcAsk => "clankie.v1.AskRequest",
+            Family::RpcMediaResolve => "clankie.v1.MediaResolveRequest",
+            Family::RpcMediaAttachment => "clankie.v1.MediaAttachmentRequest",
         }
     }
 
@@ -198,7 +210,7 @@ impl Family {
                 Area::Voice
             }
             Family::Receipt => Area::Receipt,
-            Family::RpcHistory | Family::RpcAsk => Area::Rpc,
+            Family::RpcHistory | Family::RpcAsk | Family::RpcMediaResolve | Family::RpcMediaAttachment => Area::Rpc,
         }
     }
 }
@@ -260,6 +272,8 @@ impl Subject {
             Subject::Receipt { .. } => Family::Receipt,
             Subject::RpcHistory { .. } => Family::RpcHistory,
             Subject::RpcAsk { .. } => Family::RpcAsk,
+            Subject::RpcMediaResolve => Family::RpcMediaResolve,
+            Subject::RpcMediaAttachment => Family::RpcMediaAttachment,
         }
     }
 
@@ -306,6 +320,8 @@ impl Subject {
             ["voice", "floor", _, _] => Ok(Subject::VoiceFloor { guild: id(3)?, channel: id(4)? }),
             ["voice", "speak", _, _] => Ok(Subject::VoiceSpeak { guild: id(3)?, channel: id(4)? }),
             ["rpc", "ask", _, _] => Ok(Subject::RpcAsk { guild: id(3)?, channel: id(4)? }),
+            ["rpc", "media", "resolve"] => Ok(Subject::RpcMediaResolve),
+            ["rpc", "media", "attachment"] => Ok(Subject::RpcMediaAttachment),
             ["rpc", "history", _] => Ok(Subject::RpcHistory { channel: id(3)? }),
             ["receipt", ..] if tokens.len() > 2 => Ok(Subject::Receipt { kind: ReceiptKind::new(&tokens[2..].join("."))? }),
             _ => Err(unknown()),
@@ -329,6 +345,8 @@ impl fmt::Display for Subject {
             Subject::VoiceFloor { guild, channel } => write!(f, "{ROOT}.voice.floor.{guild}.{channel}"),
             Subject::VoiceSpeak { guild, channel } => write!(f, "{ROOT}.voice.speak.{guild}.{channel}"),
             Subject::RpcAsk { guild, channel } => write!(f, "{ROOT}.rpc.ask.{guild}.{channel}"),
+            Subject::RpcMediaResolve => write!(f, "{ROOT}.rpc.media.resolve"),
+            Subject::RpcMediaAttachment => write!(f, "{ROOT}.rpc.media.attachment"),
             Subject::Receipt { kind } => write!(f, "{ROOT}.receipt.{kind}"),
             Subject::RpcHistory { channel } => write!(f, "{ROOT}.rpc.history.{channel}"),
         }
@@ -358,6 +376,8 @@ mod tests {
             Subject::RpcHistory { channel: 18 },
             Subject::VoiceSpeak { guild: 19, channel: 20 },
             Subject::RpcAsk { guild: 21, channel: 22 },
+            Subject::RpcMediaResolve,
+            Subject::RpcMediaAttachment,
         ]
     }
 

@@ -2,7 +2,7 @@
 //! process, against the loopback Discord.
 //!
 //! [`Sandbox::start`] serves the loopback Discord (with the sandbox page a
-//! person chats in), then a gateway and a captain wired to it, over the
+//! person chats in), then a gateway, captain, voice floor and media wired to it, over the
 //! configured NATS and PostgreSQL. `clankie run` uses it; so do the
 //! cross-service tests, so what a person sees is what the tests prove.
 
@@ -25,6 +25,8 @@ pub enum SandboxError {
     Store(#[from] clankie_store::StoreError),
     #[error("model: {0}")]
     Model(#[from] clankie_agent::ModelError),
+    #[error("media: {0}")]
+    Media(#[from] clankie_media::MediaError),
 }
 
 /// A running embedded stack. Dropping it stops the services.
@@ -71,7 +73,13 @@ impl Sandbox {
         let voice_bus = clankie_bus::Bus::connect(settings, "voice-floor").await?;
         let voice = std::sync::Arc::new(VoiceFloor::new(voice_bus.clone(), clankie_agent::model_from_settings(settings)?, voice_config));
 
+        let media = clankie_media::Media::new(clankie_bus::Bus::connect(settings, "media").await?, settings, clankie_media::MediaConfig::from_settings(settings))?;
         let mut tasks = Vec::new();
+        tasks.push(tokio::spawn(async move {
+            if let Err(e) = media.run().await {
+                tracing::error!(error = %e, "media stopped");
+            }
+        }));
         let v = voice.clone();
         tasks.push(tokio::spawn(async move {
             if let Err(e) = v.run().await {

@@ -173,6 +173,21 @@ pub const SETTINGS: &[Setting] = &[
         doc: "On SIGTERM, how long a captain lets live runs finish before it exits (others take the lanes).",
     },
     Setting {
+        name: "CLANKIE_MEDIA_MAX_BYTES",
+        default: "26214400",
+        doc: "Largest attachment media downloads or serves (25 MiB).",
+    },
+    Setting {
+        name: "CLANKIE_MEDIA_MAX_AGE_SECS",
+        default: "604800",
+        doc: "The sweeper removes attachments unused this long (7 days).",
+    },
+    Setting {
+        name: "CLANKIE_MEDIA_MAX_TOTAL_BYTES",
+        default: "1073741824",
+        doc: "The sweeper removes the oldest attachments past this total (1 GiB); recent ones are kept.",
+    },
+    Setting {
         name: "CLANKIE_BOT_NAME",
         default: "Clankie",
         doc: "His name, as prompts and the sandbox show it.",
@@ -278,6 +293,12 @@ pub struct Settings {
     pub floor_offer_interval: Duration,
     /// How long a draining captain waits for live runs.
     pub shutdown_grace: Duration,
+    /// Largest attachment media handles.
+    pub media_max_bytes: u64,
+    /// Age past which unused attachments are swept.
+    pub media_max_age: Duration,
+    /// Total size past which the oldest attachments are swept.
+    pub media_max_total_bytes: u64,
     /// His display name.
     pub bot_name: String,
     /// Lane lease time-to-live.
@@ -327,6 +348,9 @@ impl fmt::Debug for Settings {
             .field("floor_continuation", &self.floor_continuation)
             .field("floor_offer_interval", &self.floor_offer_interval)
             .field("shutdown_grace", &self.shutdown_grace)
+            .field("media_max_bytes", &self.media_max_bytes)
+            .field("media_max_age", &self.media_max_age)
+            .field("media_max_total_bytes", &self.media_max_total_bytes)
             .field("bot_name", &self.bot_name)
             .field("lane_lease_ttl", &self.lane_lease_ttl)
             .field("ingress_ack_wait", &self.ingress_ack_wait)
@@ -453,6 +477,9 @@ impl Settings {
         let floor_continuation = ms("CLANKIE_FLOOR_CONTINUATION_MS", 60_000, 0)?;
         let floor_offer_interval = ms("CLANKIE_FLOOR_OFFER_INTERVAL_MS", 300_000, 0)?;
         let shutdown_grace = ms("CLANKIE_SHUTDOWN_GRACE_MS", 30_000, 0)?;
+        let media_max_bytes = number(var("CLANKIE_MEDIA_MAX_BYTES"), "CLANKIE_MEDIA_MAX_BYTES", 25 * 1024 * 1024, 1, u64::MAX)?;
+        let media_max_age = Duration::from_secs(secs(var("CLANKIE_MEDIA_MAX_AGE_SECS"), "CLANKIE_MEDIA_MAX_AGE_SECS", 7 * 24 * 3600, 0)?);
+        let media_max_total_bytes = number(var("CLANKIE_MEDIA_MAX_TOTAL_BYTES"), "CLANKIE_MEDIA_MAX_TOTAL_BYTES", 1 << 30, 0, u64::MAX)?;
         let bot_name = var("CLANKIE_BOT_NAME").unwrap_or_else(|| "Clankie".into());
         let lane_lease_ttl = ms("CLANKIE_LANE_LEASE_TTL_MS", 30_000, 100)?;
         let ingress_ack_wait = ms("CLANKIE_INGRESS_ACK_WAIT_MS", 30_000, 100)?;
@@ -479,6 +506,9 @@ impl Settings {
             return Err(SettingsError::Invalid { var: "CLANKIE_TYPING_INTERVAL_MS", reason: "must be under 10000: Discord's indicator expires after 10 s".into() });
         }
         Ok(Settings {
+            media_max_bytes,
+            media_max_age,
+            media_max_total_bytes,
             shutdown_grace,
             voice_rooms,
             bot_aliases,

@@ -249,7 +249,7 @@ what came of it.",
             description: "Hand a request that needs action to your text-side self, who can use tools; returns the answer.".into(),
             parameters: json!({ "type": "object", "properties": { "request": { "type": "string" } }, "required": ["request"] }),
         };
-        let mut messages = vec![ChatMessage::User { text: self.room_block(key) }];
+        let mut messages = vec![ChatMessage::user(self.room_block(key))];
         let retry = RetryPolicy::default();
         let mut text = String::new();
         for _round in 0..3 {

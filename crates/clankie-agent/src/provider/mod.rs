@@ -34,16 +34,27 @@ pub struct ToolCall {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "role", rename_all = "snake_case")]
 pub enum ChatMessage {
-    User { text: String },
+    User {
+        text: String,
+        /// Pictures the model should perceive, as `data:` URLs.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        images: Vec<String>,
+    },
     Assistant { text: String, tool_calls: Vec<ToolCall> },
     Tool { call_id: String, name: String, content: String },
 }
 
 impl ChatMessage {
+    /// A user message of text alone.
+    pub fn user(text: impl Into<String>) -> ChatMessage {
+        ChatMessage::User { text: text.into(), images: Vec::new() }
+    }
+
     /// A rough token count (characters / 4), for budgets.
     pub fn token_estimate(&self) -> usize {
         let chars = match self {
-            ChatMessage::User { text } => text.len(),
+            // A picture costs the model a few hundred tokens whatever its size.
+            ChatMessage::User { text, images } => text.len() + images.len() * 1_200,
             ChatMessage::Assistant { text, tool_calls } => {
                 text.len() + tool_calls.iter().map(|c| c.name.len() + c.arguments.len()).sum::<usize>()
             }

@@ -62,7 +62,12 @@ impl OpenAiClient {
         let mut messages = vec![json!({ "role": "system", "content": request.system })];
         for m in &request.messages {
             messages.push(match m {
-                ChatMessage::User { text } => json!({ "role": "user", "content": text }),
+                ChatMessage::User { text, images } if images.is_empty() => json!({ "role": "user", "content": text }),
+                ChatMessage::User { text, images } => {
+                    let mut parts = vec![json!({ "type": "text", "text": text })];
+                    parts.extend(images.iter().map(|url| json!({ "type": "image_url", "image_url": { "url": url } })));
+                    json!({ "role": "user", "content": parts })
+                }
                 ChatMessage::Assistant { text, tool_calls } if tool_calls.is_empty() => json!({ "role": "assistant", "content": text }),
                 ChatMessage::Assistant { text, tool_calls } => json!({
                     "role": "assistant",

@@ -48,7 +48,7 @@ pub(crate) fn plan(request: &ModelRequest) -> Plan {
         .rev()
         .take_while(|m| !matches!(m, ChatMessage::Assistant { tool_calls, .. } if tool_calls.is_empty()))
         .filter_map(|m| match m {
-            ChatMessage::User { text } => Some(text.as_str()),
+            ChatMessage::User { text, .. } => Some(text.as_str()),
             _ => None,
         })
         .collect();
@@ -125,7 +125,7 @@ mod tests {
     }
 
     fn user(t: &str) -> ChatMessage {
-        ChatMessage::User { text: t.into() }
+        ChatMessage::user(t)
     }
 
     #[test]

@@ -70,7 +70,7 @@ pub fn fast() -> AgentConfig {
 }
 
 pub fn user(delivery_id: &str, text: &str) -> UserMessage {
-    UserMessage { author: "ada".into(), delivery_id: delivery_id.into(), text: text.into() }
+    UserMessage::new("ada", delivery_id, text)
 }
 
 /// Reads every event of a run with the moment it arrived, then its result.

@@ -112,7 +112,7 @@ async fn a_steer_arriving_mid_compaction_is_answered() {
     // Some history to compact.
     let mut session = rig.session().await;
     for i in 0..6 {
-        session.append(clankie_agent::EntryBody::User { author: "ada".into(), delivery_id: format!("h{i}"), text: format!("older message number {i} with some words in it") }).await.unwrap();
+        session.append(clankie_agent::EntryBody::User { author: "ada".into(), delivery_id: format!("h{i}"), text: format!("older message number {i} with some words in it"), images: vec![] }).await.unwrap();
         session
             .append(clankie_agent::EntryBody::Assistant {
                 text: format!("older answer {i}"),

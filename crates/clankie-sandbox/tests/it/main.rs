@@ -3,6 +3,7 @@
 //! the model stand-in, durations compressed.
 
 mod browser;
+mod media;
 mod scenarios;
 mod voice;
 
@@ -20,6 +21,7 @@ pub struct Rig {
     pub standin: StandIn,
     pub sandbox: Sandbox,
     pub nats_url: String,
+    pub attachment_root: std::path::PathBuf,
     _nats: TestNats,
     _db: TestDb,
     _dir: TestDir,
@@ -57,9 +59,10 @@ impl Rig {
         vars.extend(extra.iter().map(|(k, v)| (k.to_string(), v.to_string())));
         let settings = Settings::from_lookup(|k| vars.iter().rev().find(|(n, _)| n == k).map(|(_, v)| v.clone())).unwrap();
         let sandbox = Sandbox::start(&settings, "127.0.0.1:0".parse().unwrap()).await.unwrap();
+        let attachment_root = clankie_settings::attachment_root(&settings);
         assert!(sandbox.discord.wait_for_session(Duration::from_secs(20)).await, "the gateway never attached");
         until("READY", Duration::from_secs(10), || sandbox.gateway.bot_id() != 0).await;
-        Rig { standin, sandbox, nats_url: nats.url(), _nats: nats, _db: db, _dir: dir }
+        Rig { standin, sandbox, nats_url: nats.url(), attachment_root, _nats: nats, _db: db, _dir: dir }
     }
 
     pub fn say(&self, channel: u64, author: &str, content: &str) -> u64 {

@@ -1,0 +1,200 @@
+//! Media: everything that touches the attachment root.
+//!
+//! The root is always `clankie_settings::attachment_root`, the one derivation
+//! every service shares. Inbound attachments named in an Ingress are
+//! downloaded (bounded in size, type and time) and stored under their sha256,
+//! so a redelivered ingress stores nothing twice. Artifacts resolve over NATS
+//! request/reply to a path (co-located services) or to bytes; any name that
+//! leads out of the root is refused with a receipt, and the service serves
+//! the next request.
+
+mod root;
+
+use std::time::Duration;
+
+use clankie_bus::{Bus, BusError, ConsumerSpec, now_ms};
+use clankie_proto::{Family, ReceiptKind, v1};
+use clankie_settings::{Settings, attachment_root};
+use futures::StreamExt;
+use prost::Message as _;
+
+pub use root::{MediaError, Meta, Root, SweepReport, clean_filename};
+
+/// Content types media accepts.
+pub const ACCEPTED_TYPES: &[&str] = &["image/png", "image/jpeg", "image/gif", "image/webp", "text/plain", "application/pdf"];
+
+/// How media behaves.
+#[derive(Debug, Clone)]
+pub struct MediaConfig {
+    pub max_bytes: u64,
+    pub download_timeout: Duration,
+    pub max_age: Duration,
+    pub max_total: u64,
+    /// Anything stored or resolved this recently is kept by the sweeper (a reply may still be on its way).
+    pub pinned_for: Duration,
+    pub sweep_every: Duration,
+}
+
+impl MediaConfig {
+    /// Media's configuration from settings.
+    pub fn from_settings(settings: &Settings) -> MediaConfig {
+        MediaConfig {
+            max_bytes: settings.media_max_bytes,
+            download_timeout: Duration::from_secs(20),
+            max_age: settings.media_max_age,
+            max_total: settings.media_max_total_bytes,
+            pinned_for: Duration::from_secs(3600),
+            sweep_every: Duration::from_secs(600),
+        }
+    }
+}
+
+/// The media service.
+pub struct Media {
+    bus: Bus,
+    root: Root,
+    config: MediaConfig,
+    http: reqwest::Client,
+}
+
+impl Media {
+    /// Media over the settings' attachment root.
+    pub fn new(bus: Bus, settings: &Settings, config: MediaConfig) -> Result<Media, MediaError> {
+        clankie_agent::provider::install_tls_provider();
+        let http = reqwest::Client::builder().timeout(config.download_timeout).build().map_err(|e| MediaError::Download(e.to_string()))?;
+        Ok(Media { bus, root: Root::open(attachment_root(settings))?, config, http })
+    }
+
+    /// The root it serves.
+    pub fn root(&self) -> &Root {
+        &self.root
+    }
+
+    /// Stores inbound attachments, answers resolve requests and sweeps, until the bus fails.
+    pub async fn run(&self) -> Result<(), BusError> {
+        let mut inbound = self.bus.consumer::<v1::Ingress>(ConsumerSpec::durable("media-inbound", Family::IngressText)).await?;
+        let mut resolves = self.bus.serve(Family::RpcMediaResolve.wildcard(), "media").await?;
+        let mut attachments = self.bus.serve(Family::RpcMediaAttachment.wildcard(), "media").await?;
+        let mut sweep = tokio::time::interval(self.config.sweep_every);
+        loop {
+            tokio::select! {
+                d = inbound.next() => {
+                    let d = d?;
+                    let span = tracing::info_span!("delivery", delivery_id = %d.event.delivery_id);
+                    let _ = tracing::Instrument::instrument(self.store_inbound(&d.event), span).await;
+                    let _ = d.ack().await;
+                }
+                Some(msg) = resolves.next() => {
+                    let reply = match v1::MediaResolveRequest::decode(msg.payload.clone()) {
+                        Ok(req) => self.resolve(&req).await,
+                        Err(_) => v1::MediaResolveReply { error: "bad_request".into(), ..Default::default() },
+                    };
+                    let _ = self.bus.respond(&msg, &reply).await;
+                }
+                Some(msg) = attachments.next() => {
+                    let reply = match v1::MediaAttachmentRequest::decode(msg.payload.clone()) {
+                        Ok(v1::MediaAttachmentRequest { attachment: Some(a), delivery_id }) => self.attachment_bytes(&a, &delivery_id).await,
+                        _ => v1::MediaResolveReply { error: "bad_request".into(), ..Default::default() },
+                    };
+                    let _ = self.bus.respond(&msg, &reply).await;
+                }
+                _ = sweep.tick() => {
+                    match self.root.sweep(self.config.max_age, self.config.max_total, self.config.pinned_for) {
+                        Ok(r) if r.removed > 0 => tracing::info!(removed = r.removed, bytes = r.bytes_freed, "swept the attachment root"),
+                        Ok(_) => {}
+                        Err(e) => tracing::warn!(error = %e, "sweep failed"),
+                    }
+                }
+            }
+        }
+    }
+
+    /// Downloads and stores every attachment of an ingress not stored already.
+    pub async fn store_inbound(&self, ingress: &v1::Ingress) {
+        for a in &ingress.attachments {
+            let _ = self.stored(a, &ingress.delivery_id).await;
+        }
+    }
+
+    /// The artifact an inbound attachment became, storing it now if it has not been.
+    async fn stored(&self, a: &v1::Attachment, delivery_id: &str) -> Result<String, MediaError> {
+        if let Some(id) = self.root.attachment(a.id) {
+            return Ok(id);
+        }
+        match self.fetch(a).await {
+            Ok((id, meta)) => {
+                self.root.index_attachment(a.id, &id)?;
+                self.receipt("media.stored", delivery_id, |r| r.with_id("attachment", a.id).with_id("artifact", &id).with_count("bytes", meta.size as i64)).await;
+                Ok(id)
+            }
+            Err(e) => {
+                tracing::warn!(code = e.code(), "inbound attachment refused");
+                self.receipt("media.refused", delivery_id, |r| r.with_id("attachment", a.id).with_code(e.code())).await;
+                Err(e)
+            }
+        }
+    }
+
+    /// An inbound attachment's bytes, for a lane that wants to perceive it.
+    pub async fn attachment_bytes(&self, a: &v1::Attachment, delivery_id: &str) -> v1::MediaResolveReply {
+        match self.stored(a, delivery_id).await {
+            Ok(id) => self.resolve(&v1::MediaResolveRequest { artifact_id: id, want_bytes: true }).await,
+            Err(e) => v1::MediaResolveReply { error: e.code().to_owned(), ..Default::default() },
+        }
+    }
+
+    async fn fetch(&self, a: &v1::Attachment) -> Result<(String, Meta), MediaError> {
+        let content_type = a.content_type.split(';').next().unwrap_or_default().trim().to_ascii_lowercase();
+        if !ACCEPTED_TYPES.contains(&content_type.as_str()) {
+            return Err(MediaError::Type(content_type));
+        }
+        if a.size_bytes > self.config.max_bytes {
+            return Err(MediaError::TooLarge { size: a.size_bytes, limit: self.config.max_bytes });
+        }
+        let response = self.http.get(&a.url).send().await.map_err(|e| MediaError::Download(e.without_url().to_string()))?;
+        if !response.status().is_success() {
+            return Err(MediaError::Download(format!("HTTP {}", response.status().as_u16())));
+        }
+        let mut body = Vec::new();
+        let mut stream = response.bytes_stream();
+        while let Some(chunk) = stream.next().await {
+            let chunk = chunk.map_err(|e| MediaError::Download(e.without_url().to_string()))?;
+            body.extend_from_slice(&chunk);
+            if body.len() as u64 > self.config.max_bytes {
+                return Err(MediaError::TooLarge { size: body.len() as u64, limit: self.config.max_bytes });
+            }
+        }
+        self.root.store(&body, &a.filename, &content_type)
+    }
+
+    /// Resolves an artifact to its path (and bytes when asked).
+    pub async fn resolve(&self, req: &v1::MediaResolveRequest) -> v1::MediaResolveReply {
+        match self.root.resolve(&req.artifact_id, self.config.max_bytes) {
+            Ok((path, meta)) => {
+                let data = if req.want_bytes { tokio::fs::read(&path).await.unwrap_or_default() } else { Vec::new() };
+                v1::MediaResolveReply {
+                    path: path.display().to_string(),
+                    data,
+                    content_type: meta.content_type,
+                    filename: meta.filename,
+                    size_bytes: meta.size,
+                    error: String::new(),
+                }
+            }
+            Err(e) => {
+                if matches!(e, MediaError::OutsideRoot(_) | MediaError::BadId(_)) {
+                    self.receipt("media.refused", "", |r| r.with_code(e.code())).await;
+                }
+                v1::MediaResolveReply { error: e.code().to_owned(), ..Default::default() }
+            }
+        }
+    }
+
+    async fn receipt(&self, kind: &'static str, delivery_id: &str, build: impl FnOnce(v1::Receipt) -> v1::Receipt) {
+        let Ok(kind) = ReceiptKind::new(kind) else { return };
+        let receipt = build(v1::Receipt::new(&kind, self.bus.service(), delivery_id, now_ms()));
+        if let Err(e) = self.bus.publish_receipt(&receipt).await {
+            tracing::warn!(error = %e, "receipt not published");
+        }
+    }
+}
