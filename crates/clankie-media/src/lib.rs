@@ -75,6 +75,7 @@ impl Media {
         let mut inbound = self.bus.consumer::<v1::Ingress>(ConsumerSpec::durable("media-inbound", Family::IngressText)).await?;
         let mut resolves = self.bus.serve(Family::RpcMediaResolve.wildcard(), "media").await?;
         let mut attachments = self.bus.serve(Family::RpcMediaAttachment.wildcard(), "media").await?;
+        let mut registers = self.bus.serve(Family::RpcMediaRegister.wildcard(), "media").await?;
         let mut sweep = tokio::time::interval(self.config.sweep_every);
         loop {
             tokio::select! {
@@ -95,6 +96,13 @@ impl Media {
                     let reply = match v1::MediaAttachmentRequest::decode(msg.payload.clone()) {
                         Ok(v1::MediaAttachmentRequest { attachment: Some(a), delivery_id }) => self.attachment_bytes(&a, &delivery_id).await,
                         _ => v1::MediaResolveReply { error: "bad_request".into(), ..Default::default() },
+                    };
+                    let _ = self.bus.respond(&msg, &reply).await;
+                }
+                Some(msg) = registers.next() => {
+                    let reply = match v1::MediaRegisterRequest::decode(msg.payload.clone()) {
+                        Ok(req) => self.register(&req).await,
+                        Err(_) => v1::MediaRegisterReply { artifact: None, error: "bad_request".into() },
                     };
                     let _ = self.bus.respond(&msg, &reply).await;
                 }
@@ -165,6 +173,25 @@ impl Media {
             }
         }
         self.root.store(&body, &a.filename, &content_type)
+    }
+
+    /// Stores an artifact a tool produced and answers its reference.
+    pub async fn register(&self, req: &v1::MediaRegisterRequest) -> v1::MediaRegisterReply {
+        let content_type = req.content_type.to_ascii_lowercase();
+        let refused = |e: MediaError| v1::MediaRegisterReply { artifact: None, error: e.code().to_owned() };
+        if !ACCEPTED_TYPES.contains(&content_type.as_str()) {
+            return refused(MediaError::Type(content_type));
+        }
+        if req.data.len() as u64 > self.config.max_bytes {
+            return refused(MediaError::TooLarge { size: req.data.len() as u64, limit: self.config.max_bytes });
+        }
+        match self.root.store(&req.data, &req.filename, &content_type) {
+            Ok((id, meta)) => {
+                self.receipt("media.registered", "", |r| r.with_id("artifact", &id).with_count("bytes", meta.size as i64)).await;
+                v1::MediaRegisterReply { artifact: Some(v1::ArtifactRef { id, filename: meta.filename, content_type: meta.content_type }), error: String::new() }
+            }
+            Err(e) => refused(e),
+        }
     }
 
     /// Resolves an artifact to its path (and bytes when asked).

@@ -45,6 +45,8 @@ impl Event for v1::AskReply {}
 impl Event for v1::MediaResolveRequest {}
 impl Event for v1::MediaResolveReply {}
 impl Event for v1::MediaAttachmentRequest {}
+impl Event for v1::MediaRegisterRequest {}
+impl Event for v1::MediaRegisterReply {}
 
 impl v1::FailureCode {
     /// The stable snake-case code written to outcomes, receipts and metrics.

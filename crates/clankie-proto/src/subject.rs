@@ -82,6 +82,8 @@ pub enum Subject {
     RpcMediaResolve,
     /// `clankie.rpc.media.attachment`: an inbound attachment id to its stored artifact (no stream).
     RpcMediaAttachment,
+    /// `clankie.rpc.media.register`: store an artifact a tool produced (no stream).
+    RpcMediaRegister,
 }
 
 /// A kind of subject, independent of its ids: what wildcards and payload types hang off.
@@ -103,6 +105,7 @@ pub enum Family {
     RpcAsk,
     RpcMediaResolve,
     RpcMediaAttachment,
+    RpcMediaRegister,
 }
 
 /// The second token of a subject: what JetStream streams are cut along.
@@ -138,7 +141,7 @@ fn truncate(s: &str) -> String {
 
 impl Family {
     /// Every family, in catalogue order.
-    pub const ALL: [Family; 16] = [
+    pub const ALL: [Family; 17] = [
         Family::IngressText,
         Family::IngressRoom,
         Family::LaneSteer,
@@ -155,6 +158,7 @@ impl Family {
         Family::RpcAsk,
         Family::RpcMediaResolve,
         Family::RpcMediaAttachment,
+        Family::RpcMediaRegister,
     ];
 
     /// A NATS wildcard matching every subject of this family.
@@ -176,6 +180,7 @@ impl Family {
             Family::RpcAsk => format!("{ROOT}.rpc.ask.*.*"),
             Family::RpcMediaResolve => format!("{ROOT}.rpc.media.resolve"),
             Family::RpcMediaAttachment => format!("{ROOT}.rpc.media.attachment"),
+            Family::RpcMediaRegister => format!("{ROOT}.rpc.media.register"),
         }
     }
 
@@ -197,6 +202,7 @@ impl Family {
             Family::RpcAsk => "clankie.v1.AskRequest",
             Family::RpcMediaResolve => "clankie.v1.MediaResolveRequest",
             Family::RpcMediaAttachment => "clankie.v1.MediaAttachmentRequest",
+            Family::RpcMediaRegister => "clankie.v1.MediaRegisterRequest",
         }
     }
 
@@ -210,7 +216,7 @@ impl Family {
                 Area::Voice
             }
             Family::Receipt => Area::Receipt,
-            Family::RpcHistory | Family::RpcAsk | Family::RpcMediaResolve | Family::RpcMediaAttachment => Area::Rpc,
+            Family::RpcHistory | Family::RpcAsk | Family::RpcMediaResolve | Family::RpcMediaAttachment | Family::RpcMediaRegister => Area::Rpc,
         }
     }
 }
@@ -274,6 +280,7 @@ impl Subject {
             Subject::RpcAsk { .. } => Family::RpcAsk,
             Subject::RpcMediaResolve => Family::RpcMediaResolve,
             Subject::RpcMediaAttachment => Family::RpcMediaAttachment,
+            Subject::RpcMediaRegister => Family::RpcMediaRegister,
         }
     }
 
@@ -322,6 +329,7 @@ impl Subject {
             ["rpc", "ask", _, _] => Ok(Subject::RpcAsk { guild: id(3)?, channel: id(4)? }),
             ["rpc", "media", "resolve"] => Ok(Subject::RpcMediaResolve),
             ["rpc", "media", "attachment"] => Ok(Subject::RpcMediaAttachment),
+            ["rpc", "media", "register"] => Ok(Subject::RpcMediaRegister),
             ["rpc", "history", _] => Ok(Subject::RpcHistory { channel: id(3)? }),
             ["receipt", ..] if tokens.len() > 2 => Ok(Subject::Receipt { kind: ReceiptKind::new(&tokens[2..].join("."))? }),
             _ => Err(unknown()),
@@ -347,6 +355,7 @@ impl fmt::Display for Subject {
             Subject::RpcAsk { guild, channel } => write!(f, "{ROOT}.rpc.ask.{guild}.{channel}"),
             Subject::RpcMediaResolve => write!(f, "{ROOT}.rpc.media.resolve"),
             Subject::RpcMediaAttachment => write!(f, "{ROOT}.rpc.media.attachment"),
+            Subject::RpcMediaRegister => write!(f, "{ROOT}.rpc.media.register"),
             Subject::Receipt { kind } => write!(f, "{ROOT}.receipt.{kind}"),
             Subject::RpcHistory { channel } => write!(f, "{ROOT}.rpc.history.{channel}"),
         }
@@ -378,6 +387,7 @@ mod tests {
             Subject::RpcAsk { guild: 21, channel: 22 },
             Subject::RpcMediaResolve,
             Subject::RpcMediaAttachment,
+            Subject::RpcMediaRegister,
         ]
     }
 

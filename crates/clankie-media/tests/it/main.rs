@@ -109,7 +109,12 @@ async fn an_inbound_attachment_is_stored_once_even_when_its_ingress_is_redeliver
 #[tokio::test]
 async fn hostile_names_are_refused_and_the_next_request_is_served() {
     let (_nats, _state, _discord, bus, media) = rig().await;
-    let (good, _) = media.root().store(b"artifact bytes", "bracket.png", "image/png").unwrap();
+    // A tool registers what it rendered; the path in its name is dropped.
+    let registered: v1::MediaRegisterReply = bus
+        .request(&Subject::RpcMediaRegister, &v1::MediaRegisterRequest { data: b"artifact bytes".to_vec(), filename: "../../bracket.png".into(), content_type: "image/png".into() }, Duration::from_secs(5))
+        .await
+        .unwrap();
+    let good = registered.artifact.expect("registered").id;
     for hostile in ["sha256:../../../etc/passwd", "/etc/passwd", "../x", "sha256:ABC"] {
         let reply: v1::MediaResolveReply =
             bus.request(&Subject::RpcMediaResolve, &v1::MediaResolveRequest { artifact_id: hostile.into(), want_bytes: true }, Duration::from_secs(5)).await.unwrap();
