@@ -20,6 +20,8 @@ pub struct CaptainConfig {
     /// Bounds of the read_page tool.
     pub page_timeout: Duration,
     pub page_max_bytes: usize,
+    /// The baseline mode: each delivery its own one-shot session, history every time, no steering.
+    pub one_shot: bool,
 }
 
 impl CaptainConfig {
@@ -37,6 +39,7 @@ impl CaptainConfig {
             grants: settings.operator_grants.iter().copied().collect(),
             page_timeout: Duration::from_secs(10),
             page_max_bytes: 512 * 1024,
+            one_shot: settings.captain_one_shot,
         }
     }
 

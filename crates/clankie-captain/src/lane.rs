@@ -58,6 +58,13 @@ impl Captain {
         let lease = self.inner.store.acquire_lease(&lane, &config.replica, config.lease_ttl).await;
         tracing::debug!(%lane, deliveries = burst.len(), took = matches!(lease, Ok(Some(_))), "lane burst");
         match lease {
+            Ok(Some(lease)) if config.one_shot => {
+                // The baseline answers each delivery on its own: the rest wait for turns of their own.
+                let mut burst = burst.into_iter();
+                let Some(first) = burst.next() else { return };
+                pending.extend(burst);
+                self.run_turn(lease, vec![first], inbox, pending).await
+            }
             Ok(Some(lease)) => self.run_turn(lease, burst, inbox, pending).await,
             Ok(None) => {
                 for held in burst {
@@ -100,8 +107,8 @@ impl Captain {
     }
 
     /// The lane's warm session, if this replica held the lane last and nobody held it since.
-    fn warm_session(&self, lane: LaneKey, lease: &Lease, privileged: bool) -> Option<Session> {
-        if privileged {
+    fn warm_session(&self, lane: LaneKey, lease: &Lease, one_shot: bool) -> Option<Session> {
+        if one_shot {
             return None;
         }
         let mut warm = self.inner.warm.lock().unwrap_or_else(|p| p.into_inner());
@@ -147,15 +154,17 @@ impl Captain {
         let Some(owner) = burst.next() else { return };
         let mut absorbed: Vec<Held> = burst.collect();
         let privileged = config.grants.contains(&owner.ingress.author_id);
-        let mode = if privileged { TurnMode::OneShot } else { TurnMode::Durable };
+        // A privileged turn runs one-shot so its grant dies with it; the baseline mode runs every turn so.
+        let one_shot = privileged || config.one_shot;
+        let mode = if one_shot { TurnMode::OneShot } else { TurnMode::Durable };
         let turn_id = format!("{lane}~{}~{}", lease.epoch, owner.delivery_id());
 
-        let warm = self.warm_session(lane, &lease, privileged);
+        let warm = self.warm_session(lane, &lease, one_shot);
         let cold = warm.is_none();
         let session = match warm {
             Some(s) => Ok(s),
             None => {
-                let tree = if privileged { format!("turns/{lane}~{}", owner.delivery_id()) } else { format!("rooms/{lane}") };
+                let tree = if one_shot { format!("turns/{lane}~{}", owner.delivery_id()) } else { format!("rooms/{lane}") };
                 Session::open(inner.store.clone(), lease.clone(), tree).await
             }
         };
@@ -195,7 +204,7 @@ impl Captain {
             tools.push(Arc::new(DescribeRuntime { replica: config.replica.clone(), live_lanes: self.live_lanes() }));
         }
         let system = prompt::system(&config.bot_name, &lane, privileged);
-        metrics::counter!("clankie_captain_turns_total", "mode" => if privileged { "one_shot" } else { "durable" }).increment(1);
+        metrics::counter!("clankie_captain_turns_total", "mode" => if one_shot { "one_shot" } else { "durable" }).increment(1);
         inner.live.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         tracing::debug!(%lane, epoch = lease.epoch, cold, deliveries = 1 + absorbed.len(), "run starts");
         let mut run = inner.agent.start_with_tools(session, system, first, tools);
@@ -249,7 +258,7 @@ impl Captain {
                     }
                 }
                 Some(held) = inbox.recv() => {
-                    if privileged {
+                    if one_shot {
                         pending.push(held);
                     } else {
                         match steerer.steer(self.user_message(&held).await) {
@@ -357,7 +366,7 @@ impl Captain {
         for (held, kind, code) in &settled {
             self.settle(&lease_now, &turn_id, held, *kind, *code).await;
         }
-        if !privileged {
+        if !one_shot {
             let mut warm = inner.warm.lock().unwrap_or_else(|p| p.into_inner());
             warm.insert(lane, Warm { session: result.session, epoch: lease_now.epoch });
         }

@@ -137,12 +137,25 @@ impl Captain {
             .consumer::<v1::Steer>(ConsumerSpec::durable("captain-steer", Family::LaneSteer).with_ack_wait(ack_wait))
             .await?;
         let mut asks = self.inner.bus.serve(Family::RpcAsk.wildcard(), "captain").await?;
+        // Every service's receipts land in PostgreSQL through whichever captain takes them.
+        let mut receipts = self.inner.bus.consumer::<v1::Receipt>(ConsumerSpec::durable("receipts-recorder", Family::Receipt)).await?;
         tracing::info!(replica = %self.inner.config.replica, "captain consuming ingress");
         loop {
             tokio::select! {
                 _ = &mut shutdown => {
                     self.inner.draining.store(true, Ordering::SeqCst);
                     return Ok(());
+                }
+                d = receipts.next() => {
+                    let d = d?;
+                    let key = format!("receipts:{}", d.stream_sequence);
+                    match self.inner.store.insert_receipt(&d.event, Some(&key)).await {
+                        Ok(_) => { let _ = d.ack().await; }
+                        Err(e) => {
+                            tracing::warn!(error = %e, "receipt not recorded; it will come back");
+                            let _ = d.nak_after(self.inner.config.retry_delay()).await;
+                        }
+                    }
                 }
                 Some(msg) = futures::StreamExt::next(&mut asks) => {
                     let captain = self.clone();

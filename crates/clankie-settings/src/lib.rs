@@ -188,6 +188,11 @@ pub const SETTINGS: &[Setting] = &[
         doc: "The sweeper removes the oldest attachments past this total (1 GiB); recent ones are kept.",
     },
     Setting {
+        name: "CLANKIE_CAPTAIN_ONE_SHOT",
+        default: "false",
+        doc: "The old design, kept as a baseline: every delivery its own session with history fetched each time, no steering.",
+    },
+    Setting {
         name: "CLANKIE_BOT_NAME",
         default: "Clankie",
         doc: "His name, as prompts and the sandbox show it.",
@@ -299,6 +304,8 @@ pub struct Settings {
     pub media_max_age: Duration,
     /// Total size past which the oldest attachments are swept.
     pub media_max_total_bytes: u64,
+    /// Run the captain in the one-shot baseline mode.
+    pub captain_one_shot: bool,
     /// His display name.
     pub bot_name: String,
     /// Lane lease time-to-live.
@@ -351,6 +358,7 @@ impl fmt::Debug for Settings {
             .field("media_max_bytes", &self.media_max_bytes)
             .field("media_max_age", &self.media_max_age)
             .field("media_max_total_bytes", &self.media_max_total_bytes)
+            .field("captain_one_shot", &self.captain_one_shot)
             .field("bot_name", &self.bot_name)
             .field("lane_lease_ttl", &self.lane_lease_ttl)
             .field("ingress_ack_wait", &self.ingress_ack_wait)
@@ -496,16 +504,14 @@ impl Settings {
         {
             return Err(SettingsError::Invalid { var: "CLANKIE_DISCORD_GATEWAY_URL", reason: "expected a ws:// or wss:// URL".into() });
         }
-        let outcome_reactions = match var("CLANKIE_OUTCOME_REACTIONS").as_deref().map(str::trim) {
-            None | Some("false" | "0" | "no") => false,
-            Some("true" | "1" | "yes") => true,
-            Some(_) => return Err(SettingsError::Invalid { var: "CLANKIE_OUTCOME_REACTIONS", reason: "expected true or false".into() }),
-        };
+        let outcome_reactions = flag(var("CLANKIE_OUTCOME_REACTIONS"), "CLANKIE_OUTCOME_REACTIONS")?;
+        let captain_one_shot = flag(var("CLANKIE_CAPTAIN_ONE_SHOT"), "CLANKIE_CAPTAIN_ONE_SHOT")?;
         let typing_interval = ms("CLANKIE_TYPING_INTERVAL_MS", 8_000, 50)?;
         if typing_interval >= Duration::from_secs(10) {
             return Err(SettingsError::Invalid { var: "CLANKIE_TYPING_INTERVAL_MS", reason: "must be under 10000: Discord's indicator expires after 10 s".into() });
         }
         Ok(Settings {
+            captain_one_shot,
             media_max_bytes,
             media_max_age,
             media_max_total_bytes,
@@ -567,6 +573,14 @@ fn absolute(var: &'static str, value: &str) -> Result<PathBuf, SettingsError> {
         Ok(path)
     } else {
         Err(SettingsError::Invalid { var, reason: "must be an absolute path".into() })
+    }
+}
+
+fn flag(value: Option<String>, var: &'static str) -> Result<bool, SettingsError> {
+    match value.as_deref().map(str::trim) {
+        None | Some("false" | "0" | "no") => Ok(false),
+        Some("true" | "1" | "yes") => Ok(true),
+        Some(_) => Err(SettingsError::Invalid { var, reason: "expected true or false".into() }),
     }
 }
 

@@ -36,6 +36,11 @@ enum Command {
     },
     /// Print every setting with its default as a Markdown table.
     Settings,
+    /// Print every receipt and the outcome of one delivery, across services, in time order (content-free).
+    Trail {
+        /// The delivery id (the Discord message id, or a voice utterance id).
+        delivery_id: String,
+    },
     /// Run the embedded default: loopback Discord with its sandbox page, gateway and captain.
     ///
     /// Needs the local stack (`clankie stack up`) or another NATS and PostgreSQL.
@@ -70,7 +75,43 @@ async fn main() -> Result<()> {
             Ok(())
         }
         Command::Run => run(&settings).await,
+        Command::Trail { delivery_id } => trail(&settings, &delivery_id).await,
     }
+}
+
+async fn trail(settings: &Settings, delivery_id: &str) -> Result<()> {
+    let url = redact_url(&settings.database_url);
+    let store = clankie_store::Store::connect(&settings.database_url).await.with_context(|| format!("connecting to {url}"))?;
+    let receipts = store.receipts_for_delivery(delivery_id).await.context("reading receipts")?;
+    let outcome = store.outcome(delivery_id).await.context("reading the outcome")?;
+    if receipts.is_empty() && outcome.is_none() {
+        bail!("nothing recorded for delivery {delivery_id:?}");
+    }
+    let mut out = std::io::stdout().lock();
+    for stored in receipts {
+        let r = stored.receipt;
+        let at = std::time::UNIX_EPOCH + std::time::Duration::from_millis(r.at_ms.max(0) as u64);
+        let line = serde_json::json!({
+            "time": clankie_proto::time::rfc3339(at),
+            "service": r.service,
+            "kind": r.kind,
+            "lane": r.lane,
+            "ids": r.ids,
+            "counts": r.counts,
+            "flags": r.flags,
+            "codes": r.codes,
+        });
+        writeln!(out, "{line}")?;
+    }
+    if let Some(o) = outcome {
+        let line = serde_json::json!({
+            "outcome": o.kind.code(),
+            "failure_code": o.failure_code.map(|c| c.code()),
+            "turn": o.turn_id,
+        });
+        writeln!(out, "{line}")?;
+    }
+    Ok(())
 }
 
 async fn run(settings: &Settings) -> Result<()> {

@@ -46,3 +46,28 @@ async fn the_seed_burst_gets_one_answer() {
     let turns: i64 = sqlx::query_scalar("SELECT count(*) FROM turns").fetch_one(rig.store.pool()).await.unwrap();
     assert_eq!(turns, 1, "one run");
 }
+
+#[tokio::test]
+async fn the_one_shot_baseline_answers_each_message_of_a_burst_with_history_every_time() {
+    let rig = Rig::new().await;
+    let (_captain, _task) = rig.captain_with("captain-a", &[("CLANKIE_CAPTAIN_ONE_SHOT", "true".into())]).await;
+    for _ in 0..3 {
+        rig.standin.script(Script::any(Reply::Text { text: "An answer.".into(), chunk_chars: 2, chunk_delay_ms: 40, first_delay_ms: 0, tail_delay_ms: 0 }));
+    }
+    let first = rig.say("ada", "@Clankie is the deadlock lobby up?", true).await;
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let second = rig.say("ada", "@Clankie the one for tonight", true).await;
+    let third = rig.say("ada", "@Clankie and can I bring a friend?", true).await;
+    rig.wait_outcomes(&[first, second, third]).await;
+    assert_eq!(rig.replies().len(), 3, "the old design answers every message");
+    let turns: Vec<String> = sqlx::query_scalar("SELECT mode FROM turns").fetch_all(rig.store.pool()).await.unwrap();
+    assert_eq!(turns, ["one_shot", "one_shot", "one_shot"]);
+    // Nothing came before the first message; every later one-shot turn is sent the room's history again.
+    let requests = rig.standin.requests();
+    assert_eq!(requests.len(), 3);
+    for request in &requests[1..] {
+        assert_eq!(request.count(clankie_captain::prompt::HISTORY_OPEN), 1, "every one-shot turn is sent the history");
+        assert_eq!(request.count("is the deadlock lobby up?"), 1);
+    }
+    assert!(rig.outcomes.all().iter().all(|o| kind(o) == v1::OutcomeKind::Replied));
+}

@@ -2,3 +2,4 @@
 
 mod invariants;
 mod tap;
+mod trail;
