@@ -202,9 +202,11 @@ impl Captain {
         }
         let live = if admission::needs_exchange(&d.event) {
             let store = &self.inner.store;
-            match (store.exchange_live(&lane, self.inner.config.exchange_window).await, store.lease_held(&lane).await) {
-                (Ok(exchange), Ok(run)) => exchange || run,
-                (Err(e), _) | (_, Err(e)) => {
+            let window = self.inner.config.exchange_window;
+            match (store.exchange_live(&lane, window).await, store.lease_held(&lane).await, store.unsettled_turn(&lane, window).await) {
+                // Settled recently, a run live now, or a run that died live: the room is in conversation.
+                (Ok(exchange), Ok(run), Ok(orphan)) => exchange || run || orphan,
+                (Err(e), _, _) | (_, Err(e), _) | (_, _, Err(e)) => {
                     tracing::warn!(%lane, error = %e, "admission needs the store; the delivery will come back");
                     let _ = d.nak_after(self.inner.config.retry_delay()).await;
                     return;

@@ -219,6 +219,20 @@ impl Store {
             .transpose()
     }
 
+    /// Whether a turn of the lane started within `window` and never ended: a run that was
+    /// live when its replica died. Its room still counts as in conversation.
+    pub async fn unsettled_turn(&self, lane: &LaneKey, window: Duration) -> Result<bool, StoreError> {
+        let open: bool = sqlx::query_scalar(
+            "SELECT EXISTS (SELECT 1 FROM turns WHERE lane = $1 AND ended_at IS NULL
+                 AND started_at > now() - make_interval(secs => $2::double precision / 1000))",
+        )
+        .bind(lane.to_string())
+        .bind(i64::try_from(window.as_millis()).unwrap_or(i64::MAX))
+        .fetch_one(&self.pool)
+        .await?;
+        Ok(open)
+    }
+
     /// Whether the room's exchange settled within `window` of the database's now.
     pub async fn exchange_live(&self, lane: &LaneKey, window: Duration) -> Result<bool, StoreError> {
         let live: Option<bool> = sqlx::query_scalar(

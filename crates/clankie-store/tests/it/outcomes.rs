@@ -63,3 +63,13 @@ async fn receipts_are_stored_once_per_dedup_key_and_read_back_by_delivery() {
     assert_eq!(got.len(), 1);
     assert_eq!(got[0].receipt, receipt);
 }
+
+#[tokio::test]
+async fn a_turn_that_never_ended_keeps_its_room_in_conversation() {
+    let (store, _db) = super::store().await;
+    let lease = store.acquire_lease(&LANE, "c", Duration::from_secs(60)).await.unwrap().unwrap();
+    assert!(!store.unsettled_turn(&LANE, Duration::from_secs(60)).await.unwrap());
+    store.start_turn(&lease, &clankie_store::TurnStart { turn_id: "t".into(), mode: clankie_store::TurnMode::Durable, owner_delivery_id: "1".into() }).await.unwrap();
+    assert!(store.unsettled_turn(&LANE, Duration::from_secs(60)).await.unwrap());
+    assert!(!store.unsettled_turn(&LANE, Duration::ZERO).await.unwrap(), "outside the window it no longer counts");
+}
