@@ -7,10 +7,7 @@ use clankie_settings::Settings;
 #[tokio::main]
 async fn main() -> Result<()> {
     let settings = Settings::from_env().context("reading CLANKIE_* settings")?;
-    tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::try_new(&settings.log).unwrap_or_else(|_| "info".into()))
-        .with_writer(std::io::stderr)
-        .init();
+    clankie_http::init_tracing(&settings.log);
     let bus = clankie_bus::Bus::connect(&settings, "captain").await?;
     bus.ensure_streams().await.context("declaring streams")?;
     let store = clankie_store::Store::connect(&settings.database_url).await.context("connecting to PostgreSQL")?;
@@ -20,14 +17,7 @@ async fn main() -> Result<()> {
         tracing::warn!("no CLANKIE_MODEL_BASE_URL: running the offline rehearsal model; every answer is labelled [rehearsal]");
     }
     let agent = clankie_agent::Agent::new(model, clankie_agent::config_from_settings(&settings));
-    if let Some(addr) = settings.http_addr {
-        let readiness = clankie_http::Readiness { bus: bus.clone(), store: Some(store.clone()) };
-        tokio::spawn(async move {
-            if let Err(e) = clankie_http::serve(addr, readiness).await {
-                tracing::error!(%addr, error = %e, "HTTP endpoint failed");
-            }
-        });
-    }
+    clankie_http::spawn_endpoints(settings.http_addr, clankie_http::Readiness { bus: bus.clone(), store: Some(store.clone()) });
     let captain = Captain::new(bus, store, agent, CaptainConfig::from_settings(&settings));
     captain.run_until_drained(clankie_http::terminated(), settings.shutdown_grace).await.context("captain stopped")?;
     tracing::info!("drained; exiting");

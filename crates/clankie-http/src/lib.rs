@@ -91,6 +91,24 @@ pub async fn serve_on(listener: tokio::net::TcpListener, readiness: Readiness) -
     axum::serve(listener, router(readiness, metrics_handle())).await
 }
 
+/// Logs to stderr with the service's `CLANKIE_LOG` filter; every service's `main` calls it first.
+pub fn init_tracing(filter: &str) {
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::try_new(filter).unwrap_or_else(|_| "info".into()))
+        .with_writer(std::io::stderr)
+        .init();
+}
+
+/// Serves the endpoints in the background when an address is configured.
+pub fn spawn_endpoints(addr: Option<SocketAddr>, readiness: Readiness) {
+    let Some(addr) = addr else { return };
+    tokio::spawn(async move {
+        if let Err(e) = serve(addr, readiness).await {
+            tracing::error!(%addr, error = %e, "HTTP endpoint failed");
+        }
+    });
+}
+
 /// Resolves on SIGTERM (how orchestrators stop a container) or Ctrl-C.
 pub async fn terminated() {
     #[cfg(unix)]

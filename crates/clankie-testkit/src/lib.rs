@@ -122,6 +122,43 @@ impl Drop for TestDir {
     }
 }
 
+/// Waits, polling a condition (bounded by `timeout`), until `check` holds; panics naming `what` otherwise.
+pub async fn until(what: &str, timeout: std::time::Duration, mut check: impl FnMut() -> bool) {
+    let deadline = tokio::time::Instant::now() + timeout;
+    while !check() {
+        assert!(tokio::time::Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+}
+
+/// Every event of one family seen on the bus, in arrival order.
+#[derive(Clone)]
+pub struct Recorder<E>(std::sync::Arc<std::sync::Mutex<Vec<E>>>);
+
+impl<E: Clone> Recorder<E> {
+    /// A copy of everything recorded so far.
+    pub fn all(&self) -> Vec<E> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+}
+
+/// Starts recording every event of `family` (a core subscription: it sees publishes as they happen).
+pub async fn record<E: clankie_proto::Event>(bus: &clankie_bus::Bus, family: clankie_proto::Family) -> Recorder<E> {
+    use futures::StreamExt;
+    let recorder = Recorder(std::sync::Arc::new(std::sync::Mutex::new(Vec::new())));
+    let mut sub = bus.client().subscribe(family.wildcard()).await.expect("subscribe");
+    let sink = recorder.clone();
+    tokio::spawn(async move {
+        while let Some(msg) = sub.next().await {
+            if let Ok(e) = E::decode(msg.payload) {
+                sink.0.lock().unwrap_or_else(|p| p.into_inner()).push(e);
+            }
+        }
+    });
+    bus.client().flush().await.expect("flush");
+    recorder
+}
+
 /// Settings for one test: its own NATS, its own database, its own state directory.
 pub fn settings(nats: &TestNats, db: &TestDb, state: &TestDir) -> Settings {
     Settings::for_endpoints(&nats.url(), db.url(), state.path()).expect("test settings are valid")

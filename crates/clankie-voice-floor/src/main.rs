@@ -7,21 +7,11 @@ use clankie_voice_floor::{VoiceConfig, VoiceFloor};
 #[tokio::main]
 async fn main() -> Result<()> {
     let settings = Settings::from_env().context("reading CLANKIE_* settings")?;
-    tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::try_new(&settings.log).unwrap_or_else(|_| "info".into()))
-        .with_writer(std::io::stderr)
-        .init();
+    clankie_http::init_tracing(&settings.log);
     let bus = clankie_bus::Bus::connect(&settings, "voice-floor").await?;
     bus.ensure_streams().await.context("declaring streams")?;
     let model = clankie_agent::model_from_settings(&settings).context("configuring the model")?;
-    if let Some(addr) = settings.http_addr {
-        let readiness = clankie_http::Readiness { bus: bus.clone(), store: None };
-        tokio::spawn(async move {
-            if let Err(e) = clankie_http::serve(addr, readiness).await {
-                tracing::error!(%addr, error = %e, "HTTP endpoint failed");
-            }
-        });
-    }
+    clankie_http::spawn_endpoints(settings.http_addr, clankie_http::Readiness { bus: bus.clone(), store: None });
     let floor = VoiceFloor::new(bus, model, VoiceConfig::from_settings(&settings));
     tokio::select! {
         result = floor.run() => result.context("voice floor stopped"),

@@ -61,10 +61,7 @@ enum StackAction {
 async fn main() -> Result<()> {
     let cli = Cli::parse();
     let settings = Settings::from_env().context("reading CLANKIE_* settings")?;
-    tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::try_new(&settings.log).unwrap_or_else(|_| "info".into()))
-        .with_writer(std::io::stderr)
-        .init();
+    clankie_http::init_tracing(&settings.log);
     match cli.command {
         Command::Migrate => migrate(&settings).await,
         Command::Streams => streams(&settings).await,

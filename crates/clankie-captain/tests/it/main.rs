@@ -15,20 +15,22 @@ mod text_update;
 mod warm;
 
 use std::sync::{Arc, Mutex};
+
+use futures::StreamExt;
 use std::time::Duration;
 
 use clankie_agent::{Agent, AgentConfig, RetryPolicy, StallPolicy};
 use clankie_bus::{Bus, MsgId};
 use clankie_captain::{Captain, CaptainConfig};
 use clankie_model_standin::StandIn;
-use clankie_proto::{Event, Family, Subject, v1};
-#[allow(unused_imports)]
-use prost::Name as _;
+use clankie_proto::{Family, Subject, v1};
 use clankie_settings::Settings;
 use clankie_store::Store;
 use clankie_testkit::{TestDb, TestDir, TestNats};
-use futures::StreamExt;
 use prost::Message;
+
+pub use clankie_testkit::{Recorder, until};
+use clankie_testkit::record;
 
 pub const GUILD: u64 = 100;
 pub const CHANNEL: u64 = 200;
@@ -47,39 +49,6 @@ pub struct Rig {
     pub receipts: Recorder<v1::Receipt>,
     pub history: Arc<Mutex<Vec<v1::HistoryMessage>>>,
     next_id: std::sync::atomic::AtomicU64,
-}
-
-/// Collects every event of one family published on the bus.
-#[derive(Clone)]
-pub struct Recorder<E>(Arc<Mutex<Vec<E>>>);
-
-impl<E: Clone> Recorder<E> {
-    pub fn all(&self) -> Vec<E> {
-        self.0.lock().unwrap().clone()
-    }
-}
-
-async fn record<E: Event>(bus: &Bus, family: Family) -> Recorder<E> {
-    let store = Recorder(Arc::new(Mutex::new(Vec::new())));
-    let mut sub = bus.client().subscribe(family.wildcard()).await.unwrap();
-    let sink = store.clone();
-    tokio::spawn(async move {
-        while let Some(msg) = sub.next().await {
-            if let Ok(e) = E::decode(msg.payload) {
-                sink.0.lock().unwrap().push(e);
-            }
-        }
-    });
-    store
-}
-
-/// Waits (polling a condition, bounded) until `check` holds.
-pub async fn until(what: &str, timeout: Duration, mut check: impl FnMut() -> bool) {
-    let deadline = tokio::time::Instant::now() + timeout;
-    while !check() {
-        assert!(tokio::time::Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
 }
 
 impl Rig {

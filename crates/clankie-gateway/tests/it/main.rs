@@ -5,15 +5,14 @@ mod body;
 mod ingest;
 mod stack;
 
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use clankie_bus::Bus;
 use clankie_discord_loopback::{Loopback, LoopbackConfig, NewMessage};
 use clankie_gateway::{Gateway, GatewayConfig};
-use clankie_proto::{Event, Family};
 use clankie_testkit::{TestDir, TestNats};
-use futures::StreamExt;
+
+pub use clankie_testkit::{Recorder, record, until};
 
 pub const GENERAL: u64 = 200;
 pub const VOICE_CHAT: u64 = 300;
@@ -24,40 +23,6 @@ pub struct Rig {
     pub dir: TestDir,
     pub discord: Loopback,
     pub bus: Bus,
-}
-
-/// Collects every event of one family published on the bus.
-#[derive(Clone)]
-pub struct Recorder<E>(Arc<Mutex<Vec<E>>>);
-
-impl<E: Clone> Recorder<E> {
-    pub fn all(&self) -> Vec<E> {
-        self.0.lock().unwrap().clone()
-    }
-}
-
-pub async fn record<E: Event>(bus: &Bus, family: Family) -> Recorder<E> {
-    let store = Recorder(Arc::new(Mutex::new(Vec::new())));
-    let mut sub = bus.client().subscribe(family.wildcard()).await.unwrap();
-    let sink = store.clone();
-    tokio::spawn(async move {
-        while let Some(msg) = sub.next().await {
-            if let Ok(e) = E::decode(msg.payload) {
-                sink.0.lock().unwrap().push(e);
-            }
-        }
-    });
-    bus.client().flush().await.unwrap();
-    store
-}
-
-/// Waits (polling a condition, bounded) until `check` holds.
-pub async fn until(what: &str, timeout: Duration, mut check: impl FnMut() -> bool) {
-    let deadline = tokio::time::Instant::now() + timeout;
-    while !check() {
-        assert!(tokio::time::Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
 }
 
 impl Rig {

@@ -15,6 +15,8 @@ use clankie_sandbox::Sandbox;
 use clankie_settings::Settings;
 use clankie_testkit::{TestDb, TestDir, TestNats};
 
+pub use clankie_testkit::until;
+
 pub const GENERAL: u64 = 200;
 
 pub struct Rig {
@@ -25,15 +27,6 @@ pub struct Rig {
     _nats: TestNats,
     _db: TestDb,
     _dir: TestDir,
-}
-
-/// Waits (polling a condition, bounded) until `check` holds.
-pub async fn until(what: &str, timeout: Duration, mut check: impl FnMut() -> bool) {
-    let deadline = tokio::time::Instant::now() + timeout;
-    while !check() {
-        assert!(tokio::time::Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
 }
 
 impl Rig {

@@ -1,10 +1,10 @@
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use clankie_bus::Bus;
 use clankie_model_standin::{Reply, Script};
-use clankie_proto::{Event, Family, Subject, v1};
-use futures::StreamExt;
+use clankie_proto::{Family, Subject, v1};
+
+use clankie_testkit::record;
 
 use super::{Rig, until};
 
@@ -12,30 +12,6 @@ const GUILD: u64 = 100;
 const VOICE: u64 = 300;
 /// Every voice persona request says this; the captain's never does.
 const VOICE_PROMPT: &str = "live voice channel";
-
-#[derive(Clone)]
-struct Recorder<E>(Arc<Mutex<Vec<(String, E)>>>);
-
-impl<E: Clone> Recorder<E> {
-    fn all(&self) -> Vec<E> {
-        self.0.lock().unwrap().iter().map(|(_, e)| e.clone()).collect()
-    }
-}
-
-async fn record<E: Event>(bus: &Bus, family: Family) -> Recorder<E> {
-    let rec = Recorder(Arc::new(Mutex::new(Vec::new())));
-    let mut sub = bus.client().subscribe(family.wildcard()).await.unwrap();
-    let sink = rec.clone();
-    tokio::spawn(async move {
-        while let Some(msg) = sub.next().await {
-            if let Ok(e) = E::decode(msg.payload) {
-                sink.0.lock().unwrap().push((msg.subject.to_string(), e));
-            }
-        }
-    });
-    bus.client().flush().await.unwrap();
-    rec
-}
 
 async fn tap(rig: &Rig) -> Bus {
     let settings = clankie_settings::Settings::for_endpoints(&rig.nats_url, "postgres://unused@127.0.0.1:1/x", std::path::Path::new("/tmp")).unwrap();
