@@ -59,7 +59,10 @@ fn render(body: &EntryBody) -> Option<String> {
 pub(crate) fn plan(session: &Session, policy: &CompactionPolicy) -> Option<Plan> {
     let (start, summary) = session.context_start();
     let entries = &session.entries()[start..];
-    let sizes: Vec<usize> = entries.iter().map(|e| if matches!(e.body, EntryBody::Note { .. } | EntryBody::Compaction { .. }) { 0 } else { tokens(&e.body) }).collect();
+    let sizes: Vec<usize> = entries
+        .iter()
+        .map(|e| if matches!(e.body, EntryBody::Note { .. } | EntryBody::Compaction { .. }) { 0 } else { tokens(&e.body) })
+        .collect();
     let total: usize = sizes.iter().sum::<usize>() + summary.map_or(0, |s| s.len() / 4);
     if total <= policy.budget_tokens {
         return None;
@@ -88,10 +91,6 @@ pub(crate) fn plan(session: &Session, policy: &CompactionPolicy) -> Option<Plan>
     }
     Some(Plan {
         first_kept_id: entries[cut].id.clone(),
-        request: ModelRequest {
-            system: SUMMARY_INSTRUCTION.to_owned(),
-            messages: vec![ChatMessage::user(transcript)],
-            tools: Vec::new(),
-        },
+        request: ModelRequest { system: SUMMARY_INSTRUCTION.to_owned(), messages: vec![ChatMessage::user(transcript)], tools: Vec::new() },
     })
 }

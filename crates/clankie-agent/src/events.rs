@@ -15,22 +15,45 @@ pub enum AgentEvent {
     /// The run is over; the outcome comes from the run's join handle.
     RunEnd,
     /// A model call begins (`n` counts from 1 within the run).
-    TurnStart { n: u32 },
-    TurnEnd { n: u32 },
+    TurnStart {
+        n: u32,
+    },
+    TurnEnd {
+        n: u32,
+    },
     /// Streamed text arrived; only its size, never its words.
-    TextDelta { chars: usize },
+    TextDelta {
+        chars: usize,
+    },
     /// The silence gate decided this model call is writing words, not `[[stay-silent]]`.
     WordsComing,
-    ToolStart { call_id: String, name: String },
-    ToolProgress { call_id: String },
-    ToolEnd { call_id: String, name: String, is_error: bool },
+    ToolStart {
+        call_id: String,
+        name: String,
+    },
+    ToolProgress {
+        call_id: String,
+    },
+    ToolEnd {
+        call_id: String,
+        name: String,
+        is_error: bool,
+    },
     /// A transient provider failure is being retried after `delay_ms`.
-    RetryStart { attempt: u32, delay_ms: u64, code: &'static str },
-    RetryEnd { attempt: u32 },
+    RetryStart {
+        attempt: u32,
+        delay_ms: u64,
+        code: &'static str,
+    },
+    RetryEnd {
+        attempt: u32,
+    },
     CompactionStart,
     CompactionEnd,
     /// A steered message entered the session at a turn boundary.
-    SteerDelivered { delivery_id: String },
+    SteerDelivered {
+        delivery_id: String,
+    },
 }
 
 /// Sends events and stamps the moment of the last one, for the watchdog.

@@ -400,9 +400,7 @@ async fn run_tools(turn: &AssistantTurn, session: &mut Session, ctx: &RunCtx) ->
         let result = match (tool, serde_json::from_str::<serde_json::Value>(&call.arguments)) {
             (None, _) => Err(ToolError::Invalid(format!("there is no tool named {}", call.name))),
             (Some(_), Err(e)) => Err(ToolError::Invalid(format!("arguments are not valid JSON: {e}"))),
-            (Some(tool), Ok(args)) => {
-                tool.execute(args, ToolContext::new(call.id.clone(), ctx.sink.clone(), ctx.cancel.clone())).await
-            }
+            (Some(tool), Ok(args)) => tool.execute(args, ToolContext::new(call.id.clone(), ctx.sink.clone(), ctx.cancel.clone())).await,
         };
         ctx.sink.emit(AgentEvent::ToolEnd { call_id: call.id.clone(), name: call.name.clone(), is_error: result.is_err() });
         (call, result)

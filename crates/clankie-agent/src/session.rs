@@ -48,11 +48,21 @@ pub enum EntryBody {
         /// The provider's own message when the call failed; kept here, never in a receipt or log.
         provider_error: Option<String>,
     },
-    ToolResult { call_id: String, name: String, content: String, is_error: bool },
+    ToolResult {
+        call_id: String,
+        name: String,
+        content: String,
+        is_error: bool,
+    },
     /// Everything before `first_kept_id` is replaced in context by `summary`.
-    Compaction { summary: String, first_kept_id: String },
+    Compaction {
+        summary: String,
+        first_kept_id: String,
+    },
     /// A record kept out of model context.
-    Note { text: String },
+    Note {
+        text: String,
+    },
 }
 
 impl EntryBody {
@@ -190,7 +200,8 @@ impl Session {
                 EntryBody::Assistant { text, tool_calls, .. } => {
                     out.push(ChatMessage::Assistant { text: text.clone(), tool_calls: tool_calls.clone() });
                     for call in tool_calls {
-                        let answered = kept[i + 1..].iter().any(|e| matches!(&e.body, EntryBody::ToolResult { call_id, .. } if *call_id == call.id));
+                        let answered =
+                            kept[i + 1..].iter().any(|e| matches!(&e.body, EntryBody::ToolResult { call_id, .. } if *call_id == call.id));
                         if !answered {
                             out.push(ChatMessage::Tool { call_id: call.id.clone(), name: call.name.clone(), content: INTERRUPTED.into() });
                         }

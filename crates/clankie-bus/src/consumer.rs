@@ -119,10 +119,8 @@ impl<E: Event> Consumer<E> {
             max_deliver: spec.max_deliver,
             ..spec.deliver.clone()
         };
-        let consumer: jetstream::consumer::Consumer<pull::Config> = stream
-            .get_or_create_consumer(&spec.durable, config)
-            .await
-            .map_err(|e| fail(e.to_string()))?;
+        let consumer: jetstream::consumer::Consumer<pull::Config> =
+            stream.get_or_create_consumer(&spec.durable, config).await.map_err(|e| fail(e.to_string()))?;
         let messages = consumer.messages().await.map_err(|e| fail(e.to_string()))?;
         Ok(Consumer { bus, name: spec.durable, stream: stream_spec.name, messages, _event: PhantomData })
     }
@@ -148,11 +146,8 @@ impl<E: Event> Consumer<E> {
             };
             match decode::<E>(&message) {
                 Ok((subject, event)) => {
-                    let msg_id = message
-                        .headers
-                        .as_ref()
-                        .and_then(|h| h.get(async_nats::header::NATS_MESSAGE_ID))
-                        .map(|v| v.as_str().to_owned());
+                    let msg_id =
+                        message.headers.as_ref().and_then(|h| h.get(async_nats::header::NATS_MESSAGE_ID)).map(|v| v.as_str().to_owned());
                     return Ok(Delivery { event, subject, msg_id, stream_sequence, delivered, message });
                 }
                 Err(refusal) => self.refuse(message, refusal, stream_sequence, delivered).await,

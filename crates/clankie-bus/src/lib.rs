@@ -103,9 +103,7 @@ impl Bus {
         let mut attempts = 0;
         loop {
             attempts += 1;
-            let options = async_nats::ConnectOptions::new()
-                .name(format!("clankie-{service}"))
-                .connection_timeout(Duration::from_secs(5));
+            let options = async_nats::ConnectOptions::new().name(format!("clankie-{service}")).connection_timeout(Duration::from_secs(5));
             match options.connect(settings.nats_url.as_str()).await {
                 Ok(client) => {
                     tracing::info!(%url, attempts, "connected to NATS");
@@ -147,10 +145,7 @@ impl Bus {
     pub async fn ensure_streams(&self) -> Result<(), BusError> {
         for spec in STREAMS {
             let config = spec.config(self.ingress_dedup_window);
-            self.js
-                .create_or_update_stream(config)
-                .await
-                .map_err(|e| BusError::Stream { stream: spec.name, detail: e.to_string() })?;
+            self.js.create_or_update_stream(config).await.map_err(|e| BusError::Stream { stream: spec.name, detail: e.to_string() })?;
         }
         Ok(())
     }

@@ -15,7 +15,9 @@ pub fn render(subject: &str, payload: &[u8], at: SystemTime) -> Value {
         Err(e) => json!({ "subject": subject, "time": time, "error": e.to_string(), "bytes": payload.len() }),
         Ok(parsed) => match clankie_proto::json::decode(&parsed, payload) {
             Ok(event) => json!({ "subject": subject, "time": time, "type": parsed.family().payload(), "event": event }),
-            Err(e) => json!({ "subject": subject, "time": time, "type": parsed.family().payload(), "error": e.to_string(), "bytes": payload.len() }),
+            Err(e) => {
+                json!({ "subject": subject, "time": time, "type": parsed.family().payload(), "error": e.to_string(), "bytes": payload.len() })
+            }
         },
     }
 }

@@ -54,7 +54,11 @@ impl Captain {
             req.delivery_id,
             prompt::defang(&req.request)
         );
-        let run = inner.agent.start(session, prompt::system(&config.bot_name, &lane, false), vec![UserMessage::new(req.author_name.clone(), req.delivery_id.clone(), text)]);
+        let run = inner.agent.start(
+            session,
+            prompt::system(&config.bot_name, &lane, false),
+            vec![UserMessage::new(req.author_name.clone(), req.delivery_id.clone(), text)],
+        );
         let renew_every = config.lease_ttl / 3;
         let mut renew = tokio::time::interval(renew_every.max(Duration::from_millis(10)));
         renew.tick().await;

@@ -495,7 +495,13 @@ impl Captain {
         .await;
     }
 
-    pub(crate) async fn receipt(&self, kind: &'static str, delivery_id: &str, lane: &LaneKey, build: impl FnOnce(v1::Receipt) -> v1::Receipt) {
+    pub(crate) async fn receipt(
+        &self,
+        kind: &'static str,
+        delivery_id: &str,
+        lane: &LaneKey,
+        build: impl FnOnce(v1::Receipt) -> v1::Receipt,
+    ) {
         let Ok(kind) = ReceiptKind::new(kind) else { return };
         let receipt = build(v1::Receipt::new(&kind, self.inner.bus.service(), delivery_id, now_ms()).with_lane(lane));
         if let Err(e) = self.inner.bus.publish_receipt(&receipt).await {
@@ -510,7 +516,12 @@ impl Captain {
         let mut message = UserMessage::new(h.ingress.author_name.clone(), h.delivery_id(), prompt::message(&h.ingress));
         for a in h.ingress.attachments.iter().filter(|a| a.content_type.starts_with("image/")) {
             let request = v1::MediaAttachmentRequest { attachment: Some(a.clone()), delivery_id: h.delivery_id().to_owned() };
-            match self.inner.bus.request::<_, v1::MediaResolveReply>(&Subject::RpcMediaAttachment, &request, std::time::Duration::from_secs(10)).await {
+            match self
+                .inner
+                .bus
+                .request::<_, v1::MediaResolveReply>(&Subject::RpcMediaAttachment, &request, std::time::Duration::from_secs(10))
+                .await
+            {
                 Ok(reply) if reply.error.is_empty() && !reply.data.is_empty() => {
                     use base64::Engine as _;
                     let encoded = base64::engine::general_purpose::STANDARD.encode(&reply.data);
@@ -530,4 +541,3 @@ async fn sleep_until_opt(at: Option<Instant>) {
         None => std::future::pending().await,
     }
 }
-

@@ -8,8 +8,8 @@
 //! ingress is acked, so a replica that dies loses nothing.
 
 pub mod admission;
-mod config;
 mod ask;
+mod config;
 mod held;
 mod lane;
 pub mod prompt;
@@ -104,7 +104,11 @@ impl Captain {
     /// Like [`Captain::run`], but on `shutdown` stops taking deliveries, lets live runs
     /// finish for up to `grace` (they record outcomes and release their leases), and
     /// hands anything queued back to JetStream for the other replicas.
-    pub async fn run_until_drained(&self, shutdown: impl std::future::Future<Output = ()>, grace: std::time::Duration) -> Result<(), CaptainError> {
+    pub async fn run_until_drained(
+        &self,
+        shutdown: impl std::future::Future<Output = ()>,
+        grace: std::time::Duration,
+    ) -> Result<(), CaptainError> {
         self.run_until(shutdown).await?;
         self.inner.draining.store(true, Ordering::SeqCst);
         tracing::info!(live = self.live_lanes(), "draining: no new deliveries; letting live runs finish");
@@ -126,16 +130,10 @@ impl Captain {
     async fn run_until(&self, shutdown: impl std::future::Future<Output = ()>) -> Result<(), CaptainError> {
         tokio::pin!(shutdown);
         let ack_wait = self.inner.config.ack_wait;
-        let mut ingress = self
-            .inner
-            .bus
-            .consumer::<v1::Ingress>(ConsumerSpec::durable("captain", Family::IngressText).with_ack_wait(ack_wait))
-            .await?;
-        let mut steers = self
-            .inner
-            .bus
-            .consumer::<v1::Steer>(ConsumerSpec::durable("captain-steer", Family::LaneSteer).with_ack_wait(ack_wait))
-            .await?;
+        let mut ingress =
+            self.inner.bus.consumer::<v1::Ingress>(ConsumerSpec::durable("captain", Family::IngressText).with_ack_wait(ack_wait)).await?;
+        let mut steers =
+            self.inner.bus.consumer::<v1::Steer>(ConsumerSpec::durable("captain-steer", Family::LaneSteer).with_ack_wait(ack_wait)).await?;
         let mut asks = self.inner.bus.serve(Family::RpcAsk.wildcard(), "captain").await?;
         // Every service's receipts land in PostgreSQL through whichever captain takes them.
         let mut receipts = self.inner.bus.consumer::<v1::Receipt>(ConsumerSpec::durable("receipts-recorder", Family::Receipt)).await?;

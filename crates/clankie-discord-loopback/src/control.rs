@@ -87,7 +87,8 @@ async fn new_message(AxState(state): AxState<Arc<State>>, Json(m): Json<NewMessa
         return (StatusCode::NOT_FOUND, Json(json!({ "error": "unknown channel" }))).into_response();
     }
     if m.author.trim().is_empty() || m.content.chars().count() > 4000 {
-        return (StatusCode::BAD_REQUEST, Json(json!({ "error": "an author is required and content is at most 4000 characters" }))).into_response();
+        return (StatusCode::BAD_REQUEST, Json(json!({ "error": "an author is required and content is at most 4000 characters" })))
+            .into_response();
     }
     let id = state.user_message(m);
     Json(json!({ "id": id })).into_response()

@@ -196,9 +196,5 @@ impl Drop for Loopback {
 pub use control::{NewAttachment, NewMessage};
 
 fn router(state: Arc<state::State>) -> Router {
-    Router::new()
-        .merge(ws::routes())
-        .merge(rest::routes())
-        .merge(control::routes())
-        .with_state(state)
+    Router::new().merge(ws::routes()).merge(rest::routes()).merge(control::routes()).with_state(state)
 }

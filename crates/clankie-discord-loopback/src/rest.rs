@@ -111,9 +111,11 @@ async fn create_message(AxState(state): AxState<Arc<State>>, Path(channel): Path
         return (StatusCode::BAD_REQUEST, Json(error_json(50006, "Cannot send an empty message"))).into_response();
     }
     if content.chars().count() > MAX_CONTENT {
-        return (StatusCode::BAD_REQUEST, Json(error_json(50035, "Invalid Form Body: content must be 2000 or fewer in length."))).into_response();
+        return (StatusCode::BAD_REQUEST, Json(error_json(50035, "Invalid Form Body: content must be 2000 or fewer in length.")))
+            .into_response();
     }
-    let reply_to = body["message_reference"]["message_id"].as_str().and_then(|s| s.parse().ok()).or(body["message_reference"]["message_id"].as_u64());
+    let reply_to =
+        body["message_reference"]["message_id"].as_str().and_then(|s| s.parse().ok()).or(body["message_reference"]["message_id"].as_u64());
     if let Some(r) = reply_to
         && state.message(r).is_none()
     {
@@ -136,7 +138,12 @@ struct ListQuery {
     before: Option<u64>,
 }
 
-async fn list_messages(AxState(state): AxState<Arc<State>>, Path(channel): Path<u64>, Query(q): Query<ListQuery>, headers: HeaderMap) -> Response {
+async fn list_messages(
+    AxState(state): AxState<Arc<State>>,
+    Path(channel): Path<u64>,
+    Query(q): Query<ListQuery>,
+    headers: HeaderMap,
+) -> Response {
     if let Err(r) = authorised(&state, &headers) {
         return r;
     }
@@ -148,7 +155,12 @@ async fn list_messages(AxState(state): AxState<Arc<State>>, Path(channel): Path<
     Json(Value::Array(list)).into_response()
 }
 
-async fn edit_message(AxState(state): AxState<Arc<State>>, Path((channel, message)): Path<(u64, u64)>, headers: HeaderMap, body: Bytes) -> Response {
+async fn edit_message(
+    AxState(state): AxState<Arc<State>>,
+    Path((channel, message)): Path<(u64, u64)>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
     if let Err(r) = authorised(&state, &headers) {
         return r;
     }
@@ -166,7 +178,11 @@ async fn delete_message(AxState(state): AxState<Arc<State>>, Path((channel, mess
     if state.delete(channel, message) { StatusCode::NO_CONTENT.into_response() } else { unknown_message() }
 }
 
-async fn react(AxState(state): AxState<Arc<State>>, Path((channel, message, emoji)): Path<(u64, u64, String)>, headers: HeaderMap) -> Response {
+async fn react(
+    AxState(state): AxState<Arc<State>>,
+    Path((channel, message, emoji)): Path<(u64, u64, String)>,
+    headers: HeaderMap,
+) -> Response {
     if let Err(r) = authorised(&state, &headers) {
         return r;
     }

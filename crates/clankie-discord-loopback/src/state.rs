@@ -198,7 +198,14 @@ impl State {
     }
 
     /// Creates a bot message, or returns the one an earlier request with the same nonce created.
-    pub fn bot_message(&self, channel: u64, content: String, reply_to: Option<u64>, nonce: Option<(String, bool)>, files: Vec<crate::rest::Upload>) -> StoredMessage {
+    pub fn bot_message(
+        &self,
+        channel: u64,
+        content: String,
+        reply_to: Option<u64>,
+        nonce: Option<(String, bool)>,
+        files: Vec<crate::rest::Upload>,
+    ) -> StoredMessage {
         let guild_id = self.guild_of(channel).unwrap_or(None);
         let mut inner = self.lock();
         let now = now_ms();

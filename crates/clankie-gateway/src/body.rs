@@ -104,8 +104,10 @@ impl Gateway {
             }
             Err(PostError::Refused(status)) => {
                 tracing::warn!(status, "Discord refused an outbound message; dropped");
-                self.receipt("gateway.post_refused", &out.delivery_id, |r| r.with_id("channel", out.channel_id).with_count("status", i64::from(status)))
-                    .await;
+                self.receipt("gateway.post_refused", &out.delivery_id, |r| {
+                    r.with_id("channel", out.channel_id).with_count("status", i64::from(status))
+                })
+                .await;
                 let _ = d.term().await;
             }
         }
@@ -170,7 +172,12 @@ impl Gateway {
     /// An artifact's bytes through media, or `None` when it cannot be had in time.
     async fn resolve_artifact(&self, id: &str) -> Option<v1::MediaResolveReply> {
         let request = v1::MediaResolveRequest { artifact_id: id.to_owned(), want_bytes: true };
-        match self.inner.bus.request::<_, v1::MediaResolveReply>(&clankie_proto::Subject::RpcMediaResolve, &request, Duration::from_secs(3)).await {
+        match self
+            .inner
+            .bus
+            .request::<_, v1::MediaResolveReply>(&clankie_proto::Subject::RpcMediaResolve, &request, Duration::from_secs(3))
+            .await
+        {
             Ok(reply) if reply.error.is_empty() => Some(reply),
             Ok(reply) => {
                 tracing::warn!(code = %reply.error, "artifact unresolved");

@@ -56,7 +56,11 @@ pub struct GatewayConfig {
 
 impl std::fmt::Debug for GatewayConfig {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("GatewayConfig").field("api", &self.api).field("gateway_url", &self.gateway_url).field("guilds", &self.guilds).finish()
+        f.debug_struct("GatewayConfig")
+            .field("api", &self.api)
+            .field("gateway_url", &self.gateway_url)
+            .field("guilds", &self.guilds)
+            .finish()
     }
 }
 

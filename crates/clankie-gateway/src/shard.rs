@@ -95,7 +95,8 @@ impl Gateway {
             && !guilds.is_empty()
             && !guilds.contains(&guild)
         {
-            self.receipt("gateway.rejected", &message.id.get().to_string(), |r| r.with_id("guild", guild).with_code("guild_not_admitted")).await;
+            self.receipt("gateway.rejected", &message.id.get().to_string(), |r| r.with_id("guild", guild).with_code("guild_not_admitted"))
+                .await;
             return;
         }
         let ingress = normalise::ingress(message, bot, now_ms());
@@ -123,7 +124,12 @@ impl Gateway {
     }
 
     /// Publishes, retrying for a while if NATS is briefly away.
-    async fn publish_patiently<E: clankie_proto::Event>(&self, subject: &clankie_proto::Subject, event: &E, id: &MsgId) -> Option<clankie_bus::Published> {
+    async fn publish_patiently<E: clankie_proto::Event>(
+        &self,
+        subject: &clankie_proto::Subject,
+        event: &E,
+        id: &MsgId,
+    ) -> Option<clankie_bus::Published> {
         let mut delay = Duration::from_millis(100);
         for attempt in 0..8 {
             match self.inner.bus.publish(subject, event, Some(id)).await {

@@ -132,7 +132,10 @@ impl Media {
         match self.fetch(a).await {
             Ok((id, meta)) => {
                 self.root.index_attachment(a.id, &id)?;
-                self.receipt("media.stored", delivery_id, |r| r.with_id("attachment", a.id).with_id("artifact", &id).with_count("bytes", meta.size as i64)).await;
+                self.receipt("media.stored", delivery_id, |r| {
+                    r.with_id("attachment", a.id).with_id("artifact", &id).with_count("bytes", meta.size as i64)
+                })
+                .await;
                 Ok(id)
             }
             Err(e) => {
@@ -188,7 +191,10 @@ impl Media {
         match self.root.store(&req.data, &req.filename, &content_type) {
             Ok((id, meta)) => {
                 self.receipt("media.registered", "", |r| r.with_id("artifact", &id).with_count("bytes", meta.size as i64)).await;
-                v1::MediaRegisterReply { artifact: Some(v1::ArtifactRef { id, filename: meta.filename, content_type: meta.content_type }), error: String::new() }
+                v1::MediaRegisterReply {
+                    artifact: Some(v1::ArtifactRef { id, filename: meta.filename, content_type: meta.content_type }),
+                    error: String::new(),
+                }
             }
             Err(e) => refused(e),
         }

@@ -49,16 +49,9 @@ mod tests {
 
     #[test]
     fn enums_render_by_name() {
-        let outcome = v1::DeliveryOutcome {
-            delivery_id: "42".into(),
-            kind: v1::OutcomeKind::Absorbed as i32,
-            ..Default::default()
-        };
-        let json = decode(
-            &Subject::LaneOutcome { lane: crate::LaneKey::Dm { channel: 1 } },
-            &prost::Message::encode_to_vec(&outcome),
-        )
-        .unwrap();
+        let outcome = v1::DeliveryOutcome { delivery_id: "42".into(), kind: v1::OutcomeKind::Absorbed as i32, ..Default::default() };
+        let json =
+            decode(&Subject::LaneOutcome { lane: crate::LaneKey::Dm { channel: 1 } }, &prost::Message::encode_to_vec(&outcome)).unwrap();
         assert_eq!(json["kind"], "OUTCOME_KIND_ABSORBED");
         assert_eq!(json["deliveryId"], "42");
     }

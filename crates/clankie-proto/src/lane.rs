@@ -26,9 +26,7 @@ impl LaneKey {
     /// The Discord channel this lane speaks in.
     pub fn channel(&self) -> u64 {
         match *self {
-            LaneKey::Room { channel, .. } | LaneKey::Dm { channel } | LaneKey::Voice { channel, .. } => {
-                channel
-            }
+            LaneKey::Room { channel, .. } | LaneKey::Dm { channel } | LaneKey::Voice { channel, .. } => channel,
         }
     }
 
@@ -73,11 +71,7 @@ mod tests {
 
     #[test]
     fn lane_keys_round_trip() {
-        for key in [
-            LaneKey::Room { guild: 1, channel: 2 },
-            LaneKey::Dm { channel: 3 },
-            LaneKey::Voice { guild: 4, channel: 5 },
-        ] {
+        for key in [LaneKey::Room { guild: 1, channel: 2 }, LaneKey::Dm { channel: 3 }, LaneKey::Voice { guild: 4, channel: 5 }] {
             assert_eq!(key.to_string().parse::<LaneKey>(), Ok(key));
         }
     }

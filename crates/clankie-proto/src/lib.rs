@@ -9,8 +9,8 @@
 pub mod json;
 mod lane;
 pub mod receipt;
-pub mod time;
 mod subject;
+pub mod time;
 
 pub use lane::{LaneKey, LaneKeyError};
 pub use subject::{Area, Family, Place, ReceiptKind, Subject, SubjectError};
@@ -105,13 +105,8 @@ impl v1::OutcomeKind {
 
     /// Parses a name written by [`OutcomeKind::code`](v1::OutcomeKind::code).
     pub fn from_code(code: &str) -> Option<Self> {
-        [
-            v1::OutcomeKind::Replied,
-            v1::OutcomeKind::Absorbed,
-            v1::OutcomeKind::Silent,
-            v1::OutcomeKind::Failed,
-        ]
-        .into_iter()
-        .find(|c| c.code() == code)
+        [v1::OutcomeKind::Replied, v1::OutcomeKind::Absorbed, v1::OutcomeKind::Silent, v1::OutcomeKind::Failed]
+            .into_iter()
+            .find(|c| c.code() == code)
     }
 }

@@ -10,11 +10,7 @@ const MAX_ID: usize = 128;
 
 /// Reduces a value to the characters ids are made of, capped at 128.
 pub fn id_value(value: &str) -> String {
-    value
-        .chars()
-        .filter(|c| c.is_ascii_alphanumeric() || matches!(c, ':' | '.' | '_' | '~' | '-' | '/'))
-        .take(MAX_ID)
-        .collect()
+    value.chars().filter(|c| c.is_ascii_alphanumeric() || matches!(c, ':' | '.' | '_' | '~' | '-' | '/')).take(MAX_ID).collect()
 }
 
 impl v1::Receipt {

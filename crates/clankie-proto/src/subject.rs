@@ -25,9 +25,7 @@ pub struct ReceiptKind(String);
 impl ReceiptKind {
     /// Validates a dotted receipt kind.
     pub fn new(kind: &str) -> Result<Self, SubjectError> {
-        let valid_token = |t: &str| {
-            !t.is_empty() && t.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
-        };
+        let valid_token = |t: &str| !t.is_empty() && t.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_');
         if kind.len() <= 128 && kind.split('.').all(valid_token) {
             Ok(ReceiptKind(kind.to_owned()))
         } else {
@@ -212,11 +210,11 @@ impl Family {
             Family::IngressText | Family::IngressRoom => Area::Ingress,
             Family::LaneSteer | Family::LaneOutcome => Area::Lane,
             Family::BodyTyping | Family::BodySend => Area::Body,
-            Family::VoiceSession | Family::VoiceInput | Family::VoiceTranscript | Family::VoiceFloor | Family::VoiceSpeak => {
-                Area::Voice
-            }
+            Family::VoiceSession | Family::VoiceInput | Family::VoiceTranscript | Family::VoiceFloor | Family::VoiceSpeak => Area::Voice,
             Family::Receipt => Area::Receipt,
-            Family::RpcHistory | Family::RpcAsk | Family::RpcMediaResolve | Family::RpcMediaAttachment | Family::RpcMediaRegister => Area::Rpc,
+            Family::RpcHistory | Family::RpcAsk | Family::RpcMediaResolve | Family::RpcMediaAttachment | Family::RpcMediaRegister => {
+                Area::Rpc
+            }
         }
     }
 }
@@ -305,9 +303,7 @@ impl Subject {
             }
             t.parse().map_err(|_| SubjectError::BadId { subject: truncate(subject), token: i })
         };
-        let lane = |i: usize| -> Result<LaneKey, SubjectError> {
-            tokens[i].parse().map_err(|_| SubjectError::BadLane(truncate(subject)))
-        };
+        let lane = |i: usize| -> Result<LaneKey, SubjectError> { tokens[i].parse().map_err(|_| SubjectError::BadLane(truncate(subject))) };
         if tokens.first() != Some(&ROOT) {
             return Err(unknown());
         }

@@ -41,7 +41,8 @@ pub struct Sandbox {
 impl Sandbox {
     /// Starts the loopback Discord on `addr`, then a gateway and a captain against it.
     pub async fn start(settings: &Settings, addr: SocketAddr) -> Result<Sandbox, SandboxError> {
-        let config = LoopbackConfig { token: settings.discord_token.clone(), bot_name: settings.bot_name.clone(), ..LoopbackConfig::default() };
+        let config =
+            LoopbackConfig { token: settings.discord_token.clone(), bot_name: settings.bot_name.clone(), ..LoopbackConfig::default() };
         let discord = Loopback::serve(addr, config).await.map_err(|source| SandboxError::Loopback { addr, source })?;
 
         let bus = clankie_bus::Bus::connect(settings, "gateway").await?;
@@ -62,7 +63,8 @@ impl Sandbox {
             tracing::warn!("no CLANKIE_MODEL_BASE_URL: the offline rehearsal model answers; its words start with [rehearsal]");
         }
         let agent = clankie_agent::Agent::new(model, clankie_agent::config_from_settings(settings));
-        let captain = Captain::new(clankie_bus::Bus::connect(settings, "captain").await?, store, agent, CaptainConfig::from_settings(settings));
+        let captain =
+            Captain::new(clankie_bus::Bus::connect(settings, "captain").await?, store, agent, CaptainConfig::from_settings(settings));
 
         let mut voice_config = VoiceConfig::from_settings(settings);
         if voice_config.rooms.is_empty() {
@@ -73,7 +75,11 @@ impl Sandbox {
         let voice_bus = clankie_bus::Bus::connect(settings, "voice-floor").await?;
         let voice = std::sync::Arc::new(VoiceFloor::new(voice_bus.clone(), clankie_agent::model_from_settings(settings)?, voice_config));
 
-        let media = clankie_media::Media::new(clankie_bus::Bus::connect(settings, "media").await?, settings, clankie_media::MediaConfig::from_settings(settings))?;
+        let media = clankie_media::Media::new(
+            clankie_bus::Bus::connect(settings, "media").await?,
+            settings,
+            clankie_media::MediaConfig::from_settings(settings),
+        )?;
         let mut tasks = Vec::new();
         tasks.push(tokio::spawn(async move {
             if let Err(e) = media.run().await {

@@ -32,26 +32,14 @@ pub const SETTINGS: &[Setting] = &[
         default: "<state>/attachments",
         doc: "Where attachments and artifacts live. An override, never a prerequisite.",
     },
-    Setting {
-        name: "CLANKIE_NATS_URL",
-        default: "nats://127.0.0.1:4222",
-        doc: "NATS server with JetStream enabled.",
-    },
+    Setting { name: "CLANKIE_NATS_URL", default: "nats://127.0.0.1:4222", doc: "NATS server with JetStream enabled." },
     Setting {
         name: "CLANKIE_DATABASE_URL",
         default: "postgres://clankie@127.0.0.1:55432/clankie",
         doc: "PostgreSQL database for lanes, sessions and receipts. The password is never logged.",
     },
-    Setting {
-        name: "CLANKIE_REPLICA_ID",
-        default: "<hostname>-<pid>",
-        doc: "This process's name in lane leases and receipts.",
-    },
-    Setting {
-        name: "CLANKIE_LOG",
-        default: "info,sqlx=warn",
-        doc: "tracing filter, e.g. `info,clankie_bus=debug`.",
-    },
+    Setting { name: "CLANKIE_REPLICA_ID", default: "<hostname>-<pid>", doc: "This process's name in lane leases and receipts." },
+    Setting { name: "CLANKIE_LOG", default: "info,sqlx=warn", doc: "tracing filter, e.g. `info,clankie_bus=debug`." },
     Setting {
         name: "CLANKIE_BUS_CONNECT_TIMEOUT_SECS",
         default: "60",
@@ -67,16 +55,8 @@ pub const SETTINGS: &[Setting] = &[
         default: "unset: the offline rehearsal model",
         doc: "OpenAI-compatible endpoint, e.g. `https://api.openai.com/v1`. Unset runs the labelled rehearsal model.",
     },
-    Setting {
-        name: "CLANKIE_MODEL_NAME",
-        default: "gpt-4o-mini",
-        doc: "Model name sent to the endpoint.",
-    },
-    Setting {
-        name: "CLANKIE_MODEL_API_KEY",
-        default: "unset",
-        doc: "Bearer token for the endpoint. Never logged.",
-    },
+    Setting { name: "CLANKIE_MODEL_NAME", default: "gpt-4o-mini", doc: "Model name sent to the endpoint." },
+    Setting { name: "CLANKIE_MODEL_API_KEY", default: "unset", doc: "Bearer token for the endpoint. Never logged." },
     Setting {
         name: "CLANKIE_MODEL_MAX_RETRIES",
         default: "4",
@@ -87,26 +67,10 @@ pub const SETTINGS: &[Setting] = &[
         default: "300000",
         doc: "A run with no sign of life this long is aborted as `captain_turn_stalled`. Nothing caps a run's length.",
     },
-    Setting {
-        name: "CLANKIE_STALL_TICK_MS",
-        default: "5000",
-        doc: "How often the stall watchdog re-reads the boot clock.",
-    },
-    Setting {
-        name: "CLANKIE_CONTEXT_BUDGET_TOKENS",
-        default: "60000",
-        doc: "Estimated context size past which a session is compacted.",
-    },
-    Setting {
-        name: "CLANKIE_REHEARSAL_THINK_MS",
-        default: "1500",
-        doc: "Rehearsal model: silence before its first token.",
-    },
-    Setting {
-        name: "CLANKIE_REHEARSAL_TOKEN_MS",
-        default: "60",
-        doc: "Rehearsal model: gap between tokens.",
-    },
+    Setting { name: "CLANKIE_STALL_TICK_MS", default: "5000", doc: "How often the stall watchdog re-reads the boot clock." },
+    Setting { name: "CLANKIE_CONTEXT_BUDGET_TOKENS", default: "60000", doc: "Estimated context size past which a session is compacted." },
+    Setting { name: "CLANKIE_REHEARSAL_THINK_MS", default: "1500", doc: "Rehearsal model: silence before its first token." },
+    Setting { name: "CLANKIE_REHEARSAL_TOKEN_MS", default: "60", doc: "Rehearsal model: gap between tokens." },
     Setting {
         name: "CLANKIE_HTTP_ADDR",
         default: "unset: no HTTP endpoint",
@@ -152,36 +116,20 @@ pub const SETTINGS: &[Setting] = &[
         default: "empty; `clankie run` makes the loopback's voice channel live",
         doc: "Live voice rooms as comma-separated `guild:channel`; text typed in their chat goes to the voice floor.",
     },
-    Setting {
-        name: "CLANKIE_BOT_ALIASES",
-        default: "clanky",
-        doc: "Comma-separated other names that address him on the voice floor.",
-    },
+    Setting { name: "CLANKIE_BOT_ALIASES", default: "clanky", doc: "Comma-separated other names that address him on the voice floor." },
     Setting {
         name: "CLANKIE_FLOOR_CONTINUATION_MS",
         default: "60000",
         doc: "After he answers someone in voice, how long their next line continues the exchange.",
     },
-    Setting {
-        name: "CLANKIE_FLOOR_OFFER_INTERVAL_MS",
-        default: "300000",
-        doc: "At most one unprompted voice offer per this interval.",
-    },
+    Setting { name: "CLANKIE_FLOOR_OFFER_INTERVAL_MS", default: "300000", doc: "At most one unprompted voice offer per this interval." },
     Setting {
         name: "CLANKIE_SHUTDOWN_GRACE_MS",
         default: "30000",
         doc: "On SIGTERM, how long a captain lets live runs finish before it exits (others take the lanes).",
     },
-    Setting {
-        name: "CLANKIE_MEDIA_MAX_BYTES",
-        default: "26214400",
-        doc: "Largest attachment media downloads or serves (25 MiB).",
-    },
-    Setting {
-        name: "CLANKIE_MEDIA_MAX_AGE_SECS",
-        default: "604800",
-        doc: "The sweeper removes attachments unused this long (7 days).",
-    },
+    Setting { name: "CLANKIE_MEDIA_MAX_BYTES", default: "26214400", doc: "Largest attachment media downloads or serves (25 MiB)." },
+    Setting { name: "CLANKIE_MEDIA_MAX_AGE_SECS", default: "604800", doc: "The sweeper removes attachments unused this long (7 days)." },
     Setting {
         name: "CLANKIE_MEDIA_MAX_TOTAL_BYTES",
         default: "1073741824",
@@ -192,11 +140,7 @@ pub const SETTINGS: &[Setting] = &[
         default: "false",
         doc: "The old design, kept as a baseline: every delivery its own session with history fetched each time, no steering.",
     },
-    Setting {
-        name: "CLANKIE_BOT_NAME",
-        default: "Clankie",
-        doc: "His name, as prompts and the sandbox show it.",
-    },
+    Setting { name: "CLANKIE_BOT_NAME", default: "Clankie", doc: "His name, as prompts and the sandbox show it." },
     Setting {
         name: "CLANKIE_LANE_LEASE_TTL_MS",
         default: "30000",
@@ -411,12 +355,10 @@ impl Settings {
             Some(dir) => absolute("CLANKIE_STATE_DIR", &dir)?,
             None => default_state_root(&lookup),
         };
-        let attachment_root_override = var("CLANKIE_DISCORD_ATTACHMENT_ROOT")
-            .map(|dir| absolute("CLANKIE_DISCORD_ATTACHMENT_ROOT", &dir))
-            .transpose()?;
+        let attachment_root_override =
+            var("CLANKIE_DISCORD_ATTACHMENT_ROOT").map(|dir| absolute("CLANKIE_DISCORD_ATTACHMENT_ROOT", &dir)).transpose()?;
         let nats_url = var("CLANKIE_NATS_URL").unwrap_or_else(|| "nats://127.0.0.1:4222".into());
-        let database_url =
-            var("CLANKIE_DATABASE_URL").unwrap_or_else(|| "postgres://clankie@127.0.0.1:55432/clankie".into());
+        let database_url = var("CLANKIE_DATABASE_URL").unwrap_or_else(|| "postgres://clankie@127.0.0.1:55432/clankie".into());
         for (name, url) in [("CLANKIE_NATS_URL", &nats_url), ("CLANKIE_DATABASE_URL", &database_url)] {
             if !url.contains("://") {
                 return Err(SettingsError::Invalid { var: name, reason: "expected a URL such as scheme://host:port".into() });
@@ -424,13 +366,11 @@ impl Settings {
         }
         let replica_id = var("CLANKIE_REPLICA_ID").unwrap_or_else(|| default_replica_id(&lookup));
         if !replica_id.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b)) || replica_id.len() > 64 {
-            return Err(SettingsError::Invalid {
-                var: "CLANKIE_REPLICA_ID",
-                reason: "use at most 64 characters of [A-Za-z0-9._-]".into(),
-            });
+            return Err(SettingsError::Invalid { var: "CLANKIE_REPLICA_ID", reason: "use at most 64 characters of [A-Za-z0-9._-]".into() });
         }
         let log = var("CLANKIE_LOG").unwrap_or_else(|| "info,sqlx=warn".into());
-        let bus_connect_timeout = Duration::from_secs(secs(var("CLANKIE_BUS_CONNECT_TIMEOUT_SECS"), "CLANKIE_BUS_CONNECT_TIMEOUT_SECS", 60, 1)?);
+        let bus_connect_timeout =
+            Duration::from_secs(secs(var("CLANKIE_BUS_CONNECT_TIMEOUT_SECS"), "CLANKIE_BUS_CONNECT_TIMEOUT_SECS", 60, 1)?);
         let ingress_dedup_window =
             Duration::from_secs(secs(var("CLANKIE_INGRESS_DEDUP_WINDOW_SECS"), "CLANKIE_INGRESS_DEDUP_WINDOW_SECS", 120, 120)?);
         let model_base_url = var("CLANKIE_MODEL_BASE_URL");
@@ -442,15 +382,18 @@ impl Settings {
         let model_name = var("CLANKIE_MODEL_NAME").unwrap_or_else(|| "gpt-4o-mini".into());
         let model_api_key = var("CLANKIE_MODEL_API_KEY");
         let model_max_retries = number(var("CLANKIE_MODEL_MAX_RETRIES"), "CLANKIE_MODEL_MAX_RETRIES", 4, 0, 20)? as u32;
-        let stall_silence = Duration::from_millis(number(var("CLANKIE_STALL_SILENCE_MS"), "CLANKIE_STALL_SILENCE_MS", 300_000, 10, u64::MAX)?);
+        let stall_silence =
+            Duration::from_millis(number(var("CLANKIE_STALL_SILENCE_MS"), "CLANKIE_STALL_SILENCE_MS", 300_000, 10, u64::MAX)?);
         let stall_tick = Duration::from_millis(number(var("CLANKIE_STALL_TICK_MS"), "CLANKIE_STALL_TICK_MS", 5_000, 1, u64::MAX)?);
         if stall_tick > stall_silence {
             return Err(SettingsError::Invalid { var: "CLANKIE_STALL_TICK_MS", reason: "must not exceed CLANKIE_STALL_SILENCE_MS".into() });
         }
         let context_budget_tokens =
             number(var("CLANKIE_CONTEXT_BUDGET_TOKENS"), "CLANKIE_CONTEXT_BUDGET_TOKENS", 60_000, 1_000, 10_000_000)? as usize;
-        let rehearsal_think = Duration::from_millis(number(var("CLANKIE_REHEARSAL_THINK_MS"), "CLANKIE_REHEARSAL_THINK_MS", 1_500, 0, 600_000)?);
-        let rehearsal_token = Duration::from_millis(number(var("CLANKIE_REHEARSAL_TOKEN_MS"), "CLANKIE_REHEARSAL_TOKEN_MS", 60, 0, 60_000)?);
+        let rehearsal_think =
+            Duration::from_millis(number(var("CLANKIE_REHEARSAL_THINK_MS"), "CLANKIE_REHEARSAL_THINK_MS", 1_500, 0, 600_000)?);
+        let rehearsal_token =
+            Duration::from_millis(number(var("CLANKIE_REHEARSAL_TOKEN_MS"), "CLANKIE_REHEARSAL_TOKEN_MS", 60, 0, 60_000)?);
         let ms = |name: &'static str, default: u64, min: u64| -> Result<Duration, SettingsError> {
             Ok(Duration::from_millis(number(var(name), name, default, min, u64::MAX / 2)?))
         };
@@ -458,11 +401,10 @@ impl Settings {
             .map(|a| a.trim().parse::<std::net::SocketAddr>())
             .transpose()
             .map_err(|_| SettingsError::Invalid { var: "CLANKIE_HTTP_ADDR", reason: "expected host:port, e.g. 0.0.0.0:9470".into() })?;
-        let sandbox_addr = var("CLANKIE_SANDBOX_ADDR")
-            .unwrap_or_else(|| "127.0.0.1:8700".into())
-            .trim()
-            .parse::<std::net::SocketAddr>()
-            .map_err(|_| SettingsError::Invalid { var: "CLANKIE_SANDBOX_ADDR", reason: "expected host:port, e.g. 127.0.0.1:8700".into() })?;
+        let sandbox_addr =
+            var("CLANKIE_SANDBOX_ADDR").unwrap_or_else(|| "127.0.0.1:8700".into()).trim().parse::<std::net::SocketAddr>().map_err(
+                |_| SettingsError::Invalid { var: "CLANKIE_SANDBOX_ADDR", reason: "expected host:port, e.g. 127.0.0.1:8700".into() },
+            )?;
         let voice_rooms = match var("CLANKIE_VOICE_ROOMS") {
             None => Vec::new(),
             Some(list) => list
@@ -474,7 +416,10 @@ impl Settings {
                     Some((g.trim().parse().ok()?, c.trim().parse().ok()?))
                 })
                 .collect::<Option<Vec<(u64, u64)>>>()
-                .ok_or(SettingsError::Invalid { var: "CLANKIE_VOICE_ROOMS", reason: "expected comma-separated guild:channel pairs".into() })?,
+                .ok_or(SettingsError::Invalid {
+                    var: "CLANKIE_VOICE_ROOMS",
+                    reason: "expected comma-separated guild:channel pairs".into(),
+                })?,
         };
         let bot_aliases = var("CLANKIE_BOT_ALIASES")
             .unwrap_or_else(|| "clanky".into())
@@ -508,7 +453,10 @@ impl Settings {
         let captain_one_shot = flag(var("CLANKIE_CAPTAIN_ONE_SHOT"), "CLANKIE_CAPTAIN_ONE_SHOT")?;
         let typing_interval = ms("CLANKIE_TYPING_INTERVAL_MS", 8_000, 50)?;
         if typing_interval >= Duration::from_secs(10) {
-            return Err(SettingsError::Invalid { var: "CLANKIE_TYPING_INTERVAL_MS", reason: "must be under 10000: Discord's indicator expires after 10 s".into() });
+            return Err(SettingsError::Invalid {
+                var: "CLANKIE_TYPING_INTERVAL_MS",
+                reason: "must be under 10000: Discord's indicator expires after 10 s".into(),
+            });
         }
         Ok(Settings {
             captain_one_shot,
@@ -569,11 +517,7 @@ impl Settings {
 
 fn absolute(var: &'static str, value: &str) -> Result<PathBuf, SettingsError> {
     let path = PathBuf::from(value);
-    if path.is_absolute() {
-        Ok(path)
-    } else {
-        Err(SettingsError::Invalid { var, reason: "must be an absolute path".into() })
-    }
+    if path.is_absolute() { Ok(path) } else { Err(SettingsError::Invalid { var, reason: "must be an absolute path".into() }) }
 }
 
 fn flag(value: Option<String>, var: &'static str) -> Result<bool, SettingsError> {

@@ -136,8 +136,5 @@ pub(crate) fn pid_alive(pid: u32) -> bool {
 /// Finds an executable on PATH or in the given extra directories.
 pub(crate) fn find_program(name: &str, extra: &[&str]) -> Option<PathBuf> {
     let path = std::env::var_os("PATH").unwrap_or_default();
-    std::env::split_paths(&path)
-        .chain(extra.iter().map(PathBuf::from))
-        .map(|dir| dir.join(name))
-        .find(|p| p.is_file())
+    std::env::split_paths(&path).chain(extra.iter().map(PathBuf::from)).map(|dir| dir.join(name)).find(|p| p.is_file())
 }

@@ -170,7 +170,12 @@ impl EphemeralNats {
         self.child = Some(child);
         self.port = port;
         if !wait_for_port(port, READY_WITHIN) {
-            return Err(StackError::NotReady { what: "nats-server", port, waited: READY_WITHIN, log: self.dir.join("nats.log").display().to_string() });
+            return Err(StackError::NotReady {
+                what: "nats-server",
+                port,
+                waited: READY_WITHIN,
+                log: self.dir.join("nats.log").display().to_string(),
+            });
         }
         Ok(())
     }

@@ -48,11 +48,8 @@ impl PostgresCluster {
     pub(crate) fn new(state_root: &Path, ep: Endpoint) -> Result<PostgresCluster, StackError> {
         let bin = find_bin_dir().ok_or(StackError::Missing { program: "pg_ctl", package: "postgresql" })?;
         let as_postgres_user = is_root();
-        let data = if as_postgres_user {
-            PathBuf::from(format!("/var/lib/postgresql/clankie-{}", ep.port))
-        } else {
-            state_root.join("postgres")
-        };
+        let data =
+            if as_postgres_user { PathBuf::from(format!("/var/lib/postgresql/clankie-{}", ep.port)) } else { state_root.join("postgres") };
         let user = ep.user.unwrap_or_else(|| "clankie".into());
         let database = ep.path.unwrap_or_else(|| "clankie".into());
         plain_name("database user", &user)?;
@@ -121,7 +118,17 @@ impl PostgresCluster {
                 self.data.display()
             );
             run(
-                self.command("pg_ctl").arg("-D").arg(&self.data).arg("-l").arg(self.log_file()).arg("-o").arg(options).arg("-w").arg("-t").arg("60").arg("start"),
+                self.command("pg_ctl")
+                    .arg("-D")
+                    .arg(&self.data)
+                    .arg("-l")
+                    .arg(self.log_file())
+                    .arg("-o")
+                    .arg(options)
+                    .arg("-w")
+                    .arg("-t")
+                    .arg("60")
+                    .arg("start"),
                 &log,
             )?;
         }
@@ -140,10 +147,7 @@ impl PostgresCluster {
         )?;
         if exists.trim() != "1" {
             progress(&format!("creating database {}", self.database));
-            run(
-                self.command("createdb").args(["-h", "127.0.0.1", "-p", &self.port.to_string(), "-U", &self.user, &self.database]),
-                &log,
-            )?;
+            run(self.command("createdb").args(["-h", "127.0.0.1", "-p", &self.port.to_string(), "-U", &self.user, &self.database]), &log)?;
         }
         Ok(())
     }
@@ -154,7 +158,10 @@ impl PostgresCluster {
             return Ok(());
         };
         progress(&format!("stopping PostgreSQL (pid {pid})"));
-        run(self.command("pg_ctl").arg("-D").arg(&self.data).arg("-m").arg("fast").arg("-w").arg("stop"), &self.log_file().display().to_string())?;
+        run(
+            self.command("pg_ctl").arg("-D").arg(&self.data).arg("-m").arg("fast").arg("-w").arg("stop"),
+            &self.log_file().display().to_string(),
+        )?;
         Ok(())
     }
 }

@@ -131,10 +131,8 @@ impl Store {
 /// Checks, under a share lock held until the transaction ends, that `lease` is still the lane's current epoch.
 pub(crate) async fn fence(tx: &mut Transaction<'_, Postgres>, lease: &Lease) -> Result<(), StoreError> {
     let lane = lease.lane.to_string();
-    let current: Option<i64> = sqlx::query_scalar("SELECT epoch FROM lanes WHERE lane = $1 FOR SHARE")
-        .bind(&lane)
-        .fetch_optional(&mut **tx)
-        .await?;
+    let current: Option<i64> =
+        sqlx::query_scalar("SELECT epoch FROM lanes WHERE lane = $1 FOR SHARE").bind(&lane).fetch_optional(&mut **tx).await?;
     match current {
         None => Err(StoreError::UnknownLane(lane)),
         Some(current) if current != lease.epoch => Err(StoreError::Fenced { lane, held: lease.epoch, current }),

@@ -58,11 +58,7 @@ static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations");
 impl Store {
     /// Connects a pool; fails fast with the driver's reason when the database is unreachable.
     pub async fn connect(url: &str) -> Result<Store, StoreError> {
-        let pool = PgPoolOptions::new()
-            .max_connections(16)
-            .acquire_timeout(Duration::from_secs(10))
-            .connect(url)
-            .await?;
+        let pool = PgPoolOptions::new().max_connections(16).acquire_timeout(Duration::from_secs(10)).connect(url).await?;
         Ok(Store { pool })
     }
 

@@ -58,12 +58,11 @@ impl Store {
 
     /// Every entry of a tree in append order.
     pub async fn entries(&self, tree: &str) -> Result<Vec<Entry>, StoreError> {
-        let rows = sqlx::query(
-            "SELECT seq, id, parent_id, kind, body, in_context, epoch FROM session_entries WHERE tree = $1 ORDER BY seq",
-        )
-        .bind(tree)
-        .fetch_all(&self.pool)
-        .await?;
+        let rows =
+            sqlx::query("SELECT seq, id, parent_id, kind, body, in_context, epoch FROM session_entries WHERE tree = $1 ORDER BY seq")
+                .bind(tree)
+                .fetch_all(&self.pool)
+                .await?;
         rows.into_iter()
             .map(|r| {
                 Ok(Entry {

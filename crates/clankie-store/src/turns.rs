@@ -215,8 +215,7 @@ impl Store {
         .bind(lane.to_string())
         .fetch_optional(&self.pool)
         .await?;
-        row.map(|r| Ok(Exchange { last_settled_at_ms: r.try_get("at_ms")?, last_delivery_id: r.try_get("last_delivery_id")? }))
-            .transpose()
+        row.map(|r| Ok(Exchange { last_settled_at_ms: r.try_get("at_ms")?, last_delivery_id: r.try_get("last_delivery_id")? })).transpose()
     }
 
     /// Whether a turn of the lane started within `window` and never ended: a run that was

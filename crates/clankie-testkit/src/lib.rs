@@ -99,7 +99,8 @@ impl TestDir {
     /// Creates the directory.
     pub fn new() -> TestDir {
         static N: AtomicU32 = AtomicU32::new(0);
-        let dir = std::env::temp_dir().join(format!("clankie-test-{}-{}-{}", std::process::id(), N.fetch_add(1, Ordering::Relaxed), nanos()));
+        let dir =
+            std::env::temp_dir().join(format!("clankie-test-{}-{}-{}", std::process::id(), N.fetch_add(1, Ordering::Relaxed), nanos()));
         std::fs::create_dir_all(&dir).expect("create test dir");
         TestDir(dir)
     }

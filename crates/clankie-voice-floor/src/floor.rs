@@ -68,7 +68,11 @@ mod tests {
     use super::*;
 
     fn rules() -> FloorRules {
-        FloorRules { names: vec!["Clankie".into(), "clanky".into()], continuation: Duration::from_secs(60), offer_interval: Duration::from_secs(300) }
+        FloorRules {
+            names: vec!["Clankie".into(), "clanky".into()],
+            continuation: Duration::from_secs(60),
+            offer_interval: Duration::from_secs(300),
+        }
     }
 
     fn line(author: u64, text: &str) -> v1::RoomInput {
@@ -81,7 +85,11 @@ mod tests {
         let now = Instant::now();
         assert_eq!(decide(&line(1, "say something in vc clankie"), &s, &rules(), now), (v1::FloorVerdict::Wake, "named"));
         assert_eq!(decide(&line(1, "Clanky, you there"), &s, &rules(), now).0, v1::FloorVerdict::Wake);
-        assert_eq!(decide(&line(1, "clankiest thing ever"), &s, &rules(), now).0, v1::FloorVerdict::Attention, "a name inside a word is not his name");
+        assert_eq!(
+            decide(&line(1, "clankiest thing ever"), &s, &rules(), now).0,
+            v1::FloorVerdict::Attention,
+            "a name inside a word is not his name"
+        );
     }
 
     #[test]
@@ -100,7 +108,10 @@ mod tests {
         let now = Instant::now();
         assert_eq!(decide(&line(1, "anyone know when it starts?"), &s, &rules(), now).0, v1::FloorVerdict::Offer);
         s.last_offer = Some(now);
-        assert_eq!(decide(&line(1, "anyone know when it starts?"), &s, &rules(), now + Duration::from_secs(10)).0, v1::FloorVerdict::Attention);
+        assert_eq!(
+            decide(&line(1, "anyone know when it starts?"), &s, &rules(), now + Duration::from_secs(10)).0,
+            v1::FloorVerdict::Attention
+        );
         assert_eq!(decide(&line(1, "  "), &s, &rules(), now).0, v1::FloorVerdict::Ignore);
     }
 }

@@ -108,7 +108,12 @@ impl VoiceFloor {
     /// Announces the live rooms (the gateway routes by them) and hears inputs until the bus fails.
     pub async fn run(&self) -> Result<(), VoiceError> {
         for (guild, channel) in &self.config.rooms {
-            let session = v1::VoiceSession { guild_id: *guild, channel_id: Some(*channel), session_id: format!("voice-{guild}-{channel}"), updated_at_ms: now_ms() };
+            let session = v1::VoiceSession {
+                guild_id: *guild,
+                channel_id: Some(*channel),
+                session_id: format!("voice-{guild}-{channel}"),
+                updated_at_ms: now_ms(),
+            };
             self.bus.publish(&Subject::VoiceSession { guild: *guild }, &session, None).await?;
         }
         let mut typed = self.bus.consumer::<v1::RoomInput>(ConsumerSpec::durable("voice-floor-typed", Family::IngressRoom)).await?;
@@ -126,7 +131,12 @@ impl VoiceFloor {
 
     /// A copy of a room's ring, oldest first.
     pub fn ring(&self, guild: u64, channel: u64) -> Vec<RingLine> {
-        self.rooms.lock().unwrap_or_else(|p| p.into_inner()).get(&(guild, channel)).map(|r| r.ring.iter().cloned().collect()).unwrap_or_default()
+        self.rooms
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&(guild, channel))
+            .map(|r| r.ring.iter().cloned().collect())
+            .unwrap_or_default()
     }
 
     fn first_sighting(&self, delivery_id: &str) -> bool {
@@ -172,7 +182,9 @@ impl VoiceFloor {
         match source {
             v1::RoomInputSource::Text => {
                 self.receipt("discord.voice.text_input", &input, |r| {
-                    r.with_id("author", input.author_id).with_count("chars", input.text.chars().count() as i64).with_flag("addressed", addressed)
+                    r.with_id("author", input.author_id)
+                        .with_count("chars", input.text.chars().count() as i64)
+                        .with_flag("addressed", addressed)
                 })
                 .await;
             }
@@ -193,7 +205,13 @@ impl VoiceFloor {
         }
         self.push_line(
             key,
-            RingLine { delivery_id: input.delivery_id.clone(), source, author_name: input.author_name.clone(), text: input.text.clone(), at_ms: input.received_at_ms },
+            RingLine {
+                delivery_id: input.delivery_id.clone(),
+                source,
+                author_name: input.author_name.clone(),
+                text: input.text.clone(),
+                at_ms: input.received_at_ms,
+            },
         );
         let decision = v1::FloorDecision {
             delivery_id: input.delivery_id.clone(),
@@ -236,7 +254,11 @@ what came of it.",
                 v1::RoomInputSource::Text => "typed",
                 _ => "said",
             };
-            block.push_str(&format!("{} ({how}): {}\n", line.author_name.replace(['<', '>'], ""), line.text.replace('<', "‹").replace('>', "›")));
+            block.push_str(&format!(
+                "{} ({how}): {}\n",
+                line.author_name.replace(['<', '>'], ""),
+                line.text.replace('<', "‹").replace('>', "›")
+            ));
         }
         block.push_str("</room>");
         block
@@ -267,7 +289,11 @@ what came of it.",
             }
             messages.push(ChatMessage::Assistant { text: turn.text.clone(), tool_calls: turn.tool_calls.clone() });
             for call in &turn.tool_calls {
-                let result = if call.name == ASK { self.ask_clankie(input, &call.arguments).await } else { format!("error: no tool named {}", call.name) };
+                let result = if call.name == ASK {
+                    self.ask_clankie(input, &call.arguments).await
+                } else {
+                    format!("error: no tool named {}", call.name)
+                };
                 messages.push(ChatMessage::Tool { call_id: call.id.clone(), name: call.name.clone(), content: result });
             }
         }
@@ -276,7 +302,8 @@ what came of it.",
             return None;
         }
         let words = silence::strip_token(&text);
-        let speak = v1::Speak { delivery_id: input.delivery_id.clone(), guild_id: key.0, channel_id: key.1, text: words.clone(), at_ms: now_ms() };
+        let speak =
+            v1::Speak { delivery_id: input.delivery_id.clone(), guild_id: key.0, channel_id: key.1, text: words.clone(), at_ms: now_ms() };
         let id = MsgId::new(format!("speak:{}", input.delivery_id));
         if let Err(e) = self.bus.publish(&Subject::VoiceSpeak { guild: key.0, channel: key.1 }, &speak, Some(&id)).await {
             tracing::warn!(error = %e, "speak event not published");
@@ -286,7 +313,13 @@ what came of it.",
         self.receipt("voice.playback", input, |r| r.with_code("queued")).await;
         self.push_line(
             key,
-            RingLine { delivery_id: input.delivery_id.clone(), source: v1::RoomInputSource::Speech, author_name: self.config.bot_name.clone(), text: words.clone(), at_ms: now_ms() },
+            RingLine {
+                delivery_id: input.delivery_id.clone(),
+                source: v1::RoomInputSource::Speech,
+                author_name: self.config.bot_name.clone(),
+                text: words.clone(),
+                at_ms: now_ms(),
+            },
         );
         {
             let mut rooms = self.rooms.lock().unwrap_or_else(|p| p.into_inner());
@@ -301,7 +334,10 @@ what came of it.",
     }
 
     async fn ask_clankie(&self, input: &v1::RoomInput, arguments: &str) -> String {
-        let request_text = serde_json::from_str::<serde_json::Value>(arguments).ok().and_then(|v| v["request"].as_str().map(str::to_owned)).unwrap_or_default();
+        let request_text = serde_json::from_str::<serde_json::Value>(arguments)
+            .ok()
+            .and_then(|v| v["request"].as_str().map(str::to_owned))
+            .unwrap_or_default();
         let request = v1::AskRequest {
             delivery_id: input.delivery_id.clone(),
             guild_id: input.guild_id,

@@ -40,8 +40,15 @@ pub enum ChatMessage {
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         images: Vec<String>,
     },
-    Assistant { text: String, tool_calls: Vec<ToolCall> },
-    Tool { call_id: String, name: String, content: String },
+    Assistant {
+        text: String,
+        tool_calls: Vec<ToolCall>,
+    },
+    Tool {
+        call_id: String,
+        name: String,
+        content: String,
+    },
 }
 
 impl ChatMessage {
@@ -83,7 +90,12 @@ pub struct Usage {
 #[derive(Debug, Clone, PartialEq)]
 pub enum StreamItem {
     Text(String),
-    ToolCallDelta { index: usize, id: Option<String>, name: Option<String>, arguments: String },
+    ToolCallDelta {
+        index: usize,
+        id: Option<String>,
+        name: Option<String>,
+        arguments: String,
+    },
     Finish(String),
     Usage(Usage),
     /// The provider said the stream is complete.

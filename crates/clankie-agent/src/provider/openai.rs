@@ -219,7 +219,9 @@ mod tests {
 
     #[test]
     fn chunks_yield_text_tool_deltas_finish_and_usage() {
-        let items = parse_chunk(r#"{"choices":[{"index":0,"delta":{"content":"hi","tool_calls":[{"index":0,"id":"c","function":{"name":"f","arguments":"{"}}]},"finish_reason":"stop"}],"usage":{"prompt_tokens":10,"completion_tokens":2}}"#);
+        let items = parse_chunk(
+            r#"{"choices":[{"index":0,"delta":{"content":"hi","tool_calls":[{"index":0,"id":"c","function":{"name":"f","arguments":"{"}}]},"finish_reason":"stop"}],"usage":{"prompt_tokens":10,"completion_tokens":2}}"#,
+        );
         assert_eq!(items.len(), 4);
         assert_eq!(items[0], Ok(StreamItem::Text("hi".into())));
         assert_eq!(items[3], Ok(StreamItem::Usage(Usage { input_tokens: 10, output_tokens: 2 })));

@@ -21,11 +21,16 @@ async fn insufficient_quota_is_a_usage_limit_and_is_not_retried() {
     assert_eq!(rig.standin.requests().len(), 1);
     assert!(!events.iter().any(|e| matches!(e, AgentEvent::RetryStart { .. })));
     // The provider's words stay in the session tree.
-    let kept = result.session.entries().iter().any(|e| {
-        matches!(&e.body, EntryBody::Assistant { provider_error: Some(m), .. } if m.contains("exceeded your current quota"))
-    });
+    let kept = result
+        .session
+        .entries()
+        .iter()
+        .any(|e| matches!(&e.body, EntryBody::Assistant { provider_error: Some(m), .. } if m.contains("exceeded your current quota")));
     assert!(kept, "provider message not kept in the session");
-    assert!(result.session.context().iter().all(|m| !format!("{m:?}").contains("exceeded your current quota")), "an error is not model context");
+    assert!(
+        result.session.context().iter().all(|m| !format!("{m:?}").contains("exceeded your current quota")),
+        "an error is not model context"
+    );
 }
 
 #[tokio::test]

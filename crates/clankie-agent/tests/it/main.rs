@@ -11,7 +11,9 @@ mod steering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use clankie_agent::{Agent, AgentConfig, AgentEvent, Model, OpenAiClient, OpenAiConfig, RetryPolicy, Run, RunResult, Session, StallPolicy, UserMessage};
+use clankie_agent::{
+    Agent, AgentConfig, AgentEvent, Model, OpenAiClient, OpenAiConfig, RetryPolicy, Run, RunResult, Session, StallPolicy, UserMessage,
+};
 use clankie_model_standin::StandIn;
 use clankie_proto::LaneKey;
 use clankie_store::Store;
@@ -37,8 +39,12 @@ impl Rig {
 
     pub fn model(&self) -> Model {
         Model::OpenAi(
-            OpenAiClient::new(OpenAiConfig { base_url: self.standin.base_url(), model: "standin".into(), api_key: Some("sk-test-key".into()) })
-                .unwrap(),
+            OpenAiClient::new(OpenAiConfig {
+                base_url: self.standin.base_url(),
+                model: "standin".into(),
+                api_key: Some("sk-test-key".into()),
+            })
+            .unwrap(),
         )
     }
 

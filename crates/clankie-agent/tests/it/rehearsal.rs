@@ -12,7 +12,11 @@ struct Updates(Arc<Mutex<Vec<String>>>);
 
 impl Tool for Updates {
     fn spec(&self) -> ToolSpec {
-        ToolSpec { name: "send_text_update".into(), description: "Posts a short progress note.".into(), parameters: serde_json::json!({"type": "object"}) }
+        ToolSpec {
+            name: "send_text_update".into(),
+            description: "Posts a short progress note.".into(),
+            parameters: serde_json::json!({"type": "object"}),
+        }
     }
 
     fn execute<'a>(&'a self, args: serde_json::Value, _ctx: ToolContext) -> BoxFuture<'a, Result<String, ToolError>> {

@@ -31,7 +31,13 @@ async fn a_stream_that_keeps_emitting_is_never_aborted() {
     let config = fast();
     // 40 pieces 100 ms apart: four seconds, ten silence windows, never 400 ms quiet.
     let text: String = (0..40).map(|i| format!("w{i:02} ")).collect();
-    rig.standin.script(Script::any(Reply::Text { text: text.clone(), chunk_chars: 4, chunk_delay_ms: 100, first_delay_ms: 0, tail_delay_ms: 0 }));
+    rig.standin.script(Script::any(Reply::Text {
+        text: text.clone(),
+        chunk_chars: 4,
+        chunk_delay_ms: 100,
+        first_delay_ms: 0,
+        tail_delay_ms: 0,
+    }));
     let started = Instant::now();
     let run = rig.agent(config).start(rig.session().await, "sys".into(), vec![user("1", "read the whole page")]);
     let (_, result) = drain(run).await;

@@ -15,7 +15,11 @@ struct Gate {
 
 impl Tool for Gate {
     fn spec(&self) -> ToolSpec {
-        ToolSpec { name: "look_up_bracket".into(), description: "Looks a bracket up.".into(), parameters: serde_json::json!({"type": "object"}) }
+        ToolSpec {
+            name: "look_up_bracket".into(),
+            description: "Looks a bracket up.".into(),
+            parameters: serde_json::json!({"type": "object"}),
+        }
     }
 
     fn execute<'a>(&'a self, _args: serde_json::Value, ctx: ToolContext) -> BoxFuture<'a, Result<String, ToolError>> {
@@ -112,7 +116,15 @@ async fn a_steer_arriving_mid_compaction_is_answered() {
     // Some history to compact.
     let mut session = rig.session().await;
     for i in 0..6 {
-        session.append(clankie_agent::EntryBody::User { author: "ada".into(), delivery_id: format!("h{i}"), text: format!("older message number {i} with some words in it"), images: vec![] }).await.unwrap();
+        session
+            .append(clankie_agent::EntryBody::User {
+                author: "ada".into(),
+                delivery_id: format!("h{i}"),
+                text: format!("older message number {i} with some words in it"),
+                images: vec![],
+            })
+            .await
+            .unwrap();
         session
             .append(clankie_agent::EntryBody::Assistant {
                 text: format!("older answer {i}"),
@@ -126,7 +138,13 @@ async fn a_steer_arriving_mid_compaction_is_answered() {
     }
     rig.standin.script(Script::when(
         "compacting your own conversation history",
-        Reply::Text { text: "Ada asked six things; all answered.".into(), chunk_chars: 8, chunk_delay_ms: 0, first_delay_ms: 300, tail_delay_ms: 0 },
+        Reply::Text {
+            text: "Ada asked six things; all answered.".into(),
+            chunk_chars: 8,
+            chunk_delay_ms: 0,
+            first_delay_ms: 300,
+            tail_delay_ms: 0,
+        },
     ));
     rig.standin.script(Script::any(Reply::text("Both answered: yes, and lobby 4.")));
     let mut run = rig.agent(config).start(session, "sys".into(), vec![user("7", "newest question")]);

@@ -41,7 +41,13 @@ fn ingress(id: u64) -> v1::Ingress {
         content: "is the lobby up?".into(),
         mentions_him: true,
         reply_to_message_id: Some(5),
-        attachments: vec![v1::Attachment { id: 1, filename: "a.png".into(), content_type: "image/png".into(), size_bytes: 42, url: "http://127.0.0.1/a.png".into() }],
+        attachments: vec![v1::Attachment {
+            id: 1,
+            filename: "a.png".into(),
+            content_type: "image/png".into(),
+            size_bytes: 42,
+            url: "http://127.0.0.1/a.png".into(),
+        }],
         received_at_ms: 1_700_000_000_000,
         ..Default::default()
     }
@@ -66,7 +72,12 @@ async fn every_event_type_round_trips_through_the_typed_api() {
     round_trip(&bus, Subject::ingress_text(Some(10), 20), ingress(1)).await;
     round_trip(&bus, Subject::ingress_text(None, 20), v1::Ingress { guild_id: None, ..ingress(2) }).await;
     round_trip(&bus, Subject::IngressRoom { guild: 10, channel: 21 }, room_input.clone()).await;
-    round_trip(&bus, Subject::LaneSteer { lane }, v1::Steer { lane: lane.to_string(), epoch: 3, ingress: Some(ingress(3)), forwarded_by: "captain-1".into() }).await;
+    round_trip(
+        &bus,
+        Subject::LaneSteer { lane },
+        v1::Steer { lane: lane.to_string(), epoch: 3, ingress: Some(ingress(3)), forwarded_by: "captain-1".into() },
+    )
+    .await;
     round_trip(
         &bus,
         Subject::LaneOutcome { lane },
@@ -83,7 +94,14 @@ async fn every_event_type_round_trips_through_the_typed_api() {
     round_trip(
         &bus,
         Subject::BodyTyping { channel: 20 },
-        v1::TypingAction { channel_id: 20, lane: lane.to_string(), delivery_id: "3".into(), op: v1::TypingOp::Start as i32, host: "captain-1".into(), stamped_at_ms: 3 },
+        v1::TypingAction {
+            channel_id: 20,
+            lane: lane.to_string(),
+            delivery_id: "3".into(),
+            op: v1::TypingOp::Start as i32,
+            host: "captain-1".into(),
+            stamped_at_ms: 3,
+        },
     )
     .await;
     round_trip(
@@ -104,18 +122,40 @@ async fn every_event_type_round_trips_through_the_typed_api() {
         },
     )
     .await;
-    round_trip(&bus, Subject::VoiceSession { guild: 10 }, v1::VoiceSession { guild_id: 10, channel_id: Some(21), session_id: "s".into(), updated_at_ms: 4 }).await;
+    round_trip(
+        &bus,
+        Subject::VoiceSession { guild: 10 },
+        v1::VoiceSession { guild_id: 10, channel_id: Some(21), session_id: "s".into(), updated_at_ms: 4 },
+    )
+    .await;
     round_trip(&bus, Subject::VoiceInput { guild: 10, channel: 21 }, room_input).await;
     round_trip(
         &bus,
         Subject::VoiceTranscript { guild: 10, channel: 21 },
-        v1::Transcript { delivery_id: "u1".into(), guild_id: 10, channel_id: 21, speaker_id: 30, text: "hello".into(), started_at_ms: 5, ended_at_ms: 6 },
+        v1::Transcript {
+            delivery_id: "u1".into(),
+            guild_id: 10,
+            channel_id: 21,
+            speaker_id: 30,
+            text: "hello".into(),
+            started_at_ms: 5,
+            ended_at_ms: 6,
+        },
     )
     .await;
     round_trip(
         &bus,
         Subject::VoiceFloor { guild: 10, channel: 21 },
-        v1::FloorDecision { delivery_id: "7".into(), guild_id: 10, channel_id: 21, author_id: 30, source: v1::RoomInputSource::Text as i32, verdict: v1::FloorVerdict::Wake as i32, reason: "named".into(), decided_at_ms: 7 },
+        v1::FloorDecision {
+            delivery_id: "7".into(),
+            guild_id: 10,
+            channel_id: 21,
+            author_id: 30,
+            source: v1::RoomInputSource::Text as i32,
+            verdict: v1::FloorVerdict::Wake as i32,
+            reason: "named".into(),
+            decided_at_ms: 7,
+        },
     )
     .await;
     let receipt = v1::Receipt::new(&clankie_proto::ReceiptKind::new("discord.voice.text_input").unwrap(), "gateway", "7", 8)
@@ -176,15 +216,27 @@ async fn malformed_payloads_are_refused_with_a_receipt_and_consumption_goes_on()
     assert_eq!(refused.event.counts["payload_bytes"], 4);
 
     // The room-ingress subject with a bad id is outside this consumer's filter; a consumer of that family refuses it.
-    let mut room = bus.consumer::<v1::RoomInput>(ConsumerSpec::durable("floor", Family::IngressRoom).with_filter("clankie.ingress.room.>")).await.unwrap();
-    bus.publish(&Subject::IngressRoom { guild: 1, channel: 2 }, &v1::RoomInput { delivery_id: "r1".into(), ..Default::default() }, None).await.unwrap();
+    let mut room = bus
+        .consumer::<v1::RoomInput>(ConsumerSpec::durable("floor", Family::IngressRoom).with_filter("clankie.ingress.room.>"))
+        .await
+        .unwrap();
+    bus.publish(&Subject::IngressRoom { guild: 1, channel: 2 }, &v1::RoomInput { delivery_id: "r1".into(), ..Default::default() }, None)
+        .await
+        .unwrap();
     assert_eq!(next(&mut room).await.event.delivery_id, "r1");
     let refused = next(&mut receipts).await;
     assert_eq!(refused.event.codes, vec!["subject_unknown".to_owned()]);
     assert_eq!(refused.event.ids["stream_sequence"], stranger.sequence.to_string());
 
     // Terminated, not left for redelivery: nothing is pending or awaiting an ack.
-    let mut info = bus.jetstream().get_stream("CLANKIE_INGRESS").await.unwrap().get_consumer::<async_nats::jetstream::consumer::pull::Config>("captain").await.unwrap();
+    let mut info = bus
+        .jetstream()
+        .get_stream("CLANKIE_INGRESS")
+        .await
+        .unwrap()
+        .get_consumer::<async_nats::jetstream::consumer::pull::Config>("captain")
+        .await
+        .unwrap();
     let info = info.info().await.unwrap();
     assert_eq!((info.num_pending, info.num_ack_pending), (0, 0));
 }

@@ -1,4 +1,4 @@
 //! The bus against a real nats-server, one server per test.
 
-mod consume;
 mod connect;
+mod consume;

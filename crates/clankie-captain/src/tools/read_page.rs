@@ -99,7 +99,8 @@ mod tests {
 
     #[test]
     fn markup_scripts_and_styles_go() {
-        let html = "<html><head><style>p{}</style><script>alert(1)</script></head><body><p>Lobby <b>4</b></p>\n\n<p>20:00</p></body></html>";
+        let html =
+            "<html><head><style>p{}</style><script>alert(1)</script></head><body><p>Lobby <b>4</b></p>\n\n<p>20:00</p></body></html>";
         assert_eq!(strip_tags(html), "Lobby 4 20:00");
     }
 }

@@ -52,7 +52,13 @@ async fn the_one_shot_baseline_answers_each_message_of_a_burst_with_history_ever
     let rig = Rig::new().await;
     let (_captain, _task) = rig.captain_with("captain-a", &[("CLANKIE_CAPTAIN_ONE_SHOT", "true".into())]).await;
     for _ in 0..3 {
-        rig.standin.script(Script::any(Reply::Text { text: "An answer.".into(), chunk_chars: 2, chunk_delay_ms: 40, first_delay_ms: 0, tail_delay_ms: 0 }));
+        rig.standin.script(Script::any(Reply::Text {
+            text: "An answer.".into(),
+            chunk_chars: 2,
+            chunk_delay_ms: 40,
+            first_delay_ms: 0,
+            tail_delay_ms: 0,
+        }));
     }
     let first = rig.say("ada", "@Clankie is the deadlock lobby up?", true).await;
     tokio::time::sleep(Duration::from_millis(100)).await;

@@ -29,8 +29,8 @@ use clankie_store::Store;
 use clankie_testkit::{TestDb, TestDir, TestNats};
 use prost::Message;
 
-pub use clankie_testkit::{Recorder, until};
 use clankie_testkit::record;
+pub use clankie_testkit::{Recorder, until};
 
 pub const GUILD: u64 = 100;
 pub const CHANNEL: u64 = 200;
@@ -134,7 +134,8 @@ impl Rig {
             while let Some(msg) = sub.next().await {
                 let Ok(req) = v1::HistoryRequest::decode(msg.payload.clone()) else { continue };
                 let all = history.lock().unwrap().clone();
-                let mut before: Vec<_> = all.into_iter().filter(|m| req.before_message_id == 0 || m.message_id < req.before_message_id).collect();
+                let mut before: Vec<_> =
+                    all.into_iter().filter(|m| req.before_message_id == 0 || m.message_id < req.before_message_id).collect();
                 let keep = before.len().saturating_sub(req.limit as usize);
                 let messages = before.split_off(keep);
                 let _ = bus.respond(&msg, &v1::HistoryReply { messages, error: String::new() }).await;

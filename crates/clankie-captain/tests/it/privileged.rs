@@ -25,7 +25,10 @@ async fn a_granted_operator_gets_a_one_shot_turn_and_the_grant_ends_with_it() {
 
     let one_shot = format!("turns/{lane}~{op}");
     assert!(!rig.store.entries(&one_shot).await.unwrap().is_empty(), "the turn's evidence tree is {one_shot}");
-    assert!(rig.store.entries(&format!("rooms/{lane}")).await.unwrap().is_empty(), "a privileged turn never writes the room's durable tree");
+    assert!(
+        rig.store.entries(&format!("rooms/{lane}")).await.unwrap().is_empty(),
+        "a privileged turn never writes the room's durable tree"
+    );
     let mode: String = sqlx::query_scalar("SELECT mode FROM turns").fetch_one(rig.store.pool()).await.unwrap();
     assert_eq!(mode, "one_shot");
 

@@ -11,7 +11,13 @@ async fn two_replicas_share_a_burst_with_one_run_and_one_reply() {
     let rig = Rig::new().await;
     let (a, _ta) = rig.captain("captain-a").await;
     let (b, _tb) = rig.captain("captain-b").await;
-    rig.standin.script(Script::any(Reply::Text { text: "Working on it, ".into(), chunk_chars: 2, chunk_delay_ms: 80, first_delay_ms: 100, tail_delay_ms: 0 }));
+    rig.standin.script(Script::any(Reply::Text {
+        text: "Working on it, ".into(),
+        chunk_chars: 2,
+        chunk_delay_ms: 80,
+        first_delay_ms: 100,
+        tail_delay_ms: 0,
+    }));
     rig.standin.script(Script::any(Reply::text("All three answered.")));
     let mut ids = vec![rig.say("ada", "@Clankie one", true).await];
     for text in ["two", "three", "four", "five"] {
@@ -62,7 +68,13 @@ async fn killing_the_owner_mid_run_loses_nothing_and_answers_once() {
     let mut b = spawn_captain(&rig, "captain-b");
     let lane = LaneKey::Room { guild: GUILD, channel: CHANNEL };
     // The first run hangs long enough to be killed in the middle of it.
-    rig.standin.script(Script::any(Reply::Text { text: "never finished".into(), chunk_chars: 64, chunk_delay_ms: 0, first_delay_ms: 8_000, tail_delay_ms: 0 }));
+    rig.standin.script(Script::any(Reply::Text {
+        text: "never finished".into(),
+        chunk_chars: 64,
+        chunk_delay_ms: 0,
+        first_delay_ms: 8_000,
+        tail_delay_ms: 0,
+    }));
     // The new owner may take the deliveries as one burst or steer the later ones in: one or two calls, one answer.
     rig.standin.script(Script::any(Reply::text("Taken over and answered.")));
     rig.standin.script(Script::any(Reply::text("Taken over and answered.")));
@@ -105,7 +117,13 @@ async fn sigterm_lets_the_live_run_finish_and_the_lane_goes_on_elsewhere() {
     rig.standin.script(Script::when("still there?", Reply::text("Still here.")));
     // About 1.5 s of writing, during which the owner is told to stop; the second message may take one more call.
     for _ in 0..2 {
-        rig.standin.script(Script::any(Reply::Text { text: "Finishing what I started.".into(), chunk_chars: 2, chunk_delay_ms: 120, first_delay_ms: 0, tail_delay_ms: 0 }));
+        rig.standin.script(Script::any(Reply::Text {
+            text: "Finishing what I started.".into(),
+            chunk_chars: 2,
+            chunk_delay_ms: 120,
+            first_delay_ms: 0,
+            tail_delay_ms: 0,
+        }));
     }
     let first = vec![rig.say("ada", "@Clankie one", true).await, rig.say("ada", "two", false).await];
     rig.standin.wait_for_requests(1, Duration::from_secs(20)).await;

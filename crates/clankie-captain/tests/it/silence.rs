@@ -17,7 +17,13 @@ async fn a_silent_turn_never_lights_the_room_and_lets_it_age_out() {
     let settled = rig.store.exchange(&lane).await.unwrap().expect("a reply refreshes the exchange");
 
     // Inside the window an unaddressed message is admitted; he declines it.
-    rig.standin.script(Script::any(Reply::Text { text: "[[stay-silent]]".into(), chunk_chars: 1, chunk_delay_ms: 5, first_delay_ms: 0, tail_delay_ms: 0 }));
+    rig.standin.script(Script::any(Reply::Text {
+        text: "[[stay-silent]]".into(),
+        chunk_chars: 1,
+        chunk_delay_ms: 5,
+        first_delay_ms: 0,
+        tail_delay_ms: 0,
+    }));
     let typing_before = rig.typing.all().len();
     let aside = rig.say("bob", "lol same", false).await;
     rig.wait_outcomes(&[aside]).await;

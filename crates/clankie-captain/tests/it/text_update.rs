@@ -25,7 +25,10 @@ async fn a_600_character_update_posts_once_threaded_and_the_turn_goes_on() {
     assert_eq!(kind(&rig.outcome_of(id)[0]), v1::OutcomeKind::Replied);
     let order: Vec<i32> = sent.iter().map(|m| m.kind).collect();
     assert_eq!(order, [v1::OutboundKind::TextUpdate as i32, v1::OutboundKind::Reply as i32]);
-    super::until("the update receipt", std::time::Duration::from_secs(5), || rig.receipts.all().iter().any(|r| r.kind == "captain.text_update")).await;
+    super::until("the update receipt", std::time::Duration::from_secs(5), || {
+        rig.receipts.all().iter().any(|r| r.kind == "captain.text_update")
+    })
+    .await;
     let receipt = rig.receipts.all().into_iter().find(|r| r.kind == "captain.text_update").unwrap();
     assert_eq!(receipt.counts["chars"], 600);
     assert!(!format!("{receipt:?}").contains("nnnn"), "the receipt carried the words");
@@ -65,7 +68,13 @@ async fn a_tool_only_phase_shows_the_tool_card_not_typing() {
     let page = clankie_model_standin::StandIn::start().await.unwrap();
     // A page that takes longer than the card delay to read: the loopback stand-in serves nothing at this path, slowly enough.
     rig.standin.script(Script::any(Reply::tool("read_page", serde_json::json!({ "url": format!("http://{}/nowhere", page.addr()) }))));
-    rig.standin.script(Script::any(Reply::Text { text: "Couldn't read it.".into(), chunk_chars: 64, chunk_delay_ms: 0, first_delay_ms: 400, tail_delay_ms: 0 }));
+    rig.standin.script(Script::any(Reply::Text {
+        text: "Couldn't read it.".into(),
+        chunk_chars: 64,
+        chunk_delay_ms: 0,
+        first_delay_ms: 400,
+        tail_delay_ms: 0,
+    }));
     let id = rig.say("ada", "@Clankie read this", true).await;
     rig.wait_outcomes(&[id]).await;
     let cards: Vec<_> = rig.sent.all().into_iter().filter(|m| m.kind == v1::OutboundKind::ToolCard as i32).collect();

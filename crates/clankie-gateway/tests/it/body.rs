@@ -69,7 +69,14 @@ async fn an_artifact_that_cannot_be_resolved_costs_the_picture_not_the_words() {
 async fn typing_is_retriggered_before_it_expires_until_stopped() {
     let rig = Rig::new().await;
     let (_gateway, _task) = rig.gateway().await;
-    let action = |op: v1::TypingOp| v1::TypingAction { channel_id: GENERAL, lane: String::new(), delivery_id: "1".into(), op: op as i32, host: "captain-a".into(), stamped_at_ms: 0 };
+    let action = |op: v1::TypingOp| v1::TypingAction {
+        channel_id: GENERAL,
+        lane: String::new(),
+        delivery_id: "1".into(),
+        op: op as i32,
+        host: "captain-a".into(),
+        stamped_at_ms: 0,
+    };
     rig.bus.publish(&Subject::BodyTyping { channel: GENERAL }, &action(v1::TypingOp::Start), None).await.unwrap();
     until("several triggers", Duration::from_secs(10), || rig.discord.typing(GENERAL).len() >= 5).await;
     rig.bus.publish(&Subject::BodyTyping { channel: GENERAL }, &action(v1::TypingOp::Stop), None).await.unwrap();

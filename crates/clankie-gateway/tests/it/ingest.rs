@@ -35,7 +35,8 @@ async fn a_forced_resume_that_replays_the_message_still_yields_one_ingress() {
     rig.discord.drop_and_replay(1);
     // twilight waits at least a second before reconnecting.
     until("the resume", Duration::from_secs(15), || rig.discord.resumes() > resumes).await;
-    until("the replayed message", Duration::from_secs(10), || receipts.all().iter().filter(|r| r.kind == "gateway.ingress").count() == 2).await;
+    until("the replayed message", Duration::from_secs(10), || receipts.all().iter().filter(|r| r.kind == "gateway.ingress").count() == 2)
+        .await;
     let ingress: Vec<_> = receipts.all().into_iter().filter(|r| r.kind == "gateway.ingress").collect();
     assert_eq!(ingress.iter().filter(|r| r.flags["duplicate"]).count(), 1, "the replay reached JetStream as a duplicate");
     assert_eq!(rig.stream_count("CLANKIE_INGRESS").await, 1, "one ingress stored");
@@ -83,7 +84,12 @@ async fn text_in_the_live_voice_chat_is_room_input_unless_it_carries_an_image() 
         channel_id: VOICE_CHAT,
         author: "ada".into(),
         content: "look at this".into(),
-        attachments: vec![NewAttachment { filename: "map.png".into(), content_type: "image/png".into(), text: Some("png".into()), ..Default::default() }],
+        attachments: vec![NewAttachment {
+            filename: "map.png".into(),
+            content_type: "image/png".into(),
+            text: Some("png".into()),
+            ..Default::default()
+        }],
         ..Default::default()
     });
     until("the picture as text ingress", Duration::from_secs(10), || text.all().iter().any(|i| i.delivery_id == picture.to_string())).await;

@@ -26,7 +26,8 @@ async fn until_status(addr: std::net::SocketAddr, want: u16) {
 
 #[tokio::test]
 async fn readyz_follows_nats_down_and_back_without_a_restart() {
-    let (mut nats, db, dir) = (clankie_testkit::TestNats::start().unwrap(), clankie_testkit::TestDb::create().await, clankie_testkit::TestDir::new());
+    let (mut nats, db, dir) =
+        (clankie_testkit::TestNats::start().unwrap(), clankie_testkit::TestDb::create().await, clankie_testkit::TestDir::new());
     let settings = clankie_testkit::settings(&nats, &db, &dir);
     let bus = clankie_bus::Bus::connect(&settings, "test").await.unwrap();
     let store = clankie_store::Store::connect(db.url()).await.unwrap();

@@ -49,7 +49,12 @@ async fn rig() -> (TestNats, TestDir, Loopback, Bus, std::sync::Arc<Media>) {
 }
 
 fn blobs(root: &std::path::Path) -> usize {
-    std::fs::read_dir(root.join("sha256")).into_iter().flatten().filter_map(Result::ok).flat_map(|d| std::fs::read_dir(d.path()).into_iter().flatten()).count()
+    std::fs::read_dir(root.join("sha256"))
+        .into_iter()
+        .flatten()
+        .filter_map(Result::ok)
+        .flat_map(|d| std::fs::read_dir(d.path()).into_iter().flatten())
+        .count()
 }
 
 #[tokio::test]
@@ -59,7 +64,12 @@ async fn an_inbound_attachment_is_stored_once_even_when_its_ingress_is_redeliver
         channel_id: 200,
         author: "ada".into(),
         content: "look".into(),
-        attachments: vec![NewAttachment { filename: "map.png".into(), content_type: "image/png".into(), text: Some("not really a png".into()), ..Default::default() }],
+        attachments: vec![NewAttachment {
+            filename: "map.png".into(),
+            content_type: "image/png".into(),
+            text: Some("not really a png".into()),
+            ..Default::default()
+        }],
         ..Default::default()
     });
     let stored = discord.messages(200).into_iter().find(|m| m.id == id).unwrap();
@@ -89,11 +99,22 @@ async fn an_inbound_attachment_is_stored_once_even_when_its_ingress_is_redeliver
     }
     // Both copies consumed: a resolve round-trip after them shows the stream has moved past both.
     let reply: v1::MediaResolveReply = bus
-        .request(&Subject::RpcMediaAttachment, &v1::MediaAttachmentRequest { attachment: ingress.attachments.first().cloned(), delivery_id: id.to_string() }, Duration::from_secs(5))
+        .request(
+            &Subject::RpcMediaAttachment,
+            &v1::MediaAttachmentRequest { attachment: ingress.attachments.first().cloned(), delivery_id: id.to_string() },
+            Duration::from_secs(5),
+        )
         .await
         .unwrap();
     assert_eq!(reply.data, b"not really a png");
-    let mut consumer = bus.jetstream().get_stream("CLANKIE_INGRESS").await.unwrap().get_consumer::<async_nats::jetstream::consumer::pull::Config>("media-inbound").await.unwrap();
+    let mut consumer = bus
+        .jetstream()
+        .get_stream("CLANKIE_INGRESS")
+        .await
+        .unwrap()
+        .get_consumer::<async_nats::jetstream::consumer::pull::Config>("media-inbound")
+        .await
+        .unwrap();
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
     loop {
         let info = consumer.info().await.unwrap();
@@ -111,13 +132,27 @@ async fn hostile_names_are_refused_and_the_next_request_is_served() {
     let (_nats, _state, _discord, bus, media) = rig().await;
     // A tool registers what it rendered; the path in its name is dropped.
     let registered: v1::MediaRegisterReply = bus
-        .request(&Subject::RpcMediaRegister, &v1::MediaRegisterRequest { data: b"artifact bytes".to_vec(), filename: "../../bracket.png".into(), content_type: "image/png".into() }, Duration::from_secs(5))
+        .request(
+            &Subject::RpcMediaRegister,
+            &v1::MediaRegisterRequest {
+                data: b"artifact bytes".to_vec(),
+                filename: "../../bracket.png".into(),
+                content_type: "image/png".into(),
+            },
+            Duration::from_secs(5),
+        )
         .await
         .unwrap();
     let good = registered.artifact.expect("registered").id;
     for hostile in ["sha256:../../../etc/passwd", "/etc/passwd", "../x", "sha256:ABC"] {
-        let reply: v1::MediaResolveReply =
-            bus.request(&Subject::RpcMediaResolve, &v1::MediaResolveRequest { artifact_id: hostile.into(), want_bytes: true }, Duration::from_secs(5)).await.unwrap();
+        let reply: v1::MediaResolveReply = bus
+            .request(
+                &Subject::RpcMediaResolve,
+                &v1::MediaResolveRequest { artifact_id: hostile.into(), want_bytes: true },
+                Duration::from_secs(5),
+            )
+            .await
+            .unwrap();
         assert_eq!(reply.error, "bad_id", "{hostile}");
         assert!(reply.data.is_empty());
     }
@@ -126,10 +161,16 @@ async fn hostile_names_are_refused_and_the_next_request_is_served() {
     std::os::unix::fs::symlink("/etc", root.join("sha256").join("ee")).unwrap();
     assert!(matches!(media.root().safe_path("sha256/ee/passwd"), Err(clankie_media::MediaError::OutsideRoot(_))));
     let escaped = format!("sha256:ee{}", "0".repeat(62));
-    let reply: v1::MediaResolveReply = bus.request(&Subject::RpcMediaResolve, &v1::MediaResolveRequest { artifact_id: escaped, want_bytes: true }, Duration::from_secs(5)).await.unwrap();
+    let reply: v1::MediaResolveReply = bus
+        .request(&Subject::RpcMediaResolve, &v1::MediaResolveRequest { artifact_id: escaped, want_bytes: true }, Duration::from_secs(5))
+        .await
+        .unwrap();
     assert_eq!(reply.error, "outside_root");
     // And the service goes on serving.
-    let reply: v1::MediaResolveReply = bus.request(&Subject::RpcMediaResolve, &v1::MediaResolveRequest { artifact_id: good, want_bytes: true }, Duration::from_secs(5)).await.unwrap();
+    let reply: v1::MediaResolveReply = bus
+        .request(&Subject::RpcMediaResolve, &v1::MediaResolveRequest { artifact_id: good, want_bytes: true }, Duration::from_secs(5))
+        .await
+        .unwrap();
     assert_eq!(reply.error, "");
     assert_eq!(reply.data, b"artifact bytes");
     assert_eq!(reply.filename, "bracket.png");

@@ -59,7 +59,12 @@ impl Rig {
     }
 
     pub fn say(&self, channel: u64, author: &str, content: &str) -> u64 {
-        self.sandbox.discord.user_message(NewMessage { channel_id: channel, author: author.into(), content: content.into(), ..Default::default() })
+        self.sandbox.discord.user_message(NewMessage {
+            channel_id: channel,
+            author: author.into(),
+            content: content.into(),
+            ..Default::default()
+        })
     }
 
     /// The outcome the system reported for a user message (as its reaction).

@@ -7,7 +7,8 @@ use clankie_proto::{LaneKey, Subject, v1};
 use super::{GENERAL, Rig, until};
 
 async fn bus(rig: &Rig) -> clankie_bus::Bus {
-    let settings = clankie_settings::Settings::for_endpoints(&rig.nats_url, "postgres://unused@127.0.0.1:1/x", std::path::Path::new("/tmp")).unwrap();
+    let settings =
+        clankie_settings::Settings::for_endpoints(&rig.nats_url, "postgres://unused@127.0.0.1:1/x", std::path::Path::new("/tmp")).unwrap();
     clankie_bus::Bus::connect(&settings, "test").await.unwrap()
 }
 
@@ -62,7 +63,12 @@ async fn the_text_lane_perceives_a_picture_it_is_shown() {
         channel_id: GENERAL,
         author: "ada".into(),
         content: "@Clankie what is this?".into(),
-        attachments: vec![NewAttachment { filename: "map.png".into(), content_type: "image/png".into(), text: Some("pixels".into()), ..Default::default() }],
+        attachments: vec![NewAttachment {
+            filename: "map.png".into(),
+            content_type: "image/png".into(),
+            text: Some("pixels".into()),
+            ..Default::default()
+        }],
         ..Default::default()
     });
     rig.wait_outcomes(GENERAL, &[asked]).await;

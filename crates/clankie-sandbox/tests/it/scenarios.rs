@@ -8,7 +8,13 @@ use super::{GENERAL, Rig};
 async fn a_burst_through_the_whole_stack_gets_one_answer() {
     let rig = Rig::new().await;
     // About two seconds of writing: the whole burst arrives while the first answer is being written.
-    rig.standin.script(Script::any(Reply::Text { text: "Lobbies open at eight, ".into(), chunk_chars: 2, chunk_delay_ms: 150, first_delay_ms: 100, tail_delay_ms: 0 }));
+    rig.standin.script(Script::any(Reply::Text {
+        text: "Lobbies open at eight, ".into(),
+        chunk_chars: 2,
+        chunk_delay_ms: 150,
+        first_delay_ms: 100,
+        tail_delay_ms: 0,
+    }));
     rig.standin.script(Script::any(Reply::text("Lobby 4 at 20:00, and yes, bring your friend.")));
     let first = rig.say(GENERAL, "ada", "@Clankie is the deadlock lobby up?");
     tokio::time::sleep(Duration::from_millis(400)).await;
@@ -43,7 +49,13 @@ async fn a_long_writing_turn_keeps_typing_lit_and_a_silent_one_never_lights() {
     let _ = settled;
 
     let before = rig.sandbox.discord.typing(GENERAL).len();
-    rig.standin.script(Script::any(Reply::Text { text: "[[stay-silent]]".into(), chunk_chars: 1, chunk_delay_ms: 20, first_delay_ms: 0, tail_delay_ms: 0 }));
+    rig.standin.script(Script::any(Reply::Text {
+        text: "[[stay-silent]]".into(),
+        chunk_chars: 1,
+        chunk_delay_ms: 20,
+        first_delay_ms: 0,
+        tail_delay_ms: 0,
+    }));
     let ignored = rig.say(GENERAL, "bob", "@Clankie nobody asked you");
     rig.wait_outcomes(GENERAL, &[ignored]).await;
     assert_eq!(rig.outcome(GENERAL, ignored).as_deref(), Some("silent"));

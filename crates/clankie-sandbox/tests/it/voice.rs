@@ -14,7 +14,8 @@ const VOICE: u64 = 300;
 const VOICE_PROMPT: &str = "live voice channel";
 
 async fn tap(rig: &Rig) -> Bus {
-    let settings = clankie_settings::Settings::for_endpoints(&rig.nats_url, "postgres://unused@127.0.0.1:1/x", std::path::Path::new("/tmp")).unwrap();
+    let settings =
+        clankie_settings::Settings::for_endpoints(&rig.nats_url, "postgres://unused@127.0.0.1:1/x", std::path::Path::new("/tmp")).unwrap();
     Bus::connect(&settings, "test").await.unwrap()
 }
 
@@ -26,8 +27,10 @@ async fn live(rig: &Rig) {
 async fn typing_in_the_voice_chat_is_answered_by_the_voice_room_alone() {
     let rig = Rig::new().await;
     let bus = tap(&rig).await;
-    let (decisions, speaks) = (record::<v1::FloorDecision>(&bus, Family::VoiceFloor).await, record::<v1::Speak>(&bus, Family::VoiceSpeak).await);
-    let (text_ingress, transcripts) = (record::<v1::Ingress>(&bus, Family::IngressText).await, record::<v1::Transcript>(&bus, Family::VoiceTranscript).await);
+    let (decisions, speaks) =
+        (record::<v1::FloorDecision>(&bus, Family::VoiceFloor).await, record::<v1::Speak>(&bus, Family::VoiceSpeak).await);
+    let (text_ingress, transcripts) =
+        (record::<v1::Ingress>(&bus, Family::IngressText).await, record::<v1::Transcript>(&bus, Family::VoiceTranscript).await);
     let receipts = record::<v1::Receipt>(&bus, Family::Receipt).await;
     live(&rig).await;
     rig.standin.script(Script::when(VOICE_PROMPT, Reply::text("Something, aloud, for the whole room!")));
@@ -51,7 +54,9 @@ async fn typing_in_the_voice_chat_is_answered_by_the_voice_room_alone() {
         text: "say something in vc clankie".into(),
         ..Default::default()
     };
-    bus.publish(&Subject::IngressRoom { guild: GUILD, channel: VOICE }, &copy, Some(&clankie_bus::MsgId::new("not-the-discord-id"))).await.unwrap();
+    bus.publish(&Subject::IngressRoom { guild: GUILD, channel: VOICE }, &copy, Some(&clankie_bus::MsgId::new("not-the-discord-id")))
+        .await
+        .unwrap();
     until("the floor's duplicate receipt", Duration::from_secs(20), || receipts.all().iter().any(|r| r.kind == "voice.duplicate")).await;
     let unrelated = rig.say(VOICE, "bob", "nice weather today");
     until("the next decision", Duration::from_secs(20), || decisions.all().iter().any(|d| d.delivery_id == unrelated.to_string())).await;
@@ -95,7 +100,8 @@ async fn the_voice_room_hands_work_to_the_captain_and_says_what_came_of_it() {
     let speaks = record::<v1::Speak>(&bus, Family::VoiceSpeak).await;
     let receipts = record::<v1::Receipt>(&bus, Family::Receipt).await;
     live(&rig).await;
-    rig.standin.script(Script::when(VOICE_PROMPT, Reply::tool("ask_clankie", serde_json::json!({ "request": "look up when lobby 4 opens" }))));
+    rig.standin
+        .script(Script::when(VOICE_PROMPT, Reply::tool("ask_clankie", serde_json::json!({ "request": "look up when lobby 4 opens" }))));
     rig.standin.script(Script::when("via=\"the voice room\"", Reply::text("Lobby 4 opens at 20:00.")));
     rig.standin.script(Script::when(VOICE_PROMPT, Reply::text("Lobby four opens at eight tonight.")));
     let id = rig.say(VOICE, "ada", "clankie when does lobby 4 open");
@@ -106,7 +112,8 @@ async fn the_voice_room_hands_work_to_the_captain_and_says_what_came_of_it() {
     assert_eq!(requests[2].count("Lobby 4 opens at 20:00."), 1, "the captain's answer came back to the room");
     until("both handoff receipts", Duration::from_secs(5), || {
         let r = receipts.all();
-        r.iter().any(|r| r.kind == "voice.handoff" && r.delivery_id == id.to_string()) && r.iter().any(|r| r.kind == "captain.handoff" && r.delivery_id == id.to_string())
+        r.iter().any(|r| r.kind == "voice.handoff" && r.delivery_id == id.to_string())
+            && r.iter().any(|r| r.kind == "captain.handoff" && r.delivery_id == id.to_string())
     })
     .await;
     assert!(rig.sandbox.discord.posts(VOICE).is_empty(), "the handoff posted nothing in text");

@@ -29,7 +29,12 @@ async fn failure_codes_belong_to_failed_outcomes_only() {
         let o = Outcome { delivery_id: "6".into(), turn_id: None, kind, failure_code };
         assert!(matches!(store.record_outcome(&lease, &o).await, Err(StoreError::InvalidOutcome(_))), "{kind:?}");
     }
-    let stalled = Outcome { delivery_id: "6".into(), turn_id: None, kind: v1::OutcomeKind::Failed, failure_code: Some(v1::FailureCode::CaptainTurnStalled) };
+    let stalled = Outcome {
+        delivery_id: "6".into(),
+        turn_id: None,
+        kind: v1::OutcomeKind::Failed,
+        failure_code: Some(v1::FailureCode::CaptainTurnStalled),
+    };
     store.record_outcome(&lease, &stalled).await.unwrap();
     assert_eq!(store.outcome("6").await.unwrap(), Some(stalled));
 }
@@ -69,7 +74,13 @@ async fn a_turn_that_never_ended_keeps_its_room_in_conversation() {
     let (store, _db) = super::store().await;
     let lease = store.acquire_lease(&LANE, "c", Duration::from_secs(60)).await.unwrap().unwrap();
     assert!(!store.unsettled_turn(&LANE, Duration::from_secs(60)).await.unwrap());
-    store.start_turn(&lease, &clankie_store::TurnStart { turn_id: "t".into(), mode: clankie_store::TurnMode::Durable, owner_delivery_id: "1".into() }).await.unwrap();
+    store
+        .start_turn(
+            &lease,
+            &clankie_store::TurnStart { turn_id: "t".into(), mode: clankie_store::TurnMode::Durable, owner_delivery_id: "1".into() },
+        )
+        .await
+        .unwrap();
     assert!(store.unsettled_turn(&LANE, Duration::from_secs(60)).await.unwrap());
     assert!(!store.unsettled_turn(&LANE, Duration::ZERO).await.unwrap(), "outside the window it no longer counts");
 }

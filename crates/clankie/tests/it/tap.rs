@@ -44,7 +44,12 @@ async fn tap_prints_decoded_json_for_published_events() {
     let lane = LaneKey::Room { guild: 10, channel: 20 };
     let ingress = v1::Ingress { delivery_id: "111".into(), guild_id: Some(10), channel_id: 20, content: "hi".into(), ..Default::default() };
     bus.publish(&Subject::ingress_text(Some(10), 20), &ingress, Some(&MsgId::discord_message(111))).await.unwrap();
-    let outcome = v1::DeliveryOutcome { delivery_id: "111".into(), lane: lane.to_string(), kind: v1::OutcomeKind::Absorbed as i32, ..Default::default() };
+    let outcome = v1::DeliveryOutcome {
+        delivery_id: "111".into(),
+        lane: lane.to_string(),
+        kind: v1::OutcomeKind::Absorbed as i32,
+        ..Default::default()
+    };
     bus.publish(&Subject::LaneOutcome { lane }, &outcome, None).await.unwrap();
     publish_garbage(&bus, &Subject::BodySend { channel: 20 }).await;
 

@@ -18,7 +18,12 @@ async fn trail_prints_every_receipt_of_a_delivery_in_time_order_without_its_word
     let sandbox = clankie_sandbox::Sandbox::start(&settings, "127.0.0.1:0".parse().unwrap()).await.unwrap();
     assert!(sandbox.discord.wait_for_session(Duration::from_secs(20)).await);
     standin.script(Script::any(Reply::text("the lobby opens at eight")));
-    let id = sandbox.discord.user_message(NewMessage { channel_id: 200, author: "ada".into(), content: "@Clankie when does the secret lobby open".into(), ..Default::default() });
+    let id = sandbox.discord.user_message(NewMessage {
+        channel_id: 200,
+        author: "ada".into(),
+        content: "@Clankie when does the secret lobby open".into(),
+        ..Default::default()
+    });
 
     // Wait until the trail holds the whole story: ingress through the posted reply.
     let wanted = ["gateway.ingress", "captain.admitted", "captain.turn", "captain.outcome", "gateway.posted"];
@@ -47,7 +52,12 @@ async fn trail_prints_every_receipt_of_a_delivery_in_time_order_without_its_word
     let services: std::collections::BTreeSet<&str> = lines.iter().filter_map(|l| l["service"].as_str()).collect();
     assert!(services.contains("gateway") && services.contains("captain"), "{services:?}");
 
-    let missing = tokio::process::Command::new(env!("CARGO_BIN_EXE_clankie")).args(["trail", "42"]).envs(vars.iter().map(|(k, v)| (*k, v.clone()))).output().await.unwrap();
+    let missing = tokio::process::Command::new(env!("CARGO_BIN_EXE_clankie"))
+        .args(["trail", "42"])
+        .envs(vars.iter().map(|(k, v)| (*k, v.clone())))
+        .output()
+        .await
+        .unwrap();
     assert!(!missing.status.success());
     assert!(String::from_utf8_lossy(&missing.stderr).contains("nothing recorded"));
 }
