@@ -205,7 +205,8 @@ impl Captain {
         }
         let system = prompt::system(&config.bot_name, &lane, privileged);
         metrics::counter!("clankie_captain_turns_total", "mode" => if one_shot { "one_shot" } else { "durable" }).increment(1);
-        inner.live.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        // Counts the run as live until this function returns: outcomes recorded, lease released.
+        let _live = Live::enter(&inner.live);
         tracing::debug!(%lane, epoch = lease.epoch, cold, deliveries = 1 + absorbed.len(), "run starts");
         let mut run = inner.agent.start_with_tools(session, system, first, tools);
         let steerer = run.steerer();
@@ -290,7 +291,6 @@ impl Captain {
                 }
             }
         }
-        inner.live.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
         let result = match run.finish().await {
             Ok(r) => r,
             Err(e) => {
@@ -532,6 +532,22 @@ impl Captain {
             }
         }
         message
+    }
+}
+
+/// Marks a run live for as long as it is held; a draining replica waits for it.
+struct Live<'a>(&'a std::sync::atomic::AtomicUsize);
+
+impl<'a> Live<'a> {
+    fn enter(counter: &'a std::sync::atomic::AtomicUsize) -> Live<'a> {
+        counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        Live(counter)
+    }
+}
+
+impl Drop for Live<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
     }
 }
 
