@@ -121,6 +121,9 @@ pub struct RecordedRequest {
     /// Whether it carried an `Authorization: Bearer` header (the key itself is not kept).
     #[serde(default)]
     pub bearer_token: bool,
+    /// When it arrived, in ms since the Unix epoch.
+    #[serde(default)]
+    pub at_ms: i64,
 }
 
 impl RecordedRequest {
@@ -281,7 +284,8 @@ async fn completions(State(shared): State<Shared>, headers: HeaderMap, body: Byt
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
         .is_some_and(|v| v.starts_with("Bearer ") && v.len() > "Bearer ".len());
-    let request = RecordedRequest { body, token_estimate: (chars / 4) as u64, bearer_token };
+    let at_ms = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0);
+    let request = RecordedRequest { body, token_estimate: (chars / 4) as u64, bearer_token, at_ms };
     let reply = shared.take(&request);
     shared.lock().requests.push(request.clone());
     shared.arrived.notify_waiters();

@@ -14,6 +14,9 @@ use clankie_gateway::{Gateway, GatewayConfig};
 use clankie_settings::Settings;
 use clankie_voice_floor::{VoiceConfig, VoiceFloor};
 
+#[cfg(feature = "rig")]
+pub mod rig;
+
 /// Why the sandbox could not start.
 #[derive(Debug, thiserror::Error)]
 pub enum SandboxError {
@@ -41,6 +44,15 @@ pub struct Sandbox {
 impl Sandbox {
     /// Starts the loopback Discord on `addr`, then a gateway and a captain against it.
     pub async fn start(settings: &Settings, addr: SocketAddr) -> Result<Sandbox, SandboxError> {
+        Sandbox::start_with_clock(settings, addr, None).await
+    }
+
+    /// Like [`Sandbox::start`], with the captain's runs timed by `clock` (tests simulate a host suspend with it).
+    pub async fn start_with_clock(
+        settings: &Settings,
+        addr: SocketAddr,
+        clock: Option<std::sync::Arc<dyn clankie_agent::Clock>>,
+    ) -> Result<Sandbox, SandboxError> {
         let config =
             LoopbackConfig { token: settings.discord_token.clone(), bot_name: settings.bot_name.clone(), ..LoopbackConfig::default() };
         let discord = Loopback::serve(addr, config).await.map_err(|source| SandboxError::Loopback { addr, source })?;
@@ -62,7 +74,10 @@ impl Sandbox {
         if model.is_rehearsal() {
             tracing::warn!("no CLANKIE_MODEL_BASE_URL: the offline rehearsal model answers; its words start with [rehearsal]");
         }
-        let agent = clankie_agent::Agent::new(model, clankie_agent::config_from_settings(settings));
+        let mut agent = clankie_agent::Agent::new(model, clankie_agent::config_from_settings(settings));
+        if let Some(clock) = clock {
+            agent = agent.with_clock(clock);
+        }
         let captain =
             Captain::new(clankie_bus::Bus::connect(settings, "captain").await?, store, agent, CaptainConfig::from_settings(settings));
 

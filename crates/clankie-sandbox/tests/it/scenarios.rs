@@ -5,31 +5,6 @@ use clankie_model_standin::{Reply, Script};
 use super::{GENERAL, Rig};
 
 #[tokio::test]
-async fn a_burst_through_the_whole_stack_gets_one_answer() {
-    let rig = Rig::new().await;
-    // About two seconds of writing: the whole burst arrives while the first answer is being written.
-    rig.standin.script(Script::any(Reply::Text {
-        text: "Lobbies open at eight, ".into(),
-        chunk_chars: 2,
-        chunk_delay_ms: 150,
-        first_delay_ms: 100,
-        tail_delay_ms: 0,
-    }));
-    rig.standin.script(Script::any(Reply::text("Lobby 4 at 20:00, and yes, bring your friend.")));
-    let first = rig.say(GENERAL, "ada", "@Clankie is the deadlock lobby up?");
-    tokio::time::sleep(Duration::from_millis(400)).await;
-    let second = rig.say(GENERAL, "ada", "the one for tonight");
-    tokio::time::sleep(Duration::from_millis(600)).await;
-    let third = rig.say(GENERAL, "ada", "can I bring a friend?");
-    rig.wait_outcomes(GENERAL, &[first, second, third]).await;
-    let posts = rig.sandbox.discord.posts(GENERAL);
-    assert_eq!(posts.len(), 1, "{posts:?}");
-    assert_eq!(posts[0].reply_to, Some(third));
-    let outcomes: Vec<_> = [first, second, third].iter().map(|id| rig.outcome(GENERAL, *id).unwrap()).collect();
-    assert_eq!(outcomes, ["replied", "absorbed", "absorbed"]);
-}
-
-#[tokio::test]
 async fn a_long_writing_turn_keeps_typing_lit_and_a_silent_one_never_lights() {
     let rig = Rig::new().await;
     // About two seconds of writing, ten typing intervals.
