@@ -4,6 +4,7 @@
 //! compressed. One module per incident, numbered as in the issue.
 
 mod s1_burst;
+mod s2_lost_reply;
 mod s3_dead_stream;
 mod s4_long_work;
 mod s5_voice_chat;

@@ -10,7 +10,7 @@ use clankie_store::{Lease, Outcome, TurnEnd, TurnMode, TurnStart};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
-use crate::tools::{DescribeRuntime, ReadPage, Room, SendTextUpdate};
+use crate::tools::{DescribeRuntime, ReadPage, Room, SendTextUpdate, SharePicture};
 use crate::{Captain, Held, Warm, prompt};
 
 /// What the run's event loop saw, for the turn receipt.
@@ -199,6 +199,7 @@ impl Captain {
         let mut tools: Vec<Arc<dyn Tool>> = vec![
             Arc::new(SendTextUpdate::new(inner.bus.clone(), room.clone())),
             Arc::new(ReadPage::new(config.page_timeout, config.page_max_bytes)),
+            Arc::new(SharePicture::new(inner.bus.clone(), room.clone(), config.page_timeout, 25 * 1024 * 1024)),
         ];
         if privileged {
             tools.push(Arc::new(DescribeRuntime { replica: config.replica.clone(), live_lanes: self.live_lanes() }));
@@ -430,6 +431,7 @@ impl Captain {
             channel_id: lane.channel(),
             reply_to_message_id: Some(room.answering()),
             text: text.to_owned(),
+            artifacts: room.artifacts(),
             lane: lane.to_string(),
             delivery_id: owner.to_owned(),
             ..Default::default()

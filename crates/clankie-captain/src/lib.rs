@@ -198,7 +198,9 @@ impl Captain {
                 return;
             }
         }
-        let live = if admission::needs_exchange(&d.event) {
+        // A lane with an actor here is in conversation already: its run may not be visible in the store yet.
+        let local = self.inner.lanes.lock().unwrap_or_else(|p| p.into_inner()).contains_key(&lane);
+        let live = if admission::needs_exchange(&d.event) && !local {
             let store = &self.inner.store;
             let window = self.inner.config.exchange_window;
             match (store.exchange_live(&lane, window).await, store.lease_held(&lane).await, store.unsettled_turn(&lane, window).await) {
@@ -211,7 +213,7 @@ impl Captain {
                 }
             }
         } else {
-            false
+            local
         };
         match admission::admit(&d.event, live) {
             Err(refused) => {
