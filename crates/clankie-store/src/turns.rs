@@ -175,6 +175,12 @@ impl Store {
         .transpose()
     }
 
+    /// How many turns were recorded and their input tokens in all; for benches and reports.
+    pub async fn turn_totals(&self) -> Result<(i64, Option<i64>), StoreError> {
+        let row = sqlx::query("SELECT count(*) AS turns, sum(input_tokens)::bigint AS tokens FROM turns").fetch_one(&self.pool).await?;
+        Ok((row.try_get("turns")?, row.try_get("tokens")?))
+    }
+
     /// Remembers that a delivery was admitted, and why; the first decision stands.
     pub async fn record_admission(&self, delivery_id: &str, lane: &LaneKey, reason: &str) -> Result<(), StoreError> {
         sqlx::query("INSERT INTO admissions (delivery_id, lane, reason) VALUES ($1, $2, $3) ON CONFLICT (delivery_id) DO NOTHING")
