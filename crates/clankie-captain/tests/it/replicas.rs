@@ -79,7 +79,12 @@ async fn killing_the_owner_mid_run_loses_nothing_and_answers_once() {
     for _ in 0..4 {
         rig.standin.script(Script::any(Reply::text("Taken over and answered.")));
     }
-    let ids = vec![rig.say("ada", "@Clankie one", true).await, rig.say("ada", "two", false).await, rig.say("ada", "three", false).await];
+    let mut ids = vec![rig.say("ada", "@Clankie one", true).await];
+    for text in ["two", "three"] {
+        // Follow-ups as people type them, a few hundred milliseconds apart.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        ids.push(rig.say("ada", text, false).await);
+    }
     let requests = rig.standin.wait_for_requests(1, Duration::from_secs(20)).await;
     assert_eq!(requests.len(), 1);
     let owner = rig.store.lane(&lane).await.unwrap().and_then(|l| l.lease_owner).expect("a lease owner");
@@ -134,7 +139,10 @@ async fn sigterm_lets_the_live_run_finish_and_the_lane_goes_on_elsewhere() {
             tail_delay_ms: 0,
         }));
     }
-    let first = vec![rig.say("ada", "@Clankie one", true).await, rig.say("ada", "two", false).await];
+    // A burst as people type it: the follow-up some hundreds of milliseconds after the mention.
+    let one = rig.say("ada", "@Clankie one", true).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let first = vec![one, rig.say("ada", "two", false).await];
     rig.standin.wait_for_requests(1, Duration::from_secs(20)).await;
     let owner = rig.store.lane(&lane).await.unwrap().and_then(|l| l.lease_owner).expect("a lease owner");
     let (victim, survivor) = if owner == "captain-a" { (&mut a, &mut b) } else { (&mut b, &mut a) };
