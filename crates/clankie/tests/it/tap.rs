@@ -40,6 +40,8 @@ async fn tap_prints_decoded_json_for_published_events() {
         false
     });
     assert!(ready.await.unwrap(), "tap exited before subscribing");
+    // Keep draining its log so a full pipe can never stall it.
+    tokio::spawn(async move { while let Ok(Some(_)) = stderr.next_line().await {} });
 
     let lane = LaneKey::Room { guild: 10, channel: 20 };
     let ingress = v1::Ingress { delivery_id: "111".into(), guild_id: Some(10), channel_id: 20, content: "hi".into(), ..Default::default() };
@@ -55,10 +57,12 @@ async fn tap_prints_decoded_json_for_published_events() {
 
     let mut stdout = BufReader::new(tap.stdout.take().unwrap()).lines();
     let mut lines = Vec::new();
-    while let Some(line) = tokio::time::timeout(Duration::from_secs(10), stdout.next_line()).await.unwrap().unwrap() {
+    while lines.len() < 3 {
+        let line = tokio::time::timeout(Duration::from_secs(20), stdout.next_line()).await;
+        let Ok(Ok(Some(line))) = line else { panic!("tap printed {} of 3 lines: {lines:?}", lines.len()) };
         lines.push(serde_json::from_str::<serde_json::Value>(&line).unwrap());
     }
-    let status = tokio::time::timeout(Duration::from_secs(10), tap.wait()).await.unwrap().unwrap();
+    let status = tokio::time::timeout(Duration::from_secs(20), tap.wait()).await.expect("tap exits after --count lines").unwrap();
     assert!(status.success());
     assert_eq!(lines.len(), 3, "{lines:?}");
 
