@@ -81,6 +81,59 @@ async fn ingress() -> Result<(f64, f64, f64)> {
     Ok((rate, pick(0.5), pick(0.99)))
 }
 
+/// This process's resident memory, in MiB.
+fn rss_mib() -> f64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let kib: f64 = status.lines().find(|l| l.starts_with("VmRSS:")).and_then(|l| l.split_whitespace().nth(1)).and_then(|v| v.parse().ok()).unwrap_or(0.0);
+    kib / 1024.0
+}
+
+/// One captain replica holding `targets` warm lanes (a DM each), answered by an instant model;
+/// the process's resident memory once each target is reached.
+async fn lanes(targets: &[usize]) -> Result<Vec<(usize, f64)>> {
+    use clankie_proto::{Family, Subject, v1};
+    let (nats, db, dir) = (clankie_testkit::TestNats::start()?, clankie_testkit::TestDb::create().await, clankie_testkit::TestDir::new());
+    let standin = clankie_model_standin::StandIn::start().await?;
+    let vars: Vec<(&str, String)> = vec![
+        ("CLANKIE_NATS_URL", nats.url()),
+        ("CLANKIE_DATABASE_URL", db.url().to_owned()),
+        ("CLANKIE_STATE_DIR", dir.path().display().to_string()),
+        ("CLANKIE_MODEL_BASE_URL", standin.base_url()),
+        // No body answers history here; cold lanes skip it rather than wait for one.
+        ("CLANKIE_HISTORY_LIMIT", "0".into()),
+    ];
+    let settings = clankie_settings::Settings::from_lookup(|k| vars.iter().find(|(n, _)| *n == k).map(|(_, v)| v.clone()))?;
+    let bus = clankie_bus::Bus::connect(&settings, "bench").await?;
+    bus.ensure_streams().await?;
+    let store = clankie_store::Store::connect(db.url()).await?;
+    store.migrate().await?;
+    let agent = clankie_agent::Agent::new(clankie_agent::model_from_settings(&settings)?, clankie_agent::config_from_settings(&settings));
+    let captain = clankie_captain::Captain::new(clankie_bus::Bus::connect(&settings, "captain").await?, store, agent, clankie_captain::CaptainConfig::from_settings(&settings));
+    let running = captain.clone();
+    tokio::spawn(async move {
+        let _ = running.run().await;
+    });
+    let outcomes = clankie_testkit::record::<v1::DeliveryOutcome>(&bus, Family::LaneOutcome).await;
+    let mut figures = Vec::new();
+    let mut sent = 0usize;
+    for &target in targets {
+        while sent < target {
+            sent += 1;
+            let channel = 1_000_000 + sent as u64;
+            let ingress = v1::Ingress { delivery_id: (5_000_000 + sent).to_string(), channel_id: channel, author_id: 7, author_name: "ada".into(), content: "hi".into(), ..Default::default() };
+            bus.publish(&Subject::ingress_text(None, channel), &ingress, None).await?;
+        }
+        let deadline = Instant::now() + Duration::from_secs(600);
+        while outcomes.all().len() < target {
+            anyhow::ensure!(Instant::now() < deadline, "only {} of {target} lanes answered", outcomes.all().len());
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        anyhow::ensure!(captain.warm_lanes() >= target, "{} warm lanes, expected {target}", captain.warm_lanes());
+        figures.push((target, rss_mib()));
+    }
+    Ok(figures)
+}
+
 #[tokio::main]
 async fn main() -> Result<()> {
     let oneshot = economy(true).await?;
@@ -96,5 +149,9 @@ async fn main() -> Result<()> {
     println!("ingress_sequential_msgs_per_s: {rate:.1}");
     println!("ingress_p50_ms: {p50:.1}");
     println!("ingress_p99_ms: {p99:.1}");
+    for (count, mib) in lanes(&[1_000, 10_000]).await? {
+        let name = if count >= 1000 { format!("{}k", count / 1000) } else { count.to_string() };
+        println!("rss_mib_at_{name}_lanes: {mib:.1}");
+    }
     Ok(())
 }
