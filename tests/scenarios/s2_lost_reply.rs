@@ -39,7 +39,13 @@ async fn a_failed_picture_write_costs_only_the_picture_and_two_prods_get_one_tur
     assert_eq!(rig.standin.requests()[1].count("could not be saved"), 1, "the model was told the picture was lost");
 
     // Two prods, close together, while he is answering the first.
-    rig.standin.script(Script::any(Reply::Text { text: "Still here, ".into(), chunk_chars: 2, chunk_delay_ms: 150, first_delay_ms: 100, tail_delay_ms: 0 }));
+    rig.standin.script(Script::any(Reply::Text {
+        text: "Still here, ".into(),
+        chunk_chars: 2,
+        chunk_delay_ms: 150,
+        first_delay_ms: 100,
+        tail_delay_ms: 0,
+    }));
     rig.standin.script(Script::any(Reply::text("Still here, and the bracket is above.")));
     let first = rig.say(GENERAL, "ada", "@Clankie hello?");
     tokio::time::sleep(Duration::from_millis(430)).await;

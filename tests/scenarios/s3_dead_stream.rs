@@ -36,7 +36,8 @@ async fn a_dead_stream_under_auto_retry_is_aborted_as_stalled_within_silence_plu
 #[tokio::test]
 async fn a_host_suspend_longer_than_the_silence_is_caught_on_the_first_tick_after_it() {
     let clock = SuspendableClock::new();
-    let rig = Rig::with_clock(&[("CLANKIE_STALL_SILENCE_MS", "20000"), ("CLANKIE_STALL_TICK_MS", "50")], Some(Arc::new(clock.clone()))).await;
+    let rig =
+        Rig::with_clock(&[("CLANKIE_STALL_SILENCE_MS", "20000"), ("CLANKIE_STALL_TICK_MS", "50")], Some(Arc::new(clock.clone()))).await;
     let outcomes = clankie_testkit::record::<v1::DeliveryOutcome>(&rig.bus().await, Family::LaneOutcome).await;
     rig.standin.script(Script::any(Reply::Stall { text_before: "Looking it up".into() }));
     rig.say(GENERAL, "ada", "@Clankie find the bracket");

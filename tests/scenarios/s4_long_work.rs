@@ -10,9 +10,18 @@ use clankie_sandbox::rig::{GENERAL, Rig};
 async fn long_requested_work_that_keeps_emitting_is_never_aborted() {
     // Silence 600 ms; the answer takes about five seconds: eight silence windows, compressed from nine minutes.
     let rig = Rig::with(&[("CLANKIE_STALL_SILENCE_MS", "600"), ("CLANKIE_STALL_TICK_MS", "50")]).await;
-    rig.standin.script(Script::any(Reply::tool("send_text_update", serde_json::json!({ "text": "On it: the bracket is long, give me a few minutes." }))));
+    rig.standin.script(Script::any(Reply::tool(
+        "send_text_update",
+        serde_json::json!({ "text": "On it: the bracket is long, give me a few minutes." }),
+    )));
     let answer: String = (0..50).map(|i| format!("round {i:02}, ")).collect();
-    rig.standin.script(Script::any(Reply::Text { text: answer.clone(), chunk_chars: 10, chunk_delay_ms: 100, first_delay_ms: 0, tail_delay_ms: 0 }));
+    rig.standin.script(Script::any(Reply::Text {
+        text: answer.clone(),
+        chunk_chars: 10,
+        chunk_delay_ms: 100,
+        first_delay_ms: 0,
+        tail_delay_ms: 0,
+    }));
     let started = tokio::time::Instant::now();
     let id = rig.say(GENERAL, "ada", "@Clankie walk me through the whole bracket");
     rig.wait_outcomes(GENERAL, &[id]).await;

@@ -11,7 +11,13 @@ async fn gateway_redelivery_after_a_resume_gets_one_answer() {
     let rig = Rig::new().await;
     let bus = rig.bus().await;
     let receipts = clankie_testkit::record::<v1::Receipt>(&bus, Family::Receipt).await;
-    rig.standin.script(Script::any(Reply::Text { text: "Lobby 4, at eight.".into(), chunk_chars: 2, chunk_delay_ms: 120, first_delay_ms: 200, tail_delay_ms: 0 }));
+    rig.standin.script(Script::any(Reply::Text {
+        text: "Lobby 4, at eight.".into(),
+        chunk_chars: 2,
+        chunk_delay_ms: 120,
+        first_delay_ms: 200,
+        tail_delay_ms: 0,
+    }));
     let id = rig.say(GENERAL, "ada", "@Clankie which lobby?");
     rig.standin.wait_for_requests(1, Duration::from_secs(20)).await;
     // Mid-answer the connection drops and the resume replays the question.

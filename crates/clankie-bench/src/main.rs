@@ -49,7 +49,11 @@ async fn economy(one_shot: bool) -> Result<Economy> {
             if i > 0 {
                 tokio::time::sleep(Duration::from_millis(rng.next(150, 450))).await;
             }
-            let text = if i == 0 { format!("@Clankie question {burst}: is the lobby up?") } else { format!("and detail {i} about question {burst}") };
+            let text = if i == 0 {
+                format!("@Clankie question {burst}: is the lobby up?")
+            } else {
+                format!("and detail {i} about question {burst}")
+            };
             ids.push(rig.say(GENERAL, "ada", &text));
         }
         rig.wait_outcomes(GENERAL, &ids).await;
@@ -84,7 +88,12 @@ async fn ingress() -> Result<(f64, f64, f64)> {
 /// This process's resident memory, in MiB.
 fn rss_mib() -> f64 {
     let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    let kib: f64 = status.lines().find(|l| l.starts_with("VmRSS:")).and_then(|l| l.split_whitespace().nth(1)).and_then(|v| v.parse().ok()).unwrap_or(0.0);
+    let kib: f64 = status
+        .lines()
+        .find(|l| l.starts_with("VmRSS:"))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0.0);
     kib / 1024.0
 }
 
@@ -108,7 +117,12 @@ async fn lanes(targets: &[usize]) -> Result<Vec<(usize, f64)>> {
     let store = clankie_store::Store::connect(db.url()).await?;
     store.migrate().await?;
     let agent = clankie_agent::Agent::new(clankie_agent::model_from_settings(&settings)?, clankie_agent::config_from_settings(&settings));
-    let captain = clankie_captain::Captain::new(clankie_bus::Bus::connect(&settings, "captain").await?, store, agent, clankie_captain::CaptainConfig::from_settings(&settings));
+    let captain = clankie_captain::Captain::new(
+        clankie_bus::Bus::connect(&settings, "captain").await?,
+        store,
+        agent,
+        clankie_captain::CaptainConfig::from_settings(&settings),
+    );
     let running = captain.clone();
     tokio::spawn(async move {
         let _ = running.run().await;
@@ -120,7 +134,14 @@ async fn lanes(targets: &[usize]) -> Result<Vec<(usize, f64)>> {
         while sent < target {
             sent += 1;
             let channel = 1_000_000 + sent as u64;
-            let ingress = v1::Ingress { delivery_id: (5_000_000 + sent).to_string(), channel_id: channel, author_id: 7, author_name: "ada".into(), content: "hi".into(), ..Default::default() };
+            let ingress = v1::Ingress {
+                delivery_id: (5_000_000 + sent).to_string(),
+                channel_id: channel,
+                author_id: 7,
+                author_name: "ada".into(),
+                content: "hi".into(),
+                ..Default::default()
+            };
             bus.publish(&Subject::ingress_text(None, channel), &ingress, None).await?;
         }
         let deadline = Instant::now() + Duration::from_secs(600);

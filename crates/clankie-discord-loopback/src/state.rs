@@ -50,6 +50,37 @@ pub struct StoredMessage {
     pub spoken: bool,
 }
 
+impl StoredMessage {
+    /// A fresh, unedited message with no author yet; callers set who wrote it.
+    fn new(
+        id: u64,
+        channel_id: u64,
+        guild_id: Option<u64>,
+        content: String,
+        reply_to: Option<u64>,
+        attachments: Vec<AttachmentMeta>,
+        at_ms: i64,
+    ) -> Self {
+        StoredMessage {
+            id,
+            channel_id,
+            guild_id,
+            author_id: 0,
+            author_name: String::new(),
+            bot: false,
+            content,
+            mentions_bot: false,
+            reply_to,
+            attachments,
+            at_ms,
+            edited: false,
+            deleted: false,
+            reactions: Vec::new(),
+            spoken: false,
+        }
+    }
+}
+
 /// What the bot posted, as the control API reports it.
 #[derive(Debug, Clone, Serialize)]
 pub struct Post {
@@ -140,36 +171,38 @@ impl State {
         let mentions_bot = m.mention || m.content.to_lowercase().contains(&mention);
         let mut inner = self.lock();
         let id = State::next_id(&mut inner);
-        let attachments = m
-            .attachments
-            .into_iter()
-            .map(|a| {
-                let aid = State::next_id(&mut inner);
-                let bytes = a.bytes();
-                let meta = AttachmentMeta { id: aid, filename: a.filename, content_type: a.content_type, size: bytes.len() as u64 };
-                inner.files.insert(aid, bytes);
-                meta
-            })
-            .collect();
+        let files = m.attachments.into_iter().map(|a| {
+            let bytes = a.bytes();
+            (a.filename, a.content_type, bytes)
+        });
+        let attachments = State::store_files(&mut inner, files);
         let message = StoredMessage {
-            id,
-            channel_id: m.channel_id,
-            guild_id,
             author_id: State::user_id(&m.author),
             author_name: m.author,
             bot: false,
-            content: m.content,
             mentions_bot,
-            reply_to: m.reply_to,
-            attachments,
-            at_ms: now_ms(),
-            edited: false,
-            deleted: false,
-            reactions: Vec::new(),
-            spoken: false,
+            ..StoredMessage::new(id, m.channel_id, guild_id, m.content, m.reply_to, attachments, now_ms())
         };
         self.store_and_dispatch(&mut inner, message);
         id
+    }
+
+    /// Keeps uploaded bytes, each under an id of its own, and returns their metadata.
+    fn store_files(inner: &mut Inner, files: impl IntoIterator<Item = crate::rest::Upload>) -> Vec<AttachmentMeta> {
+        files
+            .into_iter()
+            .map(|(filename, content_type, bytes)| {
+                let id = State::next_id(inner);
+                let meta = AttachmentMeta { id, filename, content_type, size: bytes.len() as u64 };
+                inner.files.insert(id, bytes);
+                meta
+            })
+            .collect()
+    }
+
+    /// A message by the bot.
+    fn from_bot(&self, message: StoredMessage) -> StoredMessage {
+        StoredMessage { author_id: self.config.bot_user_id, author_name: self.config.bot_name.clone(), bot: true, ..message }
     }
 
     /// Records words he said aloud in a voice channel; nothing is posted or dispatched.
@@ -177,23 +210,8 @@ impl State {
         let guild_id = self.guild_of(channel).unwrap_or(None);
         let mut inner = self.lock();
         let id = State::next_id(&mut inner);
-        let line = StoredMessage {
-            id,
-            channel_id: channel,
-            guild_id,
-            author_id: self.config.bot_user_id,
-            author_name: self.config.bot_name.clone(),
-            bot: true,
-            content: text,
-            mentions_bot: false,
-            reply_to: answering,
-            attachments: Vec::new(),
-            at_ms: now_ms(),
-            edited: false,
-            deleted: false,
-            reactions: Vec::new(),
-            spoken: true,
-        };
+        let line = self
+            .from_bot(StoredMessage { spoken: true, ..StoredMessage::new(id, channel, guild_id, text, answering, Vec::new(), now_ms()) });
         inner.messages.insert(id, line);
     }
 
@@ -220,32 +238,8 @@ impl State {
         if let Some((nonce, _)) = nonce {
             inner.nonces.insert((channel, nonce), (id, now));
         }
-        let attachments = files
-            .into_iter()
-            .map(|(filename, content_type, bytes)| {
-                let aid = State::next_id(&mut inner);
-                let meta = AttachmentMeta { id: aid, filename, content_type, size: bytes.len() as u64 };
-                inner.files.insert(aid, bytes);
-                meta
-            })
-            .collect();
-        let message = StoredMessage {
-            id,
-            channel_id: channel,
-            guild_id,
-            author_id: self.config.bot_user_id,
-            author_name: self.config.bot_name.clone(),
-            bot: true,
-            content,
-            mentions_bot: false,
-            reply_to,
-            attachments,
-            at_ms: now,
-            edited: false,
-            deleted: false,
-            reactions: Vec::new(),
-            spoken: false,
-        };
+        let attachments = State::store_files(&mut inner, files);
+        let message = self.from_bot(StoredMessage::new(id, channel, guild_id, content, reply_to, attachments, now));
         self.store_and_dispatch(&mut inner, message.clone());
         message
     }

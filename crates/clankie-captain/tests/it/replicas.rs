@@ -102,7 +102,8 @@ async fn killing_the_owner_mid_run_loses_nothing_and_answers_once() {
     // None lost, none answered twice: every delivery has one outcome, and there is one reply per
     // replied delivery (the new owner may take the redelivered burst as one turn or, as the dead
     // owner's deliveries come back at different moments, as two).
-    let replied: Vec<u64> = ids.iter().copied().filter(|id| rig.outcome_of(*id).iter().any(|o| kind(o) == v1::OutcomeKind::Replied)).collect();
+    let replied: Vec<u64> =
+        ids.iter().copied().filter(|id| rig.outcome_of(*id).iter().any(|o| kind(o) == v1::OutcomeKind::Replied)).collect();
     until("the replies", Duration::from_secs(5), || rig.replies().len() >= replied.len()).await;
     let replies = rig.replies();
     assert_eq!(replies.len(), replied.len(), "{replies:?}");
