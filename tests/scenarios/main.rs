@@ -9,3 +9,4 @@ mod s3_dead_stream;
 mod s4_long_work;
 mod s5_voice_chat;
 mod s6_resume;
+mod s7_one_self;

@@ -18,7 +18,7 @@ async fn text_in_the_voice_channels_chat_is_answered_by_the_voice_room_with_no_t
     let decisions = clankie_testkit::record::<v1::FloorDecision>(&bus, Family::VoiceFloor).await;
     let text = clankie_testkit::record::<v1::Ingress>(&bus, Family::IngressText).await;
     until("the live voice session", Duration::from_secs(10), || rig.sandbox.gateway.live_voice_channel(GUILD) == Some(VOICE)).await;
-    rig.standin.script(Script::when("live voice channel", Reply::text("Hello, everyone in here!")));
+    rig.standin.script(Script::when("spoken aloud", Reply::text("Hello, everyone in here!")));
     let id = rig.say(VOICE, "ada", "say something in vc clankie");
     until("the voice answer", Duration::from_secs(20), || !speaks.all().is_empty()).await;
     assert_eq!(speaks.all().len(), 1);

@@ -221,6 +221,20 @@ impl Bus {
             .map_err(|e| BusError::Request { subject: request.subject.to_string(), detail: e.to_string() })
     }
 
+    /// The newest stored event on `subject`, if its stream holds one; state such as
+    /// "which voice channel is live" is read from here rather than kept twice.
+    pub async fn last<E: Event>(&self, subject: &Subject) -> Result<Option<E>, BusError> {
+        subject.check_payload::<E>()?;
+        let Some(spec) = stream_for(subject.family()) else { return Ok(None) };
+        let fail = |detail: String| BusError::Stream { stream: spec.name, detail };
+        let stream = self.js.get_stream(spec.name).await.map_err(|e| fail(e.to_string()))?;
+        match stream.get_last_raw_message_by_subject(&subject.to_string()).await {
+            Ok(m) => E::decode(m.payload).map(Some).map_err(|e| fail(format!("undecodable last event: {e}"))),
+            Err(e) if e.kind() == jetstream::stream::LastRawMessageErrorKind::NoMessageFound => Ok(None),
+            Err(e) => Err(fail(e.to_string())),
+        }
+    }
+
     /// Opens (creating if needed) a typed durable pull consumer.
     pub async fn consumer<E: Event>(&self, spec: ConsumerSpec) -> Result<Consumer<E>, BusError> {
         Consumer::open(self.clone(), spec).await

@@ -24,6 +24,7 @@ pub const STREAMS: &[StreamSpec] = &[
     StreamSpec { name: "CLANKIE_LANE", area: Area::Lane, max_age: Duration::from_secs(7 * 24 * 3600) },
     StreamSpec { name: "CLANKIE_EGRESS", area: Area::Body, max_age: DAY },
     StreamSpec { name: "CLANKIE_VOICE", area: Area::Voice, max_age: DAY },
+    StreamSpec { name: "CLANKIE_SELF", area: Area::Shared, max_age: Duration::from_secs(7 * 24 * 3600) },
     StreamSpec { name: "CLANKIE_RECEIPTS", area: Area::Receipt, max_age: Duration::from_secs(30 * 24 * 3600) },
 ];
 

@@ -1,7 +1,9 @@
 //! Who gets a turn: DMs, mentions and replies to him always; other guild
-//! messages only while the room's exchange is live; bots never.
+//! messages only while the room's exchange is live; bots never; and nothing
+//! from a guild or channel the owner has not admitted.
 
 use clankie_proto::v1;
+use clankie_store::OwnerSettings;
 
 /// Why a delivery was admitted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -18,6 +20,8 @@ pub enum Admitted {
 pub enum Refused {
     BotAuthor,
     NotAddressed,
+    /// A guild or channel outside the owner's admitted lists.
+    NotAdmittedHere,
 }
 
 impl Refused {
@@ -26,6 +30,7 @@ impl Refused {
         match self {
             Refused::BotAuthor => "bot_author",
             Refused::NotAddressed => "not_addressed",
+            Refused::NotAdmittedHere => "not_admitted_here",
         }
     }
 }
@@ -40,6 +45,14 @@ impl Admitted {
             Admitted::LiveExchange => "live_exchange",
         }
     }
+}
+
+/// Whether the owner's settings admit the place a delivery comes from. Empty lists admit
+/// everywhere; DMs are not governed by them.
+pub fn owner_admits(owner: &OwnerSettings, ingress: &v1::Ingress) -> bool {
+    let Some(guild) = ingress.guild_id else { return true };
+    (owner.guilds.is_empty() || owner.guilds.contains(&guild))
+        && (owner.channels.is_empty() || owner.channels.contains(&ingress.channel_id))
 }
 
 /// Whether the delivery needs the room's exchange state to be decided.
@@ -82,5 +95,19 @@ mod tests {
         assert_eq!(admit(&msg(None, true, false, true), true), Err(Refused::BotAuthor));
         assert!(!needs_exchange(&msg(None, false, false, false)));
         assert!(needs_exchange(&msg(Some(1), false, false, false)));
+    }
+
+    #[test]
+    fn owner_lists_narrow_guild_admission_and_leave_dms_alone() {
+        let everywhere = OwnerSettings::default();
+        assert!(owner_admits(&everywhere, &msg(Some(1), true, false, false)));
+        let narrow = OwnerSettings { guilds: vec![1], channels: vec![5], ..Default::default() };
+        let mut here = msg(Some(1), true, false, false);
+        here.channel_id = 5;
+        assert!(owner_admits(&narrow, &here));
+        here.channel_id = 6;
+        assert!(!owner_admits(&narrow, &here));
+        assert!(!owner_admits(&narrow, &msg(Some(2), true, false, false)));
+        assert!(owner_admits(&narrow, &msg(None, false, false, false)));
     }
 }

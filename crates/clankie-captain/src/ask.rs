@@ -54,9 +54,16 @@ impl Captain {
             req.delivery_id,
             prompt::defang(&req.request)
         );
+        let snapshot = match inner.selfhood.snapshot(&lane).await {
+            Ok(s) => s,
+            Err(_) => {
+                let _ = inner.store.release_lease(&lease).await;
+                return failed("self_unavailable");
+            }
+        };
         let run = inner.agent.start(
             session,
-            prompt::system(&config.bot_name, &lane, false),
+            clankie_self::assemble(&snapshot, &lane, clankie_self::Surface::Text { privileged: false }),
             vec![UserMessage::new(req.author_name.clone(), req.delivery_id.clone(), text)],
         );
         let renew_every = config.lease_ttl / 3;
@@ -78,6 +85,12 @@ impl Captain {
             _ => (failed("run_failed"), "run_failed"),
         };
         self.receipt("captain.handoff", &req.delivery_id, &lane, |r| r.with_code(code)).await;
+        if reply.failure_code.is_empty() {
+            let lived = clankie_self::experience::asked_to_act(&lane, &req.author_name, &req.delivery_id, clankie_bus::now_ms());
+            if let Err(e) = clankie_self::experience::publish(&inner.bus, &lived).await {
+                tracing::warn!(%lane, error = %e, "experience not published");
+            }
+        }
         reply
     }
 }

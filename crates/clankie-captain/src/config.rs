@@ -9,6 +9,10 @@ pub struct CaptainConfig {
     /// This replica's name in leases and receipts.
     pub replica: String,
     pub bot_name: String,
+    /// Other names he answers to, when the persona names none.
+    pub aliases: Vec<String>,
+    /// How long the experiences this replica records are kept.
+    pub experience_ttl: Duration,
     pub lease_ttl: Duration,
     pub ack_wait: Duration,
     pub exchange_window: Duration,
@@ -30,6 +34,8 @@ impl CaptainConfig {
         CaptainConfig {
             replica: settings.replica_id.clone(),
             bot_name: settings.bot_name.clone(),
+            aliases: settings.bot_aliases.clone(),
+            experience_ttl: settings.experience_ttl,
             lease_ttl: settings.lane_lease_ttl,
             ack_wait: settings.ingress_ack_wait,
             exchange_window: settings.exchange_window,

@@ -10,7 +10,9 @@ use clankie_store::{Lease, Outcome, TurnEnd, TurnMode, TurnStart};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
-use crate::tools::{DescribeRuntime, ReadPage, Room, SendTextUpdate, SharePicture};
+use clankie_self::{Surface, experience};
+
+use crate::tools::{DescribeRuntime, ProposeMemory, ReadPage, Room, SendTextUpdate, SharePicture};
 use crate::{Captain, Held, Warm, prompt};
 
 /// What the run's event loop saw, for the turn receipt.
@@ -153,7 +155,17 @@ impl Captain {
         let mut burst = burst.into_iter();
         let Some(owner) = burst.next() else { return };
         let mut absorbed: Vec<Held> = burst.collect();
-        let privileged = config.grants.contains(&owner.ingress.author_id);
+        // The shared self is read afresh for every turn: an edit reaches a warm lane without a restart.
+        let snapshot = match inner.selfhood.snapshot(&lane).await {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::warn!(%lane, error = %e, "shared self unavailable; the deliveries will come back");
+                self.give_back(&lease, std::iter::once(owner).chain(absorbed)).await;
+                return;
+            }
+        };
+        let author = owner.ingress.author_id;
+        let privileged = config.grants.contains(&author) || snapshot.settings.grants.contains(&author);
         // A privileged turn runs one-shot so its grant dies with it; the baseline mode runs every turn so.
         let one_shot = privileged || config.one_shot;
         let mode = if one_shot { TurnMode::OneShot } else { TurnMode::Durable };
@@ -201,10 +213,13 @@ impl Captain {
             Arc::new(ReadPage::new(config.page_timeout, config.page_max_bytes)),
             Arc::new(SharePicture::new(inner.bus.clone(), room.clone(), config.page_timeout, 25 * 1024 * 1024)),
         ];
+        if !one_shot {
+            tools.push(Arc::new(ProposeMemory { source: inner.selfhood.clone(), thread: lane }));
+        }
         if privileged {
             tools.push(Arc::new(DescribeRuntime { replica: config.replica.clone(), live_lanes: self.live_lanes() }));
         }
-        let system = prompt::system(&config.bot_name, &lane, privileged);
+        let system = clankie_self::assemble(&snapshot, &lane, Surface::Text { privileged });
         metrics::counter!("clankie_captain_turns_total", "mode" => if one_shot { "one_shot" } else { "durable" }).increment(1);
         // Counts the run as live until this function returns: outcomes recorded, lease released.
         let _live = Live::enter(&inner.live);
@@ -366,6 +381,13 @@ impl Captain {
         self.turn_receipt(&lane, owner.delivery_id(), &end, mode).await;
         for (held, kind, code) in &settled {
             self.settle(&lease_now, &turn_id, held, *kind, *code).await;
+        }
+        if owner_kind == v1::OutcomeKind::Replied {
+            let names: Vec<String> = std::iter::once(&owner).chain(absorbed.iter()).map(|h| h.ingress.author_name.clone()).collect();
+            let lived = experience::talked(&lane, &names, owner.delivery_id(), now_ms());
+            if let Err(e) = experience::publish(&inner.bus, &lived).await {
+                tracing::warn!(%lane, error = %e, "experience not published");
+            }
         }
         if !one_shot {
             let mut warm = inner.warm.lock().unwrap_or_else(|p| p.into_inner());

@@ -22,6 +22,7 @@ use std::sync::{Arc, Mutex};
 use clankie_agent::{Agent, Session};
 use clankie_bus::{Bus, BusError, ConsumerSpec, Delivery};
 use clankie_proto::{Family, LaneKey, v1};
+use clankie_self::SelfSource;
 use clankie_store::Store;
 use tokio::sync::mpsc;
 use tracing::Instrument;
@@ -47,6 +48,8 @@ pub(crate) struct Inner {
     pub store: Store,
     pub agent: Agent,
     pub config: CaptainConfig,
+    /// The shared self every turn reads afresh.
+    pub selfhood: SelfSource,
     /// The inbox of each lane with an actor on this replica.
     pub lanes: Mutex<HashMap<LaneKey, mpsc::UnboundedSender<Held>>>,
     pub warm: Mutex<HashMap<LaneKey, Warm>>,
@@ -72,12 +75,14 @@ pub fn lane_of(ingress: &v1::Ingress) -> LaneKey {
 impl Captain {
     /// A replica over the given bus, store and agent.
     pub fn new(bus: Bus, store: Store, agent: Agent, config: CaptainConfig) -> Captain {
+        let selfhood = SelfSource::new(store.clone(), Some(bus.clone()), &config.bot_name, &config.aliases, config.exchange_window);
         Captain {
             inner: Arc::new(Inner {
                 bus,
                 store,
                 agent,
                 config,
+                selfhood,
                 lanes: Mutex::new(HashMap::new()),
                 warm: Mutex::new(HashMap::new()),
                 live: AtomicUsize::new(0),
@@ -137,6 +142,10 @@ impl Captain {
         let mut asks = self.inner.bus.serve(Family::RpcAsk.wildcard(), "captain").await?;
         // Every service's receipts land in PostgreSQL through whichever captain takes them.
         let mut receipts = self.inner.bus.consumer::<v1::Receipt>(ConsumerSpec::durable("receipts-recorder", Family::Receipt)).await?;
+        // Likewise every thread's experiences land in the shared self.
+        let mut experiences =
+            self.inner.bus.consumer::<v1::Experience>(ConsumerSpec::durable("experiences-recorder", Family::SelfExperience)).await?;
+        let mut expiry = tokio::time::interval(std::time::Duration::from_secs(600));
         tracing::info!(replica = %self.inner.config.replica, "captain consuming ingress");
         loop {
             tokio::select! {
@@ -153,6 +162,23 @@ impl Captain {
                             tracing::warn!(error = %e, "receipt not recorded; it will come back");
                             let _ = d.nak_after(self.inner.config.retry_delay()).await;
                         }
+                    }
+                }
+                d = experiences.next() => {
+                    let d = d?;
+                    match self.inner.store.insert_experience(&d.event, self.inner.config.experience_ttl).await {
+                        Ok(_) => { let _ = d.ack().await; }
+                        Err(e) => {
+                            tracing::warn!(error = %e, "experience not recorded; it will come back");
+                            let _ = d.nak_after(self.inner.config.retry_delay()).await;
+                        }
+                    }
+                }
+                _ = expiry.tick() => {
+                    match self.inner.store.expire_experiences().await {
+                        Ok(0) => {}
+                        Ok(n) => tracing::debug!(expired = n, "experiences expired"),
+                        Err(e) => tracing::warn!(error = %e, "expired experiences not removed"),
                     }
                 }
                 Some(msg) = futures::StreamExt::next(&mut asks) => {
@@ -194,6 +220,20 @@ impl Captain {
             Ok(None) => {}
             Err(e) => {
                 tracing::warn!(%lane, error = %e, "admission needs the store; the delivery will come back");
+                let _ = d.nak_after(self.inner.config.retry_delay()).await;
+                return;
+            }
+        }
+        match self.inner.store.owner_settings().await {
+            Ok(owner) if !admission::owner_admits(&owner, &d.event) => {
+                let code = admission::Refused::NotAdmittedHere.code();
+                self.receipt("captain.not_admitted", &d.event.delivery_id, &lane, |r| r.with_code(code)).await;
+                let _ = d.ack().await;
+                return;
+            }
+            Ok(_) => {}
+            Err(e) => {
+                tracing::warn!(%lane, error = %e, "admission needs the owner settings; the delivery will come back");
                 let _ = d.nak_after(self.inner.config.retry_delay()).await;
                 return;
             }

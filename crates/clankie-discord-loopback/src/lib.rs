@@ -35,7 +35,14 @@ pub struct ChannelSpec {
     /// A voice channel, whose attached text chat can be written in.
     #[serde(default)]
     pub voice: bool,
+    /// The guild it belongs to when that is not the main guild: a second community, to show
+    /// that nothing he lives in one guild reaches another.
+    #[serde(default)]
+    pub guild: Option<u64>,
 }
+
+/// The second guild of the default loopback, with one text channel (210).
+pub const OTHER_GUILD: u64 = 110;
 
 /// What the loopback Discord contains.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -53,6 +60,19 @@ pub struct LoopbackConfig {
     pub heartbeat_interval_ms: u64,
 }
 
+impl LoopbackConfig {
+    /// Every guild it contains, the main one first.
+    pub fn guilds(&self) -> Vec<u64> {
+        let mut guilds = vec![self.guild_id];
+        for g in self.channels.iter().filter_map(|c| c.guild) {
+            if !guilds.contains(&g) {
+                guilds.push(g);
+            }
+        }
+        guilds
+    }
+}
+
 impl Default for LoopbackConfig {
     fn default() -> Self {
         LoopbackConfig {
@@ -62,9 +82,10 @@ impl Default for LoopbackConfig {
             guild_id: 100,
             guild_name: "Loopback".into(),
             channels: vec![
-                ChannelSpec { id: 200, name: "general".into(), voice: false },
-                ChannelSpec { id: 201, name: "lobbies".into(), voice: false },
-                ChannelSpec { id: 300, name: "Hangout".into(), voice: true },
+                ChannelSpec { id: 200, name: "general".into(), voice: false, guild: None },
+                ChannelSpec { id: 201, name: "lobbies".into(), voice: false, guild: None },
+                ChannelSpec { id: 300, name: "Hangout".into(), voice: true, guild: None },
+                ChannelSpec { id: 210, name: "town-square".into(), voice: false, guild: Some(OTHER_GUILD) },
             ],
             dm_channels: vec![900],
             heartbeat_interval_ms: 41_250,

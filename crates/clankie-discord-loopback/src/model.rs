@@ -63,7 +63,7 @@ pub(crate) fn ready_json(state: &State, session_id: &str) -> Value {
             "id": c.bot_user_id.to_string(), "username": c.bot_name, "discriminator": "0", "avatar": null,
             "bot": true, "mfa_enabled": false, "accent_color": null, "banner": null, "verified": true, "flags": 0,
         },
-        "guilds": [{ "id": c.guild_id.to_string(), "unavailable": true }],
+        "guilds": c.guilds().iter().map(|g| json!({ "id": g.to_string(), "unavailable": true })).collect::<Vec<_>>(),
         "session_id": session_id,
         "resume_gateway_url": format!("ws://{}/gateway", state.addr),
         "shard": [0, 1],

@@ -150,8 +150,8 @@ impl State {
 
     /// The guild a channel belongs to; `None` for DM channels; `Err` for unknown channels.
     pub fn guild_of(&self, channel: u64) -> Result<Option<u64>, ()> {
-        if self.config.channels.iter().any(|c| c.id == channel) {
-            Ok(Some(self.config.guild_id))
+        if let Some(c) = self.config.channels.iter().find(|c| c.id == channel) {
+            Ok(Some(c.guild.unwrap_or(self.config.guild_id)))
         } else if self.config.dm_channels.contains(&channel) {
             Ok(None)
         } else {

@@ -70,6 +70,8 @@ pub enum Subject {
     VoiceFloor { guild: u64, channel: u64 },
     /// `clankie.voice.speak.<guild>.<channel>`: words for the audio body to say.
     VoiceSpeak { guild: u64, channel: u64 },
+    /// `clankie.self.experience.<guild|dm>`: a thread's first-person experience, for the shared self.
+    SelfExperience { place: Place },
     /// `clankie.receipt.<kind>`: content-free evidence.
     Receipt { kind: ReceiptKind },
     /// `clankie.rpc.history.<channel>`: request/reply for a channel's recent messages (no stream).
@@ -98,6 +100,7 @@ pub enum Family {
     VoiceTranscript,
     VoiceFloor,
     VoiceSpeak,
+    SelfExperience,
     Receipt,
     RpcHistory,
     RpcAsk,
@@ -113,6 +116,8 @@ pub enum Area {
     Lane,
     Body,
     Voice,
+    /// What the shared self learns from its threads.
+    Shared,
     Receipt,
     /// Request/reply subjects; deliberately outside every stream, so JetStream never answers them.
     Rpc,
@@ -139,7 +144,7 @@ fn truncate(s: &str) -> String {
 
 impl Family {
     /// Every family, in catalogue order.
-    pub const ALL: [Family; 17] = [
+    pub const ALL: [Family; 18] = [
         Family::IngressText,
         Family::IngressRoom,
         Family::LaneSteer,
@@ -151,6 +156,7 @@ impl Family {
         Family::VoiceTranscript,
         Family::VoiceFloor,
         Family::VoiceSpeak,
+        Family::SelfExperience,
         Family::Receipt,
         Family::RpcHistory,
         Family::RpcAsk,
@@ -173,6 +179,7 @@ impl Family {
             Family::VoiceTranscript => format!("{ROOT}.voice.transcript.*.*"),
             Family::VoiceFloor => format!("{ROOT}.voice.floor.*.*"),
             Family::VoiceSpeak => format!("{ROOT}.voice.speak.*.*"),
+            Family::SelfExperience => format!("{ROOT}.self.experience.*"),
             Family::Receipt => format!("{ROOT}.receipt.>"),
             Family::RpcHistory => format!("{ROOT}.rpc.history.*"),
             Family::RpcAsk => format!("{ROOT}.rpc.ask.*.*"),
@@ -195,6 +202,7 @@ impl Family {
             Family::VoiceTranscript => "clankie.v1.Transcript",
             Family::VoiceFloor => "clankie.v1.FloorDecision",
             Family::VoiceSpeak => "clankie.v1.Speak",
+            Family::SelfExperience => "clankie.v1.Experience",
             Family::Receipt => "clankie.v1.Receipt",
             Family::RpcHistory => "clankie.v1.HistoryRequest",
             Family::RpcAsk => "clankie.v1.AskRequest",
@@ -211,6 +219,7 @@ impl Family {
             Family::LaneSteer | Family::LaneOutcome => Area::Lane,
             Family::BodyTyping | Family::BodySend => Area::Body,
             Family::VoiceSession | Family::VoiceInput | Family::VoiceTranscript | Family::VoiceFloor | Family::VoiceSpeak => Area::Voice,
+            Family::SelfExperience => Area::Shared,
             Family::Receipt => Area::Receipt,
             Family::RpcHistory | Family::RpcAsk | Family::RpcMediaResolve | Family::RpcMediaAttachment | Family::RpcMediaRegister => {
                 Area::Rpc
@@ -221,7 +230,7 @@ impl Family {
 
 impl Area {
     /// Every area, in catalogue order.
-    pub const ALL: [Area; 6] = [Area::Ingress, Area::Lane, Area::Body, Area::Voice, Area::Receipt, Area::Rpc];
+    pub const ALL: [Area; 7] = [Area::Ingress, Area::Lane, Area::Body, Area::Voice, Area::Shared, Area::Receipt, Area::Rpc];
 
     /// Whether JetStream stores this area's subjects.
     pub fn is_streamed(self) -> bool {
@@ -235,6 +244,7 @@ impl Area {
             Area::Lane => "lane",
             Area::Body => "body",
             Area::Voice => "voice",
+            Area::Shared => "self",
             Area::Receipt => "receipt",
             Area::Rpc => "rpc",
         };
@@ -273,6 +283,7 @@ impl Subject {
             Subject::VoiceTranscript { .. } => Family::VoiceTranscript,
             Subject::VoiceFloor { .. } => Family::VoiceFloor,
             Subject::VoiceSpeak { .. } => Family::VoiceSpeak,
+            Subject::SelfExperience { .. } => Family::SelfExperience,
             Subject::Receipt { .. } => Family::Receipt,
             Subject::RpcHistory { .. } => Family::RpcHistory,
             Subject::RpcAsk { .. } => Family::RpcAsk,
@@ -322,6 +333,10 @@ impl Subject {
             ["voice", "transcript", _, _] => Ok(Subject::VoiceTranscript { guild: id(3)?, channel: id(4)? }),
             ["voice", "floor", _, _] => Ok(Subject::VoiceFloor { guild: id(3)?, channel: id(4)? }),
             ["voice", "speak", _, _] => Ok(Subject::VoiceSpeak { guild: id(3)?, channel: id(4)? }),
+            ["self", "experience", place] => {
+                let place = if place == DM { Place::Dm } else { Place::Guild(id(3)?) };
+                Ok(Subject::SelfExperience { place })
+            }
             ["rpc", "ask", _, _] => Ok(Subject::RpcAsk { guild: id(3)?, channel: id(4)? }),
             ["rpc", "media", "resolve"] => Ok(Subject::RpcMediaResolve),
             ["rpc", "media", "attachment"] => Ok(Subject::RpcMediaAttachment),
@@ -352,6 +367,8 @@ impl fmt::Display for Subject {
             Subject::RpcMediaResolve => write!(f, "{ROOT}.rpc.media.resolve"),
             Subject::RpcMediaAttachment => write!(f, "{ROOT}.rpc.media.attachment"),
             Subject::RpcMediaRegister => write!(f, "{ROOT}.rpc.media.register"),
+            Subject::SelfExperience { place: Place::Guild(g) } => write!(f, "{ROOT}.self.experience.{g}"),
+            Subject::SelfExperience { place: Place::Dm } => write!(f, "{ROOT}.self.experience.{DM}"),
             Subject::Receipt { kind } => write!(f, "{ROOT}.receipt.{kind}"),
             Subject::RpcHistory { channel } => write!(f, "{ROOT}.rpc.history.{channel}"),
         }
@@ -384,6 +401,8 @@ mod tests {
             Subject::RpcMediaResolve,
             Subject::RpcMediaAttachment,
             Subject::RpcMediaRegister,
+            Subject::SelfExperience { place: Place::Guild(23) },
+            Subject::SelfExperience { place: Place::Dm },
         ]
     }
 

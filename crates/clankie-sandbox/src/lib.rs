@@ -88,7 +88,15 @@ impl Sandbox {
             voice_config.rooms = discord.config().channels.iter().filter(|c| c.voice).map(|c| (guild, c.id)).collect();
         }
         let voice_bus = clankie_bus::Bus::connect(settings, "voice-floor").await?;
-        let voice = std::sync::Arc::new(VoiceFloor::new(voice_bus.clone(), clankie_agent::model_from_settings(settings)?, voice_config));
+        let selfhood = clankie_self::SelfSource::new(
+            clankie_store::Store::connect(&settings.database_url).await?,
+            Some(voice_bus.clone()),
+            &settings.bot_name,
+            &settings.bot_aliases,
+            settings.exchange_window,
+        );
+        let voice =
+            std::sync::Arc::new(VoiceFloor::new(voice_bus.clone(), clankie_agent::model_from_settings(settings)?, selfhood, voice_config));
 
         let media = clankie_media::Media::new(
             clankie_bus::Bus::connect(settings, "media").await?,

@@ -171,6 +171,11 @@ pub const SETTINGS: &[Setting] = &[
         default: "empty",
         doc: "Comma-separated Discord user ids granted the elevated tools; their turns run one-shot.",
     },
+    Setting {
+        name: "CLANKIE_EXPERIENCE_TTL_SECS",
+        default: "86400",
+        doc: "How long a thread's experiences stay in the shared self's digest (a day).",
+    },
 ];
 
 /// A variable that is set but unusable.
@@ -264,6 +269,8 @@ pub struct Settings {
     pub history_limit: u32,
     /// User ids granted the elevated tools.
     pub operator_grants: Vec<u64>,
+    /// How long experiences are kept.
+    pub experience_ttl: Duration,
 }
 
 impl fmt::Debug for Settings {
@@ -310,6 +317,7 @@ impl fmt::Debug for Settings {
             .field("tool_card_delay", &self.tool_card_delay)
             .field("history_limit", &self.history_limit)
             .field("operator_grants", &self.operator_grants)
+            .field("experience_ttl", &self.experience_ttl)
             .finish()
     }
 }
@@ -440,6 +448,7 @@ impl Settings {
         let tool_card_delay = ms("CLANKIE_TOOL_CARD_DELAY_MS", 3_000, 0)?;
         let history_limit = number(var("CLANKIE_HISTORY_LIMIT"), "CLANKIE_HISTORY_LIMIT", 10, 0, 100)? as u32;
         let operator_grants = ids(var("CLANKIE_OPERATOR_GRANTS"), "CLANKIE_OPERATOR_GRANTS")?;
+        let experience_ttl = Duration::from_secs(secs(var("CLANKIE_EXPERIENCE_TTL_SECS"), "CLANKIE_EXPERIENCE_TTL_SECS", 24 * 3600, 1)?);
         let discord_guilds = ids(var("CLANKIE_DISCORD_GUILDS"), "CLANKIE_DISCORD_GUILDS")?;
         let discord_token = var("CLANKIE_DISCORD_TOKEN").unwrap_or_else(|| "loopback-token".into());
         let discord_api = var("CLANKIE_DISCORD_API");
@@ -483,6 +492,7 @@ impl Settings {
             tool_card_delay,
             history_limit,
             operator_grants,
+            experience_ttl,
             model_base_url,
             model_name,
             model_api_key,

@@ -9,6 +9,7 @@
 mod lease;
 mod receipts;
 mod session;
+mod shared_self;
 mod turns;
 
 use std::time::Duration;
@@ -19,6 +20,7 @@ use sqlx::postgres::PgPoolOptions;
 pub use lease::{LaneRow, Lease};
 pub use receipts::StoredReceipt;
 pub use session::{Entry, NewEntry};
+pub use shared_self::{Memory, MemoryStatus, OwnerSettings, Persona, Sharing};
 pub use turns::{Exchange, Outcome, Recorded, TurnEnd, TurnMode, TurnStart};
 
 /// Why a store operation failed.

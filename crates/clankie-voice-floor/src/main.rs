@@ -1,4 +1,4 @@
-//! `clankie-voice-floor`: wires settings, bus and model, then runs the floor.
+//! `clankie-voice-floor`: wires settings, bus, store and model, then runs the floor; on SIGTERM it leaves its rooms.
 
 use anyhow::{Context, Result};
 use clankie_settings::Settings;
@@ -11,10 +11,15 @@ async fn main() -> Result<()> {
     let bus = clankie_bus::Bus::connect(&settings, "voice-floor").await?;
     bus.ensure_streams().await.context("declaring streams")?;
     let model = clankie_agent::model_from_settings(&settings).context("configuring the model")?;
-    clankie_http::spawn_endpoints(settings.http_addr, clankie_http::Readiness { bus: bus.clone(), store: None });
-    let floor = VoiceFloor::new(bus, model, VoiceConfig::from_settings(&settings));
+    let store = clankie_store::Store::connect(&settings.database_url).await.context("connecting to PostgreSQL")?;
+    clankie_http::spawn_endpoints(settings.http_addr, clankie_http::Readiness { bus: bus.clone(), store: Some(store.clone()) });
+    let selfhood =
+        clankie_self::SelfSource::new(store, Some(bus.clone()), &settings.bot_name, &settings.bot_aliases, settings.exchange_window);
+    let floor = VoiceFloor::new(bus, model, selfhood, VoiceConfig::from_settings(&settings));
     tokio::select! {
-        result = floor.run() => result.context("voice floor stopped"),
-        _ = clankie_http::terminated() => Ok(()),
+        result = floor.run() => result.context("voice floor stopped")?,
+        _ = clankie_http::terminated() => {}
     }
+    floor.leave().await;
+    Ok(())
 }

@@ -1,4 +1,6 @@
-//! `clankie`: run the local stack, apply migrations, tap subjects.
+//! `clankie`: run the local stack, apply migrations, tap subjects, edit the shared self.
+
+mod selfcmd;
 
 use std::io::Write;
 
@@ -41,6 +43,12 @@ enum Command {
         /// The delivery id (the Discord message id, or a voice utterance id).
         delivery_id: String,
     },
+    /// Show and edit the shared self: persona, owner settings, memory proposals, experiences.
+    #[command(name = "self")]
+    Myself {
+        #[command(subcommand)]
+        action: selfcmd::SelfAction,
+    },
     /// Run the embedded default: loopback Discord with its sandbox page, gateway and captain.
     ///
     /// Needs the local stack (`clankie stack up`) or another NATS and PostgreSQL.
@@ -73,6 +81,7 @@ async fn main() -> Result<()> {
         }
         Command::Run => run(&settings).await,
         Command::Trail { delivery_id } => trail(&settings, &delivery_id).await,
+        Command::Myself { action } => selfcmd::run(&settings, action).await,
     }
 }
 

@@ -1,10 +1,12 @@
 //! The captain's tools. Each is bound to the room of the run it serves.
 
+mod memory;
 mod read_page;
 mod runtime;
 mod share_picture;
 mod text_update;
 
+pub use memory::{MAX_FACT_CHARS, ProposeMemory};
 pub use read_page::ReadPage;
 pub use runtime::DescribeRuntime;
 pub use share_picture::SharePicture;

@@ -1,0 +1,66 @@
+//! Who may know what another thread lived.
+//!
+//! Nothing from a DM reaches any other thread; nothing from one guild reaches
+//! another. Within a guild, threads share experiences and presence. A DM
+//! thread hears of guild life only when the owner trusts that DM. The owner
+//! can make this stricter ([`Sharing::None`]) but never looser.
+
+use clankie_proto::LaneKey;
+use clankie_store::{OwnerSettings, Sharing};
+
+/// Whether `reader` may know of something that happened in `source` (a thread's lane key).
+pub fn may_know(settings: &OwnerSettings, reader: &LaneKey, source: &LaneKey) -> bool {
+    if reader == source || settings.sharing == Sharing::None {
+        return false;
+    }
+    match (reader.guild(), source.guild()) {
+        (_, None) => false,
+        (Some(here), Some(there)) => here == there,
+        (None, Some(_)) => trusted_dm(settings, reader),
+    }
+}
+
+/// Whether `lane` is a DM the owner trusts.
+pub fn trusted_dm(settings: &OwnerSettings, lane: &LaneKey) -> bool {
+    matches!(lane, LaneKey::Dm { channel } if settings.trusted_dms.contains(channel))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const ROOM_G: LaneKey = LaneKey::Room { guild: 1, channel: 10 };
+    const VOICE_G: LaneKey = LaneKey::Voice { guild: 1, channel: 11 };
+    const ROOM_H: LaneKey = LaneKey::Room { guild: 2, channel: 20 };
+    const DM_A: LaneKey = LaneKey::Dm { channel: 30 };
+    const DM_B: LaneKey = LaneKey::Dm { channel: 31 };
+
+    #[test]
+    fn nothing_leaves_a_dm_and_nothing_crosses_guilds() {
+        let s = OwnerSettings::default();
+        assert!(may_know(&s, &ROOM_G, &VOICE_G));
+        assert!(may_know(&s, &VOICE_G, &ROOM_G));
+        assert!(!may_know(&s, &ROOM_G, &ROOM_G), "a thread's own life is in its session already");
+        assert!(!may_know(&s, &ROOM_H, &ROOM_G));
+        assert!(!may_know(&s, &ROOM_G, &DM_A));
+        assert!(!may_know(&s, &DM_B, &DM_A));
+        assert!(!may_know(&s, &DM_A, &ROOM_G), "an untrusted DM hears nothing of guild life");
+    }
+
+    #[test]
+    fn a_trusted_dm_hears_of_guilds_but_still_not_of_other_dms() {
+        let s = OwnerSettings { trusted_dms: vec![30], ..Default::default() };
+        assert!(may_know(&s, &DM_A, &ROOM_G));
+        assert!(may_know(&s, &DM_A, &ROOM_H));
+        assert!(!may_know(&s, &DM_A, &DM_B));
+        assert!(!may_know(&s, &ROOM_G, &DM_A));
+    }
+
+    #[test]
+    fn sharing_none_keeps_every_thread_to_itself() {
+        let s = OwnerSettings { sharing: Sharing::None, trusted_dms: vec![30], ..Default::default() };
+        for (r, src) in [(ROOM_G, VOICE_G), (DM_A, ROOM_G)] {
+            assert!(!may_know(&s, &r, &src));
+        }
+    }
+}

@@ -1,0 +1,221 @@
+//! `clankie self`: read and edit the shared self. Every change is in
+//! PostgreSQL, which each lane reads at the start of its next turn, so
+//! nothing needs a restart.
+
+use anyhow::{Context, Result, bail};
+use clankie_settings::{Settings, redact_url};
+use clankie_store::{MemoryStatus, Sharing, Store};
+use clap::Subcommand;
+
+/// The longest character sheet or speaking style accepted.
+const MAX_PERSONA_CHARS: usize = 8000;
+/// The longest fact accepted (the same bound as the proposal tool's).
+const MAX_FACT_CHARS: usize = 300;
+
+#[derive(Subcommand)]
+pub enum SelfAction {
+    /// Print the persona, owner settings, approved memory, pending proposals and presence.
+    Show,
+    /// Edit the persona; only the fields given change.
+    Persona {
+        /// His name (empty: CLANKIE_BOT_NAME).
+        #[arg(long)]
+        name: Option<String>,
+        /// Other names he answers to, comma-separated.
+        #[arg(long)]
+        aliases: Option<String>,
+        /// The character sheet.
+        #[arg(long, conflicts_with = "sheet_file")]
+        sheet: Option<String>,
+        /// Read the character sheet from a file.
+        #[arg(long)]
+        sheet_file: Option<std::path::PathBuf>,
+        /// How he speaks.
+        #[arg(long)]
+        style: Option<String>,
+    },
+    /// Edit the owner settings; only the fields given change. Id lists are comma-separated; an empty string clears one.
+    Settings {
+        /// The owner's Discord user id, or `none`.
+        #[arg(long)]
+        owner: Option<String>,
+        #[arg(long)]
+        operators: Option<String>,
+        /// User ids granted the elevated tools (added to CLANKIE_OPERATOR_GRANTS).
+        #[arg(long)]
+        grants: Option<String>,
+        /// Guild ids he is admitted to; empty admits every guild.
+        #[arg(long)]
+        guilds: Option<String>,
+        /// Channel ids he is admitted to; empty admits every channel.
+        #[arg(long)]
+        channels: Option<String>,
+        /// DM channel ids the owner trusts: they may hear of guild life.
+        #[arg(long)]
+        trusted_dms: Option<String>,
+        /// How far experiences travel: `guild` (the default) or `none`.
+        #[arg(long)]
+        sharing: Option<String>,
+    },
+    /// List memory proposals waiting for a decision.
+    Proposals,
+    /// Approve proposals: each reaches every lane's next turn.
+    Approve { ids: Vec<i64> },
+    /// Reject proposals.
+    Reject { ids: Vec<i64> },
+    /// Add an approved memory directly.
+    Remember { fact: String },
+    /// Withdraw an approved memory.
+    Forget { ids: Vec<i64> },
+    /// List unexpired experiences, newest first.
+    Experiences,
+}
+
+fn at(ms: i64) -> String {
+    clankie_proto::time::rfc3339(std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms.max(0) as u64))
+}
+
+fn id_list(var: &str, text: &str) -> Result<Vec<u64>> {
+    text.split(',')
+        .map(str::trim)
+        .filter(|t| !t.is_empty())
+        .map(|t| t.parse::<u64>().with_context(|| format!("--{var}: {t:?} is not a Discord id")))
+        .collect()
+}
+
+fn bounded(what: &str, text: String, max: usize) -> Result<String> {
+    if text.chars().count() > max {
+        bail!("{what} is {} characters; at most {max} are accepted", text.chars().count());
+    }
+    Ok(text)
+}
+
+pub async fn run(settings: &Settings, action: SelfAction) -> Result<()> {
+    let store =
+        Store::connect(&settings.database_url).await.with_context(|| format!("connecting to {}", redact_url(&settings.database_url)))?;
+    if !store.is_current().await? {
+        bail!("the database is not migrated; run `clankie migrate` first");
+    }
+    match action {
+        SelfAction::Show => show(&store, settings).await,
+        SelfAction::Persona { name, aliases, sheet, sheet_file, style } => {
+            let mut p = store.persona().await?;
+            if let Some(n) = name {
+                p.name = bounded("the name", n.trim().to_owned(), 80)?;
+            }
+            if let Some(a) = aliases {
+                p.aliases = a.split(',').map(|a| a.trim().to_owned()).filter(|a| !a.is_empty()).collect();
+            }
+            if let Some(path) = sheet_file {
+                let text = std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
+                p.character_sheet = bounded("the character sheet", text, MAX_PERSONA_CHARS)?;
+            }
+            if let Some(s) = sheet {
+                p.character_sheet = bounded("the character sheet", s, MAX_PERSONA_CHARS)?;
+            }
+            if let Some(s) = style {
+                p.speaking_style = bounded("the speaking style", s, MAX_PERSONA_CHARS)?;
+            }
+            let version = store.set_persona(&p).await?;
+            println!("persona saved (version {version}); every lane's next turn uses it");
+            Ok(())
+        }
+        SelfAction::Settings { owner, operators, grants, guilds, channels, trusted_dms, sharing } => {
+            let mut s = store.owner_settings().await?;
+            if let Some(o) = owner {
+                s.owner_id = if o.trim() == "none" || o.trim().is_empty() { None } else { id_list("owner", &o)?.first().copied() };
+            }
+            for (var, value, field) in [
+                ("operators", operators, &mut s.operators),
+                ("grants", grants, &mut s.grants),
+                ("guilds", guilds, &mut s.guilds),
+                ("channels", channels, &mut s.channels),
+                ("trusted-dms", trusted_dms, &mut s.trusted_dms),
+            ] {
+                if let Some(v) = value {
+                    *field = id_list(var, &v)?;
+                }
+            }
+            if let Some(code) = sharing {
+                s.sharing = Sharing::parse(code.trim()).with_context(|| format!("--sharing: {code:?} is neither `guild` nor `none`"))?;
+            }
+            let version = store.set_owner_settings(&s).await?;
+            println!("owner settings saved (version {version}); every lane's next turn uses them");
+            Ok(())
+        }
+        SelfAction::Proposals => {
+            let pending = store.memories(MemoryStatus::Proposed, 1000).await?;
+            if pending.is_empty() {
+                println!("no proposals waiting");
+            }
+            for m in pending {
+                println!("#{} (from {}, {}): {}", m.id, m.proposed_in, at(m.proposed_at_ms), m.fact);
+            }
+            Ok(())
+        }
+        SelfAction::Approve { ids } => decide(&store, &ids, MemoryStatus::Approved, MemoryStatus::Proposed).await,
+        SelfAction::Reject { ids } => decide(&store, &ids, MemoryStatus::Rejected, MemoryStatus::Proposed).await,
+        SelfAction::Forget { ids } => decide(&store, &ids, MemoryStatus::Rejected, MemoryStatus::Approved).await,
+        SelfAction::Remember { fact } => {
+            let fact = bounded("the fact", fact.trim().to_owned(), MAX_FACT_CHARS)?;
+            if fact.is_empty() {
+                bail!("the fact is empty");
+            }
+            let id = store.add_memory(&fact, MemoryStatus::Approved, "cli").await?;
+            println!("memory #{id} approved");
+            Ok(())
+        }
+        SelfAction::Experiences => {
+            for e in store.recent_experiences(None, 200).await? {
+                let place = e.guild_id.map_or("dm".to_owned(), |g| format!("guild {g}"));
+                println!("{} {} [{}; {place}] {}", at(e.at_ms), e.kind, e.thread, e.summary);
+            }
+            Ok(())
+        }
+    }
+}
+
+/// Moves memories from `from` to `to`; an id not in `from` is an error and changes nothing after it.
+async fn decide(store: &Store, ids: &[i64], to: MemoryStatus, from: MemoryStatus) -> Result<()> {
+    if ids.is_empty() {
+        bail!("name at least one memory id (see `clankie self proposals` or `clankie self show`)");
+    }
+    let current = store.memories(from, 100_000).await?;
+    for id in ids {
+        if !current.iter().any(|m| m.id == *id) {
+            bail!("memory #{id} is not {}", from.code());
+        }
+        store.decide_memory(*id, to).await?;
+        println!("memory #{id} {}", to.code());
+    }
+    Ok(())
+}
+
+async fn show(store: &Store, settings: &Settings) -> Result<()> {
+    let p = store.persona().await?;
+    let name = if p.name.is_empty() { format!("{} (CLANKIE_BOT_NAME)", settings.bot_name) } else { p.name.clone() };
+    println!("persona (version {})", p.version);
+    println!("  name: {name}");
+    println!("  aliases: {}", if p.aliases.is_empty() { settings.bot_aliases.join(", ") } else { p.aliases.join(", ") });
+    println!("  character sheet: {}", if p.character_sheet.is_empty() { "(none)" } else { p.character_sheet.as_str() });
+    println!("  speaking style: {}", if p.speaking_style.is_empty() { "(none)" } else { p.speaking_style.as_str() });
+    let s = store.owner_settings().await?;
+    let list = |v: &[u64]| if v.is_empty() { "(none)".to_owned() } else { v.iter().map(u64::to_string).collect::<Vec<_>>().join(", ") };
+    println!("owner settings (version {})", s.version);
+    println!("  owner: {}", s.owner_id.map_or("(none)".to_owned(), |o| o.to_string()));
+    println!("  operators: {}", list(&s.operators));
+    println!("  grants: {}", list(&s.grants));
+    println!("  guilds: {}", if s.guilds.is_empty() { "(every guild)".to_owned() } else { list(&s.guilds) });
+    println!("  channels: {}", if s.channels.is_empty() { "(every channel)".to_owned() } else { list(&s.channels) });
+    println!("  trusted DMs: {}", list(&s.trusted_dms));
+    println!("  experience sharing: {}", s.sharing.code());
+    let memory = store.memories(MemoryStatus::Approved, 1000).await?;
+    println!("approved memory ({})", memory.len());
+    for m in memory {
+        println!("  #{}: {}", m.id, m.fact);
+    }
+    println!("proposals waiting: {}", store.memories(MemoryStatus::Proposed, 1000).await?.len());
+    let present = store.present_lanes(settings.exchange_window).await?;
+    println!("present in: {}", if present.is_empty() { "(no lane right now)".to_owned() } else { present.join(", ") });
+    Ok(())
+}
