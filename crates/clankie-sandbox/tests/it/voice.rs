@@ -11,7 +11,7 @@ use super::{Rig, until};
 const GUILD: u64 = 100;
 const VOICE: u64 = 300;
 /// Every voice persona request says this; the captain's never does.
-const VOICE_PROMPT: &str = "live voice channel";
+const VOICE_PROMPT: &str = "spoken aloud";
 
 async fn tap(rig: &Rig) -> Bus {
     let settings =

@@ -4,6 +4,7 @@ mod fencing;
 mod migrations;
 mod outcomes;
 mod sessions;
+mod shared_self;
 
 use clankie_store::Store;
 use clankie_testkit::TestDb;

@@ -17,7 +17,22 @@ async fn migrations_apply_to_an_empty_database_and_rerun_as_a_no_op() {
     .fetch_all(store.pool())
     .await
     .unwrap();
-    assert_eq!(tables, ["admissions", "deliveries", "exchanges", "lanes", "receipts", "session_entries", "turns"]);
+    assert_eq!(
+        tables,
+        [
+            "admissions",
+            "deliveries",
+            "exchanges",
+            "lanes",
+            "receipts",
+            "self_experiences",
+            "self_memory",
+            "self_persona",
+            "self_settings",
+            "session_entries",
+            "turns"
+        ]
+    );
 
     let second = store.migrate().await.unwrap();
     assert!(second.applied.is_empty(), "re-run applied {:?}", second.applied);

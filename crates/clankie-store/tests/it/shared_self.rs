@@ -1,0 +1,66 @@
+use std::time::Duration;
+
+use clankie_proto::v1;
+use clankie_store::{MemoryStatus, OwnerSettings, Persona, Sharing};
+
+fn experience(id: &str, guild: Option<u64>, at_ms: i64) -> v1::Experience {
+    v1::Experience {
+        experience_id: id.into(),
+        kind: "talked".into(),
+        thread: guild.map_or("dm:9".into(), |g| format!("room:{g}:1")),
+        guild_id: guild,
+        summary: "I was talking.".into(),
+        at_ms,
+        ..Default::default()
+    }
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as i64
+}
+
+#[tokio::test]
+async fn persona_and_settings_edits_count_versions_and_read_back() {
+    let (store, _db) = super::store().await;
+    assert_eq!(store.persona().await.unwrap(), Persona::default());
+    let p = Persona { name: "Clankie".into(), aliases: vec!["clanky".into()], character_sheet: "sheet".into(), ..Default::default() };
+    assert_eq!(store.set_persona(&p).await.unwrap(), 1);
+    assert_eq!(store.set_persona(&p).await.unwrap(), 2);
+    assert_eq!(store.persona().await.unwrap(), Persona { version: 2, ..p });
+    let s = OwnerSettings { owner_id: Some(1), guilds: vec![5, 6], trusted_dms: vec![9], sharing: Sharing::None, ..Default::default() };
+    assert_eq!(store.set_owner_settings(&s).await.unwrap(), 1);
+    assert_eq!(store.owner_settings().await.unwrap(), OwnerSettings { version: 1, ..s });
+}
+
+#[tokio::test]
+async fn a_proposal_moves_to_approved_or_rejected_and_only_approved_is_listed_as_memory() {
+    let (store, _db) = super::store().await;
+    let a = store.add_memory("a", MemoryStatus::Proposed, "room:1:2").await.unwrap();
+    let b = store.add_memory("b", MemoryStatus::Proposed, "room:1:2").await.unwrap();
+    assert!(store.memories(MemoryStatus::Approved, 10).await.unwrap().is_empty());
+    assert!(store.decide_memory(a, MemoryStatus::Approved).await.unwrap());
+    assert!(store.decide_memory(b, MemoryStatus::Rejected).await.unwrap());
+    assert!(!store.decide_memory(999, MemoryStatus::Approved).await.unwrap());
+    let approved = store.memories(MemoryStatus::Approved, 10).await.unwrap();
+    assert_eq!(approved.iter().map(|m| m.fact.as_str()).collect::<Vec<_>>(), ["a"]);
+    assert!(store.memories(MemoryStatus::Proposed, 10).await.unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn experiences_are_stored_once_and_go_when_they_expire() {
+    let (store, _db) = super::store().await;
+    let now = now_ms();
+    assert!(store.insert_experience(&experience("e1", Some(1), now), Duration::from_secs(3600)).await.unwrap());
+    assert!(!store.insert_experience(&experience("e1", Some(1), now), Duration::from_secs(3600)).await.unwrap(), "a republish");
+    store.insert_experience(&experience("e2", Some(2), now - 1), Duration::from_secs(3600)).await.unwrap();
+    store.insert_experience(&experience("e3", None, now - 2), Duration::from_secs(3600)).await.unwrap();
+    // Happened two hours ago with a one-hour life: expired already.
+    store.insert_experience(&experience("old", Some(1), now - 7_200_000), Duration::from_secs(3600)).await.unwrap();
+
+    let ids = |v: Vec<v1::Experience>| v.into_iter().map(|e| e.experience_id).collect::<Vec<_>>();
+    assert_eq!(ids(store.recent_experiences(Some(1), 10).await.unwrap()), ["e1", "e3"], "guild 1 and DMs, newest first");
+    assert_eq!(ids(store.recent_experiences(None, 10).await.unwrap()), ["e1", "e2", "e3"]);
+    assert_eq!(store.recent_experiences(None, 10).await.unwrap()[0], experience("e1", Some(1), now));
+    assert_eq!(store.expire_experiences().await.unwrap(), 1);
+    assert_eq!(store.expire_experiences().await.unwrap(), 0);
+}
