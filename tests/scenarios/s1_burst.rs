@@ -33,3 +33,43 @@ async fn three_messages_four_and_six_seconds_apart_get_one_answer() {
         assert_eq!(last.count(text), 1, "the answer did not hear {text:?}");
     }
 }
+
+/// When Discord shows the asker still typing, the lane's first model call waits for the
+/// rest of the burst: one call hears all three messages, and nothing is written twice.
+#[tokio::test]
+async fn a_burst_the_asker_is_still_typing_is_answered_in_one_model_call() {
+    let rig = Rig::new().await;
+    rig.standin.script(Script::any(Reply::text("Lobby 4 at 20:00, and yes, bring your friend.")));
+    let first = rig.say(GENERAL, "ada", "@Clankie is the deadlock lobby up?");
+    rig.sandbox.discord.user_typing(GENERAL, "ada");
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let second = rig.say(GENERAL, "ada", "the one for tonight");
+    rig.sandbox.discord.user_typing(GENERAL, "ada");
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let third = rig.say(GENERAL, "ada", "can I bring a friend?");
+    rig.wait_outcomes(GENERAL, &[first, second, third]).await;
+
+    let requests = rig.standin.requests();
+    assert_eq!(requests.len(), 1, "one model call for the burst");
+    for text in ["is the deadlock lobby up?", "the one for tonight", "can I bring a friend?"] {
+        assert_eq!(requests[0].count(text), 1, "the call did not hear {text:?}");
+    }
+    let posts = rig.sandbox.discord.posts(GENERAL);
+    assert_eq!(posts.len(), 1, "{posts:?}");
+    let outcomes: Vec<_> = [first, second, third].iter().map(|id| rig.outcome(GENERAL, *id).unwrap_or_default()).collect();
+    assert_eq!(outcomes, ["replied", "absorbed", "absorbed"]);
+}
+
+/// Typing that never becomes a message holds the answer only as long as configured.
+#[tokio::test]
+async fn a_typist_who_never_sends_delays_the_answer_by_the_hold_at_most() {
+    let rig = Rig::with(&[("CLANKIE_TYPING_HOLD_MS", "700")]).await;
+    let first = rig.say(GENERAL, "ada", "@Clankie is the deadlock lobby up?");
+    rig.sandbox.discord.user_typing(GENERAL, "ada");
+    rig.wait_outcomes(GENERAL, &[first]).await;
+    let requests = rig.standin.requests();
+    assert_eq!(requests.len(), 1);
+    let sent_at = rig.sandbox.discord.messages(GENERAL).iter().find(|m| m.id == first).map(|m| m.at_ms).unwrap_or_default();
+    let waited = requests[0].at_ms - sent_at;
+    assert!((600..10_000).contains(&waited), "the first call came {waited} ms after the message");
+}

@@ -207,7 +207,22 @@ impl Agent {
     }
 
     /// Like [`Agent::start`], with extra tools for this run only (tools bound to the run's room, say).
-    pub fn start_with_tools(&self, mut session: Session, system: String, first: Vec<UserMessage>, extra: Vec<Arc<dyn Tool>>) -> Run {
+    pub fn start_with_tools(&self, session: Session, system: String, first: Vec<UserMessage>, extra: Vec<Arc<dyn Tool>>) -> Run {
+        self.start_held(session, system, first, extra, None)
+    }
+
+    /// Like [`Agent::start_with_tools`], but the first model call waits for `hold` (a
+    /// bounded wait while the person being answered is still typing, say). Steers that
+    /// arrive meanwhile are delivered before that first call; the stall watchdog starts
+    /// after the hold.
+    pub fn start_held(
+        &self,
+        mut session: Session,
+        system: String,
+        first: Vec<UserMessage>,
+        extra: Vec<Arc<dyn Tool>>,
+        hold: Option<futures::future::BoxFuture<'static, ()>>,
+    ) -> Run {
         let (sink, events) = EventSink::new(self.clock.clone());
         let steerer = Steerer::default();
         let (cancel_tx, cancel) = watch::channel(false);
@@ -215,6 +230,9 @@ impl Agent {
         tools.extend(extra);
         let ctx = RunCtx { model: self.model.clone(), tools, config: self.config, sink, steerer: steerer.clone(), system, cancel };
         let handle = tokio::spawn(async move {
+            if let Some(hold) = hold {
+                hold.await;
+            }
             let mut stats = RunStats::default();
             ctx.sink.emit(AgentEvent::RunStart);
             let outcome = {

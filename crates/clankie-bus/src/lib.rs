@@ -16,7 +16,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use async_nats::jetstream;
 use bytes::Bytes;
-use clankie_proto::{Event, ReceiptKind, Subject, SubjectError, v1};
+use clankie_proto::{Event, Family, ReceiptKind, Subject, SubjectError, v1};
 use clankie_settings::{Settings, redact_url};
 
 pub use async_nats::connection::State as ConnectionState;
@@ -170,6 +170,38 @@ impl Bus {
         let ack = self.js.send_publish(subject.clone(), publish).await.map_err(|e| fail(e.to_string()))?;
         let ack = ack.await.map_err(|e| fail(e.to_string()))?;
         Ok(Published { stream: ack.stream, sequence: ack.sequence, duplicate: ack.duplicate })
+    }
+
+    /// Publishes an ephemeral signal on core NATS: no stream, no ack, no redelivery.
+    pub async fn signal<E: Event>(&self, subject: &Subject, event: &E) -> Result<(), BusError> {
+        subject.check_payload::<E>()?;
+        let name = subject.to_string();
+        if subject.family().area() != clankie_proto::Area::Signal {
+            return Err(BusError::Publish { subject: name, detail: "not a signal subject".into() });
+        }
+        self.client
+            .publish(name.clone(), Bytes::from(event.encode_to_vec()))
+            .await
+            .map_err(|e| BusError::Publish { subject: name, detail: e.to_string() })
+    }
+
+    /// Every signal of `family` from now on, decoded; undecodable ones are skipped with a warning.
+    pub async fn signals<E: Event>(&self, family: Family) -> Result<impl futures::Stream<Item = E> + Send + 'static, BusError> {
+        let filter = family.wildcard();
+        let sub = self
+            .client
+            .subscribe(filter.clone())
+            .await
+            .map_err(|e| BusError::Consumer { consumer: filter.clone(), detail: e.to_string() })?;
+        Ok(futures::StreamExt::filter_map(sub, |m| async move {
+            match E::decode(m.payload) {
+                Ok(e) => Some(e),
+                Err(_) => {
+                    tracing::warn!(subject = %m.subject, "undecodable signal skipped");
+                    None
+                }
+            }
+        }))
     }
 
     /// Publishes a receipt on `clankie.receipt.<kind>`.

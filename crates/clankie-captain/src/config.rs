@@ -24,6 +24,8 @@ pub struct CaptainConfig {
     /// Bounds of the read_page tool.
     pub page_timeout: Duration,
     pub page_max_bytes: usize,
+    /// Longest a run's first model call waits while someone it answers is typing; zero turns the hold off.
+    pub typing_hold: Duration,
     /// The baseline mode: each delivery its own one-shot session, history every time, no steering.
     pub one_shot: bool,
 }
@@ -46,6 +48,7 @@ impl CaptainConfig {
             page_timeout: Duration::from_secs(10),
             page_max_bytes: 512 * 1024,
             one_shot: settings.captain_one_shot,
+            typing_hold: settings.typing_hold,
         }
     }
 

@@ -13,7 +13,9 @@ use tokio::time::Instant;
 use clankie_self::{Surface, experience};
 
 use crate::tools::{DescribeRuntime, ProposeMemory, ReadPage, Room, SendTextUpdate, SharePicture};
+use crate::typing::{self, Answering};
 use crate::{Captain, Held, Warm, prompt};
+use futures::FutureExt;
 
 /// What the run's event loop saw, for the turn receipt.
 #[derive(Default)]
@@ -224,7 +226,14 @@ impl Captain {
         // Counts the run as live until this function returns: outcomes recorded, lease released.
         let _live = Live::enter(&inner.live);
         tracing::debug!(%lane, epoch = lease.epoch, cold, deliveries = 1 + absorbed.len(), "run starts");
-        let mut run = inner.agent.start_with_tools(session, system, first, tools);
+        let answering = Arc::new(Answering::default());
+        for h in std::iter::once(&owner).chain(absorbed.iter()) {
+            answering.wrote(&h.ingress);
+        }
+        // The baseline mode is the old design, which never waited for anyone.
+        let hold = (!one_shot && !config.typing_hold.is_zero())
+            .then(|| typing::hold(inner.typing_seen.clone(), answering.clone(), lane.channel(), config.typing_hold).boxed());
+        let mut run = inner.agent.start_held(session, system, first, tools, hold);
         let steerer = run.steerer();
         let mut events = run.take_events();
         let mut presence = Presence::default();
@@ -280,6 +289,7 @@ impl Captain {
                     } else {
                         match steerer.steer(self.user_message(&held).await) {
                             Ok(()) => {
+                                answering.wrote(&held.ingress);
                                 steer_sent.push((held.delivery_id().to_owned(), Instant::now()));
                                 absorbed.push(held);
                             }
@@ -378,7 +388,7 @@ impl Captain {
         if let Err(e) = inner.store.finish_turn(&lease_now, &end).await {
             tracing::warn!(%lane, error = %e, "turn end not recorded");
         }
-        self.turn_receipt(&lane, owner.delivery_id(), &end, mode).await;
+        self.turn_receipt(&lane, owner.delivery_id(), &end, mode, answering.held()).await;
         for (held, kind, code) in &settled {
             self.settle(&lease_now, &turn_id, held, *kind, *code).await;
         }
@@ -500,7 +510,7 @@ impl Captain {
         }
     }
 
-    async fn turn_receipt(&self, lane: &LaneKey, owner: &str, end: &TurnEnd, mode: TurnMode) {
+    async fn turn_receipt(&self, lane: &LaneKey, owner: &str, end: &TurnEnd, mode: TurnMode, held: std::time::Duration) {
         self.receipt("captain.turn", owner, lane, |r| {
             let r = r
                 .with_id("turn", &end.turn_id)
@@ -510,6 +520,7 @@ impl Captain {
                 .with_count("input_tokens", end.input_tokens)
                 .with_count("output_tokens", end.output_tokens)
                 .with_count("steer_count", i64::from(end.steer_count))
+                .with_count("typing_hold_ms", held.as_millis() as i64)
                 .with_flag("typing_lit", end.typing_lit);
             match end.failure_code {
                 Some(c) => r.with_code(c.code()),

@@ -14,6 +14,7 @@ mod held;
 mod lane;
 pub mod prompt;
 pub mod tools;
+pub mod typing;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -50,6 +51,8 @@ pub(crate) struct Inner {
     pub config: CaptainConfig,
     /// The shared self every turn reads afresh.
     pub selfhood: SelfSource,
+    /// Who is typing where, for the typing hold.
+    pub typing_seen: Arc<typing::TypingSeen>,
     /// The inbox of each lane with an actor on this replica.
     pub lanes: Mutex<HashMap<LaneKey, mpsc::UnboundedSender<Held>>>,
     pub warm: Mutex<HashMap<LaneKey, Warm>>,
@@ -83,6 +86,7 @@ impl Captain {
                 agent,
                 config,
                 selfhood,
+                typing_seen: Arc::default(),
                 lanes: Mutex::new(HashMap::new()),
                 warm: Mutex::new(HashMap::new()),
                 live: AtomicUsize::new(0),
@@ -146,6 +150,9 @@ impl Captain {
         let mut experiences =
             self.inner.bus.consumer::<v1::Experience>(ConsumerSpec::durable("experiences-recorder", Family::SelfExperience)).await?;
         let mut expiry = tokio::time::interval(std::time::Duration::from_secs(600));
+        // Every replica sees every typing signal: any of them may hold a run for it.
+        let typing = self.inner.bus.signals::<v1::TypingSignal>(Family::SignalTyping).await?;
+        tokio::pin!(typing);
         tracing::info!(replica = %self.inner.config.replica, "captain consuming ingress");
         loop {
             tokio::select! {
@@ -174,6 +181,7 @@ impl Captain {
                         }
                     }
                 }
+                Some(signal) = futures::StreamExt::next(&mut typing) => self.inner.typing_seen.note(&signal),
                 _ = expiry.tick() => {
                     match self.inner.store.expire_experiences().await {
                         Ok(0) => {}

@@ -63,7 +63,7 @@ pub(crate) fn routes() -> Router<Arc<State>> {
         .route("/control/rooms", get(rooms))
         .route("/control/messages", post(new_message).get(messages))
         .route("/control/posts", get(posts))
-        .route("/control/typing", get(typing))
+        .route("/control/typing", get(typing).post(user_typing))
         .route("/control/outcomes", get(outcomes))
         .route("/control/drop", post(drop_connections))
 }
@@ -104,6 +104,24 @@ async fn posts(AxState(state): AxState<Arc<State>>, Query(q): Query<ChannelQuery
 
 async fn typing(AxState(state): AxState<Arc<State>>, Query(q): Query<ChannelQuery>) -> Json<Value> {
     Json(json!(state.typing(q.channel)))
+}
+
+/// Someone starts typing in a channel.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+pub struct NewTyping {
+    pub channel_id: u64,
+    pub author: String,
+}
+
+async fn user_typing(AxState(state): AxState<Arc<State>>, Json(t): Json<NewTyping>) -> Response {
+    if state.guild_of(t.channel_id).is_err() {
+        return (StatusCode::NOT_FOUND, Json(json!({ "error": "unknown channel" }))).into_response();
+    }
+    if t.author.trim().is_empty() {
+        return (StatusCode::BAD_REQUEST, Json(json!({ "error": "an author is required" }))).into_response();
+    }
+    state.user_typing(t.channel_id, &t.author);
+    StatusCode::NO_CONTENT.into_response()
 }
 
 async fn outcomes(AxState(state): AxState<Arc<State>>, Query(q): Query<ChannelQuery>) -> Json<Value> {

@@ -145,6 +145,11 @@ impl Loopback {
         self.state.user_message(message)
     }
 
+    /// A user starts typing in a channel.
+    pub fn user_typing(&self, channel: u64, author: &str) {
+        self.state.user_typing(channel, author)
+    }
+
     /// What the bot posted in a channel.
     pub fn posts(&self, channel: u64) -> Vec<Post> {
         self.state.posts(channel)

@@ -187,6 +187,26 @@ impl State {
         id
     }
 
+    /// A user starts typing: dispatches TYPING_START, as Discord does while someone writes.
+    pub fn user_typing(&self, channel: u64, author: &str) {
+        let guild_id = self.guild_of(channel).unwrap_or(None);
+        let mut d = serde_json::json!({
+            "channel_id": channel.to_string(),
+            "user_id": State::user_id(author).to_string(),
+            "timestamp": now_ms() / 1000,
+        });
+        if let Some(g) = guild_id {
+            d["guild_id"] = serde_json::json!(g.to_string());
+        }
+        let mut inner = self.lock();
+        for session in inner.sessions.values_mut() {
+            session.seq += 1;
+            let frame = serde_json::json!({ "op": 0, "t": "TYPING_START", "s": session.seq, "d": d }).to_string();
+            session.log.push((session.seq, frame));
+        }
+        let _ = self.dispatched.send(());
+    }
+
     /// Keeps uploaded bytes, each under an id of its own, and returns their metadata.
     fn store_files(inner: &mut Inner, files: impl IntoIterator<Item = crate::rest::Upload>) -> Vec<AttachmentMeta> {
         files

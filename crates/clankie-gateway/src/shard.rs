@@ -4,7 +4,7 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use clankie_bus::{MsgId, now_ms};
-use clankie_proto::{ReceiptKind, v1};
+use clankie_proto::{Place, ReceiptKind, Subject, v1};
 use tracing::Instrument;
 use twilight_gateway::{ConfigBuilder, Event, EventTypeFlags, Intents, Session, Shard, ShardId, StreamExt};
 use twilight_model::channel::Message;
@@ -26,7 +26,12 @@ impl Gateway {
 
     pub(crate) async fn run_shard(&self) -> Result<(), GatewayError> {
         let config = &self.inner.config;
-        let intents = Intents::GUILD_MESSAGES | Intents::DIRECT_MESSAGES | Intents::MESSAGE_CONTENT | Intents::GUILD_VOICE_STATES;
+        let intents = Intents::GUILD_MESSAGES
+            | Intents::DIRECT_MESSAGES
+            | Intents::MESSAGE_CONTENT
+            | Intents::GUILD_VOICE_STATES
+            | Intents::GUILD_MESSAGE_TYPING
+            | Intents::DIRECT_MESSAGE_TYPING;
         let mut builder = ConfigBuilder::new(config.token.clone(), intents);
         if let Some(url) = &config.gateway_url {
             builder = builder.proxy_url(url.clone());
@@ -44,7 +49,7 @@ impl Gateway {
             Err(_) => tracing::warn!("current user not fetched; waiting for READY"),
         }
         let mut shard = Shard::with_config(ShardId::ONE, builder.build());
-        let wanted = EventTypeFlags::READY | EventTypeFlags::RESUMED | EventTypeFlags::MESSAGE_CREATE;
+        let wanted = EventTypeFlags::READY | EventTypeFlags::RESUMED | EventTypeFlags::MESSAGE_CREATE | EventTypeFlags::TYPING_START;
         let mut stopping = self.inner.stopping.subscribe();
         loop {
             let item = tokio::select! {
@@ -78,10 +83,29 @@ impl Gateway {
                     self.ingest(&message.0).instrument(span).await;
                     self.save_session(&shard);
                 }
+                Ok(Event::TypingStart(typing)) => {
+                    self.typing_signal(&typing).await;
+                    self.save_session(&shard);
+                }
                 Ok(_) => {}
             }
         }
         Err(GatewayError::Shard("the shard's event stream ended".into()))
+    }
+
+    /// Passes on that someone is typing, so a lane can wait for the rest of a burst.
+    pub(crate) async fn typing_signal(&self, typing: &twilight_model::gateway::payload::incoming::TypingStart) {
+        let bot = self.bot_id();
+        if typing.user_id.get() == bot {
+            return;
+        }
+        let guild = typing.guild_id.map(|g| g.get());
+        let signal =
+            v1::TypingSignal { guild_id: guild, channel_id: typing.channel_id.get(), user_id: typing.user_id.get(), at_ms: now_ms() };
+        let place = guild.map_or(Place::Dm, Place::Guild);
+        if let Err(e) = self.inner.bus.signal(&Subject::SignalTyping { place, channel: signal.channel_id }, &signal).await {
+            tracing::debug!(error = %e, "typing signal not passed on");
+        }
     }
 
     /// Normalises, routes and publishes one message.

@@ -74,6 +74,8 @@ pub enum Subject {
     SelfExperience { place: Place },
     /// `clankie.receipt.<kind>`: content-free evidence.
     Receipt { kind: ReceiptKind },
+    /// `clankie.signal.typing.<guild|dm>.<channel>`: someone is typing (core NATS, no stream).
+    SignalTyping { place: Place, channel: u64 },
     /// `clankie.rpc.history.<channel>`: request/reply for a channel's recent messages (no stream).
     RpcHistory { channel: u64 },
     /// `clankie.rpc.ask.<guild>.<channel>`: the voice room's `ask_clankie` handoff to the captain (no stream).
@@ -102,6 +104,7 @@ pub enum Family {
     VoiceSpeak,
     SelfExperience,
     Receipt,
+    SignalTyping,
     RpcHistory,
     RpcAsk,
     RpcMediaResolve,
@@ -119,6 +122,8 @@ pub enum Area {
     /// What the shared self learns from its threads.
     Shared,
     Receipt,
+    /// Ephemeral signals on core NATS: outside every stream, since a lost one costs nothing.
+    Signal,
     /// Request/reply subjects; deliberately outside every stream, so JetStream never answers them.
     Rpc,
 }
@@ -144,7 +149,7 @@ fn truncate(s: &str) -> String {
 
 impl Family {
     /// Every family, in catalogue order.
-    pub const ALL: [Family; 18] = [
+    pub const ALL: [Family; 19] = [
         Family::IngressText,
         Family::IngressRoom,
         Family::LaneSteer,
@@ -158,6 +163,7 @@ impl Family {
         Family::VoiceSpeak,
         Family::SelfExperience,
         Family::Receipt,
+        Family::SignalTyping,
         Family::RpcHistory,
         Family::RpcAsk,
         Family::RpcMediaResolve,
@@ -181,6 +187,7 @@ impl Family {
             Family::VoiceSpeak => format!("{ROOT}.voice.speak.*.*"),
             Family::SelfExperience => format!("{ROOT}.self.experience.*"),
             Family::Receipt => format!("{ROOT}.receipt.>"),
+            Family::SignalTyping => format!("{ROOT}.signal.typing.*.*"),
             Family::RpcHistory => format!("{ROOT}.rpc.history.*"),
             Family::RpcAsk => format!("{ROOT}.rpc.ask.*.*"),
             Family::RpcMediaResolve => format!("{ROOT}.rpc.media.resolve"),
@@ -204,6 +211,7 @@ impl Family {
             Family::VoiceSpeak => "clankie.v1.Speak",
             Family::SelfExperience => "clankie.v1.Experience",
             Family::Receipt => "clankie.v1.Receipt",
+            Family::SignalTyping => "clankie.v1.TypingSignal",
             Family::RpcHistory => "clankie.v1.HistoryRequest",
             Family::RpcAsk => "clankie.v1.AskRequest",
             Family::RpcMediaResolve => "clankie.v1.MediaResolveRequest",
@@ -221,6 +229,7 @@ impl Family {
             Family::VoiceSession | Family::VoiceInput | Family::VoiceTranscript | Family::VoiceFloor | Family::VoiceSpeak => Area::Voice,
             Family::SelfExperience => Area::Shared,
             Family::Receipt => Area::Receipt,
+            Family::SignalTyping => Area::Signal,
             Family::RpcHistory | Family::RpcAsk | Family::RpcMediaResolve | Family::RpcMediaAttachment | Family::RpcMediaRegister => {
                 Area::Rpc
             }
@@ -230,11 +239,11 @@ impl Family {
 
 impl Area {
     /// Every area, in catalogue order.
-    pub const ALL: [Area; 7] = [Area::Ingress, Area::Lane, Area::Body, Area::Voice, Area::Shared, Area::Receipt, Area::Rpc];
+    pub const ALL: [Area; 8] = [Area::Ingress, Area::Lane, Area::Body, Area::Voice, Area::Shared, Area::Receipt, Area::Signal, Area::Rpc];
 
     /// Whether JetStream stores this area's subjects.
     pub fn is_streamed(self) -> bool {
-        self != Area::Rpc
+        !matches!(self, Area::Rpc | Area::Signal)
     }
 
     /// A NATS wildcard matching every subject in this area.
@@ -246,6 +255,7 @@ impl Area {
             Area::Voice => "voice",
             Area::Shared => "self",
             Area::Receipt => "receipt",
+            Area::Signal => "signal",
             Area::Rpc => "rpc",
         };
         format!("{ROOT}.{token}.>")
@@ -285,6 +295,7 @@ impl Subject {
             Subject::VoiceSpeak { .. } => Family::VoiceSpeak,
             Subject::SelfExperience { .. } => Family::SelfExperience,
             Subject::Receipt { .. } => Family::Receipt,
+            Subject::SignalTyping { .. } => Family::SignalTyping,
             Subject::RpcHistory { .. } => Family::RpcHistory,
             Subject::RpcAsk { .. } => Family::RpcAsk,
             Subject::RpcMediaResolve => Family::RpcMediaResolve,
@@ -337,6 +348,10 @@ impl Subject {
                 let place = if place == DM { Place::Dm } else { Place::Guild(id(3)?) };
                 Ok(Subject::SelfExperience { place })
             }
+            ["signal", "typing", place, _] => {
+                let place = if place == DM { Place::Dm } else { Place::Guild(id(3)?) };
+                Ok(Subject::SignalTyping { place, channel: id(4)? })
+            }
             ["rpc", "ask", _, _] => Ok(Subject::RpcAsk { guild: id(3)?, channel: id(4)? }),
             ["rpc", "media", "resolve"] => Ok(Subject::RpcMediaResolve),
             ["rpc", "media", "attachment"] => Ok(Subject::RpcMediaAttachment),
@@ -370,6 +385,8 @@ impl fmt::Display for Subject {
             Subject::SelfExperience { place: Place::Guild(g) } => write!(f, "{ROOT}.self.experience.{g}"),
             Subject::SelfExperience { place: Place::Dm } => write!(f, "{ROOT}.self.experience.{DM}"),
             Subject::Receipt { kind } => write!(f, "{ROOT}.receipt.{kind}"),
+            Subject::SignalTyping { place: Place::Guild(g), channel } => write!(f, "{ROOT}.signal.typing.{g}.{channel}"),
+            Subject::SignalTyping { place: Place::Dm, channel } => write!(f, "{ROOT}.signal.typing.{DM}.{channel}"),
             Subject::RpcHistory { channel } => write!(f, "{ROOT}.rpc.history.{channel}"),
         }
     }
@@ -403,6 +420,8 @@ mod tests {
             Subject::RpcMediaRegister,
             Subject::SelfExperience { place: Place::Guild(23) },
             Subject::SelfExperience { place: Place::Dm },
+            Subject::SignalTyping { place: Place::Guild(24), channel: 25 },
+            Subject::SignalTyping { place: Place::Dm, channel: 26 },
         ]
     }
 

@@ -172,6 +172,11 @@ pub const SETTINGS: &[Setting] = &[
         doc: "Comma-separated Discord user ids granted the elevated tools; their turns run one-shot.",
     },
     Setting {
+        name: "CLANKIE_TYPING_HOLD_MS",
+        default: "8000",
+        doc: "Longest a lane's first model call waits while the person it answers is still typing (0: never waits).",
+    },
+    Setting {
         name: "CLANKIE_EXPERIENCE_TTL_SECS",
         default: "86400",
         doc: "How long a thread's experiences stay in the shared self's digest (a day).",
@@ -271,6 +276,8 @@ pub struct Settings {
     pub operator_grants: Vec<u64>,
     /// How long experiences are kept.
     pub experience_ttl: Duration,
+    /// The typing hold's bound.
+    pub typing_hold: Duration,
 }
 
 impl fmt::Debug for Settings {
@@ -318,6 +325,7 @@ impl fmt::Debug for Settings {
             .field("history_limit", &self.history_limit)
             .field("operator_grants", &self.operator_grants)
             .field("experience_ttl", &self.experience_ttl)
+            .field("typing_hold", &self.typing_hold)
             .finish()
     }
 }
@@ -448,6 +456,7 @@ impl Settings {
         let tool_card_delay = ms("CLANKIE_TOOL_CARD_DELAY_MS", 3_000, 0)?;
         let history_limit = number(var("CLANKIE_HISTORY_LIMIT"), "CLANKIE_HISTORY_LIMIT", 10, 0, 100)? as u32;
         let operator_grants = ids(var("CLANKIE_OPERATOR_GRANTS"), "CLANKIE_OPERATOR_GRANTS")?;
+        let typing_hold = ms("CLANKIE_TYPING_HOLD_MS", 8_000, 0)?;
         let experience_ttl = Duration::from_secs(secs(var("CLANKIE_EXPERIENCE_TTL_SECS"), "CLANKIE_EXPERIENCE_TTL_SECS", 24 * 3600, 1)?);
         let discord_guilds = ids(var("CLANKIE_DISCORD_GUILDS"), "CLANKIE_DISCORD_GUILDS")?;
         let discord_token = var("CLANKIE_DISCORD_TOKEN").unwrap_or_else(|| "loopback-token".into());
@@ -493,6 +502,7 @@ impl Settings {
             history_limit,
             operator_grants,
             experience_ttl,
+            typing_hold,
             model_base_url,
             model_name,
             model_api_key,

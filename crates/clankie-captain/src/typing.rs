@@ -1,0 +1,135 @@
+//! The typing hold: a lane's first model call waits while someone it is
+//! answering is still typing, so the rest of their burst is in that one call
+//! rather than steered into a second. Bounded by `typing_hold`; messages that
+//! arrive during the hold are steered in before the call.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use clankie_bus::now_ms;
+use clankie_proto::v1;
+use tokio::sync::Notify;
+use tokio::time::Instant;
+
+/// How long one TYPING_START means "still typing": Discord's indicator lasts ten seconds.
+pub const TYPING_LASTS_MS: i64 = 10_000;
+
+/// Who was last seen typing where, from the gateway's signals.
+#[derive(Default)]
+pub struct TypingSeen {
+    at: Mutex<HashMap<(u64, u64), i64>>,
+    changed: Notify,
+}
+
+impl TypingSeen {
+    /// Notes a signal and wakes every hold.
+    pub fn note(&self, signal: &v1::TypingSignal) {
+        let mut at = self.at.lock().unwrap_or_else(|p| p.into_inner());
+        let now = now_ms();
+        at.retain(|_, t| now - *t < TYPING_LASTS_MS);
+        at.insert((signal.channel_id, signal.user_id), signal.at_ms);
+        drop(at);
+        self.changed.notify_waiters();
+    }
+
+    fn last(&self, channel: u64, user: u64) -> Option<i64> {
+        self.at.lock().unwrap_or_else(|p| p.into_inner()).get(&(channel, user)).copied()
+    }
+}
+
+/// The people a run answers, with when each last wrote; the lane updates it as steers arrive.
+#[derive(Default)]
+pub struct Answering {
+    last_message_at: Mutex<HashMap<u64, i64>>,
+    changed: Notify,
+    held_ms: std::sync::atomic::AtomicU64,
+}
+
+impl Answering {
+    /// Someone's message joined the run.
+    pub fn wrote(&self, ingress: &v1::Ingress) {
+        let mut m = self.last_message_at.lock().unwrap_or_else(|p| p.into_inner());
+        let at = m.entry(ingress.author_id).or_insert(i64::MIN);
+        *at = (*at).max(ingress.received_at_ms);
+        drop(m);
+        self.changed.notify_waiters();
+    }
+
+    /// How long the hold lasted.
+    pub fn held(&self) -> Duration {
+        Duration::from_millis(self.held_ms.load(std::sync::atomic::Ordering::SeqCst))
+    }
+}
+
+/// Whether someone whose last message was at `last_message_at` is still typing at `now`,
+/// given their last typing signal.
+pub fn still_typing(typing_at: Option<i64>, last_message_at: i64, now: i64) -> bool {
+    typing_at.is_some_and(|t| t > last_message_at && now - t < TYPING_LASTS_MS)
+}
+
+/// Waits while anyone in `answering` is typing in `channel`, for at most `max`.
+pub async fn hold(seen: std::sync::Arc<TypingSeen>, answering: std::sync::Arc<Answering>, channel: u64, max: Duration) {
+    let started = Instant::now();
+    let deadline = started + max;
+    loop {
+        let typing_changed = seen.changed.notified();
+        let someone_wrote = answering.changed.notified();
+        tokio::pin!(typing_changed, someone_wrote);
+        typing_changed.as_mut().enable();
+        someone_wrote.as_mut().enable();
+        let now = now_ms();
+        let latest = {
+            let people = answering.last_message_at.lock().unwrap_or_else(|p| p.into_inner());
+            people.iter().filter_map(|(user, last)| seen.last(channel, *user).filter(|t| still_typing(Some(*t), *last, now))).max()
+        };
+        let Some(typing_at) = latest else { break };
+        let lapses = Instant::now() + Duration::from_millis((TYPING_LASTS_MS - (now - typing_at)).max(0) as u64);
+        tokio::select! {
+            _ = tokio::time::sleep_until(deadline.min(lapses)) => {}
+            _ = typing_changed => {}
+            _ = someone_wrote => {}
+        }
+        if Instant::now() >= deadline {
+            break;
+        }
+    }
+    answering.held_ms.store(started.elapsed().as_millis() as u64, std::sync::atomic::Ordering::SeqCst);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn typing_counts_only_after_the_last_message_and_for_ten_seconds() {
+        assert!(!still_typing(None, 0, 0));
+        assert!(still_typing(Some(1_000), 500, 2_000));
+        assert!(!still_typing(Some(1_000), 1_000, 2_000), "the message they were typing has arrived");
+        assert!(!still_typing(Some(1_000), 500, 1_000 + TYPING_LASTS_MS), "the indicator lapsed");
+    }
+
+    #[tokio::test]
+    async fn the_hold_ends_when_the_typist_writes_and_is_bounded_otherwise() {
+        let seen = std::sync::Arc::new(TypingSeen::default());
+        let answering = std::sync::Arc::new(Answering::default());
+        let first = v1::Ingress { author_id: 7, received_at_ms: now_ms() - 10, ..Default::default() };
+        answering.wrote(&first);
+        // Nobody typing: no hold at all.
+        hold(seen.clone(), answering.clone(), 1, Duration::from_secs(5)).await;
+        assert!(answering.held() < Duration::from_millis(50));
+
+        seen.note(&v1::TypingSignal { channel_id: 1, user_id: 7, at_ms: now_ms(), ..Default::default() });
+        let task = tokio::spawn(hold(seen.clone(), answering.clone(), 1, Duration::from_secs(5)));
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert!(!task.is_finished(), "released while they were still typing");
+        answering.wrote(&v1::Ingress { author_id: 7, received_at_ms: now_ms(), ..Default::default() });
+        tokio::time::timeout(Duration::from_secs(1), task).await.expect("their message ends the hold").unwrap();
+
+        // Typing that never turns into a message holds only as long as allowed.
+        seen.note(&v1::TypingSignal { channel_id: 1, user_id: 7, at_ms: now_ms() + 1, ..Default::default() });
+        let started = std::time::Instant::now();
+        hold(seen, answering.clone(), 1, Duration::from_millis(200)).await;
+        assert!(started.elapsed() >= Duration::from_millis(200) && started.elapsed() < Duration::from_secs(2));
+    }
+}
