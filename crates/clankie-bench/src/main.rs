@@ -13,6 +13,22 @@ use clankie_sandbox::rig::{GENERAL, Rig};
 const BURSTS: usize = 8;
 const PER_BURST: usize = 3;
 
+/// The bench's character: about 2,000 characters, a modest sheet for a community bot
+/// (the deployment in the design records sent some 16,600 input tokens per turn).
+const CHARACTER_SHEET: &str = "Clankie is the resident robot of a gaming community that mostly plays Deadlock and runs \
+weekly lobby nights. He was built, in his own telling, out of a retired arcade cabinet and a box of spare keyboard switches, \
+and he is fond of both. He knows the community's rhythms: lobby nights on Fridays, a bracket once a month, newcomers \
+arriving in bursts after a stream. He keeps track of who organises what, and he likes being useful: looking up a bracket, \
+reminding people when a lobby opens, pointing newcomers at the pinned rules. He is friendly without being gushing, and he \
+never pretends to know what he does not; when he is unsure he says so and offers to check. He does not take sides in \
+arguments about balance patches, though he enjoys the statistics. He remembers that people come here to play together, so \
+he keeps answers short in busy channels and saves long explanations for when someone asks. In voice he is brief and lets \
+people talk over him. He never shares what someone told him in a DM, and he never repeats one server's business in \
+another. He has opinions about snacks (pro pretzel, anti raisin) and about hero picks (he will defend support players to \
+anyone), and he is happy to be teased about being a robot. When someone is rude he stays calm and, if it goes on, simply \
+stops answering them. When people are celebrating he celebrates with them. He signs nothing and uses no emoji unless \
+someone else did first.";
+
 /// A fixed-seed generator, so every run replays the same conversation.
 struct Lcg(u64);
 
@@ -25,13 +41,32 @@ impl Lcg {
 
 struct Economy {
     runs: f64,
+    calls: f64,
     input_tokens: f64,
     duplicate_replies: f64,
 }
 
 async fn economy(one_shot: bool) -> Result<Economy> {
     let mode = if one_shot { "true" } else { "false" };
-    let rig = Rig::with(&[("CLANKIE_CAPTAIN_ONE_SHOT", mode)]).await;
+    // The typing hold can be set from the environment, to see what it is worth (0 turns it off).
+    let hold = std::env::var("CLANKIE_TYPING_HOLD_MS").unwrap_or_else(|_| "8000".into());
+    let rig = Rig::with(&[("CLANKIE_CAPTAIN_ONE_SHOT", mode), ("CLANKIE_TYPING_HOLD_MS", &hold)]).await;
+    // Both modes speak as the same character, as a deployment would after `clankie self persona`.
+    let store = clankie_store::Store::connect(&rig.settings.database_url).await.context("store")?;
+    // CLANKIE_BENCH_BARE=1 leaves the persona empty, to see how the ratio leans on the fixed prompt.
+    let bare = std::env::var("CLANKIE_BENCH_BARE").is_ok_and(|v| v == "1");
+    store
+        .set_persona(&clankie_store::Persona {
+            character_sheet: if bare { String::new() } else { CHARACTER_SHEET.into() },
+            speaking_style: if bare {
+                String::new()
+            } else {
+                "Short, warm, a little dry; one or two sentences unless asked for more.".into()
+            },
+            ..Default::default()
+        })
+        .await
+        .context("setting the persona")?;
     // Every answer takes about a second to write, as a real one would.
     for _ in 0..BURSTS * PER_BURST * 2 {
         rig.standin.script(Script::any(Reply::Text {
@@ -55,31 +90,48 @@ async fn economy(one_shot: bool) -> Result<Economy> {
                 format!("and detail {i} about question {burst}")
             };
             ids.push(rig.say(GENERAL, "ada", &text));
+            if i + 1 < PER_BURST {
+                // As a Discord client does, the asker's next message is announced by TYPING_START.
+                rig.sandbox.discord.user_typing(GENERAL, "ada");
+            }
         }
         rig.wait_outcomes(GENERAL, &ids).await;
     }
-    let store = clankie_store::Store::connect(&rig.settings.database_url).await.context("store")?;
     let (turns, tokens) = store.turn_totals().await.context("reading turns")?;
     let replies = rig.sandbox.discord.posts(GENERAL).len();
+    let calls = rig.standin.requests().len();
     Ok(Economy {
         runs: turns as f64 / BURSTS as f64,
+        calls: calls as f64 / BURSTS as f64,
         input_tokens: tokens.unwrap_or(0) as f64 / BURSTS as f64,
         duplicate_replies: replies.saturating_sub(BURSTS) as f64,
     })
 }
 
+/// Sustained ingress: four rooms (three guild channels and a DM) each keep one message
+/// in flight, answered by an instant model; a message counts from the loopback Discord
+/// accepting it to its outcome reaction, with receipts recorded throughout.
 async fn ingress() -> Result<(f64, f64, f64)> {
     let rig = Rig::new().await;
-    let messages = 60;
+    let rooms = [GENERAL, 201, 210, 900];
+    let per_room = 60;
     let started = Instant::now();
-    let mut latencies = Vec::new();
-    for i in 0..messages {
-        let sent = Instant::now();
-        let id = rig.say(GENERAL, "ada", &format!("@Clankie ping {i}"));
-        rig.wait_outcomes(GENERAL, &[id]).await;
-        latencies.push(sent.elapsed().as_secs_f64() * 1000.0);
-    }
-    let rate = messages as f64 / started.elapsed().as_secs_f64();
+    let per_room_latencies = futures::future::join_all(rooms.iter().map(|&room| {
+        let rig = &rig;
+        async move {
+            let mut latencies = Vec::with_capacity(per_room);
+            for i in 0..per_room {
+                let sent = Instant::now();
+                let id = rig.say(room, "ada", &format!("@Clankie ping {i}"));
+                rig.wait_outcomes(room, &[id]).await;
+                latencies.push(sent.elapsed().as_secs_f64() * 1000.0);
+            }
+            latencies
+        }
+    }))
+    .await;
+    let mut latencies: Vec<f64> = per_room_latencies.into_iter().flatten().collect();
+    let rate = latencies.len() as f64 / started.elapsed().as_secs_f64();
     latencies.sort_by(|a, b| a.total_cmp(b));
     let pick = |q: f64| latencies[((latencies.len() as f64 - 1.0) * q).round() as usize];
     Ok((rate, pick(0.5), pick(0.99)))
@@ -155,24 +207,41 @@ async fn lanes(targets: &[usize]) -> Result<Vec<(usize, f64)>> {
     Ok(figures)
 }
 
+/// Which parts to run: every one by default, or those named on the command line.
+fn wanted(part: &str) -> bool {
+    let named: Vec<String> = std::env::args().skip(1).collect();
+    named.is_empty() || named.iter().any(|n| n == part)
+}
+
 #[tokio::main]
 async fn main() -> Result<()> {
-    let oneshot = economy(true).await?;
-    let durable = economy(false).await?;
-    println!("runs_per_burst_oneshot: {:.2}", oneshot.runs);
-    println!("runs_per_burst_durable: {:.2}", durable.runs);
-    println!("input_tokens_per_burst_oneshot: {:.0}", oneshot.input_tokens);
-    println!("input_tokens_per_burst_durable: {:.0}", durable.input_tokens);
-    println!("token_ratio_durable_over_oneshot: {:.2}", durable.input_tokens / oneshot.input_tokens.max(1.0));
-    println!("duplicate_replies_oneshot: {}", oneshot.duplicate_replies);
-    println!("duplicate_replies_durable: {}", durable.duplicate_replies);
-    let (rate, p50, p99) = ingress().await?;
-    println!("ingress_sequential_msgs_per_s: {rate:.1}");
-    println!("ingress_p50_ms: {p50:.1}");
-    println!("ingress_p99_ms: {p99:.1}");
-    for (count, mib) in lanes(&[1_000, 10_000]).await? {
-        let name = if count >= 1000 { format!("{}k", count / 1000) } else { count.to_string() };
-        println!("rss_mib_at_{name}_lanes: {mib:.1}");
+    if let Some(unknown) = std::env::args().skip(1).find(|a| !["economy", "ingress", "lanes"].contains(&a.as_str())) {
+        anyhow::bail!("unknown part {unknown:?}: name any of economy, ingress, lanes (default: all)");
+    }
+    if wanted("economy") {
+        let oneshot = economy(true).await?;
+        let durable = economy(false).await?;
+        println!("runs_per_burst_oneshot: {:.2}", oneshot.runs);
+        println!("runs_per_burst_durable: {:.2}", durable.runs);
+        println!("model_calls_per_burst_oneshot: {:.2}", oneshot.calls);
+        println!("model_calls_per_burst_durable: {:.2}", durable.calls);
+        println!("input_tokens_per_burst_oneshot: {:.0}", oneshot.input_tokens);
+        println!("input_tokens_per_burst_durable: {:.0}", durable.input_tokens);
+        println!("token_ratio_durable_over_oneshot: {:.2}", durable.input_tokens / oneshot.input_tokens.max(1.0));
+        println!("duplicate_replies_oneshot: {}", oneshot.duplicate_replies);
+        println!("duplicate_replies_durable: {}", durable.duplicate_replies);
+    }
+    if wanted("ingress") {
+        let (rate, p50, p99) = ingress().await?;
+        println!("ingress_sustained_msgs_per_s: {rate:.1}");
+        println!("ingress_p50_ms: {p50:.1}");
+        println!("ingress_p99_ms: {p99:.1}");
+    }
+    if wanted("lanes") {
+        for (count, mib) in lanes(&[1_000, 10_000]).await? {
+            let name = if count >= 1000 { format!("{}k", count / 1000) } else { count.to_string() };
+            println!("rss_mib_at_{name}_lanes: {mib:.1}");
+        }
     }
     Ok(())
 }

@@ -215,9 +215,7 @@ impl Captain {
             Arc::new(ReadPage::new(config.page_timeout, config.page_max_bytes)),
             Arc::new(SharePicture::new(inner.bus.clone(), room.clone(), config.page_timeout, 25 * 1024 * 1024)),
         ];
-        if !one_shot {
-            tools.push(Arc::new(ProposeMemory { source: inner.selfhood.clone(), thread: lane }));
-        }
+        tools.push(Arc::new(ProposeMemory { source: inner.selfhood.clone(), thread: lane }));
         if privileged {
             tools.push(Arc::new(DescribeRuntime { replica: config.replica.clone(), live_lanes: self.live_lanes() }));
         }

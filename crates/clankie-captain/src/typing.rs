@@ -68,10 +68,17 @@ pub fn still_typing(typing_at: Option<i64>, last_message_at: i64, now: i64) -> b
     typing_at.is_some_and(|t| t > last_message_at && now - t < TYPING_LASTS_MS)
 }
 
-/// Waits while anyone in `answering` is typing in `channel`, for at most `max`.
+/// After someone who was typing sends their message, how long the hold still waits for them
+/// to start on the next one: a burst typed in a row shows a fresh TYPING_START within it.
+pub const TYPING_GRACE_MS: i64 = 1_000;
+
+/// Waits while anyone in `answering` is typing in `channel`, for at most `max`. Once
+/// someone was seen typing, their message does not end the hold at once: it lasts
+/// [`TYPING_GRACE_MS`] more in case they go on typing.
 pub async fn hold(seen: std::sync::Arc<TypingSeen>, answering: std::sync::Arc<Answering>, channel: u64, max: Duration) {
     let started = Instant::now();
     let deadline = started + max;
+    let mut someone_typed = false;
     loop {
         let typing_changed = seen.changed.notified();
         let someone_wrote = answering.changed.notified();
@@ -79,14 +86,23 @@ pub async fn hold(seen: std::sync::Arc<TypingSeen>, answering: std::sync::Arc<An
         typing_changed.as_mut().enable();
         someone_wrote.as_mut().enable();
         let now = now_ms();
-        let latest = {
+        let (typing_since, last_wrote) = {
             let people = answering.last_message_at.lock().unwrap_or_else(|p| p.into_inner());
-            people.iter().filter_map(|(user, last)| seen.last(channel, *user).filter(|t| still_typing(Some(*t), *last, now))).max()
+            let typing =
+                people.iter().filter_map(|(user, last)| seen.last(channel, *user).filter(|t| still_typing(Some(*t), *last, now))).max();
+            (typing, people.values().copied().max().unwrap_or(i64::MIN))
         };
-        let Some(typing_at) = latest else { break };
-        let lapses = Instant::now() + Duration::from_millis((TYPING_LASTS_MS - (now - typing_at)).max(0) as u64);
+        let wait_until = match typing_since {
+            Some(t) => {
+                someone_typed = true;
+                now + (TYPING_LASTS_MS - (now - t)).max(0)
+            }
+            None if someone_typed && now - last_wrote < TYPING_GRACE_MS => last_wrote + TYPING_GRACE_MS,
+            None => break,
+        };
+        let until = Instant::now() + Duration::from_millis((wait_until - now).max(0) as u64);
         tokio::select! {
-            _ = tokio::time::sleep_until(deadline.min(lapses)) => {}
+            _ = tokio::time::sleep_until(deadline.min(until)) => {}
             _ = typing_changed => {}
             _ = someone_wrote => {}
         }
@@ -123,8 +139,11 @@ mod tests {
         let task = tokio::spawn(hold(seen.clone(), answering.clone(), 1, Duration::from_secs(5)));
         tokio::time::sleep(Duration::from_millis(100)).await;
         assert!(!task.is_finished(), "released while they were still typing");
+        let wrote = std::time::Instant::now();
         answering.wrote(&v1::Ingress { author_id: 7, received_at_ms: now_ms(), ..Default::default() });
-        tokio::time::timeout(Duration::from_secs(1), task).await.expect("their message ends the hold").unwrap();
+        tokio::time::timeout(Duration::from_secs(3), task).await.expect("their message ends the hold").unwrap();
+        let grace = Duration::from_millis(TYPING_GRACE_MS as u64);
+        assert!(wrote.elapsed() >= grace - Duration::from_millis(20), "released before the grace for a next message");
 
         // Typing that never turns into a message holds only as long as allowed.
         seen.note(&v1::TypingSignal { channel_id: 1, user_id: 7, at_ms: now_ms() + 1, ..Default::default() });

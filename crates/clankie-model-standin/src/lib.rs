@@ -116,7 +116,7 @@ impl Script {
 pub struct RecordedRequest {
     /// The whole JSON body.
     pub body: Value,
-    /// A rough token count of the messages (characters / 4).
+    /// A rough token count of the prompt (characters / 4): messages, their tool calls and the tool definitions.
     pub token_estimate: u64,
     /// Whether it carried an `Authorization: Bearer` header (the key itself is not kept).
     #[serde(default)]
@@ -279,7 +279,11 @@ async fn completions(State(shared): State<Shared>, headers: HeaderMap, body: Byt
     let Ok(body) = serde_json::from_slice::<Value>(&body) else {
         return error_body(StatusCode::BAD_REQUEST, "invalid_request_error", "invalid_json", "body is not JSON");
     };
-    let chars: usize = body["messages"].as_array().map_or(0, |m| m.iter().map(|m| message_text(m).len()).sum());
+    // Like a provider, count everything the prompt carries: text, earlier tool calls, tool definitions.
+    let chars: usize = body["messages"]
+        .as_array()
+        .map_or(0, |m| m.iter().map(|m| message_text(m).len() + m.get("tool_calls").map_or(0, |c| c.to_string().len())).sum())
+        + body.get("tools").map_or(0, |t| t.to_string().len());
     let bearer_token = headers
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
