@@ -219,29 +219,22 @@ impl Captain {
             let _ = d.ack().await;
             return;
         }
-        match self.inner.store.admission(&d.event.delivery_id).await {
-            Ok(Some(_)) => {
+        let store = &self.inner.store;
+        match (store.admission(&d.event.delivery_id).await, store.owner_settings().await) {
+            (Ok(Some(_)), _) => {
                 // Admitted before, by this replica or one that died holding it: the decision stands.
                 self.dispatch(Held::from_ingress(lane, d));
                 return;
             }
-            Ok(None) => {}
-            Err(e) => {
-                tracing::warn!(%lane, error = %e, "admission needs the store; the delivery will come back");
-                let _ = d.nak_after(self.inner.config.retry_delay()).await;
-                return;
-            }
-        }
-        match self.inner.store.owner_settings().await {
-            Ok(owner) if !admission::owner_admits(&owner, &d.event) => {
+            (Ok(None), Ok(owner)) if !admission::owner_admits(&owner, &d.event) => {
                 let code = admission::Refused::NotAdmittedHere.code();
                 self.receipt("captain.not_admitted", &d.event.delivery_id, &lane, |r| r.with_code(code)).await;
                 let _ = d.ack().await;
                 return;
             }
-            Ok(_) => {}
-            Err(e) => {
-                tracing::warn!(%lane, error = %e, "admission needs the owner settings; the delivery will come back");
+            (Ok(None), Ok(_)) => {}
+            (Err(e), _) | (_, Err(e)) => {
+                tracing::warn!(%lane, error = %e, "admission needs the store; the delivery will come back");
                 let _ = d.nak_after(self.inner.config.retry_delay()).await;
                 return;
             }

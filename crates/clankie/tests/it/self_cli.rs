@@ -108,7 +108,6 @@ async fn a_persona_edit_reaches_a_warm_lane_without_a_restart() {
     let conversation: String =
         requests[1].messages().iter().filter(|m| m["role"] != "system").map(|m| m["content"].to_string()).collect::<Vec<_>>().join("\n");
     assert!(conversation.contains("hello there") && !conversation.contains("untrusted_channel_history"), "{conversation}");
-    assert_eq!(rig.sandbox.captain.warm_lanes(), 1);
     let shown = clankie_self(&rig, &["show"]).await;
     assert!(shown.contains("albatross") && shown.contains("persona (version 1)"), "{shown}");
 }
@@ -140,4 +139,28 @@ async fn bad_input_to_clankie_self_is_refused_with_a_reason() {
         .await
         .unwrap();
     assert!(!out.status.success() && String::from_utf8_lossy(&out.stderr).contains("at most 300"));
+}
+
+#[tokio::test]
+async fn owner_settings_narrow_where_he_is_admitted_without_a_restart() {
+    let rig = Rig::new().await;
+    let bus = rig.bus().await;
+    let receipts = clankie_testkit::record::<v1::Receipt>(&bus, Family::Receipt).await;
+    clankie_self(&rig, &["settings", "--guilds", "100", "--channels", &LOBBIES.to_string()]).await;
+    let outside = rig.say(GENERAL, "ada", "@Clankie are you there?");
+    let inside = rig.say(LOBBIES, "ada", "@Clankie are you there?");
+    rig.wait_outcomes(LOBBIES, &[inside]).await;
+    until("the refusal receipt", Duration::from_secs(10), || {
+        receipts.all().iter().any(|r| r.kind == "captain.not_admitted" && r.delivery_id == outside.to_string())
+    })
+    .await;
+    let refusal = receipts.all().into_iter().find(|r| r.kind == "captain.not_admitted" && r.delivery_id == outside.to_string()).unwrap();
+    assert_eq!(refusal.codes, ["not_admitted_here"]);
+    assert_eq!(rig.standin.requests().len(), 1, "only the admitted channel reached the model");
+    assert!(rig.sandbox.discord.posts(GENERAL).is_empty());
+
+    clankie_self(&rig, &["settings", "--channels", ""]).await;
+    let again = rig.say(GENERAL, "ada", "@Clankie and now?");
+    rig.wait_outcomes(GENERAL, &[again]).await;
+    assert_eq!(rig.sandbox.discord.posts(GENERAL).len(), 1);
 }
