@@ -198,10 +198,11 @@ impl VoiceFloor {
             return Heard::Duplicate;
         }
         let source = v1::RoomInputSource::try_from(input.source).unwrap_or(v1::RoomInputSource::Unspecified);
+        let rules = self.rules().await;
         let (verdict, reason) = {
             let rooms = self.rooms.lock().unwrap_or_else(|p| p.into_inner());
             let state = rooms.get(&key).map(|r| &r.floor);
-            floor::decide(&input, state.unwrap_or(&FloorState::default()), &self.config.rules, Instant::now())
+            floor::decide(&input, state.unwrap_or(&FloorState::default()), &rules, Instant::now())
         };
         let addressed = matches!(verdict, v1::FloorVerdict::Wake);
         match source {
@@ -258,6 +259,23 @@ impl VoiceFloor {
         }
         let said = self.respond(&input, verdict).await;
         Heard::Decided { verdict, said }
+    }
+
+    /// The floor's rules, with the persona's name and aliases (edited with `clankie self persona`)
+    /// added to the configured ones, so a new alias wakes him without a restart.
+    async fn rules(&self) -> FloorRules {
+        let mut rules = self.config.rules.clone();
+        match self.selfhood.store().persona().await {
+            Ok(p) => {
+                for name in std::iter::once(p.name).chain(p.aliases).map(|n| n.trim().to_owned()) {
+                    if !name.is_empty() && !rules.names.iter().any(|n| n.eq_ignore_ascii_case(&name)) {
+                        rules.names.push(name);
+                    }
+                }
+            }
+            Err(e) => tracing::warn!(error = %e, "persona unavailable; waking on the configured names only"),
+        }
+        rules
     }
 
     /// The voice persona: the shared self's prompt for this room, or its bare form when the store is away.

@@ -118,3 +118,23 @@ async fn the_voice_room_hands_work_to_the_captain_and_says_what_came_of_it() {
     .await;
     assert!(rig.sandbox.discord.posts(VOICE).is_empty(), "the handoff posted nothing in text");
 }
+
+#[tokio::test]
+async fn an_alias_added_to_the_persona_wakes_him_in_voice_without_a_restart() {
+    let rig = Rig::new().await;
+    let bus = tap(&rig).await;
+    let decisions = record::<v1::FloorDecision>(&bus, Family::VoiceFloor).await;
+    live(&rig).await;
+    let first = rig.say(VOICE, "ada", "sprocket, is the lobby up?");
+    until("the first decision", Duration::from_secs(20), || decisions.all().iter().any(|d| d.delivery_id == first.to_string())).await;
+
+    let store = clankie_store::Store::connect(&rig.settings.database_url).await.unwrap();
+    let persona = clankie_store::Persona { aliases: vec!["clanky".into(), "Sprocket".into()], ..store.persona().await.unwrap() };
+    store.set_persona(&persona).await.unwrap();
+    let second = rig.say(VOICE, "bob", "sprocket, is the lobby up?");
+    until("the second decision", Duration::from_secs(20), || decisions.all().iter().any(|d| d.delivery_id == second.to_string())).await;
+
+    let verdict = |id: u64| decisions.all().into_iter().find(|d| d.delivery_id == id.to_string()).map(|d| d.verdict);
+    assert_ne!(verdict(first), Some(v1::FloorVerdict::Wake as i32), "woke on a name he did not have yet");
+    assert_eq!(verdict(second), Some(v1::FloorVerdict::Wake as i32));
+}
