@@ -263,6 +263,8 @@ fn final_reply(text: &str) -> RunReply {
 }
 
 async fn run_loop(session: &mut Session, stats: &mut RunStats, ctx: &RunCtx, first: Vec<UserMessage>) -> Result<RunReply, AgentError> {
+    // Everything before this run's first message belongs to answers already given.
+    let settled = session.entries().len();
     for m in first {
         session.append(EntryBody::User { author: m.author, delivery_id: m.delivery_id, text: m.text, images: m.images }).await?;
     }
@@ -273,7 +275,7 @@ async fn run_loop(session: &mut Session, stats: &mut RunStats, ctx: &RunCtx, fir
         deliver_steers(session, stats, ctx).await?;
         n += 1;
         ctx.sink.emit(AgentEvent::TurnStart { n });
-        let request = ModelRequest { system: ctx.system.clone(), messages: session.context(), tools: specs.clone() };
+        let request = ModelRequest { system: ctx.system.clone(), messages: session.context_settled_before(settled), tools: specs.clone() };
         let answer = call_with_retries(&request, ctx, stats, true).await;
         let turn = match answer {
             Err(e) => {

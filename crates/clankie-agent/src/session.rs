@@ -96,6 +96,9 @@ pub struct SessionEntry {
 /// The prefix every summary is shown to the model with.
 pub const SUMMARY_PREFIX: &str = "Summary of the conversation before this point:\n";
 
+/// A tool result from an earlier run longer than this is shown as a stub.
+pub const SETTLED_RESULT_MAX_CHARS: usize = 600;
+
 /// What the model is told a tool call with no recorded result did.
 const INTERRUPTED: &str = "(no result: the turn was interrupted before this tool finished)";
 
@@ -185,6 +188,14 @@ impl Session {
     /// every in-context entry after it. A tool call whose result never landed
     /// gets a stated placeholder, so the context stays well-formed.
     pub fn context(&self) -> Vec<ChatMessage> {
+        self.context_settled_before(0)
+    }
+
+    /// Like [`Session::context`], but a long tool result among the first
+    /// `settled` entries (earlier runs, whose answers are already given) is
+    /// shown as a short stub: a page read for one answer is not paid for again
+    /// on every later call of a long-lived lane.
+    pub fn context_settled_before(&self, settled: usize) -> Vec<ChatMessage> {
         let (start, summary) = self.context_start();
         let mut out = Vec::new();
         if let Some(summary) = summary {
@@ -208,7 +219,15 @@ impl Session {
                     }
                 }
                 EntryBody::ToolResult { call_id, name, content, .. } => {
-                    out.push(ChatMessage::Tool { call_id: call_id.clone(), name: name.clone(), content: content.clone() })
+                    let content = if start + i < settled && content.chars().count() > SETTLED_RESULT_MAX_CHARS {
+                        format!(
+                            "(the {name} result from an earlier turn, {} characters, is no longer shown; call {name} again if you need it)",
+                            content.chars().count()
+                        )
+                    } else {
+                        content.clone()
+                    };
+                    out.push(ChatMessage::Tool { call_id: call_id.clone(), name: name.clone(), content })
                 }
                 EntryBody::Compaction { .. } | EntryBody::Note { .. } => {}
             }

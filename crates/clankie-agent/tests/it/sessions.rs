@@ -47,3 +47,45 @@ async fn a_stale_lease_cannot_extend_a_session() {
     assert!(matches!(result.outcome, Err(clankie_agent::AgentError::Store(clankie_store::StoreError::Fenced { .. }))));
     assert!(rig.standin.requests().is_empty(), "nothing was sent for a lane this replica no longer owns");
 }
+
+/// A page read for one answer is shown in full while that run lasts, and as a stub to later runs.
+#[tokio::test]
+async fn a_long_tool_result_is_a_stub_once_its_run_has_answered() {
+    struct LongPage;
+    impl clankie_agent::Tool for LongPage {
+        fn spec(&self) -> clankie_agent::provider::ToolSpec {
+            clankie_agent::provider::ToolSpec {
+                name: "read_page".into(),
+                description: "reads".into(),
+                parameters: serde_json::json!({ "type": "object", "properties": {} }),
+            }
+        }
+        fn execute<'a>(
+            &'a self,
+            _arguments: serde_json::Value,
+            _ctx: clankie_agent::ToolContext,
+        ) -> futures::future::BoxFuture<'a, Result<String, clankie_agent::ToolError>> {
+            Box::pin(async { Ok(format!("BRACKET {}", "x".repeat(5_000))) })
+        }
+    }
+    let rig = Rig::new().await;
+    rig.standin.script(Script::any(Reply::tool("read_page", serde_json::json!({}))));
+    rig.standin.script(Script::any(Reply::text("Lobby 4 at eight.")));
+    rig.standin.script(Script::any(Reply::text("You're welcome.")));
+    let agent = rig.agent(fast());
+    let run = agent.start_with_tools(rig.session().await, "sys".into(), vec![user("1", "when is lobby 4?")], vec![super::arc(LongPage)]);
+    let (_, first) = drain(run).await;
+    first.outcome.unwrap();
+    let run = agent.start(first.session, "sys".into(), vec![user("2", "thanks")]);
+    let (_, second) = drain(run).await;
+    second.outcome.unwrap();
+
+    let requests = rig.standin.requests();
+    assert_eq!(requests.len(), 3);
+    assert_eq!(requests[1].count("BRACKET"), 1, "the run that read the page sees it whole");
+    assert_eq!(requests[2].count("BRACKET"), 0, "a later run does not pay for it again");
+    assert_eq!(requests[2].count("the read_page result from an earlier turn, 5008 characters, is no longer shown"), 1);
+    assert!(requests[2].token_estimate + 1_000 < requests[1].token_estimate);
+    // The stored session keeps the page: a reload still has it.
+    assert!(second.session.context().iter().any(|m| format!("{m:?}").contains("BRACKET")));
+}
