@@ -123,7 +123,11 @@ pub async fn run(settings: &Settings, action: SelfAction) -> Result<()> {
         SelfAction::Settings { owner, operators, grants, guilds, channels, trusted_dms, sharing } => {
             let mut s = store.owner_settings().await?;
             if let Some(o) = owner {
-                s.owner_id = if o.trim() == "none" || o.trim().is_empty() { None } else { id_list("owner", &o)?.first().copied() };
+                s.owner_id = match id_list("owner", if o.trim() == "none" { "" } else { &o })?.as_slice() {
+                    [] => None,
+                    [one] => Some(*one),
+                    _ => bail!("--owner takes one Discord id"),
+                };
             }
             for (var, value, field) in [
                 ("operators", operators, &mut s.operators),

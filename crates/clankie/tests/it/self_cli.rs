@@ -119,6 +119,7 @@ async fn bad_input_to_clankie_self_is_refused_with_a_reason() {
         (vec!["approve", "999"], "memory #999 is not proposed"),
         (vec!["settings", "--guilds", "12,abc"], "\"abc\" is not a Discord id"),
         (vec!["settings", "--sharing", "everyone"], "neither `guild` nor `none`"),
+        (vec!["settings", "--owner", "1,2"], "--owner takes one Discord id"),
     ] {
         let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_clankie"))
             .arg("self")
