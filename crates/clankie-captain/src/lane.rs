@@ -6,16 +6,15 @@ use std::sync::Arc;
 use clankie_agent::{AgentEvent, RunReply, Session, Tool, UserMessage};
 use clankie_bus::{MsgId, now_ms};
 use clankie_proto::{LaneKey, ReceiptKind, Subject, v1};
+use clankie_self::{Surface, experience};
 use clankie_store::{Lease, Outcome, TurnEnd, TurnMode, TurnStart};
+use futures::FutureExt;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
-
-use clankie_self::{Surface, experience};
 
 use crate::tools::{DescribeRuntime, ProposeMemory, ReadPage, Room, SendTextUpdate, SharePicture};
 use crate::typing::{self, Answering};
 use crate::{Captain, Held, Warm, prompt};
-use futures::FutureExt;
 
 /// What the run's event loop saw, for the turn receipt.
 #[derive(Default)]

@@ -163,23 +163,13 @@ impl Captain {
                 d = receipts.next() => {
                     let d = d?;
                     let key = format!("receipts:{}", d.stream_sequence);
-                    match self.inner.store.insert_receipt(&d.event, Some(&key)).await {
-                        Ok(_) => { let _ = d.ack().await; }
-                        Err(e) => {
-                            tracing::warn!(error = %e, "receipt not recorded; it will come back");
-                            let _ = d.nak_after(self.inner.config.retry_delay()).await;
-                        }
-                    }
+                    let stored = self.inner.store.insert_receipt(&d.event, Some(&key)).await;
+                    self.recorded(d, stored, "receipt").await;
                 }
                 d = experiences.next() => {
                     let d = d?;
-                    match self.inner.store.insert_experience(&d.event, self.inner.config.experience_ttl).await {
-                        Ok(_) => { let _ = d.ack().await; }
-                        Err(e) => {
-                            tracing::warn!(error = %e, "experience not recorded; it will come back");
-                            let _ = d.nak_after(self.inner.config.retry_delay()).await;
-                        }
-                    }
+                    let stored = self.inner.store.insert_experience(&d.event, self.inner.config.experience_ttl).await;
+                    self.recorded(d, stored, "experience").await;
                 }
                 Some(signal) = futures::StreamExt::next(&mut typing) => self.inner.typing_seen.note(&signal),
                 _ = expiry.tick() => {
@@ -204,6 +194,19 @@ impl Captain {
                     let span = tracing::info_span!("delivery", delivery_id = %id, forwarded = true);
                     self.accept_steer(d).instrument(span).await;
                 }
+            }
+        }
+    }
+
+    /// Acks an event once it is stored; otherwise hands it back to come again.
+    async fn recorded<E: clankie_proto::Event>(&self, d: Delivery<E>, stored: Result<bool, clankie_store::StoreError>, what: &str) {
+        match stored {
+            Ok(_) => {
+                let _ = d.ack().await;
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "{what} not recorded; it will come back");
+                let _ = d.nak_after(self.inner.config.retry_delay()).await;
             }
         }
     }

@@ -83,10 +83,8 @@ impl Gateway {
                     self.ingest(&message.0).instrument(span).await;
                     self.save_session(&shard);
                 }
-                Ok(Event::TypingStart(typing)) => {
-                    self.typing_signal(&typing).await;
-                    self.save_session(&shard);
-                }
+                // Not worth a session save: a resume that replays a typing signal costs nothing.
+                Ok(Event::TypingStart(typing)) => self.typing_signal(&typing).await,
                 Ok(_) => {}
             }
         }

@@ -189,11 +189,13 @@ impl Store {
         .await?)
     }
 
-    /// Approves or rejects a memory; `false` when no memory has that id.
-    pub async fn decide_memory(&self, id: i64, status: MemoryStatus) -> Result<bool, StoreError> {
-        let done = sqlx::query("UPDATE self_memory SET status = $2, decided_at = now() WHERE id = $1")
+    /// Moves a memory from `from` to `to` (approves or rejects a proposal, withdraws an
+    /// approved fact); `false` when no memory with that id is `from`.
+    pub async fn decide_memory(&self, id: i64, from: MemoryStatus, to: MemoryStatus) -> Result<bool, StoreError> {
+        let done = sqlx::query("UPDATE self_memory SET status = $3, decided_at = now() WHERE id = $1 AND status = $2")
             .bind(id)
-            .bind(status.code())
+            .bind(from.code())
+            .bind(to.code())
             .execute(&self.pool)
             .await?;
         Ok(done.rows_affected() == 1)

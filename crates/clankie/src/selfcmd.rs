@@ -184,12 +184,10 @@ async fn decide(store: &Store, ids: &[i64], to: MemoryStatus, from: MemoryStatus
     if ids.is_empty() {
         bail!("name at least one memory id (see `clankie self proposals` or `clankie self show`)");
     }
-    let current = store.memories(from, 100_000).await?;
     for id in ids {
-        if !current.iter().any(|m| m.id == *id) {
+        if !store.decide_memory(*id, from, to).await? {
             bail!("memory #{id} is not {}", from.code());
         }
-        store.decide_memory(*id, to).await?;
         println!("memory #{id} {}", to.code());
     }
     Ok(())

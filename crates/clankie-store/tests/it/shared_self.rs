@@ -38,9 +38,9 @@ async fn a_proposal_moves_to_approved_or_rejected_and_only_approved_is_listed_as
     let a = store.add_memory("a", MemoryStatus::Proposed, "room:1:2").await.unwrap();
     let b = store.add_memory("b", MemoryStatus::Proposed, "room:1:2").await.unwrap();
     assert!(store.memories(MemoryStatus::Approved, 10).await.unwrap().is_empty());
-    assert!(store.decide_memory(a, MemoryStatus::Approved).await.unwrap());
-    assert!(store.decide_memory(b, MemoryStatus::Rejected).await.unwrap());
-    assert!(!store.decide_memory(999, MemoryStatus::Approved).await.unwrap());
+    assert!(store.decide_memory(a, MemoryStatus::Proposed, MemoryStatus::Approved).await.unwrap());
+    assert!(store.decide_memory(b, MemoryStatus::Proposed, MemoryStatus::Rejected).await.unwrap());
+    assert!(!store.decide_memory(999, MemoryStatus::Proposed, MemoryStatus::Approved).await.unwrap());
     let approved = store.memories(MemoryStatus::Approved, 10).await.unwrap();
     assert_eq!(approved.iter().map(|m| m.fact.as_str()).collect::<Vec<_>>(), ["a"]);
     assert!(store.memories(MemoryStatus::Proposed, 10).await.unwrap().is_empty());
