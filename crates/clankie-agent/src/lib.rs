@@ -20,7 +20,7 @@ pub mod watchdog;
 
 pub use clock::{BootClock, Clock, SuspendableClock};
 pub use events::{AgentEvent, EventSink};
-pub use provider::{Model, ModelError, OpenAiClient, OpenAiConfig, RehearsalModel};
+pub use provider::{Model, ModelError, OpenAiClient, OpenAiConfig, RehearsalModel, StreamBounds};
 pub use run::{Agent, AgentConfig, RetryPolicy, Run, RunReply, RunResult, RunStats, Steerer, complete};
 pub use session::{EntryBody, Session, SessionEntry, UserMessage};
 pub use silence::{SILENT_TOKEN, SilenceGate};
@@ -48,6 +48,11 @@ pub fn config_from_settings(settings: &Settings) -> AgentConfig {
         compaction: compaction::CompactionPolicy {
             budget_tokens: settings.context_budget_tokens,
             keep_recent_tokens: settings.context_budget_tokens / 5,
+        },
+        bounds: StreamBounds {
+            tool_calls_per_step: settings.tool_calls_per_step,
+            tool_args_max_bytes: settings.tool_args_max_bytes,
+            stream_max_bytes: settings.model_stream_max_bytes,
         },
     }
 }

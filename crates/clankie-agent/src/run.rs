@@ -10,7 +10,7 @@ use futures::StreamExt;
 use tokio::sync::{mpsc, watch};
 
 use crate::compaction::{self, CompactionPolicy};
-use crate::provider::{Accumulator, AssistantTurn, Model, ModelError, ModelRequest, StreamItem};
+use crate::provider::{Accumulator, AssistantTurn, Model, ModelError, ModelRequest, StreamBounds, StreamItem};
 use crate::session::{EntryBody, Session, UserMessage};
 use crate::silence::{SilenceGate, is_silent, strip_token};
 use crate::watchdog::{self, StallPolicy};
@@ -39,6 +39,7 @@ pub struct AgentConfig {
     pub stall: StallPolicy,
     pub retry: RetryPolicy,
     pub compaction: CompactionPolicy,
+    pub bounds: StreamBounds,
 }
 
 /// How a run ended.
@@ -368,7 +369,7 @@ async fn call_with_retries(request: &ModelRequest, ctx: &RunCtx, stats: &mut Run
 
 async fn call_once(request: &ModelRequest, ctx: &RunCtx, stats: &mut RunStats, gate: bool) -> Result<AssistantTurn, ModelError> {
     let mut stream = ctx.model.open(request).await?;
-    let mut acc = Accumulator::default();
+    let mut acc = Accumulator::new(ctx.config.bounds);
     let mut silence = SilenceGate::new();
     while let Some(item) = stream.next().await {
         let item = item?;
@@ -383,7 +384,7 @@ async fn call_once(request: &ModelRequest, ctx: &RunCtx, stats: &mut RunStats, g
             StreamItem::ToolCallDelta { arguments, .. } => ctx.sink.emit(AgentEvent::TextDelta { chars: arguments.chars().count() }),
             StreamItem::Finish(_) | StreamItem::Usage(_) | StreamItem::Done => {}
         }
-        acc.push(item);
+        acc.push(item)?;
     }
     acc.finish()
 }
@@ -395,9 +396,9 @@ pub async fn complete(model: &Model, request: &ModelRequest, retry: RetryPolicy)
     loop {
         let result = async {
             let mut stream = model.open(request).await?;
-            let mut acc = Accumulator::default();
+            let mut acc = Accumulator::new(StreamBounds::default());
             while let Some(item) = stream.next().await {
-                acc.push(item?);
+                acc.push(item?)?;
             }
             acc.finish()
         }
@@ -414,7 +415,17 @@ pub async fn complete(model: &Model, request: &ModelRequest, retry: RetryPolicy)
 }
 
 async fn run_tools(turn: &AssistantTurn, session: &mut Session, ctx: &RunCtx) -> Result<(), AgentError> {
-    let calls = turn.tool_calls.iter().map(|call| async move {
+    let bounds = ctx.config.bounds;
+    let calls = turn.tool_calls.iter().enumerate().map(|(i, call)| async move {
+        // Past a bound the call is answered, not run: every call the model made gets a result.
+        if i >= bounds.tool_calls_per_step {
+            let why = format!("only {} tool calls run per step; this one did not run", bounds.tool_calls_per_step);
+            return (call, Err(ToolError::Invalid(why)));
+        }
+        if call.arguments.len() > bounds.tool_args_max_bytes {
+            let why = format!("arguments of {} bytes are over the {}-byte bound; it did not run", call.arguments.len(), bounds.tool_args_max_bytes);
+            return (call, Err(ToolError::Invalid(why)));
+        }
         ctx.sink.emit(AgentEvent::ToolStart { call_id: call.id.clone(), name: call.name.clone() });
         let tool = ctx.tools.iter().find(|t| t.spec().name == call.name);
         let result = match (tool, serde_json::from_str::<serde_json::Value>(&call.arguments)) {
@@ -433,4 +444,68 @@ async fn run_tools(turn: &AssistantTurn, session: &mut Session, ctx: &RunCtx) ->
         session.append(EntryBody::ToolResult { call_id: call.id.clone(), name: call.name.clone(), content, is_error }).await?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::silence::SILENT_TOKEN;
+    use proptest::prelude::*;
+
+    fn cases() -> u32 {
+        std::env::var("CLANKIE_FUZZ_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(10_000)
+    }
+
+    /// Cuts `text` into pieces at the given points (as a stream would deliver it).
+    fn chunk(text: &str, cuts: &[usize]) -> Vec<String> {
+        let chars: Vec<char> = text.chars().collect();
+        let mut points: Vec<usize> = cuts.iter().map(|c| c % (chars.len() + 1)).collect();
+        points.extend([0, chars.len()]);
+        points.sort_unstable();
+        points.dedup();
+        points.windows(2).map(|w| chars[w[0]..w[1]].iter().collect()).collect()
+    }
+
+    /// What a run would post for this streamed text, and how many times the gate said words were coming.
+    fn stream(pieces: &[String]) -> (RunReply, usize) {
+        let mut gate = SilenceGate::new();
+        let flips = pieces.iter().filter(|p| gate.push(p)).count();
+        (final_reply(&pieces.concat()), flips)
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: cases(), failure_persistence: None, ..ProptestConfig::default() })]
+
+        #[test]
+        fn fuzz_silence_gate_any_chunking_of_the_token_never_posts(
+            before in "[ \t\n]{0,3}", after in "[ \t\n]{0,3}", cuts in proptest::collection::vec(any::<usize>(), 0..20),
+        ) {
+            let pieces = chunk(&format!("{before}{SILENT_TOKEN}{after}"), &cuts);
+            prop_assert_eq!(stream(&pieces), (RunReply::Silent, 0));
+        }
+
+        #[test]
+        fn fuzz_silence_gate_any_other_text_posts_exactly_what_was_written(
+            text in "(\\PC|\\[|\\]|-|stay|silent| ){1,40}", cuts in proptest::collection::vec(any::<usize>(), 0..20),
+        ) {
+            let pieces = chunk(&text, &cuts);
+            let (reply, flips) = stream(&pieces);
+            prop_assert!(flips <= 1);
+            if text.trim().is_empty() {
+                prop_assert_eq!(reply, RunReply::Failed(FailureCode::CaptainResponseMissing));
+            } else if text.trim() == SILENT_TOKEN {
+                prop_assert_eq!((reply, flips), (RunReply::Silent, 0));
+            } else if !text.contains(SILENT_TOKEN) {
+                prop_assert_eq!(reply, RunReply::Words(text.trim().to_owned()));
+                // Words that could never be the token light the room exactly once.
+                let could_be = SILENT_TOKEN.starts_with(text.trim_start());
+                prop_assert_eq!(flips, usize::from(!could_be));
+            } else {
+                match reply {
+                    RunReply::Words(w) => prop_assert!(!w.contains(SILENT_TOKEN), "{}", w),
+                    other => prop_assert!(matches!(other, RunReply::Silent | RunReply::Failed(_))),
+                }
+            }
+        }
+    }
 }

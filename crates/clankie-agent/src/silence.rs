@@ -64,7 +64,12 @@ pub fn is_silent(reply: &str) -> bool {
 /// Removes whole tokens from text that is going out as words, so no copy of
 /// the token ever reaches a room.
 pub fn strip_token(reply: &str) -> String {
-    reply.replace(SILENT_TOKEN, "").trim().to_owned()
+    let mut text = reply.to_owned();
+    // Removing one copy can join the halves of another ("[[stay-[[stay-silent]]silent]]"): repeat until none is left.
+    while text.contains(SILENT_TOKEN) {
+        text = text.replace(SILENT_TOKEN, "");
+    }
+    text.trim().to_owned()
 }
 
 #[cfg(test)]
@@ -111,5 +116,10 @@ mod tests {
         assert!(!is_silent("[[stay-silent]] ok"));
         assert!(!is_silent("[[stay"));
         assert_eq!(strip_token("ok [[stay-silent]]"), "ok");
+    }
+
+    #[test]
+    fn a_token_nested_in_a_token_is_stripped_whole() {
+        assert_eq!(strip_token("[[stay-[[stay-silent]]silent]] hi"), "hi");
     }
 }

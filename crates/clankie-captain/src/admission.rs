@@ -22,6 +22,8 @@ pub enum Refused {
     NotAddressed,
     /// A guild or channel outside the owner's admitted lists.
     NotAdmittedHere,
+    /// The author already had the flood guard's share of admissions this minute, across lanes.
+    FloodGuard,
 }
 
 impl Refused {
@@ -31,6 +33,7 @@ impl Refused {
             Refused::BotAuthor => "bot_author",
             Refused::NotAddressed => "not_addressed",
             Refused::NotAdmittedHere => "not_admitted_here",
+            Refused::FloodGuard => "flood_guard",
         }
     }
 }
@@ -53,6 +56,11 @@ pub fn owner_admits(owner: &OwnerSettings, ingress: &v1::Ingress) -> bool {
     let Some(guild) = ingress.guild_id else { return true };
     (owner.guilds.is_empty() || owner.guilds.contains(&guild))
         && (owner.channels.is_empty() || owner.channels.contains(&ingress.channel_id))
+}
+
+/// Whether the flood guard counts this author: the owner and operators, known by id, never are.
+pub fn flood_guarded(owner: &OwnerSettings, exempt: &std::collections::HashSet<u64>, author_id: u64) -> bool {
+    owner.owner_id != Some(author_id) && !owner.operators.contains(&author_id) && !exempt.contains(&author_id)
 }
 
 /// Whether the delivery needs the room's exchange state to be decided.

@@ -7,7 +7,7 @@ use clankie_agent::{RunReply, Session, UserMessage};
 use clankie_proto::{LaneKey, v1};
 use prost::Message as _;
 
-use crate::{Captain, prompt};
+use crate::Captain;
 
 impl Captain {
     pub(crate) async fn answer_ask(&self, msg: async_nats::Message) {
@@ -48,12 +48,13 @@ impl Captain {
                 return failed("session_unavailable");
             }
         };
-        let text = format!(
-            "<message from=\"{}\" id=\"{}\" via=\"the voice room\">\n{}\n</message>",
-            prompt::defang(&req.author_name),
-            req.delivery_id,
-            prompt::defang(&req.request)
-        );
+        let said = clankie_self::blocks::Said {
+            author_name: &req.author_name,
+            author_id: req.author_id,
+            delivery_id: &req.delivery_id,
+            text: &req.request,
+        };
+        let text = clankie_self::blocks::message(&said, &[("via", "the voice room")]);
         let snapshot = match inner.selfhood.snapshot(&lane).await {
             Ok(s) => s,
             Err(_) => {

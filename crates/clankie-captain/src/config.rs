@@ -1,7 +1,21 @@
 use std::collections::HashSet;
 use std::time::Duration;
 
+use clankie_egress::EgressGuard;
 use clankie_settings::Settings;
+
+/// Bounds on what one delivery or tool can make the captain carry.
+#[derive(Debug, Clone, Copy)]
+pub struct Bounds {
+    /// Characters of content in a cold lane's history block.
+    pub history_chars: usize,
+    /// Pictures of one message the model is shown.
+    pub attachments_per_message: usize,
+    /// Largest picture `share_picture` takes.
+    pub picture_bytes: usize,
+    /// Admissions one author may have per minute across all lanes; 0 is off.
+    pub flood_per_minute: u32,
+}
 
 /// How the captain behaves; every duration is configuration so tests can compress it.
 #[derive(Debug, Clone)]
@@ -28,6 +42,11 @@ pub struct CaptainConfig {
     pub typing_hold: Duration,
     /// The baseline mode: each delivery its own one-shot session, history every time, no steering.
     pub one_shot: bool,
+    /// Every URL a tool fetches goes through it.
+    pub egress: EgressGuard,
+    pub bounds: Bounds,
+    /// Never flood-guarded: the owner and operators, by id.
+    pub flood_exempt: HashSet<u64>,
 }
 
 impl CaptainConfig {
@@ -49,6 +68,14 @@ impl CaptainConfig {
             page_max_bytes: 512 * 1024,
             one_shot: settings.captain_one_shot,
             typing_hold: settings.typing_hold,
+            egress: EgressGuard::new(settings.egress_allow.clone()),
+            bounds: Bounds {
+                history_chars: settings.history_max_chars,
+                attachments_per_message: settings.attachments_per_message,
+                picture_bytes: usize::try_from(settings.media_max_bytes).unwrap_or(usize::MAX),
+                flood_per_minute: settings.flood_admissions_per_minute,
+            },
+            flood_exempt: settings.operator_grants.iter().copied().collect(),
         }
     }
 

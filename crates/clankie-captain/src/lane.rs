@@ -137,7 +137,17 @@ impl Captain {
         };
         let subject = Subject::RpcHistory { channel: owner.channel_id };
         match self.inner.bus.request::<_, v1::HistoryReply>(&subject, &request, config.history_timeout).await {
-            Ok(reply) if reply.error.is_empty() => prompt::history(&config.bot_name, &reply.messages),
+            Ok(reply) if reply.error.is_empty() => {
+                let (block, left_out) = prompt::history(&reply.messages, config.bounds.history_chars);
+                if left_out > 0 {
+                    let lane = crate::lane_of(owner);
+                    self.receipt("captain.bounded", &owner.delivery_id, &lane, |r| {
+                        r.with_code("history_capped").with_count("left_out", left_out as i64)
+                    })
+                    .await;
+                }
+                block
+            }
             Ok(reply) => {
                 tracing::warn!(code = %reply.error, "history unavailable for a cold lane");
                 None
@@ -165,8 +175,16 @@ impl Captain {
                 return;
             }
         };
+        let granted = |author: u64| config.grants.contains(&author) || snapshot.settings.grants.contains(&author);
         let author = owner.ingress.author_id;
-        let privileged = config.grants.contains(&author) || snapshot.settings.grants.contains(&author);
+        let privileged = granted(author);
+        // A privileged turn carries only the grantee's own deliveries, and an ordinary one none of a
+        // grantee's: whoever else spoke waits for a turn of their own kind, so no grant is borrowed.
+        let (same, other): (Vec<Held>, Vec<Held>) = std::mem::take(&mut absorbed).into_iter().partition(|h| {
+            if privileged { h.ingress.author_id == author } else { !granted(h.ingress.author_id) }
+        });
+        absorbed = same;
+        pending.extend(other);
         // A privileged turn runs one-shot so its grant dies with it; the baseline mode runs every turn so.
         let one_shot = privileged || config.one_shot;
         let mode = if one_shot { TurnMode::OneShot } else { TurnMode::Durable };
@@ -211,8 +229,8 @@ impl Captain {
 
         let mut tools: Vec<Arc<dyn Tool>> = vec![
             Arc::new(SendTextUpdate::new(inner.bus.clone(), room.clone())),
-            Arc::new(ReadPage::new(config.page_timeout, config.page_max_bytes)),
-            Arc::new(SharePicture::new(inner.bus.clone(), room.clone(), config.page_timeout, 25 * 1024 * 1024)),
+            Arc::new(ReadPage::new(config.egress.clone(), config.page_timeout, config.page_max_bytes)),
+            Arc::new(SharePicture::new(inner.bus.clone(), room.clone(), config.egress.clone(), config.page_timeout, config.bounds.picture_bytes)),
         ];
         tools.push(Arc::new(ProposeMemory { source: inner.selfhood.clone(), thread: lane }));
         if privileged {
@@ -281,7 +299,7 @@ impl Captain {
                     }
                 }
                 Some(held) = inbox.recv() => {
-                    if one_shot {
+                    if one_shot || granted(held.ingress.author_id) {
                         pending.push(held);
                     } else {
                         match steerer.steer(self.user_message(&held).await) {
@@ -545,8 +563,17 @@ impl Captain {
 impl Captain {
     /// A delivery as the model sees it: its attributed block, and its pictures fetched through media.
     async fn user_message(&self, h: &Held) -> UserMessage {
-        let mut message = UserMessage::new(h.ingress.author_name.clone(), h.delivery_id(), prompt::message(&h.ingress));
-        for a in h.ingress.attachments.iter().filter(|a| a.content_type.starts_with("image/")) {
+        let bound = self.inner.config.bounds.attachments_per_message;
+        let pictures: Vec<&v1::Attachment> = h.ingress.attachments.iter().filter(|a| a.content_type.starts_with("image/")).collect();
+        let shown = pictures.len().min(bound);
+        if h.ingress.attachments.len() > bound {
+            self.receipt("captain.bounded", h.delivery_id(), &h.lane, |r| {
+                r.with_code("attachments_capped").with_count("attachments", h.ingress.attachments.len() as i64)
+            })
+            .await;
+        }
+        let mut message = UserMessage::new(h.ingress.author_name.clone(), h.delivery_id(), prompt::message(&h.ingress, shown));
+        for a in pictures.into_iter().take(shown) {
             let request = v1::MediaAttachmentRequest { attachment: Some(a.clone()), delivery_id: h.delivery_id().to_owned() };
             match self
                 .inner

@@ -28,7 +28,7 @@ use clankie_store::Store;
 use tokio::sync::mpsc;
 use tracing::Instrument;
 
-pub use config::CaptainConfig;
+pub use config::{Bounds, CaptainConfig};
 pub use held::Held;
 
 /// Why the captain stopped.
@@ -223,7 +223,7 @@ impl Captain {
             return;
         }
         let store = &self.inner.store;
-        match (store.admission(&d.event.delivery_id).await, store.owner_settings().await) {
+        let owner = match (store.admission(&d.event.delivery_id).await, store.owner_settings().await) {
             (Ok(Some(_)), _) => {
                 // Admitted before, by this replica or one that died holding it: the decision stands.
                 self.dispatch(Held::from_ingress(lane, d));
@@ -235,13 +235,13 @@ impl Captain {
                 let _ = d.ack().await;
                 return;
             }
-            (Ok(None), Ok(_)) => {}
+            (Ok(None), Ok(owner)) => owner,
             (Err(e), _) | (_, Err(e)) => {
                 tracing::warn!(%lane, error = %e, "admission needs the store; the delivery will come back");
                 let _ = d.nak_after(self.inner.config.retry_delay()).await;
                 return;
             }
-        }
+        };
         // A lane with an actor here is in conversation already: its run may not be visible in the store yet.
         let local = self.inner.lanes.lock().unwrap_or_else(|p| p.into_inner()).contains_key(&lane);
         let live = if admission::needs_exchange(&d.event) && !local {
@@ -266,10 +266,28 @@ impl Captain {
                 let _ = d.ack().await;
             }
             Ok(why) => {
-                if let Err(e) = self.inner.store.record_admission(&d.event.delivery_id, &lane, why.code()).await {
-                    tracing::warn!(%lane, error = %e, "admission not recorded; the delivery will come back");
-                    let _ = d.nak_after(self.inner.config.retry_delay()).await;
-                    return;
+                let config = &self.inner.config;
+                let author = d.event.author_id;
+                let limit =
+                    if admission::flood_guarded(&owner, &config.flood_exempt, author) { config.bounds.flood_per_minute } else { 0 };
+                let id = &d.event.delivery_id;
+                match self.inner.store.admit_within_flood(id, &lane, why.code(), author, limit).await {
+                    Ok(true) => {}
+                    // Not inserted: either another replica admitted it meanwhile (the decision stands) or the flood guard held it.
+                    Ok(false) if matches!(self.inner.store.admission(id).await, Ok(Some(_))) => {}
+                    Ok(false) => {
+                        let code = admission::Refused::FloodGuard.code();
+                        tracing::debug!(%lane, code, "not admitted");
+                        metrics::counter!("clankie_captain_flood_guarded_total").increment(1);
+                        self.receipt("captain.not_admitted", id, &lane, |r| r.with_code(code)).await;
+                        let _ = d.ack().await;
+                        return;
+                    }
+                    Err(e) => {
+                        tracing::warn!(%lane, error = %e, "admission not recorded; the delivery will come back");
+                        let _ = d.nak_after(config.retry_delay()).await;
+                        return;
+                    }
                 }
                 self.receipt("captain.admitted", &d.event.delivery_id, &lane, |r| r.with_code(why.code())).await;
                 self.dispatch(Held::from_ingress(lane, d));

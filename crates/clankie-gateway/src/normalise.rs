@@ -12,25 +12,41 @@ pub enum Route {
     Room(Subject, v1::RoomInput),
 }
 
-/// Normalises a Discord message into an Ingress.
+/// Longest content passed on: Discord's own limit for the longest messages (Nitro).
+pub const MAX_CONTENT_CHARS: usize = 4_000;
+/// Longest display name passed on; Discord's are at most 32.
+pub const MAX_NAME_CHARS: usize = 64;
+/// Most attachments passed on; Discord allows 10 per message.
+pub const MAX_ATTACHMENTS: usize = 10;
+/// Longest attachment file name passed on.
+const MAX_FILENAME_CHARS: usize = 255;
+
+fn bounded(text: &str, max: usize) -> String {
+    text.chars().take(max).collect()
+}
+
+/// Normalises a Discord message into an Ingress, bounding what a hostile or broken
+/// payload could make every later stage carry.
 pub fn ingress(message: &Message, bot_id: u64, received_at_ms: i64) -> v1::Ingress {
+    let name = message.author.global_name.as_deref().filter(|n| !n.trim().is_empty()).unwrap_or(&message.author.name);
     v1::Ingress {
         delivery_id: message.id.get().to_string(),
         guild_id: message.guild_id.map(|g| g.get()),
         channel_id: message.channel_id.get(),
         author_id: message.author.id.get(),
-        author_name: message.author.global_name.clone().unwrap_or_else(|| message.author.name.clone()),
+        author_name: bounded(name, MAX_NAME_CHARS),
         author_is_bot: message.author.bot,
-        content: message.content.clone(),
+        content: bounded(&message.content, MAX_CONTENT_CHARS),
         mentions_him: message.mentions.iter().any(|m| m.id.get() == bot_id),
         reply_to_message_id: message.reference.as_ref().and_then(|r| r.message_id).map(|m| m.get()),
         reply_to_him: message.referenced_message.as_ref().is_some_and(|r| r.author.id.get() == bot_id),
         attachments: message
             .attachments
             .iter()
+            .take(MAX_ATTACHMENTS)
             .map(|a| v1::Attachment {
                 id: a.id.get(),
-                filename: a.filename.clone(),
+                filename: bounded(&a.filename, MAX_FILENAME_CHARS),
                 content_type: a.content_type.clone().unwrap_or_default(),
                 size_bytes: a.size,
                 url: a.url.clone(),
@@ -92,5 +108,100 @@ mod tests {
         assert!(matches!(route(msg(Some(1), 3, false), None), Route::Text(..)), "no live session: the text lane owns it");
         assert!(matches!(route(msg(Some(1), 2, false), Some(3)), Route::Text(..)));
         assert!(matches!(route(msg(None, 3, false), Some(3)), Route::Text(..)), "a DM is never a voice room");
+    }
+
+    mod fuzz {
+        use super::*;
+        use proptest::prelude::*;
+        use serde_json::{Value, json};
+
+        fn cases() -> u32 {
+            std::env::var("CLANKIE_FUZZ_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(10_000)
+        }
+
+        fn text() -> impl Strategy<Value = String> {
+            prop_oneof![
+                ".{0,40}",
+                Just("x".repeat(5_000)),
+                Just("../../etc/passwd".to_owned()),
+                Just("\u{202e}gnp.exe".to_owned()),
+                Just(String::new()),
+            ]
+        }
+
+        fn snowflake() -> impl Strategy<Value = Value> {
+            prop_oneof![
+                (1u64..u64::MAX).prop_map(|n| json!(n.to_string())),
+                Just(json!("0")),
+                Just(json!("not-a-number")),
+                Just(json!(-1)),
+                Just(Value::Null),
+            ]
+        }
+
+        /// A MESSAGE_CREATE body: mostly the shape Discord sends, with hostile values and the odd field
+        /// missing or of the wrong type.
+        fn payload() -> impl Strategy<Value = Value> {
+            let attachment = (snowflake(), text(), prop_oneof![Just(json!("image/png")), Just(json!(null)), text().prop_map(Value::from)], any::<u64>())
+                .prop_map(|(id, filename, ct, size)| json!({ "id": id, "filename": filename, "content_type": ct, "size": size, "url": "http://x/y", "proxy_url": "http://x/y" }));
+            (
+                snowflake(),
+                snowflake(),
+                proptest::option::of(snowflake()),
+                (snowflake(), text(), proptest::option::of(text()), any::<bool>()),
+                text(),
+                proptest::collection::vec(attachment, 0..14),
+                any::<bool>(),
+                proptest::option::of(0usize..12),
+            )
+                .prop_map(|(id, channel, guild, (author_id, name, global, bot), content, attachments, mention, drop)| {
+                    let mut v = json!({
+                        "id": id, "channel_id": channel,
+                        "author": { "id": author_id, "username": name, "discriminator": "0", "avatar": null, "bot": bot, "global_name": global },
+                        "content": content, "timestamp": "2026-11-30T07:00:00.000000+00:00", "edited_timestamp": null,
+                        "tts": false, "mention_everyone": false,
+                        "mentions": if mention { json!([{ "id": "42", "username": "Clankie", "discriminator": "0", "avatar": null, "bot": true }]) } else { json!([]) },
+                        "mention_roles": [], "attachments": attachments, "embeds": [], "pinned": false, "type": 0,
+                    });
+                    if let Some(g) = guild {
+                        v["guild_id"] = g;
+                    }
+                    if let Some(i) = drop
+                        && let Some(map) = v.as_object_mut()
+                    {
+                        let key = map.keys().nth(i % map.len()).cloned();
+                        if let Some(key) = key {
+                            map.remove(&key);
+                        }
+                    }
+                    v
+                })
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig { cases: cases(), failure_persistence: None, ..ProptestConfig::default() })]
+
+            #[test]
+            fn fuzz_discord_payload_normalisation_is_bounded_and_never_panics(body in payload(), raw in proptest::collection::vec(any::<u8>(), 0..64)) {
+                // Arbitrary bytes are refused by the parser, never a panic.
+                let _ = serde_json::from_slice::<Message>(&raw);
+                let Ok(message) = serde_json::from_value::<Message>(body) else { return Ok(()) };
+                let ingress = ingress(&message, 42, 0);
+                prop_assert_eq!(&ingress.delivery_id, &message.id.get().to_string());
+                prop_assert!(ingress.content.chars().count() <= MAX_CONTENT_CHARS);
+                prop_assert!(ingress.author_name.chars().count() <= MAX_NAME_CHARS);
+                prop_assert!(ingress.attachments.len() <= MAX_ATTACHMENTS);
+                prop_assert_eq!(ingress.attachments.len(), message.attachments.len().min(MAX_ATTACHMENTS));
+                prop_assert!(ingress.content.len() == message.content.len() || message.content.chars().count() > MAX_CONTENT_CHARS);
+                let live = ingress.channel_id;
+                match route(ingress.clone(), Some(live)) {
+                    Route::Room(_, input) => {
+                        prop_assert!(ingress.guild_id.is_some() && !carries_image(&ingress));
+                        prop_assert_eq!(input.text, ingress.content);
+                    }
+                    Route::Text(..) => prop_assert!(ingress.guild_id.is_none() || carries_image(&ingress)),
+                }
+            }
+        }
     }
 }

@@ -274,4 +274,68 @@ mod tests {
         assert_eq!(swept.removed, 1);
         let _ = std::fs::remove_dir_all(dir);
     }
+
+    mod fuzz {
+        use super::*;
+        use proptest::prelude::*;
+
+        fn cases() -> u32 {
+            std::env::var("CLANKIE_FUZZ_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(10_000)
+        }
+
+        /// Names built from the pieces path tricks are made of.
+        fn names() -> impl Strategy<Value = String> {
+            let piece = prop_oneof![
+                Just("..".to_owned()),
+                Just(".".to_owned()),
+                Just("/".to_owned()),
+                Just("\\".to_owned()),
+                Just("out".to_owned()),
+                Just("inside".to_owned()),
+                Just("sha256".to_owned()),
+                Just("\0".to_owned()),
+                Just("%2e%2e".to_owned()),
+                Just("~".to_owned()),
+                "[a-z]{1,6}",
+                any::<char>().prop_map(String::from),
+            ];
+            proptest::collection::vec(piece, 0..10).prop_map(|v| v.concat())
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig { cases: cases(), failure_persistence: None, ..ProptestConfig::default() })]
+
+            #[test]
+            fn fuzz_safe_path_never_leaves_the_root(names in proptest::collection::vec(names(), 1..8)) {
+                thread_local! {
+                    // One root per test thread, with a symlink leading out of it and one staying inside.
+                    static ROOT: (Root, PathBuf) = {
+                        let (root, dir) = super::root();
+                        let outside = dir.with_extension("outside");
+                        std::fs::create_dir_all(&outside).unwrap();
+                        std::fs::create_dir_all(dir.join("inside")).unwrap();
+                        let _ = std::os::unix::fs::symlink(&outside, dir.join("out"));
+                        let _ = std::os::unix::fs::symlink(dir.join("inside"), dir.join("sha256"));
+                        (root, dir)
+                    };
+                }
+                ROOT.with(|(root, dir)| {
+                    let canonical = dir.canonicalize().unwrap();
+                    for name in &names {
+                        if let Ok(path) = root.safe_path(name) {
+                            prop_assert!(path.starts_with(&canonical), "{name:?} -> {path:?}");
+                            prop_assert!(path.components().all(|c| matches!(c, Component::Normal(_) | Component::RootDir)), "{name:?}");
+                            // Whatever of it exists resolves inside the root.
+                            let mut probe = path.clone();
+                            while !probe.exists() {
+                                probe = probe.parent().unwrap().to_path_buf();
+                            }
+                            prop_assert!(probe.canonicalize().unwrap().starts_with(&canonical), "{name:?} escapes through a link");
+                        }
+                    }
+                    Ok(())
+                })?;
+            }
+        }
+    }
 }

@@ -61,4 +61,67 @@ mod tests {
         let err = decode(&Subject::BodySend { channel: 1 }, &[0xff, 0xff, 0xff]).unwrap_err();
         assert!(matches!(err, JsonError::Decode { .. }), "{err}");
     }
+
+    mod fuzz {
+        use super::*;
+        use proptest::prelude::*;
+
+        fn cases() -> u32 {
+            std::env::var("CLANKIE_FUZZ_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(10_000)
+        }
+
+        /// Every typed decoder the services use, on the same bytes.
+        fn decode_typed(bytes: &[u8]) {
+            macro_rules! each {
+                ($($t:ty),* $(,)?) => { $( let _ = <$t as prost::Message>::decode(bytes); )* };
+            }
+            each!(
+                v1::Ingress, v1::RoomInput, v1::Steer, v1::DeliveryOutcome, v1::TypingAction, v1::OutboundMessage,
+                v1::VoiceSession, v1::Transcript, v1::FloorDecision, v1::Receipt, v1::Experience, v1::TypingSignal,
+                v1::HistoryRequest, v1::HistoryReply, v1::Speak, v1::AskRequest, v1::AskReply, v1::MediaResolveRequest,
+                v1::MediaResolveReply, v1::MediaAttachmentRequest, v1::MediaRegisterRequest, v1::MediaRegisterReply,
+            );
+        }
+
+        /// Random bytes, and real messages with a few bytes changed (which reach deeper into the decoders).
+        fn payloads() -> impl Strategy<Value = Vec<u8>> {
+            let mutated = (any::<String>(), any::<u64>(), proptest::collection::vec((any::<usize>(), any::<u8>()), 1..6)).prop_map(
+                |(text, id, edits)| {
+                    let msg = v1::Ingress {
+                        delivery_id: id.to_string(),
+                        content: text.clone(),
+                        author_name: text,
+                        guild_id: Some(id),
+                        attachments: vec![v1::Attachment { id, filename: "a.png".into(), ..Default::default() }],
+                        ..Default::default()
+                    };
+                    let mut bytes = prost::Message::encode_to_vec(&msg);
+                    for (at, b) in edits {
+                        if !bytes.is_empty() {
+                            let n = bytes.len();
+                            bytes[at % n] = b;
+                        }
+                    }
+                    bytes
+                },
+            );
+            prop_oneof![proptest::collection::vec(any::<u8>(), 0..512), mutated]
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig { cases: cases(), failure_persistence: None, ..ProptestConfig::default() })]
+
+            #[test]
+            fn fuzz_every_clankie_v1_decoder_refuses_or_reads_arbitrary_bytes(bytes in payloads()) {
+                decode_typed(&bytes);
+                let pool = POOL.as_ref().unwrap();
+                for desc in pool.all_messages() {
+                    if let Ok(msg) = DynamicMessage::decode(desc, bytes.as_slice()) {
+                        // What decodes must also render for a tap.
+                        prop_assert!(serde_json::to_value(&msg).is_ok());
+                    }
+                }
+            }
+        }
+    }
 }

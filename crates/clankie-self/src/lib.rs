@@ -8,6 +8,7 @@
 //! ([`policy`]) is applied inside it, so no caller can forget it.
 
 mod assemble;
+pub mod blocks;
 pub mod experience;
 pub mod policy;
 

@@ -5,9 +5,13 @@
 //! [`attachment_root`] is the only derivation of the attachment path, so a
 //! writer and a reader can never disagree about where a picture lives.
 
+mod allow;
+
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
+
+pub use allow::{AllowList, AllowListError};
 
 /// One documented configuration variable.
 #[derive(Debug, Clone, Copy)]
@@ -181,6 +185,37 @@ pub const SETTINGS: &[Setting] = &[
         default: "86400",
         doc: "How long a thread's experiences stay in the shared self's digest (a day).",
     },
+    Setting {
+        name: "CLANKIE_EGRESS_ALLOW",
+        default: "empty: only public addresses",
+        doc: "Addresses tools may fetch although not public, comma-separated `ip`, `ip/prefix` or `ip:port`; for loopback stand-ins.",
+    },
+    Setting {
+        name: "CLANKIE_HISTORY_MAX_CHARS",
+        default: "8000",
+        doc: "Characters of content a cold lane's history block carries at most; the newest messages are kept.",
+    },
+    Setting {
+        name: "CLANKIE_ATTACHMENTS_PER_MESSAGE",
+        default: "4",
+        doc: "Pictures of one message the model is shown; the rest are counted, with a receipt.",
+    },
+    Setting { name: "CLANKIE_TOOL_CALLS_PER_STEP", default: "8", doc: "Tool calls one model step may make; the rest get a tool error." },
+    Setting {
+        name: "CLANKIE_TOOL_ARGS_MAX_BYTES",
+        default: "16384",
+        doc: "Largest arguments of one tool call; a larger call gets a tool error and does not run.",
+    },
+    Setting {
+        name: "CLANKIE_MODEL_STREAM_MAX_BYTES",
+        default: "1048576",
+        doc: "Largest streamed model answer; past it the call fails as `model_failed` instead of growing without bound.",
+    },
+    Setting {
+        name: "CLANKIE_FLOOD_ADMISSIONS_PER_MINUTE",
+        default: "20",
+        doc: "Deliveries one author may have admitted per minute across all lanes (each run needs one); the rest get `flood_guard`. 0 is off.",
+    },
 ];
 
 /// A variable that is set but unusable.
@@ -278,6 +313,20 @@ pub struct Settings {
     pub experience_ttl: Duration,
     /// The typing hold's bound.
     pub typing_hold: Duration,
+    /// Addresses tools may fetch although not public.
+    pub egress_allow: AllowList,
+    /// Characters of content in a cold lane's history block.
+    pub history_max_chars: usize,
+    /// Pictures of one message the model is shown.
+    pub attachments_per_message: usize,
+    /// Tool calls one model step may make.
+    pub tool_calls_per_step: usize,
+    /// Largest arguments of one tool call, in bytes.
+    pub tool_args_max_bytes: usize,
+    /// Largest streamed model answer, in bytes.
+    pub model_stream_max_bytes: usize,
+    /// Admissions one author may have per minute across lanes; 0 turns the flood guard off.
+    pub flood_admissions_per_minute: u32,
 }
 
 impl fmt::Debug for Settings {
@@ -326,6 +375,13 @@ impl fmt::Debug for Settings {
             .field("operator_grants", &self.operator_grants)
             .field("experience_ttl", &self.experience_ttl)
             .field("typing_hold", &self.typing_hold)
+            .field("egress_allow", &self.egress_allow)
+            .field("history_max_chars", &self.history_max_chars)
+            .field("attachments_per_message", &self.attachments_per_message)
+            .field("tool_calls_per_step", &self.tool_calls_per_step)
+            .field("tool_args_max_bytes", &self.tool_args_max_bytes)
+            .field("model_stream_max_bytes", &self.model_stream_max_bytes)
+            .field("flood_admissions_per_minute", &self.flood_admissions_per_minute)
             .finish()
     }
 }
@@ -340,17 +396,45 @@ pub fn attachment_root(settings: &Settings) -> PathBuf {
     }
 }
 
-/// Replaces the password in a URL's user-info with `***`.
+/// Hides what a URL can carry as a secret: its user-info in any scheme (`nats://TOKEN@host`
+/// becomes `nats://***@host`, `postgres://me:pw@host` becomes `postgres://me:***@host`) and the
+/// values of secret-looking query parameters (`?token=`, `password=`, `api_key=`, `sig=` …).
 pub fn redact_url(url: &str) -> String {
-    let Some((scheme, rest)) = url.split_once("://") else { return url.to_owned() };
-    let (authority, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
-    match authority.rsplit_once('@') {
+    let Some((scheme, rest)) = url.split_once("://") else { return redact_query(url) };
+    let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let (authority, tail) = rest.split_at(end);
+    let authority = match authority.rsplit_once('@') {
         Some((userinfo, host)) => match userinfo.split_once(':') {
-            Some((user, _)) => format!("{scheme}://{user}:***@{host}{path}"),
-            None => url.to_owned(),
+            Some((user, _)) if !user.is_empty() => format!("{user}:***@{host}"),
+            _ => format!("***@{host}"),
         },
-        None => url.to_owned(),
+        None => authority.to_owned(),
+    };
+    format!("{scheme}://{authority}{}", redact_query(tail))
+}
+
+/// Query parameter names that carry secrets, matched as parts of the lower-cased name.
+const SECRET_PARAMS: &[&str] = &["pass", "pwd", "token", "secret", "key", "auth", "sig", "credential", "session"];
+
+fn redact_query(tail: &str) -> String {
+    let Some((path, query)) = tail.split_once('?') else { return tail.to_owned() };
+    let (query, fragment) = match query.split_once('#') {
+        Some((q, f)) => (q, Some(f)),
+        None => (query, None),
+    };
+    let pairs: Vec<String> = query
+        .split('&')
+        .map(|pair| match pair.split_once('=') {
+            Some((name, _)) if SECRET_PARAMS.iter().any(|s| name.to_ascii_lowercase().contains(s)) => format!("{name}=***"),
+            _ => pair.to_owned(),
+        })
+        .collect();
+    let mut out = format!("{path}?{}", pairs.join("&"));
+    if let Some(f) = fragment {
+        out.push('#');
+        out.push_str(f);
     }
+    out
 }
 
 impl Settings {
@@ -458,6 +542,18 @@ impl Settings {
         let operator_grants = ids(var("CLANKIE_OPERATOR_GRANTS"), "CLANKIE_OPERATOR_GRANTS")?;
         let typing_hold = ms("CLANKIE_TYPING_HOLD_MS", 8_000, 0)?;
         let experience_ttl = Duration::from_secs(secs(var("CLANKIE_EXPERIENCE_TTL_SECS"), "CLANKIE_EXPERIENCE_TTL_SECS", 24 * 3600, 1)?);
+        let egress_allow = AllowList::parse(&var("CLANKIE_EGRESS_ALLOW").unwrap_or_default())
+            .map_err(|e| SettingsError::Invalid { var: "CLANKIE_EGRESS_ALLOW", reason: e.to_string() })?;
+        let history_max_chars = number(var("CLANKIE_HISTORY_MAX_CHARS"), "CLANKIE_HISTORY_MAX_CHARS", 8_000, 0, 1_000_000)? as usize;
+        let attachments_per_message =
+            number(var("CLANKIE_ATTACHMENTS_PER_MESSAGE"), "CLANKIE_ATTACHMENTS_PER_MESSAGE", 4, 0, 100)? as usize;
+        let tool_calls_per_step = number(var("CLANKIE_TOOL_CALLS_PER_STEP"), "CLANKIE_TOOL_CALLS_PER_STEP", 8, 1, 128)? as usize;
+        let tool_args_max_bytes =
+            number(var("CLANKIE_TOOL_ARGS_MAX_BYTES"), "CLANKIE_TOOL_ARGS_MAX_BYTES", 16 * 1024, 64, 16 * 1024 * 1024)? as usize;
+        let model_stream_max_bytes =
+            number(var("CLANKIE_MODEL_STREAM_MAX_BYTES"), "CLANKIE_MODEL_STREAM_MAX_BYTES", 1 << 20, 1024, 1 << 30)? as usize;
+        let flood_admissions_per_minute =
+            number(var("CLANKIE_FLOOD_ADMISSIONS_PER_MINUTE"), "CLANKIE_FLOOD_ADMISSIONS_PER_MINUTE", 20, 0, 1_000_000)? as u32;
         let discord_guilds = ids(var("CLANKIE_DISCORD_GUILDS"), "CLANKIE_DISCORD_GUILDS")?;
         let discord_token = var("CLANKIE_DISCORD_TOKEN").unwrap_or_else(|| "loopback-token".into());
         let discord_api = var("CLANKIE_DISCORD_API");
@@ -477,6 +573,13 @@ impl Settings {
             });
         }
         Ok(Settings {
+            egress_allow,
+            history_max_chars,
+            attachments_per_message,
+            tool_calls_per_step,
+            tool_args_max_bytes,
+            model_stream_max_bytes,
+            flood_admissions_per_minute,
             captain_one_shot,
             media_max_bytes,
             media_max_age,
@@ -646,6 +749,25 @@ mod tests {
         assert!(settings(&[("CLANKIE_INGRESS_DEDUP_WINDOW_SECS", "soon")]).is_err());
         let s = settings(&[("CLANKIE_INGRESS_DEDUP_WINDOW_SECS", "300")]).unwrap();
         assert_eq!(s.ingress_dedup_window, Duration::from_secs(300));
+    }
+
+    #[test]
+    fn redact_hides_userinfo_in_any_scheme_and_secret_query_parameters() {
+        let cases = [
+            ("nats://s3cr3tT0ken@nats.internal:4222", "nats://***@nats.internal:4222"),
+            ("nats://user:hunter2@10.0.0.1:4222", "nats://user:***@10.0.0.1:4222"),
+            ("postgres://clankie:pw@db:5432/clankie?sslmode=require", "postgres://clankie:***@db:5432/clankie?sslmode=require"),
+            ("https://api.example.com/v1?api_key=abc123&model=x", "https://api.example.com/v1?api_key=***&model=x"),
+            ("https://h/p?password=x&Token=y&sig=z&page=2#top", "https://h/p?password=***&Token=***&sig=***&page=2#top"),
+            ("redis://:onlypass@cache:6379/0", "redis://***@cache:6379/0"),
+            ("https://plain.example.com/path", "https://plain.example.com/path"),
+        ];
+        for (url, want) in cases {
+            assert_eq!(redact_url(url), want, "{url}");
+        }
+        for secret in ["s3cr3tT0ken", "hunter2", "abc123", "onlypass"] {
+            assert!(cases.iter().all(|(u, _)| !redact_url(u).contains(secret)));
+        }
     }
 
     #[test]

@@ -181,15 +181,32 @@ impl Store {
         Ok((row.try_get("turns")?, row.try_get("tokens")?))
     }
 
-    /// Remembers that a delivery was admitted, and why; the first decision stands.
-    pub async fn record_admission(&self, delivery_id: &str, lane: &LaneKey, reason: &str) -> Result<(), StoreError> {
-        sqlx::query("INSERT INTO admissions (delivery_id, lane, reason) VALUES ($1, $2, $3) ON CONFLICT (delivery_id) DO NOTHING")
-            .bind(delivery_id)
-            .bind(lane.to_string())
-            .bind(reason)
-            .execute(&self.pool)
-            .await?;
-        Ok(())
+    /// Admits a delivery unless its author already has `per_minute` admissions in the last
+    /// minute across all lanes (0 means no limit). Returns whether this call admitted it;
+    /// `false` with [`Store::admission`] still `None` means the flood guard held it back.
+    /// Replicas racing for one author may overshoot by one admission each.
+    pub async fn admit_within_flood(
+        &self,
+        delivery_id: &str,
+        lane: &LaneKey,
+        reason: &str,
+        author_id: u64,
+        per_minute: u32,
+    ) -> Result<bool, StoreError> {
+        let row = sqlx::query(
+            "INSERT INTO admissions (delivery_id, lane, reason, author_id) \
+             SELECT $1, $2, $3, $4 WHERE $5 = 0 OR (SELECT count(*) FROM admissions \
+                 WHERE author_id = $4 AND admitted_at > now() - interval '60 seconds') < $5 \
+             ON CONFLICT (delivery_id) DO NOTHING RETURNING 1 AS admitted",
+        )
+        .bind(delivery_id)
+        .bind(lane.to_string())
+        .bind(reason)
+        .bind(author_id as i64)
+        .bind(i64::from(per_minute))
+        .fetch_optional(&self.pool)
+        .await?;
+        Ok(row.is_some())
     }
 
     /// Why a delivery was admitted, if it ever was.

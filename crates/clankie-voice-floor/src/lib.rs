@@ -19,7 +19,7 @@ use clankie_agent::provider::{ChatMessage, ModelRequest, ToolSpec};
 use clankie_agent::{Model, RetryPolicy, silence};
 use clankie_bus::{Bus, BusError, ConsumerSpec, MsgId, now_ms};
 use clankie_proto::{Family, LaneKey, ReceiptKind, Subject, v1};
-use clankie_self::{SelfSource, Surface, experience};
+use clankie_self::{SelfSource, Surface, blocks, experience};
 use clankie_settings::Settings;
 use serde_json::json;
 
@@ -66,7 +66,10 @@ impl VoiceConfig {
 pub struct RingLine {
     pub delivery_id: String,
     pub source: v1::RoomInputSource,
+    pub author_id: u64,
     pub author_name: String,
+    /// His own line, marked by the system (a name can never make a line his).
+    pub is_him: bool,
     pub text: String,
     pub at_ms: i64,
 }
@@ -234,7 +237,9 @@ impl VoiceFloor {
             RingLine {
                 delivery_id: input.delivery_id.clone(),
                 source,
+                author_id: input.author_id,
                 author_name: input.author_name.clone(),
+                is_him: false,
                 text: input.text.clone(),
                 at_ms: input.received_at_ms,
             },
@@ -292,20 +297,16 @@ impl VoiceFloor {
     }
 
     fn room_block(&self, key: (u64, u64)) -> String {
-        let mut block = String::from("<room>\n");
-        for line in self.ring(key.0, key.1) {
-            let how = match line.source {
-                v1::RoomInputSource::Text => "typed",
-                _ => "said",
-            };
-            block.push_str(&format!(
-                "{} ({how}): {}\n",
-                line.author_name.replace(['<', '>'], ""),
-                line.text.replace('<', "‹").replace('>', "›")
-            ));
-        }
-        block.push_str("</room>");
-        block
+        let ring = self.ring(key.0, key.1);
+        let lines: Vec<blocks::Line<'_>> = ring
+            .iter()
+            .map(|line| blocks::Line {
+                said: blocks::Said { author_name: &line.author_name, author_id: line.author_id, delivery_id: "", text: &line.text },
+                is_him: line.is_him,
+                how: if line.source == v1::RoomInputSource::Text { "typed" } else { "said" },
+            })
+            .collect();
+        blocks::room(&lines)
     }
 
     async fn respond(&self, input: &v1::RoomInput, verdict: v1::FloorVerdict) -> Option<String> {
@@ -363,7 +364,9 @@ impl VoiceFloor {
             RingLine {
                 delivery_id: input.delivery_id.clone(),
                 source: v1::RoomInputSource::Speech,
+                author_id: 0,
                 author_name: self.config.bot_name.clone(),
+                is_him: true,
                 text: words.clone(),
                 at_ms: now_ms(),
             },
@@ -391,6 +394,7 @@ impl VoiceFloor {
             channel_id: input.channel_id,
             author_name: input.author_name.clone(),
             request: request_text,
+            author_id: input.author_id,
         };
         let subject = Subject::RpcAsk { guild: input.guild_id, channel: input.channel_id };
         let reply = self.bus.request::<_, v1::AskReply>(&subject, &request, self.config.ask_timeout).await;

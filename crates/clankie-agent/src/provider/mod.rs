@@ -150,20 +150,72 @@ pub struct AssistantTurn {
     pub usage: Usage,
 }
 
-/// Builds an [`AssistantTurn`] from stream items.
+/// What one model answer may make the client hold: a hostile or broken stream cannot
+/// make it allocate without limit, and a step cannot fan out into unbounded tool work.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StreamBounds {
+    /// Tool calls one step may run; the rest are answered with a tool error.
+    pub tool_calls_per_step: usize,
+    /// Largest arguments of one tool call; a larger call is answered with a tool error.
+    pub tool_args_max_bytes: usize,
+    /// Largest answer (text, tool names and arguments) one call may stream.
+    pub stream_max_bytes: usize,
+}
+
+impl Default for StreamBounds {
+    fn default() -> Self {
+        StreamBounds { tool_calls_per_step: 8, tool_args_max_bytes: 16 * 1024, stream_max_bytes: 1 << 20 }
+    }
+}
+
+impl StreamBounds {
+    /// A tool-call index at or past this is not a real call: the stream is refused.
+    pub fn max_tool_call_index(&self) -> usize {
+        self.tool_calls_per_step.saturating_mul(4).max(16)
+    }
+}
+
+/// Builds an [`AssistantTurn`] from stream items, within [`StreamBounds`].
 #[derive(Debug, Default)]
 pub(crate) struct Accumulator {
+    bounds: StreamBounds,
     turn: AssistantTurn,
     calls: Vec<ToolCall>,
+    bytes: usize,
     finished: bool,
     done: bool,
 }
 
 impl Accumulator {
-    pub(crate) fn push(&mut self, item: StreamItem) {
+    pub(crate) fn new(bounds: StreamBounds) -> Accumulator {
+        Accumulator { bounds, ..Accumulator::default() }
+    }
+
+    /// Takes one item; an item past a bound refuses the whole stream.
+    pub(crate) fn push(&mut self, item: StreamItem) -> Result<(), ModelError> {
+        let size = match &item {
+            StreamItem::Text(t) => t.len(),
+            StreamItem::ToolCallDelta { id, name, arguments, .. } => {
+                id.as_ref().map_or(0, String::len) + name.as_ref().map_or(0, String::len) + arguments.len()
+            }
+            _ => 0,
+        };
+        self.bytes = self.bytes.saturating_add(size);
+        if self.bytes > self.bounds.stream_max_bytes {
+            return Err(ModelError::Terminal {
+                code: "stream_too_large",
+                message: format!("the answer passed {} bytes", self.bounds.stream_max_bytes),
+            });
+        }
         match item {
             StreamItem::Text(t) => self.turn.text.push_str(&t),
             StreamItem::ToolCallDelta { index, id, name, arguments } => {
+                if index >= self.bounds.max_tool_call_index() {
+                    return Err(ModelError::Terminal {
+                        code: "tool_call_index_out_of_bounds",
+                        message: format!("tool call index {index} is past {}", self.bounds.max_tool_call_index()),
+                    });
+                }
                 while self.calls.len() <= index {
                     self.calls.push(ToolCall { id: String::new(), name: String::new(), arguments: String::new() });
                 }
@@ -183,6 +235,7 @@ impl Accumulator {
             StreamItem::Usage(u) => self.turn.usage = u,
             StreamItem::Done => self.done = true,
         }
+        Ok(())
     }
 
     /// The finished turn, or a dropped-stream error when the provider never finished it.
@@ -235,11 +288,11 @@ mod tests {
     #[test]
     fn tool_calls_are_assembled_from_deltas() {
         let mut acc = Accumulator::default();
-        acc.push(StreamItem::ToolCallDelta { index: 0, id: Some("c0".into()), name: Some("read_page".into()), arguments: String::new() });
-        acc.push(StreamItem::ToolCallDelta { index: 0, id: None, name: None, arguments: "{\"url\":".into() });
-        acc.push(StreamItem::ToolCallDelta { index: 1, id: None, name: Some("send_text_update".into()), arguments: "{}".into() });
-        acc.push(StreamItem::ToolCallDelta { index: 0, id: None, name: None, arguments: "\"x\"}".into() });
-        acc.push(StreamItem::Finish("tool_calls".into()));
+        acc.push(StreamItem::ToolCallDelta { index: 0, id: Some("c0".into()), name: Some("read_page".into()), arguments: String::new() }).unwrap();
+        acc.push(StreamItem::ToolCallDelta { index: 0, id: None, name: None, arguments: "{\"url\":".into() }).unwrap();
+        acc.push(StreamItem::ToolCallDelta { index: 1, id: None, name: Some("send_text_update".into()), arguments: "{}".into() }).unwrap();
+        acc.push(StreamItem::ToolCallDelta { index: 0, id: None, name: None, arguments: "\"x\"}".into() }).unwrap();
+        acc.push(StreamItem::Finish("tool_calls".into())).unwrap();
         let turn = acc.finish().unwrap();
         assert_eq!(turn.tool_calls.len(), 2);
         assert_eq!(turn.tool_calls[0].arguments, "{\"url\":\"x\"}");
@@ -247,9 +300,20 @@ mod tests {
     }
 
     #[test]
+    fn a_huge_tool_call_index_or_an_endless_stream_is_refused_before_it_allocates() {
+        let mut acc = Accumulator::default();
+        let huge = StreamItem::ToolCallDelta { index: usize::MAX / 2, id: None, name: None, arguments: String::new() };
+        assert!(matches!(acc.push(huge), Err(ModelError::Terminal { code: "tool_call_index_out_of_bounds", .. })));
+        assert!(acc.calls.is_empty());
+        let mut acc = Accumulator::new(StreamBounds { stream_max_bytes: 10, ..StreamBounds::default() });
+        acc.push(StreamItem::Text("0123456789".into())).unwrap();
+        assert!(matches!(acc.push(StreamItem::Text("x".into())), Err(ModelError::Terminal { code: "stream_too_large", .. })));
+    }
+
+    #[test]
     fn a_stream_that_never_finishes_is_a_dropped_stream() {
         let mut acc = Accumulator::default();
-        acc.push(StreamItem::Text("half an ans".into()));
+        acc.push(StreamItem::Text("half an ans".into())).unwrap();
         assert!(matches!(acc.finish(), Err(ModelError::Transient { code: "stream_dropped", .. })));
     }
 }

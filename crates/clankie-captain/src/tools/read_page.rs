@@ -6,34 +6,36 @@ use futures::StreamExt;
 use futures::future::BoxFuture;
 use serde_json::json;
 
-use crate::prompt::defang;
+use clankie_egress::{EgressGuard, FetchOptions};
+use clankie_self::blocks::{escape_attr, escape_text};
 
-/// `read_page`: fetches a web page's text, bounded in size and time.
+/// `read_page`: fetches a web page's text through the egress guard, bounded in size and time.
 pub struct ReadPage {
-    http: reqwest::Client,
+    egress: EgressGuard,
+    timeout: Duration,
     max_bytes: usize,
     max_chars: usize,
 }
 
 impl ReadPage {
-    /// A reader that stops after `timeout` and reads at most `max_bytes`.
-    pub fn new(timeout: Duration, max_bytes: usize) -> ReadPage {
-        clankie_agent::provider::install_tls_provider();
-        let http = reqwest::Client::builder()
-            .timeout(timeout)
-            .connect_timeout(timeout)
-            .redirect(reqwest::redirect::Policy::limited(3))
-            .build()
-            .unwrap_or_default();
-        ReadPage { http, max_bytes, max_chars: 8_000 }
+    /// A reader that gives each hop `timeout`, the whole read twice that, and reads at most `max_bytes`.
+    pub fn new(egress: EgressGuard, timeout: Duration, max_bytes: usize) -> ReadPage {
+        ReadPage { egress, timeout, max_bytes, max_chars: 8_000 }
     }
 
     async fn read(&self, arguments: serde_json::Value, ctx: ToolContext) -> Result<String, ToolError> {
         let url = arguments["url"].as_str().ok_or_else(|| ToolError::Invalid("`url` is required".into()))?;
-        if !(url.starts_with("http://") || url.starts_with("https://")) {
-            return Err(ToolError::Invalid("only http and https pages can be read".into()));
-        }
-        let response = self.http.get(url).send().await.map_err(|_| ToolError::Failed("the page could not be reached".into()))?;
+        tokio::time::timeout(self.timeout * 2, self.fetch(url, ctx))
+            .await
+            .unwrap_or_else(|_| Err(ToolError::Failed("the page took too long".into())))
+    }
+
+    async fn fetch(&self, url: &str, ctx: ToolContext) -> Result<String, ToolError> {
+        let options = FetchOptions { timeout: self.timeout, ..FetchOptions::default() };
+        let response = self.egress.get(url, options).await.map_err(|e| match e {
+            clankie_egress::EgressError::Refused(why) => ToolError::Invalid(format!("that page is not fetched: {why}")),
+            clankie_egress::EgressError::Unreachable(_) => ToolError::Failed("the page could not be reached".into()),
+        })?;
         if !response.status().is_success() {
             return Err(ToolError::Failed(format!("the page answered HTTP {}", response.status().as_u16())));
         }
@@ -49,7 +51,7 @@ impl ReadPage {
             }
         }
         let text: String = strip_tags(&String::from_utf8_lossy(&body)).chars().take(self.max_chars).collect();
-        Ok(format!("<untrusted_page url=\"{}\">\n{}\n</untrusted_page>", defang(url), defang(&text)))
+        Ok(format!("<untrusted_page url=\"{}\">\n{}\n</untrusted_page>", escape_attr(url), escape_text(&text)))
     }
 }
 

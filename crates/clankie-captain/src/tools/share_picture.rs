@@ -3,6 +3,7 @@ use std::time::Duration;
 use clankie_agent::provider::ToolSpec;
 use clankie_agent::{Tool, ToolContext, ToolError};
 use clankie_bus::Bus;
+use clankie_egress::{EgressError, EgressGuard, FetchOptions};
 use clankie_proto::{Subject, v1};
 use futures::StreamExt;
 use futures::future::BoxFuture;
@@ -15,25 +16,34 @@ use super::Room;
 pub struct SharePicture {
     bus: Bus,
     room: Room,
-    http: reqwest::Client,
+    egress: EgressGuard,
+    timeout: Duration,
     max_bytes: usize,
 }
 
 impl SharePicture {
-    /// The tool for one run's room.
-    pub fn new(bus: Bus, room: Room, timeout: Duration, max_bytes: usize) -> SharePicture {
-        clankie_agent::provider::install_tls_provider();
-        let http = reqwest::Client::builder().timeout(timeout).build().unwrap_or_default();
-        SharePicture { bus, room, http, max_bytes }
+    /// The tool for one run's room; it fetches through `egress` and takes pictures up to `max_bytes`.
+    pub fn new(bus: Bus, room: Room, egress: EgressGuard, timeout: Duration, max_bytes: usize) -> SharePicture {
+        SharePicture { bus, room, egress, timeout, max_bytes }
     }
 
     async fn share(&self, arguments: serde_json::Value, ctx: ToolContext) -> Result<String, ToolError> {
         let url = arguments["url"].as_str().ok_or_else(|| ToolError::Invalid("`url` is required".into()))?;
-        if !(url.starts_with("http://") || url.starts_with("https://")) {
-            return Err(ToolError::Invalid("only http and https pictures can be shared".into()));
+        let options = FetchOptions { timeout: self.timeout, ..FetchOptions::default() };
+        let response = self.egress.get(url, options).await.map_err(|e| match e {
+            EgressError::Refused(why) => ToolError::Invalid(format!("that picture is not fetched: {why}")),
+            EgressError::Unreachable(_) => ToolError::Failed("the picture could not be reached".into()),
+        })?;
+        if !response.status().is_success() {
+            return Err(ToolError::Failed(format!("the picture answered HTTP {}", response.status().as_u16())));
         }
-        let response = self.http.get(url).send().await.map_err(|_| ToolError::Failed("the picture could not be reached".into()))?;
-        let content_type = response.headers().get("content-type").and_then(|v| v.to_str().ok()).unwrap_or("image/png").to_owned();
+        let content_type = response.headers().get("content-type").and_then(|v| v.to_str().ok()).unwrap_or_default().to_owned();
+        if !content_type.starts_with("image/") {
+            return Err(ToolError::Invalid("that URL is not a picture (its content type is not image/*)".into()));
+        }
+        if response.content_length().is_some_and(|n| n > self.max_bytes as u64) {
+            return Err(ToolError::Failed("the picture is too large to share".into()));
+        }
         let filename = url.rsplit('/').next().filter(|n| !n.is_empty()).unwrap_or("picture").to_owned();
         let mut data = Vec::new();
         let mut stream = response.bytes_stream();

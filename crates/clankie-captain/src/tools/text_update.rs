@@ -11,8 +11,8 @@ use super::Room;
 
 /// The longest progress note.
 pub const MAX_TEXT_UPDATE_CHARS: usize = 600;
-/// Notes one turn may post; a turn that posts more reads as talking too much.
-const MAX_PER_TURN: u32 = 3;
+/// Notes one turn may post: one short message, as the seed gives it.
+const MAX_PER_TURN: u32 = 1;
 
 /// `send_text_update`: one short note to the admitted room mid-turn, threaded
 /// onto the message being answered. It does not end the turn or spend the reply.
@@ -50,7 +50,7 @@ impl SendTextUpdate {
         }
         let n = self.posted.fetch_add(1, Ordering::SeqCst) + 1;
         if n > MAX_PER_TURN {
-            return Err(ToolError::Invalid(format!("this turn already posted {MAX_PER_TURN} updates. Nothing was posted.")));
+            return Err(ToolError::Invalid("this turn already posted its one update. Nothing was posted; your reply is still to come.".into()));
         }
         let lane = self.room.lane;
         let key = format!("update:{}:{n}", self.room.turn_id);

@@ -113,7 +113,7 @@ impl Rig {
         let config = AgentConfig {
             stall: StallPolicy { silence: settings.stall_silence, tick: settings.stall_tick },
             retry: RetryPolicy { max_retries: 1, base_delay: Duration::from_millis(10), max_delay: Duration::from_millis(50) },
-            ..AgentConfig::default()
+            ..clankie_agent::config_from_settings(&settings)
         };
         let mut cconfig = CaptainConfig::from_settings(&settings);
         cconfig.history_timeout = Duration::from_millis(500);
