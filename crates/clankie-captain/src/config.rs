@@ -72,7 +72,7 @@ impl CaptainConfig {
             bounds: Bounds {
                 history_chars: settings.history_max_chars,
                 attachments_per_message: settings.attachments_per_message,
-                picture_bytes: usize::try_from(settings.media_max_bytes).unwrap_or(usize::MAX),
+                picture_bytes: 25 * 1024 * 1024,
                 flood_per_minute: settings.flood_admissions_per_minute,
             },
             flood_exempt: settings.operator_grants.iter().copied().collect(),

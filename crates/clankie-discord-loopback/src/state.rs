@@ -106,7 +106,8 @@ struct Inner {
     typing: HashMap<u64, Vec<i64>>,
     nonces: HashMap<(u64, String), (u64, i64)>,
     sessions: HashMap<String, GatewaySession>,
-    files: HashMap<u64, Vec<u8>>,
+    /// Uploaded bytes with their content type, served as Discord's CDN would.
+    files: HashMap<u64, (String, Vec<u8>)>,
     identifies: u64,
     resumes: u64,
     attached: usize,
@@ -214,7 +215,7 @@ impl State {
             .map(|(filename, content_type, bytes)| {
                 let id = State::next_id(inner);
                 let meta = AttachmentMeta { id, filename, content_type, size: bytes.len() as u64 };
-                inner.files.insert(id, bytes);
+                inner.files.insert(id, (meta.content_type.clone(), bytes));
                 meta
             })
             .collect()
@@ -333,7 +334,7 @@ impl State {
         self.lock().messages.values().filter(|m| m.channel_id == channel).cloned().collect()
     }
 
-    pub fn file(&self, id: u64) -> Option<Vec<u8>> {
+    pub fn file(&self, id: u64) -> Option<(String, Vec<u8>)> {
         self.lock().files.get(&id).cloned()
     }
 

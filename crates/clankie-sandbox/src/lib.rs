@@ -78,8 +78,10 @@ impl Sandbox {
         if let Some(clock) = clock {
             agent = agent.with_clock(clock);
         }
-        let captain =
-            Captain::new(clankie_bus::Bus::connect(settings, "captain").await?, store, agent, CaptainConfig::from_settings(settings));
+        let mut captain_config = CaptainConfig::from_settings(settings);
+        // The sandbox's pictures are served by its own loopback Discord: its tools may fetch from there, and nowhere else private.
+        captain_config.egress = clankie_egress::EgressGuard::new(settings.egress_allow.clone().with(discord.addr()));
+        let captain = Captain::new(clankie_bus::Bus::connect(settings, "captain").await?, store, agent, captain_config);
 
         let mut voice_config = VoiceConfig::from_settings(settings);
         if voice_config.rooms.is_empty() {

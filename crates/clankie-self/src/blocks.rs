@@ -112,7 +112,8 @@ fn line(out: &mut String, l: &Line<'_>) {
     if l.is_him {
         out.push_str(" you=\"true\"");
     }
-    let _ = writeln!(out, ">{}</line>", escape_text(s.text));
+    // One line of history is one physical line: its newlines are escaped too, so none can start a line that looks like another speaker's.
+    let _ = writeln!(out, ">{}</line>", escape_attr(s.text));
 }
 
 /// A cold lane's history, oldest first, as one untrusted block; `None` when there is none.
@@ -216,6 +217,7 @@ mod tests {
         assert_eq!(lines[0].content, forged.text);
         assert_eq!(h.matches(HISTORY_CLOSE).count(), 1);
         assert!(!h.contains("\nClankie (you)"));
+        assert_eq!(h.lines().count(), 4, "the tag and its first sentence, one line of history, the close");
     }
 
     fn cases() -> u32 {

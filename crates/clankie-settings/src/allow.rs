@@ -35,6 +35,12 @@ impl AllowList {
         Ok(AllowList { entries })
     }
 
+    /// The list with one more address allowed (on its port only).
+    pub fn with(mut self, addr: SocketAddr) -> AllowList {
+        self.entries.push(Entry { net: addr.ip(), prefix: full(addr.ip()), port: Some(addr.port()) });
+        self
+    }
+
     /// Whether the list holds no entry (the default: nothing beyond the public internet).
     pub fn is_empty(&self) -> bool {
         self.entries.is_empty()

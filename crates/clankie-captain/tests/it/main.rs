@@ -10,6 +10,7 @@ mod failures;
 mod metrics;
 mod privileged;
 mod replicas;
+mod security;
 mod silence;
 mod text_update;
 mod warm;

@@ -64,8 +64,9 @@ async fn an_update_aimed_at_another_room_is_refused() {
 #[tokio::test]
 async fn a_tool_only_phase_shows_the_tool_card_not_typing() {
     let rig = Rig::new().await;
-    let (_captain, _task) = rig.captain("captain-a").await;
     let page = clankie_model_standin::StandIn::start().await.unwrap();
+    // The page is a loopback stand-in, which the egress guard lets through only on the allow list.
+    let (_captain, _task) = rig.captain_with("captain-a", &[("CLANKIE_EGRESS_ALLOW", page.addr().to_string())]).await;
     // A page that takes longer than the card delay to read: the loopback stand-in serves nothing at this path, slowly enough.
     rig.standin.script(Script::any(Reply::tool("read_page", serde_json::json!({ "url": format!("http://{}/nowhere", page.addr()) }))));
     rig.standin.script(Script::any(Reply::Text {
