@@ -36,7 +36,12 @@ async fn a_failed_picture_write_costs_only_the_picture_and_two_prods_get_one_tur
     assert_eq!(posts[0].content, "Bracket: lobby 4 opens at 20:00.", "the words survived the failed picture");
     assert!(posts[0].attachments.is_empty());
     assert_eq!(rig.outcome(GENERAL, asked).as_deref(), Some("replied"));
-    assert_eq!(rig.standin.requests()[1].count("could not be saved"), 1, "the model was told the picture was lost: {}", rig.standin.requests()[1].all_text());
+    assert_eq!(
+        rig.standin.requests()[1].count("could not be saved"),
+        1,
+        "the model was told the picture was lost: {}",
+        rig.standin.requests()[1].all_text()
+    );
 
     // Two prods, close together, while he is answering the first.
     rig.standin.script(Script::any(Reply::Text {

@@ -423,7 +423,11 @@ async fn run_tools(turn: &AssistantTurn, session: &mut Session, ctx: &RunCtx) ->
             return (call, Err(ToolError::Invalid(why)));
         }
         if call.arguments.len() > bounds.tool_args_max_bytes {
-            let why = format!("arguments of {} bytes are over the {}-byte bound; it did not run", call.arguments.len(), bounds.tool_args_max_bytes);
+            let why = format!(
+                "arguments of {} bytes are over the {}-byte bound; it did not run",
+                call.arguments.len(),
+                bounds.tool_args_max_bytes
+            );
             return (call, Err(ToolError::Invalid(why)));
         }
         ctx.sink.emit(AgentEvent::ToolStart { call_id: call.id.clone(), name: call.name.clone() });

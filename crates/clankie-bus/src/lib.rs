@@ -92,6 +92,26 @@ pub fn now_ms() -> i64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0)
 }
 
+/// What a NATS URL's user-info carries.
+#[derive(Debug, PartialEq, Eq)]
+enum Credentials {
+    Token(String),
+    UserPassword(String, String),
+}
+
+/// Splits `nats://[token@|user:password@]host:port` into the bare address and its credentials.
+fn split_credentials(url: &str) -> (String, Option<Credentials>) {
+    let Some((scheme, rest)) = url.split_once("://") else { return (url.to_owned(), None) };
+    let end = rest.find('/').unwrap_or(rest.len());
+    let Some((userinfo, host)) = rest[..end].rsplit_once('@') else { return (url.to_owned(), None) };
+    let bare = format!("{scheme}://{host}{}", &rest[end..]);
+    let credentials = match userinfo.split_once(':') {
+        Some((user, password)) => Credentials::UserPassword(user.to_owned(), password.to_owned()),
+        None => Credentials::Token(userinfo.to_owned()),
+    };
+    (bare, Some(credentials))
+}
+
 impl Bus {
     /// Connects to the configured NATS, retrying with exponential backoff until
     /// `bus_connect_timeout` has passed. Each failed attempt is logged.
@@ -99,12 +119,20 @@ impl Bus {
         let started = tokio::time::Instant::now();
         let deadline = started + settings.bus_connect_timeout;
         let url = redact_url(&settings.nats_url);
+        let (address, credentials) = split_credentials(&settings.nats_url);
         let mut delay = Duration::from_millis(100);
         let mut attempts = 0;
         loop {
             attempts += 1;
-            let options = async_nats::ConnectOptions::new().name(format!("clankie-{service}")).connection_timeout(Duration::from_secs(5));
-            match options.connect(settings.nats_url.as_str()).await {
+            let mut options =
+                async_nats::ConnectOptions::new().name(format!("clankie-{service}")).connection_timeout(Duration::from_secs(5));
+            // Credentials go to the client as options, never inside the URL, which async-nats logs as it connects.
+            options = match &credentials {
+                Some(Credentials::Token(token)) => options.token(token.clone()),
+                Some(Credentials::UserPassword(user, password)) => options.user_and_password(user.clone(), password.clone()),
+                None => options,
+            };
+            match options.connect(address.as_str()).await {
                 Ok(client) => {
                     tracing::info!(%url, attempts, "connected to NATS");
                     return Ok(Bus {
@@ -270,5 +298,20 @@ impl Bus {
     /// Opens (creating if needed) a typed durable pull consumer.
     pub async fn consumer<E: Event>(&self, spec: ConsumerSpec) -> Result<Consumer<E>, BusError> {
         Consumer::open(self.clone(), spec).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nats_credentials_leave_the_url_before_it_is_connected_to() {
+        assert_eq!(split_credentials("nats://tok@h:4222"), ("nats://h:4222".into(), Some(Credentials::Token("tok".into()))));
+        assert_eq!(
+            split_credentials("nats://u:p@h:4222"),
+            ("nats://h:4222".into(), Some(Credentials::UserPassword("u".into(), "p".into())))
+        );
+        assert_eq!(split_credentials("nats://h:4222"), ("nats://h:4222".into(), None));
     }
 }

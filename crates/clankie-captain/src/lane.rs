@@ -180,9 +180,9 @@ impl Captain {
         let privileged = granted(author);
         // A privileged turn carries only the grantee's own deliveries, and an ordinary one none of a
         // grantee's: whoever else spoke waits for a turn of their own kind, so no grant is borrowed.
-        let (same, other): (Vec<Held>, Vec<Held>) = std::mem::take(&mut absorbed).into_iter().partition(|h| {
-            if privileged { h.ingress.author_id == author } else { !granted(h.ingress.author_id) }
-        });
+        let (same, other): (Vec<Held>, Vec<Held>) = std::mem::take(&mut absorbed)
+            .into_iter()
+            .partition(|h| if privileged { h.ingress.author_id == author } else { !granted(h.ingress.author_id) });
         absorbed = same;
         pending.extend(other);
         // A privileged turn runs one-shot so its grant dies with it; the baseline mode runs every turn so.
@@ -230,7 +230,13 @@ impl Captain {
         let mut tools: Vec<Arc<dyn Tool>> = vec![
             Arc::new(SendTextUpdate::new(inner.bus.clone(), room.clone())),
             Arc::new(ReadPage::new(config.egress.clone(), config.page_timeout, config.page_max_bytes)),
-            Arc::new(SharePicture::new(inner.bus.clone(), room.clone(), config.egress.clone(), config.page_timeout, config.bounds.picture_bytes)),
+            Arc::new(SharePicture::new(
+                inner.bus.clone(),
+                room.clone(),
+                config.egress.clone(),
+                config.page_timeout,
+                config.bounds.picture_bytes,
+            )),
         ];
         tools.push(Arc::new(ProposeMemory { source: inner.selfhood.clone(), thread: lane }));
         if privileged {

@@ -14,12 +14,8 @@ const HISTORY_LINE_CHARS: usize = 1_000;
 
 /// One delivery as the model sees it. `pictures` is how many of its attachments the model is shown.
 pub fn message(ingress: &v1::Ingress, pictures: usize) -> String {
-    let said = Said {
-        author_name: &ingress.author_name,
-        author_id: ingress.author_id,
-        delivery_id: &ingress.delivery_id,
-        text: &ingress.content,
-    };
+    let said =
+        Said { author_name: &ingress.author_name, author_id: ingress.author_id, delivery_id: &ingress.delivery_id, text: &ingress.content };
     let attached = ingress.attachments.len().to_string();
     let shown = pictures.to_string();
     let mut extra = Vec::new();
@@ -55,11 +51,7 @@ pub fn history(messages: &[v1::HistoryMessage], max_chars: usize) -> (Option<Str
         .zip(&ids)
         .map(|((i, text), id)| {
             let m = &messages[*i];
-            Line {
-                said: Said { author_name: &m.author_name, author_id: m.author_id, delivery_id: id, text },
-                is_him: m.is_him,
-                how: "",
-            }
+            Line { said: Said { author_name: &m.author_name, author_id: m.author_id, delivery_id: id, text }, is_him: m.is_him, how: "" }
         })
         .collect();
     (blocks::history(&lines, left_out), left_out)

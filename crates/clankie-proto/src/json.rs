@@ -76,10 +76,28 @@ mod tests {
                 ($($t:ty),* $(,)?) => { $( let _ = <$t as prost::Message>::decode(bytes); )* };
             }
             each!(
-                v1::Ingress, v1::RoomInput, v1::Steer, v1::DeliveryOutcome, v1::TypingAction, v1::OutboundMessage,
-                v1::VoiceSession, v1::Transcript, v1::FloorDecision, v1::Receipt, v1::Experience, v1::TypingSignal,
-                v1::HistoryRequest, v1::HistoryReply, v1::Speak, v1::AskRequest, v1::AskReply, v1::MediaResolveRequest,
-                v1::MediaResolveReply, v1::MediaAttachmentRequest, v1::MediaRegisterRequest, v1::MediaRegisterReply,
+                v1::Ingress,
+                v1::RoomInput,
+                v1::Steer,
+                v1::DeliveryOutcome,
+                v1::TypingAction,
+                v1::OutboundMessage,
+                v1::VoiceSession,
+                v1::Transcript,
+                v1::FloorDecision,
+                v1::Receipt,
+                v1::Experience,
+                v1::TypingSignal,
+                v1::HistoryRequest,
+                v1::HistoryReply,
+                v1::Speak,
+                v1::AskRequest,
+                v1::AskReply,
+                v1::MediaResolveRequest,
+                v1::MediaResolveReply,
+                v1::MediaAttachmentRequest,
+                v1::MediaRegisterRequest,
+                v1::MediaRegisterReply,
             );
         }
 

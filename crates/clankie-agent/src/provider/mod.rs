@@ -288,7 +288,8 @@ mod tests {
     #[test]
     fn tool_calls_are_assembled_from_deltas() {
         let mut acc = Accumulator::default();
-        acc.push(StreamItem::ToolCallDelta { index: 0, id: Some("c0".into()), name: Some("read_page".into()), arguments: String::new() }).unwrap();
+        acc.push(StreamItem::ToolCallDelta { index: 0, id: Some("c0".into()), name: Some("read_page".into()), arguments: String::new() })
+            .unwrap();
         acc.push(StreamItem::ToolCallDelta { index: 0, id: None, name: None, arguments: "{\"url\":".into() }).unwrap();
         acc.push(StreamItem::ToolCallDelta { index: 1, id: None, name: Some("send_text_update".into()), arguments: "{}".into() }).unwrap();
         acc.push(StreamItem::ToolCallDelta { index: 0, id: None, name: None, arguments: "\"x\"}".into() }).unwrap();

@@ -50,7 +50,9 @@ impl SendTextUpdate {
         }
         let n = self.posted.fetch_add(1, Ordering::SeqCst) + 1;
         if n > MAX_PER_TURN {
-            return Err(ToolError::Invalid("this turn already posted its one update. Nothing was posted; your reply is still to come.".into()));
+            return Err(ToolError::Invalid(
+                "this turn already posted its one update. Nothing was posted; your reply is still to come.".into(),
+            ));
         }
         let lane = self.room.lane;
         let key = format!("update:{}:{n}", self.room.turn_id);

@@ -205,9 +205,7 @@ async fn egress_guard_a_name_that_rebinds_to_loopback_on_its_second_lookup_never
 async fn egress_guard_lets_an_allowed_public_looking_name_through_and_follows_its_redirects() {
     let page = Server::start("127.0.0.3", 0, ok("lobby opens at 20:00")).await.unwrap();
     let short = Server::start("127.0.0.4", 0, redirect(&format!("http://news.example.com:{}/story", page.addr.port()))).await.unwrap();
-    let dns = Arc::new(
-        ScriptedDns::default().name("news.example.com", &[&["127.0.0.3"]]).name("short.example.com", &[&["127.0.0.4"]]),
-    );
+    let dns = Arc::new(ScriptedDns::default().name("news.example.com", &[&["127.0.0.3"]]).name("short.example.com", &[&["127.0.0.4"]]));
     let allow = AllowList::parse(&format!("{},{}", page.addr, short.addr)).unwrap();
     let guard = EgressGuard::with_lookup(allow, dns);
     let body = guard.get(&format!("http://short.example.com:{}/x", short.addr.port()), options()).await.unwrap().text().await.unwrap();
@@ -215,7 +213,8 @@ async fn egress_guard_lets_an_allowed_public_looking_name_through_and_follows_it
     assert_eq!((short.hits(), page.hits()), (1, 1));
 
     // Without the allow list the same name is refused: the allow list is what lets loopback through, and it is off by default.
-    let strict = EgressGuard::with_lookup(AllowList::default(), Arc::new(ScriptedDns::default().name("news.example.com", &[&["127.0.0.3"]])));
+    let strict =
+        EgressGuard::with_lookup(AllowList::default(), Arc::new(ScriptedDns::default().name("news.example.com", &[&["127.0.0.3"]])));
     assert!(matches!(
         strict.get(&format!("http://news.example.com:{}/story", page.addr.port()), options()).await,
         Err(EgressError::Refused(Refusal::Address { class: "loopback", .. }))
