@@ -15,28 +15,23 @@ const HISTORY_CLOSE: &str = "</untrusted_channel_history>";
 
 /// Escapes text between tags: `&`, `<` and `>`.
 pub fn escape_text(text: &str) -> String {
+    escape(text, false)
+}
+
+/// Escapes an attribute value: as text, plus quotes and every control character (newlines among them).
+pub fn escape_attr(value: &str) -> String {
+    escape(value, true)
+}
+
+fn escape(text: &str, attr: bool) -> String {
     let mut out = String::with_capacity(text.len());
     for c in text.chars() {
         match c {
             '&' => out.push_str("&amp;"),
             '<' => out.push_str("&lt;"),
             '>' => out.push_str("&gt;"),
-            c => out.push(c),
-        }
-    }
-    out
-}
-
-/// Escapes an attribute value: as text, plus quotes and every control character (newlines among them).
-pub fn escape_attr(value: &str) -> String {
-    let mut out = String::with_capacity(value.len());
-    for c in value.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            c if c.is_control() => {
+            '"' if attr => out.push_str("&quot;"),
+            c if attr && c.is_control() => {
                 let _ = write!(out, "&#{};", c as u32);
             }
             c => out.push(c),
