@@ -58,7 +58,7 @@ pub fn owner_admits(owner: &OwnerSettings, ingress: &v1::Ingress) -> bool {
         && (owner.channels.is_empty() || owner.channels.contains(&ingress.channel_id))
 }
 
-/// Whether the flood guard counts this author: the owner and operators, known by id, never are.
+/// Whether the flood guard counts this author: the owner, operators and granted ids (`grants`), known by id, never are.
 pub fn flood_guarded(owner: &OwnerSettings, exempt: &std::collections::HashSet<u64>, author_id: u64) -> bool {
     owner.owner_id != Some(author_id) && !owner.operators.contains(&author_id) && !exempt.contains(&author_id)
 }

@@ -45,8 +45,6 @@ pub struct CaptainConfig {
     /// Every URL a tool fetches goes through it.
     pub egress: EgressGuard,
     pub bounds: Bounds,
-    /// Never flood-guarded: the owner and operators, by id.
-    pub flood_exempt: HashSet<u64>,
 }
 
 impl CaptainConfig {
@@ -75,7 +73,6 @@ impl CaptainConfig {
                 picture_bytes: 25 * 1024 * 1024,
                 flood_per_minute: settings.flood_admissions_per_minute,
             },
-            flood_exempt: settings.operator_grants.iter().copied().collect(),
         }
     }
 

@@ -268,7 +268,7 @@ impl Captain {
             Ok(why) => {
                 let config = &self.inner.config;
                 let author = d.event.author_id;
-                let limit = if admission::flood_guarded(&owner, &config.flood_exempt, author) { config.bounds.flood_per_minute } else { 0 };
+                let limit = if admission::flood_guarded(&owner, &config.grants, author) { config.bounds.flood_per_minute } else { 0 };
                 let id = &d.event.delivery_id;
                 match self.inner.store.admit_within_flood(id, &lane, why.code(), author, limit).await {
                     Ok(true) => {}
