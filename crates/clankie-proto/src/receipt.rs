@@ -1,16 +1,29 @@
 //! Building receipts that cannot carry content.
 //!
 //! Keys and codes are `&'static str`, so only words written in our source can
-//! name them; id values are reduced to id characters and capped, so a hostile
-//! value cannot smuggle text into the trail.
+//! name them. An id value must look like an id: id characters only, at most
+//! 128 of them. Anything else is replaced by a digest (`#` and 16 hex digits),
+//! so a sentence handed over as an id reaches the trail as neither its words
+//! nor its letters run together, and equal values still join.
 
 use crate::{ReceiptKind, v1};
 
 const MAX_ID: usize = 128;
 
-/// Reduces a value to the characters ids are made of, capped at 128.
+fn is_id_char(c: char) -> bool {
+    c.is_ascii_alphanumeric() || matches!(c, ':' | '.' | '_' | '~' | '-' | '/')
+}
+
+/// The value itself when it is id-shaped, otherwise its digest.
+///
+/// `#` is not an id character, so a digest is never mistaken for an id.
 pub fn id_value(value: &str) -> String {
-    value.chars().filter(|c| c.is_ascii_alphanumeric() || matches!(c, ':' | '.' | '_' | '~' | '-' | '/')).take(MAX_ID).collect()
+    if value.len() <= MAX_ID && value.chars().all(is_id_char) {
+        return value.to_owned();
+    }
+    // FNV-1a: stable across builds and releases, unlike the std hasher.
+    let digest = value.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3));
+    format!("#{digest:016x}")
 }
 
 impl v1::Receipt {
@@ -64,8 +77,20 @@ mod tests {
     fn ids_cannot_carry_sentences() {
         let kind = ReceiptKind::new("bus.rejected").unwrap();
         let r = v1::Receipt::new(&kind, "gateway", "123 hello there", 0).with_id("msg_id", "say something in vc clankie");
-        assert_eq!(r.delivery_id, "123hellothere");
-        assert_eq!(r.ids["msg_id"], "saysomethinginvcclankie");
-        assert_eq!(id_value(&"9".repeat(500)).len(), 128);
+        let trail = format!("{r:?}").to_ascii_lowercase();
+        for word in ["hello", "there", "something", "clankie"] {
+            assert!(!trail.contains(word), "{word} reached the receipt: {trail}");
+        }
+        assert!(r.delivery_id.starts_with('#') && r.delivery_id.len() == 17, "{}", r.delivery_id);
+        assert!(r.ids["msg_id"].starts_with('#'));
+        // Equal values give equal digests, so a trail still joins on them.
+        assert_eq!(id_value("123 hello there"), r.delivery_id);
+        assert_ne!(id_value("123 hello there"), id_value("123 hello therf"));
+        // Ids pass through untouched; an overlong run of id characters is not an id.
+        for id in ["1234567890123", "media-inbound", "sha256:ab12", "room:1/2", "captain-a"] {
+            assert_eq!(id_value(id), id);
+        }
+        assert!(id_value(&"9".repeat(500)).starts_with('#'));
+        assert_eq!(id_value(&"9".repeat(128)), "9".repeat(128));
     }
 }

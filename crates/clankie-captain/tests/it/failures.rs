@@ -15,7 +15,7 @@ async fn each_failure_code_reaches_the_outcome_and_a_receipt_that_carries_only_t
     ];
     for (reply, code) in cases {
         rig.standin.script(Script::any(reply));
-        let id = rig.say("ada", "@Clankie please look this up", true).await;
+        let id = rig.say("ada", "@Clankie please look zanzibar up", true).await;
         rig.wait_outcomes(&[id]).await;
         let outcomes = rig.outcome_of(id);
         assert_eq!(outcomes.len(), 1);
@@ -33,8 +33,8 @@ async fn each_failure_code_reaches_the_outcome_and_a_receipt_that_carries_only_t
     assert!(rig.replies().is_empty(), "a failed turn posts nothing");
     // No provider words anywhere in the trail.
     let trail = format!("{:?}", rig.receipts.all());
-    assert!(!trail.contains("exceeded your current quota"), "provider text reached a receipt");
-    assert!(!trail.contains("look this up"), "message text reached a receipt");
+    assert!(!trail.contains("billing"), "provider text reached a receipt");
+    assert!(!trail.contains("zanzibar"), "message text reached a receipt");
     let turn_receipts = rig.receipts.all().into_iter().filter(|r| r.kind == "captain.turn").count();
     assert_eq!(turn_receipts, 4);
 }

@@ -17,11 +17,11 @@ async fn trail_prints_every_receipt_of_a_delivery_in_time_order_without_its_word
     let settings = clankie_settings::Settings::from_lookup(|k| vars.iter().find(|(n, _)| *n == k).map(|(_, v)| v.clone())).unwrap();
     let sandbox = clankie_sandbox::Sandbox::start(&settings, "127.0.0.1:0".parse().unwrap()).await.unwrap();
     assert!(sandbox.discord.wait_for_session(Duration::from_secs(20)).await);
-    standin.script(Script::any(Reply::text("the lobby opens at eight")));
+    standin.script(Script::any(Reply::text("the lobby opens at octarine")));
     let id = sandbox.discord.user_message(NewMessage {
         channel_id: 200,
         author: "ada".into(),
-        content: "@Clankie when does the secret lobby open".into(),
+        content: "@Clankie when does the huckleberry lobby open".into(),
         ..Default::default()
     });
 
@@ -39,7 +39,7 @@ async fn trail_prints_every_receipt_of_a_delivery_in_time_order_without_its_word
         let lines: Vec<serde_json::Value> = text.lines().filter_map(|l| serde_json::from_str(l).ok()).collect();
         let kinds: Vec<&str> = lines.iter().filter_map(|l| l["kind"].as_str()).collect();
         if wanted.iter().all(|w| kinds.contains(w)) && lines.iter().any(|l| l["outcome"] == "replied") {
-            assert!(!text.contains("secret lobby") && !text.contains("opens at eight"), "the trail carried words: {text}");
+            assert!(!text.contains("huckleberry") && !text.contains("octarine"), "the trail carried words: {text}");
             break lines;
         }
         assert!(tokio::time::Instant::now() < deadline, "trail incomplete: {kinds:?}");
