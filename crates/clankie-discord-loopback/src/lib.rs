@@ -160,6 +160,11 @@ impl Loopback {
         self.state.typing(channel)
     }
 
+    /// How many times an attachment's bytes were downloaded.
+    pub fn downloads(&self, attachment: u64) -> u64 {
+        self.state.downloads(attachment)
+    }
+
     /// How many gateway sessions were identified (a resume does not count).
     pub fn identifies(&self) -> u64 {
         self.state.identifies()

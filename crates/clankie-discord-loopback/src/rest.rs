@@ -201,7 +201,7 @@ async fn typing(AxState(state): AxState<Arc<State>>, Path(channel): Path<u64>, h
 }
 
 async fn attachment(AxState(state): AxState<Arc<State>>, Path((id, _filename)): Path<(u64, String)>) -> Response {
-    match state.file(id) {
+    match state.download(id) {
         Some((content_type, bytes)) => ([(axum::http::header::CONTENT_TYPE, content_type)], bytes).into_response(),
         None => StatusCode::NOT_FOUND.into_response(),
     }

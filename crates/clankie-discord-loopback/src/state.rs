@@ -108,6 +108,8 @@ struct Inner {
     sessions: HashMap<String, GatewaySession>,
     /// Uploaded bytes with their content type, served as Discord's CDN would.
     files: HashMap<u64, (String, Vec<u8>)>,
+    /// How often each file was fetched, so a test can tell a second download from a cached one.
+    downloads: HashMap<u64, u64>,
     identifies: u64,
     resumes: u64,
     attached: usize,
@@ -334,8 +336,16 @@ impl State {
         self.lock().messages.values().filter(|m| m.channel_id == channel).cloned().collect()
     }
 
-    pub fn file(&self, id: u64) -> Option<(String, Vec<u8>)> {
-        self.lock().files.get(&id).cloned()
+    /// A file as the CDN serves it; counts the download.
+    pub fn download(&self, id: u64) -> Option<(String, Vec<u8>)> {
+        let mut inner = self.lock();
+        let file = inner.files.get(&id).cloned()?;
+        *inner.downloads.entry(id).or_default() += 1;
+        Some(file)
+    }
+
+    pub fn downloads(&self, id: u64) -> u64 {
+        self.lock().downloads.get(&id).copied().unwrap_or_default()
     }
 
     pub fn posts(&self, channel: u64) -> Vec<Post> {

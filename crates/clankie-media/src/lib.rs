@@ -33,6 +33,8 @@ pub struct MediaConfig {
     /// Anything stored or resolved this recently is kept by the sweeper (a reply may still be on its way).
     pub pinned_for: Duration,
     pub sweep_every: Duration,
+    /// How long an unacked inbound ingress waits before JetStream redelivers it (shared with the captain).
+    pub inbound_ack_wait: Duration,
 }
 
 impl MediaConfig {
@@ -45,6 +47,7 @@ impl MediaConfig {
             max_total: settings.media_max_total_bytes,
             pinned_for: Duration::from_secs(3600),
             sweep_every: Duration::from_secs(600),
+            inbound_ack_wait: settings.ingress_ack_wait,
         }
     }
 }
@@ -72,7 +75,12 @@ impl Media {
 
     /// Stores inbound attachments, answers resolve requests and sweeps, until the bus fails.
     pub async fn run(&self) -> Result<(), BusError> {
-        let mut inbound = self.bus.consumer::<v1::Ingress>(ConsumerSpec::durable("media-inbound", Family::IngressText)).await?;
+        let mut inbound = self
+            .bus
+            .consumer::<v1::Ingress>(
+                ConsumerSpec::durable("media-inbound", Family::IngressText).with_ack_wait(self.config.inbound_ack_wait),
+            )
+            .await?;
         let mut resolves = self.bus.serve(Family::RpcMediaResolve.wildcard(), "media").await?;
         let mut attachments = self.bus.serve(Family::RpcMediaAttachment.wildcard(), "media").await?;
         let mut registers = self.bus.serve(Family::RpcMediaRegister.wildcard(), "media").await?;
@@ -83,6 +91,7 @@ impl Media {
                     let d = d?;
                     let span = tracing::info_span!("delivery", delivery_id = %d.event.delivery_id);
                     let _ = tracing::Instrument::instrument(self.store_inbound(&d.event), span).await;
+                    clankie_settings::fault::point("media.before_ack");
                     let _ = d.ack().await;
                 }
                 Some(msg) = resolves.next() => {

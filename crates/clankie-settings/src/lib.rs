@@ -6,6 +6,7 @@
 //! writer and a reader can never disagree about where a picture lives.
 
 mod allow;
+pub mod fault;
 
 use std::fmt;
 use std::path::{Path, PathBuf};

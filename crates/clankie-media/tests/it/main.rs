@@ -5,7 +5,7 @@ use std::time::Duration;
 use clankie_bus::{Bus, MsgId};
 use clankie_discord_loopback::{Loopback, NewAttachment, NewMessage};
 use clankie_media::{Media, MediaConfig};
-use clankie_proto::{Subject, v1};
+use clankie_proto::{Family, Subject, v1};
 use clankie_settings::{Settings, attachment_root};
 use clankie_testkit::{TestDir, TestNats};
 
@@ -18,19 +18,47 @@ fn settings(nats: &TestNats, state: &TestDir, root: Option<&std::path::Path>) ->
     Settings::from_lookup(|k| vars.iter().find(|(n, _)| *n == k).map(|(_, v)| v.clone())).unwrap()
 }
 
+/// Media is the one service that opens the attachment root; the gateway and the captain only
+/// ever receive bytes from it (and `invariants.rs` keeps any other crate from deriving a path).
+/// So the root is checked where it is really derived: the `clankie-media` binary, configured
+/// from its environment as a deployment configures it, stores and resolves under the root the
+/// settings name, with and without the override.
 #[tokio::test]
 async fn every_service_resolves_the_same_root_with_and_without_the_override() {
     let (nats, state, elsewhere) = (TestNats::start().unwrap(), TestDir::new(), TestDir::new());
-    for root in [None, Some(elsewhere.path())] {
-        // Each service builds its settings from the same environment; media opens the root they all derive.
-        let per_service: Vec<Settings> = (0..4).map(|_| settings(&nats, &state, root)).collect();
+    let s = settings(&nats, &state, None);
+    let bus = Bus::connect(&s, "test").await.unwrap();
+    bus.ensure_streams().await.unwrap();
+    for (round, root) in [None, Some(elsewhere.path())].into_iter().enumerate() {
         let expected = root.map(|r| r.to_path_buf()).unwrap_or_else(|| state.path().join("attachments"));
-        for s in &per_service {
-            assert_eq!(attachment_root(s), expected);
-        }
-        let bus = Bus::connect(&per_service[0], "media").await.unwrap();
-        let media = Media::new(bus, &per_service[3], MediaConfig::from_settings(&per_service[3])).unwrap();
-        assert_eq!(media.root().dir(), expected.as_path());
+        assert_eq!(attachment_root(&settings(&nats, &state, root)), expected);
+        let mut media = tokio::process::Command::new(env!("CARGO_BIN_EXE_clankie-media"))
+            .env("CLANKIE_NATS_URL", nats.url())
+            .env("CLANKIE_STATE_DIR", state.path())
+            .envs(root.map(|r| ("CLANKIE_DISCORD_ATTACHMENT_ROOT", r.display().to_string())))
+            .env("CLANKIE_LOG", "warn")
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap();
+        let data = format!("artifact of round {round}").into_bytes();
+        let registered: v1::MediaRegisterReply = bus
+            .request(
+                &Subject::RpcMediaRegister,
+                &v1::MediaRegisterRequest { data: data.clone(), filename: "map.png".into(), content_type: "image/png".into() },
+                Duration::from_secs(20),
+            )
+            .await
+            .unwrap();
+        let id = registered.artifact.expect("registered").id;
+        let resolved: v1::MediaResolveReply = bus
+            .request(&Subject::RpcMediaResolve, &v1::MediaResolveRequest { artifact_id: id, want_bytes: false }, Duration::from_secs(5))
+            .await
+            .unwrap();
+        let path = std::path::PathBuf::from(&resolved.path);
+        assert!(path.starts_with(&expected), "{} is not under {}", path.display(), expected.display());
+        assert_eq!(std::fs::read(&path).unwrap(), data, "the bytes are on disk under the root");
+        media.start_kill().unwrap();
+        media.wait().await.unwrap();
     }
 }
 
@@ -57,9 +85,8 @@ fn blobs(root: &std::path::Path) -> usize {
         .count()
 }
 
-#[tokio::test]
-async fn an_inbound_attachment_is_stored_once_even_when_its_ingress_is_redelivered() {
-    let (_nats, _state, discord, bus, media) = rig().await;
+/// One stored attachment and its ingress, as the gateway would publish it.
+fn attached(discord: &Loopback) -> (u64, v1::Ingress) {
     let id = discord.user_message(NewMessage {
         channel_id: 200,
         author: "ada".into(),
@@ -87,26 +114,46 @@ async fn an_inbound_attachment_is_stored_once_even_when_its_ingress_is_redeliver
         }],
         ..Default::default()
     };
-    // Two copies that JetStream does not deduplicate, as a redelivery after a crash would be.
-    for copy in ["one", "two"] {
-        bus.publish(&Subject::ingress_text(Some(100), 200), &ingress, Some(&MsgId::new(copy))).await.unwrap();
-    }
-    let root = media.root().dir().to_path_buf();
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    while media.root().attachment(a.id).is_none() {
-        assert!(tokio::time::Instant::now() < deadline, "the attachment was never stored");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    // Both copies consumed: a resolve round-trip after them shows the stream has moved past both.
-    let reply: v1::MediaResolveReply = bus
-        .request(
-            &Subject::RpcMediaAttachment,
-            &v1::MediaAttachmentRequest { attachment: ingress.attachments.first().cloned(), delivery_id: id.to_string() },
-            Duration::from_secs(5),
-        )
-        .await
+    (a.id, ingress)
+}
+
+/// A media process that dies after storing an ingress's attachment and before acking it leaves the
+/// same message unacked; JetStream redelivers it to the next media, which must not download again.
+#[tokio::test]
+async fn an_inbound_attachment_is_stored_once_even_when_its_ingress_is_redelivered() {
+    let (nats, state) = (TestNats::start().unwrap(), TestDir::new());
+    let vars: Vec<(&str, String)> = vec![
+        ("CLANKIE_NATS_URL", nats.url()),
+        ("CLANKIE_STATE_DIR", state.path().display().to_string()),
+        ("CLANKIE_INGRESS_ACK_WAIT_MS", "1000".into()),
+    ];
+    let s = Settings::from_lookup(|k| vars.iter().find(|(n, _)| *n == k).map(|(_, v)| v.clone())).unwrap();
+    let bus = Bus::connect(&s, "test").await.unwrap();
+    bus.ensure_streams().await.unwrap();
+    let receipts = clankie_testkit::record::<v1::Receipt>(&bus, Family::Receipt).await;
+    let discord = Loopback::start().await.unwrap();
+
+    let mut crashing = tokio::process::Command::new(env!("CARGO_BIN_EXE_clankie-media"))
+        .envs(vars.iter().map(|(k, v)| (*k, v.clone())))
+        .env("CLANKIE_FAULT", "media.before_ack")
+        .env("CLANKIE_LOG", "warn")
+        .kill_on_drop(true)
+        .spawn()
         .unwrap();
-    assert_eq!(reply.data, b"not really a png");
+    let (attachment, ingress) = attached(&discord);
+    // One publish: the only second delivery is JetStream's own redelivery of the unacked message.
+    bus.publish(&Subject::ingress_text(Some(100), 200), &ingress, Some(&MsgId::new(&ingress.delivery_id))).await.unwrap();
+    let status = tokio::time::timeout(Duration::from_secs(30), crashing.wait()).await.expect("the fault point was never reached").unwrap();
+    assert_eq!(status.code(), Some(clankie_settings::fault::EXIT_CODE), "media died at the fault point");
+    assert_eq!(discord.downloads(attachment), 1);
+    let root = clankie_media::Root::open(attachment_root(&s)).unwrap();
+    assert!(root.attachment(attachment).is_some(), "stored before the crash");
+
+    let media = std::sync::Arc::new(Media::new(Bus::connect(&s, "media").await.unwrap(), &s, MediaConfig::from_settings(&s)).unwrap());
+    let running = media.clone();
+    let _task = tokio::spawn(async move {
+        let _ = running.run().await;
+    });
     let mut consumer = bus
         .jetstream()
         .get_stream("CLANKIE_INGRESS")
@@ -115,16 +162,20 @@ async fn an_inbound_attachment_is_stored_once_even_when_its_ingress_is_redeliver
         .get_consumer::<async_nats::jetstream::consumer::pull::Config>("media-inbound")
         .await
         .unwrap();
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
     loop {
         let info = consumer.info().await.unwrap();
-        if info.num_ack_pending == 0 && info.num_pending == 0 && info.delivered.stream_sequence >= 2 {
+        if info.ack_floor.stream_sequence >= 1 {
+            assert!(info.num_redelivered >= 1 || info.delivered.consumer_sequence >= 2, "the message came back: {info:?}");
             break;
         }
-        assert!(tokio::time::Instant::now() < deadline);
+        assert!(tokio::time::Instant::now() < deadline, "the redelivered ingress was never acked");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    assert_eq!(blobs(&root), 1);
+    assert_eq!(discord.downloads(attachment), 1, "the redelivery downloaded the attachment again");
+    assert_eq!(blobs(media.root().dir()), 1);
+    let stored = receipts.all().into_iter().filter(|r| r.kind == "media.stored" && r.delivery_id == ingress.delivery_id).count();
+    assert_eq!(stored, 1, "one store receipt for the delivery");
 }
 
 #[tokio::test]
