@@ -3,7 +3,8 @@
 use std::time::Duration;
 
 use clankie_model_standin::{Reply, Script};
-use clankie_sandbox::rig::{GENERAL, Rig};
+use clankie_proto::{Family, v1};
+use clankie_sandbox::rig::{GENERAL, Rig, until};
 
 #[tokio::test]
 async fn three_messages_four_and_six_seconds_apart_get_one_answer() {
@@ -63,13 +64,25 @@ async fn a_burst_the_asker_is_still_typing_is_answered_in_one_model_call() {
 /// Typing that never becomes a message holds the answer only as long as configured.
 #[tokio::test]
 async fn a_typist_who_never_sends_delays_the_answer_by_the_hold_at_most() {
+    const HOLD_MS: i64 = 700;
     let rig = Rig::with(&[("CLANKIE_TYPING_HOLD_MS", "700")]).await;
+    let bus = rig.bus().await;
+    let receipts = clankie_testkit::record::<v1::Receipt>(&bus, Family::Receipt).await;
     let first = rig.say(GENERAL, "ada", "@Clankie is the deadlock lobby up?");
     rig.sandbox.discord.user_typing(GENERAL, "ada");
     rig.wait_outcomes(GENERAL, &[first]).await;
     let requests = rig.standin.requests();
     assert_eq!(requests.len(), 1);
+    // The hold's own measure, on the run's clock: the configured hold and one clock tick more.
+    until("the turn receipt", Duration::from_secs(10), || {
+        receipts.all().iter().any(|r| r.kind == "captain.turn" && r.delivery_id == first.to_string())
+    })
+    .await;
+    let turn = receipts.all().into_iter().find(|r| r.kind == "captain.turn" && r.delivery_id == first.to_string()).unwrap();
+    let held = turn.counts["typing_hold_ms"];
+    assert!((HOLD_MS..HOLD_MS + 150).contains(&held), "the hold lasted {held} ms for a {HOLD_MS} ms setting");
+    // End to end: at least the hold, and not much more than the hold plus the way in.
     let sent_at = rig.sandbox.discord.messages(GENERAL).iter().find(|m| m.id == first).map(|m| m.at_ms).unwrap_or_default();
     let waited = requests[0].at_ms - sent_at;
-    assert!((600..10_000).contains(&waited), "the first call came {waited} ms after the message");
+    assert!((HOLD_MS..HOLD_MS + 1_500).contains(&waited), "the first call came {waited} ms after the message");
 }

@@ -32,7 +32,7 @@ async fn experience_stored(rig: &Rig, thread: &str) {
     let store = store(rig).await;
     let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
     loop {
-        let all = store.recent_experiences(None, 100).await.expect("experiences");
+        let all = store.recent_experiences(None, 100, clankie_bus::now_ms()).await.expect("experiences");
         if all.iter().any(|e| e.thread == thread) {
             return;
         }

@@ -18,7 +18,7 @@ pub mod silence;
 mod tool;
 pub mod watchdog;
 
-pub use clock::{BootClock, Clock, SuspendableClock};
+pub use clock::{BootClock, Clock, SuspendableClock, SystemWallClock, WallClock};
 pub use events::{AgentEvent, EventSink};
 pub use provider::{Model, ModelError, OpenAiClient, OpenAiConfig, RehearsalModel, StreamBounds};
 pub use run::{Agent, AgentConfig, RetryPolicy, Run, RunReply, RunResult, RunStats, Steerer, complete};

@@ -191,6 +191,11 @@ impl Agent {
         self
     }
 
+    /// The clock its runs are timed by.
+    pub fn clock(&self) -> Arc<dyn Clock> {
+        self.clock.clone()
+    }
+
     /// Adds a tool.
     pub fn with_tool(mut self, tool: Arc<dyn Tool>) -> Agent {
         self.tools.push(tool);

@@ -252,8 +252,9 @@ impl Captain {
             answering.wrote(&h.ingress);
         }
         // The baseline mode is the old design, which never waited for anyone.
-        let hold = (!one_shot && !config.typing_hold.is_zero())
-            .then(|| typing::hold(inner.typing_seen.clone(), answering.clone(), lane.channel(), config.typing_hold).boxed());
+        let hold = (!one_shot && !config.typing_hold.is_zero()).then(|| {
+            typing::hold(inner.typing_seen.clone(), answering.clone(), lane.channel(), config.typing_hold, inner.agent.clock()).boxed()
+        });
         let mut run = inner.agent.start_held(session, system, first, tools, hold);
         let steerer = run.steerer();
         let mut events = run.take_events();

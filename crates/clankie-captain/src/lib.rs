@@ -173,7 +173,7 @@ impl Captain {
                 }
                 Some(signal) = futures::StreamExt::next(&mut typing) => self.inner.typing_seen.note(&signal),
                 _ = expiry.tick() => {
-                    match self.inner.store.expire_experiences().await {
+                    match self.inner.store.expire_experiences(self.inner.selfhood.clock().now_ms()).await {
                         Ok(0) => {}
                         Ok(n) => tracing::debug!(expired = n, "experiences expired"),
                         Err(e) => tracing::warn!(error = %e, "expired experiences not removed"),

@@ -1,16 +1,18 @@
 //! The typing hold: a lane's first model call waits while someone it is
 //! answering is still typing, so the rest of their burst is in that one call
 //! rather than steered into a second. Bounded by `typing_hold`; messages that
-//! arrive during the hold are steered in before the call.
+//! arrive during the hold are steered in before the call. The bound is read
+//! from the run's clock (the one the stall watchdog uses), so a host suspend
+//! counts against it and a test can move it.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::Duration;
 
+use clankie_agent::Clock;
 use clankie_bus::now_ms;
 use clankie_proto::v1;
 use tokio::sync::Notify;
-use tokio::time::Instant;
 
 /// How long one TYPING_START means "still typing": Discord's indicator lasts ten seconds.
 pub const TYPING_LASTS_MS: i64 = 10_000;
@@ -72,14 +74,23 @@ pub fn still_typing(typing_at: Option<i64>, last_message_at: i64, now: i64) -> b
 /// to start on the next one: a burst typed in a row shows a fresh TYPING_START within it.
 pub const TYPING_GRACE_MS: i64 = 1_000;
 
-/// Waits while anyone in `answering` is typing in `channel`, for at most `max`. Once
-/// someone was seen typing, their message does not end the hold at once: it lasts
+/// How often a hold re-reads its clock while nothing else wakes it.
+const HOLD_TICK: Duration = Duration::from_millis(50);
+
+/// Waits while anyone in `answering` is typing in `channel`, for at most `max` on `clock`.
+/// Once someone was seen typing, their message does not end the hold at once: it lasts
 /// [`TYPING_GRACE_MS`] more in case they go on typing.
-pub async fn hold(seen: std::sync::Arc<TypingSeen>, answering: std::sync::Arc<Answering>, channel: u64, max: Duration) {
-    let started = Instant::now();
+pub async fn hold(
+    seen: std::sync::Arc<TypingSeen>,
+    answering: std::sync::Arc<Answering>,
+    channel: u64,
+    max: Duration,
+    clock: std::sync::Arc<dyn Clock>,
+) {
+    let started = clock.now();
     let deadline = started + max;
     let mut someone_typed = false;
-    loop {
+    while clock.now() < deadline {
         let typing_changed = seen.changed.notified();
         let someone_wrote = answering.changed.notified();
         tokio::pin!(typing_changed, someone_wrote);
@@ -100,17 +111,16 @@ pub async fn hold(seen: std::sync::Arc<TypingSeen>, answering: std::sync::Arc<An
             None if someone_typed && now - last_wrote < TYPING_GRACE_MS => last_wrote + TYPING_GRACE_MS,
             None => break,
         };
-        let until = Instant::now() + Duration::from_millis((wait_until - now).max(0) as u64);
+        let left = deadline.saturating_sub(clock.now());
+        let nap = Duration::from_millis((wait_until - now).max(0) as u64).min(left).min(HOLD_TICK);
         tokio::select! {
-            _ = tokio::time::sleep_until(deadline.min(until)) => {}
+            _ = tokio::time::sleep(nap) => {}
             _ = typing_changed => {}
             _ = someone_wrote => {}
         }
-        if Instant::now() >= deadline {
-            break;
-        }
     }
-    answering.held_ms.store(started.elapsed().as_millis() as u64, std::sync::atomic::Ordering::SeqCst);
+    let held = clock.now().saturating_sub(started);
+    answering.held_ms.store(held.as_millis() as u64, std::sync::atomic::Ordering::SeqCst);
 }
 
 #[cfg(test)]
@@ -127,16 +137,17 @@ mod tests {
 
     #[tokio::test]
     async fn the_hold_ends_when_the_typist_writes_and_is_bounded_otherwise() {
+        let clock: std::sync::Arc<dyn Clock> = std::sync::Arc::new(clankie_agent::BootClock);
         let seen = std::sync::Arc::new(TypingSeen::default());
         let answering = std::sync::Arc::new(Answering::default());
         let first = v1::Ingress { author_id: 7, received_at_ms: now_ms() - 10, ..Default::default() };
         answering.wrote(&first);
         // Nobody typing: no hold at all.
-        hold(seen.clone(), answering.clone(), 1, Duration::from_secs(5)).await;
+        hold(seen.clone(), answering.clone(), 1, Duration::from_secs(5), clock.clone()).await;
         assert!(answering.held() < Duration::from_millis(50));
 
         seen.note(&v1::TypingSignal { channel_id: 1, user_id: 7, at_ms: now_ms(), ..Default::default() });
-        let task = tokio::spawn(hold(seen.clone(), answering.clone(), 1, Duration::from_secs(5)));
+        let task = tokio::spawn(hold(seen.clone(), answering.clone(), 1, Duration::from_secs(5), clock.clone()));
         tokio::time::sleep(Duration::from_millis(100)).await;
         assert!(!task.is_finished(), "released while they were still typing");
         let wrote = std::time::Instant::now();
@@ -148,7 +159,26 @@ mod tests {
         // Typing that never turns into a message holds only as long as allowed.
         seen.note(&v1::TypingSignal { channel_id: 1, user_id: 7, at_ms: now_ms() + 1, ..Default::default() });
         let started = std::time::Instant::now();
-        hold(seen, answering.clone(), 1, Duration::from_millis(200)).await;
+        hold(seen, answering.clone(), 1, Duration::from_millis(200), clock).await;
         assert!(started.elapsed() >= Duration::from_millis(200) && started.elapsed() < Duration::from_secs(2));
+    }
+
+    /// The bound is read from the injected clock: a minute's hold ends as soon as that clock
+    /// passes it, though the typist is still typing and almost no real time went by.
+    #[tokio::test]
+    async fn the_hold_is_bounded_on_the_injected_clock() {
+        let clock = clankie_agent::SuspendableClock::new();
+        let seen = std::sync::Arc::new(TypingSeen::default());
+        let answering = std::sync::Arc::new(Answering::default());
+        answering.wrote(&v1::Ingress { author_id: 7, received_at_ms: now_ms() - 10, ..Default::default() });
+        seen.note(&v1::TypingSignal { channel_id: 1, user_id: 7, at_ms: now_ms(), ..Default::default() });
+        let max = Duration::from_secs(60);
+        let task = tokio::spawn(hold(seen.clone(), answering.clone(), 1, max, std::sync::Arc::new(clock.clone())));
+        // On this single-threaded runtime one yield runs the hold up to its first wait, so it has read its start.
+        tokio::task::yield_now().await;
+        assert!(!task.is_finished(), "a typist still typing was let go at once");
+        clock.suspend_for(max + Duration::from_secs(1));
+        tokio::time::timeout(Duration::from_secs(2), task).await.expect("the hold outlived its bound on the clock").unwrap();
+        assert!(answering.held() > max, "held {:?}", answering.held());
     }
 }

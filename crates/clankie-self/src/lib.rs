@@ -12,9 +12,11 @@ pub mod blocks;
 pub mod experience;
 pub mod policy;
 
+use std::sync::Arc;
 use std::time::Duration;
 
-use clankie_bus::{Bus, BusError, now_ms};
+use clankie_agent::{SystemWallClock, WallClock};
+use clankie_bus::{Bus, BusError};
 use clankie_proto::{LaneKey, Subject, v1};
 use clankie_store::{MemoryStatus, OwnerSettings, Persona, Store, StoreError};
 
@@ -66,13 +68,32 @@ pub struct SelfSource {
     bot_name: String,
     aliases: Vec<String>,
     presence_window: Duration,
+    clock: Arc<dyn WallClock>,
 }
 
 impl SelfSource {
     /// A source over the store; with a bus, voice presence is read from the live voice sessions.
     /// `bot_name` and `aliases` stand in for a persona that names none.
     pub fn new(store: Store, bus: Option<Bus>, bot_name: &str, aliases: &[String], presence_window: Duration) -> SelfSource {
-        SelfSource { store, bus, bot_name: bot_name.to_owned(), aliases: aliases.to_vec(), presence_window }
+        SelfSource {
+            store,
+            bus,
+            bot_name: bot_name.to_owned(),
+            aliases: aliases.to_vec(),
+            presence_window,
+            clock: Arc::new(SystemWallClock),
+        }
+    }
+
+    /// Replaces the wall clock experiences are aged by (tests move it).
+    pub fn with_clock(mut self, clock: Arc<dyn WallClock>) -> SelfSource {
+        self.clock = clock;
+        self
+    }
+
+    /// The wall clock experiences are aged by.
+    pub fn clock(&self) -> &Arc<dyn WallClock> {
+        &self.clock
     }
 
     /// The store behind it.
@@ -91,7 +112,8 @@ impl SelfSource {
         }
         let settings = self.store.owner_settings().await?;
         let memory = self.store.memories(MemoryStatus::Approved, MEMORY_LIMIT).await?.into_iter().map(|m| m.fact).collect();
-        let experiences = self.store.recent_experiences(thread.guild(), EXPERIENCE_CANDIDATES).await?;
+        let now = self.clock.now_ms();
+        let experiences = self.store.recent_experiences(thread.guild(), EXPERIENCE_CANDIDATES, now).await?;
         let lanes = self.store.present_lanes(self.presence_window).await?.iter().filter_map(|l| l.parse().ok()).collect();
         let mut voice = Vec::new();
         if let (Some(bus), Some(guild)) = (&self.bus, thread.guild()) {
@@ -101,18 +123,50 @@ impl SelfSource {
                 Err(e) => tracing::warn!(error = %e, "voice presence unavailable"),
             }
         }
-        Ok(Snapshot { persona, settings, memory, experiences, presence: Presence { lanes, voice }, read_at_ms: now_ms() })
+        Ok(Snapshot { persona, settings, memory, experiences, presence: Presence { lanes, voice }, read_at_ms: now })
     }
 
     /// The self with nothing but the deployment's name and aliases: what a thread speaks
     /// with when the store is unreachable and waiting is worse than a plainer prompt.
     pub fn bare(&self) -> Snapshot {
         let persona = Persona { name: self.bot_name.clone(), aliases: self.aliases.clone(), ..Default::default() };
-        Snapshot { persona, read_at_ms: now_ms(), ..Default::default() }
+        Snapshot { persona, read_at_ms: self.clock.now_ms(), ..Default::default() }
     }
 
     /// Records a memory he proposed in `thread`; it reaches no prompt until approved.
     pub async fn propose_memory(&self, thread: &LaneKey, fact: &str) -> Result<i64, SelfError> {
         Ok(self.store.add_memory(fact, MemoryStatus::Proposed, &thread.to_string()).await?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Experiences age on the source's own clock: moving it past an experience's life takes
+    /// the experience out of the next snapshot, with no real hour going by.
+    #[tokio::test]
+    async fn a_snapshot_ages_experiences_on_the_injected_clock() {
+        let db = clankie_testkit::TestDb::create().await;
+        let store = Store::connect(db.url()).await.unwrap();
+        store.migrate().await.unwrap();
+        let clock = clankie_agent::SuspendableClock::new();
+        let source = SelfSource::new(store.clone(), None, "Clankie", &[], Duration::from_secs(60)).with_clock(Arc::new(clock.clone()));
+        let happened = clock.now_ms();
+        let e = v1::Experience {
+            experience_id: "e1".into(),
+            kind: "talked".into(),
+            thread: "room:1:2".into(),
+            guild_id: Some(1),
+            at_ms: happened,
+            ..Default::default()
+        };
+        store.insert_experience(&e, Duration::from_secs(3600)).await.unwrap();
+        let lane: LaneKey = "room:1:2".parse().unwrap();
+        assert_eq!(source.snapshot(&lane).await.unwrap().experiences.len(), 1);
+        clock.suspend_for(Duration::from_secs(3601));
+        let later = source.snapshot(&lane).await.unwrap();
+        assert!(later.experiences.is_empty(), "an hour-old experience outlived its hour");
+        assert!(later.read_at_ms - happened >= 3_601_000, "the snapshot is stamped by the same clock");
     }
 }

@@ -247,19 +247,22 @@ impl Store {
         Ok(done.rows_affected() == 1)
     }
 
-    /// Unexpired experiences, newest first, at most `limit`: those of one guild and of DMs,
-    /// or all of them when `guild` is `None`. Who may see which is decided by the reader's
-    /// privacy policy, not here.
-    pub async fn recent_experiences(&self, guild: Option<u64>, limit: i64) -> Result<Vec<v1::Experience>, StoreError> {
+    /// Experiences unexpired at `now_ms`, newest first, at most `limit`: those of one guild and
+    /// of DMs, or all of them when `guild` is `None`. Who may see which is decided by the
+    /// reader's privacy policy, not here. `now_ms` comes from the reader's clock, since an
+    /// experience's life is counted from `at_ms`, which the writer's clock stamped.
+    pub async fn recent_experiences(&self, guild: Option<u64>, limit: i64, now_ms: i64) -> Result<Vec<v1::Experience>, StoreError> {
         let rows = sqlx::query(
             "SELECT experience_id, kind, thread, guild_id, summary, participants, delivery_id,
                     (extract(epoch from at) * 1000)::bigint AS at_ms
              FROM self_experiences
-             WHERE expires_at > now() AND ($1::bigint IS NULL OR guild_id = $1 OR guild_id IS NULL)
+             WHERE expires_at > to_timestamp($3::double precision / 1000)
+               AND ($1::bigint IS NULL OR guild_id = $1 OR guild_id IS NULL)
              ORDER BY at DESC LIMIT $2",
         )
         .bind(guild.map(|g| g as i64))
         .bind(limit)
+        .bind(now_ms)
         .fetch_all(&self.pool)
         .await?;
         rows.into_iter()
@@ -278,9 +281,13 @@ impl Store {
             .collect()
     }
 
-    /// Deletes expired experiences; returns how many went.
-    pub async fn expire_experiences(&self) -> Result<u64, StoreError> {
-        Ok(sqlx::query("DELETE FROM self_experiences WHERE expires_at <= now()").execute(&self.pool).await?.rows_affected())
+    /// Deletes the experiences expired at `now_ms`; returns how many went.
+    pub async fn expire_experiences(&self, now_ms: i64) -> Result<u64, StoreError> {
+        Ok(sqlx::query("DELETE FROM self_experiences WHERE expires_at <= to_timestamp($1::double precision / 1000)")
+            .bind(now_ms)
+            .execute(&self.pool)
+            .await?
+            .rows_affected())
     }
 
     /// Lanes where he is now: a run is live, or the room's exchange settled within `window`.

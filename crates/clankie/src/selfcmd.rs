@@ -170,7 +170,7 @@ pub async fn run(settings: &Settings, action: SelfAction) -> Result<()> {
             Ok(())
         }
         SelfAction::Experiences => {
-            for e in store.recent_experiences(None, 200).await? {
+            for e in store.recent_experiences(None, 200, clankie_bus::now_ms()).await? {
                 let place = e.guild_id.map_or("dm".to_owned(), |g| format!("guild {g}"));
                 println!("{} {} [{}; {place}] {}", at(e.at_ms), e.kind, e.thread, e.summary);
             }

@@ -57,10 +57,17 @@ async fn experiences_are_stored_once_and_go_when_they_expire() {
     // Happened two hours ago with a one-hour life: expired already.
     store.insert_experience(&experience("old", Some(1), now - 7_200_000), Duration::from_secs(3600)).await.unwrap();
 
-    let ids = |v: Vec<v1::Experience>| v.into_iter().map(|e| e.experience_id).collect::<Vec<_>>();
-    assert_eq!(ids(store.recent_experiences(Some(1), 10).await.unwrap()), ["e1", "e3"], "guild 1 and DMs, newest first");
-    assert_eq!(ids(store.recent_experiences(None, 10).await.unwrap()), ["e1", "e2", "e3"]);
-    assert_eq!(store.recent_experiences(None, 10).await.unwrap()[0], experience("e1", Some(1), now));
-    assert_eq!(store.expire_experiences().await.unwrap(), 1);
-    assert_eq!(store.expire_experiences().await.unwrap(), 0);
+    let ids = |v: Vec<v1::Experience>| -> Vec<String> { v.into_iter().map(|e| e.experience_id).collect() };
+    assert_eq!(ids(store.recent_experiences(Some(1), 10, now).await.unwrap()), ["e1", "e3"], "guild 1 and DMs, newest first");
+    assert_eq!(ids(store.recent_experiences(None, 10, now).await.unwrap()), ["e1", "e2", "e3"]);
+    assert_eq!(store.recent_experiences(None, 10, now).await.unwrap()[0], experience("e1", Some(1), now));
+    // Aged by the reader's clock: e1 lives one hour from when it happened, to the millisecond.
+    let store_ref = &store;
+    let at = |ms: i64| async move { ids(store_ref.recent_experiences(Some(1), 10, now + ms).await.unwrap()) };
+    assert_eq!(at(3_599_997).await, ["e1", "e3"]);
+    assert_eq!(at(3_599_999).await, ["e1"], "e3 happened 2 ms earlier, so it went 2 ms earlier");
+    assert_eq!(at(3_600_001).await, Vec::<String>::new(), "just past its hour e1 is gone");
+    assert_eq!(store.expire_experiences(now).await.unwrap(), 1, "only the two-hour-old one had expired");
+    assert_eq!(store.expire_experiences(now).await.unwrap(), 0);
+    assert_eq!(store.expire_experiences(now + 3_600_001).await.unwrap(), 3);
 }
