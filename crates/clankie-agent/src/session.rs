@@ -153,6 +153,18 @@ impl Session {
         &self.entries
     }
 
+    /// The newest message id among the deliveries it holds: everything of the room up to
+    /// there is already in it, as the message itself or in the history it opened with.
+    pub fn newest_delivery(&self) -> Option<u64> {
+        self.entries
+            .iter()
+            .filter_map(|e| match &e.body {
+                EntryBody::User { delivery_id, .. } => delivery_id.parse().ok(),
+                _ => None,
+            })
+            .max()
+    }
+
     /// Appends an entry after the current head, durably, and returns its id.
     pub async fn append(&mut self, body: EntryBody) -> Result<String, AgentError> {
         let id = new_id();

@@ -125,7 +125,10 @@ impl Captain {
         }
     }
 
-    async fn history_block(&self, owner: &v1::Ingress) -> Option<String> {
+    /// The room's history for a lane opening cold. A session resumed from the store already
+    /// holds the room up to its newest delivery, so it gets only the lines after that, and
+    /// none of his own (his words are in it as he wrote them): no line reaches a tree twice.
+    async fn history_block(&self, owner: &v1::Ingress, heard_up_to: Option<u64>) -> Option<String> {
         let config = &self.inner.config;
         if config.history_limit == 0 {
             return None;
@@ -137,7 +140,10 @@ impl Captain {
         };
         let subject = Subject::RpcHistory { channel: owner.channel_id };
         match self.inner.bus.request::<_, v1::HistoryReply>(&subject, &request, config.history_timeout).await {
-            Ok(reply) if reply.error.is_empty() => {
+            Ok(mut reply) if reply.error.is_empty() => {
+                if let Some(heard) = heard_up_to {
+                    reply.messages.retain(|m| m.message_id > heard && !m.is_him);
+                }
                 let (block, left_out) = prompt::history(&reply.messages, config.bounds.history_chars);
                 if left_out > 0 {
                     let lane = crate::lane_of(owner);
@@ -208,7 +214,7 @@ impl Captain {
             }
         };
         let mut first = Vec::new();
-        if cold && let Some(block) = self.history_block(&owner.ingress).await {
+        if cold && let Some(block) = self.history_block(&owner.ingress, session.newest_delivery()).await {
             first.push(UserMessage::new("channel history", "", block));
         }
         for h in std::iter::once(&owner).chain(absorbed.iter()) {

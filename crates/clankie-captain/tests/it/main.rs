@@ -174,6 +174,33 @@ impl Rig {
         self.bus.publish(&Subject::ingress_text(guild, CHANNEL), &ingress, Some(&MsgId::discord_message(id))).await.unwrap();
     }
 
+    /// A line the body's history holds but that never came as ingress: said while no captain ran.
+    pub fn overheard(&self, author: &str, content: &str) {
+        let id = self.next_id.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        self.history.lock().unwrap().push(v1::HistoryMessage {
+            message_id: id,
+            author_id: author_id(author),
+            author_name: author.into(),
+            content: content.into(),
+            ..Default::default()
+        });
+    }
+
+    /// His own post in the room, as the body's history shows it; returns its message id.
+    pub fn posted_by_him(&self, content: &str) -> u64 {
+        let id = self.next_id.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        self.history.lock().unwrap().push(v1::HistoryMessage {
+            message_id: id,
+            author_id: 1,
+            author_name: "Clankie".into(),
+            author_is_bot: true,
+            is_him: true,
+            content: content.into(),
+            ..Default::default()
+        });
+        id
+    }
+
     pub fn replies(&self) -> Vec<v1::OutboundMessage> {
         self.sent.all().into_iter().filter(|m| m.kind == v1::OutboundKind::Reply as i32).collect()
     }
@@ -184,6 +211,35 @@ impl Rig {
 
     pub async fn wait_outcomes(&self, ids: &[u64]) {
         until("outcomes", Duration::from_secs(20), || ids.iter().all(|id| !self.outcome_of(*id).is_empty())).await;
+    }
+}
+
+/// A captain as its own process (the `clankie-captain` binary), logging to `<replica>.log` in the rig's directory.
+pub fn spawn_captain(rig: &Rig, replica: &str) -> tokio::process::Child {
+    let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_clankie-captain"));
+    for (k, v) in rig.settings(replica) {
+        cmd.env(k, v);
+    }
+    let log = std::fs::File::create(rig.dir.path().join(format!("{replica}.log"))).unwrap();
+    cmd.env("CLANKIE_LOG", "warn,clankie_captain=debug")
+        .env("NO_COLOR", "1")
+        .stdout(std::process::Stdio::null())
+        .stderr(log)
+        .kill_on_drop(true);
+    cmd.spawn().unwrap()
+}
+
+/// Prints the captain processes' logs when the test fails, so a failure explains itself.
+pub struct DumpLogsOnPanic(pub std::path::PathBuf);
+
+impl Drop for DumpLogsOnPanic {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            for replica in ["captain-a", "captain-b"] {
+                let log = std::fs::read_to_string(self.0.join(format!("{replica}.log"))).unwrap_or_default();
+                eprintln!("===== {replica} =====\n{log}");
+            }
+        }
     }
 }
 

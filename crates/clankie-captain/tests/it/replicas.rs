@@ -1,10 +1,9 @@
-use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use clankie_model_standin::{Reply, Script};
 use clankie_proto::{LaneKey, v1};
 
-use super::{CHANNEL, GUILD, Rig, kind, until};
+use super::{CHANNEL, DumpLogsOnPanic, GUILD, Rig, kind, spawn_captain, until};
 
 #[tokio::test]
 async fn two_replicas_share_a_burst_with_one_run_and_one_reply() {
@@ -34,30 +33,6 @@ async fn two_replicas_share_a_burst_with_one_run_and_one_reply() {
     let replied = ids.iter().filter(|id| kind(&rig.outcome_of(**id)[0]) == v1::OutcomeKind::Replied).count();
     assert_eq!(replied, 1);
     until("no run left behind", Duration::from_secs(5), || a.live_lanes() + b.live_lanes() == 0).await;
-}
-
-fn spawn_captain(rig: &Rig, replica: &str) -> tokio::process::Child {
-    let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_clankie-captain"));
-    for (k, v) in rig.settings(replica) {
-        cmd.env(k, v);
-    }
-    let log = std::fs::File::create(rig.dir.path().join(format!("{replica}.log"))).unwrap();
-    cmd.env("CLANKIE_LOG", "warn,clankie_captain=debug").env("NO_COLOR", "1").stdout(Stdio::null()).stderr(log).kill_on_drop(true);
-    cmd.spawn().unwrap()
-}
-
-/// Prints the captain processes' logs when the test fails, so a failure explains itself.
-struct DumpLogsOnPanic(std::path::PathBuf);
-
-impl Drop for DumpLogsOnPanic {
-    fn drop(&mut self) {
-        if std::thread::panicking() {
-            for replica in ["captain-a", "captain-b"] {
-                let log = std::fs::read_to_string(self.0.join(format!("{replica}.log"))).unwrap_or_default();
-                eprintln!("===== {replica} =====\n{log}");
-            }
-        }
-    }
 }
 
 #[tokio::test]
