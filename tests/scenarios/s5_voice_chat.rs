@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use clankie_model_standin::{Reply, Script};
 use clankie_proto::{Family, v1};
-use clankie_sandbox::rig::{Rig, until};
+use clankie_sandbox::rig::{GENERAL, Rig, until};
 
 const GUILD: u64 = 100;
 const VOICE: u64 = 300;
@@ -17,6 +17,7 @@ async fn text_in_the_voice_channels_chat_is_answered_by_the_voice_room_with_no_t
     let speaks = clankie_testkit::record::<v1::Speak>(&bus, Family::VoiceSpeak).await;
     let decisions = clankie_testkit::record::<v1::FloorDecision>(&bus, Family::VoiceFloor).await;
     let text = clankie_testkit::record::<v1::Ingress>(&bus, Family::IngressText).await;
+    let receipts = clankie_testkit::record::<v1::Receipt>(&bus, Family::Receipt).await;
     until("the live voice session", Duration::from_secs(10), || rig.sandbox.gateway.live_voice_channel(GUILD) == Some(VOICE)).await;
     rig.standin.script(Script::when("spoken aloud", Reply::text("Hello, everyone in here!")));
     let id = rig.say(VOICE, "ada", "say something in vc clankie");
@@ -26,7 +27,16 @@ async fn text_in_the_voice_channels_chat_is_answered_by_the_voice_room_with_no_t
     let decided: Vec<_> = decisions.all().into_iter().filter(|d| d.delivery_id == id.to_string()).collect();
     assert_eq!(decided.len(), 1);
     assert_eq!(decided[0].verdict, v1::FloorVerdict::Wake as i32);
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Barriers instead of a nap: the response's playback receipt ends its work in the voice room,
+    // and the gateway publishes in dispatch order, so a later text message's ingress comes after
+    // any text ingress the voice line could have caused.
+    until("the playback receipt", Duration::from_secs(20), || {
+        receipts.all().iter().any(|r| r.kind == "voice.playback" && r.delivery_id == id.to_string())
+    })
+    .await;
+    let sentinel = rig.say(GENERAL, "bob", "sentinel");
+    until("the sentinel's ingress", Duration::from_secs(20), || text.all().iter().any(|i| i.delivery_id == sentinel.to_string())).await;
     assert!(rig.sandbox.discord.posts(VOICE).is_empty(), "a text reply in the voice chat");
-    assert!(text.all().is_empty(), "a captain text turn for a voice-room line");
+    let texts: Vec<String> = text.all().into_iter().map(|i| i.delivery_id).collect();
+    assert_eq!(texts, [sentinel.to_string()], "a captain text turn for a voice-room line");
 }

@@ -27,10 +27,18 @@ async fn gateway_redelivery_after_a_resume_gets_one_answer() {
     })
     .await;
     rig.wait_outcomes(GENERAL, &[id]).await;
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // A sentinel in the same lane runs after anything the replay could still cause, and its reply is posted after theirs.
+    rig.standin.script(Script::any(Reply::text("Sentinel answered.")));
+    let sentinel = rig.say(GENERAL, "bob", "@Clankie sentinel");
+    rig.wait_outcomes(GENERAL, &[sentinel]).await;
+    until("the sentinel's reply", Duration::from_secs(20), || {
+        rig.sandbox.discord.posts(GENERAL).iter().any(|p| p.reply_to == Some(sentinel))
+    })
+    .await;
     let posts = rig.sandbox.discord.posts(GENERAL);
-    assert_eq!(posts.len(), 1, "{posts:?}");
-    assert_eq!(rig.standin.requests().len(), 1, "one turn");
+    let answered: Vec<Option<u64>> = posts.iter().map(|p| p.reply_to).collect();
+    assert_eq!(answered, [Some(id), Some(sentinel)], "{posts:?}");
+    assert_eq!(rig.standin.requests().len(), 2, "one turn for the question, one for the sentinel");
     let replay = receipts.all().into_iter().filter(|r| r.kind == "gateway.ingress" && r.delivery_id == id.to_string()).collect::<Vec<_>>();
     assert_eq!(replay.iter().filter(|r| r.flags["duplicate"]).count(), 1);
 }

@@ -76,12 +76,46 @@ async fn a_tool_only_phase_shows_the_tool_card_not_typing() {
         first_delay_ms: 400,
         tail_delay_ms: 0,
     }));
+    let body = body_actions(&rig.bus).await;
     let id = rig.say("ada", "@Clankie read this", true).await;
     rig.wait_outcomes(&[id]).await;
+    // One subscription over both body subjects keeps the captain's publish order.
+    let actions = body.lock().unwrap().clone();
+    let card = actions.iter().position(|a| a == "card:post").unwrap_or_else(|| panic!("no card in {actions:?}"));
+    let typing = actions.iter().position(|a| a == "typing:start").unwrap_or_else(|| panic!("the words never lit typing: {actions:?}"));
+    assert!(card < typing, "typing lit during the tool-only phase: {actions:?}");
+    assert_eq!(card, 0, "the card is the first thing the room sees: {actions:?}");
     let cards: Vec<_> = rig.sent.all().into_iter().filter(|m| m.kind == v1::OutboundKind::ToolCard as i32).collect();
     let ops: Vec<i32> = cards.iter().map(|c| c.tool_card_op).collect();
     assert_eq!(ops, [v1::ToolCardOp::Post as i32, v1::ToolCardOp::Remove as i32], "{cards:?}");
     assert_eq!(cards[0].tool_names, vec!["read_page".to_owned()]);
     assert!(cards[0].text.is_empty(), "a tool card carries tool names only");
     assert_eq!(rig.standin.requests()[1].count("the page answered HTTP 404"), 1, "an unreachable page fails cleanly");
+}
+
+/// Typing and tool-card actions in the order the captain published them, as short labels.
+async fn body_actions(bus: &clankie_bus::Bus) -> std::sync::Arc<std::sync::Mutex<Vec<String>>> {
+    use futures::StreamExt;
+    use prost::Message as _;
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let mut sub = bus.client().subscribe("clankie.body.>").await.unwrap();
+    let sink = seen.clone();
+    tokio::spawn(async move {
+        while let Some(msg) = sub.next().await {
+            let label = if msg.subject.starts_with("clankie.body.typing.") {
+                let Ok(t) = v1::TypingAction::decode(msg.payload) else { continue };
+                format!("typing:{}", if t.op == v1::TypingOp::Start as i32 { "start" } else { "stop" })
+            } else {
+                let Ok(m) = v1::OutboundMessage::decode(msg.payload) else { continue };
+                match (v1::OutboundKind::try_from(m.kind), v1::ToolCardOp::try_from(m.tool_card_op)) {
+                    (Ok(v1::OutboundKind::ToolCard), Ok(v1::ToolCardOp::Post)) => "card:post".into(),
+                    (Ok(v1::OutboundKind::ToolCard), _) => "card:other".into(),
+                    _ => "send".into(),
+                }
+            };
+            sink.lock().unwrap().push(label);
+        }
+    });
+    bus.client().flush().await.unwrap();
+    seen
 }
