@@ -16,8 +16,8 @@ const SLACK_MS: i64 = 500;
 async fn a_dead_stream_under_auto_retry_is_aborted_as_stalled_within_silence_plus_a_tick() {
     let rig = Rig::with(&[("CLANKIE_STALL_SILENCE_MS", "1000"), ("CLANKIE_STALL_TICK_MS", "50")]).await;
     let outcomes = clankie_testkit::record::<v1::DeliveryOutcome>(&rig.bus().await, Family::LaneOutcome).await;
-    // The stream drops (retried as transient), then the retry goes silent for good.
-    rig.standin.script(Script::any(Reply::Drop { text_before: "Let me look".into() }));
+    // The connection resets mid-chunk (retried as transient), then the retry goes silent for good.
+    rig.standin.script(Script::any(Reply::Reset { text_before: "Let me look".into() }));
     rig.standin.script(Script::any(Reply::Stall { text_before: "Looking it up".into() }));
     let id = rig.say(GENERAL, "ada", "@Clankie find the bracket");
     until("the stalled outcome", Duration::from_secs(30), || !outcomes.all().is_empty()).await;

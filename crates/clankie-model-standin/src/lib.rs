@@ -20,7 +20,6 @@ use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use bytes::Bytes;
-use futures::StreamExt;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
@@ -68,8 +67,16 @@ pub enum Reply {
         #[serde(default)]
         text_before: String,
     },
-    /// Streams `text_before`, then closes the stream without finishing it.
+    /// Streams `text_before`, then closes the stream without finishing it: a clean end of
+    /// the HTTP body that simply lacks the finish and `[DONE]`.
     Drop {
+        #[serde(default)]
+        text_before: String,
+    },
+    /// Streams `text_before`, then half of the next event, then aborts the connection in the
+    /// middle of the chunked body (no terminating chunk; a reset where the stand-in owns the
+    /// listener): the client's body read fails, which `Drop` never makes it do.
+    Reset {
         #[serde(default)]
         text_before: String,
     },
@@ -197,6 +204,12 @@ impl StandIn {
     pub async fn serve(addr: SocketAddr) -> std::io::Result<StandIn> {
         let listener = tokio::net::TcpListener::bind(addr).await?;
         let addr = listener.local_addr()?;
+        // Linger zero: an aborted connection (`Reply::Reset`) goes out as a TCP reset, not a FIN.
+        // (tokio deprecates SO_LINGER because a non-zero linger blocks on drop; zero never does.)
+        let listener = axum::serve::ListenerExt::tap_io(listener, |tcp: &mut tokio::net::TcpStream| {
+            #[allow(deprecated)]
+            let _ = tcp.set_linger(Some(Duration::ZERO));
+        });
         let shared = Shared::default();
         let app = router(shared.clone());
         let task = tokio::spawn(async move {
@@ -332,11 +345,11 @@ fn pieces(text: &str, size: usize) -> Vec<String> {
 }
 
 fn stream_reply(reply: Reply, prompt_tokens: u64) -> Response {
-    let (tx, rx) = tokio::sync::mpsc::channel::<Bytes>(16);
+    let (tx, rx) = tokio::sync::mpsc::channel::<std::io::Result<Bytes>>(16);
     tokio::spawn(async move {
         let send = |b: Bytes| {
             let tx = tx.clone();
-            async move { tx.send(b).await.is_ok() }
+            async move { tx.send(Ok(b)).await.is_ok() }
         };
         let mut completion_chars = 0usize;
         let finish = match reply {
@@ -385,6 +398,16 @@ fn stream_reply(reply: Reply, prompt_tokens: u64) -> Response {
                 }
                 None
             }
+            Reply::Reset { text_before } => {
+                if !text_before.is_empty() {
+                    send(chunk(json!({ "content": text_before }), None)).await;
+                }
+                let whole = chunk(json!({ "content": "and the rest of it" }), None);
+                send(whole.slice(..whole.len() / 2)).await;
+                // A body error makes hyper abort the connection instead of ending the body.
+                let _ = tx.send(Err(std::io::Error::new(std::io::ErrorKind::ConnectionReset, "stand-in reset"))).await;
+                return;
+            }
             Reply::Empty => Some("stop"),
             Reply::RateLimited { .. } | Reply::InsufficientQuota | Reply::Status { .. } => None,
         };
@@ -397,7 +420,7 @@ fn stream_reply(reply: Reply, prompt_tokens: u64) -> Response {
         send(Bytes::from(format!("data: {usage}\n\n"))).await;
         send(Bytes::from_static(b"data: [DONE]\n\n")).await;
     });
-    let body = Body::from_stream(tokio_stream_from(rx).map(Ok::<_, std::convert::Infallible>));
+    let body = Body::from_stream(tokio_stream_from(rx));
     Response::builder()
         .header(header::CONTENT_TYPE, "text/event-stream")
         .header(header::CACHE_CONTROL, "no-cache")
@@ -405,6 +428,6 @@ fn stream_reply(reply: Reply, prompt_tokens: u64) -> Response {
         .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response())
 }
 
-fn tokio_stream_from(mut rx: tokio::sync::mpsc::Receiver<Bytes>) -> impl futures::Stream<Item = Bytes> {
+fn tokio_stream_from(mut rx: tokio::sync::mpsc::Receiver<std::io::Result<Bytes>>) -> impl futures::Stream<Item = std::io::Result<Bytes>> {
     futures::stream::poll_fn(move |cx| rx.poll_recv(cx))
 }

@@ -54,10 +54,15 @@ async fn server_errors_past_the_retry_bound_are_a_model_failure() {
 
 #[tokio::test]
 async fn a_dropped_stream_is_retried() {
-    let rig = Rig::new().await;
-    let (_, result) = run_with(&rig, vec![Reply::Drop { text_before: "half".into() }, Reply::text("whole answer")]).await;
-    assert_eq!(result.outcome.unwrap(), RunReply::Words("whole answer".into()));
-    assert_eq!(rig.standin.requests().len(), 2);
+    // A body that ends cleanly but unfinished, and a connection reset in the middle of a chunk:
+    // the first reaches the end of the stream, the second the client's body-error path.
+    for dropped in [Reply::Drop { text_before: "half".into() }, Reply::Reset { text_before: "half".into() }] {
+        let rig = Rig::new().await;
+        let (events, result) = run_with(&rig, vec![dropped.clone(), Reply::text("whole answer")]).await;
+        assert_eq!(result.outcome.unwrap(), RunReply::Words("whole answer".into()), "{dropped:?}");
+        assert_eq!(rig.standin.requests().len(), 2, "{dropped:?}");
+        assert_eq!(events.iter().filter(|e| matches!(e, AgentEvent::RetryStart { .. })).count(), 1, "{dropped:?}");
+    }
 }
 
 #[tokio::test]
