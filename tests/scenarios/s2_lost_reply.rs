@@ -10,8 +10,15 @@ use clankie_sandbox::rig::{GENERAL, Rig};
 
 #[tokio::test]
 async fn a_failed_picture_write_costs_only_the_picture_and_two_prods_get_one_turn() {
-    // Media refuses anything over 16 bytes: the screenshot's write fails.
-    let rig = Rig::with(&[("CLANKIE_MEDIA_MAX_BYTES", "16")]).await;
+    let rig = Rig::new().await;
+    // The write itself fails: where media keeps its blobs there is a plain file, so creating
+    // the blob's directory fails as a full or broken disk would (the tests run as root, whom
+    // a read-only mode would not stop).
+    let blobs = clankie_settings::attachment_root(&rig.settings).join("sha256");
+    if blobs.is_dir() {
+        std::fs::remove_dir_all(&blobs).unwrap();
+    }
+    std::fs::write(&blobs, b"not a directory").unwrap();
     let shot = rig.sandbox.discord.user_message(NewMessage {
         channel_id: 201,
         author: "site".into(),
@@ -19,7 +26,7 @@ async fn a_failed_picture_write_costs_only_the_picture_and_two_prods_get_one_tur
         attachments: vec![NewAttachment {
             filename: "bracket.png".into(),
             content_type: "image/png".into(),
-            text: Some("a screenshot far larger than sixteen bytes".into()),
+            text: Some("a screenshot".into()),
             ..Default::default()
         }],
         ..Default::default()
@@ -37,11 +44,12 @@ async fn a_failed_picture_write_costs_only_the_picture_and_two_prods_get_one_tur
     assert!(posts[0].attachments.is_empty());
     assert_eq!(rig.outcome(GENERAL, asked).as_deref(), Some("replied"));
     assert_eq!(
-        rig.standin.requests()[1].count("could not be saved"),
+        rig.standin.requests()[1].count("could not be saved (io)"),
         1,
-        "the model was told the picture was lost: {}",
+        "the model was told the write failed: {}",
         rig.standin.requests()[1].all_text()
     );
+    std::fs::remove_file(&blobs).unwrap();
 
     // Two prods, close together, while he is answering the first.
     rig.standin.script(Script::any(Reply::Text {
