@@ -1,7 +1,23 @@
+use std::collections::BTreeMap;
+
 use clankie_model_standin::{Reply, Script};
 
-use super::Rig;
+use super::{Rig, until};
 
+/// A Prometheus text scrape as `name{labels}` → value.
+fn parse(scrape: &str) -> BTreeMap<String, f64> {
+    scrape
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
+        .filter_map(|l| {
+            let (series, value) = l.rsplit_once(' ')?;
+            Some((series.to_owned(), value.parse().ok()?))
+        })
+        .collect()
+}
+
+/// The counts this test caused: the recorder is process-wide, so only the change between two
+/// scrapes belongs to it.
 #[tokio::test]
 async fn turns_outcomes_and_tokens_are_scraped_from_metrics() {
     let rig = Rig::new().await;
@@ -9,16 +25,28 @@ async fn turns_outcomes_and_tokens_are_scraped_from_metrics() {
     let addr = listener.local_addr().unwrap();
     let readiness = clankie_http::Readiness { bus: rig.bus.clone(), store: Some(rig.store.clone()) };
     tokio::spawn(clankie_http::serve_on(listener, readiness));
+    clankie_agent::provider::install_tls_provider();
+    let scrape = || async { parse(&reqwest::get(format!("http://{addr}/metrics")).await.unwrap().text().await.unwrap()) };
+    let before = scrape().await;
     let (_captain, _task) = rig.captain("captain-a").await;
     rig.standin.script(Script::any(Reply::text("hello")));
     let id = rig.say("ada", "@Clankie hi", true).await;
     rig.wait_outcomes(&[id]).await;
-    clankie_agent::provider::install_tls_provider();
-    let body = reqwest::get(format!("http://{addr}/metrics")).await.unwrap().text().await.unwrap();
-    for metric in ["clankie_captain_turns_total", "clankie_captain_outcomes_total", "clankie_captain_input_tokens_total"] {
-        assert!(body.contains(metric), "{metric} missing from:\n{body}");
-    }
-    assert!(body.contains("kind=\"replied\""));
+    until("the turn receipt", std::time::Duration::from_secs(5), || {
+        rig.receipts.all().iter().any(|r| r.kind == "captain.turn" && r.delivery_id == id.to_string())
+    })
+    .await;
+    let turn = rig.receipts.all().into_iter().find(|r| r.kind == "captain.turn" && r.delivery_id == id.to_string()).unwrap();
+    let after = scrape().await;
+    let delta = |series: &str| after.get(series).copied().unwrap_or(0.0) - before.get(series).copied().unwrap_or(0.0);
+
+    assert_eq!(delta("clankie_captain_turns_total{mode=\"durable\"}"), 1.0, "{after:?}");
+    assert_eq!(delta("clankie_captain_outcomes_total{kind=\"replied\"}"), 1.0, "{after:?}");
+    assert_eq!(delta("clankie_captain_outcomes_total{kind=\"failed\"}"), 0.0);
+    let input = turn.counts["input_tokens"];
+    assert!(input > 0);
+    assert_eq!(delta("clankie_captain_input_tokens_total"), input as f64, "the tokens the turn's receipt counted");
+    assert_eq!(delta("clankie_captain_output_tokens_total"), turn.counts["output_tokens"] as f64);
     let health = reqwest::get(format!("http://{addr}/healthz")).await.unwrap();
     assert!(health.status().is_success());
 }

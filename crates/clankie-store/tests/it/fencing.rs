@@ -79,23 +79,36 @@ async fn a_released_lane_is_taken_at_once_with_a_new_epoch() {
 async fn a_write_racing_a_takeover_either_lands_before_it_or_is_refused() {
     let (store, _db) = super::store().await;
     let a = store.acquire_lease(&LANE, "captain-a", Duration::ZERO).await.unwrap().unwrap();
+    // A keeps writing until it has been refused a few times; the takeover comes while it writes.
     let writes = {
         let (store, a) = (store.clone(), a.clone());
         tokio::spawn(async move {
             let mut results = Vec::new();
-            for i in 0..50 {
+            for i in 0..100_000 {
                 results.push(store.append_entry(&a, "rooms/room:1:2", &entry(&format!("a{i}"))).await.map(|_| ()));
+                if results.iter().filter(|r| r.is_err()).count() >= 5 {
+                    break;
+                }
             }
             results
         })
     };
+    // The race is made to happen: some of A's writes have landed, and A is still writing.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while store.entries("rooms/room:1:2").await.unwrap().len() < 5 {
+        assert!(tokio::time::Instant::now() < deadline, "A's writes never landed");
+        tokio::task::yield_now().await;
+    }
+    assert!(!writes.is_finished());
     let b = store.acquire_lease(&LANE, "captain-b", LONG).await.unwrap().unwrap();
     let results = writes.await.unwrap();
     let landed = store.entries("rooms/room:1:2").await.unwrap();
+    let first_fenced = results.iter().position(|r| r.is_err()).expect("A was never refused after the takeover");
+    assert!(first_fenced >= 5, "the takeover came before A's first writes: {first_fenced}");
     // Every entry that landed was written under A's epoch, and once one write was fenced no later one landed.
     assert!(landed.iter().all(|e| e.epoch == a.epoch));
-    let first_fenced = results.iter().position(|r| r.is_err()).unwrap_or(results.len());
-    assert!(results[first_fenced..].iter().all(|r| matches!(r, Err(StoreError::Fenced { .. }))));
+    assert!(results[first_fenced..].iter().all(|r| matches!(r, Err(StoreError::Fenced { .. }))), "{:?}", &results[first_fenced..]);
+    assert_eq!(results.len(), first_fenced + 5);
     assert_eq!(landed.len(), first_fenced);
     assert_eq!(b.epoch, a.epoch + 1);
 }

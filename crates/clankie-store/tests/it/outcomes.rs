@@ -48,6 +48,26 @@ async fn an_exchange_is_live_only_inside_its_window() {
     assert!(store.exchange_live(&LANE, Duration::from_secs(600)).await.unwrap());
     assert!(!store.exchange_live(&LANE, Duration::ZERO).await.unwrap());
     assert_eq!(store.exchange(&LANE).await.unwrap().unwrap().last_delivery_id, "7");
+    // Around the exchange's real age, as the database measures it: a window shorter than the
+    // age has closed, one longer is still open.
+    let age = || async {
+        sqlx::query_scalar::<_, i64>("SELECT (extract(epoch from now() - last_settled_at) * 1000)::bigint FROM exchanges WHERE lane = $1")
+            .bind(LANE.to_string())
+            .fetch_one(store.pool())
+            .await
+            .unwrap()
+    };
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while age().await < 400 {
+        assert!(tokio::time::Instant::now() < deadline);
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    for (window_ms, live) in [(1, false), (200, false), (300, false), (5_000, true), (60_000, true), (300_000, true)] {
+        assert_eq!(store.exchange_live(&LANE, Duration::from_millis(window_ms)).await.unwrap(), live, "a {window_ms} ms window");
+    }
+    // Refreshed, the same short window is open again.
+    store.refresh_exchange(&lease, "8").await.unwrap();
+    assert!(store.exchange_live(&LANE, Duration::from_millis(300)).await.unwrap());
 }
 
 #[tokio::test]
