@@ -8,6 +8,7 @@
 
 mod endpoint;
 mod nats;
+mod port;
 mod postgres;
 
 use std::path::PathBuf;
@@ -17,6 +18,7 @@ use clankie_settings::Settings;
 
 pub use endpoint::{Endpoint, EndpointError};
 pub use nats::{EphemeralNats, NatsProcess, find_nats_server};
+pub use port::{ReservedPort, reserve_port};
 pub use postgres::PostgresCluster;
 
 /// Why a stack operation failed.

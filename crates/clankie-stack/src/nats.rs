@@ -102,26 +102,28 @@ fn terminate(pid: u32, grace: Duration) {
 pub struct EphemeralNats {
     child: Option<Child>,
     dir: PathBuf,
-    port: u16,
+    port: crate::ReservedPort,
 }
 
 impl EphemeralNats {
-    /// Starts a fresh nats-server with JetStream on a free loopback port.
+    /// Starts a fresh nats-server with JetStream on a loopback port reserved for it, so a
+    /// [`EphemeralNats::restart`] finds the port still its own.
     pub fn start() -> Result<EphemeralNats, StackError> {
         let dir = unique_dir("clankie-nats")?;
-        let mut nats = EphemeralNats { child: None, dir, port: 0 };
-        nats.spawn(None)?;
+        let port = crate::reserve_port().map_err(|source| StackError::Io { path: std::env::temp_dir(), source })?;
+        let mut nats = EphemeralNats { child: None, dir, port };
+        nats.spawn()?;
         Ok(nats)
     }
 
     /// The client URL.
     pub fn url(&self) -> String {
-        format!("nats://127.0.0.1:{}", self.port)
+        format!("nats://127.0.0.1:{}", self.port.port())
     }
 
     /// The port it listens on; stable across [`EphemeralNats::restart`].
     pub fn port(&self) -> u16 {
-        self.port
+        self.port.port()
     }
 
     /// Kills the server, keeping its store, as an outage would.
@@ -135,18 +137,16 @@ impl EphemeralNats {
     /// Starts the server again on the same port and store.
     pub fn restart(&mut self) -> Result<(), StackError> {
         self.stop();
-        self.spawn(Some(self.port))
+        self.spawn()
     }
 
-    fn spawn(&mut self, port: Option<u16>) -> Result<(), StackError> {
+    fn spawn(&mut self) -> Result<(), StackError> {
         let bin = find_nats_server()?;
         let ports_dir = self.dir.join("ports");
         let _ = std::fs::remove_dir_all(&ports_dir);
         std::fs::create_dir_all(&ports_dir).map_err(|source| StackError::Io { path: ports_dir.clone(), source })?;
         let mut cmd = Command::new(&bin);
-        // -1 asks the server for a random free port, which it then writes to the ports file.
-        let port_arg = port.map_or(-1, i32::from);
-        cmd.arg("-a").arg("127.0.0.1").arg("-p").arg(port_arg.to_string()).arg("-js").arg("-sd").arg(self.dir.join("js"));
+        cmd.arg("-a").arg("127.0.0.1").arg("-p").arg(self.port.port().to_string()).arg("-js").arg("-sd").arg(self.dir.join("js"));
         cmd.arg("--ports_file_dir").arg(&ports_dir);
         cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::from(
             std::fs::File::create(self.dir.join("nats.log")).map_err(|source| StackError::Io { path: self.dir.clone(), source })?,
@@ -168,7 +168,6 @@ impl EphemeralNats {
             std::thread::sleep(Duration::from_millis(10));
         };
         self.child = Some(child);
-        self.port = port;
         if !wait_for_port(port, READY_WITHIN) {
             return Err(StackError::NotReady {
                 what: "nats-server",

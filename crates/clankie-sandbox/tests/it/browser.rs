@@ -9,28 +9,34 @@ use hyper_util::client::legacy::connect::HttpConnector;
 
 use super::{GENERAL, Rig};
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).expect("a free port")
-}
-
 /// chromedriver, killed when dropped.
 struct Driver(#[allow(dead_code)] tokio::process::Child, u16);
 
 impl Driver {
+    /// chromedriver on a port it picks itself (`--port=0`) and prints: no window between
+    /// choosing a free port and binding it for another test to take it.
     async fn start() -> Driver {
-        let port = free_port();
-        let child = tokio::process::Command::new("chromedriver")
-            .arg(format!("--port={port}"))
-            .stdout(Stdio::null())
+        use tokio::io::AsyncBufReadExt;
+        let mut child = tokio::process::Command::new("chromedriver")
+            .arg("--port=0")
+            .stdout(Stdio::piped())
             .stderr(Stdio::null())
             .kill_on_drop(true)
             .spawn()
             .expect("chromedriver is installed (deploy/local/lib.sh installs chromium-driver)");
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-        while tokio::net::TcpStream::connect(("127.0.0.1", port)).await.is_err() {
-            assert!(tokio::time::Instant::now() < deadline, "chromedriver did not listen");
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        let mut lines = tokio::io::BufReader::new(child.stdout.take().expect("piped stdout")).lines();
+        let port = tokio::time::timeout(Duration::from_secs(20), async {
+            while let Some(line) = lines.next_line().await.expect("chromedriver's output") {
+                if let Some(port) = line.split("started successfully on port ").nth(1) {
+                    return port.trim().trim_end_matches('.').parse::<u16>().expect("a port number");
+                }
+            }
+            panic!("chromedriver exited before it listened");
+        })
+        .await
+        .expect("chromedriver did not listen");
+        // Keep draining its output so a full pipe never blocks it.
+        tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
         Driver(child, port)
     }
 }
