@@ -10,16 +10,17 @@
 //! resolve the name itself.
 
 mod address;
+pub mod proxy;
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
 
 use futures::future::BoxFuture;
-use reqwest::Url;
 
 pub use address::{AddressClass, classify};
 pub use clankie_settings::{AllowList, AllowListError};
+pub use reqwest::Url;
 
 /// Why the guard refused a URL; the text is safe to show the model.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
