@@ -217,7 +217,35 @@ pub const SETTINGS: &[Setting] = &[
         default: "20",
         doc: "Deliveries one author may have admitted per minute across all lanes (each run needs one); the rest get `flood_guard`. 0 is off.",
     },
+    Setting {
+        name: "CLANKIE_BROWSE",
+        default: "auto",
+        doc: "The `browse` tool (headless Chromium): `auto` turns it on when Chromium and chromedriver are installed, `on` requires them, `off`.",
+    },
+    Setting { name: "CLANKIE_BROWSERS_MAX", default: "2", doc: "Browsers one captain runs at once; further browses queue." },
+    Setting {
+        name: "CLANKIE_BROWSE_DEADLINE_MS",
+        default: "30000",
+        doc: "How long one browse may take once it has a browser; past it the tool answers with an error and the browser is killed.",
+    },
+    Setting {
+        name: "CLANKIE_BROWSER_VIEWPORT",
+        default: "1280x800",
+        doc: "The browser's viewport, and so a screenshot's size, as `WIDTHxHEIGHT`.",
+    },
+    Setting { name: "CLANKIE_CHROMIUM", default: "/usr/bin/chromium", doc: "The Chromium binary the browser host starts." },
+    Setting { name: "CLANKIE_CHROMEDRIVER", default: "/usr/bin/chromedriver", doc: "The chromedriver binary the browser host starts." },
 ];
+
+/// Whether the `browse` tool runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BrowseMode {
+    /// On when Chromium and chromedriver are installed.
+    Auto,
+    /// On; a missing browser is a startup error.
+    On,
+    Off,
+}
 
 /// A variable that is set but unusable.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -328,6 +356,16 @@ pub struct Settings {
     pub model_stream_max_bytes: usize,
     /// Admissions one author may have per minute across lanes; 0 turns the flood guard off.
     pub flood_admissions_per_minute: u32,
+    /// Whether the `browse` tool runs.
+    pub browse: BrowseMode,
+    /// Browsers one captain runs at once.
+    pub browsers_max: usize,
+    /// How long one browse may take once it has a browser.
+    pub browse_deadline: Duration,
+    /// The browser's viewport in CSS pixels.
+    pub browser_viewport: (u32, u32),
+    pub chromium: PathBuf,
+    pub chromedriver: PathBuf,
 }
 
 impl fmt::Debug for Settings {
@@ -377,6 +415,10 @@ impl fmt::Debug for Settings {
             .field("experience_ttl", &self.experience_ttl)
             .field("typing_hold", &self.typing_hold)
             .field("egress_allow", &self.egress_allow)
+            .field("browse", &self.browse)
+            .field("browsers_max", &self.browsers_max)
+            .field("browse_deadline", &self.browse_deadline)
+            .field("browser_viewport", &self.browser_viewport)
             .field("history_max_chars", &self.history_max_chars)
             .field("attachments_per_message", &self.attachments_per_message)
             .field("tool_calls_per_step", &self.tool_calls_per_step)
@@ -555,6 +597,18 @@ impl Settings {
             number(var("CLANKIE_MODEL_STREAM_MAX_BYTES"), "CLANKIE_MODEL_STREAM_MAX_BYTES", 1 << 20, 1024, 1 << 30)? as usize;
         let flood_admissions_per_minute =
             number(var("CLANKIE_FLOOD_ADMISSIONS_PER_MINUTE"), "CLANKIE_FLOOD_ADMISSIONS_PER_MINUTE", 20, 0, 1_000_000)? as u32;
+        let browse = match var("CLANKIE_BROWSE").as_deref().map(str::trim) {
+            None | Some("auto") => BrowseMode::Auto,
+            Some("on" | "true" | "1") => BrowseMode::On,
+            Some("off" | "false" | "0") => BrowseMode::Off,
+            Some(_) => return Err(SettingsError::Invalid { var: "CLANKIE_BROWSE", reason: "expected auto, on or off".into() }),
+        };
+        let browsers_max = number(var("CLANKIE_BROWSERS_MAX"), "CLANKIE_BROWSERS_MAX", 2, 1, 64)? as usize;
+        let browse_deadline = ms("CLANKIE_BROWSE_DEADLINE_MS", 30_000, 500)?;
+        let browser_viewport = viewport(var("CLANKIE_BROWSER_VIEWPORT"))?;
+        let chromium = absolute("CLANKIE_CHROMIUM", &var("CLANKIE_CHROMIUM").unwrap_or_else(|| "/usr/bin/chromium".into()))?;
+        let chromedriver =
+            absolute("CLANKIE_CHROMEDRIVER", &var("CLANKIE_CHROMEDRIVER").unwrap_or_else(|| "/usr/bin/chromedriver".into()))?;
         let discord_guilds = ids(var("CLANKIE_DISCORD_GUILDS"), "CLANKIE_DISCORD_GUILDS")?;
         let discord_token = var("CLANKIE_DISCORD_TOKEN").unwrap_or_else(|| "loopback-token".into());
         let discord_api = var("CLANKIE_DISCORD_API");
@@ -574,6 +628,12 @@ impl Settings {
             });
         }
         Ok(Settings {
+            browse,
+            browsers_max,
+            browse_deadline,
+            browser_viewport,
+            chromium,
+            chromedriver,
             egress_allow,
             history_max_chars,
             attachments_per_message,
@@ -644,6 +704,17 @@ fn absolute(var: &'static str, value: &str) -> Result<PathBuf, SettingsError> {
     if path.is_absolute() { Ok(path) } else { Err(SettingsError::Invalid { var, reason: "must be an absolute path".into() }) }
 }
 
+fn viewport(value: Option<String>) -> Result<(u32, u32), SettingsError> {
+    let Some(value) = value else { return Ok((1280, 800)) };
+    let bad = || SettingsError::Invalid { var: "CLANKIE_BROWSER_VIEWPORT", reason: "expected WIDTHxHEIGHT, each 200 to 4000".into() };
+    let (w, h) = value.trim().split_once(['x', 'X']).ok_or_else(bad)?;
+    let (w, h): (u32, u32) = (w.trim().parse().map_err(|_| bad())?, h.trim().parse().map_err(|_| bad())?);
+    if !(200..=4000).contains(&w) || !(200..=4000).contains(&h) {
+        return Err(bad());
+    }
+    Ok((w, h))
+}
+
 fn flag(value: Option<String>, var: &'static str) -> Result<bool, SettingsError> {
     match value.as_deref().map(str::trim) {
         None | Some("false" | "0" | "no") => Ok(false),
@@ -710,6 +781,24 @@ mod tests {
     fn settings(vars: &[(&str, &str)]) -> Result<Settings, SettingsError> {
         let env: HashMap<String, String> = vars.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
         Settings::from_lookup(|k| env.get(k).cloned())
+    }
+
+    #[test]
+    fn browse_settings_read_their_forms_and_refuse_others() {
+        let s = settings(&[]).unwrap();
+        assert_eq!((s.browse, s.browsers_max, s.browser_viewport), (BrowseMode::Auto, 2, (1280, 800)));
+        let s = settings(&[("CLANKIE_BROWSE", "off"), ("CLANKIE_BROWSER_VIEWPORT", "800x600")]).unwrap();
+        assert_eq!((s.browse, s.browser_viewport), (BrowseMode::Off, (800, 600)));
+        for (var, bad) in [
+            ("CLANKIE_BROWSE", "sometimes"),
+            ("CLANKIE_BROWSER_VIEWPORT", "800"),
+            ("CLANKIE_BROWSER_VIEWPORT", "10x10"),
+            ("CLANKIE_BROWSERS_MAX", "0"),
+            ("CLANKIE_CHROMIUM", "chromium"),
+        ] {
+            let err = settings(&[(var, bad)]).unwrap_err();
+            assert!(err.to_string().starts_with(var), "{var}={bad}: {err}");
+        }
     }
 
     #[test]

@@ -12,6 +12,8 @@ use sqlx::Connection;
 
 pub use clankie_stack::EphemeralNats as TestNats;
 
+pub mod pages;
+
 /// The variable naming a PostgreSQL URL with rights to create databases; the local stack's URL if unset.
 pub const TEST_DATABASE_URL: &str = "CLANKIE_TEST_DATABASE_URL";
 
