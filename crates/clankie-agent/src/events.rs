@@ -30,6 +30,8 @@ pub enum AgentEvent {
     ToolStart {
         call_id: String,
         name: String,
+        /// What the tool says it is doing, when it says.
+        activity: Option<String>,
     },
     ToolProgress {
         call_id: String,

@@ -435,9 +435,14 @@ async fn run_tools(turn: &AssistantTurn, session: &mut Session, ctx: &RunCtx) ->
             );
             return (call, Err(ToolError::Invalid(why)));
         }
-        ctx.sink.emit(AgentEvent::ToolStart { call_id: call.id.clone(), name: call.name.clone() });
         let tool = ctx.tools.iter().find(|t| t.spec().name == call.name);
-        let result = match (tool, serde_json::from_str::<serde_json::Value>(&call.arguments)) {
+        let args = serde_json::from_str::<serde_json::Value>(&call.arguments);
+        let activity = match (tool, &args) {
+            (Some(tool), Ok(args)) => tool.activity(args),
+            _ => None,
+        };
+        ctx.sink.emit(AgentEvent::ToolStart { call_id: call.id.clone(), name: call.name.clone(), activity });
+        let result = match (tool, args) {
             (None, _) => Err(ToolError::Invalid(format!("there is no tool named {}", call.name))),
             (Some(_), Err(e)) => Err(ToolError::Invalid(format!("arguments are not valid JSON: {e}"))),
             (Some(tool), Ok(args)) => tool.execute(args, ToolContext::new(call.id.clone(), ctx.sink.clone(), ctx.cancel.clone())).await,

@@ -51,6 +51,12 @@ pub trait Tool: Send + Sync + 'static {
     /// The name, description and argument schema the model is shown.
     fn spec(&self) -> ToolSpec;
 
+    /// What a call is doing, in a few words for the room ("browsing example.com"); the
+    /// tool's name when `None`.
+    fn activity(&self, _arguments: &serde_json::Value) -> Option<String> {
+        None
+    }
+
     /// Runs one call. An `Err` is returned to the model as an error result; the run goes on.
     fn execute<'a>(&'a self, arguments: serde_json::Value, ctx: ToolContext) -> BoxFuture<'a, Result<String, ToolError>>;
 }

@@ -45,6 +45,8 @@ pub struct CaptainConfig {
     /// Every URL a tool fetches goes through it.
     pub egress: EgressGuard,
     pub bounds: Bounds,
+    /// The browser host behind the `browse` tool; none leaves the tool out.
+    pub browser: Option<std::sync::Arc<clankie_browser::BrowserHost>>,
 }
 
 impl CaptainConfig {
@@ -73,6 +75,7 @@ impl CaptainConfig {
                 picture_bytes: 25 * 1024 * 1024,
                 flood_per_minute: settings.flood_admissions_per_minute,
             },
+            browser: None,
         }
     }
 

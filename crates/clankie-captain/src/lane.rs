@@ -12,7 +12,7 @@ use futures::FutureExt;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
-use crate::tools::{DescribeRuntime, ProposeMemory, ReadPage, Room, SendTextUpdate, SharePicture};
+use crate::tools::{Browse, DescribeRuntime, ProposeMemory, ReadPage, Room, SendTextUpdate, SharePicture};
 use crate::typing::{self, Answering};
 use crate::{Captain, Held, Warm, prompt};
 
@@ -245,6 +245,9 @@ impl Captain {
             )),
         ];
         tools.push(Arc::new(ProposeMemory { source: inner.selfhood.clone(), thread: lane }));
+        if let Some(host) = &config.browser {
+            tools.push(Arc::new(Browse::new(host.clone(), inner.bus.clone(), room.clone())));
+        }
         if privileged {
             tools.push(Arc::new(DescribeRuntime { replica: config.replica.clone(), live_lanes: self.live_lanes() }));
         }
@@ -295,9 +298,10 @@ impl Captain {
                                 metrics::histogram!("clankie_captain_steer_to_boundary_seconds").record(at.elapsed().as_secs_f64());
                             }
                         }
-                        AgentEvent::ToolStart { name, .. } => {
-                            if !presence.tools_seen.contains(&name) {
-                                presence.tools_seen.push(name);
+                        AgentEvent::ToolStart { name, activity, .. } => {
+                            let label = activity.unwrap_or(name);
+                            if !presence.tools_seen.contains(&label) {
+                                presence.tools_seen.push(label);
                                 if presence.card_posted {
                                     presence.card_edits += 1;
                                     let op = v1::ToolCardOp::Edit;
@@ -490,7 +494,7 @@ impl Captain {
             guild_id: lane.guild(),
             channel_id: lane.channel(),
             reply_to_message_id: Some(room.answering()),
-            text: text.to_owned(),
+            text: room.with_notes(text),
             artifacts: room.artifacts(),
             lane: lane.to_string(),
             delivery_id: owner.to_owned(),

@@ -18,7 +18,9 @@ async fn main() -> Result<()> {
     }
     let agent = clankie_agent::Agent::new(model, clankie_agent::config_from_settings(&settings));
     clankie_http::spawn_endpoints(settings.http_addr, clankie_http::Readiness { bus: bus.clone(), store: Some(store.clone()) });
-    let captain = Captain::new(bus, store, agent, CaptainConfig::from_settings(&settings));
+    let mut config = CaptainConfig::from_settings(&settings);
+    config.browser = clankie_browser::host_from_settings(&settings, config.egress.clone()).await.context("starting the browser host")?;
+    let captain = Captain::new(bus, store, agent, config);
     captain.run_until_drained(clankie_http::terminated(), settings.shutdown_grace).await.context("captain stopped")?;
     tracing::info!("drained; exiting");
     Ok(())

@@ -30,6 +30,8 @@ pub enum SandboxError {
     Model(#[from] clankie_agent::ModelError),
     #[error("media: {0}")]
     Media(#[from] clankie_media::MediaError),
+    #[error("browser host: {0}")]
+    Browser(#[from] clankie_browser::BrowseError),
 }
 
 /// A running embedded stack. Dropping it stops the services.
@@ -81,6 +83,8 @@ impl Sandbox {
         let mut captain_config = CaptainConfig::from_settings(settings);
         // The sandbox's pictures are served by its own loopback Discord: its tools may fetch from there, and nowhere else private.
         captain_config.egress = clankie_egress::EgressGuard::new(settings.egress_allow.clone().with(discord.addr()));
+        // The browse tool runs against the same allow list when a browser is installed.
+        captain_config.browser = clankie_browser::host_from_settings(settings, captain_config.egress.clone()).await?;
         let captain = Captain::new(clankie_bus::Bus::connect(settings, "captain").await?, store, agent, captain_config);
 
         let mut voice_config = VoiceConfig::from_settings(settings);

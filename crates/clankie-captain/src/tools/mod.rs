@@ -1,11 +1,13 @@
 //! The captain's tools. Each is bound to the room of the run it serves.
 
+mod browse;
 mod memory;
 mod read_page;
 mod runtime;
 mod share_picture;
 mod text_update;
 
+pub use browse::Browse;
 pub use memory::{MAX_FACT_CHARS, ProposeMemory};
 pub use read_page::ReadPage;
 pub use runtime::DescribeRuntime;
@@ -26,12 +28,14 @@ pub struct Room {
     answering: Arc<AtomicU64>,
     /// Pictures the run's tools saved, to go out with the reply.
     artifacts: Arc<std::sync::Mutex<Vec<clankie_proto::v1::ArtifactRef>>>,
+    /// Pictures a tool made but could not save; the reply says so in a short note.
+    lost: Arc<std::sync::Mutex<Vec<String>>>,
 }
 
 impl Room {
     /// A room answering `message_id`.
     pub fn new(lane: LaneKey, turn_id: String, message_id: u64) -> Room {
-        Room { lane, turn_id, answering: Arc::new(AtomicU64::new(message_id)), artifacts: Arc::default() }
+        Room { lane, turn_id, answering: Arc::new(AtomicU64::new(message_id)), artifacts: Arc::default(), lost: Arc::default() }
     }
 
     /// The message replies and updates thread onto.
@@ -47,6 +51,21 @@ impl Room {
     /// The pictures the reply carries.
     pub fn artifacts(&self) -> Vec<clankie_proto::v1::ArtifactRef> {
         self.artifacts.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Notes a picture that was made but could not be saved.
+    pub fn lost(&self, what: String) {
+        self.lost.lock().unwrap_or_else(|p| p.into_inner()).push(what);
+    }
+
+    /// The reply's words with a short note for every lost picture.
+    pub fn with_notes(&self, text: &str) -> String {
+        let lost = self.lost.lock().unwrap_or_else(|p| p.into_inner());
+        let mut out = text.to_owned();
+        for what in lost.iter() {
+            out.push_str(&format!("\n(I couldn't attach {what}: it could not be saved.)"));
+        }
+        out
     }
 
     /// Re-captures the newest speaker's message.
