@@ -12,7 +12,13 @@ RUN cargo build --release --locked \
        target/release/clankie-model-standin /out/
 
 FROM debian:bookworm-slim
-RUN apt-get update && apt-get install -y --no-install-recommends ca-certificates && rm -rf /var/lib/apt/lists/* \
+# The captain's `browse` tool drives Debian's Chromium through chromedriver; WITH_BROWSER=0
+# builds a smaller image in which the tool is off (CLANKIE_BROWSE=auto finds no browser).
+ARG WITH_BROWSER=1
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends ca-certificates \
+ && if [ "$WITH_BROWSER" = "1" ]; then apt-get install -y --no-install-recommends chromium chromium-driver fonts-dejavu-core; fi \
+ && rm -rf /var/lib/apt/lists/* \
  && useradd --system --uid 10001 --home /var/lib/clankie --create-home clankie
 COPY --from=build /out/ /usr/local/bin/
 USER clankie

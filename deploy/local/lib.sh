@@ -10,7 +10,7 @@ ensure_packages() {
   command -v cmake >/dev/null 2>&1 || { missing+=(cmake); why+=("cmake: builds the voice codec"); }
   command -v setsid >/dev/null 2>&1 || { missing+=(util-linux); why+=("util-linux: setsid, runuser"); }
   if [ "${CLANKIE_WITH_BROWSER:-0}" = "1" ]; then
-    command -v chromedriver >/dev/null 2>&1 || { missing+=(chromium chromium-driver); why+=("chromium, chromium-driver: the sandbox page's browser test"); }
+    command -v chromedriver >/dev/null 2>&1 || { missing+=(chromium chromium-driver); why+=("chromium, chromium-driver: the browse tool and the browser tests"); }
   fi
   if [ ${#missing[@]} -eq 0 ]; then
     return 0
