@@ -19,15 +19,45 @@ pub struct Held {
     /// When this replica received it.
     pub received: Instant,
     source: Source,
+    /// This replica's claim on the delivery id, released when the held delivery is dropped.
+    claim: Option<Claim>,
+}
+
+/// The delivery ids one replica holds right now. A JetStream redelivery (or a forwarded copy) of
+/// an id already held is the same delivery again: it must not become a second turn or outcome.
+#[derive(Default, Clone)]
+pub struct InHand(std::sync::Arc<std::sync::Mutex<std::collections::HashSet<String>>>);
+
+impl InHand {
+    /// Claims `held`'s delivery id for it; gives the delivery back when the id is already held.
+    pub(crate) fn claim(&self, mut held: Held) -> Result<Held, Box<Held>> {
+        let id = held.delivery_id().to_owned();
+        if !self.0.lock().unwrap_or_else(|p| p.into_inner()).insert(id.clone()) {
+            return Err(Box::new(held));
+        }
+        held.claim = Some(Claim { in_hand: self.clone(), id });
+        Ok(held)
+    }
+}
+
+struct Claim {
+    in_hand: InHand,
+    id: String,
+}
+
+impl Drop for Claim {
+    fn drop(&mut self) {
+        self.in_hand.0.lock().unwrap_or_else(|p| p.into_inner()).remove(&self.id);
+    }
 }
 
 impl Held {
     pub(crate) fn from_ingress(lane: LaneKey, d: Delivery<v1::Ingress>) -> Held {
-        Held { ingress: d.event.clone(), lane, received: Instant::now(), source: Source::Ingress(d) }
+        Held { ingress: d.event.clone(), lane, received: Instant::now(), source: Source::Ingress(d), claim: None }
     }
 
     pub(crate) fn from_steer(lane: LaneKey, ingress: v1::Ingress, d: Delivery<v1::Steer>) -> Held {
-        Held { ingress, lane, received: Instant::now(), source: Source::Steer(d) }
+        Held { ingress, lane, received: Instant::now(), source: Source::Steer(d), claim: None }
     }
 
     /// The delivery id (the Discord message id).

@@ -13,6 +13,7 @@ mod config;
 mod held;
 mod lane;
 pub mod prompt;
+pub mod service;
 pub mod tools;
 pub mod typing;
 
@@ -57,6 +58,8 @@ pub(crate) struct Inner {
     pub lanes: Mutex<HashMap<LaneKey, mpsc::UnboundedSender<Held>>>,
     pub warm: Mutex<HashMap<LaneKey, Warm>>,
     pub live: AtomicUsize,
+    /// Delivery ids this replica holds, so a redelivered copy joins nothing twice.
+    pub in_hand: held::InHand,
     /// Set on shutdown: take no new runs, hand queued deliveries to other replicas.
     pub draining: std::sync::atomic::AtomicBool,
 }
@@ -90,6 +93,7 @@ impl Captain {
                 lanes: Mutex::new(HashMap::new()),
                 warm: Mutex::new(HashMap::new()),
                 live: AtomicUsize::new(0),
+                in_hand: held::InHand::default(),
                 draining: std::sync::atomic::AtomicBool::new(false),
             }),
         }
@@ -309,7 +313,23 @@ impl Captain {
     }
 
     /// Hands a delivery to its lane's actor, starting one if the lane has none here.
+    ///
+    /// A copy of a delivery this replica already holds (JetStream redelivered it while its run
+    /// was slow to settle, or a forwarded steer crossed a redelivery) is not handed on: it is
+    /// marked in progress so JetStream waits, and the held original settles and acks the one
+    /// stream message both stand for.
     fn dispatch(&self, held: Held) {
+        let held = match self.inner.in_hand.claim(held) {
+            Ok(held) => held,
+            Err(copy) => {
+                tracing::debug!(delivery_id = copy.delivery_id(), "a copy of a held delivery; the original answers for it");
+                metrics::counter!("clankie_captain_held_copies_total").increment(1);
+                tokio::spawn(async move {
+                    let _ = copy.in_progress().await;
+                });
+                return;
+            }
+        };
         let lane = held.lane;
         let mut lanes = self.inner.lanes.lock().unwrap_or_else(|p| p.into_inner());
         let held = match lanes.get(&lane) {

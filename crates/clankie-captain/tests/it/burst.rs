@@ -77,3 +77,51 @@ async fn the_one_shot_baseline_answers_each_message_of_a_burst_with_history_ever
     }
     assert!(rig.outcomes.all().iter().all(|o| kind(o) == v1::OutcomeKind::Replied));
 }
+
+/// A second copy of a delivery the captain is still answering (JetStream redelivers it when
+/// in-progress acks were lost with a NATS node; here it is published again under another
+/// dedup id) joins nothing: the run does not hear it twice and it gets one outcome.
+#[tokio::test]
+async fn a_copy_of_a_held_delivery_is_not_answered_twice() {
+    let rig = Rig::new().await;
+    let (_captain, _task) = rig.captain("captain-a").await;
+    rig.standin.script(Script::any(Reply::Text {
+        text: "Writing slowly, ".into(),
+        chunk_chars: 2,
+        chunk_delay_ms: 150,
+        first_delay_ms: 100,
+        tail_delay_ms: 0,
+    }));
+    rig.standin.script(Script::any(Reply::text("Answered once.")));
+    let id = rig.say("ada", "@Clankie is the xylophone lobby up?", true).await;
+    rig.standin.wait_for_requests(1, Duration::from_secs(10)).await;
+    let copy = v1::Ingress {
+        delivery_id: id.to_string(),
+        guild_id: Some(super::GUILD),
+        channel_id: super::CHANNEL,
+        author_id: super::author_id("ada"),
+        author_name: "ada".into(),
+        content: "@Clankie is the xylophone lobby up?".into(),
+        mentions_him: true,
+        received_at_ms: clankie_bus::now_ms(),
+        ..Default::default()
+    };
+    let subject = clankie_proto::Subject::ingress_text(Some(super::GUILD), super::CHANNEL);
+    rig.bus.publish(&subject, &copy, Some(&clankie_bus::MsgId::new("a-second-copy"))).await.unwrap();
+    rig.wait_outcomes(&[id]).await;
+    // A sentinel through the same lane: anything the copy could still cause comes before it.
+    rig.standin.script(Script::any(Reply::text("Sentinel.")));
+    let sentinel = rig.say("bob", "@Clankie sentinel", true).await;
+    rig.wait_outcomes(&[sentinel]).await;
+    super::until("the sentinel's receipt", Duration::from_secs(5), || {
+        rig.receipts.all().iter().any(|r| r.kind == "captain.outcome" && r.delivery_id == sentinel.to_string())
+    })
+    .await;
+    let replies: Vec<_> = rig.replies().into_iter().filter(|r| r.delivery_id == id.to_string()).collect();
+    assert_eq!(replies.len(), 1, "{replies:?}");
+    let settled = rig.receipts.all().into_iter().filter(|r| r.kind == "captain.outcome" && r.delivery_id == id.to_string()).count();
+    assert_eq!(settled, 1, "the copy was settled too");
+    for request in rig.standin.requests() {
+        assert!(request.count("xylophone") <= 1, "the run heard the message twice");
+    }
+}
