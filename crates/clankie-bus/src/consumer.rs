@@ -98,6 +98,11 @@ impl Refusal {
     }
 }
 
+/// How long one pull request waits on the server before it is renewed.
+const PULL_EXPIRES: Duration = Duration::from_secs(5);
+/// How often an idle pull hears from the server; two missed mean the pull is lost.
+const PULL_HEARTBEAT: Duration = Duration::from_secs(1);
+
 impl<E: Event> Consumer<E> {
     pub(crate) async fn open(bus: Bus, spec: ConsumerSpec) -> Result<Consumer<E>, BusError> {
         let Some(stream_spec) = stream_for(spec.family) else {
@@ -121,7 +126,11 @@ impl<E: Event> Consumer<E> {
         };
         let consumer: jetstream::consumer::Consumer<pull::Config> =
             stream.get_or_create_consumer(&spec.durable, config).await.map_err(|e| fail(e.to_string()))?;
-        let messages = consumer.messages().await.map_err(|e| fail(e.to_string()))?;
+        // A pull request lives on the consumer's leader; when a clustered leader dies, its pending
+        // pulls die with it. Short pulls with a fast idle heartbeat notice that within seconds
+        // (the library default, 30 s pulls and 15 s heartbeats, left a burst stalled past its run).
+        let messages =
+            consumer.stream().expires(PULL_EXPIRES).heartbeat(PULL_HEARTBEAT).messages().await.map_err(|e| fail(e.to_string()))?;
         Ok(Consumer { bus, name: spec.durable, stream: stream_spec.name, messages, _event: PhantomData })
     }
 

@@ -85,6 +85,8 @@ pub struct Bus {
     js: jetstream::Context,
     service: String,
     ingress_dedup_window: Duration,
+    /// Copies of every stream JetStream keeps (1 on a single server, 3 on a cluster).
+    stream_replicas: usize,
 }
 
 /// Milliseconds since the Unix epoch, the time unit of every event.
@@ -119,7 +121,10 @@ impl Bus {
         let started = tokio::time::Instant::now();
         let deadline = started + settings.bus_connect_timeout;
         let url = redact_url(&settings.nats_url);
-        let (address, credentials) = split_credentials(&settings.nats_url);
+        // A list of servers (a cluster's seeds): the client reconnects to whichever of them is up.
+        let split: Vec<(String, Option<Credentials>)> = settings.nats_url.split(',').map(|u| split_credentials(u.trim())).collect();
+        let addresses: Vec<String> = split.iter().map(|(a, _)| a.clone()).collect();
+        let credentials = split.into_iter().find_map(|(_, c)| c);
         let mut delay = Duration::from_millis(100);
         let mut attempts = 0;
         loop {
@@ -132,7 +137,7 @@ impl Bus {
                 Some(Credentials::UserPassword(user, password)) => options.user_and_password(user.clone(), password.clone()),
                 None => options,
             };
-            match options.connect(address.as_str()).await {
+            match options.connect(addresses.as_slice()).await {
                 Ok(client) => {
                     tracing::info!(%url, attempts, "connected to NATS");
                     return Ok(Bus {
@@ -140,6 +145,7 @@ impl Bus {
                         client,
                         service: service.to_owned(),
                         ingress_dedup_window: settings.ingress_dedup_window,
+                        stream_replicas: settings.stream_replicas,
                     });
                 }
                 Err(e) if tokio::time::Instant::now() + delay < deadline => {
@@ -172,7 +178,7 @@ impl Bus {
     /// Declares every stream in [`STREAMS`], creating or updating each; safe to call from every replica.
     pub async fn ensure_streams(&self) -> Result<(), BusError> {
         for spec in STREAMS {
-            let config = spec.config(self.ingress_dedup_window);
+            let config = spec.config(self.ingress_dedup_window, self.stream_replicas);
             self.js.create_or_update_stream(config).await.map_err(|e| BusError::Stream { stream: spec.name, detail: e.to_string() })?;
         }
         Ok(())

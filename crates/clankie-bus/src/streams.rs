@@ -35,7 +35,7 @@ pub fn stream_for(family: Family) -> Option<&'static StreamSpec> {
 }
 
 impl StreamSpec {
-    pub(crate) fn config(&self, ingress_dedup_window: Duration) -> stream::Config {
+    pub(crate) fn config(&self, ingress_dedup_window: Duration, replicas: usize) -> stream::Config {
         let duplicate_window = if self.area == Area::Ingress { ingress_dedup_window } else { DEFAULT_DEDUP };
         stream::Config {
             name: self.name.to_owned(),
@@ -44,6 +44,7 @@ impl StreamSpec {
             retention: stream::RetentionPolicy::Limits,
             max_age: self.max_age,
             duplicate_window: duplicate_window.min(self.max_age),
+            num_replicas: replicas.max(1),
             ..Default::default()
         }
     }
@@ -66,8 +67,9 @@ mod tests {
 
     #[test]
     fn ingress_dedup_window_is_the_configured_one() {
-        let cfg = stream_for(Family::IngressText).unwrap().config(Duration::from_secs(300));
+        let cfg = stream_for(Family::IngressText).unwrap().config(Duration::from_secs(300), 3);
+        assert_eq!(cfg.num_replicas, 3);
         assert_eq!(cfg.duplicate_window, Duration::from_secs(300));
-        assert_eq!(stream_for(Family::Receipt).unwrap().config(Duration::from_secs(300)).duplicate_window, DEFAULT_DEDUP);
+        assert_eq!(stream_for(Family::Receipt).unwrap().config(Duration::from_secs(300), 1).duplicate_window, DEFAULT_DEDUP);
     }
 }

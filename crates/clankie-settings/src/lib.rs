@@ -37,7 +37,16 @@ pub const SETTINGS: &[Setting] = &[
         default: "<state>/attachments",
         doc: "Where attachments and artifacts live. An override, never a prerequisite.",
     },
-    Setting { name: "CLANKIE_NATS_URL", default: "nats://127.0.0.1:4222", doc: "NATS server with JetStream enabled." },
+    Setting {
+        name: "CLANKIE_NATS_URL",
+        default: "nats://127.0.0.1:4222",
+        doc: "NATS server with JetStream enabled; a comma-separated list for a cluster (`nats://n1:4222,nats://n2:4222,nats://n3:4222`).",
+    },
+    Setting {
+        name: "CLANKIE_STREAM_REPLICAS",
+        default: "1",
+        doc: "Copies JetStream keeps of every stream: 1 on one server, 3 on a three-node cluster. `clankie streams` applies a change.",
+    },
     Setting {
         name: "CLANKIE_DATABASE_URL",
         default: "postgres://clankie@127.0.0.1:55432/clankie",
@@ -260,8 +269,10 @@ pub struct Settings {
     /// Root of local state.
     pub state_root: PathBuf,
     attachment_root_override: Option<PathBuf>,
-    /// NATS server URL.
+    /// NATS server URL, or a comma-separated list of a cluster's servers.
     pub nats_url: String,
+    /// Copies JetStream keeps of every stream.
+    pub stream_replicas: usize,
     /// PostgreSQL URL; may hold a password, so [`fmt::Debug`] redacts it.
     pub database_url: String,
     /// This process's name in leases and receipts.
@@ -443,6 +454,10 @@ pub fn attachment_root(settings: &Settings) -> PathBuf {
 /// becomes `nats://***@host`, `postgres://me:pw@host` becomes `postgres://me:***@host`) and the
 /// values of secret-looking query parameters (`?token=`, `password=`, `api_key=`, `sig=` …).
 pub fn redact_url(url: &str) -> String {
+    // A list of servers: each one's credentials go.
+    if url.contains(',') && url.split(',').all(|u| u.contains("://")) {
+        return url.split(',').map(|u| redact_url(u.trim())).collect::<Vec<_>>().join(",");
+    }
     let Some((scheme, rest)) = url.split_once("://") else { return redact_query(url) };
     let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
     let (authority, tail) = rest.split_at(end);
@@ -502,7 +517,8 @@ impl Settings {
             var("CLANKIE_DISCORD_ATTACHMENT_ROOT").map(|dir| absolute("CLANKIE_DISCORD_ATTACHMENT_ROOT", &dir)).transpose()?;
         let nats_url = var("CLANKIE_NATS_URL").unwrap_or_else(|| "nats://127.0.0.1:4222".into());
         let database_url = var("CLANKIE_DATABASE_URL").unwrap_or_else(|| "postgres://clankie@127.0.0.1:55432/clankie".into());
-        for (name, url) in [("CLANKIE_NATS_URL", &nats_url), ("CLANKIE_DATABASE_URL", &database_url)] {
+        let stream_replicas = number(var("CLANKIE_STREAM_REPLICAS"), "CLANKIE_STREAM_REPLICAS", 1, 1, 5)? as usize;
+        for (name, url) in nats_url.split(',').map(|u| ("CLANKIE_NATS_URL", u)).chain([("CLANKIE_DATABASE_URL", database_url.as_str())]) {
             if !url.contains("://") {
                 return Err(SettingsError::Invalid { var: name, reason: "expected a URL such as scheme://host:port".into() });
             }
@@ -679,6 +695,7 @@ impl Settings {
             state_root,
             attachment_root_override,
             nats_url,
+            stream_replicas,
             database_url,
             replica_id,
             log,
@@ -781,6 +798,18 @@ mod tests {
     fn settings(vars: &[(&str, &str)]) -> Result<Settings, SettingsError> {
         let env: HashMap<String, String> = vars.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
         Settings::from_lookup(|k| env.get(k).cloned())
+    }
+
+    #[test]
+    fn a_nats_server_list_is_read_and_redacted_server_by_server() {
+        let list = "nats://tok1@n1:4222, nats://user:pw2@n2:4222,nats://n3:4222";
+        let s = settings(&[("CLANKIE_NATS_URL", list), ("CLANKIE_STREAM_REPLICAS", "3")]).unwrap();
+        assert_eq!(s.stream_replicas, 3);
+        let shown = redact_url(&s.nats_url);
+        assert!(!shown.contains("tok1") && !shown.contains("pw2"), "{shown}");
+        assert_eq!(shown, "nats://***@n1:4222,nats://user:***@n2:4222,nats://n3:4222");
+        assert!(settings(&[("CLANKIE_NATS_URL", "nats://n1:4222,n2:4222")]).is_err(), "every server needs a scheme");
+        assert!(settings(&[("CLANKIE_STREAM_REPLICAS", "7")]).is_err());
     }
 
     #[test]

@@ -17,7 +17,7 @@ use std::time::Duration;
 use clankie_settings::Settings;
 
 pub use endpoint::{Endpoint, EndpointError};
-pub use nats::{EphemeralNats, NatsProcess, find_nats_server};
+pub use nats::{EphemeralNats, EphemeralNatsCluster, NatsProcess, find_nats_server};
 pub use port::{ReservedPort, reserve_port};
 pub use postgres::PostgresCluster;
 
@@ -66,7 +66,9 @@ pub struct Stack {
 impl Stack {
     /// Lays out the local stack for the configured URLs under the state root.
     pub fn new(settings: &Settings) -> Result<Stack, StackError> {
-        let nats_ep = Endpoint::parse(&settings.nats_url, 4222)?;
+        // The local stack is one server: the first of a list.
+        let first = settings.nats_url.split(',').next().unwrap_or_default().trim();
+        let nats_ep = Endpoint::parse(first, 4222)?;
         let pg_ep = Endpoint::parse(&settings.database_url, 5432)?;
         for (what, ep) in [("NATS", &nats_ep), ("PostgreSQL", &pg_ep)] {
             if !ep.is_loopback() {

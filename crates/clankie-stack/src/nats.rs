@@ -203,3 +203,118 @@ pub(crate) fn unique_dir(prefix: &str) -> Result<PathBuf, StackError> {
     std::fs::create_dir_all(&dir).map_err(|source| StackError::Io { path: dir.clone(), source })?;
     Ok(dir)
 }
+
+/// A three-or-more-node JetStream cluster on loopback, owned by one test: every node on
+/// reserved client and route ports with a store of its own, each killable and restartable
+/// by itself, as a lost machine would be.
+pub struct EphemeralNatsCluster {
+    dir: PathBuf,
+    nodes: Vec<ClusterNode>,
+}
+
+struct ClusterNode {
+    name: String,
+    client: crate::ReservedPort,
+    route: crate::ReservedPort,
+    child: Option<Child>,
+}
+
+impl EphemeralNatsCluster {
+    /// Starts `size` nodes that route to each other, and waits until each accepts clients.
+    pub fn start(size: usize) -> Result<EphemeralNatsCluster, StackError> {
+        let dir = unique_dir("clankie-nats-cluster")?;
+        let reserve = || crate::reserve_port().map_err(|source| StackError::Io { path: std::env::temp_dir(), source });
+        let mut nodes = Vec::with_capacity(size);
+        for i in 0..size {
+            nodes.push(ClusterNode { name: format!("n{i}"), client: reserve()?, route: reserve()?, child: None });
+        }
+        let mut cluster = EphemeralNatsCluster { dir, nodes };
+        for i in 0..size {
+            cluster.spawn(i)?;
+        }
+        for node in &cluster.nodes {
+            if !wait_for_port(node.client.port(), READY_WITHIN) {
+                return Err(StackError::NotReady {
+                    what: "nats-server",
+                    port: node.client.port(),
+                    waited: READY_WITHIN,
+                    log: cluster.dir.join(format!("{}.log", node.name)).display().to_string(),
+                });
+            }
+        }
+        Ok(cluster)
+    }
+
+    /// Every node's client URL, comma-separated, as `CLANKIE_NATS_URL` takes them.
+    pub fn urls(&self) -> String {
+        (0..self.nodes.len()).map(|i| self.url(i)).collect::<Vec<_>>().join(",")
+    }
+
+    /// One node's client URL.
+    pub fn url(&self, node: usize) -> String {
+        format!("nats://127.0.0.1:{}", self.nodes[node].client.port())
+    }
+
+    /// The index of the node with this server name (`n0`, `n1`, …).
+    pub fn node_named(&self, name: &str) -> Option<usize> {
+        self.nodes.iter().position(|n| n.name == name)
+    }
+
+    /// SIGKILLs one node, keeping its store.
+    pub fn kill(&mut self, node: usize) {
+        if let Some(mut child) = self.nodes[node].child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Starts a killed node again on the same ports and store, and waits until it accepts clients.
+    pub fn restart(&mut self, node: usize) -> Result<(), StackError> {
+        self.kill(node);
+        self.spawn(node)?;
+        let port = self.nodes[node].client.port();
+        if wait_for_port(port, READY_WITHIN) {
+            Ok(())
+        } else {
+            Err(StackError::NotReady { what: "nats-server", port, waited: READY_WITHIN, log: self.dir.display().to_string() })
+        }
+    }
+
+    fn spawn(&mut self, i: usize) -> Result<(), StackError> {
+        let bin = find_nats_server()?;
+        let routes: Vec<String> = self.nodes.iter().map(|n| format!("nats://127.0.0.1:{}", n.route.port())).collect();
+        let node = &self.nodes[i];
+        let log = self.dir.join(format!("{}.log", node.name));
+        let mut cmd = Command::new(&bin);
+        cmd.arg("-a")
+            .arg("127.0.0.1")
+            .arg("-p")
+            .arg(node.client.port().to_string())
+            .arg("-n")
+            .arg(&node.name)
+            .arg("-js")
+            .arg("-sd")
+            .arg(self.dir.join(&node.name))
+            .arg("--cluster_name")
+            .arg("clankie")
+            .arg("--cluster")
+            .arg(format!("nats://127.0.0.1:{}", node.route.port()))
+            .arg("--routes")
+            .arg(routes.join(","));
+        cmd.stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::from(std::fs::File::create(&log).map_err(|source| StackError::Io { path: log.clone(), source })?));
+        let child = cmd.spawn().map_err(|source| StackError::Spawn { program: bin.display().to_string(), source })?;
+        self.nodes[i].child = Some(child);
+        Ok(())
+    }
+}
+
+impl Drop for EphemeralNatsCluster {
+    fn drop(&mut self) {
+        for i in 0..self.nodes.len() {
+            self.kill(i);
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}

@@ -11,6 +11,7 @@ use clankie_settings::Settings;
 use sqlx::Connection;
 
 pub use clankie_stack::EphemeralNats as TestNats;
+pub use clankie_stack::EphemeralNatsCluster as TestNatsCluster;
 
 pub mod pages;
 

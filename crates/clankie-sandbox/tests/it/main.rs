@@ -4,6 +4,7 @@
 
 mod browse;
 mod browser;
+mod cluster;
 mod media;
 mod scenarios;
 mod voice;
