@@ -11,6 +11,7 @@
 
 mod body;
 pub mod normalise;
+pub mod service;
 mod session;
 mod shard;
 mod typing;

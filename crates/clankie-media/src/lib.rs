@@ -9,6 +9,7 @@
 //! the next request.
 
 mod root;
+pub mod service;
 
 use std::time::Duration;
 

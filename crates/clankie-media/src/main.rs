@@ -1,20 +1,6 @@
-//! `clankie-media`: wires settings and the bus, then runs media.
-
-use anyhow::{Context, Result};
-use clankie_media::{Media, MediaConfig};
-use clankie_settings::Settings;
+//! `clankie-media`: the same process as `clankie media`, for running the service on its own.
 
 #[tokio::main]
-async fn main() -> Result<()> {
-    let settings = Settings::from_env().context("reading CLANKIE_* settings")?;
-    clankie_http::init_tracing(&settings.log);
-    let bus = clankie_bus::Bus::connect(&settings, "media").await?;
-    bus.ensure_streams().await.context("declaring streams")?;
-    clankie_http::spawn_endpoints(settings.http_addr, clankie_http::Readiness { bus: bus.clone(), store: None });
-    let media = Media::new(bus, &settings, MediaConfig::from_settings(&settings)).context("opening the attachment root")?;
-    tracing::info!(root = %media.root().dir().display(), "media serving the attachment root");
-    tokio::select! {
-        result = media.run() => result.context("media stopped"),
-        _ = clankie_http::terminated() => Ok(()),
-    }
+async fn main() -> anyhow::Result<()> {
+    clankie_media::service::run_from_env().await
 }

@@ -10,6 +10,7 @@
 //! the delivery id and no words.
 
 pub mod floor;
+pub mod service;
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Mutex;

@@ -1,5 +1,7 @@
-//! `clankie`: run the local stack, apply migrations, tap subjects, edit the shared self.
+//! `clankie`: every service in one binary (`clankie gateway|captain|voice-floor|media|loopback|model-standin`),
+//! plus the operator's commands: the local stack, migrations, taps, trails, the shared self, health checks.
 
+mod health;
 mod selfcmd;
 
 use std::io::Write;
@@ -49,6 +51,36 @@ enum Command {
         #[command(subcommand)]
         action: selfcmd::SelfAction,
     },
+    /// Run the gateway service (ingest and body) until SIGTERM.
+    Gateway,
+    /// Run a captain replica until SIGTERM, then drain.
+    Captain,
+    /// Run the voice floor until SIGTERM.
+    VoiceFloor,
+    /// Run media until SIGTERM.
+    Media,
+    /// Serve the loopback Discord and its sandbox page (for the sandbox profile and tests).
+    Loopback {
+        /// Where to listen.
+        #[arg(default_value = "127.0.0.1:8700")]
+        addr: std::net::SocketAddr,
+    },
+    /// Serve the scripted model stand-in (for the sandbox profile and tests).
+    ModelStandin {
+        /// Where to listen.
+        #[arg(default_value = "127.0.0.1:8711")]
+        addr: std::net::SocketAddr,
+    },
+    /// Exit 0 when a service's `/readyz` answers 200, non-zero otherwise (container healthchecks).
+    ///
+    /// Without a URL it asks this container's own endpoint, `CLANKIE_HTTP_ADDR`.
+    Health {
+        /// The URL to ask, e.g. `http://127.0.0.1:9470/readyz`.
+        url: Option<String>,
+        /// Give up after this many milliseconds.
+        #[arg(long, default_value_t = 2000)]
+        timeout_ms: u64,
+    },
     /// Run the embedded default: loopback Discord with its sandbox page, gateway and captain.
     ///
     /// Needs the local stack (`clankie stack up`) or another NATS and PostgreSQL.
@@ -68,6 +100,20 @@ enum StackAction {
 #[tokio::main]
 async fn main() -> Result<()> {
     let cli = Cli::parse();
+    // The services set up their own settings, logging and endpoints, exactly as their own binaries do.
+    match cli.command {
+        Command::Gateway => return clankie_gateway::service::run_from_env().await,
+        Command::Captain => return clankie_captain::service::run_from_env().await,
+        Command::VoiceFloor => return clankie_voice_floor::service::run_from_env().await,
+        Command::Media => return clankie_media::service::run_from_env().await,
+        Command::Loopback { addr } => return loopback(addr).await,
+        Command::ModelStandin { addr } => return model_standin(addr).await,
+        Command::Health { url, timeout_ms } => {
+            let code = health::check(url.as_deref(), std::time::Duration::from_millis(timeout_ms)).await;
+            std::process::exit(code);
+        }
+        _ => {}
+    }
     let settings = Settings::from_env().context("reading CLANKIE_* settings")?;
     clankie_http::init_tracing(&settings.log);
     match cli.command {
@@ -80,9 +126,32 @@ async fn main() -> Result<()> {
             Ok(())
         }
         Command::Run => run(&settings).await,
+        Command::Gateway
+        | Command::Captain
+        | Command::VoiceFloor
+        | Command::Media
+        | Command::Loopback { .. }
+        | Command::ModelStandin { .. }
+        | Command::Health { .. } => unreachable!("dispatched above"),
         Command::Trail { delivery_id } => trail(&settings, &delivery_id).await,
         Command::Myself { action } => selfcmd::run(&settings, action).await,
     }
+}
+
+async fn loopback(addr: std::net::SocketAddr) -> Result<()> {
+    let loopback = clankie_discord_loopback::Loopback::serve(addr, Default::default())
+        .await
+        .with_context(|| format!("serving the loopback Discord on {addr}"))?;
+    eprintln!("loopback Discord and sandbox room at {}", loopback.url());
+    clankie_http::terminated().await;
+    Ok(())
+}
+
+async fn model_standin(addr: std::net::SocketAddr) -> Result<()> {
+    let standin = clankie_model_standin::StandIn::serve(addr).await.with_context(|| format!("serving the model stand-in on {addr}"))?;
+    eprintln!("model stand-in at {} (scripts: POST /control/script)", standin.base_url());
+    clankie_http::terminated().await;
+    Ok(())
 }
 
 async fn trail(settings: &Settings, delivery_id: &str) -> Result<()> {
@@ -152,7 +221,7 @@ async fn streams(settings: &Settings) -> Result<()> {
     let bus = clankie_bus::Bus::connect(settings, "cli").await?;
     bus.ensure_streams().await?;
     let names: Vec<&str> = clankie_bus::STREAMS.iter().map(|s| s.name).collect();
-    eprintln!("streams ready on {}: {}", redact_url(&settings.nats_url), names.join(", "));
+    eprintln!("streams ready on {} at {} replica(s): {}", redact_url(&settings.nats_url), settings.stream_replicas, names.join(", "));
     Ok(())
 }
 

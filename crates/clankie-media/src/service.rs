@@ -1,0 +1,21 @@
+//! The service's process wiring, shared by its own binary and `clankie media`: settings,
+//! connections and endpoints are set up here so each `main` stays one line.
+
+use crate::{Media, MediaConfig};
+use anyhow::{Context, Result};
+use clankie_settings::Settings;
+
+/// Runs media from `CLANKIE_*` settings until SIGTERM.
+pub async fn run_from_env() -> Result<()> {
+    let settings = Settings::from_env().context("reading CLANKIE_* settings")?;
+    clankie_http::init_tracing(&settings.log);
+    let bus = clankie_bus::Bus::connect(&settings, "media").await?;
+    bus.ensure_streams().await.context("declaring streams")?;
+    clankie_http::spawn_endpoints(settings.http_addr, clankie_http::Readiness { bus: bus.clone(), store: None });
+    let media = Media::new(bus, &settings, MediaConfig::from_settings(&settings)).context("opening the attachment root")?;
+    tracing::info!(root = %media.root().dir().display(), "media serving the attachment root");
+    tokio::select! {
+        result = media.run() => result.context("media stopped"),
+        _ = clankie_http::terminated() => Ok(()),
+    }
+}
