@@ -1,28 +1,35 @@
-# Builds every Clankie binary once; each service runs the same image with its own command.
+# One multi-call binary, `clankie`, runs every service (`clankie gateway|captain|voice-floor|media|
+# loopback|model-standin`) and the operator's commands. Targets:
+#   runtime (default)  every service, no browser: the small image
+#   browser            runtime plus Debian's Chromium and chromedriver, for the captain's browse tool
+#   debug-symbols      the binary's debug info alone: docker build --target debug-symbols -o symbols .
 FROM rust:1-bookworm AS build
 RUN apt-get update && apt-get install -y --no-install-recommends cmake && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY . .
-RUN cargo build --release --locked \
-      --bin clankie --bin clankie-gateway --bin clankie-captain --bin clankie-voice-floor --bin clankie-media \
-      --bin clankie-discord-loopback --bin clankie-model-standin \
+RUN cargo build --release --locked --bin clankie \
  && mkdir /out \
- && cp target/release/clankie target/release/clankie-gateway target/release/clankie-captain \
-       target/release/clankie-voice-floor target/release/clankie-media target/release/clankie-discord-loopback \
-       target/release/clankie-model-standin /out/
+ && objcopy --only-keep-debug target/release/clankie /out/clankie.debug \
+ && objcopy --strip-all --add-gnu-debuglink=/out/clankie.debug target/release/clankie /out/clankie
 
-FROM debian:bookworm-slim
-# The captain's `browse` tool drives Debian's Chromium through chromedriver; WITH_BROWSER=0
-# builds a smaller image in which the tool is off (CLANKIE_BROWSE=auto finds no browser).
-ARG WITH_BROWSER=1
-RUN apt-get update \
- && apt-get install -y --no-install-recommends ca-certificates \
- && if [ "$WITH_BROWSER" = "1" ]; then apt-get install -y --no-install-recommends chromium chromium-driver fonts-dejavu-core; fi \
- && rm -rf /var/lib/apt/lists/* \
+FROM scratch AS debug-symbols
+COPY --from=build /out/clankie.debug /
+
+FROM debian:bookworm-slim AS base
+RUN apt-get update && apt-get install -y --no-install-recommends ca-certificates && rm -rf /var/lib/apt/lists/* \
  && useradd --system --uid 10001 --home /var/lib/clankie --create-home clankie
-COPY --from=build /out/ /usr/local/bin/
+COPY --from=build /out/clankie /usr/local/bin/clankie
 USER clankie
 ENV CLANKIE_STATE_DIR=/var/lib/clankie CLANKIE_HTTP_ADDR=0.0.0.0:9470
 EXPOSE 9470
+HEALTHCHECK --interval=10s --timeout=3s --retries=3 CMD clankie health
 ENTRYPOINT []
 CMD ["clankie", "--help"]
+
+FROM base AS browser
+USER root
+RUN apt-get update && apt-get install -y --no-install-recommends chromium chromium-driver fonts-dejavu-core \
+ && rm -rf /var/lib/apt/lists/*
+USER clankie
+
+FROM base AS runtime

