@@ -16,7 +16,10 @@ FROM scratch AS debug-symbols
 COPY --from=build /out/clankie.debug /
 
 FROM debian:bookworm-slim AS base
-RUN apt-get update && apt-get install -y --no-install-recommends ca-certificates && rm -rf /var/lib/apt/lists/* \
+# apt's lists and package caches go in the same layer (the official slim image's docker-clean
+# hook does this too; a hand-made base may lack it).
+RUN apt-get update && apt-get install -y --no-install-recommends ca-certificates \
+ && rm -rf /var/lib/apt/lists/* /var/cache/apt/*.bin /var/cache/apt/archives/*.deb \
  && useradd --system --uid 10001 --home /var/lib/clankie --create-home clankie
 COPY --from=build /out/clankie /usr/local/bin/clankie
 USER clankie
@@ -29,7 +32,7 @@ CMD ["clankie", "--help"]
 FROM base AS browser
 USER root
 RUN apt-get update && apt-get install -y --no-install-recommends chromium chromium-driver fonts-dejavu-core \
- && rm -rf /var/lib/apt/lists/*
+ && rm -rf /var/lib/apt/lists/* /var/cache/apt/*.bin /var/cache/apt/archives/*.deb
 USER clankie
 
 FROM base AS runtime
