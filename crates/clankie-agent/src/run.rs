@@ -154,6 +154,13 @@ impl Run {
         std::mem::replace(&mut self.events, empty)
     }
 
+    /// Stops the run where it is: an in-flight model call or tool is dropped, nothing more is
+    /// written. For a run whose lane another replica has taken: it must not go on.
+    pub fn abort(self) {
+        self.steerer.close();
+        self.handle.abort();
+    }
+
     /// Waits for the run to end.
     pub async fn finish(self) -> Result<RunResult, AgentError> {
         self.handle.await.map_err(|e| AgentError::Session(format!("run task failed: {e}")))

@@ -274,6 +274,7 @@ impl Captain {
         let mut progress = tokio::time::interval(config.ack_wait / 3);
         progress.tick().await;
         let mut lease_now = lease.clone();
+        let mut fenced = false;
 
         loop {
             let card_due = presence.card_due;
@@ -332,6 +333,10 @@ impl Captain {
                 _ = renew.tick() => {
                     match inner.store.renew_lease(&lease_now, config.lease_ttl).await {
                         Ok(l) => lease_now = l,
+                        Err(clankie_store::StoreError::Fenced { .. }) => {
+                            fenced = true;
+                            break;
+                        }
                         Err(e) => tracing::warn!(%lane, error = %e, "lease renewal failed"),
                     }
                 }
@@ -348,6 +353,23 @@ impl Captain {
                     }
                 }
             }
+        }
+        if fenced {
+            // Another replica holds the lane now: this run stops at once. No model call, post or
+            // outcome more from it, and no progress acks: its deliveries go back to JetStream
+            // unacked, for the new owner.
+            run.abort();
+            tracing::warn!(%lane, epoch = lease.epoch, "fenced: another replica took the lane; the run stopped");
+            metrics::counter!("clankie_captain_fenced_runs_total").increment(1);
+            self.receipt("captain.fenced", owner.delivery_id(), &lane, |r| r.with_id("turn", &turn_id)).await;
+            if presence.typing_lit {
+                self.typing(&lane, owner.delivery_id(), v1::TypingOp::Stop).await;
+            }
+            if presence.card_posted {
+                self.tool_card(&room, v1::ToolCardOp::Remove, &presence.tools_seen, 0).await;
+            }
+            inner.warm.lock().unwrap_or_else(|p| p.into_inner()).remove(&lane);
+            return;
         }
         let result = match run.finish().await {
             Ok(r) => r,

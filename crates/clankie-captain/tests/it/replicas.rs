@@ -10,10 +10,12 @@ async fn two_replicas_share_a_burst_with_one_run_and_one_reply() {
     let rig = Rig::new().await;
     let (a, _ta) = rig.captain("captain-a").await;
     let (b, _tb) = rig.captain("captain-b").await;
+    // About 1.6 s of writing, three times the burst's half second: the last message, forwarded
+    // between replicas, still lands inside the run on a loaded machine (80 ms chunks once did not).
     rig.standin.script(Script::any(Reply::Text {
         text: "Working on it, ".into(),
         chunk_chars: 2,
-        chunk_delay_ms: 80,
+        chunk_delay_ms: 200,
         first_delay_ms: 100,
         tail_delay_ms: 0,
     }));
@@ -140,4 +142,40 @@ async fn sigterm_lets_the_live_run_finish_and_the_lane_goes_on_elsewhere() {
         assert_eq!(rig.outcome_of(*id).len(), 1, "delivery {id}");
     }
     let _ = survivor.start_kill();
+}
+
+/// A run whose lane is fenced from outside (the epoch bumped, as a takeover does) stops at its
+/// next renewal: no more progress acks hold its deliveries, so they come back after the ack
+/// wait and are answered long before the fenced run's own ten-second answer would have ended,
+/// and nothing of that answer is ever posted.
+#[tokio::test]
+async fn a_run_fenced_from_outside_stops_and_posts_nothing() {
+    let rig = Rig::new().await;
+    let (_captain, _task) = rig.captain("captain-a").await;
+    rig.standin.script(Script::any(Reply::Text {
+        text: "fenced words that never go out".into(),
+        chunk_chars: 1,
+        chunk_delay_ms: 350,
+        first_delay_ms: 0,
+        tail_delay_ms: 0,
+    }));
+    rig.standin.script(Script::any(Reply::text("Answered after the fence.")));
+    let id = rig.say("ada", "@Clankie hello", true).await;
+    rig.standin.wait_for_requests(1, Duration::from_secs(10)).await;
+    let fenced_at = Instant::now();
+    sqlx::query("UPDATE lanes SET epoch = epoch + 1").execute(rig.store.pool()).await.unwrap();
+    until("the fenced receipt", Duration::from_secs(5), || {
+        rig.receipts.all().iter().any(|r| r.kind == "captain.fenced" && r.delivery_id == id.to_string())
+    })
+    .await;
+    assert!(fenced_at.elapsed() < Duration::from_millis(1_500), "noticed at the next renewal (a third of the 1 s TTL)");
+    rig.wait_outcomes(&[id]).await;
+    let answered_in = fenced_at.elapsed();
+    // The fenced answer alone would stream for about 10 s and hold the delivery all that time.
+    assert!(answered_in < Duration::from_secs(6), "the fenced run held its delivery for {answered_in:?}");
+    let replies = rig.replies();
+    assert_eq!(replies.len(), 1, "{replies:?}");
+    assert_eq!(replies[0].text, "Answered after the fence.");
+    assert_eq!(rig.outcome_of(id).len(), 1);
+    assert_eq!(kind(&rig.outcome_of(id)[0]), v1::OutcomeKind::Replied);
 }
