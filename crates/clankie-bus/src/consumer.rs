@@ -49,6 +49,12 @@ impl ConsumerSpec {
         self
     }
 
+    /// Bounds how often the server delivers one message.
+    pub fn with_max_deliver(mut self, max_deliver: i64) -> ConsumerSpec {
+        self.max_deliver = max_deliver;
+        self
+    }
+
     /// Starts a new consumer at the last message of each subject, for state such as live voice sessions.
     pub fn last_per_subject(mut self) -> ConsumerSpec {
         self.deliver.deliver_policy = jetstream::consumer::DeliverPolicy::LastPerSubject;

@@ -29,6 +29,8 @@ pub struct CaptainConfig {
     pub experience_ttl: Duration,
     pub lease_ttl: Duration,
     pub ack_wait: Duration,
+    /// Deliveries of one ingress tried before it is settled `failed` (`captain_lane_unavailable`).
+    pub max_deliver: u32,
     pub exchange_window: Duration,
     pub tool_card_delay: Duration,
     pub history_limit: u32,
@@ -59,6 +61,7 @@ impl CaptainConfig {
             experience_ttl: settings.experience_ttl,
             lease_ttl: settings.lane_lease_ttl,
             ack_wait: settings.ingress_ack_wait,
+            max_deliver: settings.ingress_max_deliver,
             exchange_window: settings.exchange_window,
             tool_card_delay: settings.tool_card_delay,
             history_limit: settings.history_limit,
@@ -77,6 +80,14 @@ impl CaptainConfig {
             },
             browser: None,
         }
+    }
+
+    /// How long a delivery that failed on its `delivered`-th try waits before the next: doubling
+    /// from [`retry_delay`](Self::retry_delay), at most 30 s, so a poison delivery backs off
+    /// instead of hot-looping.
+    pub(crate) fn backoff(&self, delivered: i64) -> Duration {
+        let doublings = u32::try_from(delivered.saturating_sub(1)).unwrap_or(0).min(16);
+        (self.retry_delay() * 2u32.pow(doublings)).min(Duration::from_secs(30))
     }
 
     /// How long a forwarded delivery waits before it is offered again.

@@ -30,6 +30,11 @@ pub struct InHand(std::sync::Arc<std::sync::Mutex<std::collections::HashSet<Stri
 
 impl InHand {
     /// Claims `held`'s delivery id for it; gives the delivery back when the id is already held.
+    /// Whether this replica holds `delivery_id` now.
+    pub(crate) fn holds(&self, delivery_id: &str) -> bool {
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).contains(delivery_id)
+    }
+
     pub(crate) fn claim(&self, mut held: Held) -> Result<Held, Box<Held>> {
         let id = held.delivery_id().to_owned();
         if !self.0.lock().unwrap_or_else(|p| p.into_inner()).insert(id.clone()) {
@@ -68,6 +73,14 @@ impl Held {
     /// The Discord message id as a number, 0 when it is not one.
     pub fn message_id(&self) -> u64 {
         self.ingress.delivery_id.parse().unwrap_or(0)
+    }
+
+    /// Which delivery of its JetStream message this is (1 the first time).
+    pub fn delivered(&self) -> i64 {
+        match &self.source {
+            Source::Ingress(d) => d.delivered,
+            Source::Steer(d) => d.delivered,
+        }
     }
 
     /// Whether another replica already forwarded it here.

@@ -104,7 +104,7 @@ impl Captain {
             }
             Err(e) => {
                 tracing::warn!(%lane, error = %e, "could not forward a delivery; it will come back");
-                let _ = held.nak_after(self.inner.config.retry_delay()).await;
+                let _ = held.nak_after(self.inner.config.backoff(held.delivered())).await;
             }
         }
     }
@@ -468,7 +468,7 @@ impl Captain {
         let outcome = Outcome { delivery_id: held.delivery_id().to_owned(), turn_id: Some(turn_id.to_owned()), kind, failure_code: code };
         if let Err(e) = inner.store.record_outcome(lease, &outcome).await {
             tracing::warn!(delivery_id = held.delivery_id(), error = %e, "outcome not recorded; the delivery will come back");
-            let _ = held.nak_after(inner.config.retry_delay()).await;
+            let _ = held.nak_after(inner.config.backoff(held.delivered())).await;
             return;
         }
         metrics::counter!("clankie_captain_outcomes_total", "kind" => kind.code()).increment(1);
@@ -501,7 +501,7 @@ impl Captain {
     /// Gives deliveries back to JetStream and the lane back to the pool.
     async fn give_back(&self, lease: &Lease, held: impl Iterator<Item = Held>) {
         for h in held {
-            let _ = h.nak_after(self.inner.config.retry_delay()).await;
+            let _ = h.nak_after(self.inner.config.backoff(h.delivered())).await;
         }
         self.inner.warm.lock().unwrap_or_else(|p| p.into_inner()).remove(&lease.lane);
         let _ = self.inner.store.release_lease(lease).await;

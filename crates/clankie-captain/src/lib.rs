@@ -22,8 +22,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use clankie_agent::{Agent, Session};
-use clankie_bus::{Bus, BusError, ConsumerSpec, Delivery};
-use clankie_proto::{Family, LaneKey, v1};
+use clankie_bus::{Bus, BusError, ConsumerSpec, Delivery, MsgId};
+use clankie_proto::{Family, LaneKey, Subject, v1};
 use clankie_self::SelfSource;
 use clankie_store::Store;
 use tokio::sync::mpsc;
@@ -143,8 +143,15 @@ impl Captain {
     async fn run_until(&self, shutdown: impl std::future::Future<Output = ()>) -> Result<(), CaptainError> {
         tokio::pin!(shutdown);
         let ack_wait = self.inner.config.ack_wait;
-        let mut ingress =
-            self.inner.bus.consumer::<v1::Ingress>(ConsumerSpec::durable("captain", Family::IngressText).with_ack_wait(ack_wait)).await?;
+        let mut ingress = self
+            .inner
+            .bus
+            .consumer::<v1::Ingress>(
+                ConsumerSpec::durable("captain", Family::IngressText)
+                    .with_ack_wait(ack_wait)
+                    .with_max_deliver(i64::from(self.inner.config.max_deliver)),
+            )
+            .await?;
         let mut steers =
             self.inner.bus.consumer::<v1::Steer>(ConsumerSpec::durable("captain-steer", Family::LaneSteer).with_ack_wait(ack_wait)).await?;
         let mut asks = self.inner.bus.serve(Family::RpcAsk.wildcard(), "captain").await?;
@@ -210,7 +217,7 @@ impl Captain {
             }
             Err(e) => {
                 tracing::warn!(error = %e, "{what} not recorded; it will come back");
-                let _ = d.nak_after(self.inner.config.retry_delay()).await;
+                let _ = d.nak_after(self.inner.config.backoff(d.delivered)).await;
             }
         }
     }
@@ -224,6 +231,11 @@ impl Captain {
         tracing::debug!(%lane, delivered = d.delivered, "ingress received");
         if self.already_settled(&d.event.delivery_id).await {
             let _ = d.ack().await;
+            return;
+        }
+        // A copy of a delivery held here is not a failure: the original answers for it.
+        if d.delivered >= i64::from(self.inner.config.max_deliver) && !self.inner.in_hand.holds(&d.event.delivery_id) {
+            self.give_up(lane, d).await;
             return;
         }
         let store = &self.inner.store;
@@ -242,7 +254,7 @@ impl Captain {
             (Ok(None), Ok(owner)) => owner,
             (Err(e), _) | (_, Err(e)) => {
                 tracing::warn!(%lane, error = %e, "admission needs the store; the delivery will come back");
-                let _ = d.nak_after(self.inner.config.retry_delay()).await;
+                let _ = d.nak_after(self.inner.config.backoff(d.delivered)).await;
                 return;
             }
         };
@@ -256,7 +268,7 @@ impl Captain {
                 (Ok(exchange), Ok(run), Ok(orphan)) => exchange || run || orphan,
                 (Err(e), _, _) | (_, Err(e), _) | (_, _, Err(e)) => {
                     tracing::warn!(%lane, error = %e, "admission needs the store; the delivery will come back");
-                    let _ = d.nak_after(self.inner.config.retry_delay()).await;
+                    let _ = d.nak_after(self.inner.config.backoff(d.delivered)).await;
                     return;
                 }
             }
@@ -288,7 +300,7 @@ impl Captain {
                     }
                     Err(e) => {
                         tracing::warn!(%lane, error = %e, "admission not recorded; the delivery will come back");
-                        let _ = d.nak_after(config.retry_delay()).await;
+                        let _ = d.nak_after(config.backoff(d.delivered)).await;
                         return;
                     }
                 }
@@ -296,6 +308,37 @@ impl Captain {
                 self.dispatch(Held::from_ingress(lane, d));
             }
         }
+    }
+
+    /// The last delivery JetStream will make of a message every earlier try failed to handle:
+    /// it is settled `failed` (`captain_lane_unavailable`) instead of looping, so the lane goes
+    /// on with its next message and the person sees a failure, not silence.
+    async fn give_up(&self, lane: LaneKey, d: Delivery<v1::Ingress>) {
+        let id = d.event.delivery_id.clone();
+        let code = v1::FailureCode::CaptainLaneUnavailable;
+        if let Err(e) = self.inner.store.record_unhandled(&lane, &id, code).await {
+            tracing::error!(%lane, error = %e, "could not record a delivery that kept failing; JetStream stops delivering it");
+            let _ = d.nak_after(self.inner.config.backoff(d.delivered)).await;
+            return;
+        }
+        tracing::warn!(%lane, delivered = d.delivered, "a delivery kept failing; settled as captain_lane_unavailable");
+        metrics::counter!("clankie_captain_outcomes_total", "kind" => v1::OutcomeKind::Failed.code()).increment(1);
+        let event = v1::DeliveryOutcome {
+            delivery_id: id.clone(),
+            lane: lane.to_string(),
+            kind: v1::OutcomeKind::Failed as i32,
+            failure_code: code as i32,
+            turn_id: String::new(),
+            recorded_at_ms: clankie_bus::now_ms(),
+        };
+        if let Err(e) = self.inner.bus.publish(&Subject::LaneOutcome { lane }, &event, Some(&MsgId::new(format!("outcome:{id}")))).await {
+            tracing::warn!(%lane, error = %e, "outcome event not published");
+        }
+        self.receipt("captain.outcome", &id, &lane, |r| {
+            r.with_code(v1::OutcomeKind::Failed.code()).with_code(code.code()).with_count("delivered", d.delivered)
+        })
+        .await;
+        let _ = d.ack().await;
     }
 
     async fn accept_steer(&self, d: Delivery<v1::Steer>) {

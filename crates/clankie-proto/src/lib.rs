@@ -59,6 +59,7 @@ impl v1::FailureCode {
             v1::FailureCode::CaptainModelFailed => "captain_model_failed",
             v1::FailureCode::CaptainResponseMissing => "captain_response_missing",
             v1::FailureCode::CaptainTurnStalled => "captain_turn_stalled",
+            v1::FailureCode::CaptainLaneUnavailable => "captain_lane_unavailable",
         }
     }
 
@@ -69,6 +70,7 @@ impl v1::FailureCode {
             v1::FailureCode::CaptainModelFailed,
             v1::FailureCode::CaptainResponseMissing,
             v1::FailureCode::CaptainTurnStalled,
+            v1::FailureCode::CaptainLaneUnavailable,
         ]
         .into_iter()
         .find(|c| c.code() == code)

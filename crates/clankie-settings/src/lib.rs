@@ -43,6 +43,11 @@ pub const SETTINGS: &[Setting] = &[
         doc: "NATS server with JetStream enabled; a comma-separated list for a cluster (`nats://n1:4222,nats://n2:4222,nats://n3:4222`).",
     },
     Setting {
+        name: "CLANKIE_INGRESS_MAX_DELIVER",
+        default: "8",
+        doc: "Deliveries of one message a captain tries, with growing backoff, before it settles it `failed` (`captain_lane_unavailable`) instead of looping.",
+    },
+    Setting {
         name: "CLANKIE_STREAM_REPLICAS",
         default: "1",
         doc: "Copies JetStream keeps of every stream: 1 on one server, 3 on a three-node cluster. `clankie streams` applies a change.",
@@ -273,6 +278,8 @@ pub struct Settings {
     pub nats_url: String,
     /// Copies JetStream keeps of every stream.
     pub stream_replicas: usize,
+    /// Deliveries of one ingress a captain tries before settling it as failed.
+    pub ingress_max_deliver: u32,
     /// PostgreSQL URL; may hold a password, so [`fmt::Debug`] redacts it.
     pub database_url: String,
     /// This process's name in leases and receipts.
@@ -518,6 +525,7 @@ impl Settings {
         let nats_url = var("CLANKIE_NATS_URL").unwrap_or_else(|| "nats://127.0.0.1:4222".into());
         let database_url = var("CLANKIE_DATABASE_URL").unwrap_or_else(|| "postgres://clankie@127.0.0.1:55432/clankie".into());
         let stream_replicas = number(var("CLANKIE_STREAM_REPLICAS"), "CLANKIE_STREAM_REPLICAS", 1, 1, 5)? as usize;
+        let ingress_max_deliver = number(var("CLANKIE_INGRESS_MAX_DELIVER"), "CLANKIE_INGRESS_MAX_DELIVER", 8, 2, 1000)? as u32;
         for (name, url) in nats_url.split(',').map(|u| ("CLANKIE_NATS_URL", u)).chain([("CLANKIE_DATABASE_URL", database_url.as_str())]) {
             if !url.contains("://") {
                 return Err(SettingsError::Invalid { var: name, reason: "expected a URL such as scheme://host:port".into() });
@@ -696,6 +704,7 @@ impl Settings {
             attachment_root_override,
             nats_url,
             stream_replicas,
+            ingress_max_deliver,
             database_url,
             replica_id,
             log,

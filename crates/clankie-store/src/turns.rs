@@ -154,6 +154,31 @@ impl Store {
         Ok(Recorded::Existing(existing))
     }
 
+    /// Records that a delivery could not be handled at all: `failed` with `code`, outside any
+    /// lease (its lane could not be taken or its handling kept failing), unless it already has
+    /// an outcome, which stands.
+    pub async fn record_unhandled(&self, lane: &LaneKey, delivery_id: &str, code: v1::FailureCode) -> Result<Recorded, StoreError> {
+        validate(v1::OutcomeKind::Failed, Some(code))?;
+        let mut tx = self.pool.begin().await?;
+        sqlx::query("INSERT INTO lanes (lane) VALUES ($1) ON CONFLICT (lane) DO NOTHING").bind(lane.to_string()).execute(&mut *tx).await?;
+        let inserted = sqlx::query(
+            "INSERT INTO deliveries (delivery_id, lane, turn_id, outcome, failure_code) VALUES ($1, $2, NULL, 'failed', $3)
+             ON CONFLICT (delivery_id) DO NOTHING",
+        )
+        .bind(delivery_id)
+        .bind(lane.to_string())
+        .bind(code.code())
+        .execute(&mut *tx)
+        .await?
+        .rows_affected();
+        tx.commit().await?;
+        if inserted == 1 {
+            return Ok(Recorded::New);
+        }
+        let existing = self.outcome(delivery_id).await?.ok_or_else(|| StoreError::Corrupt("outcome vanished".into()))?;
+        Ok(Recorded::Existing(existing))
+    }
+
     /// The recorded outcome of a delivery, if any.
     pub async fn outcome(&self, delivery_id: &str) -> Result<Option<Outcome>, StoreError> {
         let row = sqlx::query("SELECT turn_id, outcome, failure_code FROM deliveries WHERE delivery_id = $1")
