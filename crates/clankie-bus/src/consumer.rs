@@ -67,6 +67,7 @@ pub struct Consumer<E: Event> {
     bus: Bus,
     name: String,
     stream: &'static str,
+    consumer: jetstream::consumer::Consumer<pull::Config>,
     messages: pull::Stream,
     _event: PhantomData<fn() -> E>,
 }
@@ -104,6 +105,10 @@ impl Refusal {
     }
 }
 
+async fn pull_stream(consumer: &jetstream::consumer::Consumer<pull::Config>) -> Result<pull::Stream, jetstream::consumer::StreamError> {
+    consumer.stream().expires(PULL_EXPIRES).heartbeat(PULL_HEARTBEAT).messages().await
+}
+
 /// How long one pull request waits on the server before it is renewed.
 const PULL_EXPIRES: Duration = Duration::from_secs(5);
 /// How often an idle pull hears from the server; two missed mean the pull is lost.
@@ -135,9 +140,29 @@ impl<E: Event> Consumer<E> {
         // A pull request lives on the consumer's leader; when a clustered leader dies, its pending
         // pulls die with it. Short pulls with a fast idle heartbeat notice that within seconds
         // (the library default, 30 s pulls and 15 s heartbeats, left a burst stalled past its run).
-        let messages =
-            consumer.stream().expires(PULL_EXPIRES).heartbeat(PULL_HEARTBEAT).messages().await.map_err(|e| fail(e.to_string()))?;
-        Ok(Consumer { bus, name: spec.durable, stream: stream_spec.name, messages, _event: PhantomData })
+        let messages = pull_stream(&consumer).await.map_err(|e| fail(e.to_string()))?;
+        Ok(Consumer { bus, name: spec.durable, stream: stream_spec.name, consumer, messages, _event: PhantomData })
+    }
+
+    /// Opens the pull stream again after the client's one ended (a clustered consumer that lost
+    /// its leader can end it). Retries with backoff until it opens: a service's consumer never
+    /// stops for good while the process lives.
+    async fn reopen(&mut self) {
+        let mut delay = Duration::from_millis(100);
+        loop {
+            match pull_stream(&self.consumer).await {
+                Ok(messages) => {
+                    tracing::info!(consumer = %self.name, "pull stream reopened");
+                    self.messages = messages;
+                    return;
+                }
+                Err(e) => {
+                    tracing::warn!(consumer = %self.name, error = %e, retry_in_ms = delay.as_millis() as u64, "pull stream not reopened yet");
+                    tokio::time::sleep(delay).await;
+                    delay = (delay * 2).min(Duration::from_secs(5));
+                }
+            }
+        }
     }
 
     /// Waits for the next well-formed event.
@@ -148,7 +173,11 @@ impl<E: Event> Consumer<E> {
     pub async fn next(&mut self) -> Result<Delivery<E>, BusError> {
         loop {
             let message = match self.messages.next().await {
-                None => return Err(BusError::Closed),
+                None => {
+                    tracing::warn!(consumer = %self.name, "pull stream ended; reopening it");
+                    self.reopen().await;
+                    continue;
+                }
                 Some(Err(e)) => {
                     tracing::warn!(consumer = %self.name, error = %e, "pull consumer hiccup; continuing");
                     continue;
