@@ -180,6 +180,8 @@ impl<E: Event> Consumer<E> {
                 }
                 Some(Err(e)) => {
                     tracing::warn!(consumer = %self.name, error = %e, "pull consumer hiccup; continuing");
+                    // An error that repeats at once (a consumer without a leader) must not spin.
+                    tokio::time::sleep(Duration::from_millis(50)).await;
                     continue;
                 }
                 Some(Ok(m)) => m,

@@ -41,6 +41,8 @@ async fn browse_with_a_screenshot_posts_the_reply_with_the_picture() {
     rig.wait_outcomes(GENERAL, &[asked]).await;
     assert_eq!(rig.outcome(GENERAL, asked).as_deref(), Some("replied"));
 
+    // The outcome reaction can land before the reply, whose picture is uploaded with it.
+    until("the reply", Duration::from_secs(20), || rig.sandbox.discord.posts(GENERAL).iter().any(|p| p.reply_to == Some(asked))).await;
     let posts = rig.sandbox.discord.posts(GENERAL);
     let reply = posts.iter().find(|p| p.reply_to == Some(asked) && p.content == "Here is the bracket page.").expect("the reply");
     assert_eq!(reply.attachments, ["127.0.0.1.png"], "the picture rides the reply");
@@ -73,6 +75,7 @@ async fn browse_whose_screenshot_cannot_be_saved_posts_the_words_with_a_note() {
     let asked = rig.say(GENERAL, "ada", "@Clankie screenshot the bracket");
     rig.wait_outcomes(GENERAL, &[asked]).await;
     assert_eq!(rig.outcome(GENERAL, asked).as_deref(), Some("replied"));
+    until("the reply", Duration::from_secs(20), || rig.sandbox.discord.posts(GENERAL).iter().any(|p| p.reply_to == Some(asked))).await;
     let posts = rig.sandbox.discord.posts(GENERAL);
     let reply = posts.iter().find(|p| p.reply_to == Some(asked) && p.content.starts_with("The bracket opens at nine.")).expect("the words");
     assert_eq!(reply.content, "The bracket opens at nine.\n(I couldn't attach the screenshot of 127.0.0.1: it could not be saved.)");
@@ -92,7 +95,10 @@ async fn browse_of_a_refused_address_is_a_tool_error_and_the_turn_answers() {
     assert_eq!(rig.outcome(GENERAL, asked).as_deref(), Some("replied"));
     assert_eq!(private.all_hits(), 0, "no browser went there");
     assert_eq!(rig.standin.requests()[1].count("that page is not opened"), 1, "a tool error the model read");
-    assert!(rig.sandbox.discord.posts(GENERAL).iter().any(|p| p.content == "I can't open that one."));
+    until("the reply", Duration::from_secs(20), || {
+        rig.sandbox.discord.posts(GENERAL).iter().any(|p| p.content == "I can't open that one.")
+    })
+    .await;
 }
 
 #[tokio::test]
