@@ -89,6 +89,22 @@ pub struct Bus {
     stream_replicas: usize,
 }
 
+/// How long one publish keeps trying through a stream's leader election or a reconnect.
+const PUBLISH_PATIENCE: Duration = Duration::from_secs(15);
+
+fn transient(kind: jetstream::context::PublishErrorKind) -> bool {
+    use jetstream::context::PublishErrorKind as K;
+    matches!(kind, K::StreamNotFound | K::TimedOut | K::BrokenPipe | K::MaxAckPending)
+}
+
+/// A dedup id for a publish that named none: unique per call, the same across its retries.
+fn unique_msg_id() -> String {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let nanos = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos());
+    format!("p:{}:{nanos}:{}", std::process::id(), NEXT.fetch_add(1, Ordering::Relaxed))
+}
+
 /// Milliseconds since the Unix epoch, the time unit of every event.
 pub fn now_ms() -> i64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0)
@@ -196,14 +212,26 @@ impl Bus {
 
     /// Publishes raw bytes on a subject string, bypassing the contract; for tests of hostile input.
     pub async fn publish_bytes(&self, subject: String, payload: Bytes, msg_id: Option<&MsgId>) -> Result<Published, BusError> {
-        let mut publish = jetstream::message::PublishMessage::build().payload(payload);
-        if let Some(id) = msg_id {
-            publish = publish.message_id(id.as_str());
-        }
+        // Every publish carries a dedup id, so a retry after a lost ack stores the message once.
+        let id = msg_id.map_or_else(unique_msg_id, |m| m.as_str().to_owned());
         let fail = |detail: String| BusError::Publish { subject: subject.clone(), detail };
-        let ack = self.js.send_publish(subject.clone(), publish).await.map_err(|e| fail(e.to_string()))?;
-        let ack = ack.await.map_err(|e| fail(e.to_string()))?;
-        Ok(Published { stream: ack.stream, sequence: ack.sequence, duplicate: ack.duplicate })
+        let started = tokio::time::Instant::now();
+        let mut delay = Duration::from_millis(100);
+        loop {
+            let publish = jetstream::message::PublishMessage::build().payload(payload.clone()).message_id(id.as_str());
+            let result = async { self.js.send_publish(subject.clone(), publish).await?.await }.await;
+            match result {
+                Ok(ack) => return Ok(Published { stream: ack.stream, sequence: ack.sequence, duplicate: ack.duplicate }),
+                // A stream between leaders answers "no stream found" and a lost connection loses the
+                // ack: both pass within seconds on a cluster, so the publish is tried again.
+                Err(e) if transient(e.kind()) && started.elapsed() + delay < PUBLISH_PATIENCE => {
+                    tracing::debug!(%subject, error = %e, retry_in_ms = delay.as_millis() as u64, "publish not acked; retrying");
+                    tokio::time::sleep(delay).await;
+                    delay = (delay * 2).min(Duration::from_secs(2));
+                }
+                Err(e) => return Err(fail(e.to_string())),
+            }
+        }
     }
 
     /// Publishes an ephemeral signal on core NATS: no stream, no ack, no redelivery.
