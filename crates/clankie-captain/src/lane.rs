@@ -471,31 +471,40 @@ impl Captain {
             let _ = held.nak_after(inner.config.backoff(held.delivered())).await;
             return;
         }
-        metrics::counter!("clankie_captain_outcomes_total", "kind" => kind.code()).increment(1);
-        let event = v1::DeliveryOutcome {
-            delivery_id: held.delivery_id().to_owned(),
-            lane: lease.lane.to_string(),
-            kind: kind as i32,
-            failure_code: code.map_or(0, |c| c as i32),
-            turn_id: turn_id.to_owned(),
-            recorded_at_ms: now_ms(),
-        };
-        let id = MsgId::new(format!("outcome:{}", held.delivery_id()));
-        if let Err(e) = inner.bus.publish(&Subject::LaneOutcome { lane: lease.lane }, &event, Some(&id)).await {
-            tracing::warn!(delivery_id = held.delivery_id(), error = %e, "outcome event not published");
-        }
-        self.receipt("captain.outcome", held.delivery_id(), &lease.lane, |r| {
-            let r = r.with_id("turn", turn_id).with_code(kind.code());
-            match code {
-                Some(c) => r.with_code(c.code()),
-                None => r,
-            }
-        })
-        .await;
+        self.announce_outcome(&lease.lane, &outcome, |r| r).await;
         if let Err(e) = held.ack().await {
             tracing::warn!(delivery_id = held.delivery_id(), error = %e, "ack failed after the outcome was recorded");
         }
         tracing::debug!(delivery_id = held.delivery_id(), outcome = kind.code(), "settled");
+    }
+
+    /// Tells the bus a recorded outcome: the metric, the outcome event the body reacts to, and
+    /// the content-free receipt (`extra` adds to it).
+    pub(crate) async fn announce_outcome(&self, lane: &LaneKey, outcome: &Outcome, extra: impl FnOnce(v1::Receipt) -> v1::Receipt) {
+        let (kind, code) = (outcome.kind, outcome.failure_code);
+        metrics::counter!("clankie_captain_outcomes_total", "kind" => kind.code()).increment(1);
+        let turn_id = outcome.turn_id.clone().unwrap_or_default();
+        let event = v1::DeliveryOutcome {
+            delivery_id: outcome.delivery_id.clone(),
+            lane: lane.to_string(),
+            kind: kind as i32,
+            failure_code: code.map_or(0, |c| c as i32),
+            turn_id: turn_id.clone(),
+            recorded_at_ms: now_ms(),
+        };
+        let id = MsgId::new(format!("outcome:{}", outcome.delivery_id));
+        if let Err(e) = self.inner.bus.publish(&Subject::LaneOutcome { lane: *lane }, &event, Some(&id)).await {
+            tracing::warn!(delivery_id = %outcome.delivery_id, error = %e, "outcome event not published");
+        }
+        self.receipt("captain.outcome", &outcome.delivery_id, lane, |r| {
+            let r = if turn_id.is_empty() { r } else { r.with_id("turn", &turn_id) };
+            let r = r.with_code(kind.code());
+            extra(match code {
+                Some(c) => r.with_code(c.code()),
+                None => r,
+            })
+        })
+        .await;
     }
 
     /// Gives deliveries back to JetStream and the lane back to the pool.

@@ -22,8 +22,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use clankie_agent::{Agent, Session};
-use clankie_bus::{Bus, BusError, ConsumerSpec, Delivery, MsgId};
-use clankie_proto::{Family, LaneKey, Subject, v1};
+use clankie_bus::{Bus, BusError, ConsumerSpec, Delivery};
+use clankie_proto::{Family, LaneKey, v1};
 use clankie_self::SelfSource;
 use clankie_store::Store;
 use tokio::sync::mpsc;
@@ -316,28 +316,15 @@ impl Captain {
     async fn give_up(&self, lane: LaneKey, d: Delivery<v1::Ingress>) {
         let id = d.event.delivery_id.clone();
         let code = v1::FailureCode::CaptainLaneUnavailable;
+        let outcome =
+            clankie_store::Outcome { delivery_id: id.clone(), turn_id: None, kind: v1::OutcomeKind::Failed, failure_code: Some(code) };
         if let Err(e) = self.inner.store.record_unhandled(&lane, &id, code).await {
             tracing::error!(%lane, error = %e, "could not record a delivery that kept failing; JetStream stops delivering it");
             let _ = d.nak_after(self.inner.config.backoff(d.delivered)).await;
             return;
         }
         tracing::warn!(%lane, delivered = d.delivered, "a delivery kept failing; settled as captain_lane_unavailable");
-        metrics::counter!("clankie_captain_outcomes_total", "kind" => v1::OutcomeKind::Failed.code()).increment(1);
-        let event = v1::DeliveryOutcome {
-            delivery_id: id.clone(),
-            lane: lane.to_string(),
-            kind: v1::OutcomeKind::Failed as i32,
-            failure_code: code as i32,
-            turn_id: String::new(),
-            recorded_at_ms: clankie_bus::now_ms(),
-        };
-        if let Err(e) = self.inner.bus.publish(&Subject::LaneOutcome { lane }, &event, Some(&MsgId::new(format!("outcome:{id}")))).await {
-            tracing::warn!(%lane, error = %e, "outcome event not published");
-        }
-        self.receipt("captain.outcome", &id, &lane, |r| {
-            r.with_code(v1::OutcomeKind::Failed.code()).with_code(code.code()).with_count("delivered", d.delivered)
-        })
-        .await;
+        self.announce_outcome(&lane, &outcome, |r| r.with_count("delivered", d.delivered)).await;
         let _ = d.ack().await;
     }
 

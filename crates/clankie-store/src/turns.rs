@@ -134,12 +134,34 @@ impl Store {
         validate(outcome.kind, outcome.failure_code)?;
         let mut tx = self.pool.begin().await?;
         fence(&mut tx, lease).await?;
+        self.insert_outcome(tx, &lease.lane, outcome).await
+    }
+
+    /// Records that a delivery could not be handled at all: `failed` with `code`, outside any
+    /// lease (its lane could not be taken or its handling kept failing), unless it already has
+    /// an outcome, which stands.
+    pub async fn record_unhandled(&self, lane: &LaneKey, delivery_id: &str, code: v1::FailureCode) -> Result<Recorded, StoreError> {
+        let outcome =
+            Outcome { delivery_id: delivery_id.to_owned(), turn_id: None, kind: v1::OutcomeKind::Failed, failure_code: Some(code) };
+        validate(outcome.kind, outcome.failure_code)?;
+        let mut tx = self.pool.begin().await?;
+        sqlx::query("INSERT INTO lanes (lane) VALUES ($1) ON CONFLICT (lane) DO NOTHING").bind(lane.to_string()).execute(&mut *tx).await?;
+        self.insert_outcome(tx, lane, &outcome).await
+    }
+
+    /// Inserts `outcome` in `tx` unless the delivery has one, commits, and says which stands.
+    async fn insert_outcome(
+        &self,
+        mut tx: sqlx::Transaction<'_, sqlx::Postgres>,
+        lane: &LaneKey,
+        outcome: &Outcome,
+    ) -> Result<Recorded, StoreError> {
         let inserted = sqlx::query(
             "INSERT INTO deliveries (delivery_id, lane, turn_id, outcome, failure_code) VALUES ($1, $2, $3, $4, $5)
              ON CONFLICT (delivery_id) DO NOTHING",
         )
         .bind(&outcome.delivery_id)
-        .bind(lease.lane.to_string())
+        .bind(lane.to_string())
         .bind(&outcome.turn_id)
         .bind(outcome.kind.code())
         .bind(outcome.failure_code.map(|c| c.code()))
@@ -151,31 +173,6 @@ impl Store {
             return Ok(Recorded::New);
         }
         let existing = self.outcome(&outcome.delivery_id).await?.ok_or_else(|| StoreError::Corrupt("outcome vanished".into()))?;
-        Ok(Recorded::Existing(existing))
-    }
-
-    /// Records that a delivery could not be handled at all: `failed` with `code`, outside any
-    /// lease (its lane could not be taken or its handling kept failing), unless it already has
-    /// an outcome, which stands.
-    pub async fn record_unhandled(&self, lane: &LaneKey, delivery_id: &str, code: v1::FailureCode) -> Result<Recorded, StoreError> {
-        validate(v1::OutcomeKind::Failed, Some(code))?;
-        let mut tx = self.pool.begin().await?;
-        sqlx::query("INSERT INTO lanes (lane) VALUES ($1) ON CONFLICT (lane) DO NOTHING").bind(lane.to_string()).execute(&mut *tx).await?;
-        let inserted = sqlx::query(
-            "INSERT INTO deliveries (delivery_id, lane, turn_id, outcome, failure_code) VALUES ($1, $2, NULL, 'failed', $3)
-             ON CONFLICT (delivery_id) DO NOTHING",
-        )
-        .bind(delivery_id)
-        .bind(lane.to_string())
-        .bind(code.code())
-        .execute(&mut *tx)
-        .await?
-        .rows_affected();
-        tx.commit().await?;
-        if inserted == 1 {
-            return Ok(Recorded::New);
-        }
-        let existing = self.outcome(delivery_id).await?.ok_or_else(|| StoreError::Corrupt("outcome vanished".into()))?;
         Ok(Recorded::Existing(existing))
     }
 
