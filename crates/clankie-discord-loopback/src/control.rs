@@ -66,6 +66,194 @@ pub(crate) fn routes() -> Router<Arc<State>> {
         .route("/control/typing", get(typing).post(user_typing))
         .route("/control/outcomes", get(outcomes))
         .route("/control/drop", post(drop_connections))
+        .route("/control/voice/join", post(voice_join))
+        .route("/control/voice/leave", post(voice_leave))
+        .route("/control/voice/speak", post(voice_speak))
+        .route("/control/voice/heard", get(voice_heard))
+        .route("/control/voice/drop", post(voice_drop))
+        .route("/control/voice/server", post(voice_server))
+        .route("/control/voice/inject", post(voice_inject))
+        .route("/control/voice/room", get(voice_room))
+}
+
+/// A user entering or leaving a voice channel (`POST /control/voice/join|leave`).
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct VoiceMember {
+    pub channel_id: u64,
+    pub author: String,
+}
+
+/// A user saying something aloud (`POST /control/voice/speak`): `text` is synthesized with
+/// espeak-ng; `wav_base64` is a 16-bit PCM WAV file.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct VoiceSpeak {
+    pub channel_id: u64,
+    pub author: String,
+    #[serde(default)]
+    pub text: Option<String>,
+    #[serde(default)]
+    pub wav_base64: Option<String>,
+}
+
+/// Hostile traffic toward the bot (`POST /control/voice/inject`).
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct VoiceInject {
+    pub channel_id: u64,
+    /// Whose stream carries it, where one is needed.
+    pub author: String,
+    /// `garbage_json`, `undersized`, `unauthenticated`, `unknown_ssrc` or `truncated_opus`.
+    pub kind: String,
+}
+
+fn voice_error(e: crate::voice::VoiceError) -> Response {
+    use crate::voice::VoiceError as E;
+    let status = match &e {
+        E::UnknownChannel(_) => StatusCode::NOT_FOUND,
+        E::NotInChannel(..) | E::BotAbsent(_) => StatusCode::CONFLICT,
+        E::UnknownKind(_) => StatusCode::BAD_REQUEST,
+        _ => StatusCode::INTERNAL_SERVER_ERROR,
+    };
+    (status, Json(json!({ "error": e.to_string() }))).into_response()
+}
+
+fn bad_author(author: &str) -> Option<Response> {
+    (author.trim().is_empty() || author.chars().count() > 64)
+        .then(|| (StatusCode::BAD_REQUEST, Json(json!({ "error": "an author of 1 to 64 characters is required" }))).into_response())
+}
+
+async fn voice_join(AxState(state): AxState<Arc<State>>, Json(m): Json<VoiceMember>) -> Response {
+    if let Some(r) = bad_author(&m.author) {
+        return r;
+    }
+    match state.voice_member(m.channel_id, &m.author, true) {
+        Ok(user) => Json(json!({ "user_id": user })).into_response(),
+        Err(e) => voice_error(e),
+    }
+}
+
+async fn voice_leave(AxState(state): AxState<Arc<State>>, Json(m): Json<VoiceMember>) -> Response {
+    if let Some(r) = bad_author(&m.author) {
+        return r;
+    }
+    match state.voice_member(m.channel_id, &m.author, false) {
+        Ok(user) => Json(json!({ "user_id": user })).into_response(),
+        Err(e) => voice_error(e),
+    }
+}
+
+/// The longest line the loopback voices, so a request cannot tie up a voice stream for long.
+const MAX_SPOKEN_CHARS: usize = 600;
+
+/// Synthesizes `text` with espeak-ng into mono PCM and its rate.
+pub(crate) async fn synthesize(text: &str) -> Result<(Vec<i16>, u32), String> {
+    let output = tokio::process::Command::new("espeak-ng")
+        .args(["-s", "160", "--stdout", "--"])
+        .arg(text)
+        .output()
+        .await
+        .map_err(|e| format!("espeak-ng could not run ({e}); install it with deploy/local/install"))?;
+    if !output.status.success() {
+        return Err(format!("espeak-ng failed ({})", output.status));
+    }
+    clankie_pcm::read_wav(&output.stdout).map_err(|e| format!("espeak-ng output: {e}"))
+}
+
+async fn voice_speak(AxState(state): AxState<Arc<State>>, Json(m): Json<VoiceSpeak>) -> Response {
+    if let Some(r) = bad_author(&m.author) {
+        return r;
+    }
+    let bad = |why: String| (StatusCode::BAD_REQUEST, Json(json!({ "error": why }))).into_response();
+    let audio = match (&m.text, &m.wav_base64) {
+        (Some(t), None) if !t.trim().is_empty() && t.chars().count() <= MAX_SPOKEN_CHARS => synthesize(t).await,
+        (None, Some(b)) => match decode_base64(b) {
+            Some(bytes) => clankie_pcm::read_wav(&bytes).map_err(|e| e.to_string()),
+            None => return bad("wav_base64 is not base64".into()),
+        },
+        _ => return bad(format!("give exactly one of text (1 to {MAX_SPOKEN_CHARS} characters) or wav_base64")),
+    };
+    let (pcm, rate) = match audio {
+        Ok(a) => a,
+        Err(why) => return bad(why),
+    };
+    if rate == 0 || pcm.len() as u64 > u64::from(rate) * 60 {
+        return bad("audio must have a rate and last at most 60 s".into());
+    }
+    let guild = match state.guild_of(m.channel_id) {
+        Ok(Some(g)) => g,
+        _ => return voice_error(crate::voice::VoiceError::UnknownChannel(m.channel_id)),
+    };
+    let user = State::user_id(&m.author);
+    let duration_ms = pcm.len() as u64 * 1000 / u64::from(rate);
+    match state.voice.speak(guild, m.channel_id, user, &m.author, &pcm, rate).await {
+        Ok(frames) => Json(json!({ "user_id": user, "frames": frames, "duration_ms": duration_ms })).into_response(),
+        Err(e) => voice_error(e),
+    }
+}
+
+async fn voice_heard(AxState(state): AxState<Arc<State>>, Query(q): Query<ChannelQuery>) -> Json<Value> {
+    let segments: Vec<Value> = state
+        .voice
+        .heard(q.channel)
+        .iter()
+        .map(|s| {
+            json!({
+                "start_ms": s.start_ms,
+                "end_ms": s.end_ms,
+                "duration_ms": s.duration_ms(),
+                "wav_base64": base64::Engine::encode(&base64::engine::general_purpose::STANDARD, clankie_pcm::wav(&s.pcm, s.rate)),
+            })
+        })
+        .collect();
+    Json(json!({ "channel": q.channel, "segments": segments }))
+}
+
+#[derive(Deserialize)]
+struct VoiceDropQuery {
+    code: u16,
+    #[serde(default)]
+    guild: Option<u64>,
+}
+
+async fn voice_drop(AxState(state): AxState<Arc<State>>, Query(q): Query<VoiceDropQuery>) -> Response {
+    if !(1000..5000).contains(&q.code) {
+        return (StatusCode::BAD_REQUEST, Json(json!({ "error": "a close code is 1000 to 4999" }))).into_response();
+    }
+    let closed = state.voice.drop_socket(q.guild.unwrap_or(state.config.guild_id), q.code);
+    Json(json!({ "closed": closed })).into_response()
+}
+
+#[derive(Deserialize)]
+struct ServerQuery {
+    #[serde(default)]
+    guild: Option<u64>,
+    /// Send a null endpoint (the voice server went away).
+    #[serde(default)]
+    gone: bool,
+}
+
+async fn voice_server(AxState(state): AxState<Arc<State>>, Query(q): Query<ServerQuery>) -> Json<Value> {
+    state.voice_server_update(q.guild.unwrap_or(state.config.guild_id), q.gone);
+    Json(json!({ "sent": true }))
+}
+
+async fn voice_inject(AxState(state): AxState<Arc<State>>, Json(m): Json<VoiceInject>) -> Response {
+    let guild = match state.guild_of(m.channel_id) {
+        Ok(Some(g)) => g,
+        _ => return voice_error(crate::voice::VoiceError::UnknownChannel(m.channel_id)),
+    };
+    match state.voice.inject(guild, m.channel_id, State::user_id(&m.author), &m.kind).await {
+        Ok(()) => Json(json!({ "sent": m.kind })).into_response(),
+        Err(e) => voice_error(e),
+    }
+}
+
+async fn voice_room(AxState(state): AxState<Arc<State>>, Query(q): Query<ChannelQuery>) -> Json<Value> {
+    Json(json!({
+        "channel": q.channel,
+        "members": state.voice.members(q.channel),
+        "bot_connected": state.voice.bot_connected(q.channel),
+        "counters": state.voice.counters(),
+    }))
 }
 
 async fn page() -> Response {

@@ -16,6 +16,7 @@ mod control;
 mod model;
 mod rest;
 mod state;
+pub mod voice;
 mod ws;
 
 use std::net::SocketAddr;
@@ -58,6 +59,10 @@ pub struct LoopbackConfig {
     pub dm_channels: Vec<u64>,
     /// The gateway heartbeat interval it announces in Hello.
     pub heartbeat_interval_ms: u64,
+    /// Where the voice server writes its CA bundle (`voice-ca.pem`); a fresh temporary
+    /// directory when unset.
+    #[serde(default)]
+    pub voice_dir: Option<std::path::PathBuf>,
 }
 
 impl LoopbackConfig {
@@ -89,6 +94,7 @@ impl Default for LoopbackConfig {
             ],
             dm_channels: vec![900],
             heartbeat_interval_ms: 41_250,
+            voice_dir: None,
         }
     }
 }
@@ -105,7 +111,13 @@ impl Loopback {
     pub async fn serve(addr: SocketAddr, config: LoopbackConfig) -> std::io::Result<Loopback> {
         let listener = tokio::net::TcpListener::bind(addr).await?;
         let addr = listener.local_addr()?;
-        let state = Arc::new(state::State::new(config, addr));
+        let dir = config.voice_dir.clone().unwrap_or_else(|| {
+            static N: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+            let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            std::env::temp_dir().join(format!("clankie-loopback-voice-{}-{n}", std::process::id()))
+        });
+        let voice = voice::VoiceServer::start(&dir).await.map_err(std::io::Error::other)?;
+        let state = Arc::new(state::State::new(config, addr, voice));
         let app = router(state.clone());
         let task = tokio::spawn(async move {
             if let Err(e) = axum::serve(listener, app).await {
@@ -199,6 +211,58 @@ impl Loopback {
     /// Every message of a channel, oldest first (deleted ones marked).
     pub fn messages(&self, channel: u64) -> Vec<StoredMessage> {
         self.state.all_messages(channel)
+    }
+
+    /// The voice server: `SSL_CERT_FILE` for voice clients, what the bot said aloud, close codes.
+    pub fn voice(&self) -> &voice::VoiceServer {
+        &self.state.voice
+    }
+
+    /// A user joins a voice channel; returns their user id.
+    pub fn voice_join(&self, channel: u64, author: &str) -> Result<u64, voice::VoiceError> {
+        self.state.voice_member(channel, author, true)
+    }
+
+    /// A user leaves a voice channel; returns their user id.
+    pub fn voice_leave(&self, channel: u64, author: &str) -> Result<u64, voice::VoiceError> {
+        self.state.voice_member(channel, author, false)
+    }
+
+    /// A user says `pcm` (mono, `rate` Hz) aloud in a voice channel; resolves once it has been
+    /// sent at real-time pace and returns the frames that reached his connection.
+    pub async fn voice_speak(&self, channel: u64, author: &str, pcm: &[i16], rate: u32) -> Result<u32, voice::VoiceError> {
+        let guild = self.state.guild_of(channel).ok().flatten().ok_or(voice::VoiceError::UnknownChannel(channel))?;
+        self.state.voice.speak(guild, channel, state::State::user_id(author), author, pcm, rate).await
+    }
+
+    /// Hostile traffic of `kind` toward his connection in a voice channel.
+    pub async fn voice_inject(&self, channel: u64, author: &str, kind: &str) -> Result<(), voice::VoiceError> {
+        let guild = self.state.guild_of(channel).ok().flatten().ok_or(voice::VoiceError::UnknownChannel(channel))?;
+        self.state.voice.inject(guild, channel, state::State::user_id(author), kind).await
+    }
+
+    /// Discord moves the call: a VOICE_SERVER_UPDATE with a new token (or, with `gone`, a null endpoint).
+    pub fn voice_server_update(&self, gone: bool) {
+        self.state.voice_server_update(self.state.config.guild_id, gone);
+    }
+
+    /// Speech synthesized with espeak-ng, as `/control/voice/speak` voices text: mono PCM and its rate.
+    pub async fn synthesize(text: &str) -> Result<(Vec<i16>, u32), String> {
+        control::synthesize(text).await
+    }
+
+    /// What the bot's op 4 does, for a test that plays the gateway's part: the bot's voice state
+    /// moves to `channel` and a server update follows (both dispatched). Returns the session id,
+    /// token and endpoint a voice connection is made of.
+    pub fn bot_voice(&self, channel: u64) -> Result<(String, String, String), voice::VoiceError> {
+        let guild = self.state.guild_of(channel).ok().flatten().ok_or(voice::VoiceError::UnknownChannel(channel))?;
+        let (session, token) = self.state.bot_voice(guild, Some(channel));
+        Ok((session, token, self.state.voice.endpoint()))
+    }
+
+    /// The id a user name maps to.
+    pub fn user_id(name: &str) -> u64 {
+        state::State::user_id(name)
     }
 
     /// Waits until a gateway session is attached, or the timeout passes.

@@ -120,6 +120,7 @@ struct Inner {
 pub(crate) struct State {
     pub config: LoopbackConfig,
     pub addr: SocketAddr,
+    pub voice: std::sync::Arc<crate::voice::VoiceServer>,
     inner: Mutex<Inner>,
     pub dispatched: broadcast::Sender<()>,
     pub drop_all: broadcast::Sender<()>,
@@ -130,11 +131,12 @@ pub(crate) struct State {
 const NONCE_WINDOW_MS: i64 = 5 * 60 * 1000;
 
 impl State {
-    pub fn new(config: LoopbackConfig, addr: SocketAddr) -> State {
+    pub fn new(config: LoopbackConfig, addr: SocketAddr, voice: std::sync::Arc<crate::voice::VoiceServer>) -> State {
         let first = ((now_ms() as u64).saturating_sub(DISCORD_EPOCH_MS)) << 22;
         State {
             config,
             addr,
+            voice,
             inner: Mutex::new(Inner { next_id: first, ..Default::default() }),
             dispatched: broadcast::channel(1024).0,
             drop_all: broadcast::channel(4).0,
@@ -201,13 +203,72 @@ impl State {
         if let Some(g) = guild_id {
             d["guild_id"] = serde_json::json!(g.to_string());
         }
+        self.dispatch("TYPING_START", d);
+    }
+
+    /// Dispatches one gateway event to every session.
+    fn dispatch(&self, t: &str, d: serde_json::Value) {
         let mut inner = self.lock();
         for session in inner.sessions.values_mut() {
             session.seq += 1;
-            let frame = serde_json::json!({ "op": 0, "t": "TYPING_START", "s": session.seq, "d": d }).to_string();
+            let frame = serde_json::json!({ "op": 0, "t": t, "s": session.seq, "d": d }).to_string();
             session.log.push((session.seq, frame));
         }
+        drop(inner);
         let _ = self.dispatched.send(());
+    }
+
+    fn voice_state_json(guild: u64, channel: Option<u64>, user: u64, session_id: &str) -> serde_json::Value {
+        serde_json::json!({
+            "guild_id": guild.to_string(),
+            "channel_id": channel.map(|c| c.to_string()),
+            "user_id": user.to_string(),
+            "session_id": session_id,
+            "deaf": false, "mute": false, "self_deaf": false, "self_mute": false,
+            "self_stream": false, "self_video": false, "suppress": false,
+            "request_to_speak_timestamp": null,
+        })
+    }
+
+    /// The voice channels of the guild a channel belongs to, and that guild; `Err` unless
+    /// `channel` is a voice channel.
+    fn voice_guild(&self, channel: u64) -> Result<(u64, Vec<u64>), crate::voice::VoiceError> {
+        let spec =
+            self.config.channels.iter().find(|c| c.id == channel && c.voice).ok_or(crate::voice::VoiceError::UnknownChannel(channel))?;
+        let guild = spec.guild.unwrap_or(self.config.guild_id);
+        let channels =
+            self.config.channels.iter().filter(|c| c.voice && c.guild.unwrap_or(self.config.guild_id) == guild).map(|c| c.id).collect();
+        Ok((guild, channels))
+    }
+
+    /// A user joins (or leaves) a voice channel: dispatches their VOICE_STATE_UPDATE.
+    pub fn voice_member(&self, channel: u64, author: &str, join: bool) -> Result<u64, crate::voice::VoiceError> {
+        let (guild, channels) = self.voice_guild(channel)?;
+        let user = State::user_id(author);
+        self.voice.set_member(&channels, user, author, join.then_some(channel));
+        let session = format!("user-voice-{user}");
+        self.dispatch("VOICE_STATE_UPDATE", State::voice_state_json(guild, join.then_some(channel), user, &session));
+        Ok(user)
+    }
+
+    /// The bot's op 4: its VOICE_STATE_UPDATE with a fresh session, then (when it joins) a
+    /// VOICE_SERVER_UPDATE, as Discord sends them.
+    pub fn bot_voice(&self, guild: u64, channel: Option<u64>) -> (String, String) {
+        let (session, token) = self.voice.bot_moves(guild, channel);
+        self.dispatch("VOICE_STATE_UPDATE", State::voice_state_json(guild, channel, self.config.bot_user_id, &session));
+        if channel.is_some() {
+            let d = serde_json::json!({ "guild_id": guild.to_string(), "token": token, "endpoint": self.voice.endpoint() });
+            self.dispatch("VOICE_SERVER_UPDATE", d);
+        }
+        (session, token)
+    }
+
+    /// A VOICE_SERVER_UPDATE on Discord's initiative: a new token (the call moved), or a null
+    /// endpoint (the voice server went away; another update follows).
+    pub fn voice_server_update(&self, guild: u64, gone: bool) {
+        let token = self.voice.rotate_token(guild);
+        let endpoint = if gone { serde_json::Value::Null } else { serde_json::json!(self.voice.endpoint()) };
+        self.dispatch("VOICE_SERVER_UPDATE", serde_json::json!({ "guild_id": guild.to_string(), "token": token, "endpoint": endpoint }));
     }
 
     /// Keeps uploaded bytes, each under an id of its own, and returns their metadata.

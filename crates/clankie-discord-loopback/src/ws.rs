@@ -64,6 +64,14 @@ async fn serve(mut socket: WebSocket, state: Arc<State>) {
                         sent = 1;
                         if session.replace(id).is_none() { state.set_attached(1); }
                     }
+                    Some(4) => {
+                        // Update Voice State: join, move or leave a voice channel.
+                        let d = &frame["d"];
+                        let id = |v: &Value| v.as_str().and_then(|s| s.parse::<u64>().ok()).or_else(|| v.as_u64());
+                        if session.is_some() && let Some(guild) = id(&d["guild_id"]) {
+                            let _ = state.bot_voice(guild, id(&d["channel_id"]));
+                        }
+                    }
                     Some(6) => {
                         let d = &frame["d"];
                         let sid = d["session_id"].as_str().unwrap_or_default().to_owned();

@@ -1,0 +1,353 @@
+//! The voice room's audio body: songbird's [`Driver`] run standalone, outside the shard's process.
+//!
+//! The gateway holds the Discord shard; it forwards the bot's voice state and every voice server
+//! update over NATS, and the voice-floor service assembles a [`Connection`] from them. The body
+//! connects the driver with it, decodes what each person says to mono 16 kHz PCM, cuts it into
+//! [`Segment`]s attributed by the SSRC→user map that speaking updates build, and plays PCM into the
+//! room. It knows nothing of floors or words: what it hears leaves it only as [`BodyEvent`]s.
+//!
+//! The driver speaks `wss://` only. A voice server with a private certificate (the loopback
+//! Discord's) is trusted through `SSL_CERT_FILE`, which songbird's connector re-reads on each
+//! connect; real Discord needs no setting.
+
+pub mod drops;
+
+use std::collections::HashMap;
+use std::num::NonZeroU64;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use songbird::driver::{Channels, DecodeConfig, DecodeMode, SampleRate};
+use songbird::events::{CoreEvent, Event, EventContext, EventHandler, TrackEvent};
+use songbird::input::{Input, RawAdapter};
+use songbird::{Config, ConnectionInfo, Driver};
+use tokio::sync::{mpsc, oneshot};
+
+pub use songbird;
+
+/// The rate of every PCM buffer the body hands out.
+pub const HEARD_RATE: u32 = 16_000;
+
+/// Samples in one 20 ms tick at [`HEARD_RATE`].
+const TICK_SAMPLES: usize = (HEARD_RATE as usize) / 50;
+
+/// Why the body could not do what was asked.
+#[derive(Debug, thiserror::Error)]
+pub enum BodyError {
+    #[error("voice connection failed: {0}")]
+    Connect(#[from] songbird::error::ConnectionError),
+    #[error("a voice connection needs non-zero ids (guild {guild}, channel {channel}, user {user})")]
+    ZeroId { guild: u64, channel: u64, user: u64 },
+    #[error("the driver dropped the track before it ended")]
+    TrackLost,
+}
+
+/// What a voice connection is made of: the bot's own voice state (session, channel) and the
+/// latest voice server update (endpoint, token).
+#[derive(Clone, PartialEq, Eq)]
+pub struct Connection {
+    pub guild_id: u64,
+    pub channel_id: u64,
+    pub user_id: u64,
+    pub session_id: String,
+    /// `host:port` of the voice server, without a scheme.
+    pub endpoint: String,
+    pub token: String,
+}
+
+impl std::fmt::Debug for Connection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The token is a credential: never printed.
+        f.debug_struct("Connection")
+            .field("guild_id", &self.guild_id)
+            .field("channel_id", &self.channel_id)
+            .field("user_id", &self.user_id)
+            .field("endpoint", &self.endpoint)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Connection {
+    fn info(&self) -> Result<ConnectionInfo, BodyError> {
+        let zero = || BodyError::ZeroId { guild: self.guild_id, channel: self.channel_id, user: self.user_id };
+        Ok(ConnectionInfo {
+            channel_id: NonZeroU64::new(self.channel_id).ok_or_else(zero)?.into(),
+            endpoint: self.endpoint.clone(),
+            guild_id: NonZeroU64::new(self.guild_id).ok_or_else(zero)?.into(),
+            session_id: self.session_id.clone(),
+            token: self.token.clone(),
+            user_id: NonZeroU64::new(self.user_id).ok_or_else(zero)?.into(),
+        })
+    }
+}
+
+/// One person's stretch of speech, from the first packet to a pause.
+#[derive(Debug, Clone)]
+pub struct Segment {
+    pub user_id: u64,
+    pub ssrc: u32,
+    /// Mono 16-bit PCM at [`HEARD_RATE`].
+    pub pcm: Vec<i16>,
+    pub started: Instant,
+    pub ended: Instant,
+}
+
+impl Segment {
+    /// Its length as audio.
+    pub fn duration(&self) -> Duration {
+        Duration::from_secs_f64(self.pcm.len() as f64 / f64::from(HEARD_RATE))
+    }
+}
+
+/// What happens to the body, in order.
+#[derive(Debug)]
+pub enum BodyEvent {
+    /// The driver connected (or connected again after a fresh op 4).
+    Connected { ssrc: u32 },
+    /// The driver resumed or reconnected by itself (close codes 4009 and 4015).
+    Reconnected { ssrc: u32 },
+    /// The driver is gone; only a new op 4 (a new session or server update) brings it back.
+    Disconnected { reason: String },
+    /// A person spoke and paused.
+    Heard(Segment),
+}
+
+/// How the body cuts speech.
+#[derive(Debug, Clone, Copy)]
+pub struct BodyConfig {
+    /// A pause this long ends a segment.
+    pub end_of_speech: Duration,
+    /// A segment is cut here even without a pause, so a monologue cannot grow without bound.
+    pub longest_segment: Duration,
+    /// How long a (re)connect may take before it fails.
+    pub connect_timeout: Duration,
+}
+
+impl Default for BodyConfig {
+    fn default() -> Self {
+        BodyConfig {
+            end_of_speech: Duration::from_millis(400),
+            longest_segment: Duration::from_secs(15),
+            connect_timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+struct Speaking {
+    user_id: u64,
+    pcm: Vec<i16>,
+    started: Instant,
+    quiet_ticks: u32,
+}
+
+#[derive(Default)]
+struct Ears {
+    users: HashMap<u32, u64>,
+    speaking: HashMap<u32, Speaking>,
+}
+
+struct Listener {
+    ears: Arc<Mutex<Ears>>,
+    events: mpsc::UnboundedSender<BodyEvent>,
+    config: BodyConfig,
+}
+
+impl Listener {
+    fn tick(&self, tick: &songbird::events::context_data::VoiceTick) {
+        let mut ears = self.ears.lock().unwrap_or_else(|p| p.into_inner());
+        let now = Instant::now();
+        let quiet_limit = (self.config.end_of_speech.as_millis() / 20).max(1) as u32;
+        let longest = (self.config.longest_segment.as_secs_f64() * f64::from(HEARD_RATE)) as usize;
+        let mut done = Vec::new();
+        for (ssrc, data) in &tick.speaking {
+            let Some(user_id) = ears.users.get(ssrc).copied() else {
+                if data.packet.is_some() {
+                    drops::count(drops::Drop::UnknownSsrc);
+                }
+                continue;
+            };
+            let voiced = data.packet.is_some();
+            let entry = ears.speaking.entry(*ssrc).or_insert_with(|| Speaking {
+                user_id,
+                pcm: Vec::new(),
+                started: now - Duration::from_millis(20),
+                quiet_ticks: 0,
+            });
+            if voiced {
+                entry.quiet_ticks = 0;
+                match &data.decoded_voice {
+                    Some(pcm) => entry.pcm.extend_from_slice(pcm),
+                    None => entry.pcm.extend(std::iter::repeat_n(0, TICK_SAMPLES)),
+                }
+            } else {
+                entry.quiet_ticks += 1;
+            }
+            if entry.quiet_ticks >= quiet_limit || entry.pcm.len() >= longest {
+                done.push(*ssrc);
+            }
+        }
+        for ssrc in &tick.silent {
+            if let Some(s) = ears.speaking.get_mut(ssrc) {
+                s.quiet_ticks += 1;
+                if s.quiet_ticks >= quiet_limit {
+                    done.push(*ssrc);
+                }
+            }
+        }
+        let gone: Vec<u32> = ears.speaking.keys().filter(|s| !tick.speaking.contains_key(s) && !tick.silent.contains(s)).copied().collect();
+        done.extend(gone);
+        for ssrc in done {
+            if let Some(s) = ears.speaking.remove(&ssrc) {
+                if s.pcm.is_empty() {
+                    continue;
+                }
+                let segment = Segment { user_id: s.user_id, ssrc, pcm: s.pcm, started: s.started, ended: now };
+                let _ = self.events.send(BodyEvent::Heard(segment));
+            }
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl EventHandler for Listener {
+    async fn act(&self, ctx: &EventContext<'_>) -> Option<Event> {
+        match ctx {
+            EventContext::VoiceTick(tick) => self.tick(tick),
+            EventContext::SpeakingStateUpdate(s) => {
+                if let Some(user) = s.user_id {
+                    self.ears.lock().unwrap_or_else(|p| p.into_inner()).users.insert(s.ssrc, user.0);
+                }
+            }
+            EventContext::ClientDisconnect(c) => {
+                let mut ears = self.ears.lock().unwrap_or_else(|p| p.into_inner());
+                ears.users.retain(|_, u| *u != c.user_id.0);
+            }
+            EventContext::DriverConnect(c) => {
+                let _ = self.events.send(BodyEvent::Connected { ssrc: c.ssrc });
+            }
+            EventContext::DriverReconnect(c) => {
+                let _ = self.events.send(BodyEvent::Reconnected { ssrc: c.ssrc });
+            }
+            EventContext::DriverDisconnect(d) => {
+                let reason = match d.reason {
+                    Some(r) => format!("{:?}/{r:?}", d.kind),
+                    None => format!("{:?}", d.kind),
+                };
+                let _ = self.events.send(BodyEvent::Disconnected { reason });
+            }
+            _ => {}
+        }
+        None
+    }
+}
+
+struct TrackDone(Mutex<Option<oneshot::Sender<()>>>);
+
+#[async_trait::async_trait]
+impl EventHandler for TrackDone {
+    async fn act(&self, _ctx: &EventContext<'_>) -> Option<Event> {
+        if let Some(tx) = self.0.lock().unwrap_or_else(|p| p.into_inner()).take() {
+            let _ = tx.send(());
+        }
+        Some(Event::Cancel)
+    }
+}
+
+struct Shared(Arc<TrackDone>);
+
+#[async_trait::async_trait]
+impl EventHandler for Shared {
+    async fn act(&self, ctx: &EventContext<'_>) -> Option<Event> {
+        self.0.act(ctx).await
+    }
+}
+
+/// The audio body of one voice room.
+pub struct Body {
+    driver: Driver,
+    ears: Arc<Mutex<Ears>>,
+    config: BodyConfig,
+    current: Option<Connection>,
+}
+
+impl Body {
+    /// A body not yet connected, and the stream of what happens to it.
+    pub fn new(config: BodyConfig) -> (Body, mpsc::UnboundedReceiver<BodyEvent>) {
+        let driver_config = Config::default()
+            .decode_mode(DecodeMode::Decode(DecodeConfig::new(Channels::Mono, SampleRate::Hz16000)))
+            .driver_timeout(Some(config.connect_timeout));
+        let mut driver = Driver::new(driver_config);
+        let ears = Arc::new(Mutex::new(Ears::default()));
+        let (tx, rx) = mpsc::unbounded_channel();
+        for event in [
+            CoreEvent::VoiceTick,
+            CoreEvent::SpeakingStateUpdate,
+            CoreEvent::ClientDisconnect,
+            CoreEvent::DriverConnect,
+            CoreEvent::DriverReconnect,
+            CoreEvent::DriverDisconnect,
+        ] {
+            driver.add_global_event(event.into(), Listener { ears: ears.clone(), events: tx.clone(), config });
+        }
+        (Body { driver, ears, config, current: None }, rx)
+    }
+
+    /// Connects with `connection`. The same connection again is a no-op; a changed one (a new
+    /// session, endpoint or token) reconnects.
+    pub async fn connect(&mut self, connection: &Connection) -> Result<(), BodyError> {
+        if self.current.as_ref() == Some(connection) {
+            return Ok(());
+        }
+        let info = connection.info()?;
+        self.current = Some(connection.clone());
+        self.ears.lock().unwrap_or_else(|p| p.into_inner()).speaking.clear();
+        let result = self.driver.connect(info).await;
+        if result.is_err() {
+            self.current = None;
+        }
+        Ok(result?)
+    }
+
+    /// The connection it was last asked to use, if it still holds it.
+    pub fn connection(&self) -> Option<&Connection> {
+        self.current.as_ref()
+    }
+
+    /// Forgets the connection after the driver dropped it, so the next `connect` is not a no-op.
+    pub fn forget(&mut self) {
+        self.current = None;
+    }
+
+    /// Leaves the voice channel.
+    pub fn leave(&mut self) {
+        self.current = None;
+        self.driver.leave();
+    }
+
+    /// How the body cuts speech.
+    pub fn config(&self) -> BodyConfig {
+        self.config
+    }
+
+    /// Plays mono PCM at `rate` into the room; resolves when it has been played out.
+    pub fn play(&mut self, pcm: &[i16], rate: u32) -> impl Future<Output = Result<(), BodyError>> + use<> {
+        let bytes = clankie_pcm::f32le(pcm);
+        let input: Input = RawAdapter::new(std::io::Cursor::new(bytes), rate, 1).into();
+        let track = self.driver.play_input(input);
+        let (tx, rx) = oneshot::channel();
+        let done = TrackDone(Mutex::new(Some(tx)));
+        let done = Arc::new(done);
+        let added = track
+            .add_event(Event::Track(TrackEvent::End), Shared(done.clone()))
+            .and_then(|()| track.add_event(Event::Track(TrackEvent::Error), Shared(done)));
+        async move {
+            added.map_err(|_| BodyError::TrackLost)?;
+            rx.await.map_err(|_| BodyError::TrackLost)
+        }
+    }
+
+    /// Stops whatever is playing.
+    pub fn stop(&mut self) {
+        self.driver.stop();
+    }
+}
