@@ -447,10 +447,7 @@ impl VoiceServer {
                 self.udp.send_to(&packet, to).await?;
             }
             "unknown_ssrc" => {
-                let mut encoder = opus2::Encoder::new(48_000, opus2::Channels::Mono, opus2::Application::Voip)
-                    .map_err(|e| VoiceError::Opus(e.to_string()))?;
-                let tone: Vec<i16> = (0..FRAME).map(|i| ((i as f64 * 0.07).sin() * 6000.0) as i16).collect();
-                let opus = encoder.encode_vec(&tone, 4000).map_err(|e| VoiceError::Opus(e.to_string()))?;
+                let opus = tone_frame()?;
                 let ssrc = random_u32() | 1;
                 let (seq, ts, nonce) = (rand::random::<u16>(), random_u32(), random_u32());
                 for n in 0..5u16 {
@@ -468,8 +465,14 @@ impl VoiceServer {
             }
             "truncated_opus" => {
                 self.announce(guild, channel, user)?;
-                // A code-3 packet (TOC's low bits 11) must carry a frame-count byte; this one ends first.
-                self.send_frame(guild, channel, user, &[0xFB]).await;
+                // Inside a short run of good frames (a receiver's jitter buffer plays out only a run):
+                // a code-3 packet (TOC's low bits 11) must carry a frame-count byte, and this one ends first.
+                let good = tone_frame()?;
+                for n in 0..10 {
+                    let frame: &[u8] = if n == 5 { &[0xFB] } else { &good };
+                    self.send_frame(guild, channel, user, frame).await;
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
             }
             other => return Err(VoiceError::UnknownKind(other.to_owned())),
         }
@@ -556,6 +559,14 @@ impl Drop for VoiceServer {
             task.abort();
         }
     }
+}
+
+/// One 20 ms Opus frame of a quiet tone.
+fn tone_frame() -> Result<Vec<u8>, VoiceError> {
+    let mut encoder =
+        opus2::Encoder::new(48_000, opus2::Channels::Mono, opus2::Application::Voip).map_err(|e| VoiceError::Opus(e.to_string()))?;
+    let tone: Vec<i16> = (0..FRAME).map(|i| ((i as f64 * 0.07).sin() * 6000.0) as i16).collect();
+    encoder.encode_vec(&tone, 4000).map_err(|e| VoiceError::Opus(e.to_string()))
 }
 
 fn rtp_header(seq: u16, ts: u32, ssrc: u32) -> [u8; 12] {

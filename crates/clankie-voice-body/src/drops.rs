@@ -22,7 +22,7 @@ pub enum Drop {
     Undersized,
     /// An RTP packet whose AEAD tag did not verify (forged, or for another key).
     Unauthenticated,
-    /// A datagram that is not valid RTP (or RTCP) for the voice wire.
+    /// An RTP packet of the wrong version or payload type.
     IllegalRtp,
     /// An Opus frame that would not decode (truncated or malformed).
     BadOpus,
@@ -55,11 +55,12 @@ impl Drop {
     fn from_songbird(message: &str) -> Option<Drop> {
         if message.starts_with("Unexpected JSON") || message.starts_with("Unexpected binary") {
             Some(Drop::GarbageJson)
-        } else if message.starts_with("Illegal UDP packet") {
+        } else if message.starts_with("Illegal UDP packet") || message.starts_with("Failed to parse message") {
+            // Shorter than two bytes, or than the fixed header of the type its second byte claims.
             Some(Drop::Undersized)
         } else if message.starts_with("RTP decryption failed") || message.starts_with("RTCP decryption failed") {
             Some(Drop::Unauthenticated)
-        } else if message.starts_with("Illegal RTP message") || message.starts_with("Failed to parse message") {
+        } else if message.starts_with("Illegal RTP message") {
             Some(Drop::IllegalRtp)
         } else if message.starts_with("Decode error for SSRC") {
             Some(Drop::BadOpus)
