@@ -8,6 +8,8 @@
 //!   Discord's `nonce` with `enforce_nonce` from the idempotency key), keeps
 //!   the typing indicator alive, manages the tool card, answers history
 //!   requests for cold lanes, and (in the sandbox) shows outcomes as reactions.
+//! - **Voice**: voice states and voice server updates of admitted guilds are
+//!   forwarded as events; join and leave commands become op 4 on the shard.
 
 mod body;
 pub mod normalise;
@@ -15,6 +17,7 @@ pub mod service;
 mod session;
 mod shard;
 mod typing;
+mod voice;
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -93,6 +96,8 @@ pub(crate) struct Inner {
     /// Tool cards on screen, by turn.
     pub cards: Mutex<HashMap<String, Id<MessageMarker>>>,
     pub typing: typing::TypingLoops,
+    /// The shard's command sender, once it runs: op 4 goes out through it.
+    pub shard_sender: RwLock<Option<twilight_gateway::MessageSender>>,
     /// Flipped on shutdown: the shard closes with a resumable frame.
     pub stopping: tokio::sync::watch::Sender<bool>,
 }
@@ -127,6 +132,7 @@ impl Gateway {
                 voice: RwLock::new(HashMap::new()),
                 cards: Mutex::new(HashMap::new()),
                 typing,
+                shard_sender: RwLock::new(None),
                 stopping: tokio::sync::watch::channel(false).0,
             }),
         }
@@ -160,6 +166,7 @@ impl Gateway {
             r = self.run_typing() => r,
             r = self.run_history() => r,
             r = self.run_voice_sessions() => r,
+            r = self.run_voice_commands() => r,
             r = self.run_outcome_reactions() => r,
         }
     }

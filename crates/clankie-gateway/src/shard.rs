@@ -49,7 +49,13 @@ impl Gateway {
             Err(_) => tracing::warn!("current user not fetched; waiting for READY"),
         }
         let mut shard = Shard::with_config(ShardId::ONE, builder.build());
-        let wanted = EventTypeFlags::READY | EventTypeFlags::RESUMED | EventTypeFlags::MESSAGE_CREATE | EventTypeFlags::TYPING_START;
+        *self.inner.shard_sender.write().unwrap_or_else(|p| p.into_inner()) = Some(shard.sender());
+        let wanted = EventTypeFlags::READY
+            | EventTypeFlags::RESUMED
+            | EventTypeFlags::MESSAGE_CREATE
+            | EventTypeFlags::TYPING_START
+            | EventTypeFlags::VOICE_STATE_UPDATE
+            | EventTypeFlags::VOICE_SERVER_UPDATE;
         let mut stopping = self.inner.stopping.subscribe();
         loop {
             let item = tokio::select! {
@@ -85,6 +91,8 @@ impl Gateway {
                 }
                 // Not worth a session save: a resume that replays a typing signal costs nothing.
                 Ok(Event::TypingStart(typing)) => self.typing_signal(&typing).await,
+                Ok(Event::VoiceStateUpdate(state)) => self.voice_state(&state.0).await,
+                Ok(Event::VoiceServerUpdate(update)) => self.voice_server(&update).await,
                 Ok(_) => {}
             }
         }

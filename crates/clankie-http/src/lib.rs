@@ -99,6 +99,19 @@ pub fn init_tracing(filter: &str) {
         .init();
 }
 
+/// Like [`init_tracing`], with `extra` beside the log layer: a layer with a filter of its own
+/// (the voice body's drop counter reads songbird's debug lines whatever the log filter says).
+pub fn init_tracing_with<L>(filter: &str, extra: L)
+where
+    L: tracing_subscriber::Layer<tracing_subscriber::Registry> + Send + Sync + 'static,
+{
+    use tracing_subscriber::layer::SubscriberExt as _;
+    use tracing_subscriber::util::SubscriberInitExt as _;
+    use tracing_subscriber::Layer as _;
+    let env = tracing_subscriber::EnvFilter::try_new(filter).unwrap_or_else(|_| "info".into());
+    tracing_subscriber::registry().with(extra).with(tracing_subscriber::fmt::layer().with_writer(std::io::stderr).with_filter(env)).init();
+}
+
 /// Serves the endpoints in the background when an address is configured.
 pub fn spawn_endpoints(addr: Option<SocketAddr>, readiness: Readiness) {
     let Some(addr) = addr else { return };

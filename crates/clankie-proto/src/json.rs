@@ -27,7 +27,22 @@ pub fn decode_named(type_name: &'static str, payload: &[u8]) -> Result<serde_jso
     let pool = POOL.as_ref().map_err(|e| JsonError::Descriptor(e.clone()))?;
     let desc = pool.get_message_by_name(type_name).ok_or_else(|| JsonError::UnknownType(type_name.to_owned()))?;
     let msg = DynamicMessage::decode(desc, payload).map_err(|source| JsonError::Decode { type_name, source })?;
-    Ok(serde_json::to_value(&msg)?)
+    let mut json = serde_json::to_value(&msg)?;
+    redact(&mut json);
+    Ok(json)
+}
+
+/// Credentials carried by events (a voice server's token) never reach a tap or a trail.
+fn redact(json: &mut serde_json::Value) {
+    if let Some(object) = json.as_object_mut() {
+        for (key, value) in object.iter_mut() {
+            if key == "token" {
+                *value = serde_json::Value::String("(redacted)".into());
+            } else {
+                redact(value);
+            }
+        }
+    }
 }
 
 /// Decodes the payload a subject carries into proto3 JSON.
@@ -54,6 +69,15 @@ mod tests {
             decode(&Subject::LaneOutcome { lane: crate::LaneKey::Dm { channel: 1 } }, &prost::Message::encode_to_vec(&outcome)).unwrap();
         assert_eq!(json["kind"], "OUTCOME_KIND_ABSORBED");
         assert_eq!(json["deliveryId"], "42");
+    }
+
+    #[test]
+    fn a_voice_server_token_is_redacted() {
+        let server = v1::VoiceServer { guild_id: 1, endpoint: Some("127.0.0.1:9".into()), token: "s3cr3t".into(), at_ms: 0 };
+        let json = decode(&Subject::VoiceServer { guild: 1 }, &prost::Message::encode_to_vec(&server)).unwrap();
+        assert_eq!(json["token"], "(redacted)");
+        assert!(!json.to_string().contains("s3cr3t"));
+        assert_eq!(json["endpoint"], "127.0.0.1:9");
     }
 
     #[test]

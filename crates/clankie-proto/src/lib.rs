@@ -42,6 +42,9 @@ impl Event for v1::TypingSignal {}
 impl Event for v1::HistoryRequest {}
 impl Event for v1::HistoryReply {}
 impl Event for v1::Speak {}
+impl Event for v1::VoiceMember {}
+impl Event for v1::VoiceServer {}
+impl Event for v1::VoiceCommand {}
 impl Event for v1::AskRequest {}
 impl Event for v1::AskReply {}
 impl Event for v1::MediaResolveRequest {}

@@ -70,6 +70,12 @@ pub enum Subject {
     VoiceFloor { guild: u64, channel: u64 },
     /// `clankie.voice.speak.<guild>.<channel>`: words for the audio body to say.
     VoiceSpeak { guild: u64, channel: u64 },
+    /// `clankie.voice.member.<guild>.<user>`: a user's voice state (the last one is current).
+    VoiceMember { guild: u64, user: u64 },
+    /// `clankie.voice.server.<guild>`: the guild's voice server (endpoint and token).
+    VoiceServer { guild: u64 },
+    /// `clankie.voice.command.<guild>`: join or leave voice, for the gateway's shard.
+    VoiceCommand { guild: u64 },
     /// `clankie.self.experience.<guild|dm>`: a thread's first-person experience, for the shared self.
     SelfExperience { place: Place },
     /// `clankie.receipt.<kind>`: content-free evidence.
@@ -102,6 +108,9 @@ pub enum Family {
     VoiceTranscript,
     VoiceFloor,
     VoiceSpeak,
+    VoiceMember,
+    VoiceServer,
+    VoiceCommand,
     SelfExperience,
     Receipt,
     SignalTyping,
@@ -149,7 +158,7 @@ fn truncate(s: &str) -> String {
 
 impl Family {
     /// Every family, in catalogue order.
-    pub const ALL: [Family; 19] = [
+    pub const ALL: [Family; 22] = [
         Family::IngressText,
         Family::IngressRoom,
         Family::LaneSteer,
@@ -161,6 +170,9 @@ impl Family {
         Family::VoiceTranscript,
         Family::VoiceFloor,
         Family::VoiceSpeak,
+        Family::VoiceMember,
+        Family::VoiceServer,
+        Family::VoiceCommand,
         Family::SelfExperience,
         Family::Receipt,
         Family::SignalTyping,
@@ -185,6 +197,9 @@ impl Family {
             Family::VoiceTranscript => format!("{ROOT}.voice.transcript.*.*"),
             Family::VoiceFloor => format!("{ROOT}.voice.floor.*.*"),
             Family::VoiceSpeak => format!("{ROOT}.voice.speak.*.*"),
+            Family::VoiceMember => format!("{ROOT}.voice.member.*.*"),
+            Family::VoiceServer => format!("{ROOT}.voice.server.*"),
+            Family::VoiceCommand => format!("{ROOT}.voice.command.*"),
             Family::SelfExperience => format!("{ROOT}.self.experience.*"),
             Family::Receipt => format!("{ROOT}.receipt.>"),
             Family::SignalTyping => format!("{ROOT}.signal.typing.*.*"),
@@ -209,6 +224,9 @@ impl Family {
             Family::VoiceTranscript => "clankie.v1.Transcript",
             Family::VoiceFloor => "clankie.v1.FloorDecision",
             Family::VoiceSpeak => "clankie.v1.Speak",
+            Family::VoiceMember => "clankie.v1.VoiceMember",
+            Family::VoiceServer => "clankie.v1.VoiceServer",
+            Family::VoiceCommand => "clankie.v1.VoiceCommand",
             Family::SelfExperience => "clankie.v1.Experience",
             Family::Receipt => "clankie.v1.Receipt",
             Family::SignalTyping => "clankie.v1.TypingSignal",
@@ -226,7 +244,14 @@ impl Family {
             Family::IngressText | Family::IngressRoom => Area::Ingress,
             Family::LaneSteer | Family::LaneOutcome => Area::Lane,
             Family::BodyTyping | Family::BodySend => Area::Body,
-            Family::VoiceSession | Family::VoiceInput | Family::VoiceTranscript | Family::VoiceFloor | Family::VoiceSpeak => Area::Voice,
+            Family::VoiceSession
+            | Family::VoiceInput
+            | Family::VoiceTranscript
+            | Family::VoiceFloor
+            | Family::VoiceSpeak
+            | Family::VoiceMember
+            | Family::VoiceServer
+            | Family::VoiceCommand => Area::Voice,
             Family::SelfExperience => Area::Shared,
             Family::Receipt => Area::Receipt,
             Family::SignalTyping => Area::Signal,
@@ -293,6 +318,9 @@ impl Subject {
             Subject::VoiceTranscript { .. } => Family::VoiceTranscript,
             Subject::VoiceFloor { .. } => Family::VoiceFloor,
             Subject::VoiceSpeak { .. } => Family::VoiceSpeak,
+            Subject::VoiceMember { .. } => Family::VoiceMember,
+            Subject::VoiceServer { .. } => Family::VoiceServer,
+            Subject::VoiceCommand { .. } => Family::VoiceCommand,
             Subject::SelfExperience { .. } => Family::SelfExperience,
             Subject::Receipt { .. } => Family::Receipt,
             Subject::SignalTyping { .. } => Family::SignalTyping,
@@ -344,6 +372,9 @@ impl Subject {
             ["voice", "transcript", _, _] => Ok(Subject::VoiceTranscript { guild: id(3)?, channel: id(4)? }),
             ["voice", "floor", _, _] => Ok(Subject::VoiceFloor { guild: id(3)?, channel: id(4)? }),
             ["voice", "speak", _, _] => Ok(Subject::VoiceSpeak { guild: id(3)?, channel: id(4)? }),
+            ["voice", "member", _, _] => Ok(Subject::VoiceMember { guild: id(3)?, user: id(4)? }),
+            ["voice", "server", _] => Ok(Subject::VoiceServer { guild: id(3)? }),
+            ["voice", "command", _] => Ok(Subject::VoiceCommand { guild: id(3)? }),
             ["self", "experience", place] => {
                 let place = if place == DM { Place::Dm } else { Place::Guild(id(3)?) };
                 Ok(Subject::SelfExperience { place })
@@ -378,6 +409,9 @@ impl fmt::Display for Subject {
             Subject::VoiceTranscript { guild, channel } => write!(f, "{ROOT}.voice.transcript.{guild}.{channel}"),
             Subject::VoiceFloor { guild, channel } => write!(f, "{ROOT}.voice.floor.{guild}.{channel}"),
             Subject::VoiceSpeak { guild, channel } => write!(f, "{ROOT}.voice.speak.{guild}.{channel}"),
+            Subject::VoiceMember { guild, user } => write!(f, "{ROOT}.voice.member.{guild}.{user}"),
+            Subject::VoiceServer { guild } => write!(f, "{ROOT}.voice.server.{guild}"),
+            Subject::VoiceCommand { guild } => write!(f, "{ROOT}.voice.command.{guild}"),
             Subject::RpcAsk { guild, channel } => write!(f, "{ROOT}.rpc.ask.{guild}.{channel}"),
             Subject::RpcMediaResolve => write!(f, "{ROOT}.rpc.media.resolve"),
             Subject::RpcMediaAttachment => write!(f, "{ROOT}.rpc.media.attachment"),
@@ -414,6 +448,9 @@ mod tests {
             Subject::receipt("discord.voice.text_input").unwrap(),
             Subject::RpcHistory { channel: 18 },
             Subject::VoiceSpeak { guild: 19, channel: 20 },
+            Subject::VoiceMember { guild: 23, user: 24 },
+            Subject::VoiceServer { guild: 25 },
+            Subject::VoiceCommand { guild: 26 },
             Subject::RpcAsk { guild: 21, channel: 22 },
             Subject::RpcMediaResolve,
             Subject::RpcMediaAttachment,

@@ -12,7 +12,14 @@ use clankie_captain::{Captain, CaptainConfig};
 use clankie_discord_loopback::{Loopback, LoopbackConfig};
 use clankie_gateway::{Gateway, GatewayConfig};
 use clankie_settings::Settings;
+use clankie_voice_floor::rooms::{RoomConfig, RoomKeeper};
 use clankie_voice_floor::{VoiceConfig, VoiceFloor};
+
+/// Where the loopback's voice server keeps its CA bundle; `clankie run` points `SSL_CERT_FILE` at
+/// `voice-ca.pem` in it before anything starts, so the embedded audio body trusts the loopback.
+pub fn voice_dir(settings: &Settings) -> std::path::PathBuf {
+    settings.state_root.join("voice")
+}
 
 #[cfg(feature = "rig")]
 pub mod rig;
@@ -32,6 +39,7 @@ pub enum SandboxError {
     Media(#[from] clankie_media::MediaError),
     #[error("browser host: {0}")]
     Browser(#[from] clankie_browser::BrowseError),
+
 }
 
 /// A running embedded stack. Dropping it stops the services.
@@ -55,8 +63,12 @@ impl Sandbox {
         addr: SocketAddr,
         clock: Option<std::sync::Arc<dyn clankie_agent::Clock>>,
     ) -> Result<Sandbox, SandboxError> {
-        let config =
-            LoopbackConfig { token: settings.discord_token.clone(), bot_name: settings.bot_name.clone(), ..LoopbackConfig::default() };
+        let config = LoopbackConfig {
+            token: settings.discord_token.clone(),
+            bot_name: settings.bot_name.clone(),
+            voice_dir: Some(voice_dir(settings)),
+            ..LoopbackConfig::default()
+        };
         let discord = Loopback::serve(addr, config).await.map_err(|source| SandboxError::Loopback { addr, source })?;
 
         let bus = clankie_bus::Bus::connect(settings, "gateway").await?;
@@ -87,11 +99,12 @@ impl Sandbox {
         captain_config.browser = clankie_browser::host_from_settings(settings, captain_config.egress.clone()).await?;
         let captain = Captain::new(clankie_bus::Bus::connect(settings, "captain").await?, store, agent, captain_config);
 
-        let mut voice_config = VoiceConfig::from_settings(settings);
-        if voice_config.rooms.is_empty() {
-            // The loopback's voice channels are live: typing in their chat talks to the voice room.
+        let voice_config = VoiceConfig::from_settings(settings);
+        let mut room_config = RoomConfig::from_settings(settings);
+        if room_config.allow.is_empty() {
+            // He may join the loopback's voice channels: a person entering one on the page makes it live.
             let guild = discord.config().guild_id;
-            voice_config.rooms = discord.config().channels.iter().filter(|c| c.voice).map(|c| (guild, c.id)).collect();
+            room_config.allow = discord.config().channels.iter().filter(|c| c.voice).map(|c| (guild, c.id)).collect();
         }
         let voice_bus = clankie_bus::Bus::connect(settings, "voice-floor").await?;
         let selfhood = clankie_self::SelfSource::new(
@@ -115,13 +128,18 @@ impl Sandbox {
                 tracing::error!(error = %e, "media stopped");
             }
         }));
-        let v = voice.clone();
+        let mut rooms = RoomKeeper::new(
+            voice_bus.clone(),
+            clankie_store::Store::connect(&settings.database_url).await?,
+            voice.clone(),
+            room_config,
+        );
         tasks.push(tokio::spawn(async move {
-            if let Err(e) = v.run().await {
-                tracing::error!(error = %e, "voice floor stopped");
+            if let Err(e) = rooms.run().await {
+                tracing::error!(error = %e, "voice rooms stopped");
             }
         }));
-        // There is no audio body here: what the voice room says shows on the sandbox page instead.
+        // Until speech is synthesized, what the voice room says also shows on the sandbox page.
         let speaker = discord.speaker();
         tasks.push(tokio::spawn(async move {
             let Ok(mut said) = voice_bus.client().subscribe(clankie_proto::Family::VoiceSpeak.wildcard()).await else { return };

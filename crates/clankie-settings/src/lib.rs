@@ -132,8 +132,18 @@ pub const SETTINGS: &[Setting] = &[
     },
     Setting {
         name: "CLANKIE_VOICE_ROOMS",
-        default: "empty; `clankie run` makes the loopback's voice channel live",
-        doc: "Live voice rooms as comma-separated `guild:channel`; text typed in their chat goes to the voice floor.",
+        default: "empty (no voice rooms); `clankie run` allows the loopback's voice channel",
+        doc: "The voice channels he may join, as comma-separated `guild:channel`. A room goes live when a human joins one (or on `clankie voice join`); its attached chat then talks to the voice floor.",
+    },
+    Setting {
+        name: "CLANKIE_VOICE_GRACE_MS",
+        default: "30000",
+        doc: "How long he stays in a voice room after the last human left it.",
+    },
+    Setting {
+        name: "CLANKIE_VOICE_LEASE_TTL_MS",
+        default: "10000",
+        doc: "How long a voice-floor replica's hold on a voice room lasts unrenewed; another replica takes a dead owner's room after it.",
     },
     Setting { name: "CLANKIE_BOT_ALIASES", default: "clanky", doc: "Comma-separated other names that address him on the voice floor." },
     Setting {
@@ -326,6 +336,10 @@ pub struct Settings {
     pub sandbox_addr: std::net::SocketAddr,
     /// Live voice rooms (guild, channel).
     pub voice_rooms: Vec<(u64, u64)>,
+    /// How long he stays in a voice room after the last human left.
+    pub voice_grace: Duration,
+    /// The voice room lease's time to live.
+    pub voice_lease_ttl: Duration,
     /// Other names that address him.
     pub bot_aliases: Vec<String>,
     /// Voice continuation window per speaker.
@@ -415,6 +429,8 @@ impl fmt::Debug for Settings {
             .field("typing_interval", &self.typing_interval)
             .field("sandbox_addr", &self.sandbox_addr)
             .field("voice_rooms", &self.voice_rooms)
+            .field("voice_grace", &self.voice_grace)
+            .field("voice_lease_ttl", &self.voice_lease_ttl)
             .field("bot_aliases", &self.bot_aliases)
             .field("floor_continuation", &self.floor_continuation)
             .field("floor_offer_interval", &self.floor_offer_interval)
@@ -596,6 +612,8 @@ impl Settings {
             .collect();
         let floor_continuation = ms("CLANKIE_FLOOR_CONTINUATION_MS", 60_000, 0)?;
         let floor_offer_interval = ms("CLANKIE_FLOOR_OFFER_INTERVAL_MS", 300_000, 0)?;
+        let voice_grace = ms("CLANKIE_VOICE_GRACE_MS", 30_000, 0)?;
+        let voice_lease_ttl = ms("CLANKIE_VOICE_LEASE_TTL_MS", 10_000, 300)?;
         let shutdown_grace = ms("CLANKIE_SHUTDOWN_GRACE_MS", 30_000, 0)?;
         let media_max_bytes = number(var("CLANKIE_MEDIA_MAX_BYTES"), "CLANKIE_MEDIA_MAX_BYTES", 25 * 1024 * 1024, 1, u64::MAX)?;
         let media_max_age = Duration::from_secs(secs(var("CLANKIE_MEDIA_MAX_AGE_SECS"), "CLANKIE_MEDIA_MAX_AGE_SECS", 7 * 24 * 3600, 0)?);
@@ -671,6 +689,8 @@ impl Settings {
             media_max_total_bytes,
             shutdown_grace,
             voice_rooms,
+            voice_grace,
+            voice_lease_ttl,
             bot_aliases,
             floor_continuation,
             floor_offer_interval,

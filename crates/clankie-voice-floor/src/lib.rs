@@ -8,8 +8,12 @@
 //! offer asks the voice persona for words to say or silence. Silence is a real
 //! outcome here: nothing falls through to a text reply. Every receipt carries
 //! the delivery id and no words.
+//!
+//! Which rooms are live, and which replica owns each, is [`rooms`]' job: the
+//! owner opens a room here ([`VoiceFloor::open_room`]) and serves its input.
 
 pub mod floor;
+pub mod rooms;
 pub mod service;
 
 use std::collections::{HashMap, VecDeque};
@@ -38,8 +42,6 @@ pub enum VoiceError {
 pub struct VoiceConfig {
     pub bot_name: String,
     pub rules: FloorRules,
-    /// Live rooms as (guild, voice channel).
-    pub rooms: Vec<(u64, u64)>,
     /// A delivery seen again inside this window opens no second response.
     pub dedup_window: Duration,
     pub ring_size: usize,
@@ -54,7 +56,6 @@ impl VoiceConfig {
         VoiceConfig {
             bot_name: settings.bot_name.clone(),
             rules: FloorRules { names, continuation: settings.floor_continuation, offer_interval: settings.floor_offer_interval },
-            rooms: settings.voice_rooms.clone(),
             dedup_window: Duration::from_secs(600),
             ring_size: 50,
             ask_timeout: Duration::from_secs(120),
@@ -107,24 +108,40 @@ const ASK: &str = "ask_clankie";
 impl VoiceFloor {
     /// A floor over `bus`, answering with `model` as the shared self `selfhood` describes him.
     pub fn new(bus: Bus, model: Model, selfhood: SelfSource, config: VoiceConfig) -> VoiceFloor {
-        let rooms = config.rooms.iter().map(|r| (*r, Room::default())).collect();
-        VoiceFloor { bus, model, selfhood, config, rooms: Mutex::new(rooms), seen: Mutex::new(HashMap::new()) }
+        VoiceFloor { bus, model, selfhood, config, rooms: Mutex::new(HashMap::new()), seen: Mutex::new(HashMap::new()) }
     }
 
-    /// Leaves every live room: announces that no voice channel is live and tells the shared self.
-    pub async fn leave(&self) {
-        for &(guild, channel) in &self.config.rooms {
-            let session = v1::VoiceSession {
-                guild_id: guild,
-                channel_id: None,
-                session_id: format!("voice-{guild}-{channel}"),
-                updated_at_ms: now_ms(),
-            };
-            if let Err(e) = self.bus.publish(&Subject::VoiceSession { guild }, &session, None).await {
-                tracing::warn!(error = %e, "voice session end not published");
-            }
-            self.experience(experience::voice_left(guild, channel, now_ms())).await;
-        }
+    /// Makes a room live here: its inputs are heard from now on.
+    pub fn open_room(&self, guild: u64, channel: u64) {
+        self.rooms.lock().unwrap_or_else(|p| p.into_inner()).entry((guild, channel)).or_default();
+    }
+
+    /// The room is no longer live here; its ring and floor state go with it.
+    pub fn close_room(&self, guild: u64, channel: u64) {
+        self.rooms.lock().unwrap_or_else(|p| p.into_inner()).remove(&(guild, channel));
+    }
+
+    /// The rooms live here.
+    pub fn live_rooms(&self) -> Vec<(u64, u64)> {
+        self.rooms.lock().unwrap_or_else(|p| p.into_inner()).keys().copied().collect()
+    }
+
+    /// Tells the shared self he joined a voice room.
+    pub async fn joined(&self, guild: u64, channel: u64) {
+        self.experience(experience::voice_joined(guild, channel, now_ms())).await;
+    }
+
+    /// Tells the shared self he left a voice room.
+    pub async fn left(&self, guild: u64, channel: u64) {
+        self.experience(experience::voice_left(guild, channel, now_ms())).await;
+    }
+
+    /// A stretch of someone's speech the audio body heard. Speech becomes room input once it is
+    /// transcribed; until then it is counted, never kept.
+    pub fn heard_audio(&self, guild: u64, channel: u64, segment: clankie_voice_body::Segment) {
+        let _ = (guild, channel);
+        metrics::counter!("clankie_voice_heard_segments_total").increment(1);
+        metrics::counter!("clankie_voice_heard_audio_ms_total").increment(segment.duration().as_millis() as u64);
     }
 
     async fn experience(&self, lived: v1::Experience) {
@@ -133,20 +150,15 @@ impl VoiceFloor {
         }
     }
 
-    /// Announces the live rooms (the gateway routes by them) and hears inputs until the bus fails.
-    pub async fn run(&self) -> Result<(), VoiceError> {
-        for (guild, channel) in &self.config.rooms {
-            let session = v1::VoiceSession {
-                guild_id: *guild,
-                channel_id: Some(*channel),
-                session_id: format!("voice-{guild}-{channel}"),
-                updated_at_ms: now_ms(),
-            };
-            self.bus.publish(&Subject::VoiceSession { guild: *guild }, &session, None).await?;
-            self.experience(experience::voice_joined(*guild, *channel, now_ms())).await;
-        }
-        let mut typed = self.bus.consumer::<v1::RoomInput>(ConsumerSpec::durable("voice-floor-typed", Family::IngressRoom)).await?;
-        let mut bodies = self.bus.consumer::<v1::RoomInput>(ConsumerSpec::durable("voice-floor-input", Family::VoiceInput)).await?;
+    /// Hears one live room's inputs, typed and from bodies, in order, until the bus fails. Its
+    /// consumers are durable and the room's own, so the next owner goes on where this one stopped.
+    pub async fn serve_room(&self, guild: u64, channel: u64) -> Result<(), VoiceError> {
+        let typed_spec = ConsumerSpec::durable(format!("voice-floor-room-{guild}-{channel}"), Family::IngressRoom)
+            .with_filter(Subject::IngressRoom { guild, channel }.to_string());
+        let bodies_spec = ConsumerSpec::durable(format!("voice-floor-input-{guild}-{channel}"), Family::VoiceInput)
+            .with_filter(Subject::VoiceInput { guild, channel }.to_string());
+        let mut typed = self.bus.consumer::<v1::RoomInput>(typed_spec).await?;
+        let mut bodies = self.bus.consumer::<v1::RoomInput>(bodies_spec).await?;
         loop {
             let d = tokio::select! {
                 d = typed.next() => d?,

@@ -1,26 +1,31 @@
 //! The service's process wiring, shared by its own binary and `clankie voice-floor`: settings,
 //! connections and endpoints are set up here so each `main` stays one line.
 
+use crate::rooms::{RoomConfig, RoomKeeper};
 use crate::{VoiceConfig, VoiceFloor};
 use anyhow::{Context, Result};
 use clankie_settings::Settings;
 
 /// Runs the voice floor from `CLANKIE_*` settings until SIGTERM, then leaves its rooms.
+///
+/// The voice connection is `wss://`; a voice server with a private certificate (the loopback
+/// Discord's) is trusted by pointing `SSL_CERT_FILE` at its CA bundle before this starts.
 pub async fn run_from_env() -> Result<()> {
     let settings = Settings::from_env().context("reading CLANKIE_* settings")?;
-    clankie_http::init_tracing(&settings.log);
+    clankie_http::init_tracing_with(&settings.log, clankie_voice_body::drops::layer());
     let bus = clankie_bus::Bus::connect(&settings, "voice-floor").await?;
     bus.ensure_streams().await.context("declaring streams")?;
     let model = clankie_agent::model_from_settings(&settings).context("configuring the model")?;
     let store = clankie_store::Store::connect(&settings.database_url).await.context("connecting to PostgreSQL")?;
     clankie_http::spawn_endpoints(settings.http_addr, clankie_http::Readiness { bus: bus.clone(), store: Some(store.clone()) });
     let selfhood =
-        clankie_self::SelfSource::new(store, Some(bus.clone()), &settings.bot_name, &settings.bot_aliases, settings.exchange_window);
-    let floor = VoiceFloor::new(bus, model, selfhood, VoiceConfig::from_settings(&settings));
+        clankie_self::SelfSource::new(store.clone(), Some(bus.clone()), &settings.bot_name, &settings.bot_aliases, settings.exchange_window);
+    let floor = std::sync::Arc::new(VoiceFloor::new(bus.clone(), model, selfhood, VoiceConfig::from_settings(&settings)));
+    let mut rooms = RoomKeeper::new(bus, store, floor, RoomConfig::from_settings(&settings));
     tokio::select! {
-        result = floor.run() => result.context("voice floor stopped")?,
+        result = rooms.run() => result.context("voice rooms stopped")?,
         _ = clankie_http::terminated() => {}
     }
-    floor.leave().await;
+    rooms.leave_all().await;
     Ok(())
 }

@@ -1,0 +1,87 @@
+//! Voice on the shard: voice states and voice server updates forwarded as events, and join or
+//! leave commands turned into op 4. The audio itself never passes through the gateway; the
+//! voice-floor service connects songbird's driver from what is forwarded here.
+
+use std::time::Duration;
+
+use clankie_bus::{ConsumerSpec, now_ms};
+use clankie_proto::{Family, Subject, v1};
+use twilight_model::gateway::payload::incoming::VoiceServerUpdate;
+use twilight_model::gateway::payload::outgoing::UpdateVoiceState;
+use twilight_model::id::Id;
+use twilight_model::voice::VoiceState;
+
+use crate::{Gateway, GatewayError};
+
+impl Gateway {
+    fn admitted(&self, guild: u64) -> bool {
+        let guilds = &self.inner.config.guilds;
+        guilds.is_empty() || guilds.contains(&guild)
+    }
+
+    /// Forwards one voice state of an admitted guild; his own carries his voice session id.
+    pub(crate) async fn voice_state(&self, state: &VoiceState) {
+        let Some(guild) = state.guild_id.map(|g| g.get()) else { return };
+        if !self.admitted(guild) {
+            return;
+        }
+        let user = state.user_id.get();
+        let is_him = user == self.bot_id();
+        let member = v1::VoiceMember {
+            guild_id: guild,
+            user_id: user,
+            channel_id: state.channel_id.map(|c| c.get()),
+            is_him,
+            session_id: if is_him { state.session_id.clone() } else { String::new() },
+            at_ms: now_ms(),
+        };
+        if let Err(e) = self.inner.bus.publish(&Subject::VoiceMember { guild, user }, &member, None).await {
+            tracing::warn!(error = %e, guild, user, "voice state not forwarded");
+        }
+    }
+
+    /// Forwards a voice server update of an admitted guild (a null endpoint included: the voice
+    /// side waits for the next one).
+    pub(crate) async fn voice_server(&self, update: &VoiceServerUpdate) {
+        let guild = update.guild_id.get();
+        if !self.admitted(guild) {
+            return;
+        }
+        let server = v1::VoiceServer { guild_id: guild, endpoint: update.endpoint.clone(), token: update.token.clone(), at_ms: now_ms() };
+        if let Err(e) = self.inner.bus.publish(&Subject::VoiceServer { guild }, &server, None).await {
+            tracing::warn!(error = %e, guild, "voice server update not forwarded");
+        }
+    }
+
+    /// Sends op 4 for each join or leave command. Every gateway replica shares the consumer, so
+    /// one of them sends each; a command that arrives before the shard is up waits for it.
+    pub(crate) async fn run_voice_commands(&self) -> Result<(), GatewayError> {
+        let spec = ConsumerSpec::durable("gateway-voice-commands", Family::VoiceCommand).with_ack_wait(Duration::from_secs(10));
+        let mut consumer = self.inner.bus.consumer::<v1::VoiceCommand>(spec).await?;
+        loop {
+            let d = consumer.next().await?;
+            let command = &d.event;
+            let (Some(guild), channel) = (Id::new_checked(command.guild_id), command.channel_id.and_then(Id::new_checked)) else {
+                let _ = d.term().await;
+                continue;
+            };
+            if !self.admitted(command.guild_id) {
+                tracing::warn!(guild = command.guild_id, "voice command for a guild not admitted; dropped");
+                let _ = d.term().await;
+                continue;
+            }
+            let sender = self.inner.shard_sender.read().unwrap_or_else(|p| p.into_inner()).clone();
+            let sent = match sender {
+                Some(sender) => sender.command(&UpdateVoiceState::new(guild, channel, false, false)).is_ok(),
+                None => false,
+            };
+            if sent {
+                tracing::info!(guild = command.guild_id, join = channel.is_some(), reason = %command.reason, "op 4 sent");
+                let _ = d.ack().await;
+            } else {
+                // The shard is not up yet (or is reconnecting): ask again shortly.
+                let _ = d.nak_after(Duration::from_millis(500)).await;
+            }
+        }
+    }
+}

@@ -1,0 +1,481 @@
+//! Voice rooms: which are live, which replica owns each, and the audio body that owner runs.
+//!
+//! The gateway forwards every voice state and voice server update; each replica reads them all
+//! (last per subject, so a fresh replica learns who is where). A room is *wanted* while a human
+//! is in an allowed voice channel, and for a grace period after the last one leaves. A wanted room
+//! is owned by exactly one replica through the lease of its voice lane (`voice:<guild>:<channel>`)
+//! with a fencing epoch, as text lanes are; the owner asks the gateway for op 4, connects its
+//! [`Body`] from his voice state and the server update, announces the room live (the gateway
+//! routes attached-chat text by it), and hears the room's input. When the owner dies its lease
+//! runs out and another replica takes the room and reconnects.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use clankie_bus::{Bus, BusError, ConsumerSpec, MsgId, now_ms};
+use clankie_proto::{Family, LaneKey, ReceiptKind, Subject, v1};
+use clankie_store::{Lease, Store, StoreError};
+use clankie_voice_body::{Body, BodyConfig, BodyEvent, Connection};
+use tokio::sync::mpsc;
+
+use crate::VoiceFloor;
+
+/// How rooms are kept.
+#[derive(Debug, Clone)]
+pub struct RoomConfig {
+    /// The voice channels he may join, as (guild, channel).
+    pub allow: Vec<(u64, u64)>,
+    /// How long he stays after the last human left.
+    pub grace: Duration,
+    /// The room lease's time to live; renewed at a third of it.
+    pub lease_ttl: Duration,
+    /// This replica's name, the lease owner.
+    pub replica: String,
+    /// How the audio body cuts speech.
+    pub body: BodyConfig,
+    /// How long to wait for his voice state after asking for op 4 before asking again.
+    pub rejoin_after: Duration,
+}
+
+impl RoomConfig {
+    /// The keeper's configuration from settings.
+    pub fn from_settings(settings: &clankie_settings::Settings) -> RoomConfig {
+        RoomConfig {
+            allow: settings.voice_rooms.clone(),
+            grace: settings.voice_grace,
+            lease_ttl: settings.voice_lease_ttl,
+            replica: settings.replica_id.clone(),
+            body: BodyConfig::default(),
+            rejoin_after: Duration::from_secs(3),
+        }
+    }
+}
+
+type Key = (u64, u64);
+
+enum BodyCommand {
+    Connect(Connection),
+    Leave,
+}
+
+enum RoomEvent {
+    Body(BodyEvent),
+    ConnectFailed(String),
+}
+
+/// A room this replica owns.
+struct Owned {
+    lease: Lease,
+    renewed: Instant,
+    commands: mpsc::UnboundedSender<BodyCommand>,
+    connection: Option<Connection>,
+    /// The connection that last failed or dropped: not tried again; a fresh op 4 brings new ones.
+    failed: Option<Connection>,
+    /// Consecutive failures, for the backoff before asking again.
+    failures: u32,
+    /// Not before this is op 4 asked for again after a failure.
+    retry_at: Option<Instant>,
+    asked: Option<Instant>,
+    live: bool,
+    inputs: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl Drop for Owned {
+    fn drop(&mut self) {
+        let _ = self.commands.send(BodyCommand::Leave);
+        if let Some(inputs) = self.inputs.take() {
+            inputs.abort();
+        }
+    }
+}
+
+#[derive(Default)]
+struct Known {
+    /// Each human's voice channel, by (guild, user).
+    humans: HashMap<(u64, u64), u64>,
+    /// His own voice state per guild: channel (if any), voice session id and his user id.
+    him: HashMap<u64, (Option<u64>, String, u64)>,
+    /// The voice server per guild: endpoint (none while it moved) and token.
+    servers: HashMap<u64, (Option<String>, String)>,
+    /// When each allowed room last became empty.
+    empty_since: HashMap<Key, Instant>,
+}
+
+/// Why the room keeper stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum RoomError {
+    #[error(transparent)]
+    Bus(#[from] BusError),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// Keeps this replica's share of the voice rooms.
+pub struct RoomKeeper {
+    bus: Bus,
+    store: Store,
+    floor: Arc<VoiceFloor>,
+    config: RoomConfig,
+    known: Known,
+    owned: HashMap<Key, Owned>,
+    events_tx: mpsc::UnboundedSender<(Key, i64, RoomEvent)>,
+    events: mpsc::UnboundedReceiver<(Key, i64, RoomEvent)>,
+}
+
+impl RoomKeeper {
+    /// A keeper for `floor`'s rooms.
+    pub fn new(bus: Bus, store: Store, floor: Arc<VoiceFloor>, config: RoomConfig) -> RoomKeeper {
+        let (events_tx, events) = mpsc::unbounded_channel();
+        RoomKeeper { bus, store, floor, config, known: Known::default(), owned: HashMap::new(), events_tx, events }
+    }
+
+    /// Reads voice states and server updates and keeps rooms until the bus fails. Each replica
+    /// reads every state afresh: its consumers are its own, recreated at start.
+    pub async fn run(&mut self) -> Result<(), RoomError> {
+        let replica = &self.config.replica;
+        let members_name = format!("voice-floor-members-{replica}");
+        let servers_name = format!("voice-floor-servers-{replica}");
+        for name in [&members_name, &servers_name] {
+            if let Ok(stream) = self.bus.jetstream().get_stream("CLANKIE_VOICE").await {
+                let _ = stream.delete_consumer(name).await;
+            }
+        }
+        let mut members =
+            self.bus.consumer::<v1::VoiceMember>(ConsumerSpec::durable(members_name, Family::VoiceMember).last_per_subject()).await?;
+        let mut servers =
+            self.bus.consumer::<v1::VoiceServer>(ConsumerSpec::durable(servers_name, Family::VoiceServer).last_per_subject()).await?;
+        let mut tick = tokio::time::interval((self.config.lease_ttl / 4).max(Duration::from_millis(100)));
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                d = members.next() => {
+                    let d = d?;
+                    self.member(&d.event);
+                    let _ = d.ack().await;
+                }
+                d = servers.next() => {
+                    let d = d?;
+                    let s = &d.event;
+                    self.known.servers.insert(s.guild_id, (s.endpoint.clone().filter(|e| !e.is_empty()), s.token.clone()));
+                    let _ = d.ack().await;
+                }
+                Some((key, epoch, event)) = self.events.recv() => self.room_event(key, epoch, event).await,
+                _ = tick.tick() => {}
+            }
+            self.reconcile().await;
+        }
+    }
+
+    fn member(&mut self, m: &v1::VoiceMember) {
+        if m.is_him {
+            self.known.him.insert(m.guild_id, (m.channel_id, m.session_id.clone(), m.user_id));
+            return;
+        }
+        match m.channel_id {
+            Some(c) => self.known.humans.insert((m.guild_id, m.user_id), c),
+            None => self.known.humans.remove(&(m.guild_id, m.user_id)),
+        };
+    }
+
+    /// The rooms he should be in: allowed, with a human in them, or emptied less than the grace ago.
+    fn wanted(&mut self) -> HashSet<Key> {
+        let now = Instant::now();
+        let mut wanted = HashSet::new();
+        for &(guild, channel) in &self.config.allow {
+            let occupied = self.known.humans.iter().any(|(&(g, _), &c)| g == guild && c == channel);
+            if occupied {
+                self.known.empty_since.remove(&(guild, channel));
+                wanted.insert((guild, channel));
+            } else if self.owned.contains_key(&(guild, channel)) {
+                let since = *self.known.empty_since.entry((guild, channel)).or_insert(now);
+                if now.duration_since(since) < self.config.grace {
+                    wanted.insert((guild, channel));
+                }
+            } else {
+                self.known.empty_since.remove(&(guild, channel));
+            }
+        }
+        wanted
+    }
+
+    async fn reconcile(&mut self) {
+        let wanted = self.wanted();
+        for key in wanted.iter().copied().filter(|k| !self.owned.contains_key(k)).collect::<Vec<_>>() {
+            self.try_take(key).await;
+        }
+        for key in self.owned.keys().copied().collect::<Vec<_>>() {
+            if !self.renew(key).await {
+                continue;
+            }
+            if wanted.contains(&key) {
+                self.keep(key).await;
+            } else {
+                self.leave(key, "empty").await;
+            }
+        }
+    }
+
+    async fn try_take(&mut self, key: Key) {
+        let lane = LaneKey::Voice { guild: key.0, channel: key.1 };
+        let lease = match self.store.acquire_lease(&lane, &self.config.replica, self.config.lease_ttl).await {
+            Ok(Some(lease)) => lease,
+            Ok(None) => return,
+            Err(e) => {
+                tracing::warn!(error = %e, guild = key.0, channel = key.1, "voice room lease unavailable");
+                return;
+            }
+        };
+        tracing::info!(guild = key.0, channel = key.1, epoch = lease.epoch, "voice room taken");
+        let (commands, rx) = mpsc::unbounded_channel();
+        tokio::spawn(body_task(key, lease.epoch, self.config.body, rx, self.events_tx.clone()));
+        self.receipt("voice.room", key, lease.epoch, |r| r.with_code("owned").with_count("epoch", lease.epoch)).await;
+        self.owned
+            .insert(key, Owned {
+            lease,
+            renewed: Instant::now(),
+            commands,
+            connection: None,
+            failed: None,
+            failures: 0,
+            retry_at: None,
+            asked: None,
+            live: false,
+            inputs: None,
+        });
+    }
+
+    /// Renews the room's lease when a third of it has passed; false once the room was lost.
+    async fn renew(&mut self, key: Key) -> bool {
+        let Some(owned) = self.owned.get_mut(&key) else { return false };
+        if owned.renewed.elapsed() < self.config.lease_ttl / 3 {
+            return true;
+        }
+        match self.store.renew_lease(&owned.lease, self.config.lease_ttl).await {
+            Ok(lease) => {
+                owned.lease = lease;
+                owned.renewed = Instant::now();
+                true
+            }
+            Err(StoreError::Fenced { .. }) => {
+                let epoch = owned.lease.epoch;
+                tracing::warn!(guild = key.0, channel = key.1, epoch, "voice room fenced: another replica owns it now");
+                self.lose(key).await;
+                self.receipt("voice.room", key, epoch, |r| r.with_code("fenced")).await;
+                false
+            }
+            Err(e) => {
+                // A store blip: keep the room while the lease may still be ours; the next tick retries.
+                tracing::warn!(error = %e, guild = key.0, channel = key.1, "voice room lease not renewed yet");
+                owned.renewed.elapsed() < self.config.lease_ttl
+            }
+        }
+    }
+
+    /// Forgets a room without asking the gateway for anything: the new owner holds it now.
+    async fn lose(&mut self, key: Key) {
+        if let Some(owned) = self.owned.remove(&key) {
+            self.floor.close_room(key.0, key.1);
+            drop(owned);
+        }
+    }
+
+    async fn keep(&mut self, key: Key) {
+        let (guild, channel) = key;
+        let him = self.known.him.get(&guild).cloned();
+        let server = self.known.servers.get(&guild).cloned();
+        let Some(owned) = self.owned.get_mut(&key) else { return };
+        let epoch = owned.lease.epoch;
+        let joined = matches!(&him, Some((Some(c), _, _)) if *c == channel);
+        let unusable = owned.connection.is_none() && (server.as_ref().is_none_or(|(endpoint, _)| endpoint.is_none()) || owned.failed.is_some());
+        let waiting = owned.retry_at.is_some_and(|at| Instant::now() < at);
+        if (!joined || unusable) && !waiting {
+            // Not in the channel, no voice server known, or only a connection that failed: ask
+            // for op 4, now and then again.
+            if owned.asked.is_none_or(|at| at.elapsed() >= self.config.rejoin_after) {
+                owned.asked = Some(Instant::now());
+                let reason = if owned.live { "rejoin" } else { "human_joined" };
+                self.command(guild, Some(channel), reason, epoch).await;
+            }
+            if !joined {
+                return;
+            }
+        }
+        let Some(owned) = self.owned.get_mut(&key) else { return };
+        if !owned.live {
+            owned.live = true;
+            self.floor.open_room(guild, channel);
+            let floor = self.floor.clone();
+            owned.inputs = Some(tokio::spawn(async move {
+                if let Err(e) = floor.serve_room(guild, channel).await {
+                    tracing::error!(error = %e, guild, channel, "voice room input stopped");
+                }
+            }));
+            let session = v1::VoiceSession {
+                guild_id: guild,
+                channel_id: Some(channel),
+                session_id: format!("voice-{guild}-{channel}-{epoch}"),
+                updated_at_ms: now_ms(),
+            };
+            if let Err(e) = self.bus.publish(&Subject::VoiceSession { guild }, &session, None).await {
+                tracing::warn!(error = %e, "voice session not announced");
+            }
+            self.floor.joined(guild, channel).await;
+            self.receipt("voice.room", key, epoch, |r| r.with_code("live")).await;
+        }
+        let (Some((Some(_), session_id, user_id)), Some((Some(endpoint), token))) = (him, server) else { return };
+        let connection = Connection { guild_id: guild, channel_id: channel, user_id, session_id, endpoint, token };
+        let Some(owned) = self.owned.get_mut(&key) else { return };
+        if owned.connection.as_ref() != Some(&connection) && owned.failed.as_ref() != Some(&connection) {
+            owned.failed = None;
+            owned.connection = Some(connection.clone());
+            let _ = owned.commands.send(BodyCommand::Connect(connection));
+        }
+    }
+
+    async fn leave(&mut self, key: Key, reason: &'static str) {
+        let Some(owned) = self.owned.remove(&key) else { return };
+        let (guild, channel) = key;
+        let epoch = owned.lease.epoch;
+        self.command(guild, None, reason, epoch).await;
+        if owned.live {
+            let session =
+                v1::VoiceSession { guild_id: guild, channel_id: None, session_id: format!("voice-{guild}-{channel}-{epoch}"), updated_at_ms: now_ms() };
+            if let Err(e) = self.bus.publish(&Subject::VoiceSession { guild }, &session, None).await {
+                tracing::warn!(error = %e, "voice session end not announced");
+            }
+            self.floor.close_room(guild, channel);
+            self.floor.left(guild, channel).await;
+        }
+        if let Err(e) = self.store.release_lease(&owned.lease).await {
+            tracing::warn!(error = %e, "voice room lease not released; it runs out");
+        }
+        drop(owned);
+        self.known.empty_since.remove(&key);
+        self.receipt("voice.room", key, epoch, |r| r.with_code("left").with_code(reason)).await;
+    }
+
+    /// Leaves every room this replica owns, on shutdown.
+    pub async fn leave_all(&mut self) {
+        for key in self.owned.keys().copied().collect::<Vec<_>>() {
+            self.leave(key, "shutdown").await;
+        }
+    }
+
+    async fn command(&self, guild: u64, channel: Option<u64>, reason: &str, epoch: i64) {
+        let command = v1::VoiceCommand { guild_id: guild, channel_id: channel, reason: reason.to_owned(), epoch, at_ms: now_ms() };
+        let id = MsgId::new(format!("voice-command:{guild}:{}:{epoch}:{}", channel.unwrap_or(0), command.at_ms));
+        if let Err(e) = self.bus.publish(&Subject::VoiceCommand { guild }, &command, Some(&id)).await {
+            tracing::warn!(error = %e, guild, "voice command not published");
+        }
+    }
+
+    async fn room_event(&mut self, key: Key, epoch: i64, event: RoomEvent) {
+        if self.owned.get(&key).is_none_or(|o| o.lease.epoch != epoch) {
+            return;
+        }
+        match event {
+            RoomEvent::Body(BodyEvent::Connected { .. }) => {
+                if let Some(owned) = self.owned.get_mut(&key) {
+                    owned.failures = 0;
+                    owned.retry_at = None;
+                }
+                self.receipt("voice.connection", key, epoch, |r| r.with_code("connected")).await;
+            }
+            RoomEvent::Body(BodyEvent::Reconnected { .. }) => {
+                self.receipt("voice.connection", key, epoch, |r| r.with_code("resumed")).await;
+            }
+            RoomEvent::Body(BodyEvent::Disconnected { reason }) => {
+                tracing::warn!(guild = key.0, channel = key.1, %reason, "voice driver disconnected; asking for op 4 again");
+                self.failed(key, false);
+                self.receipt("voice.connection", key, epoch, |r| r.with_code("disconnected")).await;
+            }
+            RoomEvent::ConnectFailed(why) => {
+                tracing::warn!(guild = key.0, channel = key.1, error = %why, "voice connection failed; asking for op 4 again after a pause");
+                self.failed(key, true);
+                self.receipt("voice.connection", key, epoch, |r| r.with_code("failed")).await;
+            }
+            RoomEvent::Body(BodyEvent::Heard(segment)) => {
+                let started_ms = now_ms() - i64::try_from(segment.ended.elapsed().as_millis() + segment.duration().as_millis()).unwrap_or(0);
+                let utterance = format!("utt:{}:{}:{}:{}", key.0, key.1, segment.ssrc, started_ms);
+                let audio_ms = i64::try_from(segment.duration().as_millis()).unwrap_or(i64::MAX);
+                self.receipt_for(&utterance, "voice.heard", key, |r| {
+                    r.with_id("speaker", segment.user_id).with_count("audio_ms", audio_ms).with_count("epoch", epoch)
+                })
+                .await;
+                self.floor.heard_audio(key.0, key.1, segment);
+            }
+        }
+    }
+
+    /// The connection is gone: the next `keep` asks for op 4 (at once after a drop; after a
+    /// doubling pause, up to 30 s, after connects that fail) and connects with what it brings.
+    fn failed(&mut self, key: Key, backoff: bool) {
+        let Some(owned) = self.owned.get_mut(&key) else { return };
+        owned.failed = owned.connection.take();
+        owned.asked = None;
+        if backoff {
+            owned.failures += 1;
+            let pause = Duration::from_secs(1) * 2u32.saturating_pow(owned.failures.saturating_sub(1).min(5));
+            owned.retry_at = Some(Instant::now() + pause.min(Duration::from_secs(30)));
+        }
+    }
+
+    async fn receipt(&self, kind: &'static str, key: Key, epoch: i64, build: impl FnOnce(v1::Receipt) -> v1::Receipt) {
+        let id = format!("voice-room:{}:{}:{epoch}", key.0, key.1);
+        self.receipt_for(&id, kind, key, build).await;
+    }
+
+    async fn receipt_for(&self, delivery_id: &str, kind: &'static str, key: Key, build: impl FnOnce(v1::Receipt) -> v1::Receipt) {
+        let Ok(kind) = ReceiptKind::new(kind) else { return };
+        let lane = LaneKey::Voice { guild: key.0, channel: key.1 };
+        let receipt = build(
+            v1::Receipt::new(&kind, self.bus.service(), delivery_id, now_ms())
+                .with_lane(&lane)
+                .with_id("guild", key.0)
+                .with_id("channel", key.1)
+                .with_id("replica_pid", u64::from(std::process::id())),
+        );
+        if let Err(e) = self.bus.publish_receipt(&receipt).await {
+            tracing::warn!(error = %e, "receipt not published");
+        }
+    }
+
+    /// The rooms this replica owns, with their epochs.
+    pub fn owned(&self) -> Vec<(u64, u64, i64)> {
+        self.owned.iter().map(|(k, o)| (k.0, k.1, o.lease.epoch)).collect()
+    }
+}
+
+/// Runs one room's audio body: connects when told, forwards what happens to it.
+async fn body_task(
+    key: Key,
+    epoch: i64,
+    config: BodyConfig,
+    mut commands: mpsc::UnboundedReceiver<BodyCommand>,
+    events: mpsc::UnboundedSender<(Key, i64, RoomEvent)>,
+) {
+    let (mut body, mut heard) = Body::new(config);
+    loop {
+        tokio::select! {
+            command = commands.recv() => match command {
+                Some(BodyCommand::Connect(connection)) => {
+                    if let Err(e) = body.connect(&connection).await {
+                        body.forget();
+                        let _ = events.send((key, epoch, RoomEvent::ConnectFailed(e.to_string())));
+                    }
+                }
+                Some(BodyCommand::Leave) | None => {
+                    body.leave();
+                    return;
+                }
+            },
+            Some(event) = heard.recv() => {
+                if matches!(event, BodyEvent::Disconnected { .. }) {
+                    body.forget();
+                }
+                let _ = events.send((key, epoch, RoomEvent::Body(event)));
+            }
+        }
+    }
+}
