@@ -55,6 +55,12 @@ impl ConsumerSpec {
         self
     }
 
+    /// Starts a new consumer with the messages published after it, for commands meant for the living.
+    pub fn deliver_new(mut self) -> ConsumerSpec {
+        self.deliver.deliver_policy = jetstream::consumer::DeliverPolicy::New;
+        self
+    }
+
     /// Starts a new consumer at the last message of each subject, for state such as live voice sessions.
     pub fn last_per_subject(mut self) -> ConsumerSpec {
         self.deliver.deliver_policy = jetstream::consumer::DeliverPolicy::LastPerSubject;

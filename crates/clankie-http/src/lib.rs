@@ -105,9 +105,9 @@ pub fn init_tracing_with<L>(filter: &str, extra: L)
 where
     L: tracing_subscriber::Layer<tracing_subscriber::Registry> + Send + Sync + 'static,
 {
+    use tracing_subscriber::Layer as _;
     use tracing_subscriber::layer::SubscriberExt as _;
     use tracing_subscriber::util::SubscriberInitExt as _;
-    use tracing_subscriber::Layer as _;
     let env = tracing_subscriber::EnvFilter::try_new(filter).unwrap_or_else(|_| "info".into());
     tracing_subscriber::registry().with(extra).with(tracing_subscriber::fmt::layer().with_writer(std::io::stderr).with_filter(env)).init();
 }

@@ -39,7 +39,6 @@ pub enum SandboxError {
     Media(#[from] clankie_media::MediaError),
     #[error("browser host: {0}")]
     Browser(#[from] clankie_browser::BrowseError),
-
 }
 
 /// A running embedded stack. Dropping it stops the services.
@@ -128,12 +127,8 @@ impl Sandbox {
                 tracing::error!(error = %e, "media stopped");
             }
         }));
-        let mut rooms = RoomKeeper::new(
-            voice_bus.clone(),
-            clankie_store::Store::connect(&settings.database_url).await?,
-            voice.clone(),
-            room_config,
-        );
+        let mut rooms =
+            RoomKeeper::new(voice_bus.clone(), clankie_store::Store::connect(&settings.database_url).await?, voice.clone(), room_config);
         tasks.push(tokio::spawn(async move {
             if let Err(e) = rooms.run().await {
                 tracing::error!(error = %e, "voice rooms stopped");

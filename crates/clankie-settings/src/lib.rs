@@ -135,11 +135,7 @@ pub const SETTINGS: &[Setting] = &[
         default: "empty (no voice rooms); `clankie run` allows the loopback's voice channel",
         doc: "The voice channels he may join, as comma-separated `guild:channel`. A room goes live when a human joins one (or on `clankie voice join`); its attached chat then talks to the voice floor.",
     },
-    Setting {
-        name: "CLANKIE_VOICE_GRACE_MS",
-        default: "30000",
-        doc: "How long he stays in a voice room after the last human left it.",
-    },
+    Setting { name: "CLANKIE_VOICE_GRACE_MS", default: "30000", doc: "How long he stays in a voice room after the last human left it." },
     Setting {
         name: "CLANKIE_VOICE_LEASE_TTL_MS",
         default: "10000",

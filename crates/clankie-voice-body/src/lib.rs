@@ -228,6 +228,8 @@ impl EventHandler for Listener {
             EventContext::DriverReconnect(c) => {
                 let _ = self.events.send(BodyEvent::Reconnected { ssrc: c.ssrc });
             }
+            // A failed connect is reported by the connect's own future.
+            EventContext::DriverDisconnect(d) if d.kind == songbird::events::context_data::DisconnectKind::Connect => {}
             EventContext::DriverDisconnect(d) => {
                 let reason = match d.reason {
                     Some(r) => format!("{:?}/{r:?}", d.kind),
@@ -293,19 +295,29 @@ impl Body {
     }
 
     /// Connects with `connection`. The same connection again is a no-op; a changed one (a new
-    /// session, endpoint or token) reconnects.
-    pub async fn connect(&mut self, connection: &Connection) -> Result<(), BodyError> {
-        if self.current.as_ref() == Some(connection) {
-            return Ok(());
+    /// session, endpoint or token) reconnects, and a newer connect discards an older one still
+    /// under way. The future does not borrow the body, so a caller can wait for it elsewhere;
+    /// after a failure, call [`Body::forget`] if this connection is still the current one.
+    pub fn connect(&mut self, connection: &Connection) -> impl Future<Output = Result<(), BodyError>> + use<> {
+        let attempt = if self.current.as_ref() == Some(connection) {
+            None
+        } else {
+            match connection.info() {
+                Ok(info) => {
+                    self.current = Some(connection.clone());
+                    self.ears.lock().unwrap_or_else(|p| p.into_inner()).speaking.clear();
+                    Some(Ok(self.driver.connect(info)))
+                }
+                Err(e) => Some(Err(e)),
+            }
+        };
+        async move {
+            match attempt {
+                None => Ok(()),
+                Some(Ok(connect)) => Ok(connect.await?),
+                Some(Err(e)) => Err(e),
+            }
         }
-        let info = connection.info()?;
-        self.current = Some(connection.clone());
-        self.ears.lock().unwrap_or_else(|p| p.into_inner()).speaking.clear();
-        let result = self.driver.connect(info).await;
-        if result.is_err() {
-            self.current = None;
-        }
-        Ok(result?)
     }
 
     /// The connection it was last asked to use, if it still holds it.

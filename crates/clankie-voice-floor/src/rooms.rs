@@ -98,8 +98,20 @@ struct Known {
     him: HashMap<u64, (Option<u64>, String, u64)>,
     /// The voice server per guild: endpoint (none while it moved) and token.
     servers: HashMap<u64, (Option<String>, String)>,
-    /// When each allowed room last became empty.
+    /// When each allowed room last became empty (or was summoned while empty).
     empty_since: HashMap<Key, Instant>,
+    /// Rooms the owner told him to join (`clankie voice join`), until the grace runs out empty.
+    summoned: HashSet<Key>,
+    /// Rooms the owner told him to leave (`clankie voice leave`), until their humans have gone.
+    dismissed: HashSet<Key>,
+    /// When this replica last saw him out of each room (his voice state follows shortly).
+    left_at: HashMap<Key, Instant>,
+}
+
+impl Known {
+    fn him_in(&self, (guild, channel): Key) -> bool {
+        matches!(self.him.get(&guild), Some((Some(c), _, _)) if *c == channel)
+    }
 }
 
 /// Why the room keeper stopped.
@@ -141,6 +153,12 @@ impl RoomKeeper {
                 let _ = stream.delete_consumer(name).await;
             }
         }
+        let commands_name = format!("voice-floor-commands-{replica}");
+        if let Ok(stream) = self.bus.jetstream().get_stream("CLANKIE_VOICE").await {
+            let _ = stream.delete_consumer(&commands_name).await;
+        }
+        let mut commands =
+            self.bus.consumer::<v1::VoiceCommand>(ConsumerSpec::durable(commands_name, Family::VoiceCommand).deliver_new()).await?;
         let mut members =
             self.bus.consumer::<v1::VoiceMember>(ConsumerSpec::durable(members_name, Family::VoiceMember).last_per_subject()).await?;
         let mut servers =
@@ -158,6 +176,11 @@ impl RoomKeeper {
                     let d = d?;
                     let s = &d.event;
                     self.known.servers.insert(s.guild_id, (s.endpoint.clone().filter(|e| !e.is_empty()), s.token.clone()));
+                    let _ = d.ack().await;
+                }
+                d = commands.next() => {
+                    let d = d?;
+                    self.owner_command(&d.event);
                     let _ = d.ack().await;
                 }
                 Some((key, epoch, event)) = self.events.recv() => self.room_event(key, epoch, event).await,
@@ -178,31 +201,86 @@ impl RoomKeeper {
         };
     }
 
-    /// The rooms he should be in: allowed, with a human in them, or emptied less than the grace ago.
-    fn wanted(&mut self) -> HashSet<Key> {
-        let now = Instant::now();
-        let mut wanted = HashSet::new();
-        for &(guild, channel) in &self.config.allow {
-            let occupied = self.known.humans.iter().any(|(&(g, _), &c)| g == guild && c == channel);
-            if occupied {
-                self.known.empty_since.remove(&(guild, channel));
-                wanted.insert((guild, channel));
-            } else if self.owned.contains_key(&(guild, channel)) {
-                let since = *self.known.empty_since.entry((guild, channel)).or_insert(now);
-                if now.duration_since(since) < self.config.grace {
-                    wanted.insert((guild, channel));
+    /// The owner's own join or leave (`clankie voice`); the keeper's commands are its own echo.
+    fn owner_command(&mut self, command: &v1::VoiceCommand) {
+        if command.reason != "owner" {
+            return;
+        }
+        match command.channel_id {
+            Some(channel) => {
+                let key = (command.guild_id, channel);
+                if self.config.allow.contains(&key) {
+                    self.known.dismissed.remove(&key);
+                    self.known.summoned.insert(key);
+                    self.known.empty_since.insert(key, Instant::now());
+                } else {
+                    tracing::warn!(
+                        guild = key.0,
+                        channel = key.1,
+                        "the owner asked him into a voice channel CLANKIE_VOICE_ROOMS does not allow"
+                    );
                 }
-            } else {
-                self.known.empty_since.remove(&(guild, channel));
+            }
+            None => {
+                for key in self.config.allow.iter().copied().filter(|k| k.0 == command.guild_id) {
+                    self.known.summoned.remove(&key);
+                    self.known.dismissed.insert(key);
+                }
             }
         }
-        wanted
+    }
+
+    /// The rooms he should be in, and the rooms he is in but should leave though nobody owns them.
+    ///
+    /// A room is wanted while a human is in it; after the last one leaves (or after the owner
+    /// summoned him into an empty one) it stays wanted for the grace period. A room the owner
+    /// dismissed him from is not wanted until its humans have gone.
+    fn wanted(&mut self) -> (HashSet<Key>, HashSet<Key>) {
+        let now = Instant::now();
+        let (mut wanted, mut clear) = (HashSet::new(), HashSet::new());
+        for &key in &self.config.allow {
+            let occupied = self.known.humans.iter().any(|(&(g, _), &c)| g == key.0 && c == key.1);
+            if self.known.dismissed.contains(&key) {
+                if !occupied {
+                    self.known.dismissed.remove(&key);
+                }
+                continue;
+            }
+            if occupied {
+                self.known.empty_since.remove(&key);
+                self.known.summoned.remove(&key);
+                wanted.insert(key);
+                continue;
+            }
+            let present = self.known.summoned.contains(&key) || self.owned.contains_key(&key) || self.known.him_in(key);
+            if !present {
+                self.known.empty_since.remove(&key);
+                continue;
+            }
+            let since = *self.known.empty_since.entry(key).or_insert(now);
+            if now.duration_since(since) < self.config.grace {
+                wanted.insert(key);
+            } else {
+                self.known.summoned.remove(&key);
+                let recently_left = self.known.left_at.get(&key).is_some_and(|at| at.elapsed() < self.config.rejoin_after);
+                if !self.owned.contains_key(&key) && self.known.him_in(key) && !recently_left {
+                    clear.insert(key);
+                }
+            }
+        }
+        (wanted, clear)
     }
 
     async fn reconcile(&mut self) {
-        let wanted = self.wanted();
+        let (wanted, clear) = self.wanted();
         for key in wanted.iter().copied().filter(|k| !self.owned.contains_key(k)).collect::<Vec<_>>() {
             self.try_take(key).await;
+        }
+        // He sits in a room nobody keeps (every owner died, or one was stopped): whoever takes
+        // it sees him out.
+        for key in clear {
+            self.try_take(key).await;
+            self.leave(key, "empty").await;
         }
         for key in self.owned.keys().copied().collect::<Vec<_>>() {
             if !self.renew(key).await {
@@ -230,19 +308,21 @@ impl RoomKeeper {
         let (commands, rx) = mpsc::unbounded_channel();
         tokio::spawn(body_task(key, lease.epoch, self.config.body, rx, self.events_tx.clone()));
         self.receipt("voice.room", key, lease.epoch, |r| r.with_code("owned").with_count("epoch", lease.epoch)).await;
-        self.owned
-            .insert(key, Owned {
-            lease,
-            renewed: Instant::now(),
-            commands,
-            connection: None,
-            failed: None,
-            failures: 0,
-            retry_at: None,
-            asked: None,
-            live: false,
-            inputs: None,
-        });
+        self.owned.insert(
+            key,
+            Owned {
+                lease,
+                renewed: Instant::now(),
+                commands,
+                connection: None,
+                failed: None,
+                failures: 0,
+                retry_at: None,
+                asked: None,
+                live: false,
+                inputs: None,
+            },
+        );
     }
 
     /// Renews the room's lease when a third of it has passed; false once the room was lost.
@@ -287,7 +367,8 @@ impl RoomKeeper {
         let Some(owned) = self.owned.get_mut(&key) else { return };
         let epoch = owned.lease.epoch;
         let joined = matches!(&him, Some((Some(c), _, _)) if *c == channel);
-        let unusable = owned.connection.is_none() && (server.as_ref().is_none_or(|(endpoint, _)| endpoint.is_none()) || owned.failed.is_some());
+        let unusable =
+            owned.connection.is_none() && (server.as_ref().is_none_or(|(endpoint, _)| endpoint.is_none()) || owned.failed.is_some());
         let waiting = owned.retry_at.is_some_and(|at| Instant::now() < at);
         if (!joined || unusable) && !waiting {
             // Not in the channel, no voice server known, or only a connection that failed: ask
@@ -326,7 +407,10 @@ impl RoomKeeper {
         let (Some((Some(_), session_id, user_id)), Some((Some(endpoint), token))) = (him, server) else { return };
         let connection = Connection { guild_id: guild, channel_id: channel, user_id, session_id, endpoint, token };
         let Some(owned) = self.owned.get_mut(&key) else { return };
-        if owned.connection.as_ref() != Some(&connection) && owned.failed.as_ref() != Some(&connection) {
+        // After a failure, only a fresh op 4's session and token are worth a try (they come as two
+        // events; a half-new connection would be refused).
+        let stale = owned.failed.as_ref().is_some_and(|f| f.session_id == connection.session_id || f.token == connection.token);
+        if owned.connection.as_ref() != Some(&connection) && !stale {
             owned.failed = None;
             owned.connection = Some(connection.clone());
             let _ = owned.commands.send(BodyCommand::Connect(connection));
@@ -339,8 +423,12 @@ impl RoomKeeper {
         let epoch = owned.lease.epoch;
         self.command(guild, None, reason, epoch).await;
         if owned.live {
-            let session =
-                v1::VoiceSession { guild_id: guild, channel_id: None, session_id: format!("voice-{guild}-{channel}-{epoch}"), updated_at_ms: now_ms() };
+            let session = v1::VoiceSession {
+                guild_id: guild,
+                channel_id: None,
+                session_id: format!("voice-{guild}-{channel}-{epoch}"),
+                updated_at_ms: now_ms(),
+            };
             if let Err(e) = self.bus.publish(&Subject::VoiceSession { guild }, &session, None).await {
                 tracing::warn!(error = %e, "voice session end not announced");
             }
@@ -351,7 +439,7 @@ impl RoomKeeper {
             tracing::warn!(error = %e, "voice room lease not released; it runs out");
         }
         drop(owned);
-        self.known.empty_since.remove(&key);
+        self.known.left_at.insert(key, Instant::now());
         self.receipt("voice.room", key, epoch, |r| r.with_code("left").with_code(reason)).await;
     }
 
@@ -396,7 +484,8 @@ impl RoomKeeper {
                 self.receipt("voice.connection", key, epoch, |r| r.with_code("failed")).await;
             }
             RoomEvent::Body(BodyEvent::Heard(segment)) => {
-                let started_ms = now_ms() - i64::try_from(segment.ended.elapsed().as_millis() + segment.duration().as_millis()).unwrap_or(0);
+                let started_ms =
+                    now_ms() - i64::try_from(segment.ended.elapsed().as_millis() + segment.duration().as_millis()).unwrap_or(0);
                 let utterance = format!("utt:{}:{}:{}:{}", key.0, key.1, segment.ssrc, started_ms);
                 let audio_ms = i64::try_from(segment.duration().as_millis()).unwrap_or(i64::MAX);
                 self.receipt_for(&utterance, "voice.heard", key, |r| {
@@ -412,7 +501,9 @@ impl RoomKeeper {
     /// doubling pause, up to 30 s, after connects that fail) and connects with what it brings.
     fn failed(&mut self, key: Key, backoff: bool) {
         let Some(owned) = self.owned.get_mut(&key) else { return };
-        owned.failed = owned.connection.take();
+        if let Some(connection) = owned.connection.take() {
+            owned.failed = Some(connection);
+        }
         owned.asked = None;
         if backoff {
             owned.failures += 1;
@@ -456,20 +547,30 @@ async fn body_task(
     events: mpsc::UnboundedSender<(Key, i64, RoomEvent)>,
 ) {
     let (mut body, mut heard) = Body::new(config);
+    let (done_tx, mut done) = mpsc::unbounded_channel::<(Connection, Result<(), clankie_voice_body::BodyError>)>();
     loop {
         tokio::select! {
             command = commands.recv() => match command {
                 Some(BodyCommand::Connect(connection)) => {
-                    if let Err(e) = body.connect(&connection).await {
-                        body.forget();
-                        let _ = events.send((key, epoch, RoomEvent::ConnectFailed(e.to_string())));
-                    }
+                    // Not awaited here: a newer connect (a changed server update) must not wait
+                    // behind one that is still retrying; the driver discards the older attempt.
+                    let attempt = body.connect(&connection);
+                    let done_tx = done_tx.clone();
+                    tokio::spawn(async move {
+                        let _ = done_tx.send((connection, attempt.await));
+                    });
                 }
                 Some(BodyCommand::Leave) | None => {
                     body.leave();
                     return;
                 }
             },
+            Some((connection, result)) = done.recv() => {
+                if let Err(e) = result && body.connection() == Some(&connection) {
+                    body.forget();
+                    let _ = events.send((key, epoch, RoomEvent::ConnectFailed(e.to_string())));
+                }
+            }
             Some(event) = heard.recv() => {
                 if matches!(event, BodyEvent::Disconnected { .. }) {
                     body.forget();

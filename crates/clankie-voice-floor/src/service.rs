@@ -18,8 +18,13 @@ pub async fn run_from_env() -> Result<()> {
     let model = clankie_agent::model_from_settings(&settings).context("configuring the model")?;
     let store = clankie_store::Store::connect(&settings.database_url).await.context("connecting to PostgreSQL")?;
     clankie_http::spawn_endpoints(settings.http_addr, clankie_http::Readiness { bus: bus.clone(), store: Some(store.clone()) });
-    let selfhood =
-        clankie_self::SelfSource::new(store.clone(), Some(bus.clone()), &settings.bot_name, &settings.bot_aliases, settings.exchange_window);
+    let selfhood = clankie_self::SelfSource::new(
+        store.clone(),
+        Some(bus.clone()),
+        &settings.bot_name,
+        &settings.bot_aliases,
+        settings.exchange_window,
+    );
     let floor = std::sync::Arc::new(VoiceFloor::new(bus.clone(), model, selfhood, VoiceConfig::from_settings(&settings)));
     let mut rooms = RoomKeeper::new(bus, store, floor, RoomConfig::from_settings(&settings));
     tokio::select! {

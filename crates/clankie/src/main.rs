@@ -51,6 +51,11 @@ enum Command {
         #[command(subcommand)]
         action: selfcmd::SelfAction,
     },
+    /// Ask him into a voice channel, or out of voice in a guild (the gateway sends op 4).
+    Voice {
+        #[command(subcommand)]
+        action: VoiceAction,
+    },
     /// Run the gateway service (ingest and body) until SIGTERM.
     Gateway,
     /// Run a captain replica until SIGTERM, then drain.
@@ -64,6 +69,10 @@ enum Command {
         /// Where to listen.
         #[arg(default_value = "127.0.0.1:8700")]
         addr: std::net::SocketAddr,
+        /// Where the voice server writes its CA bundle, `voice-ca.pem` (a voice-floor process
+        /// trusts it with `SSL_CERT_FILE`); a fresh temporary directory when unset.
+        #[arg(long, env = "CLANKIE_LOOPBACK_VOICE_DIR")]
+        voice_dir: Option<std::path::PathBuf>,
     },
     /// Serve the scripted model stand-in (for the sandbox profile and tests).
     ModelStandin {
@@ -88,6 +97,14 @@ enum Command {
 }
 
 #[derive(Subcommand, Clone, Copy)]
+enum VoiceAction {
+    /// Join a voice channel he is allowed in (CLANKIE_VOICE_ROOMS); he stays the grace period if nobody comes.
+    Join { guild: u64, channel: u64 },
+    /// Leave voice in a guild; he comes back when the room has emptied and a human joins again.
+    Leave { guild: u64, channel: Option<u64> },
+}
+
+#[derive(Subcommand, Clone, Copy)]
 enum StackAction {
     /// Start what is not running and wait until it accepts connections; then migrate.
     Up,
@@ -97,16 +114,37 @@ enum StackAction {
     Status,
 }
 
-#[tokio::main]
-async fn main() -> Result<()> {
+fn main() -> Result<()> {
     let cli = Cli::parse();
+    if matches!(cli.command, Command::Run) {
+        trust_the_loopback_voice_server();
+    }
+    tokio::runtime::Builder::new_multi_thread().enable_all().build().context("starting the async runtime")?.block_on(dispatch(cli))
+}
+
+/// The embedded audio body connects to the loopback's voice server over `wss://` with a
+/// certificate from a CA made at start. songbird trusts what `SSL_CERT_FILE` names (read at each
+/// connect, so the file may appear later); it is set here, before any thread exists.
+fn trust_the_loopback_voice_server() {
+    if std::env::var_os("SSL_CERT_FILE").is_some() {
+        eprintln!("SSL_CERT_FILE is set: the loopback voice server is trusted only if that file holds its CA");
+        return;
+    }
+    if let Ok(settings) = Settings::from_env() {
+        let file = clankie_sandbox::voice_dir(&settings).join("voice-ca.pem");
+        // SAFETY: called from `main` before the runtime starts, while this is the only thread.
+        unsafe { std::env::set_var("SSL_CERT_FILE", file) };
+    }
+}
+
+async fn dispatch(cli: Cli) -> Result<()> {
     // The services set up their own settings, logging and endpoints, exactly as their own binaries do.
     match cli.command {
         Command::Gateway => return clankie_gateway::service::run_from_env().await,
         Command::Captain => return clankie_captain::service::run_from_env().await,
         Command::VoiceFloor => return clankie_voice_floor::service::run_from_env().await,
         Command::Media => return clankie_media::service::run_from_env().await,
-        Command::Loopback { addr } => return loopback(addr).await,
+        Command::Loopback { addr, voice_dir } => return loopback(addr, voice_dir).await,
         Command::ModelStandin { addr } => return model_standin(addr).await,
         Command::Health { url, timeout_ms } => {
             let code = health::check(url.as_deref(), std::time::Duration::from_millis(timeout_ms)).await;
@@ -126,6 +164,7 @@ async fn main() -> Result<()> {
             Ok(())
         }
         Command::Run => run(&settings).await,
+        Command::Voice { action } => voice(&settings, action).await,
         Command::Gateway
         | Command::Captain
         | Command::VoiceFloor
@@ -138,11 +177,16 @@ async fn main() -> Result<()> {
     }
 }
 
-async fn loopback(addr: std::net::SocketAddr) -> Result<()> {
-    let loopback = clankie_discord_loopback::Loopback::serve(addr, Default::default())
-        .await
-        .with_context(|| format!("serving the loopback Discord on {addr}"))?;
+async fn loopback(addr: std::net::SocketAddr, voice_dir: Option<std::path::PathBuf>) -> Result<()> {
+    let config = clankie_discord_loopback::LoopbackConfig { voice_dir, ..Default::default() };
+    let loopback =
+        clankie_discord_loopback::Loopback::serve(addr, config).await.with_context(|| format!("serving the loopback Discord on {addr}"))?;
     eprintln!("loopback Discord and sandbox room at {}", loopback.url());
+    eprintln!(
+        "voice server at wss://{}; voice-floor processes trust it with SSL_CERT_FILE={}",
+        loopback.voice().endpoint(),
+        loopback.voice().ca_bundle().display()
+    );
     clankie_http::terminated().await;
     Ok(())
 }
@@ -202,6 +246,33 @@ async fn run(settings: &Settings) -> Result<()> {
     eprintln!("Watch the bus in another terminal: cargo run -q -p clankie -- tap");
     eprintln!("Ctrl-C stops it.");
     tokio::signal::ctrl_c().await.context("waiting for Ctrl-C")?;
+    Ok(())
+}
+
+async fn voice(settings: &Settings, action: VoiceAction) -> Result<()> {
+    let (guild, channel) = match action {
+        VoiceAction::Join { guild, channel } => {
+            if !settings.voice_rooms.is_empty() && !settings.voice_rooms.contains(&(guild, channel)) {
+                bail!("{guild}:{channel} is not in CLANKIE_VOICE_ROOMS; the voice floor would not keep that room");
+            }
+            (guild, Some(channel))
+        }
+        VoiceAction::Leave { guild, .. } => (guild, None),
+    };
+    let bus = clankie_bus::Bus::connect(settings, "cli").await?;
+    bus.ensure_streams().await?;
+    let command = clankie_proto::v1::VoiceCommand {
+        guild_id: guild,
+        channel_id: channel,
+        reason: "owner".into(),
+        epoch: 0,
+        at_ms: clankie_bus::now_ms(),
+    };
+    bus.publish(&clankie_proto::Subject::VoiceCommand { guild }, &command, None).await.context("publishing the voice command")?;
+    match channel {
+        Some(c) => eprintln!("asked him into voice channel {c} of guild {guild}"),
+        None => eprintln!("asked him out of voice in guild {guild}"),
+    }
     Ok(())
 }
 

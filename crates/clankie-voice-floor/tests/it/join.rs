@@ -1,0 +1,96 @@
+//! `voice_join`: humans entering and leaving make the room live and not, and typed text follows.
+
+use std::time::Duration;
+
+use clankie_discord_loopback::NewMessage;
+use clankie_proto::{Family, Subject, v1};
+use clankie_testkit::record;
+
+use super::{GRACE_MS, GUILD, Rig, VOICE, keeping, until};
+
+fn him_in(rig: &Rig) -> Option<u64> {
+    rig.members.all().into_iter().filter(|m| m.is_him).last().and_then(|m| m.channel_id)
+}
+
+#[tokio::test]
+async fn voice_join_a_human_joining_brings_him_in_live_and_the_last_leaving_sees_him_out_after_the_grace() {
+    let rig = Rig::new().await;
+    let decisions = record::<v1::FloorDecision>(&rig.bus, Family::VoiceFloor).await;
+    let text = record::<v1::Ingress>(&rig.bus, Family::IngressText).await;
+    let _floor = rig.voice_floor("floor-a");
+    keeping(&rig, "floor-a").await;
+    assert_eq!(rig.live(), None, "no room is live before anyone joins");
+
+    // Before anyone is in voice, the channel's chat is a text lane.
+    let before = rig.discord.user_message(NewMessage {
+        channel_id: VOICE,
+        author: "ada".into(),
+        content: "anyone around?".into(),
+        ..Default::default()
+    });
+    until("the text-lane ingress", Duration::from_secs(10), || text.all().iter().any(|i| i.delivery_id == before.to_string())).await;
+
+    rig.discord.voice_join(VOICE, "ada").unwrap();
+    until("him in the voice channel", Duration::from_secs(10), || him_in(&rig) == Some(VOICE)).await;
+    until("the room live", Duration::from_secs(10), || rig.live() == Some(VOICE)).await;
+    rig.connected(Duration::from_secs(10)).await;
+
+    // While live, typed text in the channel's chat goes to the voice room, not a text lane.
+    let during = rig.discord.user_message(NewMessage {
+        channel_id: VOICE,
+        author: "ada".into(),
+        content: "hello room".into(),
+        ..Default::default()
+    });
+    until("the floor's decision", Duration::from_secs(10), || decisions.all().iter().any(|d| d.delivery_id == during.to_string())).await;
+    assert!(text.all().iter().all(|i| i.delivery_id != during.to_string()), "typed text in a live room opened a text lane");
+
+    let left_at = clankie_bus::now_ms();
+    rig.discord.voice_leave(VOICE, "ada").unwrap();
+    until("the room no longer live", Duration::from_secs(15), || rig.live().is_none()).await;
+    let ended = rig.sessions.all().last().unwrap().updated_at_ms;
+    println!("voice_join: left {} ms after the last human (grace {GRACE_MS} ms)", ended - left_at);
+    assert!(ended - left_at >= GRACE_MS as i64 - 50, "he left {} ms after the last human, before the grace", ended - left_at);
+    until("him out of voice", Duration::from_secs(10), || him_in(&rig).is_none()).await;
+    until("his voice connection closed", Duration::from_secs(10), || !rig.discord.voice().bot_connected(VOICE)).await;
+
+    // Not live again: the chat is a text lane once more.
+    let after =
+        rig.discord.user_message(NewMessage { channel_id: VOICE, author: "ada".into(), content: "bye all".into(), ..Default::default() });
+    until("the text-lane ingress", Duration::from_secs(10), || text.all().iter().any(|i| i.delivery_id == after.to_string())).await;
+    assert!(decisions.all().iter().all(|d| d.delivery_id != after.to_string()), "the voice room heard typed text while not live");
+    assert!(decisions.all().iter().all(|d| d.delivery_id != before.to_string()));
+}
+
+#[tokio::test]
+async fn voice_join_a_human_back_within_the_grace_keeps_him_and_the_owner_can_summon_and_dismiss_him() {
+    let rig = Rig::new().await;
+    let _floor = rig.voice_floor("floor-a");
+    keeping(&rig, "floor-a").await;
+    rig.discord.voice_join(VOICE, "ada").unwrap();
+    until("the room live", Duration::from_secs(10), || rig.live() == Some(VOICE)).await;
+    let sessions = rig.sessions.all().len();
+
+    rig.discord.voice_leave(VOICE, "ada").unwrap();
+    tokio::time::sleep(Duration::from_millis(GRACE_MS / 3)).await;
+    rig.discord.voice_join(VOICE, "bob").unwrap();
+    tokio::time::sleep(Duration::from_millis(GRACE_MS * 2)).await;
+    assert_eq!(rig.live(), Some(VOICE), "he left although a human came back within the grace");
+    assert_eq!(rig.sessions.all().len(), sessions, "the room flickered");
+
+    // The owner dismisses him (what `clankie voice leave` publishes): he leaves though bob stays.
+    let leave = v1::VoiceCommand { guild_id: GUILD, channel_id: None, reason: "owner".into(), epoch: 0, at_ms: clankie_bus::now_ms() };
+    rig.bus.publish(&Subject::VoiceCommand { guild: GUILD }, &leave, None).await.unwrap();
+    until("the room no longer live", Duration::from_secs(10), || rig.live().is_none()).await;
+    tokio::time::sleep(Duration::from_millis(GRACE_MS)).await;
+    assert_eq!(rig.live(), None, "he came back while the owner's leave held");
+
+    // Once the room has emptied, the owner summons him back into the empty room.
+    rig.discord.voice_leave(VOICE, "bob").unwrap();
+    let join =
+        v1::VoiceCommand { guild_id: GUILD, channel_id: Some(VOICE), reason: "owner".into(), epoch: 0, at_ms: clankie_bus::now_ms() };
+    rig.bus.publish(&Subject::VoiceCommand { guild: GUILD }, &join, None).await.unwrap();
+    until("the room live on the owner's word", Duration::from_secs(10), || rig.live() == Some(VOICE)).await;
+    // Nobody comes: he leaves after the grace.
+    until("the summoned room let go", Duration::from_secs(15), || rig.live().is_none()).await;
+}

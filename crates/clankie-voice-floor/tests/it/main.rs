@@ -1,0 +1,207 @@
+//! The voice-floor service as its own processes, with the loopback Discord (voice server and
+//! all), a real gateway, nats-server and PostgreSQL. Each voice-floor process trusts the
+//! loopback's voice CA through `SSL_CERT_FILE`, as a deployment against it would.
+
+mod join;
+mod lease;
+mod reconnect;
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clankie_bus::Bus;
+use clankie_discord_loopback::{Loopback, LoopbackConfig};
+use clankie_gateway::{Gateway, GatewayConfig};
+use clankie_model_standin::StandIn;
+use clankie_proto::{Family, v1};
+use clankie_testkit::{TestDb, TestDir, TestNats, record};
+
+pub use clankie_testkit::{Recorder, until};
+
+pub const GUILD: u64 = 100;
+pub const VOICE: u64 = 300;
+pub const GRACE_MS: u64 = 1_500;
+pub const LEASE_TTL_MS: u64 = 2_000;
+
+pub struct Rig {
+    pub nats: TestNats,
+    pub db: TestDb,
+    pub dir: TestDir,
+    pub discord: Loopback,
+    pub standin: StandIn,
+    pub bus: Bus,
+    pub gateway: Gateway,
+    pub receipts: Recorder<v1::Receipt>,
+    pub sessions: Recorder<v1::VoiceSession>,
+    pub members: Recorder<v1::VoiceMember>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl Rig {
+    pub async fn new() -> Rig {
+        let dir = TestDir::new();
+        let config =
+            LoopbackConfig { heartbeat_interval_ms: 5_000, voice_dir: Some(dir.path().join("voice")), ..LoopbackConfig::default() };
+        let discord = Loopback::serve("127.0.0.1:0".parse().unwrap(), config).await.unwrap();
+        let (nats, db) = (TestNats::start().unwrap(), TestDb::create().await);
+        let settings = clankie_testkit::settings(&nats, &db, &dir);
+        let bus = Bus::connect(&settings, "test").await.unwrap();
+        bus.ensure_streams().await.unwrap();
+        clankie_store::Store::connect(db.url()).await.unwrap().migrate().await.unwrap();
+        let gateway_config = GatewayConfig {
+            token: discord.config().token.clone(),
+            api: Some(discord.addr().to_string()),
+            gateway_url: Some(discord.gateway_url()),
+            guilds: vec![],
+            outcome_reactions: false,
+            typing_interval: Duration::from_millis(200),
+            typing_max: Duration::from_secs(30),
+            state_dir: dir.path().join("gateway"),
+            history_limit: 10,
+        };
+        let gateway = Gateway::new(Bus::connect(&settings, "gateway").await.unwrap(), gateway_config);
+        let running = gateway.clone();
+        let tasks = vec![tokio::spawn(async move {
+            let _ = running.run().await;
+        })];
+        assert!(discord.wait_for_session(Duration::from_secs(20)).await, "the shard never attached");
+        until("READY", Duration::from_secs(10), || gateway.bot_id() != 0).await;
+        Rig {
+            receipts: record(&bus, Family::Receipt).await,
+            sessions: record(&bus, Family::VoiceSession).await,
+            members: record(&bus, Family::VoiceMember).await,
+            standin: StandIn::start().await.unwrap(),
+            nats,
+            db,
+            dir,
+            discord,
+            bus,
+            gateway,
+            tasks,
+        }
+    }
+
+    pub fn ca_bundle(&self) -> PathBuf {
+        self.discord.voice().ca_bundle().to_owned()
+    }
+
+    /// A voice-floor replica as its own process, logging to `<replica>.log` in the rig's directory.
+    pub fn voice_floor(&self, replica: &str) -> tokio::process::Child {
+        let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_clankie-voice-floor"));
+        cmd.env("CLANKIE_NATS_URL", self.nats.url())
+            .env("CLANKIE_DATABASE_URL", self.db.url())
+            .env("CLANKIE_STATE_DIR", self.dir.path())
+            .env("CLANKIE_REPLICA_ID", replica)
+            .env("CLANKIE_MODEL_BASE_URL", self.standin.base_url())
+            .env("CLANKIE_VOICE_ROOMS", format!("{GUILD}:{VOICE}"))
+            .env("CLANKIE_VOICE_GRACE_MS", GRACE_MS.to_string())
+            .env("CLANKIE_VOICE_LEASE_TTL_MS", LEASE_TTL_MS.to_string())
+            .env("SSL_CERT_FILE", self.ca_bundle())
+            .env("CLANKIE_LOG", std::env::var("CLANKIE_TEST_VOICE_LOG").unwrap_or_else(|_| "warn,clankie_voice_floor=debug".into()))
+            .env("NO_COLOR", "1");
+        let log = std::fs::File::create(self.dir.path().join(format!("{replica}.log"))).unwrap();
+        cmd.stdout(std::process::Stdio::null()).stderr(log).kill_on_drop(true);
+        cmd.spawn().unwrap()
+    }
+
+    /// The live channel the latest voice session of the guild announces.
+    pub fn live(&self) -> Option<u64> {
+        self.sessions.all().last().and_then(|s| s.channel_id)
+    }
+
+    /// Receipts of a kind, in arrival order.
+    pub fn receipts(&self, kind: &str) -> Vec<v1::Receipt> {
+        self.receipts.all().into_iter().filter(|r| r.kind == kind).collect()
+    }
+
+    /// His audio connection is up at the loopback.
+    pub async fn connected(&self, within: Duration) {
+        until("his voice connection", within, || self.discord.voice().bot_connected(VOICE)).await;
+    }
+
+    pub fn log(&self, replica: &str) -> String {
+        std::fs::read_to_string(self.dir.path().join(format!("{replica}.log"))).unwrap_or_default()
+    }
+}
+
+impl Drop for Rig {
+    fn drop(&mut self) {
+        for t in &self.tasks {
+            t.abort();
+        }
+        if std::thread::panicking() {
+            for replica in ["floor-a", "floor-b"] {
+                eprintln!("===== {replica} =====\n{}", self.log(replica));
+            }
+        }
+    }
+}
+
+/// A spoken clip of espeak-ng.
+pub async fn clip(text: &str) -> (Vec<i16>, u32) {
+    Loopback::synthesize(text).await.expect("espeak-ng speaks")
+}
+
+/// A receipt field's numeric value.
+pub fn count(r: &v1::Receipt, name: &str) -> Option<i64> {
+    r.counts.get(name).copied()
+}
+
+/// A receipt's id field.
+pub fn id(r: &v1::Receipt, name: &str) -> Option<String> {
+    r.ids.get(name).cloned()
+}
+
+/// When a heard segment began (ms since the epoch), from its utterance id `utt:<g>:<c>:<ssrc>:<ms>`.
+pub fn started_ms(r: &v1::Receipt) -> i64 {
+    r.delivery_id.rsplit(':').next().and_then(|t| t.parse().ok()).unwrap_or(0)
+}
+
+/// Waits until the room's keeper consumers of `replica` exist: the process is reading voice states.
+pub async fn keeping(rig: &Rig, replica: &str) {
+    let name = format!("voice-floor-members-{replica}");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let stream = rig.bus.jetstream().get_stream("CLANKIE_VOICE").await.unwrap();
+        if stream.consumer_info(&name).await.is_ok() {
+            return;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "{replica} never started keeping rooms:\n{}", rig.log(replica));
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Voices `author` in short clips with pauses until a clip spoken wholly after `since` is heard
+/// by the voice floor (a `voice.heard` receipt of a segment that began after the clip did, from
+/// `by_pid` when given). Returns when that clip began.
+pub async fn audio_restored(rig: &Rig, author: &str, since: i64, by_pid: Option<u32>, within: Duration) -> i64 {
+    let (pcm, rate) = clip("testing one two").await;
+    let pcm = &pcm[..pcm.len().min(rate as usize / 2)];
+    let deadline = tokio::time::Instant::now() + within;
+    loop {
+        let begun = clankie_bus::now_ms();
+        let sent = rig.discord.voice_speak(VOICE, author, pcm, rate).await.unwrap_or(0);
+        if sent > 0 {
+            let heard_deadline = tokio::time::Instant::now() + Duration::from_millis(1500);
+            while tokio::time::Instant::now() < heard_deadline {
+                let heard = rig.receipts("voice.heard").into_iter().any(|r| {
+                    started_ms(&r) >= begun - 100
+                        && started_ms(&r) > since
+                        && by_pid.is_none_or(|pid| id(&r, "replica_pid") == Some(pid.to_string()))
+                });
+                if heard {
+                    return begun;
+                }
+                tokio::time::sleep(Duration::from_millis(25)).await;
+            }
+        } else {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "no audio reached the voice floor within {within:?}");
+    }
+}
+
+/// Whether a receipt carries a code.
+pub fn has_code(r: &v1::Receipt, code: &str) -> bool {
+    r.codes.iter().any(|c| c == code)
+}
