@@ -7,7 +7,6 @@ use clankie_model_standin::{Reply, Script};
 use clankie_proto::{Family, v1};
 use clankie_sandbox::rig::{GENERAL, Rig, until};
 
-const GUILD: u64 = 100;
 const VOICE: u64 = 300;
 
 #[tokio::test]
@@ -18,7 +17,7 @@ async fn text_in_the_voice_channels_chat_is_answered_by_the_voice_room_with_no_t
     let decisions = clankie_testkit::record::<v1::FloorDecision>(&bus, Family::VoiceFloor).await;
     let text = clankie_testkit::record::<v1::Ingress>(&bus, Family::IngressText).await;
     let receipts = clankie_testkit::record::<v1::Receipt>(&bus, Family::Receipt).await;
-    until("the live voice session", Duration::from_secs(10), || rig.sandbox.gateway.live_voice_channel(GUILD) == Some(VOICE)).await;
+    rig.voice_live(VOICE, "ada").await;
     rig.standin.script(Script::when("spoken aloud", Reply::text("Hello, everyone in here!")));
     let id = rig.say(VOICE, "ada", "say something in vc clankie");
     until("the voice answer", Duration::from_secs(20), || !speaks.all().is_empty()).await;

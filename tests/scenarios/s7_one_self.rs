@@ -46,7 +46,7 @@ async fn a_text_room_knows_he_was_talking_in_voice_but_not_what_was_said() {
     let rig = Rig::new().await;
     let bus = rig.bus().await;
     let speaks = clankie_testkit::record::<v1::Speak>(&bus, Family::VoiceSpeak).await;
-    until("the live voice session", Duration::from_secs(10), || rig.sandbox.gateway.live_voice_channel(GUILD) == Some(VOICE)).await;
+    rig.voice_live(VOICE, "ada").await;
     rig.standin.script(Script::when("spoken aloud", Reply::text("Periwinkle, got it, that's the password then.")));
     rig.say(VOICE, "ada", "clankie the password for tonight is periwinkle");
     until("the voice answer", Duration::from_secs(20), || !speaks.all().is_empty()).await;

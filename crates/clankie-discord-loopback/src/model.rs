@@ -80,8 +80,10 @@ mod tests {
     use super::*;
     use crate::LoopbackConfig;
 
-    fn state() -> State {
-        State::new(LoopbackConfig::default(), "127.0.0.1:1".parse().unwrap())
+    async fn state() -> State {
+        let dir = std::env::temp_dir().join(format!("clankie-loopback-model-test-{}", std::process::id()));
+        let voice = crate::voice::VoiceServer::start(&dir).await.unwrap();
+        State::new(LoopbackConfig::default(), "127.0.0.1:1".parse().unwrap(), voice)
     }
 
     fn stored(reply_to: Option<u64>) -> StoredMessage {
@@ -104,9 +106,9 @@ mod tests {
         }
     }
 
-    #[test]
-    fn twilight_reads_our_messages() {
-        let s = state();
+    #[tokio::test]
+    async fn twilight_reads_our_messages() {
+        let s = state().await;
         let parent = stored(None);
         let json = message_json(&s, &stored(Some(4)), Some(&parent));
         let m: twilight_model::channel::Message = serde_json::from_value(json).unwrap();
@@ -116,9 +118,9 @@ mod tests {
         assert_eq!(m.guild_id.map(|g| g.get()), Some(100));
     }
 
-    #[test]
-    fn twilight_reads_our_ready() {
-        let s = state();
+    #[tokio::test]
+    async fn twilight_reads_our_ready() {
+        let s = state().await;
         let r: twilight_model::gateway::payload::incoming::Ready = serde_json::from_value(ready_json(&s, "sess")).unwrap();
         assert_eq!(r.resume_gateway_url, "ws://127.0.0.1:1/gateway");
         assert_eq!(r.user.id.get(), 4242);

@@ -79,6 +79,14 @@ impl Rig {
         })
     }
 
+    /// `author` enters a voice channel; waits until the room is live (he joined and the gateway
+    /// routes the channel's chat to the voice room).
+    pub async fn voice_live(&self, channel: u64, author: &str) {
+        self.sandbox.discord.voice_join(channel, author).expect("a voice channel");
+        let guild = self.sandbox.discord.config().guild_id;
+        until("the live voice session", Duration::from_secs(15), || self.sandbox.gateway.live_voice_channel(guild) == Some(channel)).await;
+    }
+
     /// The outcome the system reported for a user message (as its reaction).
     pub fn outcome(&self, channel: u64, id: u64) -> Option<String> {
         let m = self.sandbox.discord.messages(channel).into_iter().find(|m| m.id == id)?;

@@ -11,6 +11,7 @@ mod receipts;
 mod session;
 mod shared_self;
 mod turns;
+mod voice_room;
 
 use std::time::Duration;
 
@@ -22,6 +23,7 @@ pub use receipts::StoredReceipt;
 pub use session::{Entry, NewEntry};
 pub use shared_self::{Memory, MemoryStatus, OwnerSettings, Persona, Sharing};
 pub use turns::{Exchange, Outcome, Recorded, TurnEnd, TurnMode, TurnStart};
+pub use voice_room::RoomLease;
 
 /// Why a store operation failed.
 #[derive(Debug, thiserror::Error)]

@@ -3,8 +3,8 @@
 //! The gateway forwards every voice state and voice server update; each replica reads them all
 //! (last per subject, so a fresh replica learns who is where). A room is *wanted* while a human
 //! is in an allowed voice channel, and for a grace period after the last one leaves. A wanted room
-//! is owned by exactly one replica through the lease of its voice lane (`voice:<guild>:<channel>`)
-//! with a fencing epoch, as text lanes are; the owner asks the gateway for op 4, connects its
+//! is owned by exactly one replica through a room lease with a fencing epoch in PostgreSQL (the
+//! `voice_rooms` table; the voice lane itself is the captain's, for `ask_clankie`); the owner asks the gateway for op 4, connects its
 //! [`Body`] from his voice state and the server update, announces the room live (the gateway
 //! routes attached-chat text by it), and hears the room's input. When the owner dies its lease
 //! runs out and another replica takes the room and reconnects.
@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use clankie_bus::{Bus, BusError, ConsumerSpec, MsgId, now_ms};
 use clankie_proto::{Family, LaneKey, ReceiptKind, Subject, v1};
-use clankie_store::{Lease, Store, StoreError};
+use clankie_store::{RoomLease, Store, StoreError};
 use clankie_voice_body::{Body, BodyConfig, BodyEvent, Connection};
 use tokio::sync::mpsc;
 
@@ -66,7 +66,7 @@ enum RoomEvent {
 
 /// A room this replica owns.
 struct Owned {
-    lease: Lease,
+    lease: RoomLease,
     renewed: Instant,
     commands: mpsc::UnboundedSender<BodyCommand>,
     connection: Option<Connection>,
@@ -295,8 +295,7 @@ impl RoomKeeper {
     }
 
     async fn try_take(&mut self, key: Key) {
-        let lane = LaneKey::Voice { guild: key.0, channel: key.1 };
-        let lease = match self.store.acquire_lease(&lane, &self.config.replica, self.config.lease_ttl).await {
+        let lease = match self.store.acquire_room(key.0, key.1, &self.config.replica, self.config.lease_ttl).await {
             Ok(Some(lease)) => lease,
             Ok(None) => return,
             Err(e) => {
@@ -331,9 +330,8 @@ impl RoomKeeper {
         if owned.renewed.elapsed() < self.config.lease_ttl / 3 {
             return true;
         }
-        match self.store.renew_lease(&owned.lease, self.config.lease_ttl).await {
-            Ok(lease) => {
-                owned.lease = lease;
+        match self.store.renew_room(&owned.lease, self.config.lease_ttl).await {
+            Ok(()) => {
                 owned.renewed = Instant::now();
                 true
             }
@@ -435,7 +433,7 @@ impl RoomKeeper {
             self.floor.close_room(guild, channel);
             self.floor.left(guild, channel).await;
         }
-        if let Err(e) = self.store.release_lease(&owned.lease).await {
+        if let Err(e) = self.store.release_room(&owned.lease).await {
             tracing::warn!(error = %e, "voice room lease not released; it runs out");
         }
         drop(owned);

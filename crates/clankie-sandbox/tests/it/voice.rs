@@ -20,7 +20,7 @@ async fn tap(rig: &Rig) -> Bus {
 }
 
 async fn live(rig: &Rig) {
-    until("the live voice session", Duration::from_secs(10), || rig.sandbox.gateway.live_voice_channel(GUILD) == Some(VOICE)).await;
+    rig.voice_live(VOICE, "ada").await;
 }
 
 #[tokio::test]

@@ -112,3 +112,21 @@ async fn a_write_racing_a_takeover_either_lands_before_it_or_is_refused() {
     assert_eq!(landed.len(), first_fenced);
     assert_eq!(b.epoch, a.epoch + 1);
 }
+
+#[tokio::test]
+async fn voice_room_lease_has_one_owner_and_a_takeover_fences_the_old_one() {
+    let (store, _db) = super::store().await;
+    let a = store.acquire_room(100, 300, "floor-a", Duration::from_millis(1)).await.unwrap().expect("a free room");
+    assert_eq!(a.epoch, 1);
+    tokio::time::sleep(Duration::from_millis(5)).await;
+    let b = store.acquire_room(100, 300, "floor-b", LONG).await.unwrap().expect("an expired lease is taken");
+    assert_eq!(b.epoch, 2);
+    assert_eq!(store.acquire_room(100, 300, "floor-a", LONG).await.unwrap(), None, "a live lease is not taken");
+    assert!(is_fenced(store.renew_room(&a, LONG).await), "the old owner's renewal is refused");
+    store.release_room(&a).await.unwrap();
+    assert_eq!(store.room_owner(100, 300).await.unwrap(), Some(("floor-b".to_owned(), 2)), "a fenced release changes nothing");
+    store.renew_room(&b, LONG).await.unwrap();
+    store.release_room(&b).await.unwrap();
+    assert_eq!(store.room_owner(100, 300).await.unwrap(), None);
+    assert!(store.acquire_room(100, 300, "floor-a", LONG).await.unwrap().is_some_and(|l| l.epoch == 3));
+}

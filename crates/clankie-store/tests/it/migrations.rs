@@ -30,7 +30,8 @@ async fn migrations_apply_to_an_empty_database_and_rerun_as_a_no_op() {
             "self_persona",
             "self_settings",
             "session_entries",
-            "turns"
+            "turns",
+            "voice_rooms"
         ]
     );
 

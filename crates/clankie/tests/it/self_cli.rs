@@ -61,7 +61,7 @@ async fn an_approved_memory_reaches_every_lane_and_a_pending_one_reaches_none() 
     for (channel, id) in [GENERAL, LOBBIES, DM].into_iter().zip(ids) {
         rig.wait_outcomes(channel, &[id]).await;
     }
-    until("the live voice session", Duration::from_secs(10), || rig.sandbox.gateway.live_voice_channel(100) == Some(VOICE)).await;
+    rig.voice_live(VOICE, "ada").await;
     rig.say(VOICE, "ada", "clankie, are you there?");
     until("the voice answer", Duration::from_secs(20), || !speaks.all().is_empty()).await;
 
