@@ -4,7 +4,8 @@
 #   browser            runtime plus Debian's Chromium and chromedriver, for the captain's browse tool
 #   debug-symbols      the binary's debug info alone: docker build --target debug-symbols -o symbols .
 FROM rust:1-bookworm AS build
-RUN apt-get update && apt-get install -y --no-install-recommends cmake && rm -rf /var/lib/apt/lists/*
+# libopus-dev (found through pkg-config) is the voice body's and the loopback voice server's Opus.
+RUN apt-get update && apt-get install -y --no-install-recommends cmake pkg-config libopus-dev && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY . .
 RUN cargo build --release --locked --bin clankie \
@@ -18,7 +19,7 @@ COPY --from=build /out/clankie.debug /
 FROM debian:bookworm-slim AS base
 # apt's lists and package caches go in the same layer (the official slim image's docker-clean
 # hook does this too; a hand-made base may lack it).
-RUN apt-get update && apt-get install -y --no-install-recommends ca-certificates \
+RUN apt-get update && apt-get install -y --no-install-recommends ca-certificates libopus0 \
  && rm -rf /var/lib/apt/lists/* /var/cache/apt/*.bin /var/cache/apt/archives/*.deb \
  && useradd --system --uid 10001 --home /var/lib/clankie --create-home clankie
 COPY --from=build /out/clankie /usr/local/bin/clankie

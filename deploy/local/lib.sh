@@ -7,7 +7,10 @@ ensure_packages() {
   local missing=() why=()
   command -v nats-server >/dev/null 2>&1 || [ -x /usr/sbin/nats-server ] || { missing+=(nats-server); why+=("nats-server: the JetStream bus"); }
   ls /usr/lib/postgresql/*/bin/pg_ctl >/dev/null 2>&1 || { missing+=(postgresql); why+=("postgresql: lane state and receipts"); }
-  command -v cmake >/dev/null 2>&1 || { missing+=(cmake); why+=("cmake: builds the voice codec"); }
+  command -v cmake >/dev/null 2>&1 || { missing+=(cmake); why+=("cmake: builds the voice codec if libopus is absent"); }
+  command -v pkg-config >/dev/null 2>&1 || { missing+=(pkg-config); why+=("pkg-config: finds libopus for the voice body"); }
+  pkg-config --exists opus 2>/dev/null || [ -f /usr/include/opus/opus.h ] || { missing+=(libopus-dev); why+=("libopus-dev: Opus for the voice body and the loopback voice server"); }
+  command -v espeak-ng >/dev/null 2>&1 || { missing+=(espeak-ng); why+=("espeak-ng: the loopback voices users' lines and the voice tests' clips"); }
   command -v setsid >/dev/null 2>&1 || { missing+=(util-linux); why+=("util-linux: setsid, runuser"); }
   [ -x /bin/dash ] || { missing+=(dash); why+=("dash: the image's /bin/sh, which the healthcheck test runs under"); }
   if [ "${CLANKIE_WITH_MANIFEST_TOOLS:-0}" = "1" ]; then

@@ -111,3 +111,88 @@ async fn a_person_chats_in_the_sandbox_and_sees_clankie_reply() {
     assert!(png.starts_with(b"\x89PNG"), "not a PNG");
     browser.close().await.unwrap();
 }
+
+/// A headless Chromium session on the sandbox page.
+async fn browser_on(url: &str, driver: &Driver, profile: &clankie_testkit::TestDir) -> fantoccini::Client {
+    let mut caps = serde_json::Map::new();
+    caps.insert(
+        "goog:chromeOptions".into(),
+        serde_json::json!({
+            "binary": "/usr/bin/chromium",
+            "args": [
+                "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--disable-quic", "--no-first-run",
+                "--disable-background-networking", "--disable-component-update", "--disable-sync", "--window-size=1100,700",
+                "--autoplay-policy=no-user-gesture-required",
+                format!("--user-data-dir={}", profile.path().display()),
+            ],
+        }),
+    );
+    let browser = ClientBuilder::new(HttpConnector::new())
+        .capabilities(caps)
+        .connect(&format!("http://127.0.0.1:{}", driver.1))
+        .await
+        .expect("a WebDriver session");
+    browser.goto(url).await.unwrap();
+    browser
+}
+
+async fn text_of(browser: &fantoccini::Client, id: &str) -> String {
+    browser.find(Locator::Id(id)).await.unwrap().text().await.unwrap()
+}
+
+#[test]
+fn voice_join_from_the_sandbox_page_a_person_enters_says_a_line_aloud_and_leaves() {
+    // The embedded audio body trusts the loopback's voice CA as `clankie run` arranges it: the
+    // variable names `<state>/voice/voice-ca.pem` before any thread exists, and the loopback
+    // writes the file when it starts.
+    let state = clankie_testkit::TestDir::new();
+    // SAFETY: no other thread exists yet in this test process.
+    unsafe { std::env::set_var("SSL_CERT_FILE", state.path().join("voice").join("voice-ca.pem")) };
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
+    rt.block_on(async {
+        let state_dir = state.path().display().to_string();
+        let rig = Rig::with(&[("CLANKIE_STATE_DIR", state_dir.as_str())]).await;
+        let bus = rig.bus().await;
+        let receipts = clankie_testkit::record::<clankie_proto::v1::Receipt>(&bus, clankie_proto::Family::Receipt).await;
+        let driver = Driver::start().await;
+        let profile = clankie_testkit::TestDir::new();
+        let browser = browser_on(&rig.sandbox.url(), &driver, &profile).await;
+        let author = browser.wait().for_element(Locator::Id("author")).await.unwrap();
+        author.clear().await.unwrap();
+        author.send_keys("ada").await.unwrap();
+        browser.wait().for_element(Locator::Css("button.room[data-channel=\"300\"]")).await.unwrap().click().await.unwrap();
+        browser.find(Locator::Id("voice-join")).await.unwrap().click().await.unwrap();
+
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+        loop {
+            let members = text_of(&browser, "voice-members").await;
+            if members.contains("ada") && members.contains("audio connected") {
+                break;
+            }
+            assert!(tokio::time::Instant::now() < deadline, "the panel shows: {members}");
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        assert_eq!(rig.sandbox.gateway.live_voice_channel(100), Some(300), "joining on the page made the room live");
+
+        browser.find(Locator::Id("voice-line")).await.unwrap().send_keys("hello clankie, can you hear me").await.unwrap();
+        browser.find(Locator::Id("voice-say")).await.unwrap().click().await.unwrap();
+        let ada = clankie_discord_loopback::Loopback::user_id("ada").to_string();
+        super::until("his body hearing ada", Duration::from_secs(20), || {
+            receipts.all().iter().any(|r| r.kind == "voice.heard" && r.ids.get("speaker") == Some(&ada))
+        })
+        .await;
+        assert!(browser.find(Locator::Css("audio#voice-audio")).await.is_ok(), "the panel has a player for what he says");
+        let png = browser.screenshot().await.unwrap();
+        let path = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("sandbox-voice.png");
+        std::fs::write(&path, &png).unwrap();
+        eprintln!("screenshot saved to {}", path.display());
+
+        browser.find(Locator::Id("voice-leave")).await.unwrap().click().await.unwrap();
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        while !text_of(&browser, "voice-members").await.contains("nobody") {
+            assert!(tokio::time::Instant::now() < deadline, "ada is still shown in the channel");
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        browser.close().await.unwrap();
+    });
+}
