@@ -724,8 +724,10 @@ fn answer(
                 return (out, Some((4016, "Unknown encryption mode.")));
             };
             conn.cipher = Some(cipher);
+            let chosen = if mode.starts_with("aead_aes256_gcm") { "selected_aes256_gcm" } else { "selected_xchacha20_poly1305" };
             conn.mode = mode.clone();
             conn.bot_udp = Some(SocketAddr::new(ip, port));
+            VoiceServer::count(&mut inner, chosen);
             out.push(json!({ "op": 4, "d": { "mode": mode, "secret_key": key.to_vec(), "dave_protocol_version": 0 } }).to_string());
         }
         Some(3) => out.push(json!({ "op": 6, "d": d.clone() }).to_string()),

@@ -121,6 +121,8 @@ pub struct BodyConfig {
     pub longest_segment: Duration,
     /// How long a (re)connect may take before it fails.
     pub connect_timeout: Duration,
+    /// The AEAD mode asked for (the voice server offers both `_rtpsize` modes; AES-GCM is Discord's preferred).
+    pub crypto_mode: songbird::driver::CryptoMode,
 }
 
 impl Default for BodyConfig {
@@ -129,6 +131,7 @@ impl Default for BodyConfig {
             end_of_speech: Duration::from_millis(400),
             longest_segment: Duration::from_secs(15),
             connect_timeout: Duration::from_secs(10),
+            crypto_mode: songbird::driver::CryptoMode::Aes256Gcm,
         }
     }
 }
@@ -277,7 +280,8 @@ impl Body {
     pub fn new(config: BodyConfig) -> (Body, mpsc::UnboundedReceiver<BodyEvent>) {
         let driver_config = Config::default()
             .decode_mode(DecodeMode::Decode(DecodeConfig::new(Channels::Mono, SampleRate::Hz16000)))
-            .driver_timeout(Some(config.connect_timeout));
+            .driver_timeout(Some(config.connect_timeout))
+            .crypto_mode(config.crypto_mode);
         let mut driver = Driver::new(driver_config);
         let ears = Arc::new(Mutex::new(Ears::default()));
         let (tx, rx) = mpsc::unbounded_channel();

@@ -37,6 +37,7 @@ pub async fn loopback(dir: PathBuf) -> Loopback {
 }
 
 /// The body, connected to the loopback's voice channel as op 4 would have it.
+#[allow(dead_code)]
 pub async fn connected(discord: &Loopback) -> (Body, UnboundedReceiver<BodyEvent>) {
     let (mut body, events) = Body::new(BodyConfig::default());
     let connection = connection(discord);
