@@ -189,6 +189,8 @@ struct Inner {
     /// Counts of what the server refused or saw, by kind (for tests and the page).
     counters: BTreeMap<&'static str, u64>,
     next_session: u64,
+    /// Every token handed out, so a test can look for one where it must never appear.
+    issued: Vec<String>,
 }
 
 /// The loopback's voice server. Shared behind an `Arc` by the HTTP state.
@@ -294,6 +296,7 @@ impl VoiceServer {
         inner.next_session += 1;
         let session = format!("voice-session-{}-{}", inner.next_session, random_u32());
         let token = token();
+        inner.issued.push(token.clone());
         match channel {
             Some(c) => {
                 inner.bot_state.insert(guild, (c, session.clone()));
@@ -315,8 +318,15 @@ impl VoiceServer {
     /// A new token for the guild's voice server, as Discord sends when it moves the call.
     pub(crate) fn rotate_token(&self, guild: u64) -> String {
         let token = token();
-        self.lock().tokens.insert(guild, token.clone());
+        let mut inner = self.lock();
+        inner.issued.push(token.clone());
+        inner.tokens.insert(guild, token.clone());
         token
+    }
+
+    /// Every voice token this server has handed out.
+    pub fn tokens_issued(&self) -> Vec<String> {
+        self.lock().issued.clone()
     }
 
     /// Whether the bot's voice connection in `channel` is up (encrypted and with a UDP address).

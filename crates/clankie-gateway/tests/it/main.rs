@@ -4,6 +4,7 @@
 mod body;
 mod ingest;
 mod stack;
+mod voice;
 
 use std::time::Duration;
 

@@ -58,6 +58,13 @@ async fn voice_reconnect_a_4006_close_and_a_moved_call_reconnect_and_audio_flows
     println!("voice_reconnect server update: audio flowing again {} ms after it", flowing - moved);
     assert!(flowing - moved <= 3_000, "audio came back {} ms after the server update", flowing - moved);
     assert_eq!(counter(&rig, "identify_refused"), 0, "every identify carried a current session and token");
+
+    // The voice tokens are credentials: none reached the voice floor's log (at debug).
+    let log = rig.log("floor-a");
+    assert!(log.contains("voice room taken"), "the log was read");
+    for token in rig.discord.voice().tokens_issued() {
+        assert!(!log.contains(&token), "a voice token reached the log");
+    }
 }
 
 #[tokio::test]
