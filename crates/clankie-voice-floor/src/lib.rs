@@ -82,6 +82,12 @@ struct Room {
     floor: FloorState,
 }
 
+/// A live room's input consumers, opened by [`VoiceFloor::room_inputs`].
+pub struct RoomInputs {
+    typed: clankie_bus::Consumer<v1::RoomInput>,
+    bodies: clankie_bus::Consumer<v1::RoomInput>,
+}
+
 /// What hearing one input led to.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Heard {
@@ -150,19 +156,29 @@ impl VoiceFloor {
         }
     }
 
-    /// Hears one live room's inputs, typed and from bodies, in order, until the bus fails. Its
-    /// consumers are durable and the room's own, so the next owner goes on where this one stopped.
-    pub async fn serve_room(&self, guild: u64, channel: u64) -> Result<(), VoiceError> {
+    /// Opens one room's input consumers, typed and from bodies. They are durable and the room's
+    /// own, so the next owner goes on where this one stopped; a new one starts at what is
+    /// published from now on, so lines from a room's earlier life are never heard late. Open them
+    /// before the room is announced live, so nothing routed to it is missed.
+    pub async fn room_inputs(&self, guild: u64, channel: u64) -> Result<RoomInputs, VoiceError> {
         let typed_spec = ConsumerSpec::durable(format!("voice-floor-room-{guild}-{channel}"), Family::IngressRoom)
-            .with_filter(Subject::IngressRoom { guild, channel }.to_string());
+            .with_filter(Subject::IngressRoom { guild, channel }.to_string())
+            .deliver_new();
         let bodies_spec = ConsumerSpec::durable(format!("voice-floor-input-{guild}-{channel}"), Family::VoiceInput)
-            .with_filter(Subject::VoiceInput { guild, channel }.to_string());
-        let mut typed = self.bus.consumer::<v1::RoomInput>(typed_spec).await?;
-        let mut bodies = self.bus.consumer::<v1::RoomInput>(bodies_spec).await?;
+            .with_filter(Subject::VoiceInput { guild, channel }.to_string())
+            .deliver_new();
+        Ok(RoomInputs {
+            typed: self.bus.consumer::<v1::RoomInput>(typed_spec).await?,
+            bodies: self.bus.consumer::<v1::RoomInput>(bodies_spec).await?,
+        })
+    }
+
+    /// Hears a live room's inputs in order until the bus fails.
+    pub async fn serve_room(&self, mut inputs: RoomInputs) -> Result<(), VoiceError> {
         loop {
             let d = tokio::select! {
-                d = typed.next() => d?,
-                d = bodies.next() => d?,
+                d = inputs.typed.next() => d?,
+                d = inputs.bodies.next() => d?,
             };
             let span = tracing::info_span!("delivery", delivery_id = %d.event.delivery_id);
             let _ = tracing::Instrument::instrument(self.hear(d.event.clone()), span).await;

@@ -380,13 +380,20 @@ impl RoomKeeper {
                 return;
             }
         }
-        let Some(owned) = self.owned.get_mut(&key) else { return };
-        if !owned.live {
+        if self.owned.get(&key).is_some_and(|o| !o.live) {
+            let inputs = match self.floor.room_inputs(guild, channel).await {
+                Ok(inputs) => inputs,
+                Err(e) => {
+                    tracing::warn!(error = %e, guild, channel, "voice room input not opened yet; the room is not announced");
+                    return;
+                }
+            };
+            let Some(owned) = self.owned.get_mut(&key) else { return };
             owned.live = true;
             self.floor.open_room(guild, channel);
             let floor = self.floor.clone();
             owned.inputs = Some(tokio::spawn(async move {
-                if let Err(e) = floor.serve_room(guild, channel).await {
+                if let Err(e) = floor.serve_room(inputs).await {
                     tracing::error!(error = %e, guild, channel, "voice room input stopped");
                 }
             }));

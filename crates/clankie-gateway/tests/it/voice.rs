@@ -16,7 +16,10 @@ async fn voice_join_a_command_becomes_op_4_and_his_voice_state_and_server_come_b
 
     // A human's voice state is forwarded, not marked as his.
     let ada = rig.discord.voice_join(VOICE_CHAT, "ada").unwrap();
-    until("ada's voice state", Duration::from_secs(10), || members.all().iter().any(|m| m.user_id == ada && m.channel_id == Some(VOICE_CHAT))).await;
+    until("ada's voice state", Duration::from_secs(10), || {
+        members.all().iter().any(|m| m.user_id == ada && m.channel_id == Some(VOICE_CHAT))
+    })
+    .await;
     let theirs = members.all().into_iter().find(|m| m.user_id == ada).unwrap();
     assert!(!theirs.is_him && theirs.session_id.is_empty(), "another user's session id is not passed on");
 
@@ -33,8 +36,10 @@ async fn voice_join_a_command_becomes_op_4_and_his_voice_state_and_server_come_b
 
     let leave = v1::VoiceCommand { guild_id: GUILD, channel_id: None, reason: "owner".into(), epoch: 0, at_ms: now_ms() };
     rig.bus.publish(&Subject::VoiceCommand { guild: GUILD }, &leave, None).await.unwrap();
-    until("him out of voice", Duration::from_secs(10), || members.all().iter().filter(|m| m.is_him).last().is_some_and(|m| m.channel_id.is_none()))
-        .await;
+    until("him out of voice", Duration::from_secs(10), || {
+        members.all().iter().filter(|m| m.is_him).last().is_some_and(|m| m.channel_id.is_none())
+    })
+    .await;
 
     // A null endpoint is forwarded as such: the voice side waits for the next update.
     rig.discord.voice_server_update(true);
@@ -47,8 +52,7 @@ async fn voice_join_states_of_a_guild_not_admitted_are_not_forwarded() {
     let members = record::<v1::VoiceMember>(&rig.bus, Family::VoiceMember).await;
     let mut config = rig.gateway_config();
     config.guilds = vec![GUILD + 1];
-    let settings =
-        clankie_settings::Settings::for_endpoints(&rig.nats.url(), "postgres://unused@127.0.0.1:1/x", rig.dir.path()).unwrap();
+    let settings = clankie_settings::Settings::for_endpoints(&rig.nats.url(), "postgres://unused@127.0.0.1:1/x", rig.dir.path()).unwrap();
     let gateway = clankie_gateway::Gateway::new(clankie_bus::Bus::connect(&settings, "gateway").await.unwrap(), config);
     let running = gateway.clone();
     let _task = tokio::spawn(async move {
