@@ -245,7 +245,7 @@ impl State {
     pub fn voice_member(&self, channel: u64, author: &str, join: bool) -> Result<u64, crate::voice::VoiceError> {
         let (guild, channels) = self.voice_guild(channel)?;
         let user = State::user_id(author);
-        self.voice.set_member(&channels, user, author, join.then_some(channel));
+        self.voice.set_member(guild, &channels, user, author, join.then_some(channel));
         let session = format!("user-voice-{user}");
         self.dispatch("VOICE_STATE_UPDATE", State::voice_state_json(guild, join.then_some(channel), user, &session));
         Ok(user)

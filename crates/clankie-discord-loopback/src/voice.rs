@@ -5,7 +5,8 @@
 //!   `SSL_CERT_FILE` = [`VoiceServer::ca_bundle`], which also holds the system roots.
 //! - Identify → Hello + Ready; Select Protocol → Session Description with
 //!   `dave_protocol_version: 0` (no DAVE: real Discord requires it, the loopback runs without);
-//!   heartbeat ACK; Resume → Hello + Resumed; Speaking for the users it voices.
+//!   heartbeat ACK; Resume → Hello + Resumed; Speaking for the users it voices; Client
+//!   Disconnect when a user leaves his channel.
 //! - One UDP socket: the 74-byte IP discovery, and RTP in both AEAD `_rtpsize` modes with real
 //!   encryption and real Opus at 20 ms frames, sent at real-time pace.
 //!
@@ -268,7 +269,9 @@ impl VoiceServer {
 
     /// A user enters (`Some(channel)`) or leaves (`None`) the guild's voice; returns the channel
     /// they were in before, if any.
-    pub(crate) fn set_member(&self, guild_channels: &[u64], user: u64, name: &str, channel: Option<u64>) -> Option<u64> {
+    /// A user entering (`Some(channel)`) or leaving (`None`) the guild's voice. Leaving a
+    /// channel he is connected to sends him op 13 (Client Disconnect), so he forgets their SSRC.
+    pub(crate) fn set_member(&self, guild: u64, guild_channels: &[u64], user: u64, name: &str, channel: Option<u64>) -> Option<u64> {
         let mut inner = self.lock();
         let mut before = None;
         for c in guild_channels {
@@ -280,6 +283,14 @@ impl VoiceServer {
         }
         if let Some(c) = channel {
             inner.members.entry(c).or_default().insert(user, name.to_owned());
+        }
+        if let Some(left) = before.filter(|b| Some(*b) != channel) {
+            inner.streams.remove(&(left, user));
+            let disconnect = json!({ "op": 13, "d": { "user_id": user.to_string() } }).to_string();
+            if let Some(ws) = inner.conns.get(&guild).filter(|c| c.channel == left).and_then(|c| c.ws.clone()) {
+                let _ = ws.send(WsOut::Text(disconnect));
+                VoiceServer::count(&mut inner, "client_disconnect");
+            }
         }
         before
     }

@@ -362,6 +362,14 @@ impl Body {
         }
     }
 
+    /// Whom each SSRC is speaking for, as speaking updates and client disconnects left it.
+    pub fn speakers(&self) -> Vec<(u32, u64)> {
+        let mut speakers: Vec<(u32, u64)> =
+            self.ears.lock().unwrap_or_else(|p| p.into_inner()).users.iter().map(|(s, u)| (*s, *u)).collect();
+        speakers.sort_unstable();
+        speakers
+    }
+
     /// Stops whatever is playing.
     pub fn stop(&mut self) {
         self.driver.stop();

@@ -7,3 +7,4 @@ mod secrets;
 mod self_cli;
 mod tap;
 mod trail;
+mod voice_cli;
