@@ -144,18 +144,12 @@ async fn voice_leave(AxState(state): AxState<Arc<State>>, Json(m): Json<VoiceMem
 /// The longest line the loopback voices, so a request cannot tie up a voice stream for long.
 const MAX_SPOKEN_CHARS: usize = 600;
 
-/// Synthesizes `text` with espeak-ng into mono PCM and its rate.
+/// Synthesizes `text` with espeak-ng (the offline speech engine) into mono PCM and its rate.
 pub(crate) async fn synthesize(text: &str) -> Result<(Vec<i16>, u32), String> {
-    let output = tokio::process::Command::new("espeak-ng")
-        .args(["-s", "160", "--stdout", "--"])
-        .arg(text)
-        .output()
-        .await
-        .map_err(|e| format!("espeak-ng could not run ({e}); install it with deploy/local/install"))?;
-    if !output.status.success() {
-        return Err(format!("espeak-ng failed ({})", output.status));
-    }
-    clankie_pcm::read_wav(&output.stdout).map_err(|e| format!("espeak-ng output: {e}"))
+    use clankie_speech::TextToSpeech as _;
+    let audio =
+        clankie_speech::offline::Espeak::new(std::time::Duration::from_secs(30)).synthesize(text).await.map_err(|e| e.to_string())?;
+    Ok((audio.pcm, audio.rate))
 }
 
 async fn voice_speak(AxState(state): AxState<Arc<State>>, Json(m): Json<VoiceSpeak>) -> Response {

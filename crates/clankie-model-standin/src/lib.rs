@@ -8,6 +8,9 @@
 //!
 //! Scripts are queued in process with [`StandIn::script`] or over HTTP with
 //! `POST /control/script`; `GET /control/requests` lists what was recorded.
+//! It also serves the OpenAI audio routes over the offline speech engines ([`audio`]).
+
+pub mod audio;
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
@@ -169,6 +172,8 @@ struct Inner {
 pub struct Shared {
     inner: Arc<Mutex<Inner>>,
     arrived: Arc<tokio::sync::Notify>,
+    /// The audio routes' scripts and grammar.
+    pub audio: audio::AudioShared,
 }
 
 impl Shared {
@@ -230,6 +235,11 @@ impl StandIn {
         self.addr
     }
 
+    /// The audio routes: scripted failures, the transcription grammar, counts.
+    pub fn audio(&self) -> &audio::AudioShared {
+        &self.shared.audio
+    }
+
     /// Queues a script.
     pub fn script(&self, script: Script) {
         self.shared.lock().scripts.push(script);
@@ -262,11 +272,13 @@ impl Drop for StandIn {
 
 /// The stand-in's routes over `shared`, for embedding in another server.
 pub fn router(shared: Shared) -> Router {
+    let audio = audio::routes(shared.audio.clone());
     Router::new()
         .route("/v1/chat/completions", post(completions))
         .route("/control/script", post(add_script))
         .route("/control/requests", get(list_requests).delete(clear_requests))
         .with_state(shared)
+        .merge(audio)
 }
 
 async fn add_script(State(shared): State<Shared>, axum::Json(script): axum::Json<Script>) -> StatusCode {
