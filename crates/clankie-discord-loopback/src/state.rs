@@ -218,8 +218,13 @@ impl State {
         let _ = self.dispatched.send(());
     }
 
-    fn voice_state_json(guild: u64, channel: Option<u64>, user: u64, session_id: &str) -> serde_json::Value {
+    fn voice_state_json(guild: u64, channel: Option<u64>, user: u64, name: &str, session_id: &str) -> serde_json::Value {
         serde_json::json!({
+            "member": {
+                "user": crate::model::user_json(user, name, false),
+                "nick": null, "roles": [], "joined_at": null, "deaf": false, "mute": false, "flags": 0,
+                "communication_disabled_until": null,
+            },
             "guild_id": guild.to_string(),
             "channel_id": channel.map(|c| c.to_string()),
             "user_id": user.to_string(),
@@ -247,7 +252,7 @@ impl State {
         let user = State::user_id(author);
         self.voice.set_member(guild, &channels, user, author, join.then_some(channel));
         let session = format!("user-voice-{user}");
-        self.dispatch("VOICE_STATE_UPDATE", State::voice_state_json(guild, join.then_some(channel), user, &session));
+        self.dispatch("VOICE_STATE_UPDATE", State::voice_state_json(guild, join.then_some(channel), user, author, &session));
         Ok(user)
     }
 
@@ -255,7 +260,10 @@ impl State {
     /// VOICE_SERVER_UPDATE, as Discord sends them.
     pub fn bot_voice(&self, guild: u64, channel: Option<u64>) -> (String, String) {
         let (session, token) = self.voice.bot_moves(guild, channel);
-        self.dispatch("VOICE_STATE_UPDATE", State::voice_state_json(guild, channel, self.config.bot_user_id, &session));
+        self.dispatch(
+            "VOICE_STATE_UPDATE",
+            State::voice_state_json(guild, channel, self.config.bot_user_id, &self.config.bot_name, &session),
+        );
         if channel.is_some() {
             let d = serde_json::json!({ "guild_id": guild.to_string(), "token": token, "endpoint": self.voice.endpoint() });
             self.dispatch("VOICE_SERVER_UPDATE", d);

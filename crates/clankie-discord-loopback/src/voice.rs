@@ -376,6 +376,13 @@ impl VoiceServer {
         inner.heard.get(&channel).cloned().unwrap_or_default()
     }
 
+    /// When his audio now playing in `channel` began (ms since the epoch), if it is flowing.
+    pub fn speaking_since(&self, channel: u64) -> Option<i64> {
+        let inner = self.lock();
+        let capture = inner.captures.get(&channel)?;
+        (now_ms() - capture.last_ms <= 100).then_some(capture.start_ms)
+    }
+
     fn stream(inner: &mut Inner, channel: u64, user: u64) -> Stream {
         *inner.streams.entry((channel, user)).or_insert_with(|| Stream {
             ssrc: random_u32() | 1,

@@ -34,6 +34,11 @@ impl Gateway {
             is_him,
             session_id: if is_him { state.session_id.clone() } else { String::new() },
             at_ms: now_ms(),
+            display_name: state
+                .member
+                .as_ref()
+                .map(|m| m.nick.clone().or_else(|| m.user.global_name.clone()).unwrap_or_else(|| m.user.name.clone()))
+                .unwrap_or_default(),
         };
         if let Err(e) = self.inner.bus.publish(&Subject::VoiceMember { guild, user }, &member, None).await {
             tracing::warn!(error = %e, guild, user, "voice state not forwarded");

@@ -39,6 +39,8 @@ pub enum SandboxError {
     Media(#[from] clankie_media::MediaError),
     #[error("browser host: {0}")]
     Browser(#[from] clankie_browser::BrowseError),
+    #[error("voice rooms: {0}")]
+    Rooms(#[from] clankie_voice_floor::rooms::RoomError),
 }
 
 /// A running embedded stack. Dropping it stops the services.
@@ -128,7 +130,7 @@ impl Sandbox {
             }
         }));
         let mut rooms =
-            RoomKeeper::new(voice_bus.clone(), clankie_store::Store::connect(&settings.database_url).await?, voice.clone(), room_config);
+            RoomKeeper::new(voice_bus.clone(), clankie_store::Store::connect(&settings.database_url).await?, voice.clone(), room_config)?;
         tasks.push(tokio::spawn(async move {
             if let Err(e) = rooms.run().await {
                 tracing::error!(error = %e, "voice rooms stopped");

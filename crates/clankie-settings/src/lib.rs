@@ -135,6 +135,40 @@ pub const SETTINGS: &[Setting] = &[
         default: "empty (no voice rooms); `clankie run` allows the loopback's voice channel",
         doc: "The voice channels he may join, as comma-separated `guild:channel`. A room goes live when a human joins one (or on `clankie voice join`); its attached chat then talks to the voice floor.",
     },
+    Setting {
+        name: "CLANKIE_STT_BASE_URL",
+        default: "unset: offline pocketsphinx (rehearsal only)",
+        doc: "An OpenAI-compatible audio API for transcription (`POST {base}/audio/transcriptions`), e.g. speaches or LocalAI.",
+    },
+    Setting { name: "CLANKIE_STT_MODEL", default: "whisper-1", doc: "The transcription model asked for." },
+    Setting { name: "CLANKIE_STT_API_KEY", default: "unset", doc: "Bearer token for the transcription API. Never logged." },
+    Setting {
+        name: "CLANKIE_STT_GRAMMAR",
+        default: "unset",
+        doc: "A JSGF grammar of the phrases the offline transcriber may hear; without one, offline transcription of synthesized speech is noise.",
+    },
+    Setting {
+        name: "CLANKIE_TTS_BASE_URL",
+        default: "unset: offline espeak-ng (rehearsal only)",
+        doc: "An OpenAI-compatible audio API for speech (`POST {base}/audio/speech`), e.g. Kokoro-FastAPI or LocalAI.",
+    },
+    Setting { name: "CLANKIE_TTS_MODEL", default: "tts-1", doc: "The speech model asked for." },
+    Setting { name: "CLANKIE_TTS_VOICE", default: "alloy", doc: "The voice asked for." },
+    Setting { name: "CLANKIE_TTS_API_KEY", default: "unset", doc: "Bearer token for the speech API. Never logged." },
+    Setting {
+        name: "CLANKIE_SPEECH_TIMEOUT_MS",
+        default: "15000",
+        doc: "The longest one transcription or synthesis may take before it fails.",
+    },
+    Setting { name: "CLANKIE_VOICE_SPEECH_START_MS", default: "200", doc: "Speech shorter than this is noise, not an utterance." },
+    Setting { name: "CLANKIE_VOICE_END_OF_TURN_MS", default: "600", doc: "This much silence ends someone's utterance." },
+    Setting {
+        name: "CLANKIE_VOICE_PRE_ROLL_MS",
+        default: "300",
+        doc: "Noise too short to be speech, kept (this much of it) at the start of the utterance that follows.",
+    },
+    Setting { name: "CLANKIE_VOICE_MAX_UTTERANCE_MS", default: "15000", doc: "An utterance is cut here even without a pause." },
+    Setting { name: "CLANKIE_BARGE_IN_MS", default: "500", doc: "A human speaking this long while he speaks stops his playback." },
     Setting { name: "CLANKIE_VOICE_GRACE_MS", default: "30000", doc: "How long he stays in a voice room after the last human left it." },
     Setting {
         name: "CLANKIE_VOICE_LEASE_TTL_MS",
@@ -334,6 +368,24 @@ pub struct Settings {
     pub voice_rooms: Vec<(u64, u64)>,
     /// How long he stays in a voice room after the last human left.
     pub voice_grace: Duration,
+    /// Transcription: an OpenAI-compatible base URL (none: offline), model, key, offline grammar.
+    pub stt_base_url: Option<String>,
+    pub stt_model: String,
+    pub stt_api_key: Option<String>,
+    pub stt_grammar: Option<PathBuf>,
+    /// Speech: an OpenAI-compatible base URL (none: offline), model, voice, key.
+    pub tts_base_url: Option<String>,
+    pub tts_model: String,
+    pub tts_voice: String,
+    pub tts_api_key: Option<String>,
+    pub speech_timeout: Duration,
+    /// Hearing: shortest utterance, end-of-turn silence, pre-roll, longest utterance.
+    pub voice_speech_start: Duration,
+    pub voice_end_of_turn: Duration,
+    pub voice_pre_roll: Duration,
+    pub voice_max_utterance: Duration,
+    /// How long a human speaks over him before his playback stops.
+    pub barge_in: Duration,
     /// The voice room lease's time to live.
     pub voice_lease_ttl: Duration,
     /// Other names that address him.
@@ -426,6 +478,20 @@ impl fmt::Debug for Settings {
             .field("sandbox_addr", &self.sandbox_addr)
             .field("voice_rooms", &self.voice_rooms)
             .field("voice_grace", &self.voice_grace)
+            .field("stt_base_url", &self.stt_base_url.as_deref().map(redact_url))
+            .field("stt_model", &self.stt_model)
+            .field("stt_api_key", &self.stt_api_key.as_ref().map(|_| "***"))
+            .field("stt_grammar", &self.stt_grammar)
+            .field("tts_base_url", &self.tts_base_url.as_deref().map(redact_url))
+            .field("tts_model", &self.tts_model)
+            .field("tts_voice", &self.tts_voice)
+            .field("tts_api_key", &self.tts_api_key.as_ref().map(|_| "***"))
+            .field("speech_timeout", &self.speech_timeout)
+            .field("voice_speech_start", &self.voice_speech_start)
+            .field("voice_end_of_turn", &self.voice_end_of_turn)
+            .field("voice_pre_roll", &self.voice_pre_roll)
+            .field("voice_max_utterance", &self.voice_max_utterance)
+            .field("barge_in", &self.barge_in)
             .field("voice_lease_ttl", &self.voice_lease_ttl)
             .field("bot_aliases", &self.bot_aliases)
             .field("floor_continuation", &self.floor_continuation)
@@ -609,6 +675,12 @@ impl Settings {
         let floor_continuation = ms("CLANKIE_FLOOR_CONTINUATION_MS", 60_000, 0)?;
         let floor_offer_interval = ms("CLANKIE_FLOOR_OFFER_INTERVAL_MS", 300_000, 0)?;
         let voice_grace = ms("CLANKIE_VOICE_GRACE_MS", 30_000, 0)?;
+        let speech_timeout = ms("CLANKIE_SPEECH_TIMEOUT_MS", 15_000, 100)?;
+        let voice_speech_start = ms("CLANKIE_VOICE_SPEECH_START_MS", 200, 0)?;
+        let voice_end_of_turn = ms("CLANKIE_VOICE_END_OF_TURN_MS", 600, 20)?;
+        let voice_pre_roll = ms("CLANKIE_VOICE_PRE_ROLL_MS", 300, 0)?;
+        let voice_max_utterance = ms("CLANKIE_VOICE_MAX_UTTERANCE_MS", 15_000, 200)?;
+        let barge_in = ms("CLANKIE_BARGE_IN_MS", 500, 20)?;
         let voice_lease_ttl = ms("CLANKIE_VOICE_LEASE_TTL_MS", 10_000, 300)?;
         let shutdown_grace = ms("CLANKIE_SHUTDOWN_GRACE_MS", 30_000, 0)?;
         let media_max_bytes = number(var("CLANKIE_MEDIA_MAX_BYTES"), "CLANKIE_MEDIA_MAX_BYTES", 25 * 1024 * 1024, 1, u64::MAX)?;
@@ -686,6 +758,20 @@ impl Settings {
             shutdown_grace,
             voice_rooms,
             voice_grace,
+            stt_base_url: var("CLANKIE_STT_BASE_URL").filter(|v| !v.trim().is_empty()),
+            stt_model: var("CLANKIE_STT_MODEL").unwrap_or_else(|| "whisper-1".into()),
+            stt_api_key: var("CLANKIE_STT_API_KEY").filter(|v| !v.is_empty()),
+            stt_grammar: var("CLANKIE_STT_GRAMMAR").filter(|v| !v.trim().is_empty()).map(PathBuf::from),
+            tts_base_url: var("CLANKIE_TTS_BASE_URL").filter(|v| !v.trim().is_empty()),
+            tts_model: var("CLANKIE_TTS_MODEL").unwrap_or_else(|| "tts-1".into()),
+            tts_voice: var("CLANKIE_TTS_VOICE").unwrap_or_else(|| "alloy".into()),
+            tts_api_key: var("CLANKIE_TTS_API_KEY").filter(|v| !v.is_empty()),
+            speech_timeout,
+            voice_speech_start,
+            voice_end_of_turn,
+            voice_pre_roll,
+            voice_max_utterance,
+            barge_in,
             voice_lease_ttl,
             bot_aliases,
             floor_continuation,

@@ -108,6 +108,9 @@ pub enum BodyEvent {
     Reconnected { ssrc: u32 },
     /// The driver is gone; only a new op 4 (a new session or server update) brings it back.
     Disconnected { reason: String },
+    /// A person has been speaking for the barge-in threshold (once per utterance): if he is
+    /// speaking too, he should stop.
+    SpeechStarted { user_id: u64 },
     /// A person spoke and paused.
     Heard(Segment),
 }
@@ -115,8 +118,14 @@ pub enum BodyEvent {
 /// How the body cuts speech.
 #[derive(Debug, Clone, Copy)]
 pub struct BodyConfig {
+    /// Speech shorter than this is noise: it is not a segment (it stays as pre-roll).
+    pub speech_start: Duration,
     /// A pause this long ends a segment.
     pub end_of_speech: Duration,
+    /// Audio from just before a segment opened (noise too short to be speech) that it keeps.
+    pub pre_roll: Duration,
+    /// A person speaking this long raises [`BodyEvent::SpeechStarted`].
+    pub barge_in: Duration,
     /// A segment is cut here even without a pause, so a monologue cannot grow without bound.
     pub longest_segment: Duration,
     /// How long a (re)connect may take before it fails.
@@ -128,7 +137,10 @@ pub struct BodyConfig {
 impl Default for BodyConfig {
     fn default() -> Self {
         BodyConfig {
+            speech_start: Duration::from_millis(200),
             end_of_speech: Duration::from_millis(400),
+            pre_roll: Duration::from_millis(300),
+            barge_in: Duration::from_millis(500),
             longest_segment: Duration::from_secs(15),
             connect_timeout: Duration::from_secs(10),
             crypto_mode: songbird::driver::CryptoMode::Aes256Gcm,
@@ -141,12 +153,16 @@ struct Speaking {
     pcm: Vec<i16>,
     started: Instant,
     quiet_ticks: u32,
+    voiced_ticks: u32,
+    announced: bool,
 }
 
 #[derive(Default)]
 struct Ears {
     users: HashMap<u32, u64>,
     speaking: HashMap<u32, Speaking>,
+    /// Per SSRC, the tail of noise too short to be speech, kept as the next segment's pre-roll.
+    pre_roll: HashMap<u32, std::collections::VecDeque<i16>>,
 }
 
 struct Listener {
@@ -158,9 +174,13 @@ struct Listener {
 impl Listener {
     fn tick(&self, tick: &songbird::events::context_data::VoiceTick) {
         let mut ears = self.ears.lock().unwrap_or_else(|p| p.into_inner());
+        let ears = &mut *ears;
         let now = Instant::now();
-        let quiet_limit = (self.config.end_of_speech.as_millis() / 20).max(1) as u32;
+        let ticks = |d: Duration| (d.as_millis() / 20).max(1) as u32;
+        let (quiet_limit, start_ticks, barge_ticks) =
+            (ticks(self.config.end_of_speech), ticks(self.config.speech_start), ticks(self.config.barge_in));
         let longest = (self.config.longest_segment.as_secs_f64() * f64::from(HEARD_RATE)) as usize;
+        let pre_roll = (self.config.pre_roll.as_secs_f64() * f64::from(HEARD_RATE)) as usize;
         let mut done = Vec::new();
         for (ssrc, data) in &tick.speaking {
             let Some(user_id) = ears.users.get(ssrc).copied() else {
@@ -170,17 +190,27 @@ impl Listener {
                 continue;
             };
             let voiced = data.packet.is_some();
+            if !voiced && !ears.speaking.contains_key(ssrc) {
+                continue;
+            }
             let entry = ears.speaking.entry(*ssrc).or_insert_with(|| Speaking {
                 user_id,
-                pcm: Vec::new(),
+                pcm: ears.pre_roll.remove(ssrc).map(Vec::from).unwrap_or_default(),
                 started: now - Duration::from_millis(20),
                 quiet_ticks: 0,
+                voiced_ticks: 0,
+                announced: false,
             });
             if voiced {
                 entry.quiet_ticks = 0;
+                entry.voiced_ticks += 1;
                 match &data.decoded_voice {
                     Some(pcm) => entry.pcm.extend_from_slice(pcm),
                     None => entry.pcm.extend(std::iter::repeat_n(0, TICK_SAMPLES)),
+                }
+                if !entry.announced && entry.voiced_ticks >= barge_ticks {
+                    entry.announced = true;
+                    let _ = self.events.send(BodyEvent::SpeechStarted { user_id });
                 }
             } else {
                 entry.quiet_ticks += 1;
@@ -200,13 +230,18 @@ impl Listener {
         let gone: Vec<u32> = ears.speaking.keys().filter(|s| !tick.speaking.contains_key(s) && !tick.silent.contains(s)).copied().collect();
         done.extend(gone);
         for ssrc in done {
-            if let Some(s) = ears.speaking.remove(&ssrc) {
-                if s.pcm.is_empty() {
-                    continue;
+            let Some(s) = ears.speaking.remove(&ssrc) else { continue };
+            if s.voiced_ticks < start_ticks {
+                // Too short to be speech: it becomes pre-roll for whatever this person says next.
+                let ring = ears.pre_roll.entry(ssrc).or_default();
+                ring.extend(s.pcm);
+                while ring.len() > pre_roll {
+                    ring.pop_front();
                 }
-                let segment = Segment { user_id: s.user_id, ssrc, pcm: s.pcm, started: s.started, ended: now };
-                let _ = self.events.send(BodyEvent::Heard(segment));
+                continue;
             }
+            let segment = Segment { user_id: s.user_id, ssrc, pcm: s.pcm, started: s.started, ended: now };
+            let _ = self.events.send(BodyEvent::Heard(segment));
         }
     }
 }
@@ -278,8 +313,11 @@ pub struct Body {
 impl Body {
     /// A body not yet connected, and the stream of what happens to it.
     pub fn new(config: BodyConfig) -> (Body, mpsc::UnboundedReceiver<BodyEvent>) {
+        // Three packets of jitter buffer (60 ms) rather than five: barge-in is judged on what has
+        // come out of it, and loopback and LAN jitter fit.
         let driver_config = Config::default()
             .decode_mode(DecodeMode::Decode(DecodeConfig::new(Channels::Mono, SampleRate::Hz16000)))
+            .playout_buffer_length(std::num::NonZeroU8::new(3).unwrap_or(std::num::NonZeroU8::MIN))
             .driver_timeout(Some(config.connect_timeout))
             .crypto_mode(config.crypto_mode);
         let mut driver = Driver::new(driver_config);

@@ -74,12 +74,16 @@ pub struct RingLine {
     pub is_him: bool,
     pub text: String,
     pub at_ms: i64,
+    /// His line, stopped by someone speaking over him: `text` is what he got to say.
+    pub cut_off: bool,
 }
 
 #[derive(Default)]
 struct Room {
     ring: VecDeque<RingLine>,
     floor: FloorState,
+    /// Where the room's words go to be spoken: its audio body, when it has one.
+    mouth: Option<tokio::sync::mpsc::UnboundedSender<v1::Speak>>,
 }
 
 /// A live room's input consumers, opened by [`VoiceFloor::room_inputs`].
@@ -117,9 +121,23 @@ impl VoiceFloor {
         VoiceFloor { bus, model, selfhood, config, rooms: Mutex::new(HashMap::new()), seen: Mutex::new(HashMap::new()) }
     }
 
-    /// Makes a room live here: its inputs are heard from now on.
-    pub fn open_room(&self, guild: u64, channel: u64) {
-        self.rooms.lock().unwrap_or_else(|p| p.into_inner()).entry((guild, channel)).or_default();
+    /// Makes a room live here: its inputs are heard from now on, and what it decides to say goes
+    /// to `mouth` (its audio body) as well as onto the speak subject.
+    pub fn open_room(&self, guild: u64, channel: u64, mouth: Option<tokio::sync::mpsc::UnboundedSender<v1::Speak>>) {
+        self.rooms.lock().unwrap_or_else(|p| p.into_inner()).entry((guild, channel)).or_default().mouth = mouth;
+    }
+
+    /// His line for `delivery_id` was stopped by someone speaking over him after `said` of it:
+    /// the ring keeps only the words he got to say, marked as cut off.
+    pub fn cut_off(&self, guild: u64, channel: u64, delivery_id: &str, said: f64) {
+        let mut rooms = self.rooms.lock().unwrap_or_else(|p| p.into_inner());
+        let Some(room) = rooms.get_mut(&(guild, channel)) else { return };
+        if let Some(line) = room.ring.iter_mut().rev().find(|l| l.is_him && l.delivery_id == delivery_id) {
+            let words: Vec<&str> = line.text.split_whitespace().collect();
+            let kept = ((words.len() as f64) * said.clamp(0.0, 1.0)).floor() as usize;
+            line.text = format!("{}…", words[..kept.min(words.len())].join(" "));
+            line.cut_off = true;
+        }
     }
 
     /// The room is no longer live here; its ring and floor state go with it.
@@ -271,6 +289,7 @@ impl VoiceFloor {
                 is_him: false,
                 text: input.text.clone(),
                 at_ms: input.received_at_ms,
+                cut_off: false,
             },
         );
         let decision = v1::FloorDecision {
@@ -332,7 +351,13 @@ impl VoiceFloor {
             .map(|line| blocks::Line {
                 said: blocks::Said { author_name: &line.author_name, author_id: line.author_id, delivery_id: "", text: &line.text },
                 is_him: line.is_him,
-                how: if line.source == v1::RoomInputSource::Text { "typed" } else { "said" },
+                how: if line.source == v1::RoomInputSource::Text {
+                    "typed"
+                } else if line.cut_off {
+                    "said, cut off"
+                } else {
+                    "said"
+                },
             })
             .collect();
         blocks::room(&lines)
@@ -384,6 +409,10 @@ impl VoiceFloor {
             tracing::warn!(error = %e, "speak event not published");
             return None;
         }
+        let mouth = self.rooms.lock().unwrap_or_else(|p| p.into_inner()).get(&key).and_then(|r| r.mouth.clone());
+        if let Some(mouth) = mouth {
+            let _ = mouth.send(speak.clone());
+        }
         self.receipt("voice.response", input, |r| r.with_code("spoke").with_count("chars", words.chars().count() as i64)).await;
         self.receipt("voice.playback", input, |r| r.with_code("queued")).await;
         let thread = LaneKey::Voice { guild: key.0, channel: key.1 };
@@ -398,6 +427,7 @@ impl VoiceFloor {
                 is_him: true,
                 text: words.clone(),
                 at_ms: now_ms(),
+                cut_off: false,
             },
         );
         {

@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 
 use clankie_bus::{Bus, BusError, ConsumerSpec, MsgId, now_ms};
 use clankie_proto::{Family, LaneKey, ReceiptKind, Subject, v1};
+use clankie_speech::{Audio, SpeechConfig, SpeechToText, TextToSpeech};
 use clankie_store::{RoomLease, Store, StoreError};
 use clankie_voice_body::{Body, BodyConfig, BodyEvent, Connection};
 use tokio::sync::mpsc;
@@ -36,6 +37,8 @@ pub struct RoomConfig {
     pub body: BodyConfig,
     /// How long to wait for his voice state after asking for op 4 before asking again.
     pub rejoin_after: Duration,
+    /// The speech engines: OpenAI-compatible where configured, offline otherwise.
+    pub speech: SpeechConfig,
 }
 
 impl RoomConfig {
@@ -46,9 +49,33 @@ impl RoomConfig {
             grace: settings.voice_grace,
             lease_ttl: settings.voice_lease_ttl,
             replica: settings.replica_id.clone(),
-            body: BodyConfig::default(),
+            body: BodyConfig {
+                speech_start: settings.voice_speech_start,
+                end_of_speech: settings.voice_end_of_turn,
+                pre_roll: settings.voice_pre_roll,
+                longest_segment: settings.voice_max_utterance,
+                barge_in: settings.barge_in,
+                ..BodyConfig::default()
+            },
             rejoin_after: Duration::from_secs(3),
+            speech: speech_config(settings),
         }
+    }
+}
+
+/// The speech engines' configuration from settings; the offline transcriber learns his names.
+pub fn speech_config(settings: &clankie_settings::Settings) -> SpeechConfig {
+    SpeechConfig {
+        stt_base_url: settings.stt_base_url.clone(),
+        stt_model: settings.stt_model.clone(),
+        stt_api_key: settings.stt_api_key.clone(),
+        stt_grammar: settings.stt_grammar.clone(),
+        tts_base_url: settings.tts_base_url.clone(),
+        tts_model: settings.tts_model.clone(),
+        tts_voice: settings.tts_voice.clone(),
+        tts_api_key: settings.tts_api_key.clone(),
+        timeout: settings.speech_timeout,
+        extra_words: vec![("clankie".into(), "K L AE NG K IY".into()), ("clanky".into(), "K L AE NG K IY".into())],
     }
 }
 
@@ -56,12 +83,20 @@ type Key = (u64, u64);
 
 enum BodyCommand {
     Connect(Connection),
+    Say(v1::Speak),
     Leave,
 }
 
 enum RoomEvent {
     Body(BodyEvent),
     ConnectFailed(String),
+    /// One of his lines was played out, cut off by someone speaking, or could not be spoken.
+    Playback {
+        delivery_id: String,
+        code: &'static str,
+        played_ms: i64,
+        audio_ms: i64,
+    },
 }
 
 /// A room this replica owns.
@@ -121,6 +156,8 @@ pub enum RoomError {
     Bus(#[from] BusError),
     #[error(transparent)]
     Store(#[from] StoreError),
+    #[error("speech engines: {0}")]
+    Speech(#[from] clankie_speech::SpeechError),
 }
 
 /// Keeps this replica's share of the voice rooms.
@@ -129,6 +166,10 @@ pub struct RoomKeeper {
     store: Store,
     floor: Arc<VoiceFloor>,
     config: RoomConfig,
+    stt: Arc<dyn SpeechToText>,
+    tts: Arc<dyn TextToSpeech>,
+    /// Display names by (guild, user), from their voice states.
+    names: HashMap<(u64, u64), String>,
     known: Known,
     owned: HashMap<Key, Owned>,
     events_tx: mpsc::UnboundedSender<(Key, i64, RoomEvent)>,
@@ -136,10 +177,23 @@ pub struct RoomKeeper {
 }
 
 impl RoomKeeper {
-    /// A keeper for `floor`'s rooms.
-    pub fn new(bus: Bus, store: Store, floor: Arc<VoiceFloor>, config: RoomConfig) -> RoomKeeper {
+    /// A keeper for `floor`'s rooms; fails only when an engine cannot be set up.
+    pub fn new(bus: Bus, store: Store, floor: Arc<VoiceFloor>, config: RoomConfig) -> Result<RoomKeeper, RoomError> {
         let (events_tx, events) = mpsc::unbounded_channel();
-        RoomKeeper { bus, store, floor, config, known: Known::default(), owned: HashMap::new(), events_tx, events }
+        let (stt, tts) = clankie_speech::engines(&config.speech)?;
+        Ok(RoomKeeper {
+            bus,
+            store,
+            floor,
+            config,
+            stt,
+            tts,
+            names: HashMap::new(),
+            known: Known::default(),
+            owned: HashMap::new(),
+            events_tx,
+            events,
+        })
     }
 
     /// Reads voice states and server updates and keeps rooms until the bus fails. Each replica
@@ -191,6 +245,9 @@ impl RoomKeeper {
     }
 
     fn member(&mut self, m: &v1::VoiceMember) {
+        if !m.display_name.is_empty() {
+            self.names.insert((m.guild_id, m.user_id), m.display_name.clone());
+        }
         if m.is_him {
             self.known.him.insert(m.guild_id, (m.channel_id, m.session_id.clone(), m.user_id));
             return;
@@ -305,7 +362,7 @@ impl RoomKeeper {
         };
         tracing::info!(guild = key.0, channel = key.1, epoch = lease.epoch, "voice room taken");
         let (commands, rx) = mpsc::unbounded_channel();
-        tokio::spawn(body_task(key, lease.epoch, self.config.body, rx, self.events_tx.clone()));
+        tokio::spawn(body_task(key, lease.epoch, self.config.body, self.tts.clone(), rx, self.events_tx.clone()));
         self.receipt("voice.room", key, lease.epoch, |r| r.with_code("owned").with_count("epoch", lease.epoch)).await;
         self.owned.insert(
             key,
@@ -390,7 +447,17 @@ impl RoomKeeper {
             };
             let Some(owned) = self.owned.get_mut(&key) else { return };
             owned.live = true;
-            self.floor.open_room(guild, channel);
+            // What the room decides to say reaches this owner's body.
+            let (mouth, mut said) = mpsc::unbounded_channel::<v1::Speak>();
+            let commands = owned.commands.clone();
+            tokio::spawn(async move {
+                while let Some(speak) = said.recv().await {
+                    if commands.send(BodyCommand::Say(speak)).is_err() {
+                        return;
+                    }
+                }
+            });
+            self.floor.open_room(guild, channel, Some(mouth));
             let floor = self.floor.clone();
             owned.inputs = Some(tokio::spawn(async move {
                 if let Err(e) = floor.serve_room(inputs).await {
@@ -488,18 +555,77 @@ impl RoomKeeper {
                 self.failed(key, true);
                 self.receipt("voice.connection", key, epoch, |r| r.with_code("failed")).await;
             }
-            RoomEvent::Body(BodyEvent::Heard(segment)) => {
-                let started_ms =
-                    now_ms() - i64::try_from(segment.ended.elapsed().as_millis() + segment.duration().as_millis()).unwrap_or(0);
-                let utterance = format!("utt:{}:{}:{}:{}", key.0, key.1, segment.ssrc, started_ms);
-                let audio_ms = i64::try_from(segment.duration().as_millis()).unwrap_or(i64::MAX);
-                self.receipt_for(&utterance, "voice.heard", key, |r| {
-                    r.with_id("speaker", segment.user_id).with_count("audio_ms", audio_ms).with_count("epoch", epoch)
+            RoomEvent::Body(BodyEvent::SpeechStarted { .. }) => {}
+            RoomEvent::Body(BodyEvent::Heard(segment)) => self.heard(key, epoch, segment).await,
+            RoomEvent::Playback { delivery_id, code, played_ms, audio_ms } => {
+                if code == "cut_off" && audio_ms > 0 {
+                    self.floor.cut_off(key.0, key.1, &delivery_id, played_ms as f64 / audio_ms as f64);
+                }
+                self.receipt_for(&delivery_id, "voice.playback", key, |r| {
+                    r.with_code(code).with_count("played_ms", played_ms).with_count("audio_ms", audio_ms)
                 })
                 .await;
-                self.floor.heard_audio(key.0, key.1, segment);
             }
         }
+    }
+
+    /// An utterance heard: transcribed off the keeper's loop, then one room input through the
+    /// same path as typed lines (the room's input subject, read by whoever keeps the room).
+    async fn heard(&mut self, key: Key, epoch: i64, segment: clankie_voice_body::Segment) {
+        let started_ms = now_ms() - i64::try_from(segment.ended.elapsed().as_millis() + segment.duration().as_millis()).unwrap_or(0);
+        let utterance = format!("utt:{}:{}:{}:{}", key.0, key.1, segment.ssrc, started_ms);
+        let audio_ms = i64::try_from(segment.duration().as_millis()).unwrap_or(i64::MAX);
+        self.receipt_for(&utterance, "voice.heard", key, |r| {
+            r.with_id("speaker", segment.user_id).with_count("audio_ms", audio_ms).with_count("epoch", epoch)
+        })
+        .await;
+        let author_name = self.names.get(&(key.0, segment.user_id)).cloned().unwrap_or_else(|| format!("user {}", segment.user_id));
+        let (bus, stt) = (self.bus.clone(), self.stt.clone());
+        let speaker = segment.user_id;
+        let audio = Audio { pcm: segment.pcm, rate: clankie_voice_body::HEARD_RATE };
+        tokio::spawn(async move {
+            let began = Instant::now();
+            let result = stt.transcribe(&audio).await;
+            let took_ms = i64::try_from(began.elapsed().as_millis()).unwrap_or(i64::MAX);
+            let code = match &result {
+                Ok(text) if text.trim().is_empty() => "empty",
+                Ok(_) => "transcribed",
+                Err(e) => e.code(),
+            };
+            let kind = ReceiptKind::new("voice.transcribed").ok();
+            if let Some(kind) = kind {
+                let lane = LaneKey::Voice { guild: key.0, channel: key.1 };
+                let chars = result.as_ref().map(|t| t.chars().count() as i64).unwrap_or(0);
+                let receipt = v1::Receipt::new(&kind, bus.service(), &utterance, now_ms())
+                    .with_lane(&lane)
+                    .with_id("speaker", speaker)
+                    .with_code(code)
+                    .with_count("chars", chars)
+                    .with_count("took_ms", took_ms);
+                if let Err(e) = bus.publish_receipt(&receipt).await {
+                    tracing::warn!(error = %e, "receipt not published");
+                }
+            }
+            let Ok(text) = result else { return };
+            if text.trim().is_empty() {
+                return;
+            }
+            let input = v1::RoomInput {
+                delivery_id: utterance.clone(),
+                guild_id: key.0,
+                channel_id: key.1,
+                author_id: speaker,
+                author_name,
+                source: v1::RoomInputSource::Speech as i32,
+                text,
+                received_at_ms: now_ms(),
+                ..Default::default()
+            };
+            let id = MsgId::new(format!("speech:{utterance}"));
+            if let Err(e) = bus.publish(&Subject::VoiceInput { guild: key.0, channel: key.1 }, &input, Some(&id)).await {
+                tracing::warn!(error = %e, "an utterance's room input was not published");
+            }
+        });
     }
 
     /// The connection is gone: the next `keep` asks for op 4 (at once after a drop; after a
@@ -543,17 +669,42 @@ impl RoomKeeper {
     }
 }
 
-/// Runs one room's audio body: connects when told, forwards what happens to it.
+/// Runs one room's audio body: connects when told, speaks what the room decides to say (one line
+/// at a time, each synthesized off this loop), stops when a human speaks over him, and forwards
+/// what happens to it.
 async fn body_task(
     key: Key,
     epoch: i64,
     config: BodyConfig,
+    tts: Arc<dyn TextToSpeech>,
     mut commands: mpsc::UnboundedReceiver<BodyCommand>,
     events: mpsc::UnboundedSender<(Key, i64, RoomEvent)>,
 ) {
+    struct Playing {
+        delivery_id: String,
+        began: Instant,
+        audio_ms: i64,
+        cut: bool,
+    }
     let (mut body, mut heard) = Body::new(config);
     let (done_tx, mut done) = mpsc::unbounded_channel::<(Connection, Result<(), clankie_voice_body::BodyError>)>();
+    let (synth_tx, mut synthesized) = mpsc::unbounded_channel::<(String, Result<Audio, clankie_speech::SpeechError>)>();
+    let (played_tx, mut played) = mpsc::unbounded_channel::<String>();
+    let mut queue: std::collections::VecDeque<v1::Speak> = std::collections::VecDeque::new();
+    let mut busy = false;
+    let mut playing: Option<Playing> = None;
+    let playback = |delivery_id: String, code: &'static str, played_ms: i64, audio_ms: i64| {
+        let _ = events.send((key, epoch, RoomEvent::Playback { delivery_id, code, played_ms, audio_ms }));
+    };
     loop {
+        if !busy && let Some(next) = queue.pop_front() {
+            busy = true;
+            let (tts, synth_tx) = (tts.clone(), synth_tx.clone());
+            tokio::spawn(async move {
+                let result = tts.synthesize(&next.text).await;
+                let _ = synth_tx.send((next.delivery_id, result));
+            });
+        }
         tokio::select! {
             command = commands.recv() => match command {
                 Some(BodyCommand::Connect(connection)) => {
@@ -565,6 +716,7 @@ async fn body_task(
                         let _ = done_tx.send((connection, attempt.await));
                     });
                 }
+                Some(BodyCommand::Say(speak)) => queue.push_back(speak),
                 Some(BodyCommand::Leave) | None => {
                     body.leave();
                     return;
@@ -576,9 +728,45 @@ async fn body_task(
                     let _ = events.send((key, epoch, RoomEvent::ConnectFailed(e.to_string())));
                 }
             }
+            Some((delivery_id, result)) = synthesized.recv() => match result {
+                Ok(audio) => {
+                    let audio_ms = i64::try_from(audio.duration().as_millis()).unwrap_or(i64::MAX);
+                    let finished = body.play(&audio.pcm, audio.rate);
+                    let played_tx = played_tx.clone();
+                    let id = delivery_id.clone();
+                    tokio::spawn(async move {
+                        let _ = finished.await;
+                        let _ = played_tx.send(id);
+                    });
+                    playing = Some(Playing { delivery_id, began: Instant::now(), audio_ms, cut: false });
+                }
+                Err(e) => {
+                    busy = false;
+                    playback(delivery_id, e.code(), 0, 0);
+                }
+            },
+            Some(delivery_id) = played.recv() => {
+                if let Some(p) = playing.take_if(|p| p.delivery_id == delivery_id) {
+                    let played_ms = i64::try_from(p.began.elapsed().as_millis()).unwrap_or(i64::MAX).min(p.audio_ms);
+                    playback(p.delivery_id, if p.cut { "cut_off" } else { "played" }, played_ms, p.audio_ms);
+                }
+                busy = false;
+            }
             Some(event) = heard.recv() => {
-                if matches!(event, BodyEvent::Disconnected { .. }) {
-                    body.forget();
+                match &event {
+                    BodyEvent::Disconnected { .. } => body.forget(),
+                    BodyEvent::SpeechStarted { .. } => {
+                        // Barge-in: a human has spoken over him for the threshold; he stops, and
+                        // lines still queued behind the one cut are dropped with it.
+                        if let Some(p) = playing.as_mut().filter(|p| !p.cut) {
+                            p.cut = true;
+                            body.stop();
+                            for dropped in queue.drain(..) {
+                                playback(dropped.delivery_id, "cut_off", 0, 0);
+                            }
+                        }
+                    }
+                    _ => {}
                 }
                 let _ = events.send((key, epoch, RoomEvent::Body(event)));
             }

@@ -26,7 +26,7 @@ pub async fn run_from_env() -> Result<()> {
         settings.exchange_window,
     );
     let floor = std::sync::Arc::new(VoiceFloor::new(bus.clone(), model, selfhood, VoiceConfig::from_settings(&settings)));
-    let mut rooms = RoomKeeper::new(bus, store, floor, RoomConfig::from_settings(&settings));
+    let mut rooms = RoomKeeper::new(bus, store, floor, RoomConfig::from_settings(&settings)).context("setting up the speech engines")?;
     tokio::select! {
         result = rooms.run() => result.context("voice rooms stopped")?,
         _ = clankie_http::terminated() => {}

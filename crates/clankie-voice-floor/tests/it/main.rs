@@ -5,6 +5,7 @@
 mod join;
 mod lease;
 mod reconnect;
+mod speech;
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -87,6 +88,11 @@ impl Rig {
 
     /// A voice-floor replica as its own process, logging to `<replica>.log` in the rig's directory.
     pub fn voice_floor(&self, replica: &str) -> tokio::process::Child {
+        self.voice_floor_with(replica, &[])
+    }
+
+    /// A voice-floor replica with extra settings.
+    pub fn voice_floor_with(&self, replica: &str, extra: &[(&str, String)]) -> tokio::process::Child {
         let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_clankie-voice-floor"));
         cmd.env("CLANKIE_NATS_URL", self.nats.url())
             .env("CLANKIE_DATABASE_URL", self.db.url())
@@ -99,6 +105,9 @@ impl Rig {
             .env("SSL_CERT_FILE", self.ca_bundle())
             .env("CLANKIE_LOG", std::env::var("CLANKIE_TEST_VOICE_LOG").unwrap_or_else(|_| "warn,clankie_voice_floor=debug".into()))
             .env("NO_COLOR", "1");
+        for (k, v) in extra {
+            cmd.env(k, v);
+        }
         let log = std::fs::File::create(self.dir.path().join(format!("{replica}.log"))).unwrap();
         cmd.stdout(std::process::Stdio::null()).stderr(log).kill_on_drop(true);
         cmd.spawn().unwrap()

@@ -1,0 +1,120 @@
+//! `spoken_round_trip` and `barge_in`: speech in through the offline transcriber, the floor, the
+//! persona (the model stand-in), and speech out through espeak-ng, over the real voice wire.
+
+use std::time::Duration;
+
+use clankie_model_standin::{Reply, Script};
+use clankie_speech::SpeechToText;
+use clankie_speech::offline::{Pocketsphinx, grammar};
+
+use super::{Rig, VOICE, clip, keeping, until};
+
+/// The phrases the offline transcriber may hear: the test's own and distractors, so that picking
+/// the right one means something.
+const PHRASES: [&str; 9] = [
+    "Clankie, what is the capital of France",
+    "Paris is the capital of France",
+    "Clankie, tell me a long story",
+    "tell me a joke",
+    "how is the weather today",
+    "clankie play some music",
+    "good morning everyone",
+    "what time is it",
+    "the train leaves at nine",
+];
+/// Every voice persona request says this; the captain's never does.
+const VOICE_PROMPT: &str = "spoken aloud";
+
+async fn live_room(rig: &Rig) -> (tokio::process::Child, std::path::PathBuf) {
+    let file = rig.dir.path().join("room.gram");
+    std::fs::write(&file, grammar(&PHRASES)).unwrap();
+    let floor = rig.voice_floor_with("floor-a", &[("CLANKIE_STT_GRAMMAR", file.display().to_string())]);
+    keeping(rig, "floor-a").await;
+    rig.discord.voice_join(VOICE, "ada").unwrap();
+    until("the room live", Duration::from_secs(10), || rig.live() == Some(VOICE)).await;
+    rig.connected(Duration::from_secs(10)).await;
+    (floor, file)
+}
+
+#[tokio::test]
+async fn spoken_round_trip_a_question_aloud_is_heard_answered_and_spoken() {
+    let rig = Rig::new().await;
+    let (_floor, grammar_file) = live_room(&rig).await;
+    rig.standin.script(Script::when(VOICE_PROMPT, Reply::text("Paris is the capital of France.")));
+
+    let (question, rate) = clip("Clankie, what is the capital of France").await;
+    let asked = clankie_bus::now_ms();
+    rig.discord.voice_speak(VOICE, "ada", &question, rate).await.unwrap();
+
+    // The persona's request holds ada's line, heard as speech.
+    let requests = rig.standin.wait_for_requests(1, Duration::from_secs(20)).await;
+    let request = requests.iter().find(|r| r.all_text().contains(VOICE_PROMPT)).expect("a voice persona request");
+    let text = request.all_text();
+    let line = text.lines().find(|l| l.contains("capital")).unwrap_or_else(|| panic!("no heard line in: {text}"));
+    assert!(line.contains("from=\"ada\"") && line.contains("how=\"said\""), "not ada's speech: {line}");
+    assert!(line.contains("france"), "{line}");
+
+    // He says the answer aloud: the loopback hears it, and it transcribes as the answer.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    let answer = loop {
+        if let Some(s) = rig.discord.voice().heard(VOICE).into_iter().find(|s| s.start_ms > asked) {
+            break s;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "nothing spoken; receipts: {:?}", rig.receipts("voice.playback"));
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let words = [("clankie".to_owned(), "K L AE NG K IY".to_owned())];
+    let ears = Pocketsphinx::new(Some(grammar_file), &words, Duration::from_secs(20)).unwrap();
+    let heard = ears.transcribe(&clankie_speech::Audio { pcm: answer.pcm.clone(), rate: answer.rate }).await.unwrap();
+    println!(
+        "spoken_round_trip: he said {:?} ({} ms of audio, first audio {} ms after the question began)",
+        heard,
+        answer.duration_ms(),
+        answer.start_ms - asked
+    );
+    assert!(heard.contains("paris"), "his answer transcribed as {heard:?}");
+
+    until("the played receipt", Duration::from_secs(10), || rig.receipts("voice.playback").iter().any(|r| super::has_code(r, "played")))
+        .await;
+    // Voice receipts of the spoken delivery join by its utterance id and carry no words.
+    let utterance = rig.receipts("voice.transcribed").into_iter().find(|r| super::has_code(r, "transcribed")).unwrap().delivery_id;
+    let joined: Vec<_> = rig.receipts.all().into_iter().filter(|r| r.delivery_id == utterance).collect();
+    let kinds: Vec<&str> = joined.iter().map(|r| r.kind.as_str()).collect();
+    for kind in ["voice.heard", "voice.transcribed", "voice.floor", "voice.response", "voice.playback"] {
+        assert!(kinds.contains(&kind), "{kind} missing from the utterance's receipts: {kinds:?}");
+    }
+    let all = format!("{:?}", rig.receipts.all());
+    for word in ["capital", "france", "paris", "Paris"] {
+        assert!(!all.contains(word), "a receipt carries the word {word:?}");
+    }
+}
+
+#[tokio::test]
+async fn barge_in_ada_speaking_over_him_stops_his_audio() {
+    let rig = Rig::new().await;
+    let (_floor, _) = live_room(&rig).await;
+    let long = "Once upon a time, in a quiet village by the sea, there lived an old lighthouse keeper who \
+                counted the ships every evening and wrote their names in a great blue book, one by one, until the stars came out.";
+    rig.standin.script(Script::when(VOICE_PROMPT, Reply::text(long)));
+    let (ask, rate) = clip("Clankie, tell me a long story").await;
+    let asked = clankie_bus::now_ms();
+    rig.discord.voice_speak(VOICE, "ada", &ask, rate).await.unwrap();
+
+    // Wait until he has been speaking a while.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while !rig.discord.voice().speaking_since(VOICE).is_some_and(|since| clankie_bus::now_ms() - since > 1_500) {
+        assert!(tokio::time::Instant::now() < deadline, "he never started his story");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let (interruption, rate) = clip("good morning everyone").await;
+    let spoke_at = clankie_bus::now_ms();
+    rig.discord.voice_speak(VOICE, "ada", &interruption, rate).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let story = rig.discord.voice().heard(VOICE).into_iter().find(|s| s.start_ms > asked).expect("his story at the loopback");
+    let stopped_after = story.end_ms - spoke_at;
+    println!("barge_in: his audio stopped {stopped_after} ms after ada began ({} ms of the story played)", story.duration_ms());
+    assert!(stopped_after <= 700, "his audio went on {stopped_after} ms after she spoke");
+    assert!(story.duration_ms() < 9_000, "the whole story played");
+    until("the cut-off receipt", Duration::from_secs(10), || rig.receipts("voice.playback").iter().any(|r| super::has_code(r, "cut_off")))
+        .await;
+}
