@@ -118,3 +118,55 @@ async fn barge_in_ada_speaking_over_him_stops_his_audio() {
     until("the cut-off receipt", Duration::from_secs(10), || rig.receipts("voice.playback").iter().any(|r| super::has_code(r, "cut_off")))
         .await;
 }
+
+#[tokio::test]
+async fn speech_engine_failures_in_the_room_leave_a_code_and_no_text_and_the_room_answers_on() {
+    use clankie_model_standin::audio::{AudioReply, AudioRoute, AudioScript};
+    let rig = Rig::new().await;
+    rig.standin.audio().set_phrases(&PHRASES);
+    let base = rig.standin.base_url();
+    let _floor = rig.voice_floor_with(
+        "floor-a",
+        &[("CLANKIE_STT_BASE_URL", base.clone()), ("CLANKIE_TTS_BASE_URL", base), ("CLANKIE_SPEECH_TIMEOUT_MS", "1500".into())],
+    );
+    keeping(&rig, "floor-a").await;
+    rig.discord.voice_join(VOICE, "ada").unwrap();
+    until("the room live", Duration::from_secs(10), || rig.live() == Some(VOICE)).await;
+    rig.connected(Duration::from_secs(10)).await;
+    let (hello, rate) = clip("good morning everyone").await;
+    let (ask, ask_rate) = clip("clankie play some music").await;
+    let failures = [
+        (AudioReply::Status { status: 400 }, "speech_rejected_4xx", "speech_rejected_4xx"),
+        (AudioReply::Status { status: 503 }, "speech_failed_5xx", "speech_failed_5xx"),
+        (AudioReply::Delay { ms: 3_000 }, "speech_timeout", "speech_timeout"),
+        (AudioReply::Empty, "speech_bad_audio", "speech_empty_audio"),
+    ];
+
+    // Transcription failing: the utterance's receipt carries the code, and nothing else happens.
+    for (reply, code, _) in &failures {
+        let before = rig.receipts("voice.transcribed").len();
+        rig.standin.audio().script(AudioScript { route: AudioRoute::Transcriptions, reply: reply.clone() });
+        rig.discord.voice_speak(VOICE, "ada", &hello, rate).await.unwrap();
+        until("the transcription receipt", Duration::from_secs(15), || rig.receipts("voice.transcribed").len() > before).await;
+        let got = rig.receipts("voice.transcribed").remove(before);
+        assert!(super::has_code(&got, code), "transcription with {reply:?} gave {:?}", got.codes);
+    }
+
+    // Speech failing: the persona answered, the playback receipt carries the code.
+    for (reply, _, code) in &failures {
+        let before = rig.receipts("voice.playback").iter().filter(|r| !super::has_code(r, "queued")).count();
+        rig.standin.script(Script::when(VOICE_PROMPT, Reply::text("Here is some music for you.")));
+        rig.standin.audio().script(AudioScript { route: AudioRoute::Speech, reply: reply.clone() });
+        rig.discord.voice_speak(VOICE, "ada", &ask, ask_rate).await.unwrap();
+        let settled = || rig.receipts("voice.playback").into_iter().filter(|r| !super::has_code(r, "queued")).collect::<Vec<_>>();
+        until("the playback receipt", Duration::from_secs(20), || settled().len() > before).await;
+        let got = settled().remove(before);
+        assert!(super::has_code(&got, code), "speech with {reply:?} gave {:?}", got.codes);
+    }
+
+    // The room goes on: the next input is heard, answered and played.
+    rig.standin.script(Script::when(VOICE_PROMPT, Reply::text("Here is some music for you.")));
+    rig.discord.voice_speak(VOICE, "ada", &ask, ask_rate).await.unwrap();
+    until("a played answer", Duration::from_secs(20), || rig.receipts("voice.playback").iter().any(|r| super::has_code(r, "played"))).await;
+    assert!(rig.discord.posts(VOICE).is_empty(), "a failed engine fell back to a text post");
+}
