@@ -10,7 +10,9 @@ ensure_packages() {
   command -v cmake >/dev/null 2>&1 || { missing+=(cmake); why+=("cmake: builds the voice codec if libopus is absent"); }
   command -v pkg-config >/dev/null 2>&1 || { missing+=(pkg-config); why+=("pkg-config: finds libopus for the voice body"); }
   pkg-config --exists opus 2>/dev/null || [ -f /usr/include/opus/opus.h ] || { missing+=(libopus-dev); why+=("libopus-dev: Opus for the voice body and the loopback voice server"); }
-  command -v espeak-ng >/dev/null 2>&1 || { missing+=(espeak-ng); why+=("espeak-ng: the loopback voices users' lines and the voice tests' clips"); }
+  command -v espeak-ng >/dev/null 2>&1 || { missing+=(espeak-ng); why+=("espeak-ng: the offline speech engine, and the loopback's voiced lines"); }
+  command -v pocketsphinx_continuous >/dev/null 2>&1 || { missing+=(pocketsphinx); why+=("pocketsphinx: the offline transcriber"); }
+  [ -d /usr/share/pocketsphinx/model/en-us/en-us ] || { missing+=(pocketsphinx-en-us); why+=("pocketsphinx-en-us: its English model"); }
   command -v setsid >/dev/null 2>&1 || { missing+=(util-linux); why+=("util-linux: setsid, runuser"); }
   [ -x /bin/dash ] || { missing+=(dash); why+=("dash: the image's /bin/sh, which the healthcheck test runs under"); }
   if [ "${CLANKIE_WITH_MANIFEST_TOOLS:-0}" = "1" ]; then
