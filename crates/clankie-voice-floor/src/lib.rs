@@ -17,7 +17,7 @@ pub mod rooms;
 pub mod service;
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use clankie_agent::provider::{ChatMessage, ModelRequest, ToolSpec};
@@ -84,6 +84,8 @@ struct Room {
     floor: FloorState,
     /// Where the room's words go to be spoken: its audio body, when it has one.
     mouth: Option<tokio::sync::mpsc::UnboundedSender<v1::Speak>>,
+    /// The room's live persona run, which takes further inputs at its next boundary.
+    run: Option<tokio::sync::mpsc::UnboundedSender<v1::RoomInput>>,
 }
 
 /// A live room's input consumers, opened by [`VoiceFloor::room_inputs`].
@@ -99,8 +101,9 @@ pub enum Heard {
     NotLive,
     /// Seen inside the dedup window already.
     Duplicate,
-    /// Decided; with the words said, if any.
-    Decided { verdict: v1::FloorVerdict, said: Option<String> },
+    /// Decided. An input owed an answer starts the room's persona run, or is steered into the
+    /// live one (`steered`), which answers it with everything else it heard.
+    Decided { verdict: v1::FloorVerdict, steered: bool },
 }
 
 /// The voice floor. Cheap to share behind an `Arc`.
@@ -114,6 +117,8 @@ pub struct VoiceFloor {
 }
 
 const ASK: &str = "ask_clankie";
+/// Model calls one persona run may make (tool rounds and steered re-calls together).
+const MAX_ROUNDS: usize = 6;
 
 impl VoiceFloor {
     /// A floor over `bus`, answering with `model` as the shared self `selfhood` describes him.
@@ -192,7 +197,7 @@ impl VoiceFloor {
     }
 
     /// Hears a live room's inputs in order until the bus fails.
-    pub async fn serve_room(&self, mut inputs: RoomInputs) -> Result<(), VoiceError> {
+    pub async fn serve_room(self: Arc<Self>, mut inputs: RoomInputs) -> Result<(), VoiceError> {
         loop {
             let d = tokio::select! {
                 d = inputs.typed.next() => d?,
@@ -236,8 +241,9 @@ impl VoiceFloor {
         }
     }
 
-    /// The one room-input path, whatever body heard the line.
-    pub async fn hear(&self, input: v1::RoomInput) -> Heard {
+    /// The one room-input path, whatever body heard the line. It decides and hands on; it never
+    /// waits for an answer, so the room keeps hearing while its persona thinks or asks.
+    pub async fn hear(self: &Arc<Self>, input: v1::RoomInput) -> Heard {
         let key = (input.guild_id, input.channel_id);
         if !self.rooms.lock().unwrap_or_else(|p| p.into_inner()).contains_key(&key) {
             self.receipt("voice.not_live", &input, |r| r).await;
@@ -308,10 +314,28 @@ impl VoiceFloor {
         }
         self.receipt("voice.floor", &input, |r| r.with_code(verdict.as_str_name()).with_code(reason)).await;
         if !floor::responds(verdict) {
-            return Heard::Decided { verdict, said: None };
+            return Heard::Decided { verdict, steered: false };
         }
-        let said = self.respond(&input, verdict).await;
-        Heard::Decided { verdict, said }
+        let steered = self.hand_to_run(key, input, verdict);
+        Heard::Decided { verdict, steered }
+    }
+
+    /// Steers `input` into the room's live run, or starts one with it. Returns whether it was steered.
+    fn hand_to_run(self: &Arc<Self>, key: (u64, u64), input: v1::RoomInput, verdict: v1::FloorVerdict) -> bool {
+        let mut rooms = self.rooms.lock().unwrap_or_else(|p| p.into_inner());
+        let Some(room) = rooms.get_mut(&key) else { return false };
+        let input = match room.run.as_ref() {
+            Some(run) => match run.send(input) {
+                Ok(()) => return true,
+                Err(back) => back.0,
+            },
+            None => input,
+        };
+        let (steer, steers) = tokio::sync::mpsc::unbounded_channel();
+        room.run = Some(steer);
+        let floor = self.clone();
+        tokio::spawn(async move { floor.run_room(key, input, verdict, steers).await });
+        false
     }
 
     /// The floor's rules, with the persona's name and aliases (edited with `clankie self persona`)
@@ -363,83 +387,167 @@ impl VoiceFloor {
         blocks::room(&lines)
     }
 
-    async fn respond(&self, input: &v1::RoomInput, verdict: v1::FloorVerdict) -> Option<String> {
-        let key = (input.guild_id, input.channel_id);
+    /// One persona run for the room: the voice lane's turn. Inputs that arrive while it thinks
+    /// are steered in at the next boundary (before the next model call; a finished answer that
+    /// did not hear them is not spoken, the run calls again), and one spoken answer covers all of
+    /// them: the first is `replied` (or `silent`, `failed`), the rest `absorbed`.
+    async fn run_room(
+        self: Arc<Self>,
+        key: (u64, u64),
+        first: v1::RoomInput,
+        verdict: v1::FloorVerdict,
+        mut steers: tokio::sync::mpsc::UnboundedReceiver<v1::RoomInput>,
+    ) {
         let ask = ToolSpec {
             name: ASK.into(),
             description: "Hand a request that needs action to your text-side self, who can use tools; returns the answer.".into(),
             parameters: json!({ "type": "object", "properties": { "request": { "type": "string" } }, "required": ["request"] }),
         };
-        let mut messages = vec![ChatMessage::user(self.room_block(key))];
         let retry = RetryPolicy::default();
-        let mut text = String::new();
         let system = self.persona(key).await;
-        for _round in 0..3 {
-            let request = ModelRequest { system: system.clone(), messages: messages.clone(), tools: vec![ask.clone()] };
+        let mut covered = vec![first.clone()];
+        let mut tail: Vec<ChatMessage> = Vec::new();
+        let mut calls = 0u32;
+        let mut result: Result<String, &'static str> = Err("no_answer");
+        for _round in 0..MAX_ROUNDS {
+            while let Ok(steered) = steers.try_recv() {
+                covered.push(steered);
+            }
+            let latest = covered.last().cloned().unwrap_or_else(|| first.clone());
+            // The ring already holds every line heard, steered ones included.
+            let mut messages = vec![ChatMessage::user(self.room_block(key))];
+            messages.extend(tail.iter().cloned());
+            let request = ModelRequest { system: system.clone(), messages, tools: vec![ask.clone()] };
+            calls += 1;
             let turn = match clankie_agent::complete(&self.model, &request, retry).await {
                 Ok(t) => t,
                 Err(e) => {
-                    self.receipt("voice.response", input, |r| r.with_code("failed").with_code(e.failure_code().code())).await;
-                    return None;
+                    result = Err(e.failure_code().code());
+                    break;
                 }
             };
-            if turn.tool_calls.is_empty() {
-                text = turn.text;
-                break;
+            if !turn.tool_calls.is_empty() {
+                tail.push(ChatMessage::Assistant { text: turn.text.clone(), tool_calls: turn.tool_calls.clone() });
+                for call in &turn.tool_calls {
+                    let answer = if call.name == ASK {
+                        self.ask_clankie(&latest, &call.arguments).await
+                    } else {
+                        format!("error: no tool named {}", call.name)
+                    };
+                    tail.push(ChatMessage::Tool { call_id: call.id.clone(), name: call.name.clone(), content: answer });
+                }
+                continue;
             }
-            messages.push(ChatMessage::Assistant { text: turn.text.clone(), tool_calls: turn.tool_calls.clone() });
-            for call in &turn.tool_calls {
-                let result = if call.name == ASK {
-                    self.ask_clankie(input, &call.arguments).await
-                } else {
-                    format!("error: no tool named {}", call.name)
-                };
-                messages.push(ChatMessage::Tool { call_id: call.id.clone(), name: call.name.clone(), content: result });
+            if !steers.is_empty() {
+                // More was said while this answer was written: it would answer an older room.
+                continue;
+            }
+            result = Ok(turn.text);
+            break;
+        }
+        // Close the run under the room's lock, so an input is either steered in before this
+        // point or starts the next run; none falls between.
+        let leftovers: Vec<v1::RoomInput> = {
+            let mut rooms = self.rooms.lock().unwrap_or_else(|p| p.into_inner());
+            let mut left = Vec::new();
+            while let Ok(steered) = steers.try_recv() {
+                left.push(steered);
+            }
+            if let Some(room) = rooms.get_mut(&key) {
+                room.run = None;
+            }
+            left
+        };
+        self.settle(key, &covered, verdict, result, calls).await;
+        let mut leftovers = leftovers.into_iter();
+        if let Some(next) = leftovers.next() {
+            self.hand_to_run(key, next, v1::FloorVerdict::Continue);
+            for more in leftovers {
+                self.hand_to_run(key, more, v1::FloorVerdict::Continue);
             }
         }
+    }
+
+    /// Speaks a run's answer (or records its silence or failure) and gives every input it
+    /// covered its outcome.
+    async fn settle(
+        &self,
+        key: (u64, u64),
+        covered: &[v1::RoomInput],
+        verdict: v1::FloorVerdict,
+        result: Result<String, &'static str>,
+        calls: u32,
+    ) {
+        let Some(first) = covered.first() else { return };
+        let absorbed = |input: &v1::RoomInput| input.delivery_id != first.delivery_id;
+        for input in covered.iter().filter(|i| absorbed(i)) {
+            self.receipt("voice.outcome", input, |r| r.with_code("absorbed").with_id("into", first.delivery_id.as_str())).await;
+        }
+        let text = match result {
+            Err(code) => {
+                self.receipt("voice.response", first, |r| r.with_code("failed").with_code(code)).await;
+                self.receipt("voice.outcome", first, |r| r.with_code("failed").with_code(code)).await;
+                return;
+            }
+            Ok(text) => text,
+        };
         if silence::is_silent(&text) || silence::strip_token(&text).is_empty() {
-            self.receipt("voice.response", input, |r| r.with_code("silent")).await;
-            return None;
+            self.receipt("voice.response", first, |r| r.with_code("silent")).await;
+            self.receipt("voice.outcome", first, |r| r.with_code("silent")).await;
+            return;
         }
         let words = silence::strip_token(&text);
         let speak =
-            v1::Speak { delivery_id: input.delivery_id.clone(), guild_id: key.0, channel_id: key.1, text: words.clone(), at_ms: now_ms() };
-        let id = MsgId::new(format!("speak:{}", input.delivery_id));
+            v1::Speak { delivery_id: first.delivery_id.clone(), guild_id: key.0, channel_id: key.1, text: words.clone(), at_ms: now_ms() };
+        let id = MsgId::new(format!("speak:{}", first.delivery_id));
         if let Err(e) = self.bus.publish(&Subject::VoiceSpeak { guild: key.0, channel: key.1 }, &speak, Some(&id)).await {
             tracing::warn!(error = %e, "speak event not published");
-            return None;
+            self.receipt("voice.outcome", first, |r| r.with_code("failed").with_code("speak_unpublished")).await;
+            return;
         }
         let mouth = self.rooms.lock().unwrap_or_else(|p| p.into_inner()).get(&key).and_then(|r| r.mouth.clone());
         if let Some(mouth) = mouth {
             let _ = mouth.send(speak.clone());
         }
-        self.receipt("voice.response", input, |r| r.with_code("spoke").with_count("chars", words.chars().count() as i64)).await;
-        self.receipt("voice.playback", input, |r| r.with_code("queued")).await;
+        self.receipt("voice.response", first, |r| {
+            r.with_code("spoke")
+                .with_count("chars", words.chars().count() as i64)
+                .with_count("heard", covered.len() as i64)
+                .with_count("calls", i64::from(calls))
+        })
+        .await;
+        self.receipt("voice.outcome", first, |r| r.with_code("replied").with_count("heard", covered.len() as i64)).await;
+        self.receipt("voice.playback", first, |r| r.with_code("queued")).await;
         let thread = LaneKey::Voice { guild: key.0, channel: key.1 };
-        self.experience(experience::talked(&thread, std::slice::from_ref(&input.author_name), &input.delivery_id, now_ms())).await;
+        let mut names: Vec<String> = Vec::new();
+        for input in covered {
+            if !names.contains(&input.author_name) {
+                names.push(input.author_name.clone());
+            }
+        }
+        self.experience(experience::talked(&thread, &names, &first.delivery_id, now_ms())).await;
         self.push_line(
             key,
             RingLine {
-                delivery_id: input.delivery_id.clone(),
+                delivery_id: first.delivery_id.clone(),
                 source: v1::RoomInputSource::Speech,
                 author_id: 0,
                 author_name: self.config.bot_name.clone(),
                 is_him: true,
-                text: words.clone(),
+                text: words,
                 at_ms: now_ms(),
                 cut_off: false,
             },
         );
-        {
-            let mut rooms = self.rooms.lock().unwrap_or_else(|p| p.into_inner());
-            if let Some(room) = rooms.get_mut(&key) {
+        let mut rooms = self.rooms.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(room) = rooms.get_mut(&key) {
+            for input in covered {
                 room.floor.last_exchange.insert(input.author_id, Instant::now());
-                if verdict == v1::FloorVerdict::Offer {
-                    room.floor.last_offer = Some(Instant::now());
-                }
+            }
+            if verdict == v1::FloorVerdict::Offer {
+                room.floor.last_offer = Some(Instant::now());
             }
         }
-        Some(words)
     }
 
     async fn ask_clankie(&self, input: &v1::RoomInput, arguments: &str) -> String {

@@ -11,8 +11,9 @@ use super::{Rig, VOICE, clip, keeping, until};
 
 /// The phrases the offline transcriber may hear: the test's own and distractors, so that picking
 /// the right one means something.
-const PHRASES: [&str; 9] = [
+const PHRASES: [&str; 10] = [
     "Clankie, what is the capital of France",
+    "Clankie, what time is it",
     "Paris is the capital of France",
     "Clankie, tell me a long story",
     "tell me a joke",
@@ -169,4 +170,63 @@ async fn speech_engine_failures_in_the_room_leave_a_code_and_no_text_and_the_roo
     rig.discord.voice_speak(VOICE, "ada", &ask, ask_rate).await.unwrap();
     until("a played answer", Duration::from_secs(20), || rig.receipts("voice.playback").iter().any(|r| super::has_code(r, "played"))).await;
     assert!(rig.discord.posts(VOICE).is_empty(), "a failed engine fell back to a text post");
+}
+
+#[tokio::test]
+async fn voice_steer_three_addressed_utterances_while_he_thinks_get_one_run_and_one_spoken_answer() {
+    let rig = Rig::new().await;
+    let speaks = clankie_testkit::record::<clankie_proto::v1::Speak>(&rig.bus, clankie_proto::Family::VoiceSpeak).await;
+    let (_floor, _) = live_room(&rig).await;
+    for who in ["bob", "cy"] {
+        rig.discord.voice_join(VOICE, who).unwrap();
+    }
+    // The first call thinks long enough for all three to arrive; the steered call answers at once.
+    rig.standin.script(Script::when(
+        VOICE_PROMPT,
+        Reply::Text { text: "One moment.".into(), chunk_chars: 64, chunk_delay_ms: 0, first_delay_ms: 4_000, tail_delay_ms: 0 },
+    ));
+    rig.standin.script(Script::when(VOICE_PROMPT, Reply::text("Music, the time, and a joke: here you go.")));
+    let lines = [("ada", "clankie play some music"), ("bob", "Clankie, what time is it"), ("cy", "Clankie, tell me a long story")];
+    let mut clips = Vec::new();
+    for (_, line) in lines {
+        clips.push(clip(line).await);
+    }
+    // Three people, each starting a second after the one before.
+    let (a, b, c) = tokio::join!(
+        rig.discord.voice_speak(VOICE, lines[0].0, &clips[0].0, clips[0].1),
+        async {
+            tokio::time::sleep(Duration::from_millis(1_000)).await;
+            rig.discord.voice_speak(VOICE, lines[1].0, &clips[1].0, clips[1].1).await
+        },
+        async {
+            tokio::time::sleep(Duration::from_millis(2_000)).await;
+            rig.discord.voice_speak(VOICE, lines[2].0, &clips[2].0, clips[2].1).await
+        },
+    );
+    for spoken in [a, b, c] {
+        assert!(spoken.unwrap() > 0);
+    }
+    let outcomes = || rig.receipts("voice.outcome");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while outcomes().len() < 3 {
+        let seen: Vec<(String, String, Vec<String>)> =
+            rig.receipts.all().into_iter().filter(|r| r.kind.starts_with("voice.")).map(|r| (r.kind, r.delivery_id, r.codes)).collect();
+        assert!(tokio::time::Instant::now() < deadline, "three outcomes; voice receipts: {seen:#?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let codes: Vec<String> = outcomes().iter().map(|r| r.codes[0].clone()).collect();
+    assert_eq!(codes.iter().filter(|c| *c == "replied").count(), 1, "{codes:?}");
+    assert_eq!(codes.iter().filter(|c| *c == "absorbed").count(), 2, "{codes:?}");
+    let replied = outcomes().into_iter().find(|r| super::has_code(r, "replied")).unwrap();
+    assert_eq!(super::count(&replied, "heard"), Some(3), "the one run heard all three");
+    // The answer's request held all three lines.
+    let last = rig.standin.requests().into_iter().filter(|r| r.all_text().contains(VOICE_PROMPT)).last().unwrap();
+    for (who, _) in lines {
+        assert!(last.all_text().contains(&format!("from=\"{who}\"")), "the answering call did not hear {who}");
+    }
+    until("the spoken answer", Duration::from_secs(10), || !speaks.all().is_empty()).await;
+    until("his answer played", Duration::from_secs(20), || rig.receipts("voice.playback").iter().any(|r| super::has_code(r, "played")))
+        .await;
+    assert_eq!(speaks.all().len(), 1, "one spoken answer covers all three");
+    assert_eq!(speaks.all()[0].text, "Music, the time, and a joke: here you go.");
 }
