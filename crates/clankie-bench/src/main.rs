@@ -213,10 +213,116 @@ fn wanted(part: &str) -> bool {
     named.is_empty() || named.iter().any(|n| n == part)
 }
 
-#[tokio::main]
-async fn main() -> Result<()> {
-    if let Some(unknown) = std::env::args().skip(1).find(|a| !["economy", "ingress", "lanes"].contains(&a.as_str())) {
-        anyhow::bail!("unknown part {unknown:?}: name any of economy, ingress, lanes (default: all)");
+/// The voice part's state directory: its embedded audio body trusts the loopback's voice CA,
+/// written there, through `SSL_CERT_FILE`, which must be set before any thread exists.
+fn voice_state() -> std::path::PathBuf {
+    std::env::temp_dir().join(format!("clankie-bench-voice-{}", std::process::id()))
+}
+
+fn main() -> Result<()> {
+    // SAFETY: no other thread exists yet.
+    unsafe { std::env::set_var("SSL_CERT_FILE", voice_state().join("voice").join("voice-ca.pem")) };
+    tokio::runtime::Builder::new_multi_thread().enable_all().build()?.block_on(run())
+}
+
+/// Phrases the offline transcriber may hear in the voice part.
+const VOICE_PHRASES: [&str; 7] = [
+    "Clankie, what time is it",
+    "Clankie, tell me a long story",
+    "good morning everyone",
+    "tell me a joke",
+    "how is the weather today",
+    "the train leaves at nine",
+    "clankie play some music",
+];
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[i.min(sorted.len() - 1)]
+}
+
+/// From the end of a user's utterance to his first audio frame at the loopback, with an instant
+/// model and the offline engines; then how fast his audio stops when someone speaks over him.
+async fn voice(utterances: usize, barges: usize) -> Result<(Vec<f64>, Vec<f64>)> {
+    let state = voice_state();
+    std::fs::create_dir_all(&state)?;
+    let grammar = state.join("bench.gram");
+    std::fs::write(&grammar, clankie_speech::offline::grammar(&VOICE_PHRASES))?;
+    let (state_dir, grammar) = (state.display().to_string(), grammar.display().to_string());
+    let rig = Rig::with(&[("CLANKIE_STATE_DIR", state_dir.as_str()), ("CLANKIE_STT_GRAMMAR", grammar.as_str())]).await;
+    const VOICE: u64 = 300;
+    rig.voice_live(VOICE, "ada").await;
+    let voice = rig.sandbox.discord.voice();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !voice.bot_connected(VOICE) {
+        anyhow::ensure!(Instant::now() < deadline, "his voice connection never came up");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let (question, rate) = clankie_discord_loopback::Loopback::synthesize("Clankie, what time is it").await.map_err(anyhow::Error::msg)?;
+    let mut first_audio = Vec::new();
+    for _ in 0..utterances {
+        rig.standin.script(Script::when("spoken aloud", Reply::text("It is nine.")));
+        let before = voice.heard(VOICE).len();
+        rig.sandbox.discord.voice_speak(VOICE, "ada", &question, rate).await?;
+        // The clip ends with five 20 ms silence frames; her speech ended before them.
+        let ended = clankie_bus::now_ms() - 100;
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let started = loop {
+            if let Some(since) = voice.speaking_since(VOICE).filter(|s| *s > ended) {
+                break since;
+            }
+            if let Some(s) = voice.heard(VOICE).get(before) {
+                break s.start_ms;
+            }
+            anyhow::ensure!(Instant::now() < deadline, "no spoken answer");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        };
+        first_audio.push((started - ended) as f64);
+        // Let the answer finish before the next question.
+        while voice.heard(VOICE).len() <= before {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+    let story = "Once upon a time, in a quiet village by the sea, there lived an old lighthouse keeper who counted the ships \
+                 every evening and wrote their names in a great blue book, one by one, until the stars came out.";
+    let (ask, ask_rate) =
+        clankie_discord_loopback::Loopback::synthesize("Clankie, tell me a long story").await.map_err(anyhow::Error::msg)?;
+    let (interruption, i_rate) =
+        clankie_discord_loopback::Loopback::synthesize("good morning everyone").await.map_err(anyhow::Error::msg)?;
+    let mut stops = Vec::new();
+    for _ in 0..barges {
+        rig.standin.script(Script::when("spoken aloud", Reply::text(story)));
+        let before = voice.heard(VOICE).len();
+        rig.sandbox.discord.voice_speak(VOICE, "ada", &ask, ask_rate).await?;
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !voice.speaking_since(VOICE).is_some_and(|since| clankie_bus::now_ms() - since > 1_000) {
+            anyhow::ensure!(Instant::now() < deadline, "he never began the story");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let spoke_at = clankie_bus::now_ms();
+        rig.sandbox.discord.voice_speak(VOICE, "ada", &interruption, i_rate).await?;
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let story = loop {
+            if let Some(s) = voice.heard(VOICE).get(before).cloned() {
+                break s;
+            }
+            anyhow::ensure!(Instant::now() < deadline, "the story never ended");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        };
+        stops.push((story.end_ms - spoke_at) as f64);
+        // Her interruption is a line of its own; let whatever answers it pass.
+        tokio::time::sleep(Duration::from_secs(3)).await;
+    }
+    let _ = std::fs::remove_dir_all(&state);
+    Ok((first_audio, stops))
+}
+
+async fn run() -> Result<()> {
+    if let Some(unknown) = std::env::args().skip(1).find(|a| !["economy", "ingress", "lanes", "voice"].contains(&a.as_str())) {
+        anyhow::bail!("unknown part {unknown:?}: name any of economy, ingress, lanes, voice (default: all)");
     }
     if wanted("economy") {
         let oneshot = economy(true).await?;
@@ -242,6 +348,15 @@ async fn main() -> Result<()> {
             let name = if count >= 1000 { format!("{}k", count / 1000) } else { count.to_string() };
             println!("rss_mib_at_{name}_lanes: {mib:.1}");
         }
+    }
+    if wanted("voice") {
+        let (mut first, mut stops) = voice(20, 10).await?;
+        first.sort_by(f64::total_cmp);
+        stops.sort_by(f64::total_cmp);
+        println!("voice_first_audio_ms_p50: {:.0}", percentile(&first, 0.50));
+        println!("voice_first_audio_ms_p99: {:.0}", percentile(&first, 0.99));
+        println!("voice_barge_in_stop_ms_p50: {:.0}", percentile(&stops, 0.50));
+        println!("voice_barge_in_stop_ms_p99: {:.0}", percentile(&stops, 0.99));
     }
     Ok(())
 }

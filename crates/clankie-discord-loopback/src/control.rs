@@ -158,7 +158,10 @@ async fn voice_speak(AxState(state): AxState<Arc<State>>, Json(m): Json<VoiceSpe
     }
     let bad = |why: String| (StatusCode::BAD_REQUEST, Json(json!({ "error": why }))).into_response();
     let audio = match (&m.text, &m.wav_base64) {
-        (Some(t), None) if !t.trim().is_empty() && t.chars().count() <= MAX_SPOKEN_CHARS => synthesize(t).await,
+        (Some(t), None) if !t.trim().is_empty() && t.chars().count() <= MAX_SPOKEN_CHARS => {
+            state.voice.remember_phrase(t.trim());
+            synthesize(t).await
+        }
         (None, Some(b)) => match decode_base64(b) {
             Some(bytes) => clankie_pcm::read_wav(&bytes).map_err(|e| e.to_string()),
             None => return bad("wav_base64 is not base64".into()),

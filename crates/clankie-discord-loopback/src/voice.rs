@@ -34,6 +34,8 @@ use tokio::sync::mpsc;
 
 use crate::state::now_ms;
 
+/// The grammar file of lines voiced on the sandbox page, beside the CA bundle.
+pub const SANDBOX_GRAMMAR: &str = "sandbox.gram";
 /// The voice gateway's heartbeat interval, as Hello announces it.
 const HEARTBEAT_MS: f64 = 13_750.0;
 /// Samples per 20 ms frame at 48 kHz.
@@ -192,7 +194,12 @@ struct Inner {
     next_session: u64,
     /// Every token handed out, so a test can look for one where it must never appear.
     issued: Vec<String>,
+    /// Lines voiced from text, for the sandbox's offline transcriber grammar.
+    phrases: Vec<String>,
 }
+
+/// Lines the sandbox grammar always holds, besides those said on the page.
+const SANDBOX_PHRASES: [&str; 4] = ["hello clankie", "clankie are you there", "thank you clankie", "good morning everyone"];
 
 /// The loopback's voice server. Shared behind an `Arc` by the HTTP state.
 pub struct VoiceServer {
@@ -224,6 +231,7 @@ impl VoiceServer {
             bundle.push_str(&system);
         }
         std::fs::write(&ca_bundle, bundle)?;
+        std::fs::write(dir.join(SANDBOX_GRAMMAR), clankie_speech::offline::grammar(&SANDBOX_PHRASES))?;
         let tcp = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).await?;
         let ws_addr = tcp.local_addr()?;
         let udp = Arc::new(UdpSocket::bind((Ipv4Addr::LOCALHOST, 0)).await?);
@@ -246,6 +254,21 @@ impl VoiceServer {
     /// `host:port` as VOICE_SERVER_UPDATE's endpoint carries it.
     pub fn endpoint(&self) -> String {
         format!("127.0.0.1:{}", self.ws_addr.port())
+    }
+
+    /// Remembers a line voiced from text and rewrites the sandbox grammar (`sandbox.gram` beside
+    /// the CA bundle), so the offline transcriber can hear what sandbox users type to say aloud.
+    pub fn remember_phrase(&self, text: &str) {
+        let mut inner = self.lock();
+        if inner.phrases.iter().any(|p| p == text) {
+            return;
+        }
+        inner.phrases.push(text.to_owned());
+        let mut all: Vec<&str> = SANDBOX_PHRASES.to_vec();
+        all.extend(inner.phrases.iter().map(String::as_str));
+        if let Some(dir) = self.ca_bundle.parent() {
+            let _ = std::fs::write(dir.join(SANDBOX_GRAMMAR), clankie_speech::offline::grammar(&all));
+        }
     }
 
     /// The PEM file a voice client points `SSL_CERT_FILE` at.

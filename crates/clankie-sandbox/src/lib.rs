@@ -102,6 +102,10 @@ impl Sandbox {
 
         let voice_config = VoiceConfig::from_settings(settings);
         let mut room_config = RoomConfig::from_settings(settings);
+        if room_config.speech.stt_base_url.is_none() && room_config.speech.stt_grammar.is_none() {
+            // Offline transcription hears only what the sandbox page lets people say aloud.
+            room_config.speech.stt_grammar = Some(voice_dir(settings).join(clankie_discord_loopback::voice::SANDBOX_GRAMMAR));
+        }
         if room_config.allow.is_empty() {
             // He may join the loopback's voice channels: a person entering one on the page makes it live.
             let guild = discord.config().guild_id;

@@ -181,7 +181,17 @@ fn voice_join_from_the_sandbox_page_a_person_enters_says_a_line_aloud_and_leaves
             receipts.all().iter().any(|r| r.kind == "voice.heard" && r.ids.get("speaker") == Some(&ada))
         })
         .await;
-        assert!(browser.find(Locator::Css("audio#voice-audio")).await.is_ok(), "the panel has a player for what he says");
+        // The line said on the page joined the offline grammar, so he understood it, answered, and
+        // the panel's player has his answer.
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            let src = browser.find(Locator::Css("audio#voice-audio")).await.unwrap().attr("src").await.unwrap().unwrap_or_default();
+            if src.starts_with("data:audio/wav;base64,") {
+                break;
+            }
+            assert!(tokio::time::Instant::now() < deadline, "the player never got his answer");
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
         let png = browser.screenshot().await.unwrap();
         let path = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("sandbox-voice.png");
         std::fs::write(&path, &png).unwrap();
