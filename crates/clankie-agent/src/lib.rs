@@ -21,7 +21,7 @@ pub mod watchdog;
 pub use clock::{BootClock, Clock, SuspendableClock, SystemWallClock, WallClock};
 pub use events::{AgentEvent, EventSink};
 pub use provider::{Model, ModelError, OpenAiClient, OpenAiConfig, RehearsalModel, StreamBounds};
-pub use run::{Agent, AgentConfig, RetryPolicy, Run, RunReply, RunResult, RunStats, Steerer, complete};
+pub use run::{Agent, AgentConfig, RetryPolicy, Run, RunReply, RunResult, RunStats, Steerer, complete, complete_streaming};
 pub use session::{EntryBody, Session, SessionEntry, UserMessage};
 pub use silence::{SILENT_TOKEN, SilenceGate};
 pub use tool::{Tool, ToolContext, ToolError};

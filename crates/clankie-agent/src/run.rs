@@ -404,19 +404,37 @@ async fn call_once(request: &ModelRequest, ctx: &RunCtx, stats: &mut RunStats, g
 /// One model call with bounded retries of transient failures, outside any session: for
 /// callers (the voice floor's responder) that keep their own context.
 pub async fn complete(model: &Model, request: &ModelRequest, retry: RetryPolicy) -> Result<AssistantTurn, ModelError> {
+    complete_streaming(model, request, retry, &mut |_| {}).await
+}
+
+/// Like [`complete`], handing each piece of text to `on_text` as it streams in (the voice room
+/// speaks sentence by sentence). A call that already handed text on is not retried: what was
+/// said cannot be unsaid.
+pub async fn complete_streaming(
+    model: &Model,
+    request: &ModelRequest,
+    retry: RetryPolicy,
+    on_text: &mut (dyn FnMut(&str) + Send),
+) -> Result<AssistantTurn, ModelError> {
     let mut attempt = 0;
     loop {
+        let mut handed_on = false;
         let result = async {
             let mut stream = model.open(request).await?;
             let mut acc = Accumulator::new(StreamBounds::default());
             while let Some(item) = stream.next().await {
-                acc.push(item?)?;
+                let item = item?;
+                if let StreamItem::Text(t) = &item {
+                    handed_on |= !t.is_empty();
+                    on_text(t);
+                }
+                acc.push(item)?;
             }
             acc.finish()
         }
         .await;
         match result {
-            Err(ModelError::Transient { retry_after, .. }) if attempt < retry.max_retries => {
+            Err(ModelError::Transient { retry_after, .. }) if attempt < retry.max_retries && !handed_on => {
                 attempt += 1;
                 let backoff = retry.base_delay.saturating_mul(1 << (attempt - 1).min(16));
                 tokio::time::sleep(retry_after.unwrap_or(backoff).min(retry.max_delay)).await;

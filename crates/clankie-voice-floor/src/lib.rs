@@ -14,6 +14,7 @@
 
 pub mod floor;
 pub mod rooms;
+pub mod sentences;
 pub mod service;
 
 use std::collections::{HashMap, VecDeque};
@@ -405,10 +406,13 @@ impl VoiceFloor {
         };
         let retry = RetryPolicy::default();
         let system = self.persona(key).await;
+        let mouth = self.rooms.lock().unwrap_or_else(|p| p.into_inner()).get(&key).and_then(|r| r.mouth.clone());
         let mut covered = vec![first.clone()];
         let mut tail: Vec<ChatMessage> = Vec::new();
         let mut calls = 0u32;
-        let mut result: Result<String, &'static str> = Err("no_answer");
+        // Sentences already handed to the body: said, whatever the run does next.
+        let mut said: Vec<String> = Vec::new();
+        let mut result: Result<(), &'static str> = Err("no_answer");
         for _round in 0..MAX_ROUNDS {
             while let Ok(steered) = steers.try_recv() {
                 covered.push(steered);
@@ -419,7 +423,35 @@ impl VoiceFloor {
             messages.extend(tail.iter().cloned());
             let request = ModelRequest { system: system.clone(), messages, tools: vec![ask.clone()] };
             calls += 1;
-            let turn = match clankie_agent::complete(&self.model, &request, retry).await {
+            let mut sentences = sentences::Sentences::default();
+            let mut stale = false;
+            let mut speak_now = |piece: &str| {
+                if stale {
+                    return;
+                }
+                for sentence in sentences.push(piece) {
+                    // Someone spoke since this call began: the rest of it answers an older room.
+                    if !steers.is_empty() {
+                        stale = true;
+                        return;
+                    }
+                    let words = silence::strip_token(&sentence);
+                    if words.is_empty() {
+                        continue;
+                    }
+                    if let Some(mouth) = &mouth {
+                        let _ = mouth.send(v1::Speak {
+                            delivery_id: first.delivery_id.clone(),
+                            guild_id: key.0,
+                            channel_id: key.1,
+                            text: words.clone(),
+                            at_ms: now_ms(),
+                        });
+                    }
+                    said.push(words);
+                }
+            };
+            let turn = match clankie_agent::complete_streaming(&self.model, &request, retry, &mut speak_now).await {
                 Ok(t) => t,
                 Err(e) => {
                     result = Err(e.failure_code().code());
@@ -438,11 +470,24 @@ impl VoiceFloor {
                 }
                 continue;
             }
-            if !steers.is_empty() {
+            if stale || !steers.is_empty() {
                 // More was said while this answer was written: it would answer an older room.
                 continue;
             }
-            result = Ok(turn.text);
+            let rest = silence::strip_token(&sentences.rest());
+            if !rest.is_empty() {
+                if let Some(mouth) = &mouth {
+                    let _ = mouth.send(v1::Speak {
+                        delivery_id: first.delivery_id.clone(),
+                        guild_id: key.0,
+                        channel_id: key.1,
+                        text: rest.clone(),
+                        at_ms: now_ms(),
+                    });
+                }
+                said.push(rest);
+            }
+            result = Ok(());
             break;
         }
         // Close the run under the room's lock, so an input is either steered in before this
@@ -458,6 +503,11 @@ impl VoiceFloor {
             }
             left
         };
+        let result = match result {
+            Ok(()) | Err(_) if !said.is_empty() => Ok(said.join(" ")),
+            Ok(()) => Ok(String::new()),
+            Err(code) => Err(code),
+        };
         self.settle(key, &covered, verdict, result, calls).await;
         let mut leftovers = leftovers.into_iter();
         if let Some(next) = leftovers.next() {
@@ -468,8 +518,8 @@ impl VoiceFloor {
         }
     }
 
-    /// Speaks a run's answer (or records its silence or failure) and gives every input it
-    /// covered its outcome.
+    /// Announces a run's answer, already handed to the body sentence by sentence (or records its
+    /// silence or failure), and gives every input it covered its outcome.
     async fn settle(
         &self,
         key: (u64, u64),
@@ -504,10 +554,6 @@ impl VoiceFloor {
             tracing::warn!(error = %e, "speak event not published");
             self.receipt("voice.outcome", first, |r| r.with_code("failed").with_code("speak_unpublished")).await;
             return;
-        }
-        let mouth = self.rooms.lock().unwrap_or_else(|p| p.into_inner()).get(&key).and_then(|r| r.mouth.clone());
-        if let Some(mouth) = mouth {
-            let _ = mouth.send(speak.clone());
         }
         self.receipt("voice.response", first, |r| {
             r.with_code("spoke")
