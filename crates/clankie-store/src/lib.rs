@@ -23,7 +23,7 @@ pub use receipts::StoredReceipt;
 pub use session::{Entry, NewEntry};
 pub use shared_self::{Memory, MemoryStatus, OwnerSettings, Persona, Sharing};
 pub use turns::{Exchange, Outcome, Recorded, TurnEnd, TurnMode, TurnStart};
-pub use voice_room::RoomLease;
+pub use voice_room::{RingRow, RoomLease};
 
 /// Why a store operation failed.
 #[derive(Debug, thiserror::Error)]

@@ -19,6 +19,20 @@ impl RoomLease {
     }
 }
 
+/// One line of a voice room's conversation, as stored.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RingRow {
+    pub delivery_id: String,
+    /// `clankie.v1.RoomInputSource` as its number.
+    pub source: i32,
+    pub author_id: u64,
+    pub author_name: String,
+    pub is_him: bool,
+    pub text: String,
+    pub cut_off: bool,
+    pub at_ms: i64,
+}
+
 fn room_key(guild: u64, channel: u64) -> String {
     format!("{guild}:{channel}")
 }
@@ -87,6 +101,75 @@ impl Store {
                 .fetch_optional(&self.pool)
                 .await?;
         Ok(row.and_then(|(owner, epoch)| owner.map(|o| (o, epoch))))
+    }
+
+    /// Appends a line to the room's conversation while `lease` is current (one fenced statement).
+    pub async fn append_ring(&self, lease: &RoomLease, row: &RingRow) -> Result<(), StoreError> {
+        let written = sqlx::query(
+            "INSERT INTO voice_ring (room, delivery_id, source, author_id, author_name, is_him, text, cut_off, at_ms)
+             SELECT $1, $4, $5, $6, $7, $8, $9, $10, $11
+             WHERE EXISTS (SELECT 1 FROM voice_rooms WHERE room = $1 AND epoch = $2 AND owner = $3)",
+        )
+        .bind(lease.key())
+        .bind(lease.epoch)
+        .bind(&lease.owner)
+        .bind(&row.delivery_id)
+        .bind(row.source)
+        .bind(row.author_id.to_string())
+        .bind(&row.author_name)
+        .bind(row.is_him)
+        .bind(&row.text)
+        .bind(row.cut_off)
+        .bind(row.at_ms)
+        .execute(&self.pool)
+        .await?;
+        if written.rows_affected() == 0 {
+            return Err(self.room_fenced(lease).await);
+        }
+        Ok(())
+    }
+
+    /// Marks his line for `delivery_id` as cut off, keeping only what he got to say (fenced).
+    pub async fn cut_ring(&self, lease: &RoomLease, delivery_id: &str, text: &str) -> Result<(), StoreError> {
+        sqlx::query(
+            "UPDATE voice_ring SET text = $5, cut_off = true
+             WHERE room = $1 AND delivery_id = $4 AND is_him
+               AND EXISTS (SELECT 1 FROM voice_rooms WHERE room = $1 AND epoch = $2 AND owner = $3)",
+        )
+        .bind(lease.key())
+        .bind(lease.epoch)
+        .bind(&lease.owner)
+        .bind(delivery_id)
+        .bind(text)
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
+    /// The room's newest `limit` lines, oldest first.
+    pub async fn ring(&self, guild: u64, channel: u64, limit: i64) -> Result<Vec<RingRow>, StoreError> {
+        let rows: Vec<(String, i32, String, String, bool, String, bool, i64)> = sqlx::query_as(
+            "SELECT delivery_id, source, author_id, author_name, is_him, text, cut_off, at_ms FROM voice_ring
+             WHERE room = $1 ORDER BY seq DESC LIMIT $2",
+        )
+        .bind(room_key(guild, channel))
+        .bind(limit)
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(rows
+            .into_iter()
+            .rev()
+            .map(|(delivery_id, source, author_id, author_name, is_him, text, cut_off, at_ms)| RingRow {
+                delivery_id,
+                source,
+                author_id: author_id.parse().unwrap_or(0),
+                author_name,
+                is_him,
+                text,
+                cut_off,
+                at_ms,
+            })
+            .collect())
     }
 
     async fn room_fenced(&self, lease: &RoomLease) -> StoreError {

@@ -87,6 +87,8 @@ struct Room {
     mouth: Option<tokio::sync::mpsc::UnboundedSender<v1::Speak>>,
     /// The room's live persona run, which takes further inputs at its next boundary.
     run: Option<tokio::sync::mpsc::UnboundedSender<v1::RoomInput>>,
+    /// The room lease its lines are written under, so the conversation outlives this owner.
+    lease: Option<clankie_store::RoomLease>,
 }
 
 /// A live room's input consumers, opened by [`VoiceFloor::room_inputs`].
@@ -128,21 +130,64 @@ impl VoiceFloor {
     }
 
     /// Makes a room live here: its inputs are heard from now on, and what it decides to say goes
-    /// to `mouth` (its audio body) as well as onto the speak subject.
-    pub fn open_room(&self, guild: u64, channel: u64, mouth: Option<tokio::sync::mpsc::UnboundedSender<v1::Speak>>) {
-        self.rooms.lock().unwrap_or_else(|p| p.into_inner()).entry((guild, channel)).or_default().mouth = mouth;
+    /// to `mouth` (its audio body) as well as onto the speak subject. With a room `lease`, the
+    /// room's conversation is durable: it is read back from the store (what earlier owners
+    /// heard and said) and every line is written under the lease.
+    pub async fn open_room(
+        &self,
+        guild: u64,
+        channel: u64,
+        mouth: Option<tokio::sync::mpsc::UnboundedSender<v1::Speak>>,
+        lease: Option<clankie_store::RoomLease>,
+    ) {
+        let stored = match &lease {
+            Some(_) => match self.selfhood.store().ring(guild, channel, self.config.ring_size as i64).await {
+                Ok(rows) => rows,
+                Err(e) => {
+                    tracing::warn!(error = %e, "the room's stored conversation is unavailable; it starts afresh here");
+                    Vec::new()
+                }
+            },
+            None => Vec::new(),
+        };
+        let mut rooms = self.rooms.lock().unwrap_or_else(|p| p.into_inner());
+        let room = rooms.entry((guild, channel)).or_default();
+        room.mouth = mouth;
+        room.lease = lease;
+        if room.ring.is_empty() {
+            room.ring = stored
+                .into_iter()
+                .map(|r| RingLine {
+                    delivery_id: r.delivery_id,
+                    source: v1::RoomInputSource::try_from(r.source).unwrap_or(v1::RoomInputSource::Unspecified),
+                    author_id: r.author_id,
+                    author_name: r.author_name,
+                    is_him: r.is_him,
+                    text: r.text,
+                    at_ms: r.at_ms,
+                    cut_off: r.cut_off,
+                })
+                .collect();
+        }
     }
 
     /// His line for `delivery_id` was stopped by someone speaking over him after `said` of it:
     /// the ring keeps only the words he got to say, marked as cut off.
-    pub fn cut_off(&self, guild: u64, channel: u64, delivery_id: &str, said: f64) {
-        let mut rooms = self.rooms.lock().unwrap_or_else(|p| p.into_inner());
-        let Some(room) = rooms.get_mut(&(guild, channel)) else { return };
-        if let Some(line) = room.ring.iter_mut().rev().find(|l| l.is_him && l.delivery_id == delivery_id) {
+    pub async fn cut_off(&self, guild: u64, channel: u64, delivery_id: &str, said: f64) {
+        let (lease, kept) = {
+            let mut rooms = self.rooms.lock().unwrap_or_else(|p| p.into_inner());
+            let Some(room) = rooms.get_mut(&(guild, channel)) else { return };
+            let Some(line) = room.ring.iter_mut().rev().find(|l| l.is_him && l.delivery_id == delivery_id) else { return };
             let words: Vec<&str> = line.text.split_whitespace().collect();
             let kept = ((words.len() as f64) * said.clamp(0.0, 1.0)).floor() as usize;
             line.text = format!("{}…", words[..kept.min(words.len())].join(" "));
             line.cut_off = true;
+            (room.lease.clone(), line.text.clone())
+        };
+        if let Some(lease) = lease
+            && let Err(e) = self.selfhood.store().cut_ring(&lease, delivery_id, &kept).await
+        {
+            tracing::warn!(error = %e, "the cut-off line was not stored");
         }
     }
 
@@ -164,14 +209,6 @@ impl VoiceFloor {
     /// Tells the shared self he left a voice room.
     pub async fn left(&self, guild: u64, channel: u64) {
         self.experience(experience::voice_left(guild, channel, now_ms())).await;
-    }
-
-    /// A stretch of someone's speech the audio body heard. Speech becomes room input once it is
-    /// transcribed; until then it is counted, never kept.
-    pub fn heard_audio(&self, guild: u64, channel: u64, segment: clankie_voice_body::Segment) {
-        let _ = (guild, channel);
-        metrics::counter!("clankie_voice_heard_segments_total").increment(1);
-        metrics::counter!("clankie_voice_heard_audio_ms_total").increment(segment.duration().as_millis() as u64);
     }
 
     async fn experience(&self, lived: v1::Experience) {
@@ -232,13 +269,30 @@ impl VoiceFloor {
         true
     }
 
-    fn push_line(&self, key: (u64, u64), line: RingLine) {
-        let mut rooms = self.rooms.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(room) = rooms.get_mut(&key) {
+    async fn push_line(&self, key: (u64, u64), line: RingLine) {
+        let row = clankie_store::RingRow {
+            delivery_id: line.delivery_id.clone(),
+            source: line.source as i32,
+            author_id: line.author_id,
+            author_name: line.author_name.clone(),
+            is_him: line.is_him,
+            text: line.text.clone(),
+            cut_off: line.cut_off,
+            at_ms: line.at_ms,
+        };
+        let lease = {
+            let mut rooms = self.rooms.lock().unwrap_or_else(|p| p.into_inner());
+            let Some(room) = rooms.get_mut(&key) else { return };
             room.ring.push_back(line);
             while room.ring.len() > self.config.ring_size {
                 room.ring.pop_front();
             }
+            room.lease.clone()
+        };
+        if let Some(lease) = lease
+            && let Err(e) = self.selfhood.store().append_ring(&lease, &row).await
+        {
+            tracing::warn!(error = %e, "a line of the room's conversation was not stored");
         }
     }
 
@@ -298,7 +352,8 @@ impl VoiceFloor {
                 at_ms: input.received_at_ms,
                 cut_off: false,
             },
-        );
+        )
+        .await;
         let decision = v1::FloorDecision {
             delivery_id: input.delivery_id.clone(),
             guild_id: key.0,
@@ -584,7 +639,8 @@ impl VoiceFloor {
                 at_ms: now_ms(),
                 cut_off: false,
             },
-        );
+        )
+        .await;
         let mut rooms = self.rooms.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(room) = rooms.get_mut(&key) {
             for input in covered {

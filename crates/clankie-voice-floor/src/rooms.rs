@@ -457,7 +457,8 @@ impl RoomKeeper {
                     }
                 }
             });
-            self.floor.open_room(guild, channel, Some(mouth));
+            let lease = owned.lease.clone();
+            self.floor.open_room(guild, channel, Some(mouth), Some(lease)).await;
             let floor = self.floor.clone();
             owned.inputs = Some(tokio::spawn(async move {
                 if let Err(e) = floor.serve_room(inputs).await {
@@ -559,7 +560,7 @@ impl RoomKeeper {
             RoomEvent::Body(BodyEvent::Heard(segment)) => self.heard(key, epoch, segment).await,
             RoomEvent::Playback { delivery_id, code, played_ms, audio_ms } => {
                 if code == "cut_off" && audio_ms > 0 {
-                    self.floor.cut_off(key.0, key.1, &delivery_id, played_ms as f64 / audio_ms as f64);
+                    self.floor.cut_off(key.0, key.1, &delivery_id, played_ms as f64 / audio_ms as f64).await;
                 }
                 self.receipt_for(&delivery_id, "voice.playback", key, |r| {
                     r.with_code(code).with_count("played_ms", played_ms).with_count("audio_ms", audio_ms)
@@ -575,6 +576,7 @@ impl RoomKeeper {
         let started_ms = now_ms() - i64::try_from(segment.ended.elapsed().as_millis() + segment.duration().as_millis()).unwrap_or(0);
         let utterance = format!("utt:{}:{}:{}:{}", key.0, key.1, segment.ssrc, started_ms);
         let audio_ms = i64::try_from(segment.duration().as_millis()).unwrap_or(i64::MAX);
+        metrics::counter!("clankie_voice_utterances_total").increment(1);
         self.receipt_for(&utterance, "voice.heard", key, |r| {
             r.with_id("speaker", segment.user_id).with_count("audio_ms", audio_ms).with_count("epoch", epoch)
         })

@@ -31,6 +31,7 @@ async fn migrations_apply_to_an_empty_database_and_rerun_as_a_no_op() {
             "self_settings",
             "session_entries",
             "turns",
+            "voice_ring",
             "voice_rooms"
         ]
     );

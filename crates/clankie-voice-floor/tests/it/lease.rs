@@ -32,6 +32,16 @@ async fn voice_room_lease_one_owner_per_room_and_a_killed_owner_hands_it_over() 
     assert!(pids.contains(&owner));
     let survivor = *pids.iter().find(|p| **p != owner).unwrap();
     audio_restored(&rig, "ada", 0, Some(owner), Duration::from_secs(10)).await;
+    // A line of the room's conversation heard by the first owner...
+    let decisions = clankie_testkit::record::<clankie_proto::v1::FloorDecision>(&rig.bus, clankie_proto::Family::VoiceFloor).await;
+    let remembered = rig.discord.user_message(clankie_discord_loopback::NewMessage {
+        channel_id: VOICE,
+        author: "ada".into(),
+        content: "the password tonight is periwinkle".into(),
+        ..Default::default()
+    });
+    until("the first owner heard it", Duration::from_secs(10), || decisions.all().iter().any(|d| d.delivery_id == remembered.to_string()))
+        .await;
 
     let killed = clankie_bus::now_ms();
     assert!(std::process::Command::new("kill").args(["-KILL", &owner.to_string()]).status().unwrap().success());
@@ -44,5 +54,15 @@ async fn voice_room_lease_one_owner_per_room_and_a_killed_owner_hands_it_over() 
     assert_eq!(taken[1].0, survivor.to_string());
     assert!(taken[1].1 > taken[0].1, "the takeover fenced the dead owner's epoch");
     assert_eq!(rig.live(), Some(VOICE), "the room stayed live through the handover");
+
+    // ...is in the new owner's context: the room's conversation is durable, not the dead owner's memory.
+    rig.discord.user_message(clankie_discord_loopback::NewMessage {
+        channel_id: VOICE,
+        author: "ada".into(),
+        content: "clankie, what was the password?".into(),
+        ..Default::default()
+    });
+    let requests = rig.standin.wait_for_requests(1, Duration::from_secs(20)).await;
+    assert!(requests.iter().any(|r| r.all_text().contains("periwinkle")), "the new owner's persona did not hear what was said before");
     drop((a, b));
 }
