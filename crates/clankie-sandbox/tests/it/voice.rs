@@ -144,3 +144,39 @@ async fn an_alias_added_to_the_persona_wakes_him_in_voice_without_a_restart() {
     assert_ne!(verdict(first), Some(v1::FloorVerdict::Wake as i32), "woke on a name he did not have yet");
     assert_eq!(verdict(second), Some(v1::FloorVerdict::Wake as i32));
 }
+
+#[tokio::test]
+async fn voice_steer_a_slow_ask_clankie_does_not_stop_the_room_hearing() {
+    let rig = Rig::new().await;
+    let bus = tap(&rig).await;
+    let decisions = record::<v1::FloorDecision>(&bus, Family::VoiceFloor).await;
+    let receipts = record::<v1::Receipt>(&bus, Family::Receipt).await;
+    let speaks = record::<v1::Speak>(&bus, Family::VoiceSpeak).await;
+    live(&rig).await;
+    rig.standin.script(Script::when(VOICE_PROMPT, Reply::tool("ask_clankie", serde_json::json!({ "request": "look up the bracket" }))));
+    // The captain's side of the handoff thinks for 1.8 s (the rig's stall watchdog allows 2 s).
+    rig.standin.script(Script::when(
+        "via=\"the voice room\"",
+        Reply::Text { text: "Bracket starts at nine.".into(), chunk_chars: 64, chunk_delay_ms: 0, first_delay_ms: 1_800, tail_delay_ms: 0 },
+    ));
+    rig.standin.script(Script::when(VOICE_PROMPT, Reply::text("The bracket starts at nine.")));
+    let asked = rig.say(VOICE, "ada", "clankie when does the bracket start");
+    until("the handoff under way", Duration::from_secs(20), || {
+        rig.standin.requests().iter().any(|r| r.all_text().contains("via=\"the voice room\""))
+    })
+    .await;
+    // While the captain thinks, the room still hears.
+    let meanwhile = rig.say(VOICE, "bob", "nice weather for it");
+    until("the floor's decision on the later line", Duration::from_millis(1_500), || {
+        decisions.all().iter().any(|d| d.delivery_id == meanwhile.to_string())
+    })
+    .await;
+    assert!(
+        !receipts.all().iter().any(|r| r.kind == "voice.handoff" && r.delivery_id == asked.to_string()),
+        "the later line was heard only after the handoff ended"
+    );
+    until("the spoken answer", Duration::from_secs(30), || !speaks.all().is_empty()).await;
+    assert_eq!(speaks.all()[0].text, "The bracket starts at nine.");
+    let times: Vec<i64> = rig.standin.requests().iter().map(|r| r.at_ms).collect();
+    assert!(times.len() >= 3 && times[2] - times[1] >= 1_800, "the handoff's answer came back after its 1.8 s: {times:?}");
+}

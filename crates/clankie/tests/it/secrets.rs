@@ -2,8 +2,10 @@
 //!
 //! `clankie run` (loopback Discord, gateway, captain, voice floor, media) runs
 //! as a child process at debug level with a canary in each secret: the bot
-//! token, the model key, the database password and the NATS token. A message
-//! goes through it and is answered; then nothing it printed may hold a canary.
+//! token, the model key, the database password, the NATS token and the speech
+//! engines' keys. A message goes through it and is answered, and a line said
+//! aloud in voice is heard and answered aloud; then nothing it printed may hold
+//! a canary.
 
 use std::process::Stdio;
 use std::time::Duration;
@@ -14,7 +16,8 @@ use serde_json::{Value, json};
 use tokio::io::AsyncReadExt;
 use tokio::process::{Child, Command};
 
-const CANARIES: [&str; 4] = ["DiscordTokenCanary7", "ModelKeyCanary7", "DbPasswordCanary7", "NatsTokenCanary7"];
+const CANARIES: [&str; 6] =
+    ["DiscordTokenCanary7", "ModelKeyCanary7", "DbPasswordCanary7", "NatsTokenCanary7", "SttKeyCanary7", "TtsKeyCanary7"];
 
 /// Polls `check` until it holds or `timeout` passes; says which.
 async fn until_async<F: std::future::Future<Output = bool>>(timeout: Duration, mut check: impl FnMut() -> F) -> bool {
@@ -56,6 +59,10 @@ async fn start(nats: &TestNats, db: &TestDb, dir: &TestDir, standin: &StandIn, a
         .env("CLANKIE_DISCORD_TOKEN", CANARIES[0])
         .env("CLANKIE_MODEL_BASE_URL", standin.base_url())
         .env("CLANKIE_MODEL_API_KEY", CANARIES[1])
+        .env("CLANKIE_STT_BASE_URL", standin.base_url())
+        .env("CLANKIE_STT_API_KEY", CANARIES[4])
+        .env("CLANKIE_TTS_BASE_URL", standin.base_url())
+        .env("CLANKIE_TTS_API_KEY", CANARIES[5])
         .env("CLANKIE_STALL_TICK_MS", "50")
         .env("CLANKIE_TYPING_HOLD_MS", "0")
         .stdin(Stdio::null())
@@ -124,6 +131,38 @@ async fn redact_no_secret_reaches_the_logs_of_a_whole_stack_run() {
             break;
         }
     }
+    // A line said aloud in the voice room goes through both speech engines, with their keys.
+    standin.audio().set_phrases(&[
+        "hello clankie",
+        "good morning everyone",
+        "tell me a joke",
+        "what time is it",
+        "how is the weather today",
+    ]);
+    let joined = http.post(format!("{base}/control/voice/join")).json(&json!({ "channel_id": 300, "author": "ada" })).send().await.unwrap();
+    assert!(joined.status().is_success());
+    let connected = until_async(Duration::from_secs(20), || async {
+        let room: Value = http.get(format!("{base}/control/voice/room?channel=300")).send().await.unwrap().json().await.unwrap();
+        room["bot_connected"] == true
+    })
+    .await;
+    assert!(connected, "his voice connection came up");
+    let spoken = http
+        .post(format!("{base}/control/voice/speak"))
+        .json(&json!({ "channel_id": 300, "author": "ada", "text": "hello clankie" }))
+        .send()
+        .await
+        .unwrap();
+    assert!(spoken.status().is_success(), "{}", spoken.text().await.unwrap_or_default());
+    let spoke_back = until_async(Duration::from_secs(20), || async {
+        let heard: Value = http.get(format!("{base}/control/voice/heard?channel=300")).send().await.unwrap().json().await.unwrap();
+        heard["segments"].as_array().is_some_and(|s| !s.is_empty())
+    })
+    .await;
+    assert!(spoke_back, "he answered aloud");
+    let (transcriptions, speeches) = standin.audio().counts();
+    assert!(transcriptions >= 1 && speeches >= 1, "both engines were used ({transcriptions}, {speeches})");
+
     // SIGTERM: every service says goodbye through the same logs.
     // SAFETY: signalling our own child process by its pid.
     unsafe { libc::kill(child.id().unwrap() as i32, libc::SIGTERM) };
