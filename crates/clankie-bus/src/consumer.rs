@@ -22,6 +22,8 @@ pub struct ConsumerSpec {
     pub max_deliver: i64,
     /// Where a new consumer starts.
     pub deliver: pull::Config,
+    /// Delete a consumer of this name first, so it starts afresh (a replica's own view of state).
+    pub fresh: bool,
 }
 
 impl ConsumerSpec {
@@ -34,6 +36,7 @@ impl ConsumerSpec {
             ack_wait: Duration::from_secs(30),
             max_deliver: -1,
             deliver: pull::Config::default(),
+            fresh: false,
         }
     }
 
@@ -52,6 +55,13 @@ impl ConsumerSpec {
     /// Bounds how often the server delivers one message.
     pub fn with_max_deliver(mut self, max_deliver: i64) -> ConsumerSpec {
         self.max_deliver = max_deliver;
+        self
+    }
+
+    /// Replaces any consumer of this name with a new one, for a replica's own consumer of state
+    /// that must be read again from its start policy on every start, never resumed.
+    pub fn fresh(mut self) -> ConsumerSpec {
+        self.fresh = true;
         self
     }
 
@@ -133,6 +143,10 @@ impl<E: Event> Consumer<E> {
         }
         let fail = |detail: String| BusError::Consumer { consumer: spec.durable.clone(), detail };
         let stream = bus.js.get_stream(stream_spec.name).await.map_err(|e| fail(e.to_string()))?;
+        if spec.fresh {
+            // Absent is fine; anything else shows up when it is created below.
+            let _ = stream.delete_consumer(&spec.durable).await;
+        }
         let config = pull::Config {
             durable_name: Some(spec.durable.clone()),
             filter_subject: spec.filter.clone().unwrap_or_else(|| spec.family.wildcard()),

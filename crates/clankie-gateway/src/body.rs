@@ -133,6 +133,9 @@ impl Gateway {
             }
         }
         let pieces = split(&text, MAX_MESSAGE);
+        // The first piece's Discord id: a redelivery answered by the nonce gets the same one, a
+        // true second post another, which is what `clankie audit` counts.
+        let mut first_message = 0u64;
         for (i, piece) in pieces.iter().enumerate() {
             let mut body = json!({
                 "content": piece,
@@ -152,13 +155,18 @@ impl Gateway {
             let bytes = serde_json::to_vec(&body).map_err(|_| PostError::Refused(0))?;
             let request = self.inner.http.create_message(channel).payload_json(&bytes);
             let request = if last && !files.is_empty() { request.attachments(&files) } else { request };
-            request.await.map_err(|e| classify(&e))?;
+            let posted = request.await.map_err(|e| classify(&e))?;
+            if i == 0 {
+                first_message = posted.model().await.map(|m| m.id.get()).unwrap_or(0);
+            }
         }
         if out.kind == v1::OutboundKind::Reply as i32 {
             self.inner.typing.stop(out.channel_id);
         }
         self.receipt("gateway.posted", &out.delivery_id, |r| {
             r.with_id("channel", out.channel_id)
+                .with_id("message", first_message)
+                .with_id("key", out.idempotency_key.as_str())
                 .with_code(if out.kind == v1::OutboundKind::Reply as i32 { "reply" } else { "text_update" })
                 .with_count("pieces", pieces.len() as i64)
                 .with_count("chars", text.chars().count() as i64)
@@ -267,9 +275,10 @@ impl Gateway {
 
     pub(crate) async fn run_voice_sessions(&self) -> Result<(), GatewayError> {
         // Every gateway replica needs every guild's current session, so each reads the stream from
-        // the last message per guild with a consumer of its own.
-        let name = format!("gateway-voice-{}", std::process::id());
-        let mut spec = ConsumerSpec::durable(name, Family::VoiceSession).last_per_subject();
+        // the last message per guild with a consumer of its own, named by its replica id and
+        // made afresh at start (a restart must read the current sessions again, not resume).
+        let name = format!("gateway-voice-{}", self.inner.config.replica);
+        let mut spec = ConsumerSpec::durable(name, Family::VoiceSession).last_per_subject().fresh();
         spec.ack_wait = Duration::from_secs(30);
         let mut consumer = self.inner.bus.consumer::<v1::VoiceSession>(spec).await?;
         loop {

@@ -56,6 +56,8 @@ pub struct GatewayConfig {
     /// Where shard session state is saved so a restart resumes.
     pub state_dir: PathBuf,
     pub history_limit: u32,
+    /// This replica's name (`CLANKIE_REPLICA_ID`): its own consumers are named by it, never by pid.
+    pub replica: String,
 }
 
 impl std::fmt::Debug for GatewayConfig {
@@ -81,6 +83,7 @@ impl GatewayConfig {
             typing_max: settings.stall_silence + Duration::from_secs(60),
             state_dir: settings.state_root.join("gateway"),
             history_limit: settings.history_limit,
+            replica: settings.replica_id.clone(),
         }
     }
 }

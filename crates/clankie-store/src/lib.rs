@@ -6,6 +6,7 @@
 //! transaction as the write, so a replica whose lease was taken over cannot
 //! slip a write in after the takeover.
 
+mod audit;
 mod lease;
 mod receipts;
 mod session;
@@ -18,6 +19,7 @@ use std::time::Duration;
 use sqlx::PgPool;
 use sqlx::postgres::PgPoolOptions;
 
+pub use audit::Audit;
 pub use lease::{LaneRow, Lease};
 pub use receipts::StoredReceipt;
 pub use session::{Entry, NewEntry};

@@ -202,21 +202,17 @@ impl RoomKeeper {
         let replica = &self.config.replica;
         let members_name = format!("voice-floor-members-{replica}");
         let servers_name = format!("voice-floor-servers-{replica}");
-        for name in [&members_name, &servers_name] {
-            if let Ok(stream) = self.bus.jetstream().get_stream("CLANKIE_VOICE").await {
-                let _ = stream.delete_consumer(name).await;
-            }
-        }
         let commands_name = format!("voice-floor-commands-{replica}");
-        if let Ok(stream) = self.bus.jetstream().get_stream("CLANKIE_VOICE").await {
-            let _ = stream.delete_consumer(&commands_name).await;
-        }
         let mut commands =
-            self.bus.consumer::<v1::VoiceCommand>(ConsumerSpec::durable(commands_name, Family::VoiceCommand).deliver_new()).await?;
-        let mut members =
-            self.bus.consumer::<v1::VoiceMember>(ConsumerSpec::durable(members_name, Family::VoiceMember).last_per_subject()).await?;
-        let mut servers =
-            self.bus.consumer::<v1::VoiceServer>(ConsumerSpec::durable(servers_name, Family::VoiceServer).last_per_subject()).await?;
+            self.bus.consumer::<v1::VoiceCommand>(ConsumerSpec::durable(commands_name, Family::VoiceCommand).deliver_new().fresh()).await?;
+        let mut members = self
+            .bus
+            .consumer::<v1::VoiceMember>(ConsumerSpec::durable(members_name, Family::VoiceMember).last_per_subject().fresh())
+            .await?;
+        let mut servers = self
+            .bus
+            .consumer::<v1::VoiceServer>(ConsumerSpec::durable(servers_name, Family::VoiceServer).last_per_subject().fresh())
+            .await?;
         let mut tick = tokio::time::interval((self.config.lease_ttl / 4).max(Duration::from_millis(100)));
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {

@@ -51,6 +51,13 @@ enum Command {
         #[command(subcommand)]
         action: selfcmd::SelfAction,
     },
+    /// Count the stored invariants: every delivery has its outcome, no turn's reply was posted
+    /// twice. Prints `name: value` lines; exits 1 when one is broken.
+    Audit {
+        /// A delivery younger than this may still be in flight, not lost.
+        #[arg(long, default_value_t = 300_000)]
+        settle_ms: u64,
+    },
     /// Ask him into a voice channel, or out of voice in a guild (the gateway sends op 4).
     Voice {
         #[command(subcommand)]
@@ -165,6 +172,7 @@ async fn dispatch(cli: Cli) -> Result<()> {
         }
         Command::Run => run(&settings).await,
         Command::Voice { action } => voice(&settings, action).await,
+        Command::Audit { settle_ms } => audit(&settings, settle_ms).await,
         Command::Gateway
         | Command::Captain
         | Command::VoiceFloor
@@ -246,6 +254,23 @@ async fn run(settings: &Settings) -> Result<()> {
     eprintln!("Watch the bus in another terminal: cargo run -q -p clankie -- tap");
     eprintln!("Ctrl-C stops it.");
     tokio::signal::ctrl_c().await.context("waiting for Ctrl-C")?;
+    Ok(())
+}
+
+async fn audit(settings: &Settings, settle_ms: u64) -> Result<()> {
+    let url = redact_url(&settings.database_url);
+    let store = clankie_store::Store::connect(&settings.database_url).await.with_context(|| format!("connecting to {url}"))?;
+    let a = store.audit(std::time::Duration::from_millis(settle_ms)).await.context("reading the stored invariants")?;
+    println!("ingress_deliveries: {}", a.ingress_deliveries);
+    println!("deliveries_with_outcome: {}", a.with_outcome);
+    println!("deliveries_without_outcome: {}", a.without_outcome);
+    println!("deliveries_in_flight: {}", a.in_flight);
+    println!("replies_posted: {}", a.replies_posted);
+    println!("replies_posted_twice: {}", a.replies_posted_twice);
+    println!("outbox_unsent_past_bound: n/a (no reply outbox yet)");
+    if a.without_outcome > 0 || a.replies_posted_twice > 0 {
+        bail!("{} deliveries lost their outcome, {} replies were posted twice", a.without_outcome, a.replies_posted_twice);
+    }
     Ok(())
 }
 

@@ -48,6 +48,7 @@ impl Rig {
             typing_max: Duration::from_secs(30),
             state_dir: self.dir.path().join("gateway"),
             history_limit: 10,
+            replica: "gateway-test".into(),
         }
     }
 

@@ -59,6 +59,7 @@ impl Rig {
             typing_max: Duration::from_secs(30),
             state_dir: dir.path().join("gateway"),
             history_limit: 10,
+            replica: "gateway-test".into(),
         };
         let gateway = Gateway::new(Bus::connect(&settings, "gateway").await.unwrap(), gateway_config);
         let running = gateway.clone();
