@@ -58,6 +58,9 @@ pub struct GatewayConfig {
     pub history_limit: u32,
     /// This replica's name (`CLANKIE_REPLICA_ID`): its own consumers are named by it, never by pid.
     pub replica: String,
+    /// How long an ingress publish may wait for JetStream before the shard gives the message
+    /// back (closes and resumes from before it).
+    pub publish_patience: Duration,
 }
 
 impl std::fmt::Debug for GatewayConfig {
@@ -84,6 +87,7 @@ impl GatewayConfig {
             state_dir: settings.state_root.join("gateway"),
             history_limit: settings.history_limit,
             replica: settings.replica_id.clone(),
+            publish_patience: settings.gateway_publish_patience,
         }
     }
 }

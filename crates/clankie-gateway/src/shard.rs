@@ -15,6 +15,16 @@ use crate::{Gateway, GatewayError};
 
 const SHARD: u32 = 0;
 
+/// How one shard connection ended.
+enum Connection {
+    /// Shutdown: closed for resume.
+    Stopped,
+    /// The event stream ended.
+    Ended,
+    /// A message could not be stored: closed, to resume from the last stored one.
+    Unstored,
+}
+
 impl Gateway {
     fn save_session(&self, shard: &Shard) {
         let (Some(s), Some(url)) = (shard.session(), shard.resume_url()) else { return };
@@ -25,6 +35,29 @@ impl Gateway {
     }
 
     pub(crate) async fn run_shard(&self) -> Result<(), GatewayError> {
+        let mut pause = Duration::from_secs(1);
+        loop {
+            match self.connect_and_read().await? {
+                Connection::Stopped => return Ok(()),
+                Connection::Ended => return Err(GatewayError::Shard("the shard's event stream ended".into())),
+                Connection::Unstored => {
+                    // NATS stayed away past the publish patience. The session was saved before the
+                    // message that could not be stored, so connecting again resumes from there and
+                    // Discord replays it (and whatever came after).
+                    tracing::warn!(
+                        retry_in_ms = pause.as_millis() as u64,
+                        "a message could not be stored; the shard will resume from the last stored one"
+                    );
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(Duration::from_secs(30));
+                }
+            }
+        }
+    }
+
+    /// One shard connection, from the saved session, read until it stops, ends, or a message
+    /// cannot be stored.
+    async fn connect_and_read(&self) -> Result<Connection, GatewayError> {
         let config = &self.inner.config;
         let intents = Intents::GUILD_MESSAGES
             | Intents::DIRECT_MESSAGES
@@ -57,19 +90,22 @@ impl Gateway {
             | EventTypeFlags::VOICE_STATE_UPDATE
             | EventTypeFlags::VOICE_SERVER_UPDATE;
         let mut stopping = self.inner.stopping.subscribe();
+        let close = |shard: &mut Shard| {
+            shard.close(twilight_gateway::CloseFrame::RESUME);
+        };
         loop {
             let item = tokio::select! {
                 item = shard.next_event(wanted) => item,
                 _ = stopping.changed() => {
                     self.save_session(&shard);
-                    shard.close(twilight_gateway::CloseFrame::RESUME);
+                    close(&mut shard);
                     // Drive the shard until the close frame is out.
                     let _ = tokio::time::timeout(Duration::from_secs(2), async { while shard.next_event(wanted).await.is_some() {} }).await;
                     tracing::info!("shard closed for resume");
-                    return Ok(());
+                    return Ok(Connection::Stopped);
                 }
             };
-            let Some(item) = item else { break };
+            let Some(item) = item else { return Ok(Connection::Ended) };
             match item {
                 Err(e) => {
                     // The error can quote the payload; log its kind only.
@@ -86,7 +122,13 @@ impl Gateway {
                 }
                 Ok(Event::MessageCreate(message)) => {
                     let span = tracing::info_span!("delivery", delivery_id = message.id.get());
-                    self.ingest(&message.0).instrument(span).await;
+                    if !self.ingest(&message.0).instrument(span).await {
+                        // Never save the session past a message JetStream has not stored.
+                        close(&mut shard);
+                        let _ =
+                            tokio::time::timeout(Duration::from_secs(2), async { while shard.next_event(wanted).await.is_some() {} }).await;
+                        return Ok(Connection::Unstored);
+                    }
                     self.save_session(&shard);
                 }
                 // Not worth a session save: a resume that replays a typing signal costs nothing.
@@ -96,7 +138,6 @@ impl Gateway {
                 Ok(_) => {}
             }
         }
-        Err(GatewayError::Shard("the shard's event stream ended".into()))
     }
 
     /// Passes on that someone is typing, so a lane can wait for the rest of a burst.
@@ -114,11 +155,12 @@ impl Gateway {
         }
     }
 
-    /// Normalises, routes and publishes one message.
-    pub(crate) async fn ingest(&self, message: &Message) {
+    /// Normalises, routes and publishes one message. False when it could not be stored (the
+    /// shard then resumes from before it); true when it was stored or rightly dropped.
+    pub(crate) async fn ingest(&self, message: &Message) -> bool {
         let bot = self.bot_id();
         if bot != 0 && message.author.id.get() == bot {
-            return;
+            return true;
         }
         let guilds = &self.inner.config.guilds;
         if let Some(guild) = message.guild_id.map(|g| g.get())
@@ -127,13 +169,16 @@ impl Gateway {
         {
             self.receipt("gateway.rejected", &message.id.get().to_string(), |r| r.with_id("guild", guild).with_code("guild_not_admitted"))
                 .await;
-            return;
+            return true;
         }
         let ingress = normalise::ingress(message, bot, now_ms());
         let live = ingress.guild_id.and_then(|g| self.inner.voice.read().unwrap_or_else(|p| p.into_inner()).get(&g).copied());
         let id = MsgId::discord_message(message.id.get());
         let (chars, attachments) = (ingress.content.chars().count() as i64, ingress.attachments.len() as i64);
         let delivery = ingress.delivery_id.clone();
+        // A crash here (received, not yet stored) must cost nothing: the session is saved only
+        // after the publish, so the resume replays this message.
+        clankie_settings::fault::point("gateway.before_publish");
         let (route, published) = match normalise::route(ingress, live) {
             Route::Text(subject, ingress) => ("text", self.publish_patiently(&subject, &ingress, &id).await),
             Route::Room(subject, input) => ("room", self.publish_patiently(&subject, &input, &id).await),
@@ -149,8 +194,12 @@ impl Gateway {
                 })
                 .await
             }
-            None => tracing::error!("ingress could not be published; the message is lost unless Discord replays it"),
+            None => {
+                tracing::error!("ingress could not be stored; Discord replays it when the shard resumes");
+                return false;
+            }
         }
+        true
     }
 
     /// Publishes, retrying for a while if NATS is briefly away.
@@ -160,18 +209,19 @@ impl Gateway {
         event: &E,
         id: &MsgId,
     ) -> Option<clankie_bus::Published> {
-        let mut delay = Duration::from_millis(100);
-        for attempt in 0..8 {
-            match self.inner.bus.publish(subject, event, Some(id)).await {
-                Ok(p) => return Some(p),
-                Err(e) => {
-                    tracing::warn!(attempt, error = %e, "publish failed; retrying");
-                    tokio::time::sleep(delay).await;
-                    delay = (delay * 2).min(Duration::from_secs(5));
-                }
+        // The bus retries transient failures itself; past the patience the shard resumes later
+        // instead (a publish still buffered then is deduplicated by its id when it lands).
+        match tokio::time::timeout(self.inner.config.publish_patience, self.inner.bus.publish(subject, event, Some(id))).await {
+            Ok(Ok(p)) => Some(p),
+            Ok(Err(e)) => {
+                tracing::warn!(error = %e, "publish failed");
+                None
+            }
+            Err(_) => {
+                tracing::warn!(patience_ms = self.inner.config.publish_patience.as_millis() as u64, "publish not acknowledged in time");
+                None
             }
         }
-        None
     }
 
     pub(crate) async fn receipt(&self, kind: &'static str, delivery_id: &str, build: impl FnOnce(v1::Receipt) -> v1::Receipt) {

@@ -169,6 +169,11 @@ pub const SETTINGS: &[Setting] = &[
     },
     Setting { name: "CLANKIE_VOICE_MAX_UTTERANCE_MS", default: "15000", doc: "An utterance is cut here even without a pause." },
     Setting { name: "CLANKIE_BARGE_IN_MS", default: "500", doc: "A human speaking this long while he speaks stops his playback." },
+    Setting {
+        name: "CLANKIE_GATEWAY_PUBLISH_PATIENCE_MS",
+        default: "20000",
+        doc: "How long the gateway waits for JetStream to store a message before it closes the shard and resumes from before it, so Discord replays it.",
+    },
     Setting { name: "CLANKIE_VOICE_GRACE_MS", default: "30000", doc: "How long he stays in a voice room after the last human left it." },
     Setting {
         name: "CLANKIE_VOICE_LEASE_TTL_MS",
@@ -368,6 +373,8 @@ pub struct Settings {
     pub voice_rooms: Vec<(u64, u64)>,
     /// How long he stays in a voice room after the last human left.
     pub voice_grace: Duration,
+    /// How long the gateway waits for JetStream to store a message.
+    pub gateway_publish_patience: Duration,
     /// Transcription: an OpenAI-compatible base URL (none: offline), model, key, offline grammar.
     pub stt_base_url: Option<String>,
     pub stt_model: String,
@@ -478,6 +485,7 @@ impl fmt::Debug for Settings {
             .field("sandbox_addr", &self.sandbox_addr)
             .field("voice_rooms", &self.voice_rooms)
             .field("voice_grace", &self.voice_grace)
+            .field("gateway_publish_patience", &self.gateway_publish_patience)
             .field("stt_base_url", &self.stt_base_url.as_deref().map(redact_url))
             .field("stt_model", &self.stt_model)
             .field("stt_api_key", &self.stt_api_key.as_ref().map(|_| "***"))
@@ -675,6 +683,7 @@ impl Settings {
         let floor_continuation = ms("CLANKIE_FLOOR_CONTINUATION_MS", 60_000, 0)?;
         let floor_offer_interval = ms("CLANKIE_FLOOR_OFFER_INTERVAL_MS", 300_000, 0)?;
         let voice_grace = ms("CLANKIE_VOICE_GRACE_MS", 30_000, 0)?;
+        let gateway_publish_patience = ms("CLANKIE_GATEWAY_PUBLISH_PATIENCE_MS", 20_000, 100)?;
         let speech_timeout = ms("CLANKIE_SPEECH_TIMEOUT_MS", 15_000, 100)?;
         let voice_speech_start = ms("CLANKIE_VOICE_SPEECH_START_MS", 200, 0)?;
         let voice_end_of_turn = ms("CLANKIE_VOICE_END_OF_TURN_MS", 600, 20)?;
@@ -758,6 +767,7 @@ impl Settings {
             shutdown_grace,
             voice_rooms,
             voice_grace,
+            gateway_publish_patience,
             stt_base_url: var("CLANKIE_STT_BASE_URL").filter(|v| !v.trim().is_empty()),
             stt_model: var("CLANKIE_STT_MODEL").unwrap_or_else(|| "whisper-1".into()),
             stt_api_key: var("CLANKIE_STT_API_KEY").filter(|v| !v.is_empty()),

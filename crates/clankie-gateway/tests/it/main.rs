@@ -49,6 +49,7 @@ impl Rig {
             state_dir: self.dir.path().join("gateway"),
             history_limit: 10,
             replica: "gateway-test".into(),
+            publish_patience: Duration::from_secs(20),
         }
     }
 

@@ -60,6 +60,7 @@ impl Rig {
             state_dir: dir.path().join("gateway"),
             history_limit: 10,
             replica: "gateway-test".into(),
+            publish_patience: Duration::from_secs(20),
         };
         let gateway = Gateway::new(Bus::connect(&settings, "gateway").await.unwrap(), gateway_config);
         let running = gateway.clone();

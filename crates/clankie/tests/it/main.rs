@@ -1,6 +1,7 @@
 //! The CLI as a person runs it, and the workspace rules it stands for.
 
 mod audit;
+mod chaos;
 mod healthcheck;
 mod invariants;
 mod manifests;
