@@ -8,6 +8,7 @@ fn main() -> std::io::Result<()> {
     rt.block_on(async {
         let loopback = clankie_discord_loopback::Loopback::serve(addr, Default::default()).await?;
         eprintln!("loopback Discord and sandbox room at {}", loopback.url());
+        eprintln!("voice server: voice clients trust it with SSL_CERT_FILE={}", loopback.voice().ca_bundle().display());
         tokio::signal::ctrl_c().await
     })
 }
