@@ -149,7 +149,7 @@ async fn sigterm_lets_the_live_run_finish_and_the_lane_goes_on_elsewhere() {
 /// wait and are answered long before the fenced run's own ten-second answer would have ended,
 /// and nothing of that answer is ever posted.
 #[tokio::test]
-async fn a_run_fenced_from_outside_stops_and_posts_nothing() {
+async fn chaos_a_run_fenced_from_outside_stops_and_posts_nothing() {
     let rig = Rig::new().await;
     let (_captain, _task) = rig.captain("captain-a").await;
     rig.standin.script(Script::any(Reply::Text {
