@@ -44,7 +44,7 @@ async fn each_failure_code_reaches_the_outcome_and_a_receipt_that_carries_only_t
 /// `captain_lane_unavailable` on its last delivery instead of looping; the lane's next message
 /// is answered.
 #[tokio::test]
-async fn a_poison_delivery_fails_after_bounded_retries_and_the_lane_goes_on() {
+async fn chaos_a_poison_delivery_fails_after_bounded_retries_and_the_lane_goes_on() {
     let rig = Rig::new().await;
     let (_captain, _task) = rig.captain_with("captain-a", &[("CLANKIE_INGRESS_MAX_DELIVER", "4".into())]).await;
     sqlx::raw_sql(
