@@ -64,6 +64,16 @@ impl Rig {
         Rig { standin, sandbox, nats_url: nats.url(), attachment_root, settings, _nats: nats, _db: db, _dir: dir }
     }
 
+    /// Kills the stack's nats-server, keeping its store, as an outage would.
+    pub fn stop_nats(&mut self) {
+        self._nats.stop();
+    }
+
+    /// Starts the stack's nats-server again on the same port and store.
+    pub fn restart_nats(&mut self) {
+        self._nats.restart().expect("nats-server restarts");
+    }
+
     /// A bus connection of the test's own, to watch or publish.
     pub async fn bus(&self) -> clankie_bus::Bus {
         clankie_bus::Bus::connect(&self.settings, "test").await.expect("bus")

@@ -138,3 +138,42 @@ async fn nats_cluster_losing_a_node_or_the_stream_leader_mid_burst_loses_and_dou
     let (new_leader, _) = ingress_replicas(&rig).await.expect("a new leader");
     assert_ne!(cluster.node_named(&new_leader), Some(leader));
 }
+
+#[tokio::test]
+async fn chaos_nats_server_killed_mid_burst_and_restarted_after_5_s_loses_and_doubles_nothing() {
+    use clankie_model_standin::{Reply, Script};
+    let mut rig = Rig::new().await;
+    rig.standin.script(Script::any(Reply::Text {
+        text: "One answer for the whole burst.".into(),
+        chunk_chars: 4,
+        chunk_delay_ms: 150,
+        first_delay_ms: 500,
+        tail_delay_ms: 0,
+    }));
+    for _ in 0..4 {
+        rig.standin.script(Script::any(Reply::text("Answered.")));
+    }
+    let first = rig.say(super::GENERAL, "ada", "@Clankie first of three");
+    tokio::time::sleep(std::time::Duration::from_millis(700)).await;
+    let second = rig.say(super::GENERAL, "ada", "second");
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    rig.stop_nats();
+    let third = rig.say(super::GENERAL, "ada", "third, while the bus is away");
+    tokio::time::sleep(std::time::Duration::from_secs(5)).await;
+    rig.restart_nats();
+    let ids = [first, second, third];
+    rig.wait_outcomes(super::GENERAL, &ids).await;
+    // A later message is the barrier: once it is answered, any doubled reply would be in.
+    let later = rig.say(super::GENERAL, "bob", "@Clankie and me");
+    rig.wait_outcomes(super::GENERAL, &[later]).await;
+    let outcomes: Vec<Option<String>> = ids.iter().map(|id| rig.outcome(super::GENERAL, *id)).collect();
+    let posts = rig.sandbox.discord.posts(super::GENERAL);
+    let burst_replies = posts.iter().filter(|p| p.reply_to.is_some_and(|r| ids.contains(&r))).count();
+    println!("chaos nats restart: rounds 1, deliveries 3, outcomes {outcomes:?}, replies to the burst {burst_replies}");
+    assert!(outcomes.iter().all(Option::is_some), "a delivery was lost: {outcomes:?}");
+    assert!(burst_replies >= 1, "the burst got no answer");
+    for id in ids {
+        let replies = posts.iter().filter(|p| p.reply_to == Some(id)).count();
+        assert!(replies <= 1, "a message was answered {replies} times");
+    }
+}
