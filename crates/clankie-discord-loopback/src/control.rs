@@ -121,24 +121,22 @@ fn bad_author(author: &str) -> Option<Response> {
         .then(|| (StatusCode::BAD_REQUEST, Json(json!({ "error": "an author of 1 to 64 characters is required" }))).into_response())
 }
 
-async fn voice_join(AxState(state): AxState<Arc<State>>, Json(m): Json<VoiceMember>) -> Response {
+fn voice_member(state: &State, m: &VoiceMember, join: bool) -> Response {
     if let Some(r) = bad_author(&m.author) {
         return r;
     }
-    match state.voice_member(m.channel_id, &m.author, true) {
+    match state.voice_member(m.channel_id, &m.author, join) {
         Ok(user) => Json(json!({ "user_id": user })).into_response(),
         Err(e) => voice_error(e),
     }
 }
 
+async fn voice_join(AxState(state): AxState<Arc<State>>, Json(m): Json<VoiceMember>) -> Response {
+    voice_member(&state, &m, true)
+}
+
 async fn voice_leave(AxState(state): AxState<Arc<State>>, Json(m): Json<VoiceMember>) -> Response {
-    if let Some(r) = bad_author(&m.author) {
-        return r;
-    }
-    match state.voice_member(m.channel_id, &m.author, false) {
-        Ok(user) => Json(json!({ "user_id": user })).into_response(),
-        Err(e) => voice_error(e),
-    }
+    voice_member(&state, &m, false)
 }
 
 /// The longest line the loopback voices, so a request cannot tie up a voice stream for long.
@@ -175,13 +173,9 @@ async fn voice_speak(AxState(state): AxState<Arc<State>>, Json(m): Json<VoiceSpe
     if rate == 0 || pcm.len() as u64 > u64::from(rate) * 60 {
         return bad("audio must have a rate and last at most 60 s".into());
     }
-    let guild = match state.guild_of(m.channel_id) {
-        Ok(Some(g)) => g,
-        _ => return voice_error(crate::voice::VoiceError::UnknownChannel(m.channel_id)),
-    };
     let user = State::user_id(&m.author);
     let duration_ms = pcm.len() as u64 * 1000 / u64::from(rate);
-    match state.voice.speak(guild, m.channel_id, user, &m.author, &pcm, rate).await {
+    match state.voice_speak(m.channel_id, &m.author, &pcm, rate).await {
         Ok(frames) => Json(json!({ "user_id": user, "frames": frames, "duration_ms": duration_ms })).into_response(),
         Err(e) => voice_error(e),
     }
@@ -234,11 +228,7 @@ async fn voice_server(AxState(state): AxState<Arc<State>>, Query(q): Query<Serve
 }
 
 async fn voice_inject(AxState(state): AxState<Arc<State>>, Json(m): Json<VoiceInject>) -> Response {
-    let guild = match state.guild_of(m.channel_id) {
-        Ok(Some(g)) => g,
-        _ => return voice_error(crate::voice::VoiceError::UnknownChannel(m.channel_id)),
-    };
-    match state.voice.inject(guild, m.channel_id, State::user_id(&m.author), &m.kind).await {
+    match state.voice_inject(m.channel_id, &m.author, &m.kind).await {
         Ok(()) => Json(json!({ "sent": m.kind })).into_response(),
         Err(e) => voice_error(e),
     }

@@ -231,14 +231,12 @@ impl Loopback {
     /// A user says `pcm` (mono, `rate` Hz) aloud in a voice channel; resolves once it has been
     /// sent at real-time pace and returns the frames that reached his connection.
     pub async fn voice_speak(&self, channel: u64, author: &str, pcm: &[i16], rate: u32) -> Result<u32, voice::VoiceError> {
-        let guild = self.state.guild_of(channel).ok().flatten().ok_or(voice::VoiceError::UnknownChannel(channel))?;
-        self.state.voice.speak(guild, channel, state::State::user_id(author), author, pcm, rate).await
+        self.state.voice_speak(channel, author, pcm, rate).await
     }
 
     /// Hostile traffic of `kind` toward his connection in a voice channel.
     pub async fn voice_inject(&self, channel: u64, author: &str, kind: &str) -> Result<(), voice::VoiceError> {
-        let guild = self.state.guild_of(channel).ok().flatten().ok_or(voice::VoiceError::UnknownChannel(channel))?;
-        self.state.voice.inject(guild, channel, state::State::user_id(author), kind).await
+        self.state.voice_inject(channel, author, kind).await
     }
 
     /// Discord moves the call: a VOICE_SERVER_UPDATE with a new token (or, with `gone`, a null endpoint).
@@ -255,7 +253,7 @@ impl Loopback {
     /// moves to `channel` and a server update follows (both dispatched). Returns the session id,
     /// token and endpoint a voice connection is made of.
     pub fn bot_voice(&self, channel: u64) -> Result<(String, String, String), voice::VoiceError> {
-        let guild = self.state.guild_of(channel).ok().flatten().ok_or(voice::VoiceError::UnknownChannel(channel))?;
+        let (guild, _) = self.state.voice_guild(channel)?;
         let (session, token) = self.state.bot_voice(guild, Some(channel));
         Ok((session, token, self.state.voice.endpoint()))
     }

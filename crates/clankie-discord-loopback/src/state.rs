@@ -237,7 +237,7 @@ impl State {
 
     /// The voice channels of the guild a channel belongs to, and that guild; `Err` unless
     /// `channel` is a voice channel.
-    fn voice_guild(&self, channel: u64) -> Result<(u64, Vec<u64>), crate::voice::VoiceError> {
+    pub(crate) fn voice_guild(&self, channel: u64) -> Result<(u64, Vec<u64>), crate::voice::VoiceError> {
         let spec =
             self.config.channels.iter().find(|c| c.id == channel && c.voice).ok_or(crate::voice::VoiceError::UnknownChannel(channel))?;
         let guild = spec.guild.unwrap_or(self.config.guild_id);
@@ -254,6 +254,19 @@ impl State {
         let session = format!("user-voice-{user}");
         self.dispatch("VOICE_STATE_UPDATE", State::voice_state_json(guild, join.then_some(channel), user, author, &session));
         Ok(user)
+    }
+
+    /// `author` says `pcm` (mono, `rate` Hz) aloud in a voice channel; returns the frames that
+    /// reached his connection.
+    pub async fn voice_speak(&self, channel: u64, author: &str, pcm: &[i16], rate: u32) -> Result<u32, crate::voice::VoiceError> {
+        let (guild, _) = self.voice_guild(channel)?;
+        self.voice.speak(guild, channel, State::user_id(author), author, pcm, rate).await
+    }
+
+    /// Hostile traffic of `kind` toward his connection in a voice channel, as `author`'s stream.
+    pub async fn voice_inject(&self, channel: u64, author: &str, kind: &str) -> Result<(), crate::voice::VoiceError> {
+        let (guild, _) = self.voice_guild(channel)?;
+        self.voice.inject(guild, channel, State::user_id(author), kind).await
     }
 
     /// The bot's op 4: its VOICE_STATE_UPDATE with a fresh session, then (when it joins) a

@@ -201,6 +201,18 @@ struct Inner {
 /// Lines the sandbox grammar always holds, besides those said on the page.
 const SANDBOX_PHRASES: [&str; 4] = ["hello clankie", "clankie are you there", "thank you clankie", "good morning everyone"];
 
+impl Inner {
+    /// Ends the channel's open capture as a heard segment once it has been quiet for the gap.
+    fn close_quiet_capture(&mut self, channel: u64, now: i64) {
+        if self.captures.get(&channel).is_some_and(|c| now - c.last_ms > SEGMENT_GAP_MS)
+            && let Some(c) = self.captures.remove(&channel)
+        {
+            let segment = HeardSegment { start_ms: c.start_ms, end_ms: c.last_ms, pcm: c.pcm, rate: 48_000 };
+            self.heard.entry(channel).or_default().push(segment);
+        }
+    }
+}
+
 /// The loopback's voice server. Shared behind an `Arc` by the HTTP state.
 pub struct VoiceServer {
     ws_addr: SocketAddr,
@@ -385,17 +397,7 @@ impl VoiceServer {
     /// it has been quiet for the segment gap).
     pub fn heard(&self, channel: u64) -> Vec<HeardSegment> {
         let mut inner = self.lock();
-        let now = now_ms();
-        if inner.captures.get(&channel).is_some_and(|c| now - c.last_ms > SEGMENT_GAP_MS)
-            && let Some(c) = inner.captures.remove(&channel)
-        {
-            inner.heard.entry(channel).or_default().push(HeardSegment {
-                start_ms: c.start_ms,
-                end_ms: c.last_ms,
-                pcm: c.pcm,
-                rate: 48_000,
-            });
-        }
+        inner.close_quiet_capture(channel, now_ms());
         inner.heard.get(&channel).cloned().unwrap_or_default()
     }
 
@@ -578,16 +580,7 @@ impl VoiceServer {
         };
         let mono = clankie_pcm::downmix(&out[..n * 2]);
         let now = now_ms();
-        if inner.captures.get(&channel).is_some_and(|c| now - c.last_ms > SEGMENT_GAP_MS)
-            && let Some(c) = inner.captures.remove(&channel)
-        {
-            inner.heard.entry(channel).or_default().push(HeardSegment {
-                start_ms: c.start_ms,
-                end_ms: c.last_ms,
-                pcm: c.pcm,
-                rate: 48_000,
-            });
-        }
+        inner.close_quiet_capture(channel, now);
         let capture =
             inner.captures.entry(channel).or_insert_with(|| Capture { start_ms: now, last_ms: now, last_ts: None, pcm: Vec::new() });
         if let Some(last) = capture.last_ts {

@@ -162,10 +162,8 @@ impl Gateway {
         if bot != 0 && message.author.id.get() == bot {
             return true;
         }
-        let guilds = &self.inner.config.guilds;
         if let Some(guild) = message.guild_id.map(|g| g.get())
-            && !guilds.is_empty()
-            && !guilds.contains(&guild)
+            && !self.admitted(guild)
         {
             self.receipt("gateway.rejected", &message.id.get().to_string(), |r| r.with_id("guild", guild).with_code("guild_not_admitted"))
                 .await;

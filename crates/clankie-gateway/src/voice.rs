@@ -14,7 +14,8 @@ use twilight_model::voice::VoiceState;
 use crate::{Gateway, GatewayError};
 
 impl Gateway {
-    fn admitted(&self, guild: u64) -> bool {
+    /// Whether the gateway serves `guild` (`CLANKIE_DISCORD_GUILDS`; empty admits every guild).
+    pub(crate) fn admitted(&self, guild: u64) -> bool {
         let guilds = &self.inner.config.guilds;
         guilds.is_empty() || guilds.contains(&guild)
     }

@@ -47,7 +47,10 @@ pub struct AudioScript {
 #[derive(Default)]
 struct Inner {
     scripts: Vec<AudioScript>,
-    grammar: Option<String>,
+    /// The transcriber, made once: with the grammar file once phrases are set (pocketsphinx
+    /// reads the file at each transcription, so new phrases need no new engine).
+    engine: Option<Arc<Pocketsphinx>>,
+    grammar_file: Option<std::path::PathBuf>,
     transcriptions: u64,
     speeches: u64,
 }
@@ -68,7 +71,26 @@ impl AudioShared {
 
     /// The phrases transcription may recognise (a JSGF grammar is made of them).
     pub fn set_phrases(&self, phrases: &[&str]) {
-        self.lock().grammar = Some(clankie_speech::offline::grammar(phrases));
+        static FILES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let mut inner = self.lock();
+        let file = inner.grammar_file.get_or_insert_with(|| {
+            let n = FILES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            std::env::temp_dir().join(format!("clankie-standin-grammar-{}-{n}.gram", std::process::id()))
+        });
+        if std::fs::write(&*file, clankie_speech::offline::grammar(phrases)).is_ok() {
+            inner.engine = None;
+        }
+    }
+
+    /// The transcriber, made on first use.
+    fn engine(&self) -> Option<Arc<Pocketsphinx>> {
+        let mut inner = self.lock();
+        if inner.engine.is_none() {
+            let engine =
+                Pocketsphinx::new(inner.grammar_file.clone(), &clankie_speech::offline::his_names(), Duration::from_secs(30)).ok()?;
+            inner.engine = Some(Arc::new(engine));
+        }
+        inner.engine.clone()
     }
 
     /// How many (transcriptions, speeches) were asked for.
@@ -160,22 +182,7 @@ async fn transcriptions(State(shared): State<AudioShared>, headers: HeaderMap, b
     }
     let Some(wav) = file_part(&headers, &body) else { return error(400) };
     let Ok(audio) = Audio::from_wav(wav) else { return error(400) };
-    let grammar = shared.lock().grammar.clone();
-    let grammar_file = match grammar {
-        Some(g) => {
-            let path = std::env::temp_dir().join(format!("clankie-standin-grammar-{}.gram", std::process::id()));
-            if std::fs::write(&path, g).is_err() {
-                return error(500);
-            }
-            Some(path)
-        }
-        None => None,
-    };
-    let words = [("clankie".to_owned(), "K L AE NG K IY".to_owned())];
-    let engine = match Pocketsphinx::new(grammar_file, &words, Duration::from_secs(30)) {
-        Ok(e) => e,
-        Err(_) => return error(500),
-    };
+    let Some(engine) = shared.engine() else { return error(500) };
     match engine.transcribe(&audio).await {
         Ok(text) => axum::Json(json!({ "text": text })).into_response(),
         Err(_) => error(500),

@@ -15,6 +15,11 @@ const DICTIONARY: &str = "/usr/share/pocketsphinx/model/en-us/cmudict-en-us.dict
 /// The rate pocketsphinx's model is trained at.
 const STT_RATE: u32 = 16_000;
 
+/// His names as the dictionary spells them out, since cmudict does not know them.
+pub fn his_names() -> Vec<(String, String)> {
+    vec![("clankie".into(), "K L AE NG K IY".into()), ("clanky".into(), "K L AE NG K IY".into())]
+}
+
 async fn run(mut command: Command, timeout: Duration, what: &str) -> Result<Vec<u8>, SpeechError> {
     command.kill_on_drop(true).stdin(std::process::Stdio::null());
     let output = match tokio::time::timeout(timeout, command.output()).await {
@@ -76,7 +81,9 @@ impl Pocketsphinx {
             for (word, phones) in extra_words {
                 dict.push_str(&format!("\n{} {}", word.to_lowercase(), phones));
             }
-            let path = scratch.join("words.dict");
+            // One file per engine: another engine in this process may know other words.
+            static ENGINES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+            let path = scratch.join(format!("words-{}.dict", ENGINES.fetch_add(1, std::sync::atomic::Ordering::Relaxed)));
             std::fs::write(&path, dict).map_err(|e| SpeechError::Engine(format!("dictionary: {e}")))?;
             Some(path)
         };

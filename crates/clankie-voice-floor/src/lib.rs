@@ -467,6 +467,24 @@ impl VoiceFloor {
         let mut calls = 0u32;
         // Sentences already handed to the body: said, whatever the run does next.
         let mut said: Vec<String> = Vec::new();
+        // Hands one sentence (the silence token stripped) to the room's body and remembers it as said.
+        let say = |said: &mut Vec<String>, sentence: &str| {
+            let words = silence::strip_token(sentence);
+            if words.is_empty() {
+                return;
+            }
+            if let Some(mouth) = &mouth {
+                let speak = v1::Speak {
+                    delivery_id: first.delivery_id.clone(),
+                    guild_id: key.0,
+                    channel_id: key.1,
+                    text: words.clone(),
+                    at_ms: now_ms(),
+                };
+                let _ = mouth.send(speak);
+            }
+            said.push(words);
+        };
         let mut result: Result<(), &'static str> = Err("no_answer");
         for _round in 0..MAX_ROUNDS {
             while let Ok(steered) = steers.try_recv() {
@@ -490,20 +508,7 @@ impl VoiceFloor {
                         stale = true;
                         return;
                     }
-                    let words = silence::strip_token(&sentence);
-                    if words.is_empty() {
-                        continue;
-                    }
-                    if let Some(mouth) = &mouth {
-                        let _ = mouth.send(v1::Speak {
-                            delivery_id: first.delivery_id.clone(),
-                            guild_id: key.0,
-                            channel_id: key.1,
-                            text: words.clone(),
-                            at_ms: now_ms(),
-                        });
-                    }
-                    said.push(words);
+                    say(&mut said, &sentence);
                 }
             };
             let turn = match clankie_agent::complete_streaming(&self.model, &request, retry, &mut speak_now).await {
@@ -529,19 +534,7 @@ impl VoiceFloor {
                 // More was said while this answer was written: it would answer an older room.
                 continue;
             }
-            let rest = silence::strip_token(&sentences.rest());
-            if !rest.is_empty() {
-                if let Some(mouth) = &mouth {
-                    let _ = mouth.send(v1::Speak {
-                        delivery_id: first.delivery_id.clone(),
-                        guild_id: key.0,
-                        channel_id: key.1,
-                        text: rest.clone(),
-                        at_ms: now_ms(),
-                    });
-                }
-                said.push(rest);
-            }
+            say(&mut said, &sentences.rest());
             result = Ok(());
             break;
         }

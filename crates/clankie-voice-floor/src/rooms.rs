@@ -75,7 +75,7 @@ pub fn speech_config(settings: &clankie_settings::Settings) -> SpeechConfig {
         tts_voice: settings.tts_voice.clone(),
         tts_api_key: settings.tts_api_key.clone(),
         timeout: settings.speech_timeout,
-        extra_words: vec![("clankie".into(), "K L AE NG K IY".into()), ("clanky".into(), "K L AE NG K IY".into())],
+        extra_words: clankie_speech::offline::his_names(),
     }
 }
 
@@ -590,20 +590,11 @@ impl RoomKeeper {
                 Ok(_) => "transcribed",
                 Err(e) => e.code(),
             };
-            let kind = ReceiptKind::new("voice.transcribed").ok();
-            if let Some(kind) = kind {
-                let lane = LaneKey::Voice { guild: key.0, channel: key.1 };
-                let chars = result.as_ref().map(|t| t.chars().count() as i64).unwrap_or(0);
-                let receipt = v1::Receipt::new(&kind, bus.service(), &utterance, now_ms())
-                    .with_lane(&lane)
-                    .with_id("speaker", speaker)
-                    .with_code(code)
-                    .with_count("chars", chars)
-                    .with_count("took_ms", took_ms);
-                if let Err(e) = bus.publish_receipt(&receipt).await {
-                    tracing::warn!(error = %e, "receipt not published");
-                }
-            }
+            let chars = result.as_ref().map(|t| t.chars().count() as i64).unwrap_or(0);
+            room_receipt(&bus, &utterance, "voice.transcribed", key, |r| {
+                r.with_id("speaker", speaker).with_code(code).with_count("chars", chars).with_count("took_ms", took_ms)
+            })
+            .await;
             let Ok(text) = result else { return };
             if text.trim().is_empty() {
                 return;
@@ -647,23 +638,23 @@ impl RoomKeeper {
     }
 
     async fn receipt_for(&self, delivery_id: &str, kind: &'static str, key: Key, build: impl FnOnce(v1::Receipt) -> v1::Receipt) {
-        let Ok(kind) = ReceiptKind::new(kind) else { return };
-        let lane = LaneKey::Voice { guild: key.0, channel: key.1 };
-        let receipt = build(
-            v1::Receipt::new(&kind, self.bus.service(), delivery_id, now_ms())
-                .with_lane(&lane)
-                .with_id("guild", key.0)
-                .with_id("channel", key.1)
-                .with_id("replica_pid", u64::from(std::process::id())),
-        );
-        if let Err(e) = self.bus.publish_receipt(&receipt).await {
-            tracing::warn!(error = %e, "receipt not published");
-        }
+        room_receipt(&self.bus, delivery_id, kind, key, build).await;
     }
+}
 
-    /// The rooms this replica owns, with their epochs.
-    pub fn owned(&self) -> Vec<(u64, u64, i64)> {
-        self.owned.iter().map(|(k, o)| (k.0, k.1, o.lease.epoch)).collect()
+/// Publishes a content-free receipt of a voice room: its lane, guild, channel and the replica's pid.
+async fn room_receipt(bus: &Bus, delivery_id: &str, kind: &'static str, key: Key, build: impl FnOnce(v1::Receipt) -> v1::Receipt) {
+    let Ok(kind) = ReceiptKind::new(kind) else { return };
+    let lane = LaneKey::Voice { guild: key.0, channel: key.1 };
+    let receipt = build(
+        v1::Receipt::new(&kind, bus.service(), delivery_id, now_ms())
+            .with_lane(&lane)
+            .with_id("guild", key.0)
+            .with_id("channel", key.1)
+            .with_id("replica_pid", u64::from(std::process::id())),
+    );
+    if let Err(e) = bus.publish_receipt(&receipt).await {
+        tracing::warn!(error = %e, "receipt not published");
     }
 }
 

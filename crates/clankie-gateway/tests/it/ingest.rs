@@ -115,13 +115,7 @@ async fn messages_from_guilds_not_admitted_are_dropped_with_a_receipt() {
     let receipts = record::<v1::Receipt>(&rig.bus, Family::Receipt).await;
     let mut config = rig.gateway_config();
     config.guilds = vec![999];
-    let settings = clankie_settings::Settings::for_endpoints(&rig.nats.url(), "postgres://unused@127.0.0.1:1/x", rig.dir.path()).unwrap();
-    let gateway = clankie_gateway::Gateway::new(clankie_bus::Bus::connect(&settings, "gateway").await.unwrap(), config);
-    let running = gateway.clone();
-    let _task = tokio::spawn(async move {
-        let _ = running.run().await;
-    });
-    assert!(rig.discord.wait_for_session(Duration::from_secs(20)).await);
+    let (_gateway, _task) = rig.gateway_with(config).await;
     let id = rig.say(GENERAL, "ada", "@Clankie clandestine plans");
     until("the rejection", Duration::from_secs(10), || receipts.all().iter().any(|r| r.kind == "gateway.rejected")).await;
     let r = receipts.all().into_iter().find(|r| r.kind == "gateway.rejected").unwrap();
@@ -136,14 +130,7 @@ async fn chaos_nats_away_at_the_gateway_a_message_is_replayed_on_resume_not_drop
     let mut rig = Rig::new().await;
     let mut config = rig.gateway_config();
     config.publish_patience = Duration::from_millis(1_500);
-    let settings = clankie_settings::Settings::for_endpoints(&rig.nats.url(), "postgres://unused@127.0.0.1:1/x", rig.dir.path()).unwrap();
-    let gateway = clankie_gateway::Gateway::new(clankie_bus::Bus::connect(&settings, "gateway").await.unwrap(), config);
-    let running = gateway.clone();
-    let _task = tokio::spawn(async move {
-        let _ = running.run().await;
-    });
-    assert!(rig.discord.wait_for_session(Duration::from_secs(20)).await);
-    until("READY", Duration::from_secs(10), || gateway.bot_id() != 0).await;
+    let (_gateway, _task) = rig.gateway_with(config).await;
 
     // The bus goes away; a message arrives and cannot be stored.
     rig.nats.stop();

@@ -55,10 +55,15 @@ impl Rig {
 
     /// Starts a gateway and waits until its shard is identified or resumed.
     pub async fn gateway(&self) -> (Gateway, tokio::task::JoinHandle<()>) {
+        self.gateway_with(self.gateway_config()).await
+    }
+
+    /// Starts a gateway with `config` and waits until its shard is identified or resumed.
+    pub async fn gateway_with(&self, config: GatewayConfig) -> (Gateway, tokio::task::JoinHandle<()>) {
         let settings =
             clankie_settings::Settings::for_endpoints(&self.nats.url(), "postgres://unused@127.0.0.1:1/x", self.dir.path()).unwrap();
         let bus = Bus::connect(&settings, "gateway").await.unwrap();
-        let gateway = Gateway::new(bus, self.gateway_config());
+        let gateway = Gateway::new(bus, config);
         let running = gateway.clone();
         let task = tokio::spawn(async move {
             let _ = running.run().await;

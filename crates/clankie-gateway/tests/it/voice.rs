@@ -52,14 +52,7 @@ async fn voice_join_states_of_a_guild_not_admitted_are_not_forwarded() {
     let members = record::<v1::VoiceMember>(&rig.bus, Family::VoiceMember).await;
     let mut config = rig.gateway_config();
     config.guilds = vec![GUILD + 1];
-    let settings = clankie_settings::Settings::for_endpoints(&rig.nats.url(), "postgres://unused@127.0.0.1:1/x", rig.dir.path()).unwrap();
-    let gateway = clankie_gateway::Gateway::new(clankie_bus::Bus::connect(&settings, "gateway").await.unwrap(), config);
-    let running = gateway.clone();
-    let _task = tokio::spawn(async move {
-        let _ = running.run().await;
-    });
-    assert!(rig.discord.wait_for_session(Duration::from_secs(20)).await);
-    until("READY", Duration::from_secs(10), || gateway.bot_id() != 0).await;
+    let (_gateway, _task) = rig.gateway_with(config).await;
     rig.discord.voice_join(VOICE_CHAT, "ada").unwrap();
     // The shard handles events in order and each publish waits for JetStream's ack, so once the
     // later message's rejection is in, a forwarded voice state would already be stored.

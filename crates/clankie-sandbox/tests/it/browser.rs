@@ -53,25 +53,7 @@ async fn a_person_chats_in_the_sandbox_and_sees_clankie_reply() {
     }));
     let driver = Driver::start().await;
     let profile = clankie_testkit::TestDir::new();
-    let mut caps = serde_json::Map::new();
-    caps.insert(
-        "goog:chromeOptions".into(),
-        serde_json::json!({
-            "binary": "/usr/bin/chromium",
-            "args": [
-                "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--disable-quic", "--no-first-run",
-                "--disable-background-networking", "--disable-component-update", "--disable-sync", "--window-size=1100,700",
-                format!("--user-data-dir={}", profile.path().display()),
-            ],
-        }),
-    );
-    let browser = ClientBuilder::new(HttpConnector::new())
-        .capabilities(caps)
-        .connect(&format!("http://127.0.0.1:{}", driver.1))
-        .await
-        .expect("a WebDriver session");
-
-    browser.goto(&rig.sandbox.url()).await.unwrap();
+    let browser = browser_on(&rig.sandbox.url(), &driver, &profile).await;
     let author = browser.wait().for_element(Locator::Id("author")).await.unwrap();
     author.clear().await.unwrap();
     author.send_keys("ada").await.unwrap();

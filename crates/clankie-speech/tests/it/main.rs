@@ -73,7 +73,7 @@ async fn speech_engine_offline_needs_a_grammar_to_read_synthesized_speech() {
     std::fs::create_dir_all(&dir).unwrap();
     let file = dir.join("room.gram");
     std::fs::write(&file, grammar(&PHRASES)).unwrap();
-    let words = [("clankie".to_owned(), "K L AE NG K IY".to_owned())];
+    let words = clankie_speech::offline::his_names();
     let tts = Espeak::new(Duration::from_secs(10));
     let with = Pocketsphinx::new(Some(file), &words, Duration::from_secs(20)).unwrap();
     let audio = tts.synthesize("Clankie, what is the capital of France").await.unwrap();

@@ -6,7 +6,7 @@ use clankie_discord_loopback::NewMessage;
 use clankie_proto::{Family, Subject, v1};
 use clankie_testkit::record;
 
-use super::{GRACE_MS, GUILD, Rig, VOICE, keeping, until};
+use super::{GRACE_MS, GUILD, Rig, VOICE, until};
 
 fn him_in(rig: &Rig) -> Option<u64> {
     rig.members.all().into_iter().filter(|m| m.is_him).last().and_then(|m| m.channel_id)
@@ -17,8 +17,7 @@ async fn voice_join_a_human_joining_brings_him_in_live_and_the_last_leaving_sees
     let rig = Rig::new().await;
     let decisions = record::<v1::FloorDecision>(&rig.bus, Family::VoiceFloor).await;
     let text = record::<v1::Ingress>(&rig.bus, Family::IngressText).await;
-    let _floor = rig.voice_floor("floor-a");
-    keeping(&rig, "floor-a").await;
+    let _floor = rig.keeping_floor("floor-a").await;
     assert_eq!(rig.live(), None, "no room is live before anyone joins");
 
     // Before anyone is in voice, the channel's chat is a text lane.
@@ -65,8 +64,7 @@ async fn voice_join_a_human_joining_brings_him_in_live_and_the_last_leaving_sees
 #[tokio::test]
 async fn voice_join_a_human_back_within_the_grace_keeps_him_and_the_owner_can_summon_and_dismiss_him() {
     let rig = Rig::new().await;
-    let _floor = rig.voice_floor("floor-a");
-    keeping(&rig, "floor-a").await;
+    let _floor = rig.keeping_floor("floor-a").await;
     rig.discord.voice_join(VOICE, "ada").unwrap();
     until("the room live", Duration::from_secs(10), || rig.live() == Some(VOICE)).await;
     let sessions = rig.sessions.all().len();

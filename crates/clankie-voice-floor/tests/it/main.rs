@@ -93,6 +93,13 @@ impl Rig {
         self.voice_floor_with(replica, &[])
     }
 
+    /// A voice-floor replica as its own process, once it is reading voice states.
+    pub async fn keeping_floor(&self, replica: &str) -> tokio::process::Child {
+        let floor = self.voice_floor(replica);
+        keeping(self, replica).await;
+        floor
+    }
+
     /// A voice-floor replica with extra settings.
     pub fn voice_floor_with(&self, replica: &str, extra: &[(&str, String)]) -> tokio::process::Child {
         let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_clankie-voice-floor"));

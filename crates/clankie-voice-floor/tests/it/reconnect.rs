@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use super::{GUILD, Rig, VOICE, audio_restored, keeping, until};
+use super::{GUILD, Rig, VOICE, audio_restored, until};
 
 async fn live_with_audio(rig: &Rig) {
     rig.discord.voice_join(VOICE, "ada").unwrap();
@@ -18,8 +18,7 @@ fn counter(rig: &Rig, name: &str) -> u64 {
 #[tokio::test]
 async fn voice_reconnect_a_4015_close_resumes_and_audio_flows_again() {
     let rig = Rig::new().await;
-    let _floor = rig.voice_floor("floor-a");
-    keeping(&rig, "floor-a").await;
+    let _floor = rig.keeping_floor("floor-a").await;
     live_with_audio(&rig).await;
     let identifies = counter(&rig, "identify");
 
@@ -35,8 +34,7 @@ async fn voice_reconnect_a_4015_close_resumes_and_audio_flows_again() {
 #[tokio::test]
 async fn voice_reconnect_a_4006_close_and_a_moved_call_reconnect_and_audio_flows_again() {
     let rig = Rig::new().await;
-    let _floor = rig.voice_floor("floor-a");
-    keeping(&rig, "floor-a").await;
+    let _floor = rig.keeping_floor("floor-a").await;
     live_with_audio(&rig).await;
 
     // 4006, session no longer valid: the driver ends, and a fresh op 4 brings a new session.
@@ -70,8 +68,7 @@ async fn voice_reconnect_a_4006_close_and_a_moved_call_reconnect_and_audio_flows
 #[tokio::test]
 async fn voice_reconnect_a_null_endpoint_is_waited_out() {
     let rig = Rig::new().await;
-    let _floor = rig.voice_floor("floor-a");
-    keeping(&rig, "floor-a").await;
+    let _floor = rig.keeping_floor("floor-a").await;
     live_with_audio(&rig).await;
     let identifies = counter(&rig, "identify");
     rig.discord.voice_server_update(true);

@@ -64,7 +64,7 @@ async fn spoken_round_trip_a_question_aloud_is_heard_answered_and_spoken() {
         assert!(tokio::time::Instant::now() < deadline, "nothing spoken; receipts: {:?}", rig.receipts("voice.playback"));
         tokio::time::sleep(Duration::from_millis(100)).await;
     };
-    let words = [("clankie".to_owned(), "K L AE NG K IY".to_owned())];
+    let words = clankie_speech::offline::his_names();
     let ears = Pocketsphinx::new(Some(grammar_file), &words, Duration::from_secs(20)).unwrap();
     let heard = ears.transcribe(&clankie_speech::Audio { pcm: answer.pcm.clone(), rate: answer.rate }).await.unwrap();
     println!(
