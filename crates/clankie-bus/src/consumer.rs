@@ -277,8 +277,25 @@ impl<E> Delivery<E> {
         self.message.ack_with(AckKind::Progress).await.map_err(|e| self.ack_error(e))
     }
 
+    /// A handle that keeps telling the server work on this event is still going, from
+    /// another task than the one holding the delivery.
+    pub fn progress(&self) -> Progress {
+        Progress(self.message.clone())
+    }
+
     /// Ends redelivery without success; for events the service can never handle.
     pub async fn term(&self) -> Result<(), BusError> {
         self.message.ack_with(AckKind::Term).await.map_err(|e| self.ack_error(e))
+    }
+}
+
+/// Tells the server a held event is still being worked on (restarting its ack wait).
+#[derive(Clone, Debug)]
+pub struct Progress(jetstream::Message);
+
+impl Progress {
+    /// Restarts the event's ack wait.
+    pub async fn in_progress(&self) -> Result<(), BusError> {
+        self.0.ack_with(AckKind::Progress).await.map_err(|e| BusError::Ack { sequence: 0, detail: e.to_string() })
     }
 }

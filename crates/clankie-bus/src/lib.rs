@@ -8,6 +8,7 @@
 //!   message never panics a service or loops in redelivery.
 //! - [`tap`] renders any clankie message as one JSON line.
 
+mod blobs;
 mod consumer;
 mod streams;
 pub mod tap;
@@ -21,7 +22,8 @@ use clankie_settings::{Settings, redact_url};
 
 pub use async_nats::connection::State as ConnectionState;
 pub use async_nats::jetstream::consumer::DeliverPolicy;
-pub use consumer::{Consumer, ConsumerSpec, Delivery};
+pub use blobs::{BLOB_BUCKET, INLINE_MAX, blob_name};
+pub use consumer::{Consumer, ConsumerSpec, Delivery, Progress};
 pub use streams::{STREAMS, StreamSpec, stream_for};
 
 /// The receipt kind of a message a consumer could not accept.
@@ -191,13 +193,14 @@ impl Bus {
         &self.js
     }
 
-    /// Declares every stream in [`STREAMS`], creating or updating each; safe to call from every replica.
+    /// Declares every stream in [`STREAMS`], creating or updating each, and the blob bucket;
+    /// safe to call from every replica.
     pub async fn ensure_streams(&self) -> Result<(), BusError> {
         for spec in STREAMS {
             let config = spec.config(self.ingress_dedup_window, self.stream_replicas);
             self.js.create_or_update_stream(config).await.map_err(|e| BusError::Stream { stream: spec.name, detail: e.to_string() })?;
         }
-        Ok(())
+        self.ensure_blobs().await
     }
 
     /// Publishes `event` on `subject` and waits for JetStream's ack.
@@ -284,7 +287,10 @@ impl Bus {
         let deadline = tokio::time::Instant::now() + timeout;
         let mut pause = Duration::from_millis(20);
         let reply = loop {
-            let attempt = tokio::time::timeout_at(deadline, self.client.request(name.clone(), payload.clone())).await;
+            // The client's own request timeout (10 s) would cut a longer wait short: this one's is the caller's.
+            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            let ask = async_nats::Request::new().payload(payload.clone()).timeout(Some(left));
+            let attempt = tokio::time::timeout_at(deadline, self.client.send_request(name.clone(), ask)).await;
             match attempt {
                 Err(_) => return Err(fail(format!("no reply within {timeout:?}"))),
                 Ok(Ok(reply)) => break reply,
@@ -325,6 +331,22 @@ impl Bus {
         match stream.get_last_raw_message_by_subject(&subject.to_string()).await {
             Ok(m) => E::decode(m.payload).map(Some).map_err(|e| fail(format!("undecodable last event: {e}"))),
             Err(e) if e.kind() == jetstream::stream::LastRawMessageErrorKind::NoMessageFound => Ok(None),
+            Err(e) => Err(fail(e.to_string())),
+        }
+    }
+
+    /// The event stored at `sequence` in `family`'s stream, if the stream still holds it there;
+    /// how a replica reads a delivery another replica received and died holding.
+    pub async fn stored<E: Event>(&self, family: Family, sequence: u64) -> Result<Option<E>, BusError> {
+        let Some(spec) = stream_for(family) else { return Ok(None) };
+        let fail = |detail: String| BusError::Stream { stream: spec.name, detail };
+        let stream = self.js.get_stream(spec.name).await.map_err(|e| fail(e.to_string()))?;
+        match stream.get_raw_message(sequence).await {
+            Ok(m) if Subject::parse(&m.subject).is_ok_and(|s| s.family() == family) => {
+                E::decode(m.payload).map(Some).map_err(|e| fail(format!("undecodable stored event: {e}")))
+            }
+            Ok(_) => Ok(None),
+            Err(e) if e.kind() == jetstream::stream::RawMessageErrorKind::NoMessageFound => Ok(None),
             Err(e) => Err(fail(e.to_string())),
         }
     }

@@ -29,6 +29,12 @@ pub struct CaptainConfig {
     pub experience_ttl: Duration,
     pub lease_ttl: Duration,
     pub ack_wait: Duration,
+    /// Age at which this replica publishes another's committed, unpublished outbox row.
+    pub outbox_relay_after: Duration,
+    /// How far back a replica taking a lane over looks for admitted, unsettled deliveries.
+    pub gather_window: Duration,
+    /// How long one picture may take from media.
+    pub media_timeout: Duration,
     /// Deliveries of one ingress tried before it is settled `failed` (`captain_lane_unavailable`).
     pub max_deliver: u32,
     pub exchange_window: Duration,
@@ -61,6 +67,9 @@ impl CaptainConfig {
             experience_ttl: settings.experience_ttl,
             lease_ttl: settings.lane_lease_ttl,
             ack_wait: settings.ingress_ack_wait,
+            outbox_relay_after: settings.outbox_relay_after,
+            gather_window: Duration::from_secs(15 * 60),
+            media_timeout: settings.media_timeout,
             max_deliver: settings.ingress_max_deliver,
             exchange_window: settings.exchange_window,
             tool_card_delay: settings.tool_card_delay,

@@ -2,12 +2,16 @@
 
 use std::time::{Duration, Instant};
 
-use clankie_bus::{BusError, Delivery};
+use clankie_bus::{BusError, Delivery, Progress};
 use clankie_proto::{LaneKey, v1};
 
 enum Source {
     Ingress(Delivery<v1::Ingress>),
     Steer(Delivery<v1::Steer>),
+    /// Read from the stream for a run that died holding it: the JetStream message itself is
+    /// still pending on the dead replica's delivery, comes back after its ack wait, finds its
+    /// outcome recorded and is acked then. So acks and naks of this copy do nothing.
+    Gathered,
 }
 
 /// An admitted delivery and the JetStream message it came on. It is acked
@@ -25,23 +29,49 @@ pub struct Held {
 
 /// The delivery ids one replica holds right now. A JetStream redelivery (or a forwarded copy) of
 /// an id already held is the same delivery again: it must not become a second turn or outcome.
+///
+/// It also keeps each held JetStream message alive: [`InHand::keep_alive`] tells the server
+/// every one of them is in progress, from a task of its own that nothing a run, a tool or a
+/// media fetch does can hold up.
 #[derive(Default, Clone)]
-pub struct InHand(std::sync::Arc<std::sync::Mutex<std::collections::HashSet<String>>>);
+pub struct InHand(std::sync::Arc<std::sync::Mutex<std::collections::HashMap<String, Option<Progress>>>>);
 
 impl InHand {
-    /// Claims `held`'s delivery id for it; gives the delivery back when the id is already held.
-    /// Whether this replica holds `delivery_id` now.
-    pub(crate) fn holds(&self, delivery_id: &str) -> bool {
-        self.0.lock().unwrap_or_else(|p| p.into_inner()).contains(delivery_id)
+    fn lock(&self) -> std::sync::MutexGuard<'_, std::collections::HashMap<String, Option<Progress>>> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// Whether this replica holds `delivery_id` now.
+    pub(crate) fn holds(&self, delivery_id: &str) -> bool {
+        self.lock().contains_key(delivery_id)
+    }
+
+    /// Claims `held`'s delivery id for it; gives the delivery back when the id is already held.
     pub(crate) fn claim(&self, mut held: Held) -> Result<Held, Box<Held>> {
         let id = held.delivery_id().to_owned();
-        if !self.0.lock().unwrap_or_else(|p| p.into_inner()).insert(id.clone()) {
-            return Err(Box::new(held));
+        {
+            let mut map = self.lock();
+            if map.contains_key(&id) {
+                return Err(Box::new(held));
+            }
+            map.insert(id.clone(), held.progress());
         }
         held.claim = Some(Claim { in_hand: self.clone(), id });
         Ok(held)
+    }
+
+    /// Marks every held delivery in progress, every `every`, until dropped (aborted).
+    pub(crate) async fn keep_alive(self, every: Duration) {
+        let mut tick = tokio::time::interval(every);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        tick.tick().await;
+        loop {
+            tick.tick().await;
+            let handles: Vec<Progress> = self.lock().values().flatten().cloned().collect();
+            for h in handles {
+                let _ = h.in_progress().await;
+            }
+        }
     }
 }
 
@@ -52,7 +82,7 @@ struct Claim {
 
 impl Drop for Claim {
     fn drop(&mut self) {
-        self.in_hand.0.lock().unwrap_or_else(|p| p.into_inner()).remove(&self.id);
+        self.in_hand.lock().remove(&self.id);
     }
 }
 
@@ -63,6 +93,24 @@ impl Held {
 
     pub(crate) fn from_steer(lane: LaneKey, ingress: v1::Ingress, d: Delivery<v1::Steer>) -> Held {
         Held { ingress, lane, received: Instant::now(), source: Source::Steer(d), claim: None }
+    }
+
+    /// A delivery another replica admitted and died holding, read back from the stream.
+    pub(crate) fn gathered(lane: LaneKey, ingress: v1::Ingress) -> Held {
+        Held { ingress, lane, received: Instant::now(), source: Source::Gathered, claim: None }
+    }
+
+    /// Whether it was gathered from a run that died, rather than delivered to this replica.
+    pub fn is_gathered(&self) -> bool {
+        matches!(self.source, Source::Gathered)
+    }
+
+    fn progress(&self) -> Option<Progress> {
+        match &self.source {
+            Source::Ingress(d) => Some(d.progress()),
+            Source::Steer(d) => Some(d.progress()),
+            Source::Gathered => None,
+        }
     }
 
     /// The delivery id (the Discord message id).
@@ -80,6 +128,7 @@ impl Held {
         match &self.source {
             Source::Ingress(d) => d.delivered,
             Source::Steer(d) => d.delivered,
+            Source::Gathered => 1,
         }
     }
 
@@ -92,6 +141,7 @@ impl Held {
         match &self.source {
             Source::Ingress(d) => d.ack().await,
             Source::Steer(d) => d.ack().await,
+            Source::Gathered => Ok(()),
         }
     }
 
@@ -99,6 +149,7 @@ impl Held {
         match &self.source {
             Source::Ingress(d) => d.nak_after(delay).await,
             Source::Steer(d) => d.nak_after(delay).await,
+            Source::Gathered => Ok(()),
         }
     }
 
@@ -106,6 +157,7 @@ impl Held {
         match &self.source {
             Source::Ingress(d) => d.in_progress().await,
             Source::Steer(d) => d.in_progress().await,
+            Source::Gathered => Ok(()),
         }
     }
 }

@@ -7,14 +7,15 @@ use clankie_agent::{AgentEvent, RunReply, Session, Tool, UserMessage};
 use clankie_bus::{MsgId, now_ms};
 use clankie_proto::{LaneKey, ReceiptKind, Subject, v1};
 use clankie_self::{Surface, experience};
-use clankie_store::{Lease, Outcome, TurnEnd, TurnMode, TurnStart};
+use clankie_store::{Lease, OutboxRow, Outcome, Settlement, StoreError, TurnEnd, TurnMode, TurnStart};
 use futures::FutureExt;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
+use crate::outbox::Outbox;
 use crate::tools::{Browse, DescribeRuntime, ProposeMemory, ReadPage, Room, SendTextUpdate, SharePicture};
 use crate::typing::{self, Answering};
-use crate::{Captain, Held, Warm, prompt};
+use crate::{Aborting, Captain, Held, Warm, prompt};
 
 /// What the run's event loop saw, for the turn receipt.
 #[derive(Default)]
@@ -169,9 +170,16 @@ impl Captain {
         let inner = &self.inner;
         let config = &inner.config;
         let lane = lease.lane;
+        // The lease is renewed on a task of its own from here on: a slow picture, tool or store
+        // call in this run cannot let it lapse. A fenced renewal ends the run at once.
+        let (fence_tx, mut fence_rx) = tokio::sync::watch::channel(false);
+        let _keeper = Aborting(tokio::spawn(keep_lease(inner.store.clone(), lease.clone(), config.lease_ttl, fence_tx)));
         let mut burst = burst.into_iter();
         let Some(owner) = burst.next() else { return };
         let mut absorbed: Vec<Held> = burst.collect();
+        if !config.one_shot {
+            absorbed.extend(self.gather(&lane, owner.delivery_id()).await);
+        }
         // The shared self is read afresh for every turn: an edit reaches a warm lane without a restart.
         let snapshot = match inner.selfhood.snapshot(&lane).await {
             Ok(s) => s,
@@ -217,10 +225,13 @@ impl Captain {
         if cold && let Some(block) = self.history_block(&owner.ingress, session.newest_delivery()).await {
             first.push(UserMessage::new("channel history", "", block));
         }
-        for h in std::iter::once(&owner).chain(absorbed.iter()) {
+        // Oldest first, as the room saw them: gathered deliveries predate the one that started the run.
+        let mut in_order: Vec<&Held> = std::iter::once(&owner).chain(absorbed.iter()).collect();
+        in_order.sort_by_key(|h| h.message_id());
+        for h in in_order {
             first.push(self.user_message(h).await);
         }
-        let newest = absorbed.last().unwrap_or(&owner);
+        let newest = absorbed.iter().chain(std::iter::once(&owner)).max_by_key(|h| h.message_id()).unwrap_or(&owner);
         let room = Room::new(lane, turn_id.clone(), newest.message_id());
         let started = inner
             .store
@@ -234,7 +245,7 @@ impl Captain {
         }
 
         let mut tools: Vec<Arc<dyn Tool>> = vec![
-            Arc::new(SendTextUpdate::new(inner.bus.clone(), room.clone())),
+            Arc::new(SendTextUpdate::new(inner.bus.clone(), inner.outbox.clone(), inner.store.clone(), lease.clone(), room.clone())),
             Arc::new(ReadPage::new(config.egress.clone(), config.page_timeout, config.page_max_bytes)),
             Arc::new(SharePicture::new(
                 inner.bus.clone(),
@@ -269,11 +280,6 @@ impl Captain {
         let mut events = run.take_events();
         let mut presence = Presence::default();
         let mut steer_sent: Vec<(String, Instant)> = Vec::new();
-        let mut renew = tokio::time::interval(config.lease_ttl / 3);
-        renew.tick().await;
-        let mut progress = tokio::time::interval(config.ack_wait / 3);
-        progress.tick().await;
-        let mut lease_now = lease.clone();
         let mut fenced = false;
 
         loop {
@@ -290,9 +296,13 @@ impl Captain {
                         AgentEvent::SteerDelivered { delivery_id } => {
                             if let Some(h) = absorbed.iter().find(|h| h.delivery_id() == delivery_id) {
                                 room.capture(h.message_id());
-                                if let Err(e) = inner.store.capture(&lease_now, h.ingress.author_id, h.message_id()).await {
-                                    tracing::warn!(%lane, error = %e, "could not re-capture the newest speaker");
-                                }
+                                // Off the run's loop: a slow or absent database must not hold up its events.
+                                let (store, lease, author, message) = (inner.store.clone(), lease.clone(), h.ingress.author_id, h.message_id());
+                                tokio::spawn(async move {
+                                    if let Err(e) = store.capture(&lease, author, message).await {
+                                        tracing::warn!(lane = %lease.lane, error = %e, "could not re-capture the newest speaker");
+                                    }
+                                });
                             }
                             if let Some(pos) = steer_sent.iter().position(|(id, _)| *id == delivery_id) {
                                 let (_, at) = steer_sent.swap_remove(pos);
@@ -330,19 +340,11 @@ impl Captain {
                         }
                     }
                 }
-                _ = renew.tick() => {
-                    match inner.store.renew_lease(&lease_now, config.lease_ttl).await {
-                        Ok(l) => lease_now = l,
-                        Err(clankie_store::StoreError::Fenced { .. }) => {
-                            fenced = true;
-                            break;
-                        }
-                        Err(e) => tracing::warn!(%lane, error = %e, "lease renewal failed"),
-                    }
-                }
-                _ = progress.tick() => {
-                    for h in std::iter::once(&owner).chain(absorbed.iter()).chain(pending.iter()) {
-                        let _ = h.in_progress().await;
+                changed = fence_rx.changed() => {
+                    // The keeper only ends by reporting a fence; a keeper gone is a lease no longer kept.
+                    if changed.is_err() || *fence_rx.borrow() {
+                        fenced = true;
+                        break;
                     }
                 }
                 _ = sleep_until_opt(card_due) => {
@@ -356,26 +358,16 @@ impl Captain {
         }
         if fenced {
             // Another replica holds the lane now: this run stops at once. No model call, post or
-            // outcome more from it, and no progress acks: its deliveries go back to JetStream
-            // unacked, for the new owner.
+            // outcome more from it: its deliveries go back to JetStream unacked, for the new owner.
             run.abort();
-            tracing::warn!(%lane, epoch = lease.epoch, "fenced: another replica took the lane; the run stopped");
-            metrics::counter!("clankie_captain_fenced_runs_total").increment(1);
-            self.receipt("captain.fenced", owner.delivery_id(), &lane, |r| r.with_id("turn", &turn_id)).await;
-            if presence.typing_lit {
-                self.typing(&lane, owner.delivery_id(), v1::TypingOp::Stop).await;
-            }
-            if presence.card_posted {
-                self.tool_card(&room, v1::ToolCardOp::Remove, &presence.tools_seen, 0).await;
-            }
-            inner.warm.lock().unwrap_or_else(|p| p.into_inner()).remove(&lane);
+            self.stop_fenced(&lease, owner.delivery_id(), &turn_id, &room, &presence).await;
             return;
         }
         let result = match run.finish().await {
             Ok(r) => r,
             Err(e) => {
                 tracing::error!(%lane, error = %e, "run task failed");
-                self.give_back(&lease_now, std::iter::once(owner).chain(absorbed)).await;
+                self.give_back(&lease, std::iter::once(owner).chain(absorbed)).await;
                 return;
             }
         };
@@ -390,23 +382,18 @@ impl Captain {
             Err(e) => {
                 // The lane was lost (fenced) or the store failed: another replica will answer.
                 tracing::warn!(%lane, error = %e, "run ended without a recordable outcome; handing deliveries back");
-                self.give_back(&lease_now, std::iter::once(owner).chain(absorbed)).await;
+                self.give_back(&lease, std::iter::once(owner).chain(absorbed)).await;
                 return;
             }
         };
         tracing::debug!(%lane, steered = result.stats.steered.len(), "run ended");
-        let (owner_kind, code) = match &reply {
+        let (owner_kind, code, post) = match &reply {
             RunReply::Words(text) => {
-                tracing::debug!(%lane, "posting the reply");
-                if let Err(e) = self.post_reply(&room, owner.delivery_id(), text).await {
-                    tracing::warn!(%lane, error = %e, "reply could not be published; handing deliveries back");
-                    self.give_back(&lease_now, std::iter::once(owner).chain(absorbed)).await;
-                    return;
-                }
-                (v1::OutcomeKind::Replied, None)
+                let out = self.reply_message(&room, owner.delivery_id(), text);
+                (v1::OutcomeKind::Replied, None, Some(Outbox::post(&turn_id, &out)))
             }
-            RunReply::Silent => (v1::OutcomeKind::Silent, None),
-            RunReply::Failed(code) => (v1::OutcomeKind::Failed, Some(*code)),
+            RunReply::Silent => (v1::OutcomeKind::Silent, None, None),
+            RunReply::Failed(code) => (v1::OutcomeKind::Failed, Some(*code), None),
         };
         metrics::counter!("clankie_captain_input_tokens_total").increment(result.stats.input_tokens);
         metrics::counter!("clankie_captain_output_tokens_total").increment(result.stats.output_tokens);
@@ -425,10 +412,15 @@ impl Captain {
             settled.push((h, kind.0, kind.1));
         }
         let refresh = settled.iter().any(|(_, k, _)| matches!(k, v1::OutcomeKind::Replied | v1::OutcomeKind::Absorbed));
-        // The room's state is current before anyone can see an outcome.
-        if refresh && let Err(e) = inner.store.refresh_exchange(&lease_now, settled.last().map_or("", |(h, _, _)| h.delivery_id())).await {
-            tracing::warn!(%lane, error = %e, "exchange not refreshed");
-        }
+        let outcomes: Vec<Outcome> = settled
+            .iter()
+            .map(|(h, kind, code)| Outcome {
+                delivery_id: h.delivery_id().to_owned(),
+                turn_id: Some(turn_id.clone()),
+                kind: *kind,
+                failure_code: *code,
+            })
+            .collect();
         let end = TurnEnd {
             turn_id: turn_id.clone(),
             outcome: owner_kind,
@@ -439,12 +431,40 @@ impl Captain {
             steer_count: result.stats.steered.len() as i32,
             typing_lit: presence.typing_lit,
         };
-        if let Err(e) = inner.store.finish_turn(&lease_now, &end).await {
-            tracing::warn!(%lane, error = %e, "turn end not recorded");
+        clankie_settings::fault::point("captain.before_settle");
+        // The reply, the outcomes, the turn's end and the room's exchange commit together or not at all.
+        let exchange = refresh.then(|| settled.iter().map(|(h, _, _)| h).max_by_key(|h| h.message_id()).map_or("", |h| h.delivery_id()));
+        let events: Vec<OutboxRow> = outcomes.iter().map(|o| Outbox::outcome(&turn_id, lane, &outcome_event(&lane, o))).collect();
+        let settlement = Settlement { end: &end, outcomes: &outcomes, outcome_events: &events, exchange, post: post.as_ref() };
+        let recorded = match inner.store.settle_turn(&lease, &settlement).await {
+            Ok(recorded) => recorded,
+            Err(StoreError::Fenced { .. }) => {
+                self.stop_fenced(&lease, owner.delivery_id(), &turn_id, &room, &Presence::default()).await;
+                return;
+            }
+            Err(e) => {
+                tracing::warn!(%lane, error = %e, "turn not settled; nothing was posted and the deliveries will come back");
+                self.give_back(&lease, std::iter::once(owner).chain(absorbed)).await;
+                return;
+            }
+        };
+        clankie_settings::fault::point("captain.after_settle");
+        // The reply goes out before the outcome events the body reacts to.
+        let committed = post.iter().chain(events.iter().zip(&recorded).filter(|(_, new)| **new).map(|(row, _)| row));
+        for row in committed {
+            if let Err(e) = inner.outbox.relay(row).await {
+                tracing::warn!(%lane, outbox = %row.id, error = %e, "committed but not published yet; the outbox relay will publish it");
+            }
         }
         self.turn_receipt(&lane, owner.delivery_id(), &end, mode, answering.held()).await;
-        for (held, kind, code) in &settled {
-            self.settle(&lease_now, &turn_id, held, *kind, *code).await;
+        for (((held, _, _), outcome), new) in settled.iter().zip(&outcomes).zip(recorded) {
+            if new {
+                self.outcome_receipt(&lane, outcome, |r| r).await;
+            }
+            if let Err(e) = held.ack().await {
+                tracing::warn!(delivery_id = held.delivery_id(), error = %e, "ack failed after the outcome was recorded");
+            }
+            tracing::debug!(delivery_id = held.delivery_id(), outcome = outcome.kind.code(), new, "settled");
         }
         if owner_kind == v1::OutcomeKind::Replied {
             let names: Vec<String> = std::iter::once(&owner).chain(absorbed.iter()).map(|h| h.ingress.author_name.clone()).collect();
@@ -455,47 +475,80 @@ impl Captain {
         }
         if !one_shot {
             let mut warm = inner.warm.lock().unwrap_or_else(|p| p.into_inner());
-            warm.insert(lane, Warm { session: result.session, epoch: lease_now.epoch });
+            warm.insert(lane, Warm { session: result.session, epoch: lease.epoch });
         }
-        if let Err(e) = inner.store.release_lease(&lease_now).await {
+        if let Err(e) = inner.store.release_lease(&lease).await {
             tracing::warn!(%lane, error = %e, "lease not released; it will expire");
         }
     }
 
-    /// Records, announces and acks one delivery's outcome.
-    async fn settle(&self, lease: &Lease, turn_id: &str, held: &Held, kind: v1::OutcomeKind, code: Option<v1::FailureCode>) {
-        let inner = &self.inner;
-        let outcome = Outcome { delivery_id: held.delivery_id().to_owned(), turn_id: Some(turn_id.to_owned()), kind, failure_code: code };
-        if let Err(e) = inner.store.record_outcome(lease, &outcome).await {
-            tracing::warn!(delivery_id = held.delivery_id(), error = %e, "outcome not recorded; the delivery will come back");
-            let _ = held.nak_after(inner.config.backoff(held.delivered())).await;
-            return;
+    /// Ends a run whose lane another replica took: its presence is cleared and its deliveries
+    /// are left unacked, for the new owner.
+    async fn stop_fenced(&self, lease: &Lease, owner: &str, turn_id: &str, room: &Room, presence: &Presence) {
+        let lane = lease.lane;
+        tracing::warn!(%lane, epoch = lease.epoch, "fenced: another replica took the lane; the run stopped");
+        metrics::counter!("clankie_captain_fenced_runs_total").increment(1);
+        self.receipt("captain.fenced", owner, &lane, |r| r.with_id("turn", turn_id)).await;
+        if presence.typing_lit {
+            self.typing(&lane, owner, v1::TypingOp::Stop).await;
         }
-        self.announce_outcome(&lease.lane, &outcome, |r| r).await;
-        if let Err(e) = held.ack().await {
-            tracing::warn!(delivery_id = held.delivery_id(), error = %e, "ack failed after the outcome was recorded");
+        if presence.card_posted {
+            self.tool_card(room, v1::ToolCardOp::Remove, &presence.tools_seen, 0).await;
         }
-        tracing::debug!(delivery_id = held.delivery_id(), outcome = kind.code(), "settled");
+        self.inner.warm.lock().unwrap_or_else(|p| p.into_inner()).remove(&lane);
     }
 
-    /// Tells the bus a recorded outcome: the metric, the outcome event the body reacts to, and
-    /// the content-free receipt (`extra` adds to it).
+    /// What a run that died holding the lane had admitted and not settled, read back from the
+    /// ingress stream, so this run answers the whole burst rather than only what reached it.
+    /// Deliveries held on this replica are its own and are left alone.
+    async fn gather(&self, lane: &LaneKey, owner: &str) -> Vec<Held> {
+        let inner = &self.inner;
+        let unsettled = match inner.store.unsettled_admissions(lane, inner.config.gather_window).await {
+            Ok(rows) => rows,
+            Err(e) => {
+                tracing::warn!(%lane, error = %e, "unsettled admissions not readable; the run answers what it holds");
+                return Vec::new();
+            }
+        };
+        let mut gathered = Vec::new();
+        for (delivery_id, seq) in unsettled {
+            if delivery_id == owner || inner.in_hand.holds(&delivery_id) {
+                continue;
+            }
+            let ingress = match inner.bus.stored::<v1::Ingress>(clankie_proto::Family::IngressText, seq).await {
+                Ok(Some(i)) if i.delivery_id == delivery_id => i,
+                Ok(_) => continue,
+                Err(e) => {
+                    tracing::warn!(%lane, error = %e, "an unsettled delivery could not be read back; it comes back on its own");
+                    continue;
+                }
+            };
+            if let Ok(held) = inner.in_hand.claim(Held::gathered(*lane, ingress)) {
+                gathered.push(held);
+            }
+        }
+        if !gathered.is_empty() {
+            tracing::info!(%lane, gathered = gathered.len(), "gathered what a run that died had admitted");
+            self.receipt("captain.gathered", owner, lane, |r| r.with_count("deliveries", gathered.len() as i64)).await;
+        }
+        gathered
+    }
+
+    /// Tells the bus a recorded outcome: the outcome event the body reacts to, then the
+    /// metric and the content-free receipt (`extra` adds to it).
     pub(crate) async fn announce_outcome(&self, lane: &LaneKey, outcome: &Outcome, extra: impl FnOnce(v1::Receipt) -> v1::Receipt) {
+        let id = MsgId::new(format!("outcome:{}", outcome.delivery_id));
+        if let Err(e) = self.inner.bus.publish(&Subject::LaneOutcome { lane: *lane }, &outcome_event(lane, outcome), Some(&id)).await {
+            tracing::warn!(delivery_id = %outcome.delivery_id, error = %e, "outcome event not published");
+        }
+        self.outcome_receipt(lane, outcome, extra).await;
+    }
+
+    /// The metric and content-free receipt of a recorded outcome.
+    async fn outcome_receipt(&self, lane: &LaneKey, outcome: &Outcome, extra: impl FnOnce(v1::Receipt) -> v1::Receipt) {
         let (kind, code) = (outcome.kind, outcome.failure_code);
         metrics::counter!("clankie_captain_outcomes_total", "kind" => kind.code()).increment(1);
         let turn_id = outcome.turn_id.clone().unwrap_or_default();
-        let event = v1::DeliveryOutcome {
-            delivery_id: outcome.delivery_id.clone(),
-            lane: lane.to_string(),
-            kind: kind as i32,
-            failure_code: code.map_or(0, |c| c as i32),
-            turn_id: turn_id.clone(),
-            recorded_at_ms: now_ms(),
-        };
-        let id = MsgId::new(format!("outcome:{}", outcome.delivery_id));
-        if let Err(e) = self.inner.bus.publish(&Subject::LaneOutcome { lane: *lane }, &event, Some(&id)).await {
-            tracing::warn!(delivery_id = %outcome.delivery_id, error = %e, "outcome event not published");
-        }
         self.receipt("captain.outcome", &outcome.delivery_id, lane, |r| {
             let r = if turn_id.is_empty() { r } else { r.with_id("turn", &turn_id) };
             let r = r.with_code(kind.code());
@@ -516,11 +569,12 @@ impl Captain {
         let _ = self.inner.store.release_lease(lease).await;
     }
 
-    async fn post_reply(&self, room: &Room, owner: &str, text: &str) -> Result<(), clankie_bus::BusError> {
+    /// The turn's reply, keyed by its turn: the outbox row's id and Discord's nonce come from it.
+    fn reply_message(&self, room: &Room, owner: &str, text: &str) -> v1::OutboundMessage {
         let lane = room.lane;
-        let key = format!("reply:{owner}");
-        let outbound = v1::OutboundMessage {
-            idempotency_key: key.clone(),
+        let key = format!("reply:{}", room.turn_id);
+        v1::OutboundMessage {
+            idempotency_key: key,
             kind: v1::OutboundKind::Reply as i32,
             guild_id: lane.guild(),
             channel_id: lane.channel(),
@@ -530,8 +584,7 @@ impl Captain {
             lane: lane.to_string(),
             delivery_id: owner.to_owned(),
             ..Default::default()
-        };
-        self.inner.bus.publish(&Subject::BodySend { channel: lane.channel() }, &outbound, Some(&MsgId::new(key))).await.map(|_| ())
+        }
     }
 
     async fn typing(&self, lane: &LaneKey, delivery_id: &str, op: v1::TypingOp) {
@@ -626,13 +679,18 @@ impl Captain {
             match self
                 .inner
                 .bus
-                .request::<_, v1::MediaResolveReply>(&Subject::RpcMediaAttachment, &request, std::time::Duration::from_secs(10))
+                .request::<_, v1::MediaResolveReply>(&Subject::RpcMediaAttachment, &request, self.inner.config.media_timeout)
                 .await
             {
-                Ok(reply) if reply.error.is_empty() && !reply.data.is_empty() => {
-                    use base64::Engine as _;
-                    let encoded = base64::engine::general_purpose::STANDARD.encode(&reply.data);
-                    message.images.push(format!("data:{};base64,{encoded}", reply.content_type));
+                Ok(reply) if reply.error.is_empty() && !(reply.data.is_empty() && reply.blob.is_empty()) => {
+                    match self.inner.bus.bytes_of(reply.data, &reply.blob).await {
+                        Ok(data) => {
+                            use base64::Engine as _;
+                            let encoded = base64::engine::general_purpose::STANDARD.encode(&data);
+                            message.images.push(format!("data:{};base64,{encoded}", reply.content_type));
+                        }
+                        Err(e) => tracing::warn!(error = %e, "a big picture's blob could not be taken; the lane sees its name only"),
+                    }
                 }
                 Ok(reply) => tracing::warn!(code = %reply.error, "a picture could not be fetched; the lane sees its name only"),
                 Err(e) => tracing::warn!(error = %e, "media unreachable; the lane sees the picture's name only"),
@@ -662,5 +720,36 @@ async fn sleep_until_opt(at: Option<Instant>) {
     match at {
         Some(at) => tokio::time::sleep_until(at).await,
         None => std::future::pending().await,
+    }
+}
+
+/// Renews `lease` every third of its TTL until a renewal is fenced, which it reports on `fenced`.
+/// A failed renewal (the database away) is tried again at the next tick.
+async fn keep_lease(store: clankie_store::Store, lease: Lease, ttl: std::time::Duration, fenced: tokio::sync::watch::Sender<bool>) {
+    let mut tick = tokio::time::interval(ttl / 3);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    tick.tick().await;
+    loop {
+        tick.tick().await;
+        match store.renew_lease(&lease, ttl).await {
+            Ok(_) => {}
+            Err(StoreError::Fenced { .. } | StoreError::UnknownLane(_)) => {
+                let _ = fenced.send(true);
+                return;
+            }
+            Err(e) => tracing::warn!(lane = %lease.lane, error = %e, "lease renewal failed"),
+        }
+    }
+}
+
+/// The event that tells the body (and any tap) a delivery's outcome.
+fn outcome_event(lane: &LaneKey, outcome: &Outcome) -> v1::DeliveryOutcome {
+    v1::DeliveryOutcome {
+        delivery_id: outcome.delivery_id.clone(),
+        lane: lane.to_string(),
+        kind: outcome.kind as i32,
+        failure_code: outcome.failure_code.map_or(0, |c| c as i32),
+        turn_id: outcome.turn_id.clone().unwrap_or_default(),
+        recorded_at_ms: now_ms(),
     }
 }

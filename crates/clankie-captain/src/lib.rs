@@ -12,6 +12,7 @@ mod ask;
 mod config;
 mod held;
 mod lane;
+pub mod outbox;
 pub mod prompt;
 pub mod service;
 pub mod tools;
@@ -62,6 +63,8 @@ pub(crate) struct Inner {
     pub in_hand: held::InHand,
     /// Set on shutdown: take no new runs, hand queued deliveries to other replicas.
     pub draining: std::sync::atomic::AtomicBool,
+    /// Publishes what turns committed to post.
+    pub outbox: outbox::Outbox,
 }
 
 /// A captain replica. Cheap to clone.
@@ -84,6 +87,7 @@ impl Captain {
         let selfhood = SelfSource::new(store.clone(), Some(bus.clone()), &config.bot_name, &config.aliases, config.exchange_window);
         Captain {
             inner: Arc::new(Inner {
+                outbox: outbox::Outbox::new(bus.clone(), store.clone()),
                 bus,
                 store,
                 agent,
@@ -164,6 +168,18 @@ impl Captain {
         // Every replica sees every typing signal: any of them may hold a run for it.
         let typing = self.inner.bus.signals::<v1::TypingSignal>(Family::SignalTyping).await?;
         tokio::pin!(typing);
+        // Held deliveries are kept alive, and committed posts published, on tasks of their own.
+        let _keep_alive = Aborting(tokio::spawn(self.inner.in_hand.clone().keep_alive(ack_wait / 3)));
+        let relay = self.inner.outbox.clone();
+        let relay_after = self.inner.config.outbox_relay_after;
+        let _relay = Aborting(tokio::spawn(async move {
+            let mut tick = tokio::time::interval((relay_after / 2).max(std::time::Duration::from_millis(50)));
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tick.tick().await;
+                relay.relay_unsent(relay_after).await;
+            }
+        }));
         tracing::info!(replica = %self.inner.config.replica, "captain consuming ingress");
         loop {
             tokio::select! {
@@ -286,7 +302,7 @@ impl Captain {
                 let author = d.event.author_id;
                 let limit = if admission::flood_guarded(&owner, &config.grants, author) { config.bounds.flood_per_minute } else { 0 };
                 let id = &d.event.delivery_id;
-                match self.inner.store.admit_within_flood(id, &lane, why.code(), author, limit).await {
+                match self.inner.store.admit_within_flood(id, &lane, why.code(), author, limit, d.stream_sequence).await {
                     Ok(true) => {}
                     // Not inserted: either another replica admitted it meanwhile (the decision stands) or the flood guard held it.
                     Ok(false) if matches!(self.inner.store.admission(id).await, Ok(Some(_))) => {}
@@ -374,5 +390,14 @@ impl Captain {
         lanes.insert(lane, tx);
         let captain = self.clone();
         tokio::spawn(captain.lane_actor(lane, rx).instrument(tracing::info_span!("lane", %lane)));
+    }
+}
+
+/// Aborts a background task when the scope that started it ends.
+pub(crate) struct Aborting(pub tokio::task::JoinHandle<()>);
+
+impl Drop for Aborting {
+    fn drop(&mut self) {
+        self.0.abort();
     }
 }

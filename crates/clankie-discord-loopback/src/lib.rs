@@ -288,6 +288,15 @@ impl Drop for Loopback {
 
 pub use control::{NewAttachment, NewMessage};
 
+/// The largest request body the loopback takes: a message with its files.
+pub const MAX_UPLOAD: usize = 50 * 1024 * 1024;
+
 fn router(state: Arc<state::State>) -> Router {
-    Router::new().merge(ws::routes()).merge(rest::routes()).merge(control::routes()).with_state(state)
+    Router::new()
+        .merge(ws::routes())
+        .merge(rest::routes())
+        .merge(control::routes())
+        // Uploads as big as Discord takes from a bot in a boosted guild, and a test's big attachments.
+        .layer(axum::extract::DefaultBodyLimit::max(MAX_UPLOAD))
+        .with_state(state)
 }

@@ -74,7 +74,7 @@ async fn message_body(state: &Arc<State>, req: Request) -> Result<(Bytes, Vec<Up
     let multipart = req.headers().get("content-type").and_then(|v| v.to_str().ok()).is_some_and(|t| t.starts_with("multipart/form-data"));
     let bad = |what: &str| (StatusCode::BAD_REQUEST, Json(error_json(50035, what))).into_response();
     if !multipart {
-        return axum::body::to_bytes(req.into_body(), 10 * 1024 * 1024).await.map(|b| (b, Vec::new())).map_err(|_| bad("body too large"));
+        return axum::body::to_bytes(req.into_body(), crate::MAX_UPLOAD).await.map(|b| (b, Vec::new())).map_err(|_| bad("body too large"));
     }
     let mut form = Multipart::from_request(req, state).await.map_err(|_| bad("malformed multipart body"))?;
     let (mut json, mut files) = (Bytes::new(), Vec::new());

@@ -183,10 +183,16 @@ impl Gateway {
         match self
             .inner
             .bus
-            .request::<_, v1::MediaResolveReply>(&clankie_proto::Subject::RpcMediaResolve, &request, Duration::from_secs(3))
+            .request::<_, v1::MediaResolveReply>(&clankie_proto::Subject::RpcMediaResolve, &request, Duration::from_secs(10))
             .await
         {
-            Ok(reply) if reply.error.is_empty() => Some(reply),
+            Ok(mut reply) if reply.error.is_empty() => match self.inner.bus.bytes_of(std::mem::take(&mut reply.data), &reply.blob).await {
+                Ok(data) => Some(v1::MediaResolveReply { data, ..reply }),
+                Err(e) => {
+                    tracing::warn!(error = %e, "a big artifact's blob could not be taken");
+                    None
+                }
+            },
             Ok(reply) => {
                 tracing::warn!(code = %reply.error, "artifact unresolved");
                 None

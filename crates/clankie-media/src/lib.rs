@@ -165,6 +165,9 @@ impl Media {
     }
 
     async fn fetch(&self, a: &v1::Attachment) -> Result<(String, Meta), MediaError> {
+        if let Some(held) = clankie_settings::fault::hold("media.fetch") {
+            tokio::time::sleep(held).await;
+        }
         let content_type = a.content_type.split(';').next().unwrap_or_default().trim().to_ascii_lowercase();
         if !ACCEPTED_TYPES.contains(&content_type.as_str()) {
             return Err(MediaError::Type(content_type));
@@ -192,6 +195,21 @@ impl Media {
     pub async fn register(&self, req: &v1::MediaRegisterRequest) -> v1::MediaRegisterReply {
         let content_type = req.content_type.to_ascii_lowercase();
         let refused = |e: MediaError| v1::MediaRegisterReply { artifact: None, error: e.code().to_owned() };
+        let taken;
+        let req = if req.blob.is_empty() {
+            req
+        } else {
+            match self.bus.take_blob(&req.blob).await {
+                Ok(data) => {
+                    taken = v1::MediaRegisterRequest { data, blob: String::new(), ..req.clone() };
+                    &taken
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "an artifact's blob could not be taken");
+                    return v1::MediaRegisterReply { artifact: None, error: "blob_unavailable".into() };
+                }
+            }
+        };
         if !ACCEPTED_TYPES.contains(&content_type.as_str()) {
             return refused(MediaError::Type(content_type));
         }
@@ -214,7 +232,22 @@ impl Media {
     pub async fn resolve(&self, req: &v1::MediaResolveRequest) -> v1::MediaResolveReply {
         match self.root.resolve(&req.artifact_id, self.config.max_bytes) {
             Ok((path, meta)) => {
-                let data = if req.want_bytes { tokio::fs::read(&path).await.unwrap_or_default() } else { Vec::new() };
+                let data = if req.want_bytes {
+                    match tokio::fs::read(&path).await {
+                        Ok(data) => data,
+                        Err(_) => return v1::MediaResolveReply { error: "io".into(), ..Default::default() },
+                    }
+                } else {
+                    Vec::new()
+                };
+                // Bytes over one message's limit go as a blob; the reply names it.
+                let (data, blob) = match self.bus.hand_over(&req.artifact_id, data).await {
+                    Ok(handed) => handed,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "a big artifact could not be handed over as a blob");
+                        return v1::MediaResolveReply { error: "blob_unavailable".into(), ..Default::default() };
+                    }
+                };
                 v1::MediaResolveReply {
                     path: path.display().to_string(),
                     data,
@@ -222,6 +255,7 @@ impl Media {
                     filename: meta.filename,
                     size_bytes: meta.size,
                     error: String::new(),
+                    blob,
                 }
             }
             Err(e) => {

@@ -277,6 +277,8 @@ pub fn router(shared: Shared) -> Router {
         .route("/v1/chat/completions", post(completions))
         .route("/control/script", post(add_script))
         .route("/control/requests", get(list_requests).delete(clear_requests))
+        // A request carrying a 25 MB picture as base64 is about 34 MB, as a provider takes it.
+        .layer(axum::extract::DefaultBodyLimit::max(64 * 1024 * 1024))
         .with_state(shared)
         .merge(audio)
 }

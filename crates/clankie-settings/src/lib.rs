@@ -216,6 +216,16 @@ pub const SETTINGS: &[Setting] = &[
         doc: "JetStream ack wait for captain deliveries; a delivery unacked this long (its replica died) is redelivered.",
     },
     Setting {
+        name: "CLANKIE_OUTBOX_RELAY_MS",
+        default: "5000",
+        doc: "A committed reply still unpublished this long (its captain died between commit and publish) is published by another captain.",
+    },
+    Setting {
+        name: "CLANKIE_MEDIA_TIMEOUT_MS",
+        default: "60000",
+        doc: "How long a captain waits for media to fetch one picture for the model before the lane sees only its name.",
+    },
+    Setting {
         name: "CLANKIE_EXCHANGE_WINDOW_MS",
         default: "300000",
         doc: "After his last settled turn in a guild room, how long unaddressed messages there are still admitted.",
@@ -417,6 +427,10 @@ pub struct Settings {
     pub lane_lease_ttl: Duration,
     /// Ack wait of the captain's consumers.
     pub ingress_ack_wait: Duration,
+    /// Age at which another captain publishes a committed, unpublished outbox row.
+    pub outbox_relay_after: Duration,
+    /// How long a captain waits for one picture from media.
+    pub media_timeout: Duration,
     /// How long a room's exchange stays live after a settled turn.
     pub exchange_window: Duration,
     /// Delay before a tool-only phase shows the tool card.
@@ -512,6 +526,8 @@ impl fmt::Debug for Settings {
             .field("bot_name", &self.bot_name)
             .field("lane_lease_ttl", &self.lane_lease_ttl)
             .field("ingress_ack_wait", &self.ingress_ack_wait)
+            .field("outbox_relay_after", &self.outbox_relay_after)
+            .field("media_timeout", &self.media_timeout)
             .field("exchange_window", &self.exchange_window)
             .field("tool_card_delay", &self.tool_card_delay)
             .field("history_limit", &self.history_limit)
@@ -698,6 +714,8 @@ impl Settings {
         let bot_name = var("CLANKIE_BOT_NAME").unwrap_or_else(|| "Clankie".into());
         let lane_lease_ttl = ms("CLANKIE_LANE_LEASE_TTL_MS", 30_000, 100)?;
         let ingress_ack_wait = ms("CLANKIE_INGRESS_ACK_WAIT_MS", 30_000, 100)?;
+        let outbox_relay_after = ms("CLANKIE_OUTBOX_RELAY_MS", 5_000, 100)?;
+        let media_timeout = ms("CLANKIE_MEDIA_TIMEOUT_MS", 60_000, 100)?;
         let exchange_window = ms("CLANKIE_EXCHANGE_WINDOW_MS", 300_000, 0)?;
         let tool_card_delay = ms("CLANKIE_TOOL_CARD_DELAY_MS", 3_000, 0)?;
         let history_limit = number(var("CLANKIE_HISTORY_LIMIT"), "CLANKIE_HISTORY_LIMIT", 10, 0, 100)? as u32;
@@ -797,6 +815,8 @@ impl Settings {
             bot_name,
             lane_lease_ttl,
             ingress_ack_wait,
+            outbox_relay_after,
+            media_timeout,
             exchange_window,
             tool_card_delay,
             history_limit,

@@ -19,7 +19,7 @@ use clankie_settings::Settings;
 pub use endpoint::{Endpoint, EndpointError};
 pub use nats::{EphemeralNats, EphemeralNatsCluster, NatsProcess, find_nats_server};
 pub use port::{ReservedPort, reserve_port};
-pub use postgres::PostgresCluster;
+pub use postgres::{EphemeralPostgres, PostgresCluster};
 
 /// Why a stack operation failed.
 #[derive(Debug, thiserror::Error)]

@@ -113,7 +113,7 @@ impl PostgresCluster {
         } else {
             progress(&format!("starting PostgreSQL on 127.0.0.1:{}", self.port));
             let options = format!(
-                "-c port={} -c listen_addresses=127.0.0.1 -c unix_socket_directories={} -c synchronous_commit=off -c max_connections=200",
+                "-c port={} -c listen_addresses=127.0.0.1 -c unix_socket_directories={} -c max_connections=200",
                 self.port,
                 self.data.display()
             );
@@ -153,15 +153,64 @@ impl PostgresCluster {
     }
 
     pub(crate) fn stop(&self, progress: &mut dyn FnMut(&str)) -> Result<(), StackError> {
+        self.stop_with("fast", progress)
+    }
+
+    /// Stops the server with pg_ctl's `mode`: `fast` rolls back and disconnects cleanly,
+    /// `immediate` quits at once as a crash would (recovery runs at the next start).
+    fn stop_with(&self, mode: &str, progress: &mut dyn FnMut(&str)) -> Result<(), StackError> {
         let Some(pid) = self.pid() else {
             progress("PostgreSQL is not running");
             return Ok(());
         };
         progress(&format!("stopping PostgreSQL (pid {pid})"));
         run(
-            self.command("pg_ctl").arg("-D").arg(&self.data).arg("-m").arg("fast").arg("-w").arg("stop"),
+            self.command("pg_ctl").arg("-D").arg(&self.data).arg("-m").arg(mode).arg("-w").arg("stop"),
             &self.log_file().display().to_string(),
         )?;
         Ok(())
+    }
+}
+
+/// A PostgreSQL server owned by one test: its own cluster on a reserved port, stoppable
+/// and restartable as an outage would make it, removed when dropped.
+pub struct EphemeralPostgres {
+    cluster: PostgresCluster,
+    port: crate::ReservedPort,
+    dir: PathBuf,
+}
+
+impl EphemeralPostgres {
+    /// Creates and starts a fresh cluster (initdb takes a few seconds).
+    pub fn start() -> Result<EphemeralPostgres, StackError> {
+        let dir = crate::nats::unique_dir("clankie-pg")?;
+        let port = crate::reserve_port().map_err(|source| StackError::Io { path: std::env::temp_dir(), source })?;
+        let ep = Endpoint::parse(&format!("postgres://clankie@127.0.0.1:{}/clankie", port.port()), 5432)?;
+        let cluster = PostgresCluster::new(&dir, ep)?;
+        cluster.start(&mut |_| {})?;
+        Ok(EphemeralPostgres { cluster, port, dir })
+    }
+
+    /// A URL with rights to create databases.
+    pub fn url(&self) -> String {
+        format!("postgres://{}@127.0.0.1:{}/{}", self.cluster.user, self.port.port(), self.cluster.database)
+    }
+
+    /// Quits the server at once, as a crash would: open connections break mid-transaction.
+    pub fn crash(&self) -> Result<(), StackError> {
+        self.cluster.stop_with("immediate", &mut |_| {})
+    }
+
+    /// Starts it again on the same port and data.
+    pub fn restart(&self) -> Result<(), StackError> {
+        self.cluster.start(&mut |_| {})
+    }
+}
+
+impl Drop for EphemeralPostgres {
+    fn drop(&mut self) {
+        let _ = self.cluster.stop_with("immediate", &mut |_| {});
+        let _ = std::fs::remove_dir_all(&self.cluster.data);
+        let _ = std::fs::remove_dir_all(&self.dir);
     }
 }

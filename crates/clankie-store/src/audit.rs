@@ -19,11 +19,14 @@ pub struct Audit {
     pub replies_posted: i64,
     /// Turns whose reply reached Discord as more than one message.
     pub replies_posted_twice: i64,
+    /// Outbox rows older than the settle bound that were never published.
+    pub outbox_unsent: i64,
 }
 
 impl Store {
     /// Counts the stored invariants: every text delivery older than `settle` has an outcome (the
-    /// deliveries table allows at most one), and no turn's reply was posted as two messages.
+    /// deliveries table allows at most one), no turn's reply was posted as two messages, and no
+    /// outbox row older than `settle` is still unpublished.
     pub async fn audit(&self, settle: Duration) -> Result<Audit, StoreError> {
         let settle_ms = i64::try_from(settle.as_millis()).unwrap_or(i64::MAX);
         let (ingress, with, without, in_flight): (i64, i64, i64, i64) = sqlx::query_as(
@@ -49,6 +52,12 @@ impl Store {
         )
         .fetch_one(&self.pool)
         .await?;
+        let unsent: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM outbox WHERE sent_at IS NULL AND created_at < now() - make_interval(secs => $1::double precision / 1000)",
+        )
+        .bind(settle_ms)
+        .fetch_one(&self.pool)
+        .await?;
         Ok(Audit {
             ingress_deliveries: ingress,
             with_outcome: with,
@@ -56,6 +65,7 @@ impl Store {
             in_flight,
             replies_posted: replies,
             replies_posted_twice: twice,
+            outbox_unsent: unsent,
         })
     }
 }

@@ -8,6 +8,7 @@
 
 mod audit;
 mod lease;
+mod outbox;
 mod receipts;
 mod session;
 mod shared_self;
@@ -21,6 +22,7 @@ use sqlx::postgres::PgPoolOptions;
 
 pub use audit::Audit;
 pub use lease::{LaneRow, Lease};
+pub use outbox::{OutboxRow, Settlement};
 pub use receipts::StoredReceipt;
 pub use session::{Entry, NewEntry};
 pub use shared_self::{Memory, MemoryStatus, OwnerSettings, Persona, Sharing};

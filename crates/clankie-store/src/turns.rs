@@ -1,7 +1,7 @@
 use std::time::Duration;
 
 use clankie_proto::{LaneKey, v1};
-use sqlx::Row;
+use sqlx::{Postgres, Row, Transaction};
 
 use crate::lease::fence;
 use crate::{Lease, Store, StoreError};
@@ -70,7 +70,7 @@ pub struct Exchange {
     pub last_delivery_id: String,
 }
 
-fn validate(kind: v1::OutcomeKind, code: Option<v1::FailureCode>) -> Result<(), StoreError> {
+pub(crate) fn validate(kind: v1::OutcomeKind, code: Option<v1::FailureCode>) -> Result<(), StoreError> {
     match (kind, code) {
         (v1::OutcomeKind::Unspecified, _) => Err(StoreError::InvalidOutcome("outcome kind is unspecified")),
         (v1::OutcomeKind::Failed, None | Some(v1::FailureCode::Unspecified)) => {
@@ -101,30 +101,9 @@ impl Store {
     /// Records how a turn ended.
     pub async fn finish_turn(&self, lease: &Lease, end: &TurnEnd) -> Result<(), StoreError> {
         validate(end.outcome, end.failure_code)?;
-        if end.outcome == v1::OutcomeKind::Absorbed {
-            return Err(StoreError::InvalidOutcome("a turn ends replied, silent or failed; absorbed belongs to deliveries"));
-        }
         let mut tx = self.pool.begin().await?;
         fence(&mut tx, lease).await?;
-        let updated = sqlx::query(
-            "UPDATE turns SET ended_at = now(), outcome = $3, failure_code = $4, model_calls = $5, input_tokens = $6,
-                 output_tokens = $7, steer_count = $8, typing_lit = $9
-             WHERE turn_id = $1 AND lane = $2 AND ended_at IS NULL",
-        )
-        .bind(&end.turn_id)
-        .bind(lease.lane.to_string())
-        .bind(end.outcome.code())
-        .bind(end.failure_code.map(|c| c.code()))
-        .bind(end.model_calls)
-        .bind(end.input_tokens)
-        .bind(end.output_tokens)
-        .bind(end.steer_count)
-        .bind(end.typing_lit)
-        .execute(&mut *tx)
-        .await?;
-        if updated.rows_affected() != 1 {
-            return Err(StoreError::Corrupt(format!("turn {} is not an open turn of {}", end.turn_id, lease.lane)));
-        }
+        end_turn(&mut tx, lease, end).await?;
         tx.commit().await?;
         Ok(())
     }
@@ -206,7 +185,8 @@ impl Store {
     /// Admits a delivery unless its author already has `per_minute` admissions in the last
     /// minute across all lanes (0 means no limit). Returns whether this call admitted it;
     /// `false` with [`Store::admission`] still `None` means the flood guard held it back.
-    /// Replicas racing for one author may overshoot by one admission each.
+    /// Replicas racing for one author may overshoot by one admission each. `stream_seq` is
+    /// where the delivery sits in the ingress stream, for a replica that takes the lane over.
     pub async fn admit_within_flood(
         &self,
         delivery_id: &str,
@@ -214,10 +194,11 @@ impl Store {
         reason: &str,
         author_id: u64,
         per_minute: u32,
+        stream_seq: u64,
     ) -> Result<bool, StoreError> {
         let row = sqlx::query(
-            "INSERT INTO admissions (delivery_id, lane, reason, author_id) \
-             SELECT $1, $2, $3, $4 WHERE $5 = 0 OR (SELECT count(*) FROM admissions \
+            "INSERT INTO admissions (delivery_id, lane, reason, author_id, stream_seq) \
+             SELECT $1, $2, $3, $4, $6 WHERE $5 = 0 OR (SELECT count(*) FROM admissions \
                  WHERE author_id = $4 AND admitted_at > now() - interval '60 seconds') < $5 \
              ON CONFLICT (delivery_id) DO NOTHING RETURNING 1 AS admitted",
         )
@@ -226,9 +207,27 @@ impl Store {
         .bind(reason)
         .bind(author_id as i64)
         .bind(i64::from(per_minute))
+        .bind(i64::try_from(stream_seq).unwrap_or(i64::MAX))
         .fetch_optional(&self.pool)
         .await?;
         Ok(row.is_some())
+    }
+
+    /// The lane's deliveries admitted within `window` that have no outcome yet, oldest first,
+    /// with their ingress stream sequences: what a run that died holding the lane left behind.
+    pub async fn unsettled_admissions(&self, lane: &LaneKey, window: Duration) -> Result<Vec<(String, u64)>, StoreError> {
+        let rows: Vec<(String, i64)> = sqlx::query_as(
+            "SELECT a.delivery_id, a.stream_seq FROM admissions a
+             WHERE a.lane = $1 AND a.stream_seq IS NOT NULL
+               AND a.admitted_at > now() - make_interval(secs => $2::double precision / 1000)
+               AND NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.delivery_id = a.delivery_id)
+             ORDER BY a.admitted_at, a.delivery_id",
+        )
+        .bind(lane.to_string())
+        .bind(i64::try_from(window.as_millis()).unwrap_or(i64::MAX))
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(rows.into_iter().map(|(id, seq)| (id, u64::try_from(seq).unwrap_or(0))).collect())
     }
 
     /// Why a delivery was admitted, if it ever was.
@@ -240,14 +239,7 @@ impl Store {
     pub async fn refresh_exchange(&self, lease: &Lease, delivery_id: &str) -> Result<(), StoreError> {
         let mut tx = self.pool.begin().await?;
         fence(&mut tx, lease).await?;
-        sqlx::query(
-            "INSERT INTO exchanges (lane, last_settled_at, last_delivery_id) VALUES ($1, now(), $2)
-             ON CONFLICT (lane) DO UPDATE SET last_settled_at = now(), last_delivery_id = EXCLUDED.last_delivery_id",
-        )
-        .bind(lease.lane.to_string())
-        .bind(delivery_id)
-        .execute(&mut *tx)
-        .await?;
+        touch_exchange(&mut tx, lease, delivery_id).await?;
         tx.commit().await?;
         Ok(())
     }
@@ -288,4 +280,44 @@ impl Store {
         .await?;
         Ok(live.unwrap_or(false))
     }
+}
+
+/// Ends an open turn inside a fenced transaction.
+pub(crate) async fn end_turn(tx: &mut Transaction<'_, Postgres>, lease: &Lease, end: &TurnEnd) -> Result<(), StoreError> {
+    if end.outcome == v1::OutcomeKind::Absorbed {
+        return Err(StoreError::InvalidOutcome("a turn ends replied, silent or failed; absorbed belongs to deliveries"));
+    }
+    let updated = sqlx::query(
+        "UPDATE turns SET ended_at = now(), outcome = $3, failure_code = $4, model_calls = $5, input_tokens = $6,
+             output_tokens = $7, steer_count = $8, typing_lit = $9
+         WHERE turn_id = $1 AND lane = $2 AND ended_at IS NULL",
+    )
+    .bind(&end.turn_id)
+    .bind(lease.lane.to_string())
+    .bind(end.outcome.code())
+    .bind(end.failure_code.map(|c| c.code()))
+    .bind(end.model_calls)
+    .bind(end.input_tokens)
+    .bind(end.output_tokens)
+    .bind(end.steer_count)
+    .bind(end.typing_lit)
+    .execute(&mut **tx)
+    .await?;
+    if updated.rows_affected() != 1 {
+        return Err(StoreError::Corrupt(format!("turn {} is not an open turn of {}", end.turn_id, lease.lane)));
+    }
+    Ok(())
+}
+
+/// Marks the room's exchange settled now, inside a fenced transaction.
+pub(crate) async fn touch_exchange(tx: &mut Transaction<'_, Postgres>, lease: &Lease, delivery_id: &str) -> Result<(), StoreError> {
+    sqlx::query(
+        "INSERT INTO exchanges (lane, last_settled_at, last_delivery_id) VALUES ($1, now(), $2)
+         ON CONFLICT (lane) DO UPDATE SET last_settled_at = now(), last_delivery_id = EXCLUDED.last_delivery_id",
+    )
+    .bind(lease.lane.to_string())
+    .bind(delivery_id)
+    .execute(&mut **tx)
+    .await?;
+    Ok(())
 }

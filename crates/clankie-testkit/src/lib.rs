@@ -12,6 +12,7 @@ use sqlx::Connection;
 
 pub use clankie_stack::EphemeralNats as TestNats;
 pub use clankie_stack::EphemeralNatsCluster as TestNatsCluster;
+pub use clankie_stack::EphemeralPostgres as TestPostgres;
 
 pub mod pages;
 
@@ -51,8 +52,13 @@ impl TestDb {
     /// Creates an empty database. Panics with a hint when PostgreSQL is not reachable,
     /// because a test without its database cannot say anything useful.
     pub async fn create() -> TestDb {
+        TestDb::create_on(&admin_url()).await
+    }
+
+    /// Creates an empty database on the server at `admin_url` (a [`TestPostgres`] of the test's own).
+    pub async fn create_on(admin_url: &str) -> TestDb {
         static N: AtomicU32 = AtomicU32::new(0);
-        let admin_url = admin_url();
+        let admin_url = admin_url.to_owned();
         let name = format!("clankie_t_{}_{}_{}", std::process::id(), N.fetch_add(1, Ordering::Relaxed), nanos());
         let mut conn = sqlx::PgConnection::connect(&admin_url).await.unwrap_or_else(|e| {
             panic!("PostgreSQL is not reachable at the test database URL ({e}); run `./deploy/local/test`, which starts it, or set {TEST_DATABASE_URL}")

@@ -267,9 +267,14 @@ async fn audit(settings: &Settings, settle_ms: u64) -> Result<()> {
     println!("deliveries_in_flight: {}", a.in_flight);
     println!("replies_posted: {}", a.replies_posted);
     println!("replies_posted_twice: {}", a.replies_posted_twice);
-    println!("outbox_unsent_past_bound: n/a (no reply outbox yet)");
-    if a.without_outcome > 0 || a.replies_posted_twice > 0 {
-        bail!("{} deliveries lost their outcome, {} replies were posted twice", a.without_outcome, a.replies_posted_twice);
+    println!("outbox_unsent_past_bound: {}", a.outbox_unsent);
+    if a.without_outcome > 0 || a.replies_posted_twice > 0 || a.outbox_unsent > 0 {
+        bail!(
+            "{} deliveries lost their outcome, {} replies were posted twice, {} outbox rows were never published",
+            a.without_outcome,
+            a.replies_posted_twice,
+            a.outbox_unsent
+        );
     }
     Ok(())
 }

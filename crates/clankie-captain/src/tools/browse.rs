@@ -1,11 +1,9 @@
 use std::sync::Arc;
-use std::time::Duration;
 
 use clankie_agent::provider::ToolSpec;
 use clankie_agent::{Tool, ToolContext, ToolError};
 use clankie_browser::{BrowseError, BrowserHost};
 use clankie_bus::Bus;
-use clankie_proto::{Subject, v1};
 use clankie_self::blocks::{escape_attr, escape_text};
 use futures::future::BoxFuture;
 use serde_json::json;
@@ -60,10 +58,7 @@ impl Browse {
     }
 
     async fn save(&self, png: Vec<u8>, host: &str) -> Result<(), String> {
-        let request = v1::MediaRegisterRequest { data: png, filename: format!("{host}.png"), content_type: "image/png".into() };
-        let reply = self
-            .bus
-            .request::<_, v1::MediaRegisterReply>(&Subject::RpcMediaRegister, &request, Duration::from_secs(10))
+        let reply = super::register(&self.bus, png, format!("{host}.png"), "image/png".into())
             .await
             .map_err(|_| "media did not answer".to_owned())?;
         match reply.artifact {

@@ -73,3 +73,15 @@ impl Room {
         self.answering.store(message_id, Ordering::SeqCst);
     }
 }
+
+/// Saves a picture through media, handing big bytes over as a blob; answers media's reply.
+pub(crate) async fn register(
+    bus: &clankie_bus::Bus,
+    data: Vec<u8>,
+    filename: String,
+    content_type: String,
+) -> Result<clankie_proto::v1::MediaRegisterReply, clankie_bus::BusError> {
+    let (data, blob) = bus.hand_over(&filename, data).await?;
+    let request = clankie_proto::v1::MediaRegisterRequest { data, filename, content_type, blob };
+    bus.request(&clankie_proto::Subject::RpcMediaRegister, &request, std::time::Duration::from_secs(30)).await
+}

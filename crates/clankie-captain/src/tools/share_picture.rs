@@ -4,7 +4,6 @@ use clankie_agent::provider::ToolSpec;
 use clankie_agent::{Tool, ToolContext, ToolError};
 use clankie_bus::Bus;
 use clankie_egress::{EgressError, EgressGuard, FetchOptions};
-use clankie_proto::{Subject, v1};
 use futures::StreamExt;
 use futures::future::BoxFuture;
 use serde_json::json;
@@ -55,10 +54,7 @@ impl SharePicture {
                 return Err(ToolError::Failed("the picture is too large to share".into()));
             }
         }
-        let request = v1::MediaRegisterRequest { data, filename, content_type };
-        let reply = self
-            .bus
-            .request::<_, v1::MediaRegisterReply>(&Subject::RpcMediaRegister, &request, Duration::from_secs(10))
+        let reply = super::register(&self.bus, data, filename, content_type)
             .await
             .map_err(|_| ToolError::Failed("the picture could not be saved; reply without it".into()))?;
         match reply.artifact {

@@ -2,12 +2,14 @@ use std::sync::atomic::{AtomicU32, Ordering};
 
 use clankie_agent::provider::ToolSpec;
 use clankie_agent::{Tool, ToolContext, ToolError};
-use clankie_bus::{Bus, MsgId, now_ms};
-use clankie_proto::{ReceiptKind, Subject, v1};
+use clankie_bus::{Bus, now_ms};
+use clankie_proto::{ReceiptKind, v1};
+use clankie_store::{Lease, Store, StoreError};
 use futures::future::BoxFuture;
 use serde_json::json;
 
 use super::Room;
+use crate::outbox::Outbox;
 
 /// The longest progress note.
 pub const MAX_TEXT_UPDATE_CHARS: usize = 600;
@@ -16,16 +18,21 @@ const MAX_PER_TURN: u32 = 1;
 
 /// `send_text_update`: one short note to the admitted room mid-turn, threaded
 /// onto the message being answered. It does not end the turn or spend the reply.
+/// The note is an outbox row committed under the run's lease, so a run that lost
+/// its lane posts nothing.
 pub struct SendTextUpdate {
     bus: Bus,
+    outbox: Outbox,
+    store: Store,
+    lease: Lease,
     room: Room,
     posted: AtomicU32,
 }
 
 impl SendTextUpdate {
-    /// The tool for one run's room.
-    pub fn new(bus: Bus, room: Room) -> SendTextUpdate {
-        SendTextUpdate { bus, room, posted: AtomicU32::new(0) }
+    /// The tool for one run's room, under the run's lease.
+    pub fn new(bus: Bus, outbox: Outbox, store: Store, lease: Lease, room: Room) -> SendTextUpdate {
+        SendTextUpdate { bus, outbox, store, lease, room, posted: AtomicU32::new(0) }
     }
 
     async fn post(&self, arguments: serde_json::Value) -> Result<String, ToolError> {
@@ -57,7 +64,7 @@ impl SendTextUpdate {
         let lane = self.room.lane;
         let key = format!("update:{}:{n}", self.room.turn_id);
         let outbound = v1::OutboundMessage {
-            idempotency_key: key.clone(),
+            idempotency_key: key,
             kind: v1::OutboundKind::TextUpdate as i32,
             guild_id: lane.guild(),
             channel_id: lane.channel(),
@@ -67,10 +74,17 @@ impl SendTextUpdate {
             delivery_id: self.room.answering().to_string(),
             ..Default::default()
         };
-        self.bus
-            .publish(&Subject::BodySend { channel: lane.channel() }, &outbound, Some(&MsgId::new(key)))
-            .await
-            .map_err(|e| ToolError::Failed(format!("the update could not be posted ({e})")))?;
+        let row = Outbox::post(&self.room.turn_id, &outbound);
+        match self.store.enqueue(&self.lease, &row).await {
+            Ok(()) => {}
+            Err(StoreError::Fenced { .. }) => {
+                return Err(ToolError::Failed("this run no longer holds the room. Nothing was posted.".into()));
+            }
+            Err(e) => return Err(ToolError::Failed(format!("the update could not be queued ({e}). Nothing was posted."))),
+        }
+        if let Err(e) = self.outbox.relay(&row).await {
+            tracing::warn!(error = %e, "text update committed but not published yet; the outbox relay will publish it");
+        }
         let kind = ReceiptKind::new("captain.text_update").map_err(|e| ToolError::Failed(e.to_string()))?;
         let receipt = v1::Receipt::new(&kind, self.bus.service(), &self.room.answering().to_string(), now_ms())
             .with_lane(&lane)

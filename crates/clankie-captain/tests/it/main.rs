@@ -8,6 +8,7 @@
 mod burst;
 mod failures;
 mod metrics;
+mod outbox;
 mod privileged;
 mod replicas;
 mod security;
@@ -54,7 +55,12 @@ pub struct Rig {
 
 impl Rig {
     pub async fn new() -> Rig {
-        let (nats, db, dir) = (TestNats::start().unwrap(), TestDb::create().await, TestDir::new());
+        Rig::on(TestDb::create().await).await
+    }
+
+    /// A rig over `db` (on a PostgreSQL server of the test's own, say).
+    pub async fn on(db: TestDb) -> Rig {
+        let (nats, dir) = (TestNats::start().unwrap(), TestDir::new());
         let settings = clankie_testkit::settings(&nats, &db, &dir);
         let bus = Bus::connect(&settings, "test").await.unwrap();
         bus.ensure_streams().await.unwrap();
@@ -92,6 +98,7 @@ impl Rig {
             ("CLANKIE_STALL_TICK_MS", "50".into()),
             ("CLANKIE_LANE_LEASE_TTL_MS", "1000".into()),
             ("CLANKIE_INGRESS_ACK_WAIT_MS", "1000".into()),
+            ("CLANKIE_OUTBOX_RELAY_MS", "500".into()),
             ("CLANKIE_EXCHANGE_WINDOW_MS", "1500".into()),
             ("CLANKIE_TOOL_CARD_DELAY_MS", "200".into()),
             ("CLANKIE_SHUTDOWN_GRACE_MS", "10000".into()),
@@ -216,8 +223,16 @@ impl Rig {
 
 /// A captain as its own process (the `clankie-captain` binary), logging to `<replica>.log` in the rig's directory.
 pub fn spawn_captain(rig: &Rig, replica: &str) -> tokio::process::Child {
+    spawn_captain_with(rig, replica, &[])
+}
+
+/// A captain process with extra settings (a fault point, say).
+pub fn spawn_captain_with(rig: &Rig, replica: &str, extra: &[(&str, &str)]) -> tokio::process::Child {
     let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_clankie-captain"));
     for (k, v) in rig.settings(replica) {
+        cmd.env(k, v);
+    }
+    for (k, v) in extra {
         cmd.env(k, v);
     }
     let log = std::fs::File::create(rig.dir.path().join(format!("{replica}.log"))).unwrap();

@@ -44,7 +44,12 @@ async fn every_service_resolves_the_same_root_with_and_without_the_override() {
         let registered: v1::MediaRegisterReply = bus
             .request(
                 &Subject::RpcMediaRegister,
-                &v1::MediaRegisterRequest { data: data.clone(), filename: "map.png".into(), content_type: "image/png".into() },
+                &v1::MediaRegisterRequest {
+                    data: data.clone(),
+                    filename: "map.png".into(),
+                    content_type: "image/png".into(),
+                    ..Default::default()
+                },
                 Duration::from_secs(20),
             )
             .await
@@ -189,6 +194,7 @@ async fn hostile_names_are_refused_and_the_next_request_is_served() {
                 data: b"artifact bytes".to_vec(),
                 filename: "../../bracket.png".into(),
                 content_type: "image/png".into(),
+                ..Default::default()
             },
             Duration::from_secs(5),
         )

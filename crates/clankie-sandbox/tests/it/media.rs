@@ -78,3 +78,81 @@ async fn the_text_lane_perceives_a_picture_it_is_shown() {
     let url = request.body.to_string();
     assert!(url.contains("data:image/png;base64,cGl4ZWxz"), "the image part carries the stored bytes");
 }
+
+/// Bytes that look like nothing in particular, so no layer can shrink them.
+fn noise(len: usize) -> Vec<u8> {
+    let mut x: u32 = 0x9e37_79b9;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 17;
+            x ^= x << 5;
+            x as u8
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn big_pictures_a_25_mb_attachment_reaches_the_model_as_an_image() {
+    use base64::Engine as _;
+    let rig = Rig::new().await;
+    rig.standin.script(Script::any(Reply::text("A very large map.")));
+    let picture = noise(25_000_000);
+    let encoded = base64::engine::general_purpose::STANDARD.encode(&picture);
+    let asked = rig.sandbox.discord.user_message(NewMessage {
+        channel_id: GENERAL,
+        author: "ada".into(),
+        content: "@Clankie what is this?".into(),
+        attachments: vec![NewAttachment {
+            filename: "phone.png".into(),
+            content_type: "image/png".into(),
+            base64: Some(encoded.clone()),
+            ..Default::default()
+        }],
+        ..Default::default()
+    });
+    rig.wait_outcomes(GENERAL, &[asked]).await;
+    assert_eq!(rig.outcome(GENERAL, asked).as_deref(), Some("replied"));
+    let request = &rig.standin.requests()[0];
+    let images: Vec<String> = request
+        .messages()
+        .iter()
+        .filter_map(|m| m["content"].as_array())
+        .flatten()
+        .filter(|p| p["type"] == "image_url")
+        .filter_map(|p| p["image_url"]["url"].as_str().map(str::to_owned))
+        .collect();
+    println!(
+        "big pictures: attachment {} bytes, image parts {}, data url {} chars",
+        picture.len(),
+        images.len(),
+        images.first().map_or(0, String::len)
+    );
+    assert_eq!(images.len(), 1, "the picture reached the model as an image part");
+    assert_eq!(images[0], format!("data:image/png;base64,{encoded}"), "every byte of it");
+}
+
+#[tokio::test]
+async fn big_pictures_a_10_mb_artifact_is_saved_and_posted() {
+    let rig = Rig::new().await;
+    let bus = bus(&rig).await;
+    let picture = noise(10_000_000);
+    // As the captain's tools save a picture: too big for one message, it goes as a blob.
+    let (data, blob) = bus.hand_over("render.png", picture.clone()).await.unwrap();
+    assert!(data.is_empty() && !blob.is_empty(), "10 MB does not go inline");
+    let request = v1::MediaRegisterRequest { data, filename: "render.png".into(), content_type: "image/png".into(), blob };
+    let saved: v1::MediaRegisterReply = bus.request(&Subject::RpcMediaRegister, &request, Duration::from_secs(30)).await.unwrap();
+    assert!(saved.error.is_empty(), "{}", saved.error);
+    let artifact = saved.artifact.unwrap();
+    let asked = rig.say(GENERAL, "ada", "hello");
+    let mut out = reply_with(asked, "reply:big", &artifact.id);
+    out.artifacts[0].filename = "render.png".into();
+    bus.publish(&Subject::BodySend { channel: GENERAL }, &out, None).await.unwrap();
+    until("the post", Duration::from_secs(30), || !rig.sandbox.discord.posts(GENERAL).is_empty()).await;
+    let post = &rig.sandbox.discord.posts(GENERAL)[0];
+    let stored = rig.sandbox.discord.messages(GENERAL).into_iter().find(|m| m.id == post.id).unwrap();
+    let sizes: Vec<u64> = stored.attachments.iter().map(|a| a.size).collect();
+    println!("big pictures: artifact {} bytes, posted attachments {sizes:?}", picture.len());
+    assert_eq!(post.attachments, ["render.png"]);
+    assert_eq!(sizes, [10_000_000]);
+}

@@ -24,6 +24,7 @@ async fn migrations_apply_to_an_empty_database_and_rerun_as_a_no_op() {
             "deliveries",
             "exchanges",
             "lanes",
+            "outbox",
             "receipts",
             "self_experiences",
             "self_memory",

@@ -12,12 +12,28 @@ use tokio::process::{Child, Command};
 const GENERAL: u64 = 200;
 
 fn service(which: &str, nats: &TestNats, db: &TestDb, dir: &TestDir, discord: &Loopback, standin: &StandIn, fault: Option<&str>) -> Child {
+    service_as(which, which, nats, db, dir, discord, standin, fault, &[])
+}
+
+/// `clankie <which>` as replica `replica`, with extra settings.
+#[allow(clippy::too_many_arguments)]
+fn service_as(
+    which: &str,
+    replica: &str,
+    nats: &TestNats,
+    db: &TestDb,
+    dir: &TestDir,
+    discord: &Loopback,
+    standin: &StandIn,
+    fault: Option<&str>,
+    extra: &[(&str, &str)],
+) -> Child {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_clankie"));
     cmd.arg(which)
         .env("CLANKIE_NATS_URL", nats.url())
         .env("CLANKIE_DATABASE_URL", db.url())
         .env("CLANKIE_STATE_DIR", dir.path())
-        .env("CLANKIE_REPLICA_ID", which)
+        .env("CLANKIE_REPLICA_ID", replica)
         .env("CLANKIE_DISCORD_TOKEN", &discord.config().token)
         .env("CLANKIE_DISCORD_API", discord.addr().to_string())
         .env("CLANKIE_DISCORD_GATEWAY_URL", discord.gateway_url())
@@ -26,10 +42,13 @@ fn service(which: &str, nats: &TestNats, db: &TestDb, dir: &TestDir, discord: &L
         .env("CLANKIE_TYPING_HOLD_MS", "0")
         .env("CLANKIE_LOG", "warn")
         .stdout(Stdio::null())
-        .stderr(std::fs::File::create(dir.path().join(format!("{which}.log"))).unwrap())
+        .stderr(std::fs::OpenOptions::new().create(true).append(true).open(dir.path().join(format!("{replica}.log"))).unwrap())
         .kill_on_drop(true);
     if let Some(point) = fault {
         cmd.env("CLANKIE_FAULT", point);
+    }
+    for (k, v) in extra {
+        cmd.env(k, v);
     }
     cmd.spawn().unwrap()
 }
@@ -84,4 +103,268 @@ async fn chaos_gateway_killed_after_receiving_before_publishing_resumes_and_repl
     );
     assert_eq!(to_first, 1, "the replayed message was answered exactly once");
     assert_eq!(discord.identifies(), 1, "the successor resumed rather than identifying afresh");
+}
+
+/// A small deterministic generator, so a failing round can be replayed from its printed seed.
+struct Rounds(u64);
+
+impl Rounds {
+    fn below(&mut self, n: u64) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0 % n
+    }
+}
+
+/// The incident, compressed: two captain processes, a three-message burst (at 0, 0.8 and
+/// 2 s; the model thinks 2.4 s), and the captain that owns the lane killed with SIGKILL at a
+/// random moment of the run. `CLANKIE_CHAOS_ROUNDS` sets the rounds (3 in CI; 20 for the long
+/// mode) and `CLANKIE_CHAOS_SEED` replays a run.
+#[tokio::test]
+async fn chaos_the_lane_owner_killed_at_a_random_point_of_a_burst_answers_it_once() {
+    let rounds: usize = std::env::var("CLANKIE_CHAOS_ROUNDS").ok().and_then(|v| v.parse().ok()).unwrap_or(3);
+    let seed = std::env::var("CLANKIE_CHAOS_SEED")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as u64 | 1);
+    println!("chaos owner kill: seed {seed}");
+    let mut random = Rounds(seed);
+    let (nats, db, dir) = (TestNats::start().unwrap(), TestDb::create().await, TestDir::new());
+    let _dump = DumpLogsOnPanic(dir.path().to_owned(), &["captain-a", "captain-b", "gateway"]);
+    let discord = Loopback::serve("127.0.0.1:0".parse().unwrap(), LoopbackConfig::default()).await.unwrap();
+    let standin = StandIn::start().await.unwrap();
+    let settings = clankie_settings::Settings::for_endpoints(&nats.url(), db.url(), dir.path()).unwrap();
+    let store = clankie_store::Store::connect(db.url()).await.unwrap();
+    store.migrate().await.unwrap();
+    clankie_bus::Bus::connect(&settings, "test").await.unwrap().ensure_streams().await.unwrap();
+    let fast = [
+        ("CLANKIE_LANE_LEASE_TTL_MS", "1500"),
+        ("CLANKIE_INGRESS_ACK_WAIT_MS", "1500"),
+        ("CLANKIE_OUTBOX_RELAY_MS", "1000"),
+        ("CLANKIE_LOG", "warn,clankie_captain=debug"),
+    ];
+    let captain = |name: &str| service_as("captain", name, &nats, &db, &dir, &discord, &standin, None, &fast);
+    let mut captains = [("captain-a", captain("captain-a")), ("captain-b", captain("captain-b"))];
+    let _gateway = service("gateway", &nats, &db, &dir, &discord, &standin, None);
+    assert!(discord.wait_for_session(Duration::from_secs(20)).await, "the gateway never attached");
+    let lane = clankie_proto::LaneKey::Room { guild: discord.config().guild_id, channel: GENERAL }.to_string();
+
+    let mut bursts: Vec<[u64; 3]> = Vec::new();
+    let mut killed_before_last = 0;
+    for round in 0..rounds {
+        for _ in 0..3 {
+            standin.script(Script::any(Reply::Text {
+                text: format!("Round {round}, answered."),
+                chunk_chars: 64,
+                chunk_delay_ms: 0,
+                first_delay_ms: 2_400,
+                tail_delay_ms: 0,
+            }));
+        }
+        let asked = standin.requests().len();
+        let say = |content: String, mention: bool| {
+            // Someone new each round, as in a busy room: one person's 60 messages would meet the flood guard.
+            discord.user_message(NewMessage {
+                channel_id: GENERAL,
+                author: format!("player{round}"),
+                content,
+                mention,
+                ..Default::default()
+            })
+        };
+        let started = std::time::Instant::now();
+        let first = say(format!("@Clankie round {round}: is the lobby up?"), true);
+        standin.wait_for_requests(asked + 1, Duration::from_secs(30)).await;
+        let kill_at = Duration::from_millis(random.below(3_000));
+        let (mut second, mut third, mut killed) = (None, None, None);
+        while second.is_none() || third.is_none() || killed.is_none() {
+            let now = started.elapsed();
+            if second.is_none() && now >= Duration::from_millis(800) {
+                second = Some(say("the one for tonight".into(), false));
+            }
+            if third.is_none() && now >= Duration::from_millis(2_000) {
+                third = Some(say("can I bring a friend?".into(), false));
+                if killed.is_some() {
+                    killed_before_last += 1;
+                }
+            }
+            if killed.is_none() && now >= kill_at {
+                let owner: Option<String> = sqlx::query_scalar("SELECT lease_owner FROM lanes WHERE lane = $1")
+                    .bind(&lane)
+                    .fetch_optional(store.pool())
+                    .await
+                    .unwrap()
+                    .flatten();
+                let victim = captains.iter().position(|(n, _)| Some(*n) == owner.as_deref()).unwrap_or(0);
+                let (name, child) = &mut captains[victim];
+                let pid = child.id().unwrap();
+                // SIGKILL: no drain, no ack, no lease release.
+                assert!(std::process::Command::new("kill").args(["-KILL", &pid.to_string()]).status().unwrap().success());
+                child.wait().await.unwrap();
+                println!("round {round}: killed {name} (owner {owner:?}) at {kill_at:?}");
+                let name = *name;
+                captains[victim].1 = captain(name);
+                killed = Some(kill_at);
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let ids = [first, second.unwrap(), third.unwrap()];
+        let settled = |store: &clankie_store::Store| {
+            let store = store.clone();
+            async move {
+                let mut n = 0;
+                for id in ids {
+                    n += usize::from(store.outcome(&id.to_string()).await.unwrap().is_some());
+                }
+                n
+            }
+        };
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        while settled(&store).await < 3 {
+            if std::time::Instant::now() > deadline {
+                for id in ids {
+                    let admitted = store.admission(&id.to_string()).await.unwrap();
+                    let outcome = store.outcome(&id.to_string()).await.unwrap();
+                    let receipts: Vec<(String, String, Vec<String>)> =
+                        sqlx::query_as("SELECT kind, service, codes FROM receipts WHERE delivery_id = $1 ORDER BY at")
+                            .bind(id.to_string())
+                            .fetch_all(store.pool())
+                            .await
+                            .unwrap();
+                    println!("round {round}: {id} admitted {admitted:?} outcome {outcome:?} receipts {receipts:?}");
+                }
+                panic!("round {round}: a delivery never got its outcome");
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        until("the round's reply", Duration::from_secs(30), || {
+            discord.posts(GENERAL).iter().any(|p| p.reply_to.is_some_and(|r| ids.contains(&r)))
+        })
+        .await;
+        bursts.push(ids);
+    }
+    // A last message is the barrier: once it is answered, any doubled reply to a burst would be in.
+    let sentinel = discord.user_message(NewMessage {
+        channel_id: GENERAL,
+        author: "bob".into(),
+        content: "@Clankie sentinel".into(),
+        mention: true,
+        ..Default::default()
+    });
+    until("the sentinel's reply", Duration::from_secs(60), || discord.posts(GENERAL).iter().any(|p| p.reply_to == Some(sentinel))).await;
+
+    let posts = discord.posts(GENERAL);
+    let (mut outcomes, mut replies, mut lost, mut doubled) = (0, 0, 0, 0);
+    for (round, ids) in bursts.iter().enumerate() {
+        let mut kinds = Vec::new();
+        for id in ids {
+            match store.outcome(&id.to_string()).await.unwrap() {
+                Some(o) => {
+                    outcomes += 1;
+                    kinds.push(o.kind.code());
+                }
+                None => lost += 1,
+            }
+        }
+        let answered = posts.iter().filter(|p| p.reply_to.is_some_and(|r| ids.contains(&r))).count();
+        replies += answered;
+        doubled += answered.saturating_sub(1);
+        println!("round {round}: outcomes {kinds:?}, replies {answered}");
+        assert_eq!(answered, 1, "round {round}: the burst got {answered} replies");
+    }
+    println!(
+        "chaos owner kill: rounds {rounds}, deliveries {}, outcomes {outcomes}, replies {replies}, lost {lost}, doubled {doubled}, killed before the last message {killed_before_last}",
+        bursts.len() * 3
+    );
+    assert_eq!((lost, doubled), (0, 0));
+    let audit = store.audit(Duration::from_secs(1)).await.unwrap();
+    assert_eq!((audit.without_outcome, audit.replies_posted_twice, audit.outbox_unsent), (0, 0, 0), "{audit:?}");
+}
+
+/// Prints the services' logs when the test fails, so a failed round explains itself.
+struct DumpLogsOnPanic(std::path::PathBuf, &'static [&'static str]);
+
+impl Drop for DumpLogsOnPanic {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            for name in self.1 {
+                let log = std::fs::read_to_string(self.0.join(format!("{name}.log"))).unwrap_or_default();
+                eprintln!("===== {name} =====\n{log}");
+            }
+        }
+    }
+}
+
+/// A picture's fetch held for 40 s by media, with the lease TTL and ack wait at 10 s and a second
+/// captain ready to take over: the run's lease and its delivery are kept alive by tasks of their
+/// own, so the lane is never taken over, the picture reaches the model and the reply is posted once.
+#[tokio::test]
+async fn chaos_media_held_40_s_with_a_10_s_lease_keeps_the_lane_and_replies_once() {
+    use clankie_discord_loopback::NewAttachment;
+    let (nats, db, dir) = (TestNats::start().unwrap(), TestDb::create().await, TestDir::new());
+    let _dump = DumpLogsOnPanic(dir.path().to_owned(), &["captain-a", "captain-b", "media", "gateway"]);
+    let discord = Loopback::serve("127.0.0.1:0".parse().unwrap(), LoopbackConfig::default()).await.unwrap();
+    let standin = StandIn::start().await.unwrap();
+    standin.script(Script::any(Reply::text("A map of the lobby.")));
+    let settings = clankie_settings::Settings::for_endpoints(&nats.url(), db.url(), dir.path()).unwrap();
+    let store = clankie_store::Store::connect(db.url()).await.unwrap();
+    store.migrate().await.unwrap();
+    clankie_bus::Bus::connect(&settings, "test").await.unwrap().ensure_streams().await.unwrap();
+    let slow =
+        [("CLANKIE_LANE_LEASE_TTL_MS", "10000"), ("CLANKIE_INGRESS_ACK_WAIT_MS", "10000"), ("CLANKIE_FAULT_HOLD", "media.fetch=40000")];
+    let _a = service_as("captain", "captain-a", &nats, &db, &dir, &discord, &standin, None, &slow);
+    let _b = service_as("captain", "captain-b", &nats, &db, &dir, &discord, &standin, None, &slow);
+    let _media = service_as("media", "media", &nats, &db, &dir, &discord, &standin, None, &slow);
+    let _gateway = service("gateway", &nats, &db, &dir, &discord, &standin, None);
+    assert!(discord.wait_for_session(Duration::from_secs(20)).await, "the gateway never attached");
+
+    let asked = discord.user_message(NewMessage {
+        channel_id: GENERAL,
+        author: "ada".into(),
+        content: "@Clankie what is this?".into(),
+        mention: true,
+        attachments: vec![NewAttachment {
+            filename: "map.png".into(),
+            content_type: "image/png".into(),
+            text: Some("pixels".into()),
+            ..Default::default()
+        }],
+        ..Default::default()
+    });
+    let started = std::time::Instant::now();
+    until("the reply", Duration::from_secs(90), || discord.posts(GENERAL).iter().any(|p| p.reply_to == Some(asked))).await;
+    let took = started.elapsed();
+    // A barrier: a takeover would have answered the message again by now.
+    standin.script(Script::any(Reply::text("Later.")));
+    let later = discord.user_message(NewMessage {
+        channel_id: GENERAL,
+        author: "bob".into(),
+        content: "@Clankie later".into(),
+        mention: true,
+        ..Default::default()
+    });
+    until("the later reply", Duration::from_secs(60), || discord.posts(GENERAL).iter().any(|p| p.reply_to == Some(later))).await;
+    let replies = discord.posts(GENERAL).iter().filter(|p| p.reply_to == Some(asked)).count();
+    let lane = clankie_proto::LaneKey::Room { guild: discord.config().guild_id, channel: GENERAL };
+    let fenced: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM receipts WHERE kind = 'captain.fenced'").fetch_one(store.pool()).await.unwrap();
+    let turns: i64 = sqlx::query_scalar("SELECT count(*) FROM turns WHERE owner_delivery_id = $1")
+        .bind(asked.to_string())
+        .fetch_one(store.pool())
+        .await
+        .unwrap();
+    let first_epoch: i64 = sqlx::query_scalar("SELECT epoch FROM turns WHERE owner_delivery_id = $1")
+        .bind(asked.to_string())
+        .fetch_one(store.pool())
+        .await
+        .unwrap();
+    let request = &standin.requests()[0];
+    let images = request.messages().iter().filter_map(|m| m["content"].as_array()).flatten().filter(|p| p["type"] == "image_url").count();
+    println!(
+        "chaos media hold: rounds 1, deliveries 1, replies {replies}, turns {turns}, fenced {fenced}, answered after {took:?}, lane {lane}"
+    );
+    assert!(took >= Duration::from_secs(40), "the fetch was held: {took:?}");
+    assert_eq!((replies, turns, fenced, first_epoch), (1, 1, 0, 1), "one run, never taken over");
+    assert_eq!(images, 1, "the held picture reached the model");
 }

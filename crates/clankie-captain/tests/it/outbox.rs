@@ -1,0 +1,117 @@
+//! The reply outbox under faults: a captain dies on either side of the commit that settles a
+//! turn, and the burst still gets exactly one reply and every delivery one outcome.
+
+use std::time::Duration;
+
+use clankie_model_standin::{Reply, Script};
+use clankie_proto::v1;
+
+use super::{DumpLogsOnPanic, Rig, kind, spawn_captain, spawn_captain_with, until};
+
+/// Runs `captain-a` with `fault` until it dies there, then `captain-b`; returns the burst's ids.
+async fn die_at(rig: &Rig, fault: &str) -> (Vec<u64>, tokio::process::Child) {
+    rig.standin.script(Script::any(Reply::text("First try.")));
+    let mut a = spawn_captain_with(rig, "captain-a", &[("CLANKIE_FAULT", fault)]);
+    let one = rig.say("ada", "@Clankie one", true).await;
+    let two = rig.say("ada", "two", false).await;
+    let status = tokio::time::timeout(Duration::from_secs(20), a.wait()).await.expect("the fault fired").unwrap();
+    assert_eq!(status.code(), Some(clankie_settings::fault::EXIT_CODE), "captain-a died at {fault}");
+    (vec![one, two], spawn_captain(rig, "captain-b"))
+}
+
+#[tokio::test]
+async fn chaos_a_captain_killed_between_its_answer_and_its_outcomes_posts_nothing_and_the_burst_is_answered_once() {
+    let rig = Rig::new().await;
+    let _dump = DumpLogsOnPanic(rig.dir.path().to_owned());
+    let (ids, mut b) = die_at(&rig, "captain.before_settle").await;
+    rig.standin.script(Script::any(Reply::text("Second try.")));
+    rig.wait_outcomes(&ids).await;
+    until("the reply", Duration::from_secs(10), || !rig.replies().is_empty()).await;
+    // A later message is the barrier: once it is answered, a doubled reply to the burst would be in.
+    rig.standin.script(Script::any(Reply::text("Later.")));
+    let later = rig.say("bob", "@Clankie later", true).await;
+    rig.wait_outcomes(&[later]).await;
+    until("the later reply", Duration::from_secs(10), || rig.replies().len() >= 2).await;
+    let texts: Vec<String> = rig.replies().iter().map(|r| r.text.clone()).collect();
+    let outcomes: Vec<usize> = ids.iter().map(|id| rig.outcome_of(*id).len()).collect();
+    println!("chaos before settle: rounds 1, deliveries 2, outcomes {outcomes:?}, replies {texts:?}");
+    assert_eq!(texts, ["Second try.", "Later."], "the dead run's answer never went out; the burst got one");
+    assert_eq!(outcomes, [1, 1]);
+    let unsent: i64 = sqlx::query_scalar("SELECT count(*) FROM outbox WHERE sent_at IS NULL").fetch_one(rig.store.pool()).await.unwrap();
+    assert_eq!(unsent, 0);
+    let _ = b.start_kill();
+}
+
+#[tokio::test]
+async fn chaos_a_captain_killed_after_its_commit_before_publishing_the_relay_posts_the_reply_once() {
+    let rig = Rig::new().await;
+    let _dump = DumpLogsOnPanic(rig.dir.path().to_owned());
+    let (ids, mut b) = die_at(&rig, "captain.after_settle").await;
+    // The outcomes were committed with the reply; captain-b's relay publishes the row.
+    until("the relayed reply", Duration::from_secs(15), || !rig.replies().is_empty()).await;
+    rig.wait_outcomes(&ids).await;
+    let kinds: Vec<v1::OutcomeKind> = ids.iter().map(|id| kind(&rig.outcome_of(*id)[0])).collect();
+    assert_eq!(kinds, [v1::OutcomeKind::Replied, v1::OutcomeKind::Absorbed], "settled by the dead run's commit");
+    rig.standin.script(Script::any(Reply::text("Later.")));
+    let later = rig.say("bob", "@Clankie later", true).await;
+    rig.wait_outcomes(&[later]).await;
+    until("the later reply", Duration::from_secs(10), || rig.replies().len() >= 2).await;
+    let texts: Vec<String> = rig.replies().iter().map(|r| r.text.clone()).collect();
+    println!("chaos after settle: rounds 1, deliveries 2, replies {texts:?}");
+    assert_eq!(texts, ["First try.", "Later."], "the committed answer went out once, and nothing answered the burst again");
+    assert_eq!(rig.standin.requests().len(), 2, "nobody ran the settled burst again");
+    let _ = b.start_kill();
+}
+
+/// PostgreSQL quits as a crash would while a run is live, and comes back 4 s later. The run
+/// waits for it (its session and its settling need the store), a message sent meanwhile is
+/// admitted once the database is back, and every delivery ends with one outcome and no
+/// message is answered twice.
+#[tokio::test]
+async fn chaos_postgres_restarted_mid_run_loses_and_doubles_nothing() {
+    // Shown only when the test fails: what the captain went through.
+    clankie_http::init_tracing("warn,clankie_captain=debug");
+    let pg = clankie_testkit::TestPostgres::start().unwrap();
+    let rig = Rig::on(clankie_testkit::TestDb::create_on(&pg.url()).await).await;
+    // The stall bound outlasts the outage, as it does with the defaults (90 s against seconds).
+    let (_captain, _task) = rig.captain_with("captain-a", &[("CLANKIE_STALL_SILENCE_MS", "15000".into())]).await;
+    rig.standin.script(Script::any(Reply::Text {
+        text: "Answered across the outage.".into(),
+        chunk_chars: 4,
+        chunk_delay_ms: 100,
+        first_delay_ms: 0,
+        tail_delay_ms: 0,
+    }));
+    // Any later run answers with the stand-in's default words.
+    let mut ids = vec![rig.say("ada", "@Clankie one", true).await];
+    ids.push(rig.say("ada", "two", false).await);
+    rig.standin.wait_for_requests(1, Duration::from_secs(20)).await;
+    pg.crash().unwrap();
+    ids.push(rig.say("ada", "@Clankie three, while the database is away", true).await);
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    pg.restart().unwrap();
+    until("every outcome", Duration::from_secs(60), || ids.iter().all(|id| !rig.outcome_of(*id).is_empty())).await;
+    let later = rig.say("bob", "@Clankie later", true).await;
+    rig.wait_outcomes(&[later]).await;
+    until("the later reply", Duration::from_secs(10), || rig.replies().iter().any(|r| r.reply_to_message_id == Some(later))).await;
+    let replies: Vec<v1::OutboundMessage> = rig.replies().into_iter().filter(|r| r.reply_to_message_id != Some(later)).collect();
+    let events: Vec<usize> = ids.iter().map(|id| rig.outcome_of(*id).len()).collect();
+    let (mut stored, mut replied) = (0, 0);
+    for id in &ids {
+        if let Some(o) = rig.store.outcome(&id.to_string()).await.unwrap() {
+            stored += 1;
+            replied += usize::from(o.kind == v1::OutcomeKind::Replied);
+        }
+    }
+    let answered: std::collections::BTreeSet<Option<u64>> = replies.iter().map(|r| r.reply_to_message_id).collect();
+    println!(
+        "chaos postgres restart: rounds 1, deliveries 3, outcomes {stored} (events {events:?}), replies {}, lost {}, doubled {}",
+        replies.len(),
+        3 - stored,
+        replies.len() - answered.len()
+    );
+    assert_eq!(stored, 3, "nothing lost");
+    assert_eq!(events, [1, 1, 1]);
+    assert_eq!(replies.len(), replied, "one reply per replied turn: {replies:?}");
+    assert_eq!(answered.len(), replies.len(), "no message answered twice: {replies:?}");
+}

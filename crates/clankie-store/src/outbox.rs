@@ -1,0 +1,132 @@
+//! The reply outbox and the fenced transaction that settles a turn.
+//!
+//! A turn's reply, its outcomes, its end and the room's exchange commit
+//! together or not at all, under the lane's fence. Whatever the turn posts is
+//! an outbox row in that transaction; a relay publishes rows after the commit.
+//! So a run that lost its lane (or whose database went away) posts nothing and
+//! settles nothing, and its deliveries come back for one new answer.
+
+use std::time::Duration;
+
+use sqlx::{Postgres, Transaction};
+
+use crate::lease::fence;
+use crate::turns::validate;
+use crate::{Lease, Outcome, Store, StoreError, TurnEnd};
+
+/// One message waiting to be published: its id is also its `Nats-Msg-Id` and the body's
+/// idempotency key, so however often it is published Discord sees it once.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OutboxRow {
+    pub id: String,
+    pub turn_id: String,
+    pub subject: String,
+    pub payload: Vec<u8>,
+}
+
+/// Everything that ends a turn, written in one fenced transaction.
+#[derive(Debug, Clone, Copy)]
+pub struct Settlement<'a> {
+    pub end: &'a TurnEnd,
+    /// One per delivery the turn answers for.
+    pub outcomes: &'a [Outcome],
+    /// Each outcome's event, in the same order: queued only when its outcome is new.
+    pub outcome_events: &'a [OutboxRow],
+    /// The delivery that refreshes the room's exchange, when the turn replied or absorbed.
+    pub exchange: Option<&'a str>,
+    /// What the turn posts, if anything.
+    pub post: Option<&'a OutboxRow>,
+}
+
+impl Store {
+    /// Settles a turn: its end, every outcome and its event, the room's exchange and its post,
+    /// in one transaction under the lease's fence. Returns, per outcome, whether this call
+    /// recorded it (`false`: the delivery already had one, which stands).
+    pub async fn settle_turn(&self, lease: &Lease, s: &Settlement<'_>) -> Result<Vec<bool>, StoreError> {
+        validate(s.end.outcome, s.end.failure_code)?;
+        for o in s.outcomes {
+            validate(o.kind, o.failure_code)?;
+        }
+        let mut tx = self.pool.begin().await?;
+        fence(&mut tx, lease).await?;
+        crate::turns::end_turn(&mut tx, lease, s.end).await?;
+        let mut new = Vec::with_capacity(s.outcomes.len());
+        for (i, o) in s.outcomes.iter().enumerate() {
+            let inserted = sqlx::query(
+                "INSERT INTO deliveries (delivery_id, lane, turn_id, outcome, failure_code) VALUES ($1, $2, $3, $4, $5)
+                 ON CONFLICT (delivery_id) DO NOTHING",
+            )
+            .bind(&o.delivery_id)
+            .bind(lease.lane.to_string())
+            .bind(&o.turn_id)
+            .bind(o.kind.code())
+            .bind(o.failure_code.map(|c| c.code()))
+            .execute(&mut *tx)
+            .await?
+            .rows_affected();
+            if inserted == 1
+                && let Some(event) = s.outcome_events.get(i)
+            {
+                insert_row(&mut tx, lease, event).await?;
+            }
+            new.push(inserted == 1);
+        }
+        if let Some(delivery_id) = s.exchange {
+            crate::turns::touch_exchange(&mut tx, lease, delivery_id).await?;
+        }
+        if let Some(row) = s.post {
+            insert_row(&mut tx, lease, row).await?;
+        }
+        tx.commit().await?;
+        Ok(new)
+    }
+
+    /// Queues a post of a live run (a text update) under the lease's fence: a run that lost
+    /// its lane queues nothing.
+    pub async fn enqueue(&self, lease: &Lease, row: &OutboxRow) -> Result<(), StoreError> {
+        let mut tx = self.pool.begin().await?;
+        fence(&mut tx, lease).await?;
+        insert_row(&mut tx, lease, row).await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// Rows committed more than `older_than` ago and not yet marked sent, oldest first: the
+    /// ones whose committing replica died before it published them.
+    pub async fn unsent(&self, older_than: Duration, limit: i64) -> Result<Vec<OutboxRow>, StoreError> {
+        let rows: Vec<(String, String, String, Option<Vec<u8>>)> = sqlx::query_as(
+            "SELECT id, turn_id, subject, payload FROM outbox
+             WHERE sent_at IS NULL AND created_at < now() - make_interval(secs => $1::double precision / 1000)
+             ORDER BY created_at LIMIT $2",
+        )
+        .bind(i64::try_from(older_than.as_millis()).unwrap_or(i64::MAX))
+        .bind(limit)
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(rows
+            .into_iter()
+            .map(|(id, turn_id, subject, payload)| OutboxRow { id, turn_id, subject, payload: payload.unwrap_or_default() })
+            .collect())
+    }
+
+    /// Marks a row published and drops its payload: the words live on in the session tree.
+    pub async fn mark_sent(&self, id: &str) -> Result<(), StoreError> {
+        sqlx::query("UPDATE outbox SET sent_at = now(), payload = NULL WHERE id = $1 AND sent_at IS NULL")
+            .bind(id)
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+}
+
+async fn insert_row(tx: &mut Transaction<'_, Postgres>, lease: &Lease, row: &OutboxRow) -> Result<(), StoreError> {
+    sqlx::query("INSERT INTO outbox (id, lane, turn_id, subject, payload) VALUES ($1, $2, $3, $4, $5) ON CONFLICT (id) DO NOTHING")
+        .bind(&row.id)
+        .bind(lease.lane.to_string())
+        .bind(&row.turn_id)
+        .bind(&row.subject)
+        .bind(&row.payload)
+        .execute(&mut **tx)
+        .await?;
+    Ok(())
+}
