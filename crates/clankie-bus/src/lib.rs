@@ -10,6 +10,7 @@
 
 mod blobs;
 mod consumer;
+mod kv;
 mod streams;
 pub mod tap;
 
@@ -20,10 +21,13 @@ use bytes::Bytes;
 use clankie_proto::{Event, Family, ReceiptKind, Subject, SubjectError, v1};
 use clankie_settings::{Settings, redact_url};
 
+pub use async_nats::Message as Request;
 pub use async_nats::connection::State as ConnectionState;
 pub use async_nats::jetstream::consumer::DeliverPolicy;
+pub use async_nats::jetstream::kv::{Operation as KeyValueOperation, Store as KeyValue};
 pub use blobs::{BLOB_BUCKET, INLINE_MAX, blob_name};
 pub use consumer::{Consumer, ConsumerSpec, Delivery, Progress};
+pub use kv::kv_key;
 pub use streams::{STREAMS, StreamSpec, stream_for};
 
 /// The receipt kind of a message a consumer could not accept.

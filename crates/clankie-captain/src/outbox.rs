@@ -60,10 +60,8 @@ impl Outbox {
         for row in &rows {
             match self.relay(row).await {
                 Ok(()) => sent += 1,
-                Err(e) => {
-                    tracing::warn!(outbox = %row.id, error = %e, "outbox row not published; trying again later");
-                    break;
-                }
+                // One row that cannot go out does not hold up the others.
+                Err(e) => tracing::warn!(outbox = %row.id, error = %e, "outbox row not published; trying again later"),
             }
         }
         if sent > 0 {

@@ -10,8 +10,12 @@ use prost::Message as _;
 use serde_json::json;
 use twilight_http::request::channel::reaction::RequestReactionType;
 use twilight_model::id::Id;
+use twilight_model::id::marker::MessageMarker;
 
 use crate::{Gateway, GatewayError};
+
+/// The bucket that maps each turn's tool card to its Discord message.
+const CARDS_BUCKET: &str = "clankie-cards";
 
 /// Discord's limit on one message.
 pub const MAX_MESSAGE: usize = 2000;
@@ -161,7 +165,7 @@ impl Gateway {
             }
         }
         if out.kind == v1::OutboundKind::Reply as i32 {
-            self.inner.typing.stop(out.channel_id);
+            self.inner.typing.stop(out.channel_id).await;
         }
         self.receipt("gateway.posted", &out.delivery_id, |r| {
             r.with_id("channel", out.channel_id)
@@ -204,31 +208,62 @@ impl Gateway {
         }
     }
 
+    /// Posts, edits or removes a turn's tool card. The card's Discord message id lives in a
+    /// shared bucket, so whichever gateway replica (or a restarted one) gets the edit or the
+    /// removal finds the card another posted.
     async fn tool_card(&self, out: &v1::OutboundMessage) -> Result<(), PostError> {
         let channel = Id::new_checked(out.channel_id).ok_or(PostError::Refused(0))?;
-        let turn = out.idempotency_key.rsplitn(2, ':').nth(1).unwrap_or(&out.idempotency_key);
-        let turn = turn.strip_suffix(":edit").unwrap_or(turn).to_owned();
-        let existing = self.inner.cards.lock().unwrap_or_else(|p| p.into_inner()).get(&turn).copied();
+        let turn = out.idempotency_key.rsplit_once(':').map_or(out.idempotency_key.as_str(), |(turn, _)| turn);
+        let turn = turn.strip_suffix(":edit").unwrap_or(turn);
+        let key = clankie_bus::kv_key(turn);
+        let cards = self.cards().await?;
+        let existing = match cards.get(key.as_str()).await {
+            Ok(v) => v.and_then(|v| std::str::from_utf8(&v).ok()?.parse::<u64>().ok()).and_then(Id::<MessageMarker>::new_checked),
+            Err(e) => {
+                tracing::warn!(error = %e, "the tool card bucket is unreadable; trying again");
+                return Err(PostError::Retry);
+            }
+        };
         match (v1::ToolCardOp::try_from(out.tool_card_op), existing) {
             (Ok(v1::ToolCardOp::Post), None) => {
                 let body = json!({ "content": card_text(&out.tool_names), "nonce": nonce(&out.idempotency_key, 0), "enforce_nonce": true });
                 let bytes = serde_json::to_vec(&body).map_err(|_| PostError::Refused(0))?;
                 let posted = self.inner.http.create_message(channel).payload_json(&bytes).await.map_err(|e| classify(&e))?;
                 let message = posted.model().await.map_err(|_| PostError::Retry)?;
-                self.inner.cards.lock().unwrap_or_else(|p| p.into_inner()).insert(turn, message.id);
+                if let Err(e) = cards.put(key.as_str(), message.id.get().to_string().into()).await {
+                    // Posted but not remembered: the nonce makes the retry return this same message.
+                    tracing::warn!(error = %e, "a tool card was posted but not remembered; trying again");
+                    return Err(PostError::Retry);
+                }
             }
             (Ok(v1::ToolCardOp::Post | v1::ToolCardOp::Edit), Some(id)) => {
                 let text = card_text(&out.tool_names);
                 self.inner.http.update_message(channel, id).content(Some(&text)).await.map_err(|e| classify(&e))?;
             }
             (Ok(v1::ToolCardOp::Remove), Some(id)) => {
-                self.inner.cards.lock().unwrap_or_else(|p| p.into_inner()).remove(&turn);
-                self.inner.http.delete_message(channel, id).await.map_err(|e| classify(&e))?;
+                match self.inner.http.delete_message(channel, id).await {
+                    Ok(_) => {}
+                    // Already gone (a removal delivered twice): nothing left to do.
+                    Err(e) if matches!(classify(&e), PostError::Refused(404)) => {}
+                    Err(e) => return Err(classify(&e)),
+                }
+                let _ = cards.delete(key.as_str()).await;
             }
-            // An edit or removal of a card this replica never posted (or already removed): nothing to do.
+            // An edit or removal of a card nobody posted (or already removed): nothing to do.
             _ => {}
         }
         Ok(())
+    }
+
+    async fn cards(&self) -> Result<clankie_bus::KeyValue, PostError> {
+        if let Some(store) = self.inner.cards.get() {
+            return Ok(store.clone());
+        }
+        let store = self.inner.bus.key_value(CARDS_BUCKET, Duration::from_secs(3600)).await.map_err(|e| {
+            tracing::warn!(error = %e, "the tool card bucket is unavailable");
+            PostError::Retry
+        })?;
+        Ok(self.inner.cards.get_or_init(|| store).clone())
     }
 
     pub(crate) async fn run_history(&self) -> Result<(), GatewayError> {

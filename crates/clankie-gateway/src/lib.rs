@@ -22,13 +22,11 @@ mod voice;
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use clankie_bus::{Bus, BusError};
 use clankie_settings::Settings;
-use twilight_model::id::Id;
-use twilight_model::id::marker::MessageMarker;
 
 /// Why the gateway stopped.
 #[derive(Debug, thiserror::Error)]
@@ -100,8 +98,8 @@ pub(crate) struct Inner {
     pub bot_id: AtomicU64,
     /// The live voice channel of each guild.
     pub voice: RwLock<HashMap<u64, u64>>,
-    /// Tool cards on screen, by turn.
-    pub cards: Mutex<HashMap<String, Id<MessageMarker>>>,
+    /// The shared bucket of tool cards on screen, opened on first use.
+    pub cards: std::sync::OnceLock<clankie_bus::KeyValue>,
     pub typing: typing::TypingLoops,
     /// The shard's command sender, once it runs: op 4 goes out through it.
     pub shard_sender: RwLock<Option<twilight_gateway::MessageSender>>,
@@ -129,7 +127,7 @@ impl Gateway {
             builder = builder.proxy(api.clone(), true);
         }
         let http = Arc::new(builder.build());
-        let typing = typing::TypingLoops::new(http.clone(), config.typing_interval, config.typing_max);
+        let typing = typing::TypingLoops::new(bus.clone(), http.clone(), &config);
         Gateway {
             inner: Arc::new(Inner {
                 bus,
@@ -137,7 +135,7 @@ impl Gateway {
                 config,
                 bot_id: AtomicU64::new(0),
                 voice: RwLock::new(HashMap::new()),
-                cards: Mutex::new(HashMap::new()),
+                cards: std::sync::OnceLock::new(),
                 typing,
                 shard_sender: RwLock::new(None),
                 stopping: tokio::sync::watch::channel(false).0,

@@ -1,45 +1,140 @@
 //! The typing loop: keeps Discord's indicator (which expires after 10 s) lit
 //! from the captain's start until its stop or the reply, whichever is first.
+//!
+//! Which channels are lit lives in a shared bucket, not in one process: a
+//! start and its stop may reach different gateway replicas, and a replica that
+//! dies leaves its lit channels for another to pick up. Each entry names the
+//! replica whose loop keeps it lit and when that loop last triggered; a loop
+//! ends when its entry goes (a stop, anywhere) and a replica adopts an entry
+//! whose loop has gone quiet.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use clankie_bus::ConsumerSpec;
+use clankie_bus::{Bus, ConsumerSpec, KeyValue, KeyValueOperation, now_ms};
 use clankie_proto::{Family, v1};
+use futures::StreamExt;
+use serde::{Deserialize, Serialize};
 use twilight_model::id::Id;
 
-use crate::{Gateway, GatewayError};
+use crate::{Gateway, GatewayConfig, GatewayError};
 
-/// One loop per channel.
+/// The bucket of lit channels.
+const TYPING_BUCKET: &str = "clankie-typing";
+
+/// A lit channel as the bucket holds it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Lit {
+    /// The replica whose loop keeps it lit.
+    host: String,
+    /// When that loop last triggered the indicator.
+    beat_ms: i64,
+    /// When it goes dark without a stop (a backstop for a captain that died).
+    until_ms: i64,
+}
+
+/// The typing loops this replica runs, one per channel, and the shared bucket.
 pub(crate) struct TypingLoops {
+    bus: Bus,
     http: Arc<twilight_http::Client>,
+    host: String,
     interval: Duration,
     max: Duration,
+    bucket: tokio::sync::OnceCell<KeyValue>,
     loops: Arc<Mutex<HashMap<u64, tokio::task::JoinHandle<()>>>>,
 }
 
 impl TypingLoops {
-    pub fn new(http: Arc<twilight_http::Client>, interval: Duration, max: Duration) -> TypingLoops {
-        TypingLoops { http, interval, max, loops: Arc::new(Mutex::new(HashMap::new())) }
+    pub fn new(bus: Bus, http: Arc<twilight_http::Client>, config: &GatewayConfig) -> TypingLoops {
+        TypingLoops {
+            bus,
+            http,
+            host: config.replica.clone(),
+            interval: config.typing_interval,
+            max: config.typing_max,
+            bucket: tokio::sync::OnceCell::new(),
+            loops: Arc::default(),
+        }
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<u64, tokio::task::JoinHandle<()>>> {
         self.loops.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    async fn bucket(&self) -> Option<KeyValue> {
+        let opened = self.bucket.get_or_try_init(|| self.bus.key_value(TYPING_BUCKET, self.max + Duration::from_secs(60))).await;
+        match opened {
+            Ok(b) => Some(b.clone()),
+            Err(e) => {
+                tracing::warn!(error = %e, "the typing bucket is unavailable; typing stays with this replica");
+                None
+            }
+        }
+    }
+
+    /// A loop whose entry has not beaten for this long has died with its replica.
+    fn quiet_after(&self) -> i64 {
+        (self.interval * 3).as_millis() as i64
+    }
+
     /// Lights the channel and keeps it lit; a second start while lit changes nothing.
-    pub fn start(&self, channel: u64) {
+    pub async fn start(&self, channel: u64) {
+        let now = now_ms();
+        let lit = Lit { host: self.host.clone(), beat_ms: now, until_ms: now + self.max.as_millis() as i64 };
+        if let Some(bucket) = self.bucket().await
+            && let Ok(value) = serde_json::to_vec(&lit)
+        {
+            let _ = bucket.put(channel.to_string(), value.into()).await;
+        }
+        self.run_loop(channel);
+    }
+
+    /// Clears the channel everywhere: no further triggers (Discord lets the last one lapse).
+    pub async fn stop(&self, channel: u64) {
+        if let Some(h) = self.lock().remove(&channel) {
+            h.abort();
+        }
+        if let Some(bucket) = self.bucket().await {
+            let _ = bucket.delete(channel.to_string()).await;
+        }
+    }
+
+    fn run_loop(&self, channel: u64) {
         let Some(channel_id) = Id::new_checked(channel) else { return };
         let mut loops = self.lock();
         if loops.get(&channel).is_some_and(|h| !h.is_finished()) {
             return;
         }
-        let (http, interval, max) = (self.http.clone(), self.interval, self.max);
+        let (http, interval, host, bucket) = (self.http.clone(), self.interval, self.host.clone(), self.bucket.get().cloned());
+        let (quiet, deadline) = (self.quiet_after(), tokio::time::Instant::now() + self.max);
         let handle = tokio::spawn(async move {
-            let started = tokio::time::Instant::now();
             let mut wait = interval;
-            while started.elapsed() < max {
+            while tokio::time::Instant::now() < deadline {
+                // The entry decides: gone (stopped anywhere), expired, or kept by another live loop ends this one.
+                if let Some(bucket) = &bucket {
+                    let (lit, revision) = match bucket.entry(channel.to_string()).await {
+                        Ok(Some(e)) if matches!(e.operation, KeyValueOperation::Put) => {
+                            (serde_json::from_slice::<Lit>(&e.value).ok(), e.revision)
+                        }
+                        Ok(_) => (None, 0),
+                        // The bucket unreadable for a moment: keep the indicator going.
+                        Err(_) => (Some(Lit { host: host.clone(), beat_ms: now_ms(), until_ms: i64::MAX }), 0),
+                    };
+                    let Some(lit) = lit else { break };
+                    let now = now_ms();
+                    if now >= lit.until_ms || (lit.host != host && now - lit.beat_ms < quiet) {
+                        break;
+                    }
+                    // The beat is written only over the entry just read: a stop in between wins.
+                    let beat = Lit { host: host.clone(), beat_ms: now, ..lit };
+                    if revision > 0
+                        && let Ok(value) = serde_json::to_vec(&beat)
+                        && bucket.update(channel.to_string(), value.into(), revision).await.is_err()
+                    {
+                        break;
+                    }
+                }
                 match http.create_typing_trigger(channel_id).await {
                     Ok(_) => wait = interval,
                     Err(e) => {
@@ -55,10 +150,32 @@ impl TypingLoops {
         loops.insert(channel, handle);
     }
 
-    /// Clears the channel: no further triggers (Discord lets the last one lapse).
-    pub fn stop(&self, channel: u64) {
-        if let Some(h) = self.lock().remove(&channel) {
-            h.abort();
+    /// Takes over lit channels whose loop went quiet (its replica died), one replica winning
+    /// each by the entry's revision.
+    async fn adopt_quiet(&self) {
+        let Some(bucket) = self.bucket().await else { return };
+        let Ok(keys) = bucket.keys().await else { return };
+        let keys: Vec<String> = keys.filter_map(|k| async move { k.ok() }).collect().await;
+        for key in keys {
+            let Ok(channel) = key.parse::<u64>() else { continue };
+            if self.lock().get(&channel).is_some_and(|h| !h.is_finished()) {
+                continue;
+            }
+            let Ok(Some(entry)) = bucket.entry(key.clone()).await else { continue };
+            if !matches!(entry.operation, KeyValueOperation::Put) {
+                continue;
+            }
+            let Ok(lit) = serde_json::from_slice::<Lit>(&entry.value) else { continue };
+            let now = now_ms();
+            if now >= lit.until_ms || now - lit.beat_ms < self.quiet_after() {
+                continue;
+            }
+            let adopted = Lit { host: self.host.clone(), beat_ms: now, ..lit };
+            let Ok(value) = serde_json::to_vec(&adopted) else { continue };
+            if bucket.update(key.as_str(), value.into(), entry.revision).await.is_ok() {
+                tracing::info!(channel, "kept lit a typing indicator whose gateway went quiet");
+                self.run_loop(channel);
+            }
         }
     }
 }
@@ -66,24 +183,29 @@ impl TypingLoops {
 impl Gateway {
     pub(crate) async fn run_typing(&self) -> Result<(), GatewayError> {
         let mut spec = ConsumerSpec::durable("gateway-typing", Family::BodyTyping);
-        // A typing action is only worth anything now: a restarted gateway does not replay old ones.
-        spec.deliver.deliver_policy = async_nats_deliver_new();
+        // A typing action is only worth anything now: a restarted gateway does not replay old
+        // ones (what was lit is in the bucket).
+        spec.deliver.deliver_policy = clankie_bus::DeliverPolicy::New;
         let mut consumer = self.inner.bus.consumer::<v1::TypingAction>(spec).await?;
+        let typing = &self.inner.typing;
+        let mut adopt = tokio::time::interval(typing.interval);
         loop {
-            let d = consumer.next().await?;
-            let span = tracing::info_span!("delivery", delivery_id = %d.event.delivery_id);
-            let _e = span.enter();
-            match v1::TypingOp::try_from(d.event.op) {
-                Ok(v1::TypingOp::Start) => self.inner.typing.start(d.event.channel_id),
-                Ok(v1::TypingOp::Stop) => self.inner.typing.stop(d.event.channel_id),
-                _ => tracing::warn!("typing action with no op"),
+            tokio::select! {
+                d = consumer.next() => {
+                    let d = d?;
+                    let span = tracing::info_span!("delivery", delivery_id = %d.event.delivery_id);
+                    let handle = async {
+                        match v1::TypingOp::try_from(d.event.op) {
+                            Ok(v1::TypingOp::Start) => typing.start(d.event.channel_id).await,
+                            Ok(v1::TypingOp::Stop) => typing.stop(d.event.channel_id).await,
+                            _ => tracing::warn!("typing action with no op"),
+                        }
+                    };
+                    tracing::Instrument::instrument(handle, span).await;
+                    let _ = d.ack().await;
+                }
+                _ = adopt.tick() => typing.adopt_quiet().await,
             }
-            drop(_e);
-            let _ = d.ack().await;
         }
     }
-}
-
-fn async_nats_deliver_new() -> clankie_bus::DeliverPolicy {
-    clankie_bus::DeliverPolicy::New
 }

@@ -100,21 +100,21 @@ impl Media {
                         Ok(req) => self.resolve(&req).await,
                         Err(_) => v1::MediaResolveReply { error: "bad_request".into(), ..Default::default() },
                     };
-                    let _ = self.bus.respond(&msg, &reply).await;
+                    self.answer(&msg, &reply, |error| v1::MediaResolveReply { error, ..Default::default() }).await;
                 }
                 Some(msg) = attachments.next() => {
                     let reply = match v1::MediaAttachmentRequest::decode(msg.payload.clone()) {
                         Ok(v1::MediaAttachmentRequest { attachment: Some(a), delivery_id }) => self.attachment_bytes(&a, &delivery_id).await,
                         _ => v1::MediaResolveReply { error: "bad_request".into(), ..Default::default() },
                     };
-                    let _ = self.bus.respond(&msg, &reply).await;
+                    self.answer(&msg, &reply, |error| v1::MediaResolveReply { error, ..Default::default() }).await;
                 }
                 Some(msg) = registers.next() => {
                     let reply = match v1::MediaRegisterRequest::decode(msg.payload.clone()) {
                         Ok(req) => self.register(&req).await,
                         Err(_) => v1::MediaRegisterReply { artifact: None, error: "bad_request".into() },
                     };
-                    let _ = self.bus.respond(&msg, &reply).await;
+                    self.answer(&msg, &reply, |error| v1::MediaRegisterReply { artifact: None, error }).await;
                 }
                 _ = sweep.tick() => {
                     match self.root.sweep(self.config.max_age, self.config.max_total, self.config.pinned_for) {
@@ -123,6 +123,17 @@ impl Media {
                         Err(e) => tracing::warn!(error = %e, "sweep failed"),
                     }
                 }
+            }
+        }
+    }
+
+    /// Sends `reply`; when it cannot go (too big for a message, the bus away) the failure is
+    /// logged and the asker gets `failed(code)` instead of waiting out its timeout.
+    async fn answer<A: clankie_proto::Event>(&self, msg: &clankie_bus::Request, reply: &A, failed: impl FnOnce(String) -> A) {
+        if let Err(e) = self.bus.respond(msg, reply).await {
+            tracing::warn!(error = %e, "a media reply could not be sent; answering with its failure");
+            if let Err(e) = self.bus.respond(msg, &failed("reply_failed".into())).await {
+                tracing::warn!(error = %e, "a media failure reply could not be sent either");
             }
         }
     }

@@ -97,6 +97,7 @@ async fn typing_is_retriggered_before_it_expires_until_stopped() {
 
 #[tokio::test]
 async fn the_tool_card_is_posted_edited_and_removed() {
+    clankie_http::init_tracing("warn");
     let rig = Rig::new().await;
     let (_gateway, _task) = rig.gateway().await;
     let asked = rig.say(GENERAL, "ada", "@Clankie check the page");
@@ -120,4 +121,92 @@ async fn the_tool_card_is_posted_edited_and_removed() {
     assert_eq!(rig.discord.posts(GENERAL)[0].content, "🔧 working: read_page, send_text_update");
     rig.bus.publish(&subject, &card(v1::ToolCardOp::Remove, "remove", &[]), None).await.unwrap();
     until("the removal", Duration::from_secs(10), || rig.discord.posts(GENERAL)[0].deleted).await;
+}
+
+/// `clankie-gateway` as its own process against the rig, as replica `replica`.
+fn gateway_process(rig: &Rig, replica: &str) -> tokio::process::Child {
+    let log = std::fs::File::options().create(true).append(true).open(rig.dir.path().join(format!("{replica}.log"))).unwrap();
+    tokio::process::Command::new(env!("CARGO_BIN_EXE_clankie-gateway"))
+        .env("CLANKIE_NATS_URL", rig.nats.url())
+        .env("CLANKIE_STATE_DIR", rig.dir.path().join(replica))
+        .env("CLANKIE_REPLICA_ID", replica)
+        .env("CLANKIE_DISCORD_TOKEN", &rig.discord.config().token)
+        .env("CLANKIE_DISCORD_API", rig.discord.addr().to_string())
+        .env("CLANKIE_DISCORD_GATEWAY_URL", rig.discord.gateway_url())
+        .env("CLANKIE_TYPING_INTERVAL_MS", "200")
+        .env("CLANKIE_LOG", "warn,clankie_gateway=info")
+        .stdout(std::process::Stdio::null())
+        .stderr(log)
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap()
+}
+
+/// Waits `ms` of the loopback's clock and answers the typing triggers in the channel after `since`.
+async fn triggers_after(rig: &Rig, since: i64, watch_ms: i64) -> Vec<i64> {
+    let until_ms = clankie_bus::now_ms() + watch_ms;
+    while clankie_bus::now_ms() < until_ms {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    rig.discord.typing(GENERAL).into_iter().filter(|t| *t > since).collect()
+}
+
+#[tokio::test]
+async fn gateway_state_a_card_and_a_lit_channel_outlive_their_gateway_and_work_across_two_replicas() {
+    let rig = Rig::new().await;
+    let asked = rig.say(GENERAL, "ada", "@Clankie check the page");
+    let card = |op: v1::ToolCardOp, step: &str, tools: &[&str]| v1::OutboundMessage {
+        idempotency_key: format!("card:t1:{step}"),
+        kind: v1::OutboundKind::ToolCard as i32,
+        guild_id: Some(GUILD),
+        channel_id: GENERAL,
+        reply_to_message_id: Some(asked),
+        tool_card_op: op as i32,
+        tool_names: tools.iter().map(|t| t.to_string()).collect(),
+        delivery_id: asked.to_string(),
+        ..Default::default()
+    };
+    let typing =
+        |op: v1::TypingOp| v1::TypingAction { channel_id: GENERAL, delivery_id: asked.to_string(), op: op as i32, ..Default::default() };
+    let (send, lit) = (Subject::BodySend { channel: GENERAL }, Subject::BodyTyping { channel: GENERAL });
+
+    // One gateway posts the card and lights the channel, then dies.
+    let mut first = gateway_process(&rig, "gateway-a");
+    assert!(rig.discord.wait_for_session(Duration::from_secs(20)).await);
+    rig.bus.publish(&send, &card(v1::ToolCardOp::Post, "post", &["read_page"]), None).await.unwrap();
+    rig.bus.publish(&lit, &typing(v1::TypingOp::Start), None).await.unwrap();
+    until("the card", Duration::from_secs(10), || !rig.discord.posts(GENERAL).is_empty()).await;
+    until("typing", Duration::from_secs(10), || rig.discord.typing(GENERAL).len() >= 2).await;
+    first.start_kill().unwrap();
+    first.wait().await.unwrap();
+    let died = clankie_bus::now_ms();
+
+    // Its successor keeps the channel lit (the captain never said stop) and finds the card.
+    let sessions = rig.discord.identifies() + rig.discord.resumes();
+    let _second = gateway_process(&rig, "gateway-b");
+    until("the successor's session", Duration::from_secs(20), || rig.discord.identifies() + rig.discord.resumes() > sessions).await;
+    until("typing kept lit", Duration::from_secs(10), || rig.discord.typing(GENERAL).iter().filter(|t| **t > died).count() >= 3).await;
+    rig.bus.publish(&send, &card(v1::ToolCardOp::Edit, "edit:1", &["read_page", "browse"]), None).await.unwrap();
+    until("the edit", Duration::from_secs(10), || rig.discord.posts(GENERAL)[0].edited).await;
+    rig.bus.publish(&send, &card(v1::ToolCardOp::Remove, "remove", &[]), None).await.unwrap();
+    until("the removal", Duration::from_secs(10), || rig.discord.posts(GENERAL)[0].deleted).await;
+    let stopped = clankie_bus::now_ms();
+    rig.bus.publish(&lit, &typing(v1::TypingOp::Stop), None).await.unwrap();
+    let late: Vec<i64> = triggers_after(&rig, stopped + 200, 1_000).await;
+    assert!(late.is_empty(), "typing went on after the stop: {late:?}");
+
+    // Two replicas at once share the actions: whichever takes a stop ends the other's loop.
+    let _third = gateway_process(&rig, "gateway-a");
+    until("both attached", Duration::from_secs(20), || rig.discord.identifies() + rig.discord.resumes() > sessions + 1).await;
+    for round in 0..3 {
+        let started = clankie_bus::now_ms();
+        rig.bus.publish(&lit, &typing(v1::TypingOp::Start), None).await.unwrap();
+        until("typing", Duration::from_secs(10), || rig.discord.typing(GENERAL).iter().filter(|t| **t > started).count() >= 2).await;
+        let stopped = clankie_bus::now_ms();
+        rig.bus.publish(&lit, &typing(v1::TypingOp::Stop), None).await.unwrap();
+        // One interval for a loop mid-trigger to see its entry gone.
+        let late = triggers_after(&rig, stopped + 400, 1_200).await;
+        println!("gateway state round {round}: triggers after the stop {late:?}");
+        assert!(late.is_empty(), "round {round}: typing went on after the stop: {late:?}");
+    }
 }

@@ -44,6 +44,19 @@ async fn audit_counts_the_invariants_and_reports_each_broken_one() {
     assert_eq!(figure(&clean.1, "deliveries_with_outcome"), 2);
     assert_eq!(figure(&clean.1, "deliveries_without_outcome"), 0);
     assert_eq!(figure(&clean.1, "replies_posted_twice"), 0);
+    assert_eq!(figure(&clean.1, "outbox_unsent_past_bound"), 0);
+
+    // A committed post nobody published: reported. (Fresh, so no relay takes it before the audit.)
+    let lane = clankie_proto::LaneKey::Room { guild: 100, channel: GENERAL }.to_string();
+    sqlx::query("INSERT INTO outbox (id, lane, turn_id, subject, payload) VALUES ('reply:stuck', $1, 'stuck', 'clankie.test.nowhere', '')")
+        .bind(&lane)
+        .execute(store.pool())
+        .await
+        .unwrap();
+    let (ok, out) = audit(&rig).await;
+    assert!(!ok, "an unpublished outbox row passed the audit: {out}");
+    assert_eq!(figure(&out, "outbox_unsent_past_bound"), 1);
+    sqlx::query("DELETE FROM outbox WHERE id = 'reply:stuck'").execute(store.pool()).await.unwrap();
 
     // A delivery loses its outcome: reported, and the audit fails.
     sqlx::query("DELETE FROM deliveries WHERE delivery_id = $1").bind(ids[1].to_string()).execute(store.pool()).await.unwrap();

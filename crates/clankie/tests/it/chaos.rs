@@ -139,8 +139,10 @@ async fn chaos_the_lane_owner_killed_at_a_random_point_of_a_burst_answers_it_onc
     store.migrate().await.unwrap();
     clankie_bus::Bus::connect(&settings, "test").await.unwrap().ensure_streams().await.unwrap();
     let fast = [
+        // The dead owner's deliveries come back after the ack wait, later than its lease lapses:
+        // the burst's last message takes the lane first, as in the incident.
         ("CLANKIE_LANE_LEASE_TTL_MS", "1500"),
-        ("CLANKIE_INGRESS_ACK_WAIT_MS", "1500"),
+        ("CLANKIE_INGRESS_ACK_WAIT_MS", "5000"),
         ("CLANKIE_OUTBOX_RELAY_MS", "1000"),
         ("CLANKIE_LOG", "warn,clankie_captain=debug"),
     ];
