@@ -176,3 +176,12 @@ impl Gateway {
         }
     }
 }
+
+/// Aborts a background task when the scope that started it ends.
+pub(crate) struct Aborting(pub tokio::task::JoinHandle<()>);
+
+impl Drop for Aborting {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}

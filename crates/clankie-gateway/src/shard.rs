@@ -14,6 +14,9 @@ use crate::session::{self, SavedSession};
 use crate::{Gateway, GatewayError};
 
 const SHARD: u32 = 0;
+/// Messages read from the shard and not yet stored that the shard may run ahead by; past
+/// it, reading waits for the publisher.
+const INGEST_QUEUE: usize = 1024;
 
 /// How one shard connection ended.
 enum Connection {
@@ -25,12 +28,37 @@ enum Connection {
     Unstored,
 }
 
+/// The shard's session as of now: what a restart resumes from.
+fn mark(shard: &Shard) -> Option<SavedSession> {
+    let (s, url) = (shard.session()?, shard.resume_url()?);
+    Some(SavedSession { session_id: s.id().to_owned(), sequence: s.sequence(), resume_url: url.to_owned() })
+}
+
 impl Gateway {
-    fn save_session(&self, shard: &Shard) {
-        let (Some(s), Some(url)) = (shard.session(), shard.resume_url()) else { return };
-        let saved = SavedSession { session_id: s.id().to_owned(), sequence: s.sequence(), resume_url: url.to_owned() };
-        if let Err(e) = session::save(&self.inner.config.state_dir, SHARD, &saved) {
+    fn save(&self, saved: &SavedSession) {
+        if let Err(e) = session::save(&self.inner.config.state_dir, SHARD, saved) {
             tracing::warn!(error = %e, "shard session not saved; a restart will identify afresh");
+        }
+    }
+
+    /// Stores queued messages in order, saving the session as of each stored one. The first
+    /// that cannot be stored stops it: `unstored` tells the shard to resume from before it.
+    async fn publish_queue(
+        self,
+        mut queue: tokio::sync::mpsc::Receiver<(Box<Message>, Option<SavedSession>)>,
+        pending: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+        unstored: tokio::sync::watch::Sender<bool>,
+    ) {
+        while let Some((message, mark)) = queue.recv().await {
+            let span = tracing::info_span!("delivery", delivery_id = message.id.get());
+            if !self.ingest(&message).instrument(span).await {
+                let _ = unstored.send(true);
+                return;
+            }
+            if let Some(mark) = &mark {
+                self.save(mark);
+            }
+            pending.fetch_sub(1, Ordering::SeqCst);
         }
     }
 
@@ -93,11 +121,41 @@ impl Gateway {
         let close = |shard: &mut Shard| {
             shard.close(twilight_gateway::CloseFrame::RESUME);
         };
+        // Messages are stored off the shard's loop, in order, through a bounded queue: the
+        // shard keeps reading (and heartbeating) while JetStream is slow, and the session is
+        // saved only as far as the last stored message.
+        let (queue, queued) = tokio::sync::mpsc::channel(INGEST_QUEUE);
+        let pending = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let (unstored_tx, mut unstored) = tokio::sync::watch::channel(false);
+        let _publisher = crate::Aborting(tokio::spawn(self.clone().publish_queue(queued, pending.clone(), unstored_tx)));
+        // Saves the session as of now unless messages read before now are still unstored.
+        let save_if_caught_up = |shard: &Shard| {
+            if pending.load(Ordering::SeqCst) == 0
+                && let Some(mark) = mark(shard)
+            {
+                self.save(&mark);
+            }
+        };
         loop {
             let item = tokio::select! {
                 item = shard.next_event(wanted) => item,
+                _ = unstored.changed() => {
+                    // Never save the session past a message JetStream has not stored.
+                    close(&mut shard);
+                    let _ = tokio::time::timeout(Duration::from_secs(2), async { while shard.next_event(wanted).await.is_some() {} }).await;
+                    return Ok(Connection::Unstored);
+                }
                 _ = stopping.changed() => {
-                    self.save_session(&shard);
+                    // Let what was read be stored first (bounded), so the saved session is current.
+                    let drained = tokio::time::timeout(Duration::from_secs(5), async {
+                        while pending.load(Ordering::SeqCst) > 0 && !*unstored.borrow() {
+                            tokio::time::sleep(Duration::from_millis(20)).await;
+                        }
+                    })
+                    .await;
+                    if drained.is_ok() {
+                        save_if_caught_up(&shard);
+                    }
                     close(&mut shard);
                     // Drive the shard until the close frame is out.
                     let _ = tokio::time::timeout(Duration::from_secs(2), async { while shard.next_event(wanted).await.is_some() {} }).await;
@@ -114,22 +172,18 @@ impl Gateway {
                 Ok(Event::Ready(ready)) => {
                     self.inner.bot_id.store(ready.user.id.get(), Ordering::SeqCst);
                     tracing::info!("shard identified");
-                    self.save_session(&shard);
+                    save_if_caught_up(&shard);
                 }
                 Ok(Event::Resumed) => {
                     tracing::info!("shard resumed");
-                    self.save_session(&shard);
+                    save_if_caught_up(&shard);
                 }
                 Ok(Event::MessageCreate(message)) => {
-                    let span = tracing::info_span!("delivery", delivery_id = message.id.get());
-                    if !self.ingest(&message.0).instrument(span).await {
-                        // Never save the session past a message JetStream has not stored.
-                        close(&mut shard);
-                        let _ =
-                            tokio::time::timeout(Duration::from_secs(2), async { while shard.next_event(wanted).await.is_some() {} }).await;
-                        return Ok(Connection::Unstored);
+                    pending.fetch_add(1, Ordering::SeqCst);
+                    if queue.send((Box::new(message.0), mark(&shard))).await.is_err() {
+                        // The publisher stopped at an unstored message; the resume replays this one too.
+                        pending.fetch_sub(1, Ordering::SeqCst);
                     }
-                    self.save_session(&shard);
                 }
                 // Not worth a session save: a resume that replays a typing signal costs nothing.
                 Ok(Event::TypingStart(typing)) => self.typing_signal(&typing).await,
