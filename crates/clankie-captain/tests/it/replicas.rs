@@ -177,5 +177,11 @@ async fn chaos_a_run_fenced_from_outside_stops_and_posts_nothing() {
     assert_eq!(replies.len(), 1, "{replies:?}");
     assert_eq!(replies[0].text, "Answered after the fence.");
     assert_eq!(rig.outcome_of(id).len(), 1);
+    // Give a fenced run that went on the time of another model call: none comes.
+    let settled_at = clankie_bus::now_ms();
+    while clankie_bus::now_ms() < settled_at + 1_500 {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(rig.standin.requests().len(), 2, "the fenced run's one call and the new owner's, no more");
     assert_eq!(kind(&rig.outcome_of(id)[0]), v1::OutcomeKind::Replied);
 }
