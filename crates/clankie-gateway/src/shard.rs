@@ -41,22 +41,32 @@ impl Gateway {
         }
     }
 
-    /// Stores queued messages in order, saving the session as of each stored one. The first
+    /// Handles queued events in the order the shard read them (a typing signal never overtakes
+    /// the message before it), saving the session as of each stored message. The first message
     /// that cannot be stored stops it: `unstored` tells the shard to resume from before it.
     async fn publish_queue(
         self,
-        mut queue: tokio::sync::mpsc::Receiver<(Box<Message>, Option<SavedSession>)>,
+        mut queue: tokio::sync::mpsc::Receiver<(Event, Option<SavedSession>)>,
         pending: std::sync::Arc<std::sync::atomic::AtomicUsize>,
         unstored: tokio::sync::watch::Sender<bool>,
     ) {
-        while let Some((message, mark)) = queue.recv().await {
-            let span = tracing::info_span!("delivery", delivery_id = message.id.get());
-            if !self.ingest(&message).instrument(span).await {
-                let _ = unstored.send(true);
-                return;
-            }
-            if let Some(mark) = &mark {
-                self.save(mark);
+        while let Some((event, mark)) = queue.recv().await {
+            match event {
+                Event::MessageCreate(message) => {
+                    let span = tracing::info_span!("delivery", delivery_id = message.id.get());
+                    if !self.ingest(&message.0).instrument(span).await {
+                        let _ = unstored.send(true);
+                        return;
+                    }
+                    if let Some(mark) = &mark {
+                        self.save(mark);
+                    }
+                }
+                // Not worth a session save: a resume that replays a typing signal costs nothing.
+                Event::TypingStart(typing) => self.typing_signal(&typing).await,
+                Event::VoiceStateUpdate(state) => self.voice_state(&state.0).await,
+                Event::VoiceServerUpdate(update) => self.voice_server(&update).await,
+                _ => {}
             }
             pending.fetch_sub(1, Ordering::SeqCst);
         }
@@ -178,17 +188,16 @@ impl Gateway {
                     tracing::info!("shard resumed");
                     save_if_caught_up(&shard);
                 }
-                Ok(Event::MessageCreate(message)) => {
+                Ok(
+                    event @ (Event::MessageCreate(_) | Event::TypingStart(_) | Event::VoiceStateUpdate(_) | Event::VoiceServerUpdate(_)),
+                ) => {
                     pending.fetch_add(1, Ordering::SeqCst);
-                    if queue.send((Box::new(message.0), mark(&shard))).await.is_err() {
-                        // The publisher stopped at an unstored message; the resume replays this one too.
+                    let mark = matches!(event, Event::MessageCreate(_)).then(|| mark(&shard)).flatten();
+                    if queue.send((event, mark)).await.is_err() {
+                        // The publisher stopped at an unstored message; the resume replays this too.
                         pending.fetch_sub(1, Ordering::SeqCst);
                     }
                 }
-                // Not worth a session save: a resume that replays a typing signal costs nothing.
-                Ok(Event::TypingStart(typing)) => self.typing_signal(&typing).await,
-                Ok(Event::VoiceStateUpdate(state)) => self.voice_state(&state.0).await,
-                Ok(Event::VoiceServerUpdate(update)) => self.voice_server(&update).await,
                 Ok(_) => {}
             }
         }

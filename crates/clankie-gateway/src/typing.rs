@@ -118,8 +118,11 @@ impl TypingLoops {
                             (serde_json::from_slice::<Lit>(&e.value).ok(), e.revision)
                         }
                         Ok(_) => (None, 0),
-                        // The bucket unreadable for a moment: keep the indicator going.
-                        Err(_) => (Some(Lit { host: host.clone(), beat_ms: now_ms(), until_ms: i64::MAX }), 0),
+                        // The bucket unreadable: a stop may be in it unseen, so let the indicator lapse.
+                        Err(e) => {
+                            tracing::warn!(channel, error = %e, "typing state unreadable; the indicator lapses");
+                            (None, 0)
+                        }
                     };
                     let Some(lit) = lit else { break };
                     let now = now_ms();
@@ -128,8 +131,7 @@ impl TypingLoops {
                     }
                     // The beat is written only over the entry just read: a stop in between wins.
                     let beat = Lit { host: host.clone(), beat_ms: now, ..lit };
-                    if revision > 0
-                        && let Ok(value) = serde_json::to_vec(&beat)
+                    if let Ok(value) = serde_json::to_vec(&beat)
                         && bucket.update(channel.to_string(), value.into(), revision).await.is_err()
                     {
                         break;
@@ -187,25 +189,30 @@ impl Gateway {
         // ones (what was lit is in the bucket).
         spec.deliver.deliver_policy = clankie_bus::DeliverPolicy::New;
         let mut consumer = self.inner.bus.consumer::<v1::TypingAction>(spec).await?;
-        let typing = &self.inner.typing;
-        let mut adopt = tokio::time::interval(typing.interval);
-        loop {
-            tokio::select! {
-                d = consumer.next() => {
-                    let d = d?;
-                    let span = tracing::info_span!("delivery", delivery_id = %d.event.delivery_id);
-                    let handle = async {
-                        match v1::TypingOp::try_from(d.event.op) {
-                            Ok(v1::TypingOp::Start) => typing.start(d.event.channel_id).await,
-                            Ok(v1::TypingOp::Stop) => typing.stop(d.event.channel_id).await,
-                            _ => tracing::warn!("typing action with no op"),
-                        }
-                    };
-                    tracing::Instrument::instrument(handle, span).await;
-                    let _ = d.ack().await;
-                }
-                _ = adopt.tick() => typing.adopt_quiet().await,
+        // Adopting quiet channels lists the bucket: on a task of its own, so it never delays a stop.
+        let gateway = self.clone();
+        let _adopt = crate::Aborting(tokio::spawn(async move {
+            let typing = &gateway.inner.typing;
+            let mut tick = tokio::time::interval(typing.interval * 2);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tick.tick().await;
+                typing.adopt_quiet().await;
             }
+        }));
+        let typing = &self.inner.typing;
+        loop {
+            let d = consumer.next().await?;
+            let span = tracing::info_span!("delivery", delivery_id = %d.event.delivery_id);
+            let handle = async {
+                match v1::TypingOp::try_from(d.event.op) {
+                    Ok(v1::TypingOp::Start) => typing.start(d.event.channel_id).await,
+                    Ok(v1::TypingOp::Stop) => typing.stop(d.event.channel_id).await,
+                    _ => tracing::warn!("typing action with no op"),
+                }
+            };
+            tracing::Instrument::instrument(handle, span).await;
+            let _ = d.ack().await;
         }
     }
 }
