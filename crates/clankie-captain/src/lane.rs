@@ -50,7 +50,7 @@ impl Captain {
         }
     }
 
-    async fn serve_burst(&self, lane: LaneKey, burst: Vec<Held>, inbox: &mut mpsc::UnboundedReceiver<Held>, pending: &mut Vec<Held>) {
+    async fn serve_burst(&self, lane: LaneKey, mut burst: Vec<Held>, inbox: &mut mpsc::UnboundedReceiver<Held>, pending: &mut Vec<Held>) {
         let config = &self.inner.config;
         if self.is_draining() {
             // Shutting down: another replica answers these.
@@ -62,6 +62,7 @@ impl Captain {
         let lease = self.inner.store.acquire_lease(&lane, &config.replica, config.lease_ttl).await;
         tracing::debug!(%lane, deliveries = burst.len(), took = matches!(lease, Ok(Some(_))), "lane burst");
         match lease {
+            Ok(Some(lease)) if !self.drop_settled(&lease, &mut burst).await => {}
             Ok(Some(lease)) if config.one_shot => {
                 // The baseline answers each delivery on its own: the rest wait for turns of their own.
                 let mut burst = burst.into_iter();
@@ -86,6 +87,32 @@ impl Captain {
                 }
             }
         }
+    }
+
+    /// Acks and drops the deliveries of `burst` that were settled before this replica took the
+    /// lane (a run elsewhere absorbed a copy of them). Under the lease nobody settles them
+    /// meanwhile. False, with the lease released, when nothing is left to run.
+    async fn drop_settled(&self, lease: &Lease, burst: &mut Vec<Held>) -> bool {
+        let ids: Vec<&str> = burst.iter().map(Held::delivery_id).collect();
+        let settled = match self.inner.store.settled_among(&ids).await {
+            Ok(settled) => settled,
+            // Unknown: the settle transaction refuses a second answer anyway.
+            Err(_) => return true,
+        };
+        if !settled.is_empty() {
+            let (done, left): (Vec<Held>, Vec<Held>) =
+                std::mem::take(burst).into_iter().partition(|h| settled.iter().any(|s| s == h.delivery_id()));
+            for h in done {
+                tracing::debug!(delivery_id = h.delivery_id(), "settled elsewhere before this run; acked");
+                let _ = h.ack().await;
+            }
+            *burst = left;
+        }
+        if burst.is_empty() {
+            let _ = self.inner.store.release_lease(lease).await;
+            return false;
+        }
+        true
     }
 
     /// Hands a delivery to whichever replica owns the lane's live run.
@@ -440,6 +467,16 @@ impl Captain {
             Ok(recorded) => recorded,
             Err(StoreError::Fenced { .. }) => {
                 self.stop_fenced(&lease, owner.delivery_id(), &turn_id, &room, &Presence::default()).await;
+                return;
+            }
+            Err(StoreError::AlreadySettled(_)) => {
+                // Answered elsewhere meanwhile: this answer would be a second one. What was settled
+                // is acked; the rest comes back for a turn of its own.
+                tracing::warn!(%lane, "the turn's delivery was settled elsewhere; its answer is dropped");
+                let mut rest: Vec<Held> = std::iter::once(owner).chain(absorbed).collect();
+                if self.drop_settled(&lease, &mut rest).await {
+                    self.give_back(&lease, rest.into_iter()).await;
+                }
                 return;
             }
             Err(e) => {

@@ -34,6 +34,8 @@ pub use voice_room::{RingRow, RoomLease};
 pub enum StoreError {
     #[error("lane {lane}: lease epoch {held} is no longer current (now {current}); the write was refused")]
     Fenced { lane: String, held: i64, current: i64 },
+    #[error("delivery {0} already has its outcome; the turn answering it again was not settled")]
+    AlreadySettled(String),
     #[error("lane {0} has never been leased")]
     UnknownLane(String),
     #[error("stored row is inconsistent: {0}")]

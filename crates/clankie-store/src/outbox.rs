@@ -41,7 +41,9 @@ pub struct Settlement<'a> {
 impl Store {
     /// Settles a turn: its end, every outcome and its event, the room's exchange and its post,
     /// in one transaction under the lease's fence. Returns, per outcome, whether this call
-    /// recorded it (`false`: the delivery already had one, which stands).
+    /// recorded it (`false`: the delivery already had one, which stands). A turn that would
+    /// post a reply to a delivery already settled commits nothing
+    /// ([`StoreError::AlreadySettled`]).
     pub async fn settle_turn(&self, lease: &Lease, s: &Settlement<'_>) -> Result<Vec<bool>, StoreError> {
         validate(s.end.outcome, s.end.failure_code)?;
         for o in s.outcomes {
@@ -70,6 +72,11 @@ impl Store {
                 insert_row(&mut tx, lease, event).await?;
             }
             new.push(inserted == 1);
+        }
+        // The reply answers the turn's first delivery: if that was settled elsewhere meanwhile
+        // (its own turn, or given up on), the reply would be a second answer, so nothing commits.
+        if s.post.is_some() && new.first() == Some(&false) {
+            return Err(StoreError::AlreadySettled(s.outcomes[0].delivery_id.clone()));
         }
         if let Some(delivery_id) = s.exchange {
             crate::turns::touch_exchange(&mut tx, lease, delivery_id).await?;

@@ -155,6 +155,12 @@ impl Store {
         Ok(Recorded::Existing(existing))
     }
 
+    /// Which of `delivery_ids` already have their outcome.
+    pub async fn settled_among(&self, delivery_ids: &[&str]) -> Result<Vec<String>, StoreError> {
+        let ids: Vec<String> = delivery_ids.iter().map(|s| (*s).to_owned()).collect();
+        Ok(sqlx::query_scalar("SELECT delivery_id FROM deliveries WHERE delivery_id = ANY($1)").bind(&ids).fetch_all(&self.pool).await?)
+    }
+
     /// The recorded outcome of a delivery, if any.
     pub async fn outcome(&self, delivery_id: &str) -> Result<Option<Outcome>, StoreError> {
         let row = sqlx::query("SELECT turn_id, outcome, failure_code FROM deliveries WHERE delivery_id = $1")

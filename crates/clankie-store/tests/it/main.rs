@@ -2,6 +2,7 @@
 
 mod fencing;
 mod migrations;
+mod outbox;
 mod outcomes;
 mod sessions;
 mod shared_self;
