@@ -308,6 +308,10 @@ impl Captain {
         let mut presence = Presence::default();
         let mut steer_sent: Vec<(String, Instant)> = Vec::new();
         let mut fenced = false;
+        // Deliveries of this lane admitted elsewhere and bouncing between other replicas (their
+        // forwarded steers) are gathered into the run too, so the burst gets one answer.
+        let mut regather = tokio::time::interval(config.retry_delay() * 4);
+        regather.tick().await;
 
         loop {
             let card_due = presence.card_due;
@@ -361,6 +365,21 @@ impl Captain {
                             Ok(()) => {
                                 answering.wrote(&held.ingress);
                                 steer_sent.push((held.delivery_id().to_owned(), Instant::now()));
+                                absorbed.push(held);
+                            }
+                            Err(_) => pending.push(held),
+                        }
+                    }
+                }
+                _ = regather.tick(), if !one_shot => {
+                    for held in self.gather(&lane, owner.delivery_id()).await {
+                        if granted(held.ingress.author_id) {
+                            pending.push(held);
+                            continue;
+                        }
+                        match steerer.steer(self.user_message(&held).await) {
+                            Ok(()) => {
+                                answering.wrote(&held.ingress);
                                 absorbed.push(held);
                             }
                             Err(_) => pending.push(held),
@@ -535,9 +554,10 @@ impl Captain {
         self.inner.warm.lock().unwrap_or_else(|p| p.into_inner()).remove(&lane);
     }
 
-    /// What a run that died holding the lane had admitted and not settled, read back from the
-    /// ingress stream, so this run answers the whole burst rather than only what reached it.
-    /// Deliveries held on this replica are its own and are left alone.
+    /// What the lane has admitted and not settled that this replica does not hold (a run that
+    /// died held it, or it is bouncing between other replicas as a forwarded steer), read back
+    /// from the ingress stream, so this run answers the whole burst rather than only what
+    /// reached it. Deliveries held on this replica are its own and are left alone.
     async fn gather(&self, lane: &LaneKey, owner: &str) -> Vec<Held> {
         let inner = &self.inner;
         let unsettled = match inner.store.unsettled_admissions(lane, inner.config.gather_window).await {
@@ -565,7 +585,7 @@ impl Captain {
             }
         }
         if !gathered.is_empty() {
-            tracing::info!(%lane, gathered = gathered.len(), "gathered what a run that died had admitted");
+            tracing::info!(%lane, gathered = gathered.len(), "gathered admitted deliveries held nowhere here");
             self.receipt("captain.gathered", owner, lane, |r| r.with_count("deliveries", gathered.len() as i64)).await;
         }
         gathered
