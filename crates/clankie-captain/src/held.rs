@@ -100,11 +100,6 @@ impl Held {
         Held { ingress, lane, received: Instant::now(), source: Source::Gathered, claim: None }
     }
 
-    /// Whether it was gathered from a run that died, rather than delivered to this replica.
-    pub fn is_gathered(&self) -> bool {
-        matches!(self.source, Source::Gathered)
-    }
-
     fn progress(&self) -> Option<Progress> {
         match &self.source {
             Source::Ingress(d) => Some(d.progress()),

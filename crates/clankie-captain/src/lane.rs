@@ -15,7 +15,7 @@ use tokio::time::Instant;
 use crate::outbox::Outbox;
 use crate::tools::{Browse, DescribeRuntime, ProposeMemory, ReadPage, Room, SendTextUpdate, SharePicture};
 use crate::typing::{self, Answering};
-use crate::{Aborting, Captain, Held, Warm, prompt};
+use crate::{Captain, Held, Warm, prompt};
 
 /// What the run's event loop saw, for the turn receipt.
 #[derive(Default)]
@@ -200,7 +200,7 @@ impl Captain {
         // The lease is renewed on a task of its own from here on: a slow picture, tool or store
         // call in this run cannot let it lapse. A fenced renewal ends the run at once.
         let (fence_tx, mut fence_rx) = tokio::sync::watch::channel(false);
-        let _keeper = Aborting(tokio::spawn(keep_lease(inner.store.clone(), lease.clone(), config.lease_ttl, fence_tx)));
+        let _keeper = clankie_http::Aborting(tokio::spawn(keep_lease(inner.store.clone(), lease.clone(), config.lease_ttl, fence_tx)));
         let mut burst = burst.into_iter();
         let Some(owner) = burst.next() else { return };
         let mut absorbed: Vec<Held> = burst.collect();
@@ -361,13 +361,9 @@ impl Captain {
                     if one_shot || granted(held.ingress.author_id) {
                         pending.push(held);
                     } else {
-                        match steerer.steer(self.user_message(&held).await) {
-                            Ok(()) => {
-                                answering.wrote(&held.ingress);
-                                steer_sent.push((held.delivery_id().to_owned(), Instant::now()));
-                                absorbed.push(held);
-                            }
-                            Err(_) => pending.push(held),
+                        let id = held.delivery_id().to_owned();
+                        if self.steer_in(held, &steerer, &answering, &mut absorbed, pending).await {
+                            steer_sent.push((id, Instant::now()));
                         }
                     }
                 }
@@ -375,14 +371,8 @@ impl Captain {
                     for held in self.gather(&lane, owner.delivery_id()).await {
                         if granted(held.ingress.author_id) {
                             pending.push(held);
-                            continue;
-                        }
-                        match steerer.steer(self.user_message(&held).await) {
-                            Ok(()) => {
-                                answering.wrote(&held.ingress);
-                                absorbed.push(held);
-                            }
-                            Err(_) => pending.push(held),
+                        } else {
+                            self.steer_in(held, &steerer, &answering, &mut absorbed, pending).await;
                         }
                     }
                 }
@@ -535,6 +525,29 @@ impl Captain {
         }
         if let Err(e) = inner.store.release_lease(&lease).await {
             tracing::warn!(%lane, error = %e, "lease not released; it will expire");
+        }
+    }
+
+    /// Steers `held` into the live run (it ends absorbed), or leaves it for a turn of its own
+    /// when the run takes no more. Whether it was steered.
+    async fn steer_in(
+        &self,
+        held: Held,
+        steerer: &clankie_agent::Steerer,
+        answering: &Answering,
+        absorbed: &mut Vec<Held>,
+        pending: &mut Vec<Held>,
+    ) -> bool {
+        match steerer.steer(self.user_message(&held).await) {
+            Ok(()) => {
+                answering.wrote(&held.ingress);
+                absorbed.push(held);
+                true
+            }
+            Err(_) => {
+                pending.push(held);
+                false
+            }
         }
     }
 

@@ -169,10 +169,10 @@ impl Captain {
         let typing = self.inner.bus.signals::<v1::TypingSignal>(Family::SignalTyping).await?;
         tokio::pin!(typing);
         // Held deliveries are kept alive, and committed posts published, on tasks of their own.
-        let _keep_alive = Aborting(tokio::spawn(self.inner.in_hand.clone().keep_alive(ack_wait / 3)));
+        let _keep_alive = clankie_http::Aborting(tokio::spawn(self.inner.in_hand.clone().keep_alive(ack_wait / 3)));
         let relay = self.inner.outbox.clone();
         let relay_after = self.inner.config.outbox_relay_after;
-        let _relay = Aborting(tokio::spawn(async move {
+        let _relay = clankie_http::Aborting(tokio::spawn(async move {
             let mut tick = tokio::time::interval((relay_after / 2).max(std::time::Duration::from_millis(50)));
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             loop {
@@ -390,14 +390,5 @@ impl Captain {
         lanes.insert(lane, tx);
         let captain = self.clone();
         tokio::spawn(captain.lane_actor(lane, rx).instrument(tracing::info_span!("lane", %lane)));
-    }
-}
-
-/// Aborts a background task when the scope that started it ends.
-pub(crate) struct Aborting(pub tokio::task::JoinHandle<()>);
-
-impl Drop for Aborting {
-    fn drop(&mut self) {
-        self.0.abort();
     }
 }

@@ -256,14 +256,11 @@ impl Gateway {
     }
 
     async fn cards(&self) -> Result<clankie_bus::KeyValue, PostError> {
-        if let Some(store) = self.inner.cards.get() {
-            return Ok(store.clone());
-        }
-        let store = self.inner.bus.key_value(CARDS_BUCKET, Duration::from_secs(3600)).await.map_err(|e| {
+        let opened = self.inner.cards.get_or_try_init(|| self.inner.bus.key_value(CARDS_BUCKET, Duration::from_secs(3600))).await;
+        opened.cloned().map_err(|e| {
             tracing::warn!(error = %e, "the tool card bucket is unavailable");
             PostError::Retry
-        })?;
-        Ok(self.inner.cards.get_or_init(|| store).clone())
+        })
     }
 
     pub(crate) async fn run_history(&self) -> Result<(), GatewayError> {

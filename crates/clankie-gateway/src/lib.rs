@@ -99,7 +99,7 @@ pub(crate) struct Inner {
     /// The live voice channel of each guild.
     pub voice: RwLock<HashMap<u64, u64>>,
     /// The shared bucket of tool cards on screen, opened on first use.
-    pub cards: std::sync::OnceLock<clankie_bus::KeyValue>,
+    pub cards: tokio::sync::OnceCell<clankie_bus::KeyValue>,
     pub typing: typing::TypingLoops,
     /// The shard's command sender, once it runs: op 4 goes out through it.
     pub shard_sender: RwLock<Option<twilight_gateway::MessageSender>>,
@@ -135,7 +135,7 @@ impl Gateway {
                 config,
                 bot_id: AtomicU64::new(0),
                 voice: RwLock::new(HashMap::new()),
-                cards: std::sync::OnceLock::new(),
+                cards: tokio::sync::OnceCell::new(),
                 typing,
                 shard_sender: RwLock::new(None),
                 stopping: tokio::sync::watch::channel(false).0,
@@ -174,14 +174,5 @@ impl Gateway {
             r = self.run_voice_commands() => r,
             r = self.run_outcome_reactions() => r,
         }
-    }
-}
-
-/// Aborts a background task when the scope that started it ends.
-pub(crate) struct Aborting(pub tokio::task::JoinHandle<()>);
-
-impl Drop for Aborting {
-    fn drop(&mut self) {
-        self.0.abort();
     }
 }

@@ -137,7 +137,7 @@ impl Gateway {
         let (queue, queued) = tokio::sync::mpsc::channel(INGEST_QUEUE);
         let pending = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
         let (unstored_tx, mut unstored) = tokio::sync::watch::channel(false);
-        let _publisher = crate::Aborting(tokio::spawn(self.clone().publish_queue(queued, pending.clone(), unstored_tx)));
+        let _publisher = clankie_http::Aborting(tokio::spawn(self.clone().publish_queue(queued, pending.clone(), unstored_tx)));
         // Saves the session as of now unless messages read before now are still unstored.
         let save_if_caught_up = |shard: &Shard| {
             if pending.load(Ordering::SeqCst) == 0

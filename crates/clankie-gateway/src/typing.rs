@@ -191,7 +191,7 @@ impl Gateway {
         let mut consumer = self.inner.bus.consumer::<v1::TypingAction>(spec).await?;
         // Adopting quiet channels lists the bucket: on a task of its own, so it never delays a stop.
         let gateway = self.clone();
-        let _adopt = crate::Aborting(tokio::spawn(async move {
+        let _adopt = clankie_http::Aborting(tokio::spawn(async move {
             let typing = &gateway.inner.typing;
             let mut tick = tokio::time::interval(typing.interval * 2);
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);

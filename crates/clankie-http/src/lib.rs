@@ -122,6 +122,16 @@ pub fn spawn_endpoints(addr: Option<SocketAddr>, readiness: Readiness) {
     });
 }
 
+/// Aborts a background task when the scope that started it ends: a service's side loops
+/// (keepers, relays, publishers) live exactly as long as what needs them.
+pub struct Aborting(pub tokio::task::JoinHandle<()>);
+
+impl Drop for Aborting {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
 /// Resolves on SIGTERM (how orchestrators stop a container) or Ctrl-C.
 pub async fn terminated() {
     #[cfg(unix)]

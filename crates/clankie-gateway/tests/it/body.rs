@@ -95,13 +95,9 @@ async fn typing_is_retriggered_before_it_expires_until_stopped() {
     assert!(gaps.iter().all(|g| *g < 1_000), "gaps {gaps:?}");
 }
 
-#[tokio::test]
-async fn the_tool_card_is_posted_edited_and_removed() {
-    clankie_http::init_tracing("warn");
-    let rig = Rig::new().await;
-    let (_gateway, _task) = rig.gateway().await;
-    let asked = rig.say(GENERAL, "ada", "@Clankie check the page");
-    let card = |op: v1::ToolCardOp, step: &str, tools: &[&str]| v1::OutboundMessage {
+/// Turn `t1`'s tool card step, answering `asked`.
+fn card(asked: u64, op: v1::ToolCardOp, step: &str, tools: &[&str]) -> v1::OutboundMessage {
+    v1::OutboundMessage {
         idempotency_key: format!("card:t1:{step}"),
         kind: v1::OutboundKind::ToolCard as i32,
         guild_id: Some(GUILD),
@@ -111,7 +107,16 @@ async fn the_tool_card_is_posted_edited_and_removed() {
         tool_names: tools.iter().map(|t| t.to_string()).collect(),
         delivery_id: asked.to_string(),
         ..Default::default()
-    };
+    }
+}
+
+#[tokio::test]
+async fn the_tool_card_is_posted_edited_and_removed() {
+    clankie_http::init_tracing("warn");
+    let rig = Rig::new().await;
+    let (_gateway, _task) = rig.gateway().await;
+    let asked = rig.say(GENERAL, "ada", "@Clankie check the page");
+    let card = |op, step: &str, tools: &[&str]| card(asked, op, step, tools);
     let subject = Subject::BodySend { channel: GENERAL };
     rig.bus.publish(&subject, &card(v1::ToolCardOp::Post, "post", &["read_page"]), None).await.unwrap();
     until("the card", Duration::from_secs(10), || !rig.discord.posts(GENERAL).is_empty()).await;
@@ -155,17 +160,7 @@ async fn triggers_after(rig: &Rig, since: i64, watch_ms: i64) -> Vec<i64> {
 async fn gateway_state_a_card_and_a_lit_channel_outlive_their_gateway_and_work_across_two_replicas() {
     let rig = Rig::new().await;
     let asked = rig.say(GENERAL, "ada", "@Clankie check the page");
-    let card = |op: v1::ToolCardOp, step: &str, tools: &[&str]| v1::OutboundMessage {
-        idempotency_key: format!("card:t1:{step}"),
-        kind: v1::OutboundKind::ToolCard as i32,
-        guild_id: Some(GUILD),
-        channel_id: GENERAL,
-        reply_to_message_id: Some(asked),
-        tool_card_op: op as i32,
-        tool_names: tools.iter().map(|t| t.to_string()).collect(),
-        delivery_id: asked.to_string(),
-        ..Default::default()
-    };
+    let card = |op, step: &str, tools: &[&str]| card(asked, op, step, tools);
     let typing =
         |op: v1::TypingOp| v1::TypingAction { channel_id: GENERAL, delivery_id: asked.to_string(), op: op as i32, ..Default::default() };
     let (send, lit) = (Subject::BodySend { channel: GENERAL }, Subject::BodyTyping { channel: GENERAL });

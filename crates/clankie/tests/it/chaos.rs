@@ -11,90 +11,91 @@ use tokio::process::{Child, Command};
 
 const GENERAL: u64 = 200;
 
-fn service(which: &str, nats: &TestNats, db: &TestDb, dir: &TestDir, discord: &Loopback, standin: &StandIn, fault: Option<&str>) -> Child {
-    service_as(which, which, nats, db, dir, discord, standin, fault, &[])
+/// What the services under test run against: a `nats-server` and a database of the test's own
+/// (migrated, streams declared), the loopback Discord and the model stand-in.
+struct Cast {
+    nats: TestNats,
+    db: TestDb,
+    dir: TestDir,
+    discord: Loopback,
+    standin: StandIn,
+    store: clankie_store::Store,
 }
 
-/// `clankie <which>` as replica `replica`, with extra settings.
-#[allow(clippy::too_many_arguments)]
-fn service_as(
-    which: &str,
-    replica: &str,
-    nats: &TestNats,
-    db: &TestDb,
-    dir: &TestDir,
-    discord: &Loopback,
-    standin: &StandIn,
-    fault: Option<&str>,
-    extra: &[(&str, &str)],
-) -> Child {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_clankie"));
-    cmd.arg(which)
-        .env("CLANKIE_NATS_URL", nats.url())
-        .env("CLANKIE_DATABASE_URL", db.url())
-        .env("CLANKIE_STATE_DIR", dir.path())
-        .env("CLANKIE_REPLICA_ID", replica)
-        .env("CLANKIE_DISCORD_TOKEN", &discord.config().token)
-        .env("CLANKIE_DISCORD_API", discord.addr().to_string())
-        .env("CLANKIE_DISCORD_GATEWAY_URL", discord.gateway_url())
-        .env("CLANKIE_MODEL_BASE_URL", standin.base_url())
-        .env("CLANKIE_OUTCOME_REACTIONS", "true")
-        .env("CLANKIE_TYPING_HOLD_MS", "0")
-        .env("CLANKIE_LOG", "warn")
-        .stdout(Stdio::null())
-        .stderr(std::fs::OpenOptions::new().create(true).append(true).open(dir.path().join(format!("{replica}.log"))).unwrap())
-        .kill_on_drop(true);
-    if let Some(point) = fault {
-        cmd.env("CLANKIE_FAULT", point);
+impl Cast {
+    async fn start(discord: LoopbackConfig) -> Cast {
+        let (nats, db, dir) = (TestNats::start().unwrap(), TestDb::create().await, TestDir::new());
+        let discord = Loopback::serve("127.0.0.1:0".parse().unwrap(), discord).await.unwrap();
+        let standin = StandIn::start().await.unwrap();
+        let settings = clankie_settings::Settings::for_endpoints(&nats.url(), db.url(), dir.path()).unwrap();
+        let store = clankie_store::Store::connect(db.url()).await.unwrap();
+        store.migrate().await.unwrap();
+        clankie_bus::Bus::connect(&settings, "test").await.unwrap().ensure_streams().await.unwrap();
+        Cast { nats, db, dir, discord, standin, store }
     }
-    for (k, v) in extra {
-        cmd.env(k, v);
+
+    /// `clankie <which>` as replica `replica`, with a fault point and extra settings.
+    fn service(&self, which: &str, replica: &str, fault: Option<&str>, extra: &[(&str, &str)]) -> Child {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_clankie"));
+        cmd.arg(which)
+            .env("CLANKIE_NATS_URL", self.nats.url())
+            .env("CLANKIE_DATABASE_URL", self.db.url())
+            .env("CLANKIE_STATE_DIR", self.dir.path())
+            .env("CLANKIE_REPLICA_ID", replica)
+            .env("CLANKIE_DISCORD_TOKEN", &self.discord.config().token)
+            .env("CLANKIE_DISCORD_API", self.discord.addr().to_string())
+            .env("CLANKIE_DISCORD_GATEWAY_URL", self.discord.gateway_url())
+            .env("CLANKIE_MODEL_BASE_URL", self.standin.base_url())
+            .env("CLANKIE_OUTCOME_REACTIONS", "true")
+            .env("CLANKIE_TYPING_HOLD_MS", "0")
+            .env("CLANKIE_LOG", "warn")
+            .stdout(Stdio::null())
+            .stderr(std::fs::OpenOptions::new().create(true).append(true).open(self.dir.path().join(format!("{replica}.log"))).unwrap())
+            .kill_on_drop(true);
+        if let Some(point) = fault {
+            cmd.env("CLANKIE_FAULT", point);
+        }
+        for (k, v) in extra {
+            cmd.env(k, v);
+        }
+        cmd.spawn().unwrap()
     }
-    cmd.spawn().unwrap()
+
+    /// `author` addresses him in the general channel; the message's id.
+    fn mention(&self, author: &str, content: &str) -> u64 {
+        self.discord.user_message(NewMessage {
+            channel_id: GENERAL,
+            author: author.into(),
+            content: content.into(),
+            mention: true,
+            ..Default::default()
+        })
+    }
 }
 
 #[tokio::test]
 async fn chaos_gateway_killed_after_receiving_before_publishing_resumes_and_replies_once() {
-    let (nats, db, dir) = (TestNats::start().unwrap(), TestDb::create().await, TestDir::new());
-    let discord = Loopback::serve("127.0.0.1:0".parse().unwrap(), LoopbackConfig { heartbeat_interval_ms: 5_000, ..Default::default() })
-        .await
-        .unwrap();
-    let standin = StandIn::start().await.unwrap();
+    let cast = Cast::start(LoopbackConfig { heartbeat_interval_ms: 5_000, ..Default::default() }).await;
+    let (discord, standin) = (&cast.discord, &cast.standin);
     standin.script(Script::any(Reply::text("Hello, only once.")));
     standin.script(Script::any(Reply::text("And hello again.")));
-    let settings = clankie_settings::Settings::for_endpoints(&nats.url(), db.url(), dir.path()).unwrap();
-    let store = clankie_store::Store::connect(db.url()).await.unwrap();
-    store.migrate().await.unwrap();
-    clankie_bus::Bus::connect(&settings, "test").await.unwrap().ensure_streams().await.unwrap();
-    let _captain = service("captain", &nats, &db, &dir, &discord, &standin, None);
+    let _captain = cast.service("captain", "captain", None, &[]);
 
     // The first gateway dies between receiving a message and storing it in JetStream.
-    let mut doomed = service("gateway", &nats, &db, &dir, &discord, &standin, Some("gateway.before_publish"));
+    let mut doomed = cast.service("gateway", "gateway", Some("gateway.before_publish"), &[]);
     assert!(discord.wait_for_session(Duration::from_secs(20)).await, "the first gateway never attached");
-    let id = discord.user_message(NewMessage {
-        channel_id: GENERAL,
-        author: "ada".into(),
-        content: "@Clankie hi".into(),
-        mention: true,
-        ..Default::default()
-    });
+    let id = cast.mention("ada", "@Clankie hi");
     let status = tokio::time::timeout(Duration::from_secs(20), doomed.wait()).await.expect("the fault fired").unwrap();
     assert_eq!(status.code(), Some(clankie_settings::fault::EXIT_CODE), "it died at the fault point");
     assert!(discord.posts(GENERAL).is_empty());
 
     // Its successor resumes the saved session; Discord replays the message; it is answered once.
     let resumes = discord.resumes();
-    let _gateway = service("gateway", &nats, &db, &dir, &discord, &standin, None);
+    let _gateway = cast.service("gateway", "gateway", None, &[]);
     until("the resume", Duration::from_secs(20), || discord.resumes() > resumes).await;
     until("the reply", Duration::from_secs(30), || !discord.posts(GENERAL).is_empty()).await;
     // A later message is the barrier: once it is answered, a second answer to the first would be in.
-    let later = discord.user_message(NewMessage {
-        channel_id: GENERAL,
-        author: "bob".into(),
-        content: "@Clankie me too".into(),
-        mention: true,
-        ..Default::default()
-    });
+    let later = cast.mention("bob", "@Clankie me too");
     until("the later reply", Duration::from_secs(30), || discord.posts(GENERAL).iter().any(|p| p.reply_to == Some(later))).await;
     let to_first = discord.posts(GENERAL).iter().filter(|p| p.reply_to == Some(id)).count();
     println!(
@@ -130,14 +131,9 @@ async fn chaos_the_lane_owner_killed_at_a_random_point_of_a_burst_answers_it_onc
         .unwrap_or_else(|| std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as u64 | 1);
     println!("chaos owner kill: seed {seed}");
     let mut random = Rounds(seed);
-    let (nats, db, dir) = (TestNats::start().unwrap(), TestDb::create().await, TestDir::new());
-    let _dump = DumpLogsOnPanic(dir.path().to_owned(), &["captain-a", "captain-b", "gateway"]);
-    let discord = Loopback::serve("127.0.0.1:0".parse().unwrap(), LoopbackConfig::default()).await.unwrap();
-    let standin = StandIn::start().await.unwrap();
-    let settings = clankie_settings::Settings::for_endpoints(&nats.url(), db.url(), dir.path()).unwrap();
-    let store = clankie_store::Store::connect(db.url()).await.unwrap();
-    store.migrate().await.unwrap();
-    clankie_bus::Bus::connect(&settings, "test").await.unwrap().ensure_streams().await.unwrap();
+    let cast = Cast::start(LoopbackConfig::default()).await;
+    let _dump = DumpLogsOnPanic(cast.dir.path().to_owned(), &["captain-a", "captain-b", "gateway"]);
+    let (discord, standin, store) = (&cast.discord, &cast.standin, &cast.store);
     let fast = [
         // The dead owner's deliveries come back after the ack wait, later than its lease lapses:
         // the burst's last message takes the lane first, as in the incident.
@@ -146,9 +142,9 @@ async fn chaos_the_lane_owner_killed_at_a_random_point_of_a_burst_answers_it_onc
         ("CLANKIE_OUTBOX_RELAY_MS", "1000"),
         ("CLANKIE_LOG", "warn,clankie_captain=debug"),
     ];
-    let captain = |name: &str| service_as("captain", name, &nats, &db, &dir, &discord, &standin, None, &fast);
+    let captain = |name: &str| cast.service("captain", name, None, &fast);
     let mut captains = [("captain-a", captain("captain-a")), ("captain-b", captain("captain-b"))];
-    let _gateway = service("gateway", &nats, &db, &dir, &discord, &standin, None);
+    let _gateway = cast.service("gateway", "gateway", None, &[]);
     assert!(discord.wait_for_session(Duration::from_secs(20)).await, "the gateway never attached");
     let lane = clankie_proto::LaneKey::Room { guild: discord.config().guild_id, channel: GENERAL }.to_string();
 
@@ -224,7 +220,7 @@ async fn chaos_the_lane_owner_killed_at_a_random_point_of_a_burst_answers_it_onc
             }
         };
         let deadline = std::time::Instant::now() + Duration::from_secs(60);
-        while settled(&store).await < 3 {
+        while settled(store).await < 3 {
             if std::time::Instant::now() > deadline {
                 for id in ids {
                     let admitted = store.admission(&id.to_string()).await.unwrap();
@@ -248,13 +244,7 @@ async fn chaos_the_lane_owner_killed_at_a_random_point_of_a_burst_answers_it_onc
         bursts.push(ids);
     }
     // A last message is the barrier: once it is answered, any doubled reply to a burst would be in.
-    let sentinel = discord.user_message(NewMessage {
-        channel_id: GENERAL,
-        author: "bob".into(),
-        content: "@Clankie sentinel".into(),
-        mention: true,
-        ..Default::default()
-    });
+    let sentinel = cast.mention("bob", "@Clankie sentinel");
     until("the sentinel's reply", Duration::from_secs(60), || discord.posts(GENERAL).iter().any(|p| p.reply_to == Some(sentinel))).await;
 
     let posts = discord.posts(GENERAL);
@@ -307,21 +297,16 @@ impl Drop for DumpLogsOnPanic {
 #[tokio::test]
 async fn chaos_media_held_40_s_with_a_10_s_lease_keeps_the_lane_and_replies_once() {
     use clankie_discord_loopback::NewAttachment;
-    let (nats, db, dir) = (TestNats::start().unwrap(), TestDb::create().await, TestDir::new());
-    let _dump = DumpLogsOnPanic(dir.path().to_owned(), &["captain-a", "captain-b", "media", "gateway"]);
-    let discord = Loopback::serve("127.0.0.1:0".parse().unwrap(), LoopbackConfig::default()).await.unwrap();
-    let standin = StandIn::start().await.unwrap();
+    let cast = Cast::start(LoopbackConfig::default()).await;
+    let _dump = DumpLogsOnPanic(cast.dir.path().to_owned(), &["captain-a", "captain-b", "media", "gateway"]);
+    let (discord, standin, store) = (&cast.discord, &cast.standin, &cast.store);
     standin.script(Script::any(Reply::text("A map of the lobby.")));
-    let settings = clankie_settings::Settings::for_endpoints(&nats.url(), db.url(), dir.path()).unwrap();
-    let store = clankie_store::Store::connect(db.url()).await.unwrap();
-    store.migrate().await.unwrap();
-    clankie_bus::Bus::connect(&settings, "test").await.unwrap().ensure_streams().await.unwrap();
     let slow =
         [("CLANKIE_LANE_LEASE_TTL_MS", "10000"), ("CLANKIE_INGRESS_ACK_WAIT_MS", "10000"), ("CLANKIE_FAULT_HOLD", "media.fetch=40000")];
-    let _a = service_as("captain", "captain-a", &nats, &db, &dir, &discord, &standin, None, &slow);
-    let _b = service_as("captain", "captain-b", &nats, &db, &dir, &discord, &standin, None, &slow);
-    let _media = service_as("media", "media", &nats, &db, &dir, &discord, &standin, None, &slow);
-    let _gateway = service("gateway", &nats, &db, &dir, &discord, &standin, None);
+    let _a = cast.service("captain", "captain-a", None, &slow);
+    let _b = cast.service("captain", "captain-b", None, &slow);
+    let _media = cast.service("media", "media", None, &slow);
+    let _gateway = cast.service("gateway", "gateway", None, &[]);
     assert!(discord.wait_for_session(Duration::from_secs(20)).await, "the gateway never attached");
 
     let asked = discord.user_message(NewMessage {
@@ -342,13 +327,7 @@ async fn chaos_media_held_40_s_with_a_10_s_lease_keeps_the_lane_and_replies_once
     let took = started.elapsed();
     // A barrier: a takeover would have answered the message again by now.
     standin.script(Script::any(Reply::text("Later.")));
-    let later = discord.user_message(NewMessage {
-        channel_id: GENERAL,
-        author: "bob".into(),
-        content: "@Clankie later".into(),
-        mention: true,
-        ..Default::default()
-    });
+    let later = cast.mention("bob", "@Clankie later");
     until("the later reply", Duration::from_secs(60), || discord.posts(GENERAL).iter().any(|p| p.reply_to == Some(later))).await;
     let replies = discord.posts(GENERAL).iter().filter(|p| p.reply_to == Some(asked)).count();
     let lane = clankie_proto::LaneKey::Room { guild: discord.config().guild_id, channel: GENERAL };
