@@ -6,7 +6,7 @@ use std::sync::Arc;
 use clankie_agent::{AgentEvent, RunReply, Session, Tool, UserMessage};
 use clankie_bus::{MsgId, now_ms};
 use clankie_proto::{LaneKey, ReceiptKind, Subject, v1};
-use clankie_self::{Surface, experience};
+use clankie_self::{Surface, experience, policy};
 use clankie_store::{Lease, OutboxRow, Outcome, Settlement, StoreError, TurnEnd, TurnMode, TurnStart};
 use futures::FutureExt;
 use tokio::sync::mpsc;
@@ -138,8 +138,8 @@ impl Captain {
     }
 
     /// The lane's warm session, if this replica held the lane last and nobody held it since.
-    fn warm_session(&self, lane: LaneKey, lease: &Lease, one_shot: bool) -> Option<Session> {
-        if one_shot {
+    fn warm_session(&self, lane: LaneKey, lease: &Lease, apart: bool) -> Option<Session> {
+        if apart {
             return None;
         }
         let mut warm = self.inner.warm.lock().unwrap_or_else(|p| p.into_inner());
@@ -156,7 +156,7 @@ impl Captain {
     /// The room's history for a lane opening cold. A session resumed from the store already
     /// holds the room up to its newest delivery, so it gets only the lines after that, and
     /// none of his own (his words are in it as he wrote them): no line reaches a tree twice.
-    async fn history_block(&self, owner: &v1::Ingress, heard_up_to: Option<u64>) -> Option<String> {
+    async fn history_block(&self, owner: &v1::Ingress, heard_up_to: Option<u64>, hidden_authors: &[u64]) -> Option<String> {
         let config = &self.inner.config;
         if config.history_limit == 0 {
             return None;
@@ -172,6 +172,7 @@ impl Captain {
                 if let Some(heard) = heard_up_to {
                     reply.messages.retain(|m| m.message_id > heard && !m.is_him);
                 }
+                reply.messages.retain(|m| !hidden_authors.contains(&m.author_id));
                 let (block, left_out) = prompt::history(&reply.messages, config.bounds.history_chars);
                 if left_out > 0 {
                     let lane = crate::lane_of(owner);
@@ -226,17 +227,29 @@ impl Captain {
             .partition(|h| if privileged { h.ingress.author_id == author } else { !granted(h.ingress.author_id) });
         absorbed = same;
         pending.extend(other);
-        // A privileged turn runs one-shot so its grant dies with it; the baseline mode runs every turn so.
-        let one_shot = privileged || config.one_shot;
+        // In a room the owner trusts, a privileged request goes on in the room's durable system
+        // lane, apart from the social one. Elsewhere it runs one-shot so its grant dies with it;
+        // the baseline mode runs every turn so.
+        let trusted = policy::trusted_room(&snapshot.settings, &lane);
+        let system_lane = privileged && trusted && !config.one_shot;
+        let one_shot = (privileged && !system_lane) || config.one_shot;
+        // A run that shares nothing with the room's social conversation: no warm session, no steering.
+        let apart = one_shot || system_lane;
         let mode = if one_shot { TurnMode::OneShot } else { TurnMode::Durable };
         let turn_id = format!("{lane}~{}~{}", lease.epoch, owner.delivery_id());
 
-        let warm = self.warm_session(lane, &lease, one_shot);
+        let warm = self.warm_session(lane, &lease, apart);
         let cold = warm.is_none();
         let session = match warm {
             Some(s) => Ok(s),
             None => {
-                let tree = if one_shot { format!("turns/{lane}~{}", owner.delivery_id()) } else { format!("rooms/{lane}") };
+                let tree = if system_lane {
+                    format!("system:{lane}")
+                } else if one_shot {
+                    format!("turns/{lane}~{}", owner.delivery_id())
+                } else {
+                    format!("rooms/{lane}")
+                };
                 Session::open(inner.store.clone(), lease.clone(), tree).await
             }
         };
@@ -249,7 +262,12 @@ impl Captain {
             }
         };
         let mut first = Vec::new();
-        if cold && let Some(block) = self.history_block(&owner.ingress, session.newest_delivery()).await {
+        // The operator's work in a trusted room stays out of the room's conversation, even as history.
+        let hidden: Vec<u64> = if trusted { config.grants.iter().chain(&snapshot.settings.grants).copied().collect() } else { Vec::new() };
+        if cold
+            && !system_lane
+            && let Some(block) = self.history_block(&owner.ingress, session.newest_delivery(), &hidden).await
+        {
             first.push(UserMessage::new("channel history", "", block));
         }
         // Oldest first, as the room saw them: gathered deliveries predate the one that started the run.
@@ -270,6 +288,16 @@ impl Captain {
             self.give_back(&lease, std::iter::once(owner).chain(absorbed)).await;
             return;
         }
+        self.receipt("captain.run", owner.delivery_id(), &lane, |r| {
+            r.with_id("turn", &turn_id)
+                .with_id("replica", &config.replica)
+                .with_count("epoch", lease.epoch)
+                .with_count("deliveries", 1 + absorbed.len() as i64)
+                .with_flag("cold", cold)
+                .with_flag("system", system_lane)
+                .with_code(if one_shot { "one_shot" } else { "durable" })
+        })
+        .await;
 
         let mut tools: Vec<Arc<dyn Tool>> = vec![
             Arc::new(SendTextUpdate::new(inner.bus.clone(), inner.outbox.clone(), inner.store.clone(), lease.clone(), room.clone())),
@@ -289,7 +317,8 @@ impl Captain {
         if privileged {
             tools.push(Arc::new(DescribeRuntime { replica: config.replica.clone(), live_lanes: self.live_lanes() }));
         }
-        let system = clankie_self::assemble(&snapshot, &lane, Surface::Text { privileged });
+        let surface = if system_lane { Surface::System } else { Surface::Text { privileged } };
+        let system = clankie_self::assemble(&snapshot, &lane, surface);
         metrics::counter!("clankie_captain_turns_total", "mode" => if one_shot { "one_shot" } else { "durable" }).increment(1);
         // Counts the run as live until this function returns: outcomes recorded, lease released.
         let _live = Live::enter(&inner.live);
@@ -358,7 +387,7 @@ impl Captain {
                     }
                 }
                 Some(held) = inbox.recv() => {
-                    if one_shot || granted(held.ingress.author_id) {
+                    if apart || granted(held.ingress.author_id) {
                         pending.push(held);
                     } else {
                         let id = held.delivery_id().to_owned();
@@ -367,7 +396,7 @@ impl Captain {
                         }
                     }
                 }
-                _ = regather.tick(), if !one_shot => {
+                _ = regather.tick(), if !apart => {
                     for held in self.gather(&lane, owner.delivery_id()).await {
                         if granted(held.ingress.author_id) {
                             pending.push(held);
@@ -519,9 +548,17 @@ impl Captain {
                 tracing::warn!(%lane, error = %e, "experience not published");
             }
         }
-        if !one_shot {
+        {
             let mut warm = inner.warm.lock().unwrap_or_else(|p| p.into_inner());
-            warm.insert(lane, Warm { session: result.session, epoch: lease.epoch });
+            if !apart {
+                warm.insert(lane, Warm { session: result.session, epoch: lease.epoch });
+            } else if let Some(social) = warm.get_mut(&lane)
+                && social.epoch + 1 == lease.epoch
+            {
+                // This replica held the lane for a turn apart, which never touched the social session:
+                // what it holds is still current.
+                social.epoch = lease.epoch;
+            }
         }
         if let Err(e) = inner.store.release_lease(&lease).await {
             tracing::warn!(%lane, error = %e, "lease not released; it will expire");

@@ -3,7 +3,7 @@ use std::str::FromStr;
 
 /// The durable identity of one room's conversation.
 ///
-/// Written as `room:<guild>:<channel>`, `dm:<channel>` or `voice:<guild>:<channel>`;
+/// Written as `room:<guild>:<channel>`, `dm:<channel>`, `voice:<guild>:<channel>` or `console:<owner>`;
 /// the text form never contains `.` so it can stand as one subject token.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum LaneKey {
@@ -13,20 +13,23 @@ pub enum LaneKey {
     Dm { channel: u64 },
     /// A live voice room.
     Voice { guild: u64, channel: u64 },
+    /// The owner's thread in the operator console (`owner` is their Discord user id, 0 when none is set).
+    Console { owner: u64 },
 }
 
 /// A lane key that does not parse.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("invalid lane key {input:?}: expected room:<guild>:<channel>, dm:<channel> or voice:<guild>:<channel>")]
+#[error("invalid lane key {input:?}: expected room:<guild>:<channel>, dm:<channel>, voice:<guild>:<channel> or console:<owner>")]
 pub struct LaneKeyError {
     input: String,
 }
 
 impl LaneKey {
-    /// The Discord channel this lane speaks in.
+    /// The Discord channel this lane speaks in; 0 for the console, which speaks in none.
     pub fn channel(&self) -> u64 {
         match *self {
             LaneKey::Room { channel, .. } | LaneKey::Dm { channel } | LaneKey::Voice { channel, .. } => channel,
+            LaneKey::Console { .. } => 0,
         }
     }
 
@@ -34,7 +37,7 @@ impl LaneKey {
     pub fn guild(&self) -> Option<u64> {
         match *self {
             LaneKey::Room { guild, .. } | LaneKey::Voice { guild, .. } => Some(guild),
-            LaneKey::Dm { .. } => None,
+            LaneKey::Dm { .. } | LaneKey::Console { .. } => None,
         }
     }
 }
@@ -45,6 +48,7 @@ impl fmt::Display for LaneKey {
             LaneKey::Room { guild, channel } => write!(f, "room:{guild}:{channel}"),
             LaneKey::Dm { channel } => write!(f, "dm:{channel}"),
             LaneKey::Voice { guild, channel } => write!(f, "voice:{guild}:{channel}"),
+            LaneKey::Console { owner } => write!(f, "console:{owner}"),
         }
     }
 }
@@ -60,6 +64,7 @@ impl FromStr for LaneKey {
             ["room", g, c] => Ok(LaneKey::Room { guild: id(g).ok_or_else(err)?, channel: id(c).ok_or_else(err)? }),
             ["voice", g, c] => Ok(LaneKey::Voice { guild: id(g).ok_or_else(err)?, channel: id(c).ok_or_else(err)? }),
             ["dm", c] => Ok(LaneKey::Dm { channel: id(c).ok_or_else(err)? }),
+            ["console", o] => Ok(LaneKey::Console { owner: id(o).ok_or_else(err)? }),
             _ => Err(err()),
         }
     }
@@ -71,7 +76,12 @@ mod tests {
 
     #[test]
     fn lane_keys_round_trip() {
-        for key in [LaneKey::Room { guild: 1, channel: 2 }, LaneKey::Dm { channel: 3 }, LaneKey::Voice { guild: 4, channel: 5 }] {
+        for key in [
+            LaneKey::Room { guild: 1, channel: 2 },
+            LaneKey::Dm { channel: 3 },
+            LaneKey::Voice { guild: 4, channel: 5 },
+            LaneKey::Console { owner: 6 },
+        ] {
             assert_eq!(key.to_string().parse::<LaneKey>(), Ok(key));
         }
     }

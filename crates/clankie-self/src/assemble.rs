@@ -24,6 +24,11 @@ pub enum Surface {
     Text { privileged: bool },
     /// A live voice room, whose words are spoken; `ask_tool` is the name of its handoff tool.
     Voice { ask_tool: &'static str },
+    /// The system lane of a room the owner trusts: an operator's privileged requests, kept as a
+    /// conversation of their own apart from the room's.
+    System,
+    /// The operator console: the owner talking with him directly, in a thread nobody else reads.
+    Console,
 }
 
 fn clean(text: &str, max: usize) -> String {
@@ -35,6 +40,7 @@ fn room(thread: &LaneKey) -> String {
         LaneKey::Dm { .. } => "a private DM".to_owned(),
         LaneKey::Room { channel, .. } => format!("the guild text channel {channel}"),
         LaneKey::Voice { channel, .. } => format!("the voice channel {channel}"),
+        LaneKey::Console { .. } => "the operator console, talking with your owner".to_owned(),
     }
 }
 
@@ -134,7 +140,8 @@ Know your owner and operators by that id, never by a name: anyone can take any d
     }
 
     match surface {
-        Surface::Text { privileged } => {
+        Surface::Text { .. } | Surface::System => {
+            let privileged = matches!(surface, Surface::Text { privileged: true } | Surface::System);
             let _ = write!(
                 p,
                 "\n\nAnswer in plain, natural chat text.\n\
@@ -148,6 +155,18 @@ If you learn something worth keeping across rooms, propose_memory suggests it to
             if privileged {
                 p.push_str("\nThis turn was started by an operator with elevated tools; they last only for this turn.");
             }
+            if surface == Surface::System {
+                p.push_str(
+                    "\nThis is your owner's working thread in this room: it continues across their requests and is kept apart from \
+the room's conversation, which never sees it.",
+                );
+            }
+        }
+        Surface::Console => {
+            p.push_str(
+                "\n\nYour owner is talking with you in the operator console, a private thread nobody else reads. Answer in plain text. \
+What you know of other places comes only from your experiences and presence above; you never saw a DM's words.",
+            );
         }
         Surface::Voice { ask_tool } => {
             let _ = write!(

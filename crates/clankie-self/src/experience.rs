@@ -54,6 +54,7 @@ fn place(thread: &LaneKey) -> String {
         LaneKey::Room { channel, .. } => format!("the text channel {channel}"),
         LaneKey::Voice { channel, .. } => format!("the voice channel {channel}"),
         LaneKey::Dm { .. } => "a DM".to_owned(),
+        LaneKey::Console { .. } => "the operator console".to_owned(),
     }
 }
 

@@ -3,7 +3,9 @@
 //! Nothing from a DM reaches any other thread; nothing from one guild reaches
 //! another. Within a guild, threads share experiences and presence. A DM
 //! thread hears of guild life only when the owner trusts that DM. The owner
-//! can make this stricter ([`Sharing::None`]) but never looser.
+//! can make this stricter ([`Sharing::None`]) but never looser. The operator
+//! console is the owner's own thread: it hears of guild life as a trusted DM
+//! does, and nothing leaves it.
 
 use clankie_proto::LaneKey;
 use clankie_store::{OwnerSettings, Sharing};
@@ -16,7 +18,17 @@ pub fn may_know(settings: &OwnerSettings, reader: &LaneKey, source: &LaneKey) ->
     match (reader.guild(), source.guild()) {
         (_, None) => false,
         (Some(here), Some(there)) => here == there,
-        (None, Some(_)) => trusted_dm(settings, reader),
+        (None, Some(_)) => trusted_dm(settings, reader) || matches!(reader, LaneKey::Console { .. }),
+    }
+}
+
+/// Whether `lane` is a DM or guild room the owner trusts: a privileged request there runs in the
+/// room's durable system lane instead of a one-shot turn.
+pub fn trusted_room(settings: &OwnerSettings, lane: &LaneKey) -> bool {
+    match lane {
+        LaneKey::Dm { .. } => trusted_dm(settings, lane),
+        LaneKey::Room { channel, .. } => settings.trusted_rooms.contains(channel),
+        LaneKey::Voice { .. } | LaneKey::Console { .. } => false,
     }
 }
 
@@ -54,6 +66,24 @@ mod tests {
         assert!(may_know(&s, &DM_A, &ROOM_H));
         assert!(!may_know(&s, &DM_A, &DM_B));
         assert!(!may_know(&s, &ROOM_G, &DM_A));
+    }
+
+    #[test]
+    fn the_console_hears_of_guilds_but_never_of_dms_and_nothing_leaves_it() {
+        let s = OwnerSettings::default();
+        let console = LaneKey::Console { owner: 7 };
+        assert!(may_know(&s, &console, &ROOM_G));
+        assert!(may_know(&s, &console, &VOICE_G));
+        assert!(!may_know(&s, &console, &DM_A));
+        assert!(!may_know(&s, &ROOM_G, &console));
+        assert!(!may_know(&s, &DM_A, &console));
+    }
+
+    #[test]
+    fn trusted_rooms_are_the_trusted_dms_and_the_rooms_the_owner_marked() {
+        let s = OwnerSettings { trusted_dms: vec![30], trusted_rooms: vec![10], ..Default::default() };
+        assert!(trusted_room(&s, &DM_A) && trusted_room(&s, &ROOM_G));
+        assert!(!trusted_room(&s, &DM_B) && !trusted_room(&s, &ROOM_H) && !trusted_room(&s, &VOICE_G));
     }
 
     #[test]

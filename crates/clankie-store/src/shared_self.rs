@@ -57,8 +57,19 @@ pub struct OwnerSettings {
     pub guilds: Vec<u64>,
     pub channels: Vec<u64>,
     pub trusted_dms: Vec<u64>,
+    /// Guild text channels the owner trusts: a privileged request there keeps a durable system lane.
+    pub trusted_rooms: Vec<u64>,
     pub sharing: Sharing,
     pub version: i64,
+}
+
+/// One stored version of the persona or the owner settings.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SelfVersion {
+    pub version: i64,
+    /// The edited row's fields as JSON.
+    pub body: serde_json::Value,
+    pub edited_at_ms: i64,
 }
 
 /// Where a memory stands.
@@ -126,9 +137,14 @@ impl Store {
     /// Replaces the persona and bumps its version; returns the new version.
     pub async fn set_persona(&self, p: &Persona) -> Result<i64, StoreError> {
         Ok(sqlx::query_scalar(
-            "UPDATE self_persona SET name = $1, aliases = $2, character_sheet = $3, speaking_style = $4,
-                    version = version + 1, updated_at = now()
-             WHERE id = 1 RETURNING version",
+            "WITH edited AS (
+                 UPDATE self_persona SET name = $1, aliases = $2, character_sheet = $3, speaking_style = $4,
+                        version = version + 1, updated_at = now()
+                 WHERE id = 1 RETURNING version)
+             INSERT INTO self_versions (what, version, body)
+             SELECT 'persona', version, jsonb_build_object('name', $1::text, 'aliases', $2::text[],
+                    'character_sheet', $3::text, 'speaking_style', $4::text) FROM edited
+             RETURNING version",
         )
         .bind(&p.name)
         .bind(&p.aliases)
@@ -141,7 +157,8 @@ impl Store {
     /// The owner settings row.
     pub async fn owner_settings(&self) -> Result<OwnerSettings, StoreError> {
         let r = sqlx::query(
-            "SELECT owner_id, operators, grants, guilds, channels, trusted_dms, sharing, version FROM self_settings WHERE id = 1",
+            "SELECT owner_id, operators, grants, guilds, channels, trusted_dms, trusted_rooms, sharing, version
+             FROM self_settings WHERE id = 1",
         )
         .fetch_one(&self.pool)
         .await?;
@@ -153,6 +170,7 @@ impl Store {
             guilds: ids(r.try_get("guilds")?),
             channels: ids(r.try_get("channels")?),
             trusted_dms: ids(r.try_get("trusted_dms")?),
+            trusted_rooms: ids(r.try_get("trusted_rooms")?),
             sharing: Sharing::parse(&sharing).ok_or_else(|| StoreError::Corrupt(format!("sharing {sharing:?}")))?,
             version: r.try_get("version")?,
         })
@@ -161,9 +179,15 @@ impl Store {
     /// Replaces the owner settings and bumps their version; returns the new version.
     pub async fn set_owner_settings(&self, s: &OwnerSettings) -> Result<i64, StoreError> {
         Ok(sqlx::query_scalar(
-            "UPDATE self_settings SET owner_id = $1, operators = $2, grants = $3, guilds = $4, channels = $5,
-                    trusted_dms = $6, sharing = $7, version = version + 1, updated_at = now()
-             WHERE id = 1 RETURNING version",
+            "WITH edited AS (
+                 UPDATE self_settings SET owner_id = $1, operators = $2, grants = $3, guilds = $4, channels = $5,
+                        trusted_dms = $6, sharing = $7, trusted_rooms = $8, version = version + 1, updated_at = now()
+                 WHERE id = 1 RETURNING version)
+             INSERT INTO self_versions (what, version, body)
+             SELECT 'settings', version, jsonb_build_object('owner_id', $1::bigint, 'operators', $2::bigint[],
+                    'grants', $3::bigint[], 'guilds', $4::bigint[], 'channels', $5::bigint[],
+                    'trusted_dms', $6::bigint[], 'sharing', $7::text, 'trusted_rooms', $8::bigint[]) FROM edited
+             RETURNING version",
         )
         .bind(s.owner_id.map(|i| i as i64))
         .bind(sql_ids(&s.operators))
@@ -172,8 +196,25 @@ impl Store {
         .bind(sql_ids(&s.channels))
         .bind(sql_ids(&s.trusted_dms))
         .bind(s.sharing.code())
+        .bind(sql_ids(&s.trusted_rooms))
         .fetch_one(&self.pool)
         .await?)
+    }
+
+    /// The newest `limit` stored versions of the persona (`what` = "persona") or the owner
+    /// settings ("settings"), newest first, each as its version, body and edit time.
+    pub async fn self_versions(&self, what: &str, limit: i64) -> Result<Vec<SelfVersion>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT version, body, (extract(epoch from edited_at) * 1000)::bigint AS at_ms
+             FROM self_versions WHERE what = $1 ORDER BY version DESC LIMIT $2",
+        )
+        .bind(what)
+        .bind(limit)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.into_iter()
+            .map(|r| Ok(SelfVersion { version: r.try_get("version")?, body: r.try_get("body")?, edited_at_ms: r.try_get("at_ms")? }))
+            .collect()
     }
 
     /// Adds a memory; `Proposed` ones stay out of prompts until approved.

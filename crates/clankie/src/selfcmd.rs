@@ -53,6 +53,9 @@ pub enum SelfAction {
         /// DM channel ids the owner trusts: they may hear of guild life.
         #[arg(long)]
         trusted_dms: Option<String>,
+        /// Guild text channels you trust (comma-separated ids): an operator's privileged requests there keep a durable system lane.
+        #[arg(long)]
+        trusted_rooms: Option<String>,
         /// How far experiences travel: `guild` (the default) or `none`.
         #[arg(long)]
         sharing: Option<String>,
@@ -120,7 +123,7 @@ pub async fn run(settings: &Settings, action: SelfAction) -> Result<()> {
             println!("persona saved (version {version}); every lane's next turn uses it");
             Ok(())
         }
-        SelfAction::Settings { owner, operators, grants, guilds, channels, trusted_dms, sharing } => {
+        SelfAction::Settings { owner, operators, grants, guilds, channels, trusted_dms, trusted_rooms, sharing } => {
             let mut s = store.owner_settings().await?;
             if let Some(o) = owner {
                 s.owner_id = match id_list("owner", if o.trim() == "none" { "" } else { &o })?.as_slice() {
@@ -135,6 +138,7 @@ pub async fn run(settings: &Settings, action: SelfAction) -> Result<()> {
                 ("guilds", guilds, &mut s.guilds),
                 ("channels", channels, &mut s.channels),
                 ("trusted-dms", trusted_dms, &mut s.trusted_dms),
+                ("trusted-rooms", trusted_rooms, &mut s.trusted_rooms),
             ] {
                 if let Some(v) = value {
                     *field = id_list(var, &v)?;
@@ -210,6 +214,7 @@ async fn show(store: &Store, settings: &Settings) -> Result<()> {
     println!("  guilds: {}", if s.guilds.is_empty() { "(every guild)".to_owned() } else { list(&s.guilds) });
     println!("  channels: {}", if s.channels.is_empty() { "(every channel)".to_owned() } else { list(&s.channels) });
     println!("  trusted DMs: {}", list(&s.trusted_dms));
+    println!("  trusted rooms: {}", list(&s.trusted_rooms));
     println!("  experience sharing: {}", s.sharing.code());
     let memory = store.memories(MemoryStatus::Approved, 1000).await?;
     println!("approved memory ({})", memory.len());

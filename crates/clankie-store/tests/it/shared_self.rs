@@ -26,10 +26,30 @@ async fn persona_and_settings_edits_count_versions_and_read_back() {
     let p = Persona { name: "Clankie".into(), aliases: vec!["clanky".into()], character_sheet: "sheet".into(), ..Default::default() };
     assert_eq!(store.set_persona(&p).await.unwrap(), 1);
     assert_eq!(store.set_persona(&p).await.unwrap(), 2);
-    assert_eq!(store.persona().await.unwrap(), Persona { version: 2, ..p });
-    let s = OwnerSettings { owner_id: Some(1), guilds: vec![5, 6], trusted_dms: vec![9], sharing: Sharing::None, ..Default::default() };
+    assert_eq!(store.persona().await.unwrap(), Persona { version: 2, ..p.clone() });
+    let s = OwnerSettings {
+        owner_id: Some(1),
+        guilds: vec![5, 6],
+        trusted_dms: vec![9],
+        trusted_rooms: vec![7],
+        sharing: Sharing::None,
+        ..Default::default()
+    };
     assert_eq!(store.set_owner_settings(&s).await.unwrap(), 1);
     assert_eq!(store.owner_settings().await.unwrap(), OwnerSettings { version: 1, ..s });
+
+    // Every edit is kept whole, under its version, newest first.
+    let edited = Persona { speaking_style: "dry".into(), ..p.clone() };
+    assert_eq!(store.set_persona(&edited).await.unwrap(), 3);
+    let versions = store.self_versions("persona", 10).await.unwrap();
+    assert_eq!(versions.iter().map(|v| v.version).collect::<Vec<_>>(), [3, 2, 1]);
+    assert_eq!(versions[0].body["speaking_style"], "dry");
+    assert_eq!(versions[1].body["speaking_style"], "");
+    assert_eq!(versions[0].body["aliases"], serde_json::json!(["clanky"]));
+    let settings = store.self_versions("settings", 10).await.unwrap();
+    assert_eq!(settings.len(), 1);
+    assert_eq!(settings[0].body["trusted_rooms"], serde_json::json!([7]));
+    assert_eq!(settings[0].body["sharing"], "none");
 }
 
 #[tokio::test]
