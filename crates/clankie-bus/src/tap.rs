@@ -22,6 +22,19 @@ pub fn render(subject: &str, payload: &[u8], at: SystemTime) -> Value {
     }
 }
 
+/// Whether `subject` is a NATS subject filter: dot-separated non-empty tokens without
+/// whitespace, `*` standing for one token and `>` only last.
+pub fn valid_filter(subject: &str) -> bool {
+    let tokens: Vec<&str> = subject.split('.').collect();
+    !subject.is_empty()
+        && tokens.iter().enumerate().all(|(i, t)| {
+            !t.is_empty()
+                && !t.chars().any(char::is_whitespace)
+                && (*t != ">" || i == tokens.len() - 1)
+                && (!t.contains(['*', '>']) || t.len() == 1)
+        })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -293,6 +293,11 @@ impl Subject {
         format!("{ROOT}.>")
     }
 
+    /// Whether a subject filter stays inside clankie's subjects (a tap may not read NATS' own).
+    pub fn filter_is_ours(filter: &str) -> bool {
+        filter.strip_prefix(ROOT).is_some_and(|rest| rest.starts_with('.'))
+    }
+
     /// The subject a text message is published on.
     pub fn ingress_text(guild: Option<u64>, channel: u64) -> Subject {
         let place = guild.map_or(Place::Dm, Place::Guild);

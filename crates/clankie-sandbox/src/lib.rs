@@ -41,6 +41,10 @@ pub enum SandboxError {
     Browser(#[from] clankie_browser::BrowseError),
     #[error("voice rooms: {0}")]
     Rooms(#[from] clankie_voice_floor::rooms::RoomError),
+    #[error("console: {0}")]
+    Console(#[from] clankie_console::ConsoleError),
+    #[error("could not serve the console on {addr}: {source}")]
+    ConsoleListen { addr: SocketAddr, source: std::io::Error },
 }
 
 /// A running embedded stack. Dropping it stops the services.
@@ -49,6 +53,8 @@ pub struct Sandbox {
     pub gateway: Gateway,
     pub captain: Captain,
     pub voice: std::sync::Arc<VoiceFloor>,
+    /// The operator console's address and its token.
+    pub console: (SocketAddr, String),
     tasks: Vec<tokio::task::JoinHandle<()>>,
 }
 
@@ -162,7 +168,48 @@ impl Sandbox {
                 tracing::error!(error = %e, "captain stopped");
             }
         }));
-        Ok(Sandbox { discord, gateway, captain, voice, tasks })
+        let console = Self::console(settings, &mut tasks).await?;
+        Ok(Sandbox { discord, gateway, captain, voice, console, tasks })
+    }
+
+    /// The operator console, with the configured token or a fresh one.
+    async fn console(settings: &Settings, tasks: &mut Vec<tokio::task::JoinHandle<()>>) -> Result<(SocketAddr, String), SandboxError> {
+        let addr = settings.console_addr;
+        let token = match &settings.console_token {
+            Some(t) => t.clone(),
+            None => clankie_console::auth::fresh_token().map_err(|source| SandboxError::ConsoleListen { addr, source })?,
+        };
+        let store = clankie_store::Store::connect(&settings.database_url).await?;
+        let bus = clankie_bus::Bus::connect(settings, "console").await?;
+        let agent = clankie_agent::Agent::new(clankie_agent::model_from_settings(settings)?, clankie_agent::config_from_settings(settings));
+        let selfhood = clankie_self::SelfSource::new(
+            store.clone(),
+            Some(bus.clone()),
+            &settings.bot_name,
+            &settings.bot_aliases,
+            settings.exchange_window,
+        );
+        let console = clankie_console::Console::start(
+            store,
+            bus,
+            agent,
+            selfhood,
+            clankie_console::ConsoleConfig::from_settings(settings, token.clone()),
+        )
+        .await?;
+        let listener = tokio::net::TcpListener::bind(addr).await.map_err(|source| SandboxError::ConsoleListen { addr, source })?;
+        let bound = listener.local_addr().map_err(|source| SandboxError::ConsoleListen { addr, source })?;
+        tasks.push(tokio::spawn(async move {
+            if let Err(e) = console.serve(listener).await {
+                tracing::error!(error = %e, "console stopped");
+            }
+        }));
+        Ok((bound, token))
+    }
+
+    /// The operator console's page, token included.
+    pub fn console_url(&self) -> String {
+        format!("http://{}/?token={}", self.console.0, self.console.1)
     }
 
     /// The sandbox page's address.

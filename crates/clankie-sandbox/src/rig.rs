@@ -54,6 +54,7 @@ impl Rig {
             ("CLANKIE_LANE_LEASE_TTL_MS".into(), "2000".into()),
             ("CLANKIE_INGRESS_ACK_WAIT_MS".into(), "2000".into()),
             ("CLANKIE_TOOL_CARD_DELAY_MS".into(), "300".into()),
+            ("CLANKIE_CONSOLE_ADDR".into(), "127.0.0.1:0".into()),
         ];
         vars.extend(extra.iter().map(|(k, v)| (k.to_string(), v.to_string())));
         let settings = Settings::from_lookup(|k| vars.iter().rev().find(|(n, _)| n == k).map(|(_, v)| v.clone())).expect("settings");

@@ -131,6 +131,16 @@ pub const SETTINGS: &[Setting] = &[
         doc: "Where `clankie run` serves the loopback Discord and its sandbox page.",
     },
     Setting {
+        name: "CLANKIE_CONSOLE_ADDR",
+        default: "127.0.0.1:8790",
+        doc: "Where the operator console listens (`clankie console`, and `clankie run`'s embedded one).",
+    },
+    Setting {
+        name: "CLANKIE_CONSOLE_TOKEN",
+        default: "unset: clankie console refuses to start; clankie run makes one and prints the console's URL with it",
+        doc: "The operator console's token: every route wants it as `Authorization: Bearer <token>` or `?token=`, and answers 401 without it.",
+    },
+    Setting {
         name: "CLANKIE_VOICE_ROOMS",
         default: "empty (no voice rooms); `clankie run` allows the loopback's voice channel",
         doc: "The voice channels he may join, as comma-separated `guild:channel`. A room goes live when a human joins one (or on `clankie voice join`); its attached chat then talks to the voice floor.",
@@ -243,7 +253,7 @@ pub const SETTINGS: &[Setting] = &[
     Setting {
         name: "CLANKIE_OPERATOR_GRANTS",
         default: "empty",
-        doc: "Comma-separated Discord user ids granted the elevated tools; their turns run one-shot.",
+        doc: "Comma-separated Discord user ids granted the elevated tools; their turns run one-shot, or in the room's durable system lane where the owner trusts the room.",
     },
     Setting {
         name: "CLANKIE_TYPING_HOLD_MS",
@@ -379,6 +389,10 @@ pub struct Settings {
     pub typing_interval: Duration,
     /// Where the embedded default serves the loopback Discord.
     pub sandbox_addr: std::net::SocketAddr,
+    /// Where the operator console listens.
+    pub console_addr: std::net::SocketAddr,
+    /// The operator console's token; never logged.
+    pub console_token: Option<String>,
     /// Live voice rooms (guild, channel).
     pub voice_rooms: Vec<(u64, u64)>,
     /// How long he stays in a voice room after the last human left.
@@ -497,6 +511,8 @@ impl fmt::Debug for Settings {
             .field("outcome_reactions", &self.outcome_reactions)
             .field("typing_interval", &self.typing_interval)
             .field("sandbox_addr", &self.sandbox_addr)
+            .field("console_addr", &self.console_addr)
+            .field("console_token", &self.console_token.as_ref().map(|_| "***"))
             .field("voice_rooms", &self.voice_rooms)
             .field("voice_grace", &self.voice_grace)
             .field("gateway_publish_patience", &self.gateway_publish_patience)
@@ -674,6 +690,11 @@ impl Settings {
             var("CLANKIE_SANDBOX_ADDR").unwrap_or_else(|| "127.0.0.1:8700".into()).trim().parse::<std::net::SocketAddr>().map_err(
                 |_| SettingsError::Invalid { var: "CLANKIE_SANDBOX_ADDR", reason: "expected host:port, e.g. 127.0.0.1:8700".into() },
             )?;
+        let console_addr =
+            var("CLANKIE_CONSOLE_ADDR").unwrap_or_else(|| "127.0.0.1:8790".into()).trim().parse::<std::net::SocketAddr>().map_err(
+                |_| SettingsError::Invalid { var: "CLANKIE_CONSOLE_ADDR", reason: "expected host:port, e.g. 127.0.0.1:8790".into() },
+            )?;
+        let console_token = var("CLANKIE_CONSOLE_TOKEN").map(|t| t.trim().to_owned()).filter(|t| !t.is_empty());
         let voice_rooms = match var("CLANKIE_VOICE_ROOMS") {
             None => Vec::new(),
             Some(list) => list
@@ -805,6 +826,8 @@ impl Settings {
             floor_continuation,
             floor_offer_interval,
             sandbox_addr,
+            console_addr,
+            console_token,
             discord_token,
             discord_api,
             discord_gateway_url,

@@ -13,6 +13,7 @@ mod receipts;
 mod session;
 mod shared_self;
 mod turns;
+mod views;
 mod voice_room;
 
 use std::time::Duration;
@@ -25,8 +26,9 @@ pub use lease::{LaneRow, Lease};
 pub use outbox::{OutboxRow, Settlement};
 pub use receipts::StoredReceipt;
 pub use session::{Entry, NewEntry};
-pub use shared_self::{Memory, MemoryStatus, OwnerSettings, Persona, Sharing};
+pub use shared_self::{Memory, MemoryStatus, OwnerSettings, Persona, SelfVersion, Sharing};
 pub use turns::{Exchange, Outcome, Recorded, TurnEnd, TurnMode, TurnStart};
+pub use views::{HourFigures, LaneView, RoomView};
 pub use voice_room::{RingRow, RoomLease};
 
 /// Why a store operation failed.

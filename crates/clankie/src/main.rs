@@ -71,6 +71,8 @@ enum Command {
     VoiceFloor,
     /// Run media until SIGTERM.
     Media,
+    /// Run the operator console (CLANKIE_CONSOLE_ADDR, wants CLANKIE_CONSOLE_TOKEN) until SIGTERM.
+    Console,
     /// Serve the loopback Discord and its sandbox page (for the sandbox profile and tests).
     Loopback {
         /// Where to listen.
@@ -151,6 +153,7 @@ async fn dispatch(cli: Cli) -> Result<()> {
         Command::Captain => return clankie_captain::service::run_from_env().await,
         Command::VoiceFloor => return clankie_voice_floor::service::run_from_env().await,
         Command::Media => return clankie_media::service::run_from_env().await,
+        Command::Console => return clankie_console::service::run_from_env().await,
         Command::Loopback { addr, voice_dir } => return loopback(addr, voice_dir).await,
         Command::ModelStandin { addr } => return model_standin(addr).await,
         Command::Health { url, timeout_ms } => {
@@ -177,6 +180,7 @@ async fn dispatch(cli: Cli) -> Result<()> {
         | Command::Captain
         | Command::VoiceFloor
         | Command::Media
+        | Command::Console
         | Command::Loopback { .. }
         | Command::ModelStandin { .. }
         | Command::Health { .. } => unreachable!("dispatched above"),
@@ -209,34 +213,12 @@ async fn model_standin(addr: std::net::SocketAddr) -> Result<()> {
 async fn trail(settings: &Settings, delivery_id: &str) -> Result<()> {
     let url = redact_url(&settings.database_url);
     let store = clankie_store::Store::connect(&settings.database_url).await.with_context(|| format!("connecting to {url}"))?;
-    let receipts = store.receipts_for_delivery(delivery_id).await.context("reading receipts")?;
-    let outcome = store.outcome(delivery_id).await.context("reading the outcome")?;
-    if receipts.is_empty() && outcome.is_none() {
+    let Some(rows) = clankie_console::views::trail(&store, delivery_id).await.context("reading the trail")? else {
         bail!("nothing recorded for delivery {delivery_id:?}");
-    }
+    };
     let mut out = std::io::stdout().lock();
-    for stored in receipts {
-        let r = stored.receipt;
-        let at = std::time::UNIX_EPOCH + std::time::Duration::from_millis(r.at_ms.max(0) as u64);
-        let line = serde_json::json!({
-            "time": clankie_proto::time::rfc3339(at),
-            "service": r.service,
-            "kind": r.kind,
-            "lane": r.lane,
-            "ids": r.ids,
-            "counts": r.counts,
-            "flags": r.flags,
-            "codes": r.codes,
-        });
-        writeln!(out, "{line}")?;
-    }
-    if let Some(o) = outcome {
-        let line = serde_json::json!({
-            "outcome": o.kind.code(),
-            "failure_code": o.failure_code.map(|c| c.code()),
-            "turn": o.turn_id,
-        });
-        writeln!(out, "{line}")?;
+    for row in rows {
+        writeln!(out, "{row}")?;
     }
     Ok(())
 }
@@ -251,6 +233,7 @@ async fn run(settings: &Settings) -> Result<()> {
     };
     eprintln!("Clankie is running against the loopback Discord with {model}.");
     eprintln!("Open the sandbox room: {}", sandbox.url());
+    eprintln!("Open the operator console: {}", sandbox.console_url());
     eprintln!("Watch the bus in another terminal: cargo run -q -p clankie -- tap");
     eprintln!("Ctrl-C stops it.");
     tokio::signal::ctrl_c().await.context("waiting for Ctrl-C")?;
@@ -326,19 +309,8 @@ async fn streams(settings: &Settings) -> Result<()> {
     Ok(())
 }
 
-fn valid_filter(subject: &str) -> bool {
-    let tokens: Vec<&str> = subject.split('.').collect();
-    !subject.is_empty()
-        && tokens.iter().enumerate().all(|(i, t)| {
-            !t.is_empty()
-                && !t.chars().any(char::is_whitespace)
-                && (*t != ">" || i == tokens.len() - 1)
-                && (!t.contains(['*', '>']) || t.len() == 1)
-        })
-}
-
 async fn tap(settings: &Settings, subject: &str, count: Option<u64>) -> Result<()> {
-    if !valid_filter(subject) {
+    if !clankie_bus::tap::valid_filter(subject) {
         bail!("{subject:?} is not a NATS subject filter (dot-separated tokens; `*` one token, `>` the rest)");
     }
     let bus = clankie_bus::Bus::connect(settings, "tap").await?;

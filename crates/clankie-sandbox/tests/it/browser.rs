@@ -10,12 +10,12 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use super::{GENERAL, Rig};
 
 /// chromedriver, killed when dropped.
-struct Driver(#[allow(dead_code)] tokio::process::Child, u16);
+pub(crate) struct Driver(#[allow(dead_code)] tokio::process::Child, u16);
 
 impl Driver {
     /// chromedriver on a port it picks itself (`--port=0`) and prints: no window between
     /// choosing a free port and binding it for another test to take it.
-    async fn start() -> Driver {
+    pub(crate) async fn start() -> Driver {
         use tokio::io::AsyncBufReadExt;
         let mut child = tokio::process::Command::new("chromedriver")
             .arg("--port=0")
@@ -95,7 +95,7 @@ async fn a_person_chats_in_the_sandbox_and_sees_clankie_reply() {
 }
 
 /// A headless Chromium session on the sandbox page.
-async fn browser_on(url: &str, driver: &Driver, profile: &clankie_testkit::TestDir) -> fantoccini::Client {
+pub(crate) async fn browser_on(url: &str, driver: &Driver, profile: &clankie_testkit::TestDir) -> fantoccini::Client {
     let mut caps = serde_json::Map::new();
     caps.insert(
         "goog:chromeOptions".into(),

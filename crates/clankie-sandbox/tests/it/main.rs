@@ -5,6 +5,7 @@
 mod browse;
 mod browser;
 mod cluster;
+mod console;
 mod media;
 mod scenarios;
 mod voice;

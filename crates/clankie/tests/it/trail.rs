@@ -13,6 +13,7 @@ async fn trail_prints_every_receipt_of_a_delivery_in_time_order_without_its_word
         ("CLANKIE_DATABASE_URL", db.url().to_owned()),
         ("CLANKIE_STATE_DIR", dir.path().display().to_string()),
         ("CLANKIE_MODEL_BASE_URL", standin.base_url()),
+        ("CLANKIE_CONSOLE_ADDR", "127.0.0.1:0".into()),
     ];
     let settings = clankie_settings::Settings::from_lookup(|k| vars.iter().find(|(n, _)| *n == k).map(|(_, v)| v.clone())).unwrap();
     let sandbox = clankie_sandbox::Sandbox::start(&settings, "127.0.0.1:0".parse().unwrap()).await.unwrap();

@@ -1,0 +1,142 @@
+//! Console chat: the owner talks with him in the `console:<owner>` lane, one more local
+//! thread of the same self. Its system prompt comes from the one assembly
+//! (`clankie_self::assemble` on the console surface), so it knows what the privacy policy
+//! lets an owner-only thread know: guild life, never a DM's words. Its session is durable
+//! like any lane's, kept under the lane's lease.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use axum::Json;
+use axum::extract::State;
+use clankie_agent::{RunReply, Session, UserMessage};
+use clankie_proto::{LaneKey, ReceiptKind, v1};
+use serde_json::{Value, json};
+
+use crate::{Console, ConsoleError};
+
+/// The longest line the owner may send at once.
+const CHAT_MAX_CHARS: usize = 8_000;
+
+/// What the owner typed.
+#[derive(serde::Deserialize)]
+pub struct ChatLine {
+    text: String,
+}
+
+/// `POST /api/chat`: one turn of the console thread; answers `{lane, delivery_id, answer}`,
+/// `{silent: true}` or `{failure}`.
+pub async fn route(State(console): State<Console>, Json(line): Json<ChatLine>) -> Result<Json<Value>, ConsoleError> {
+    let text = line.text.trim();
+    if text.is_empty() || text.chars().count() > CHAT_MAX_CHARS {
+        return Err(ConsoleError::BadRequest(format!("a console line is 1 to {CHAT_MAX_CHARS} characters")));
+    }
+    console.chat(text).await.map(Json)
+}
+
+/// Lines of the console thread `GET /api/chat` shows at most.
+const THREAD_SHOWN: usize = 100;
+
+/// `GET /api/chat`: the console thread so far, oldest first, as `{from: "owner"|"him", text}`,
+/// so a reloaded page shows the conversation it continues.
+pub async fn thread(State(console): State<Console>) -> Result<Json<Vec<Value>>, ConsoleError> {
+    let owner = console.inner.store.owner_settings().await?.owner_id.unwrap_or(0);
+    let entries = console.inner.store.entries(&format!("rooms/{}", LaneKey::Console { owner })).await?;
+    let mut lines: Vec<Value> = entries
+        .iter()
+        .filter_map(|e| serde_json::from_value::<clankie_agent::EntryBody>(e.body.clone()).ok())
+        .filter_map(|body| match body {
+            clankie_agent::EntryBody::User { text, .. } => {
+                let said = clankie_self::blocks::parse(&text).and_then(|blocks| blocks.into_iter().next()).map_or(text, |b| b.content);
+                Some(json!({ "from": "owner", "text": said }))
+            }
+            clankie_agent::EntryBody::Assistant { text, tool_calls, .. } if tool_calls.is_empty() && !text.trim().is_empty() => {
+                Some(json!({ "from": "him", "text": text }))
+            }
+            _ => None,
+        })
+        .collect();
+    let skip = lines.len().saturating_sub(THREAD_SHOWN);
+    Ok(Json(lines.split_off(skip)))
+}
+
+impl Console {
+    /// One turn of the owner's console thread.
+    pub async fn chat(&self, text: &str) -> Result<Value, ConsoleError> {
+        static SENT: AtomicU64 = AtomicU64::new(0);
+        let inner = &self.inner;
+        let settings = inner.store.owner_settings().await?;
+        let owner = settings.owner_id.unwrap_or(0);
+        let lane = LaneKey::Console { owner };
+        let delivery_id = format!("console:{}:{}", clankie_bus::now_ms(), SENT.fetch_add(1, Ordering::Relaxed));
+        let span = tracing::info_span!("console_chat", %lane, delivery_id = %delivery_id);
+        let _enter = span.enter();
+        // One turn at a time: a second line waits a bounded while for the first.
+        let mut lease = None;
+        for _ in 0..100 {
+            match inner.store.acquire_lease(&lane, &inner.replica, inner.lease_ttl).await? {
+                Some(l) => {
+                    lease = Some(l);
+                    break;
+                }
+                None => tokio::time::sleep(Duration::from_millis(100)).await,
+            }
+        }
+        let lease = lease.ok_or(ConsoleError::Busy)?;
+        let answer = self.turn(&lease, &lane, owner, &delivery_id, text).await;
+        if let Err(e) = inner.store.release_lease(&lease).await {
+            tracing::warn!(error = %e, "console lease not released; it will expire");
+        }
+        let (reply, code) = answer?;
+        if let Ok(kind) = ReceiptKind::new("console.chat") {
+            let receipt =
+                v1::Receipt::new(&kind, inner.bus.service(), &delivery_id, clankie_bus::now_ms()).with_lane(&lane).with_code(code);
+            if let Err(e) = inner.bus.publish_receipt(&receipt).await {
+                tracing::warn!(error = %e, "receipt not published");
+            }
+        }
+        Ok(reply)
+    }
+
+    async fn turn(
+        &self,
+        lease: &clankie_store::Lease,
+        lane: &LaneKey,
+        owner: u64,
+        delivery_id: &str,
+        text: &str,
+    ) -> Result<(Value, &'static str), ConsoleError> {
+        let inner = &self.inner;
+        let snapshot = inner.selfhood.snapshot(lane).await?;
+        let session = Session::open(inner.store.clone(), lease.clone(), format!("rooms/{lane}")).await?;
+        let said = clankie_self::blocks::Said { author_name: "owner", author_id: owner, delivery_id, text };
+        let message = clankie_self::blocks::message(&said, &[("via", "the operator console")]);
+        let system = clankie_self::assemble(&snapshot, lane, clankie_self::Surface::Console);
+        let run = inner.agent.start(session, system, vec![UserMessage::new("owner", delivery_id, message)]);
+        let mut renew = tokio::time::interval((inner.lease_ttl / 3).max(Duration::from_millis(10)));
+        renew.tick().await;
+        let finished = run.finish();
+        tokio::pin!(finished);
+        let result = loop {
+            tokio::select! {
+                r = &mut finished => break r,
+                _ = renew.tick() => {
+                    if let Err(e) = inner.store.renew_lease(lease, inner.lease_ttl).await {
+                        tracing::warn!(error = %e, "console lease not renewed");
+                    }
+                }
+            }
+        };
+        let base = json!({ "lane": lane.to_string(), "delivery_id": delivery_id });
+        let with = |mut v: Value, key: &str, value: Value| {
+            v[key] = value;
+            v
+        };
+        Ok(match result.map(|r| r.outcome) {
+            Ok(Ok(RunReply::Words(answer))) => (with(base, "answer", json!(answer)), "answered"),
+            Ok(Ok(RunReply::Silent)) => (with(base, "silent", json!(true)), "silent"),
+            Ok(Ok(RunReply::Failed(code))) => (with(base, "failure", json!(code.code())), code.code()),
+            _ => (with(base, "failure", json!("run_failed")), "run_failed"),
+        })
+    }
+}

@@ -1,0 +1,177 @@
+//! What the console follows on the bus: lane changes (from the captain's receipts), the tap,
+//! and voice rooms (members and floor decisions). Pushed to the page as server-sent events.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::convert::Infallible;
+use std::sync::{Arc, Mutex};
+
+use axum::extract::{Query, State};
+use axum::response::sse::{Event, KeepAlive, Sse};
+use clankie_bus::ConsumerSpec;
+use clankie_proto::{Family, v1};
+use futures::{Stream, StreamExt};
+use prost::Message as _;
+
+use crate::{Console, ConsoleError};
+
+/// Floor decisions the voice view keeps per room.
+const DECISIONS_KEPT: usize = 12;
+
+/// Who is in which voice channel, and each room's recent floor decisions, as the bus told it.
+#[derive(Clone, Default)]
+pub struct VoiceState {
+    inner: Arc<Mutex<VoiceInner>>,
+}
+
+#[derive(Default)]
+struct VoiceInner {
+    members: BTreeMap<(u64, u64), v1::VoiceMember>,
+    decisions: BTreeMap<(u64, u64), VecDeque<v1::FloorDecision>>,
+}
+
+impl VoiceState {
+    fn member(&self, m: v1::VoiceMember) {
+        let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        if m.channel_id.is_some() {
+            inner.members.insert((m.guild_id, m.user_id), m);
+        } else {
+            inner.members.remove(&(m.guild_id, m.user_id));
+        }
+    }
+
+    fn decision(&self, d: v1::FloorDecision) {
+        let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        let kept = inner.decisions.entry((d.guild_id, d.channel_id)).or_default();
+        if kept.iter().any(|k| k.delivery_id == d.delivery_id && k.decided_at_ms == d.decided_at_ms) {
+            return;
+        }
+        kept.push_front(d);
+        kept.truncate(DECISIONS_KEPT);
+    }
+
+    /// Members of each (guild, channel), and the room's newest decisions first.
+    pub fn rooms(&self) -> BTreeMap<(u64, u64), (Vec<v1::VoiceMember>, Vec<v1::FloorDecision>)> {
+        let inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        let mut rooms: BTreeMap<(u64, u64), (Vec<v1::VoiceMember>, Vec<v1::FloorDecision>)> = BTreeMap::new();
+        for m in inner.members.values() {
+            if let Some(channel) = m.channel_id {
+                rooms.entry((m.guild_id, channel)).or_default().0.push(m.clone());
+            }
+        }
+        for (room, kept) in &inner.decisions {
+            rooms.entry(*room).or_default().1 = kept.iter().cloned().collect();
+        }
+        rooms
+    }
+}
+
+/// Starts following the bus for `console`: receipts become lane updates; voice members and
+/// floor decisions are read from their streams (the last of each first, then as they come).
+pub(crate) async fn follow(console: Console) -> Result<(), ConsoleError> {
+    let inner = &console.inner;
+    let mut receipts =
+        inner.bus.client().subscribe(Family::Receipt.wildcard()).await.map_err(|e| {
+            ConsoleError::Bus(clankie_bus::BusError::Consumer { consumer: "console receipts".into(), detail: e.to_string() })
+        })?;
+    let c = console.clone();
+    tokio::spawn(async move {
+        while let Some(msg) = receipts.next().await {
+            let Ok(receipt) = v1::Receipt::decode(msg.payload) else { continue };
+            if receipt.lane.is_empty() || !receipt.kind.starts_with("captain.") {
+                continue;
+            }
+            if c.inner.lanes.receiver_count() == 0 {
+                continue;
+            }
+            match c.inner.store.lane_view(&receipt.lane).await {
+                Ok(Some(mut view)) => {
+                    // The receipt can overtake its own stored copy: what it says of the run wins.
+                    if receipt.kind == "captain.run" {
+                        view.cold = receipt.flags.get("cold").copied();
+                        view.replica = receipt.ids.get("replica").cloned().or(view.replica);
+                    }
+                    let _ = c.inner.lanes.send(view);
+                }
+                Ok(None) => {}
+                Err(e) => tracing::warn!(lane = %receipt.lane, error = %e, "lane view unavailable"),
+            }
+        }
+    });
+    let replica = &inner.replica;
+    let mut members = inner
+        .bus
+        .consumer::<v1::VoiceMember>(
+            ConsumerSpec::durable(format!("console-members-{replica}"), Family::VoiceMember).last_per_subject().fresh(),
+        )
+        .await?;
+    let mut decisions = inner
+        .bus
+        .consumer::<v1::FloorDecision>(
+            ConsumerSpec::durable(format!("console-floor-{replica}"), Family::VoiceFloor).last_per_subject().fresh(),
+        )
+        .await?;
+    let voice = inner.voice.clone();
+    tokio::spawn(async move {
+        loop {
+            tokio::select! {
+                d = members.next() => match d {
+                    Ok(d) => { voice.member(d.event.clone()); let _ = d.ack().await; }
+                    Err(e) => { tracing::warn!(error = %e, "voice members no longer followed"); break; }
+                },
+                d = decisions.next() => match d {
+                    Ok(d) => { voice.decision(d.event.clone()); let _ = d.ack().await; }
+                    Err(e) => { tracing::warn!(error = %e, "floor decisions no longer followed"); break; }
+                },
+            }
+        }
+    });
+    Ok(())
+}
+
+/// `GET /api/lanes/events`: every lane change as a `lane` event carrying the lane's view.
+pub async fn lane_events(State(console): State<Console>) -> Sse<impl Stream<Item = Result<Event, Infallible>>> {
+    let changes = tokio_stream_of(console.inner.lanes.subscribe());
+    Sse::new(changes.map(|view| Ok(Event::default().event("lane").json_data(view).unwrap_or_default()))).keep_alive(KeepAlive::default())
+}
+
+fn tokio_stream_of<T: Clone + Send + 'static>(rx: tokio::sync::broadcast::Receiver<T>) -> impl Stream<Item = T> {
+    futures::stream::unfold(rx, |mut rx| async move {
+        loop {
+            match rx.recv().await {
+                Ok(item) => return Some((item, rx)),
+                // A slow page skips what it missed; the next change of a lane brings it up to date.
+                Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => continue,
+                Err(tokio::sync::broadcast::error::RecvError::Closed) => return None,
+            }
+        }
+    })
+}
+
+/// The tap's query: a subject filter inside Clankie's subjects.
+#[derive(serde::Deserialize)]
+pub struct TapQuery {
+    subject: Option<String>,
+}
+
+/// `GET /api/tap?subject=`: every event on matching subjects, decoded, as `event` messages.
+pub async fn tap(
+    State(console): State<Console>,
+    Query(q): Query<TapQuery>,
+) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>, ConsoleError> {
+    let subject = q.subject.unwrap_or_else(clankie_proto::Subject::everything);
+    if !clankie_bus::tap::valid_filter(&subject) || !clankie_proto::Subject::filter_is_ours(&subject) {
+        return Err(ConsoleError::BadRequest(format!("{subject:?} is not a filter on clankie subjects (e.g. clankie.ingress.>)")));
+    }
+    let sub = console
+        .inner
+        .bus
+        .client()
+        .subscribe(subject)
+        .await
+        .map_err(|e| ConsoleError::Bus(clankie_bus::BusError::Consumer { consumer: "console tap".into(), detail: e.to_string() }))?;
+    let events = sub.map(|msg| {
+        let line = clankie_bus::tap::render(msg.subject.as_str(), &msg.payload, std::time::SystemTime::now());
+        Ok(Event::default().event("tap").data(line.to_string()))
+    });
+    Ok(Sse::new(events).keep_alive(KeepAlive::default()))
+}

@@ -1,0 +1,47 @@
+//! The console's process wiring, shared by `clankie console` and the embedded default.
+
+use anyhow::{Context, Result, bail};
+use clankie_settings::Settings;
+
+use crate::{Console, ConsoleConfig};
+
+/// Connects, migrates and starts a console from settings with `token`.
+pub async fn start(settings: &Settings, token: String) -> Result<Console> {
+    let bus = clankie_bus::Bus::connect(settings, "console").await?;
+    bus.ensure_streams().await.context("declaring streams")?;
+    let store = clankie_store::Store::connect(&settings.database_url).await.context("connecting to PostgreSQL")?;
+    store.migrate().await.context("applying migrations")?;
+    let model = clankie_agent::model_from_settings(settings).context("configuring the model")?;
+    let agent = clankie_agent::Agent::new(model, clankie_agent::config_from_settings(settings));
+    let selfhood = clankie_self::SelfSource::new(
+        store.clone(),
+        Some(bus.clone()),
+        &settings.bot_name,
+        &settings.bot_aliases,
+        settings.exchange_window,
+    );
+    Console::start(store, bus, agent, selfhood, ConsoleConfig::from_settings(settings, token)).await.context("starting the console")
+}
+
+/// Runs the console from `CLANKIE_*` settings until SIGTERM. Refuses to start without a token.
+pub async fn run_from_env() -> Result<()> {
+    let settings = Settings::from_env().context("reading CLANKIE_* settings")?;
+    clankie_http::init_tracing(&settings.log);
+    let Some(token) = settings.console_token.clone() else {
+        bail!("CLANKIE_CONSOLE_TOKEN is not set; the console serves nobody without a token");
+    };
+    let console = start(&settings, token).await?;
+    clankie_http::spawn_endpoints(
+        settings.http_addr,
+        clankie_http::Readiness { bus: console.inner.bus.clone(), store: Some(console.inner.store.clone()) },
+    );
+    let listener = tokio::net::TcpListener::bind(settings.console_addr)
+        .await
+        .with_context(|| format!("listening on CLANKIE_CONSOLE_ADDR {}", settings.console_addr))?;
+    tracing::info!(addr = %settings.console_addr, "console serving");
+    tokio::select! {
+        served = console.serve(listener) => served.context("serving the console")?,
+        () = clankie_http::terminated() => tracing::info!("terminated; exiting"),
+    }
+    Ok(())
+}
