@@ -57,44 +57,54 @@ impl Store {
 
     /// Extends a lease that is still current. Fails with [`StoreError::Fenced`] once another replica took the lane.
     pub async fn renew_lease(&self, lease: &Lease, ttl: Duration) -> Result<Lease, StoreError> {
-        let mut tx = self.pool.begin().await?;
-        fence(&mut tx, lease).await?;
-        let expires: i64 = sqlx::query_scalar(
-            "UPDATE lanes SET lease_expires_at = now() + make_interval(secs => $2::double precision / 1000), updated_at = now()
-             WHERE lane = $1 RETURNING (extract(epoch from lease_expires_at) * 1000)::bigint",
+        let expires: Option<i64> = sqlx::query_scalar(
+            "UPDATE lanes SET lease_expires_at = now() + make_interval(secs => $3::double precision / 1000), updated_at = now()
+             WHERE lane = $1 AND epoch = $2 RETURNING (extract(epoch from lease_expires_at) * 1000)::bigint",
         )
         .bind(lease.lane.to_string())
+        .bind(lease.epoch)
         .bind(millis(ttl))
-        .fetch_one(&mut *tx)
+        .fetch_optional(&self.pool)
         .await?;
-        tx.commit().await?;
-        Ok(Lease { expires_at_ms: expires, ..lease.clone() })
+        match expires {
+            Some(expires) => Ok(Lease { expires_at_ms: expires, ..lease.clone() }),
+            None => Err(self.fenced_off(lease).await),
+        }
     }
 
     /// Gives the lane up so another replica can take it at once.
     pub async fn release_lease(&self, lease: &Lease) -> Result<(), StoreError> {
-        let mut tx = self.pool.begin().await?;
-        fence(&mut tx, lease).await?;
-        sqlx::query("UPDATE lanes SET lease_owner = NULL, lease_expires_at = NULL, updated_at = now() WHERE lane = $1")
-            .bind(lease.lane.to_string())
-            .execute(&mut *tx)
-            .await?;
-        tx.commit().await?;
-        Ok(())
+        let done =
+            sqlx::query("UPDATE lanes SET lease_owner = NULL, lease_expires_at = NULL, updated_at = now() WHERE lane = $1 AND epoch = $2")
+                .bind(lease.lane.to_string())
+                .bind(lease.epoch)
+                .execute(&self.pool)
+                .await?;
+        if done.rows_affected() == 1 { Ok(()) } else { Err(self.fenced_off(lease).await) }
     }
 
     /// Records the newest speaker of a lane's live run, so mid-run tools attribute to them.
     pub async fn capture(&self, lease: &Lease, actor_id: u64, message_id: u64) -> Result<(), StoreError> {
-        let mut tx = self.pool.begin().await?;
-        fence(&mut tx, lease).await?;
-        sqlx::query("UPDATE lanes SET captured_actor_id = $2, captured_message_id = $3, updated_at = now() WHERE lane = $1")
-            .bind(lease.lane.to_string())
-            .bind(actor_id.to_string())
-            .bind(message_id.to_string())
-            .execute(&mut *tx)
-            .await?;
-        tx.commit().await?;
-        Ok(())
+        let done = sqlx::query(
+            "UPDATE lanes SET captured_actor_id = $3, captured_message_id = $4, updated_at = now() WHERE lane = $1 AND epoch = $2",
+        )
+        .bind(lease.lane.to_string())
+        .bind(lease.epoch)
+        .bind(actor_id.to_string())
+        .bind(message_id.to_string())
+        .execute(&self.pool)
+        .await?;
+        if done.rows_affected() == 1 { Ok(()) } else { Err(self.fenced_off(lease).await) }
+    }
+
+    /// Why a write fenced by its own `WHERE epoch` changed nothing: the lane moved on, or never was.
+    async fn fenced_off(&self, lease: &Lease) -> StoreError {
+        let lane = lease.lane.to_string();
+        match sqlx::query_scalar::<_, i64>("SELECT epoch FROM lanes WHERE lane = $1").bind(&lane).fetch_optional(&self.pool).await {
+            Ok(Some(current)) => StoreError::Fenced { lane, held: lease.epoch, current },
+            Ok(None) => StoreError::UnknownLane(lane),
+            Err(e) => e.into(),
+        }
     }
 
     /// Whether some replica holds an unexpired lease on the lane: a run is live there.

@@ -130,3 +130,28 @@ async fn voice_room_lease_has_one_owner_and_a_takeover_fences_the_old_one() {
     assert_eq!(store.room_owner(100, 300).await.unwrap(), None);
     assert!(store.acquire_room(100, 300, "floor-a", LONG).await.unwrap().is_some_and(|l| l.epoch == 3));
 }
+
+#[tokio::test]
+async fn renewing_the_lease_while_the_run_captures_its_speaker_never_deadlocks() {
+    // The lease keeper renews on a task of its own while the run records its newest speaker:
+    // both update the lane row, and neither may lose to a deadlock.
+    let (store, _db) = super::store().await;
+    let lease = store.acquire_lease(&LANE, "captain-a", LONG).await.unwrap().expect("free lane");
+    let (s1, l1) = (store.clone(), lease.clone());
+    let keeper = tokio::spawn(async move {
+        for _ in 0..300 {
+            s1.renew_lease(&l1, LONG).await?;
+        }
+        Ok::<_, StoreError>(())
+    });
+    let (s2, l2) = (store.clone(), lease.clone());
+    let run = tokio::spawn(async move {
+        for i in 0..300 {
+            s2.capture(&l2, 7, i).await?;
+        }
+        Ok::<_, StoreError>(())
+    });
+    keeper.await.unwrap().expect("every renewal went through");
+    run.await.unwrap().expect("every capture went through");
+    store.release_lease(&lease).await.unwrap();
+}

@@ -30,6 +30,7 @@ async fn migrations_apply_to_an_empty_database_and_rerun_as_a_no_op() {
             "self_memory",
             "self_persona",
             "self_settings",
+            "self_versions",
             "session_entries",
             "turns",
             "voice_ring",
