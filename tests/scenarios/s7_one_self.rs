@@ -58,9 +58,10 @@ async fn a_text_room_knows_he_was_talking_in_voice_but_not_what_was_said() {
 
     let text_lane = requests_in(&rig, &format!("guild text channel {GENERAL}"));
     assert_eq!(text_lane.len(), 1, "one model request for the text turn");
-    let system = system_of(&text_lane[0]);
-    assert!(system.contains(&format!("I was talking in the voice channel {VOICE} with ada.")), "no voice experience in: {system}");
-    assert!(system.contains(&format!("Where else you are right now: voice channel {VOICE}.")), "no voice presence in: {system}");
+    // What he lived elsewhere comes as the turn's self-context, before the new input.
+    let seen = text_lane[0].all_text();
+    assert!(seen.contains(&format!("I was talking in the voice channel {VOICE} with ada.")), "no voice experience in: {seen}");
+    assert!(seen.contains(&format!("Where else you are right now: voice channel {VOICE}.")), "no voice presence in: {seen}");
     let whole = text_lane[0].all_text().to_lowercase();
     for canary in ["periwinkle", "password"] {
         assert!(!whole.contains(canary), "the voice conversation's {canary:?} reached the text lane");
@@ -90,7 +91,7 @@ async fn nothing_leaves_a_dm_and_nothing_crosses_between_guilds() {
     let same_guild = requests_in(&rig, &format!("guild text channel {LOBBIES}"));
     assert_eq!((other_guild.len(), same_guild.len()), (1, 1));
     // The same guild hears of the other room (so experiences do flow)...
-    assert!(system_of(&same_guild[0]).contains(&format!("I was talking in the text channel {GENERAL} with gil.")));
+    assert!(same_guild[0].all_text().contains(&format!("I was talking in the text channel {GENERAL} with gil.")));
     // ...but never of the DM, and the other guild hears of neither.
     for (who, r) in [("the same guild", &same_guild[0]), ("the other guild", &other_guild[0])] {
         let text = r.all_text().to_lowercase();

@@ -165,6 +165,20 @@ impl Session {
             .max()
     }
 
+    /// The texts of the user messages from `author` the model still sees (after the last
+    /// compaction), oldest first: e.g. the self-context notes a lane was sent, so the next one
+    /// carries only what changed.
+    pub fn seen_from(&self, author: &str) -> Vec<&str> {
+        let (start, _) = self.context_start();
+        self.entries[start..]
+            .iter()
+            .filter_map(|e| match &e.body {
+                EntryBody::User { author: a, text, .. } if a == author => Some(text.as_str()),
+                _ => None,
+            })
+            .collect()
+    }
+
     /// Appends an entry after the current head, durably, and returns its id.
     pub async fn append(&mut self, body: EntryBody) -> Result<String, AgentError> {
         let id = new_id();

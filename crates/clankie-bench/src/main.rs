@@ -40,6 +40,9 @@ impl Lcg {
 }
 
 struct Economy {
+    /// Over the lane's warm requests: the mean share of each request's serialized messages
+    /// (by bytes) that repeats, unchanged and in order, the start of the previous request.
+    prefix_reuse: f64,
     runs: f64,
     calls: f64,
     input_tokens: f64,
@@ -50,7 +53,11 @@ async fn economy(one_shot: bool) -> Result<Economy> {
     let mode = if one_shot { "true" } else { "false" };
     // The typing hold can be set from the environment, to see what it is worth (0 turns it off).
     let hold = std::env::var("CLANKIE_TYPING_HOLD_MS").unwrap_or_else(|_| "8000".into());
-    let rig = Rig::with(&[("CLANKIE_CAPTAIN_ONE_SHOT", mode), ("CLANKIE_TYPING_HOLD_MS", &hold)]).await;
+    // One asker writes 24 messages in well under a minute: the flood guard would rightly stop
+    // her, and this replay measures tokens, not the guard.
+    let rig =
+        Rig::with(&[("CLANKIE_CAPTAIN_ONE_SHOT", mode), ("CLANKIE_TYPING_HOLD_MS", &hold), ("CLANKIE_FLOOD_ADMISSIONS_PER_MINUTE", "0")])
+            .await;
     // Both modes speak as the same character, as a deployment would after `clankie self persona`.
     let store = clankie_store::Store::connect(&rig.settings.database_url).await.context("store")?;
     // CLANKIE_BENCH_BARE=1 leaves the persona empty, to see how the ratio leans on the fixed prompt.
@@ -78,7 +85,26 @@ async fn economy(one_shot: bool) -> Result<Economy> {
         }));
     }
     let mut rng = Lcg(0x5eed);
+    let bus = rig.bus().await;
     for burst in 0..BURSTS {
+        // What a prefix cache has to survive: between bursts he comes and goes in voice and
+        // lives something there, so presence and experiences change from turn to turn.
+        let guild = rig.sandbox.discord.config().guild_id;
+        let voice = rig.sandbox.discord.config().channels.iter().find(|c| c.voice).map_or(300, |c| c.id);
+        let session = clankie_proto::v1::VoiceSession {
+            guild_id: guild,
+            channel_id: (burst % 2 == 1).then_some(voice),
+            session_id: format!("bench-{burst}"),
+            updated_at_ms: clankie_bus::now_ms(),
+        };
+        bus.publish(&clankie_proto::Subject::VoiceSession { guild }, &session, None).await.context("voice session")?;
+        let lived = clankie_self::experience::talked(
+            &clankie_proto::LaneKey::Voice { guild, channel: voice },
+            &[format!("player{burst}")],
+            &format!("bench-voice-{burst}"),
+            clankie_bus::now_ms(),
+        );
+        store.insert_experience(&lived, Duration::from_secs(3600)).await.context("experience")?;
         let mut ids = Vec::new();
         for i in 0..PER_BURST {
             if i > 0 {
@@ -96,11 +122,23 @@ async fn economy(one_shot: bool) -> Result<Economy> {
             }
         }
         rig.wait_outcomes(GENERAL, &ids).await;
+        eprintln!("economy ({}): burst {}/{BURSTS} answered", if one_shot { "one-shot" } else { "durable" }, burst + 1);
     }
     let (turns, tokens) = store.turn_totals().await.context("reading turns")?;
     let replies = rig.sandbox.discord.posts(GENERAL).len();
-    let calls = rig.standin.requests().len();
+    let requests = rig.standin.requests();
+    let calls = requests.len();
+    let serialized = |m: &serde_json::Value| m.to_string().len() as f64;
+    let shares: Vec<f64> = requests
+        .windows(2)
+        .map(|pair| {
+            let (before, now) = (pair[0].messages(), pair[1].messages());
+            let kept: f64 = now.iter().zip(before).take_while(|(a, b)| a == b).map(|(m, _)| serialized(m)).sum();
+            kept / now.iter().map(serialized).sum::<f64>().max(1.0)
+        })
+        .collect();
     Ok(Economy {
+        prefix_reuse: shares.iter().sum::<f64>() / shares.len().max(1) as f64,
         runs: turns as f64 / BURSTS as f64,
         calls: calls as f64 / BURSTS as f64,
         input_tokens: tokens.unwrap_or(0) as f64 / BURSTS as f64,
@@ -334,6 +372,7 @@ async fn run() -> Result<()> {
         println!("input_tokens_per_burst_oneshot: {:.0}", oneshot.input_tokens);
         println!("input_tokens_per_burst_durable: {:.0}", durable.input_tokens);
         println!("token_ratio_durable_over_oneshot: {:.2}", durable.input_tokens / oneshot.input_tokens.max(1.0));
+        println!("prompt_prefix_reuse: {:.3}", durable.prefix_reuse);
         println!("duplicate_replies_oneshot: {}", oneshot.duplicate_replies);
         println!("duplicate_replies_durable: {}", durable.duplicate_replies);
     }

@@ -62,11 +62,13 @@ impl Captain {
                 return failed("self_unavailable");
             }
         };
-        let run = inner.agent.start(
-            session,
-            clankie_self::assemble(&snapshot, &lane, clankie_self::Surface::Text { privileged: false }),
-            vec![UserMessage::new(req.author_name.clone(), req.delivery_id.clone(), text)],
-        );
+        let mut first = Vec::new();
+        if let Some(context) = clankie_self::self_context_message(&snapshot, &lane, &session) {
+            first.push(context);
+        }
+        first.push(UserMessage::new(req.author_name.clone(), req.delivery_id.clone(), text));
+        let run =
+            inner.agent.start(session, clankie_self::assemble(&snapshot, &lane, clankie_self::Surface::Text { privileged: false }), first);
         let renew_every = config.lease_ttl / 3;
         let mut renew = tokio::time::interval(renew_every.max(Duration::from_millis(10)));
         renew.tick().await;

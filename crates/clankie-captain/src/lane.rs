@@ -270,6 +270,11 @@ impl Captain {
         {
             first.push(UserMessage::new("channel history", "", block));
         }
+        // Where else he is and what he lived elsewhere, just before the new input, and only when
+        // it changed: the system prompt and the session before it stay one cacheable prefix.
+        if let Some(context) = clankie_self::self_context_message(&snapshot, &lane, &session) {
+            first.push(context);
+        }
         // Oldest first, as the room saw them: gathered deliveries predate the one that started the run.
         let mut in_order: Vec<&Held> = std::iter::once(&owner).chain(absorbed.iter()).collect();
         in_order.sort_by_key(|h| h.message_id());

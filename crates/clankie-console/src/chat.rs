@@ -46,6 +46,7 @@ pub async fn thread(State(console): State<Console>) -> Result<Json<Vec<Value>>, 
         .iter()
         .filter_map(|e| serde_json::from_value::<clankie_agent::EntryBody>(e.body.clone()).ok())
         .filter_map(|body| match body {
+            clankie_agent::EntryBody::User { author, .. } if author != "owner" => None,
             clankie_agent::EntryBody::User { text, .. } => {
                 let said = clankie_self::blocks::parse(&text).and_then(|blocks| blocks.into_iter().next()).map_or(text, |b| b.content);
                 Some(json!({ "from": "owner", "text": said }))
@@ -112,7 +113,12 @@ impl Console {
         let said = clankie_self::blocks::Said { author_name: "owner", author_id: owner, delivery_id, text };
         let message = clankie_self::blocks::message(&said, &[("via", "the operator console")]);
         let system = clankie_self::assemble(&snapshot, lane, clankie_self::Surface::Console);
-        let run = inner.agent.start(session, system, vec![UserMessage::new("owner", delivery_id, message)]);
+        let mut first = Vec::new();
+        if let Some(context) = clankie_self::self_context_message(&snapshot, lane, &session) {
+            first.push(context);
+        }
+        first.push(UserMessage::new("owner", delivery_id, message));
+        let run = inner.agent.start(session, system, first);
         let mut renew = tokio::time::interval((inner.lease_ttl / 3).max(Duration::from_millis(10)));
         renew.tick().await;
         let finished = run.finish();

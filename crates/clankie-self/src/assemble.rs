@@ -44,16 +44,111 @@ fn room(thread: &LaneKey) -> String {
     }
 }
 
-fn ago(read_at_ms: i64, at_ms: i64) -> String {
-    let mins = (read_at_ms - at_ms).max(0) / 60_000;
-    match mins {
-        0 => "just now".to_owned(),
-        1..=59 => format!("{mins} min ago"),
-        _ => format!("{} h ago", mins / 60),
+/// Where else he is and what he lived elsewhere, as the policy lets `thread` know them.
+struct ContextParts {
+    /// `Where else you are right now: …`
+    presence: String,
+    /// Experience lines, newest first, each `(2026-11-30 15:04 UTC) summary`.
+    digest: Vec<String>,
+}
+
+fn context_parts(snapshot: &Snapshot, thread: &LaneKey) -> ContextParts {
+    let settings = &snapshot.settings;
+    let elsewhere: Vec<String> = snapshot
+        .presence
+        .voice
+        .iter()
+        .map(|&(guild, channel)| LaneKey::Voice { guild, channel })
+        .chain(snapshot.presence.lanes.iter().copied().filter(|l| !matches!(l, LaneKey::Voice { .. })))
+        .filter(|l| may_know(settings, thread, l))
+        .map(|l| room(&l).replacen("the ", "", 1))
+        .collect();
+    let presence =
+        if elsewhere.is_empty() { format!("{PRESENCE_LINE}nowhere else.") } else { format!("{PRESENCE_LINE}{}.", elsewhere.join("; ")) };
+    let mut digest: Vec<String> = Vec::new();
+    for e in &snapshot.experiences {
+        let Ok(source) = e.thread.parse::<LaneKey>() else { continue };
+        if source.guild() != e.guild_id || !may_know(settings, thread, &source) {
+            continue;
+        }
+        let summary = clean(&e.summary, SUMMARY_MAX_CHARS);
+        if digest.iter().any(|d| d.ends_with(&summary)) {
+            continue;
+        }
+        digest.push(format!("({}) {summary}", at_minute(e.at_ms)));
+        if digest.len() == DIGEST_LIMIT {
+            break;
+        }
+    }
+    ContextParts { presence, digest }
+}
+
+const PRESENCE_LINE: &str = "Where else you are right now: ";
+
+fn render_context(presence: &str, lines: &[&String], heading: &str) -> String {
+    let mut p = format!("{SELF_CONTEXT_OPEN}\n{presence}");
+    if !lines.is_empty() {
+        let _ = write!(p, "\n<experiences>\n{heading}");
+        for d in lines {
+            let _ = write!(p, "\n- {d}");
+        }
+        p.push_str("\n</experiences>");
+    }
+    p.push_str("\n</self_context>");
+    p
+}
+
+/// The volatile part of the shared self for one turn of `thread`, whole: where else he is right
+/// now and what he lived recently elsewhere, with absolute times, as the policy lets `thread`
+/// know them. It never goes into the system prompt, so that stays one cacheable prefix.
+pub fn self_context(snapshot: &Snapshot, thread: &LaneKey) -> String {
+    let parts = context_parts(snapshot, thread);
+    render_context(&parts.presence, &parts.digest.iter().collect::<Vec<_>>(), DIGEST_HEADING)
+}
+
+const DIGEST_HEADING: &str = "What you lived recently in other places, newest first (your own summaries, not transcripts):";
+
+/// The self-context message a durable thread is sent before its new input, given the
+/// self-context notes its session still shows (`Session::seen_from(SELF_CONTEXT_AUTHOR)`):
+/// where else he is when that changed, and only the experiences it was not told yet. `None`
+/// when nothing changed, or when there is nothing to tell and it was never told anything. So a
+/// warm lane's request is its previous one with a few lines appended.
+pub fn self_context_due(snapshot: &Snapshot, thread: &LaneKey, seen: &[&str]) -> Option<String> {
+    let parts = context_parts(snapshot, thread);
+    let told: std::collections::HashSet<&str> = seen.iter().flat_map(|t| t.lines()).filter_map(|l| l.strip_prefix("- ")).collect();
+    let fresh: Vec<&String> = parts.digest.iter().filter(|d| !told.contains(d.as_str())).collect();
+    let last_presence = seen.last().and_then(|t| t.lines().find(|l| l.starts_with(PRESENCE_LINE)));
+    match last_presence {
+        Some(p) if p == parts.presence && fresh.is_empty() => None,
+        None if fresh.is_empty() && parts.presence.ends_with("nowhere else.") => None,
+        None => Some(render_context(&parts.presence, &fresh, DIGEST_HEADING)),
+        Some(_) => {
+            Some(render_context(&parts.presence, &fresh, "Since your last note, newest first (your own summaries, not transcripts):"))
+        }
     }
 }
 
-/// The system prompt for one turn of `thread` on `surface`.
+/// The self-context message for a durable session, when one is due (see [`self_context_due`]).
+pub fn self_context_message(snapshot: &Snapshot, thread: &LaneKey, session: &clankie_agent::Session) -> Option<clankie_agent::UserMessage> {
+    self_context_due(snapshot, thread, &session.seen_from(SELF_CONTEXT_AUTHOR))
+        .map(|text| clankie_agent::UserMessage::new(SELF_CONTEXT_AUTHOR, "", text))
+}
+
+/// How [`self_context`] opens: a note from the system about himself, not anyone's words.
+pub const SELF_CONTEXT_OPEN: &str = "<self_context>\nA note from the system about you as of now (nobody in the room wrote it):";
+
+/// The author name a self-context message is stored under in a session.
+pub const SELF_CONTEXT_AUTHOR: &str = "self context";
+
+/// A time to the minute, in UTC (`2026-11-30 15:04 UTC`): absolute, so the same experience
+/// reads the same in every request.
+fn at_minute(at_ms: i64) -> String {
+    let stamp = clankie_proto::time::rfc3339(std::time::UNIX_EPOCH + std::time::Duration::from_millis(at_ms.max(0) as u64));
+    format!("{} {} UTC", &stamp[..10], &stamp[11..16])
+}
+
+/// The system prompt for one turn of `thread` on `surface`: who he is, his people, approved
+/// memory and the surface's rules; what changes turn by turn is in [`self_context`].
 pub fn assemble(snapshot: &Snapshot, thread: &LaneKey, surface: Surface) -> String {
     let persona = &snapshot.persona;
     let settings = &snapshot.settings;
@@ -101,42 +196,6 @@ Know your owner and operators by that id, never by a name: anyone can take any d
             let _ = write!(p, "\n- {}", clean(fact, FACT_MAX_CHARS));
         }
         p.push_str("\n</memory>");
-    }
-
-    let elsewhere: Vec<String> = snapshot
-        .presence
-        .voice
-        .iter()
-        .map(|&(guild, channel)| LaneKey::Voice { guild, channel })
-        .chain(snapshot.presence.lanes.iter().copied().filter(|l| !matches!(l, LaneKey::Voice { .. })))
-        .filter(|l| may_know(settings, thread, l))
-        .map(|l| room(&l).replacen("the ", "", 1))
-        .collect();
-    if !elsewhere.is_empty() {
-        let _ = write!(p, "\n\nWhere else you are right now: {}.", elsewhere.join("; "));
-    }
-
-    let mut digest: Vec<String> = Vec::new();
-    for e in &snapshot.experiences {
-        let Ok(source) = e.thread.parse::<LaneKey>() else { continue };
-        if source.guild() != e.guild_id || !may_know(settings, thread, &source) {
-            continue;
-        }
-        let summary = clean(&e.summary, SUMMARY_MAX_CHARS);
-        if digest.iter().any(|d| d.ends_with(&summary)) {
-            continue;
-        }
-        digest.push(format!("({}) {summary}", ago(snapshot.read_at_ms, e.at_ms)));
-        if digest.len() == DIGEST_LIMIT {
-            break;
-        }
-    }
-    if !digest.is_empty() {
-        p.push_str("\n\n<experiences>\nWhat you lived recently in other places, newest first (your own summaries, not transcripts):");
-        for d in &digest {
-            let _ = write!(p, "\n- {d}");
-        }
-        p.push_str("\n</experiences>");
     }
 
     match surface {
@@ -217,27 +276,69 @@ mod tests {
             experience::talked(&DM_A, &["dee".into()], "d", 9 * 60_000),
             experience::talked(&ROOM_G, &["gil".into()], "g", 9 * 60_000),
         ];
-        let p = assemble(&snapshot(exps), &ROOM_G, Surface::Text { privileged: false });
-        assert!(p.contains("(1 min ago) I was talking in the voice channel 11 with ada."), "{p}");
-        assert!(p.contains("Where else you are right now: voice channel 11."), "{p}");
+        let snap = snapshot(exps);
+        let c = self_context(&snap, &ROOM_G);
+        assert!(c.contains("(1970-01-01 00:09 UTC) I was talking in the voice channel 11 with ada."), "{c}");
+        assert!(c.contains("Where else you are right now: voice channel 11."), "{c}");
+        let p = assemble(&snap, &ROOM_G, Surface::Text { privileged: false });
         for absent in ["hal", "dee", "gil", "channel 20", "DM with", "private DM;"] {
-            assert!(!p.contains(absent), "{absent} leaked into {p}");
+            assert!(!p.contains(absent) && !c.contains(absent), "{absent} leaked into {p}\n{c}");
         }
         assert!(p.contains("A tinkerer.") && p.contains("The lobby opens at eight.") && p.contains("people also call you clanky"));
         assert!(p.contains("your owner is Discord user 7"));
     }
 
     #[test]
+    fn prefix_stable_the_system_prompt_holds_nothing_that_changes_between_turns() {
+        let mut snap = snapshot(vec![]);
+        let before = assemble(&snap, &ROOM_G, Surface::Text { privileged: false });
+        let context_before = self_context(&snap, &ROOM_G);
+        snap.experiences.push(experience::talked(&LaneKey::Voice { guild: 1, channel: 11 }, &["ada".into()], "v", 9 * 60_000));
+        snap.presence.voice.clear();
+        snap.read_at_ms += 3_600_000;
+        assert_eq!(assemble(&snap, &ROOM_G, Surface::Text { privileged: false }), before, "presence or experiences in the system prompt");
+        let context_after = self_context(&snap, &ROOM_G);
+        assert_ne!(context_after, context_before);
+        assert!(context_after.starts_with(SELF_CONTEXT_OPEN) && context_after.contains("nowhere else"));
+        // The same experience reads the same later: its time is absolute.
+        snap.read_at_ms += 3_600_000;
+        assert_eq!(self_context(&snap, &ROOM_G), context_after);
+    }
+
+    #[test]
+    fn prefix_stable_a_later_self_context_carries_only_what_changed() {
+        let voice = LaneKey::Voice { guild: 1, channel: 11 };
+        let mut snap = snapshot(vec![experience::talked(&voice, &["ada".into()], "a", 60_000)]);
+        let first = self_context_due(&snap, &ROOM_G, &[]).expect("something to tell");
+        assert!(first.contains("with ada.") && first.contains("voice channel 11"), "{first}");
+        assert_eq!(self_context_due(&snap, &ROOM_G, &[&first]), None, "nothing changed");
+
+        snap.experiences.insert(0, experience::talked(&voice, &["bob".into()], "b", 120_000));
+        let second = self_context_due(&snap, &ROOM_G, &[&first]).expect("a new experience");
+        assert!(second.contains("with bob.") && !second.contains("with ada."), "{second}");
+        assert!(second.contains("Since your last note"));
+        assert_eq!(self_context_due(&snap, &ROOM_G, &[&first, &second]), None);
+
+        snap.presence.voice.clear();
+        let third = self_context_due(&snap, &ROOM_G, &[&first, &second]).expect("he left voice");
+        assert!(!third.contains("<experiences>") && third.contains("Where else you are right now: nowhere else."), "{third}");
+
+        let mut nowhere = snapshot(vec![]);
+        nowhere.presence = Presence::default();
+        assert_eq!(self_context_due(&nowhere, &ROOM_G, &[]), None, "nothing to tell a thread never told anything");
+    }
+
+    #[test]
     fn an_untrusted_dm_sees_no_other_thread_and_a_trusted_one_sees_guilds() {
         let exps = vec![experience::talked(&ROOM_G, &["gil".into()], "g", 0)];
-        let p = assemble(&snapshot(exps.clone()), &DM_A, Surface::Text { privileged: false });
-        assert!(!p.contains("gil") && !p.contains("Where else"), "{p}");
+        let c = self_context(&snapshot(exps.clone()), &DM_A);
+        assert!(!c.contains("gil") && c.contains("nowhere else"), "{c}");
         let mut s = snapshot(exps);
         s.settings.trusted_dms = vec![30];
-        let p = assemble(&s, &DM_A, Surface::Text { privileged: false });
-        assert!(p.contains("gil") && p.contains("this DM is one your owner trusts"), "{p}");
+        assert!(assemble(&s, &DM_A, Surface::Text { privileged: false }).contains("this DM is one your owner trusts"));
+        assert!(self_context(&s, &DM_A).contains("gil"));
         s.settings.sharing = Sharing::None;
-        assert!(!assemble(&s, &DM_A, Surface::Text { privileged: false }).contains("gil"));
+        assert!(!self_context(&s, &DM_A).contains("gil"));
     }
 
     #[test]
@@ -245,9 +346,11 @@ mod tests {
         let voice = LaneKey::Voice { guild: 1, channel: 11 };
         let mut exps: Vec<v1::Experience> = (0..5).map(|i| experience::talked(&voice, &["ada".into()], &format!("same{i}"), 0)).collect();
         exps.extend((0..20).map(|i| experience::talked(&voice, &[format!("p{i}")], &format!("d{i}"), 0)));
-        let p = assemble(&snapshot(exps), &ROOM_G, Surface::Voice { ask_tool: "ask_clankie" });
-        assert_eq!(p.matches("with ada.").count(), 1);
-        assert_eq!(p.matches("\n- (").count(), DIGEST_LIMIT);
+        let snap = snapshot(exps);
+        let c = self_context(&snap, &ROOM_G);
+        assert_eq!(c.matches("with ada.").count(), 1);
+        assert_eq!(c.matches("\n- (").count(), DIGEST_LIMIT);
+        let p = assemble(&snap, &ROOM_G, Surface::Voice { ask_tool: "ask_clankie" });
         assert!(p.contains("spoken aloud") && p.contains("ask_clankie"));
     }
 
@@ -255,6 +358,6 @@ mod tests {
     fn an_experience_whose_guild_disagrees_with_its_thread_is_dropped() {
         let mut forged = experience::talked(&ROOM_H, &["hal".into()], "h", 0);
         forged.guild_id = Some(1);
-        assert!(!assemble(&snapshot(vec![forged]), &ROOM_G, Surface::Text { privileged: false }).contains("hal"));
+        assert!(!self_context(&snapshot(vec![forged]), &ROOM_G).contains("hal"));
     }
 }

@@ -20,7 +20,7 @@ use clankie_bus::{Bus, BusError};
 use clankie_proto::{LaneKey, Subject, v1};
 use clankie_store::{MemoryStatus, OwnerSettings, Persona, Store, StoreError};
 
-pub use assemble::{Surface, assemble};
+pub use assemble::{SELF_CONTEXT_AUTHOR, SELF_CONTEXT_OPEN, Surface, assemble, self_context, self_context_due, self_context_message};
 
 /// Why the shared self could not be read.
 #[derive(Debug, thiserror::Error)]

@@ -411,8 +411,9 @@ impl VoiceFloor {
         rules
     }
 
-    /// The voice persona: the shared self's prompt for this room, or its bare form when the store is away.
-    async fn persona(&self, key: (u64, u64)) -> String {
+    /// The voice persona: the shared self's prompt for this room (or its bare form when the
+    /// store is away), and its self-context, which goes before the room block.
+    async fn persona(&self, key: (u64, u64)) -> (String, String) {
         let thread = LaneKey::Voice { guild: key.0, channel: key.1 };
         let snapshot = match self.selfhood.snapshot(&thread).await {
             Ok(s) => s,
@@ -421,7 +422,7 @@ impl VoiceFloor {
                 self.selfhood.bare()
             }
         };
-        clankie_self::assemble(&snapshot, &thread, Surface::Voice { ask_tool: ASK })
+        (clankie_self::assemble(&snapshot, &thread, Surface::Voice { ask_tool: ASK }), clankie_self::self_context(&snapshot, &thread))
     }
 
     fn room_block(&self, key: (u64, u64)) -> String {
@@ -460,7 +461,7 @@ impl VoiceFloor {
             parameters: json!({ "type": "object", "properties": { "request": { "type": "string" } }, "required": ["request"] }),
         };
         let retry = RetryPolicy::default();
-        let system = self.persona(key).await;
+        let (system, context) = self.persona(key).await;
         let mouth = self.rooms.lock().unwrap_or_else(|p| p.into_inner()).get(&key).and_then(|r| r.mouth.clone());
         let mut covered = vec![first.clone()];
         let mut tail: Vec<ChatMessage> = Vec::new();
@@ -492,7 +493,7 @@ impl VoiceFloor {
             }
             let latest = covered.last().cloned().unwrap_or_else(|| first.clone());
             // The ring already holds every line heard, steered ones included.
-            let mut messages = vec![ChatMessage::user(self.room_block(key))];
+            let mut messages = vec![ChatMessage::user(context.clone()), ChatMessage::user(self.room_block(key))];
             messages.extend(tail.iter().cloned());
             let request = ModelRequest { system: system.clone(), messages, tools: vec![ask.clone()] };
             calls += 1;

@@ -7,6 +7,7 @@
 
 mod burst;
 mod failures;
+mod ingest;
 mod metrics;
 mod outbox;
 mod privileged;
@@ -160,10 +161,19 @@ impl Rig {
     }
 
     pub async fn say_as(&self, id: u64, author: &str, content: &str, mention: bool, guild: Option<u64>) {
+        self.say_on(id, author, content, mention, guild, CHANNEL).await;
+    }
+
+    /// A DM on `channel` (a lane of its own, `dm:<channel>`).
+    pub async fn say_in(&self, id: u64, author: &str, content: &str, channel: u64) {
+        self.say_on(id, author, content, false, None, channel).await;
+    }
+
+    async fn say_on(&self, id: u64, author: &str, content: &str, mention: bool, guild: Option<u64>, channel: u64) {
         let ingress = v1::Ingress {
             delivery_id: id.to_string(),
             guild_id: guild,
-            channel_id: CHANNEL,
+            channel_id: channel,
             author_id: author_id(author),
             author_name: author.into(),
             content: content.into(),
@@ -178,7 +188,7 @@ impl Rig {
             content: content.into(),
             ..Default::default()
         });
-        self.bus.publish(&Subject::ingress_text(guild, CHANNEL), &ingress, Some(&MsgId::discord_message(id))).await.unwrap();
+        self.bus.publish(&Subject::ingress_text(guild, channel), &ingress, Some(&MsgId::discord_message(id))).await.unwrap();
     }
 
     /// A line the body's history holds but that never came as ingress: said while no captain ran.

@@ -57,3 +57,49 @@ async fn a_warm_lane_is_never_resent_its_history_and_a_restart_reads_cold() {
         assert_eq!(cold.count(line), 1, "after the restart the model saw {line:?} {} times", cold.count(line));
     }
 }
+
+/// Seed ADR 0124 with providers' prefix caches in mind: the system prompt holds nothing that
+/// changes turn by turn, so a warm lane's next request is its last one with the new turn
+/// appended. Where else he is and what he lived elsewhere arrive as a late self-context
+/// message, sent again only when it changed.
+#[tokio::test]
+async fn prefix_stable_a_warm_lane_with_a_new_voice_presence_and_experience_between_turns_extends_its_last_request() {
+    let rig = Rig::new().await;
+    let (captain, _task) = rig.captain("captain-a").await;
+    rig.standin.script(Script::any(Reply::text("reply alpha")));
+    let m1 = rig.say("ada", "@Clankie hello", true).await;
+    rig.wait_outcomes(&[m1]).await;
+    assert_eq!(captain.warm_lanes(), 1);
+
+    // Between the turns he joins a voice channel of the guild and lives something there.
+    let voice = clankie_proto::LaneKey::Voice { guild: GUILD, channel: 300 };
+    let session = clankie_proto::v1::VoiceSession { guild_id: GUILD, channel_id: Some(300), session_id: "s".into(), updated_at_ms: 1 };
+    rig.bus.publish(&clankie_proto::Subject::VoiceSession { guild: GUILD }, &session, None).await.unwrap();
+    let lived = clankie_self::experience::talked(&voice, &["bob".into()], "v1", clankie_bus::now_ms());
+    rig.store.insert_experience(&lived, std::time::Duration::from_secs(3600)).await.unwrap();
+
+    rig.standin.script(Script::any(Reply::text("reply beta")));
+    let m2 = rig.say("ada", "@Clankie and now?", true).await;
+    rig.wait_outcomes(&[m2]).await;
+    let requests = rig.standin.requests();
+    assert_eq!(requests.len(), 2);
+    let (first, second) = (requests[0].messages(), requests[1].messages());
+    assert_eq!(&second[..first.len()], first, "the second request does not start with the first one's messages");
+    let added: Vec<String> = second[first.len()..].iter().map(|m| m["content"].to_string()).collect();
+    assert_eq!(added.len(), 3, "his answer, the self-context and the new message: {added:?}");
+    assert!(added[0].contains("reply alpha"));
+    assert!(
+        added[1].contains(clankie_self::SELF_CONTEXT_OPEN.lines().next().unwrap()) && added[1].contains("voice channel 300"),
+        "{added:?}"
+    );
+    assert!(added[1].contains("I was talking in the voice channel 300 with bob."), "{added:?}");
+    assert!(added[2].contains("and now?"));
+
+    // Nothing changed since: the third request adds no second self-context.
+    rig.standin.script(Script::any(Reply::text("reply gamma")));
+    let m3 = rig.say("ada", "@Clankie still there?", true).await;
+    rig.wait_outcomes(&[m3]).await;
+    let third = rig.standin.requests().pop().unwrap();
+    assert_eq!(&third.messages()[..second.len()], second);
+    assert_eq!(third.count("<self_context>"), 1, "an unchanged self-context was sent again");
+}
