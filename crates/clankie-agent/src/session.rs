@@ -117,13 +117,17 @@ fn new_id() -> String {
 }
 
 impl Session {
-    /// Opens the tree, loading whatever it already holds.
+    /// Opens the tree, loading whatever it already holds but what runs that never settled wrote:
+    /// a run that died or lost its lane posted nothing, so its input and its unsent answer are
+    /// not part of the conversation, and the run that takes its deliveries writes them afresh.
     pub async fn open(store: Store, lease: Lease, tree: impl Into<String>) -> Result<Session, AgentError> {
         let tree = tree.into();
+        let abandoned = store.abandoned_epochs(&lease.lane).await?;
         let entries = store
             .entries(&tree)
             .await?
             .into_iter()
+            .filter(|e| !abandoned.contains(&e.epoch))
             .map(|e| {
                 let body: EntryBody = serde_json::from_value(e.body)
                     .map_err(|err| AgentError::Session(format!("entry {} of {tree} is unreadable: {err}", e.id)))?;

@@ -156,7 +156,16 @@ impl Captain {
     /// The room's history for a lane opening cold. A session resumed from the store already
     /// holds the room up to its newest delivery, so it gets only the lines after that, and
     /// none of his own (his words are in it as he wrote them): no line reaches a tree twice.
-    async fn history_block(&self, owner: &v1::Ingress, heard_up_to: Option<u64>, hidden_authors: &[u64]) -> Option<String> {
+    /// `carried` are the run's own deliveries, which reach the model as messages of their own (a
+    /// takeover gathers ones older than the message that started it), and `hidden_authors` the
+    /// grantees whose work in a trusted room stays out of its conversation.
+    async fn history_block(
+        &self,
+        owner: &v1::Ingress,
+        heard_up_to: Option<u64>,
+        carried: &[u64],
+        hidden_authors: &[u64],
+    ) -> Option<String> {
         let config = &self.inner.config;
         if config.history_limit == 0 {
             return None;
@@ -172,7 +181,7 @@ impl Captain {
                 if let Some(heard) = heard_up_to {
                     reply.messages.retain(|m| m.message_id > heard && !m.is_him);
                 }
-                reply.messages.retain(|m| !hidden_authors.contains(&m.author_id));
+                reply.messages.retain(|m| !hidden_authors.contains(&m.author_id) && !carried.contains(&m.message_id));
                 let (block, left_out) = prompt::history(&reply.messages, config.bounds.history_chars);
                 if left_out > 0 {
                     let lane = crate::lane_of(owner);
@@ -262,11 +271,20 @@ impl Captain {
             }
         };
         let mut first = Vec::new();
+        // What reaches the model as messages of its own stays out of the history block: this run's
+        // deliveries, and the lane's other admitted, unsettled ones, which come to it as steers.
+        let mut carried: Vec<u64> = std::iter::once(&owner).chain(absorbed.iter()).map(|h| h.message_id()).collect();
+        if cold && !system_lane {
+            match inner.store.unsettled_admissions(&lane, config.gather_window).await {
+                Ok(rows) => carried.extend(rows.iter().filter_map(|(id, _)| id.parse::<u64>().ok())),
+                Err(e) => tracing::warn!(%lane, error = %e, "unsettled admissions not readable for the history block"),
+            }
+        }
         // The operator's work in a trusted room stays out of the room's conversation, even as history.
         let hidden: Vec<u64> = if trusted { config.grants.iter().chain(&snapshot.settings.grants).copied().collect() } else { Vec::new() };
         if cold
             && !system_lane
-            && let Some(block) = self.history_block(&owner.ingress, session.newest_delivery(), &hidden).await
+            && let Some(block) = self.history_block(&owner.ingress, session.newest_delivery(), &carried, &hidden).await
         {
             first.push(UserMessage::new("channel history", "", block));
         }

@@ -236,6 +236,18 @@ impl Store {
         Ok(rows.into_iter().map(|(id, seq)| (id, u64::try_from(seq).unwrap_or(0))).collect())
     }
 
+    /// Epochs of the lane whose turn started and never ended, before the lane's current one:
+    /// runs that died or were fenced, whose session entries never became conversation.
+    pub async fn abandoned_epochs(&self, lane: &LaneKey) -> Result<Vec<i64>, StoreError> {
+        Ok(sqlx::query_scalar(
+            "SELECT t.epoch FROM turns t JOIN lanes l ON l.lane = t.lane
+             WHERE t.lane = $1 AND t.ended_at IS NULL AND t.epoch < l.epoch",
+        )
+        .bind(lane.to_string())
+        .fetch_all(&self.pool)
+        .await?)
+    }
+
     /// Why a delivery was admitted, if it ever was.
     pub async fn admission(&self, delivery_id: &str) -> Result<Option<String>, StoreError> {
         Ok(sqlx::query_scalar("SELECT reason FROM admissions WHERE delivery_id = $1").bind(delivery_id).fetch_optional(&self.pool).await?)

@@ -95,6 +95,13 @@ async fn killing_the_owner_mid_run_loses_nothing_and_answers_once() {
     }
     let rows: i64 = sqlx::query_scalar("SELECT count(*) FROM deliveries").fetch_one(rig.store.pool()).await.unwrap();
     assert_eq!(rows, 3);
+    // A delivery reaches the new owner's model once: the dead run's input, already in the tree,
+    // is not written again, and what comes as a message is not also history.
+    for request in rig.standin.requests().iter().skip(1) {
+        for line in ["@Clankie one", "two", "three"] {
+            assert!(request.count(line) <= 1, "{line:?} was sent {} times in one request", request.count(line));
+        }
+    }
     let _ = survivor.start_kill();
 }
 

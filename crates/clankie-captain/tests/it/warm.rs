@@ -103,3 +103,75 @@ async fn prefix_stable_a_warm_lane_with_a_new_voice_presence_and_experience_betw
     assert_eq!(&third.messages()[..second.len()], second);
     assert_eq!(third.count("<self_context>"), 1, "an unchanged self-context was sent again");
 }
+
+/// Every line of the room's history in the lane's tree, one string per entry.
+async fn tree_texts(rig: &Rig) -> Vec<String> {
+    let tree = format!("rooms/{}", clankie_proto::LaneKey::Room { guild: GUILD, channel: super::CHANNEL });
+    rig.store.entries(&tree).await.unwrap().iter().map(|e| e.body.to_string()).collect()
+}
+
+/// Seed ADR 0118 across replicas: two captains take turns on one lane (each hands it over by
+/// stopping), so every turn opens where the other left off. Warm or not is read from the stored
+/// tree: no turn after the first is sent a history line the tree already holds, and the tree
+/// holds each line of the room once.
+#[tokio::test]
+async fn warm_across_replicas_two_captains_alternating_turns_never_resend_or_restore_a_history_line() {
+    let rig = Rig::new().await;
+    rig.say_as(1, "cy", "earlier chatter about brackets", false, Some(GUILD)).await;
+    let (a, task_a) = rig.captain("captain-a").await;
+    let (b, task_b) = rig.captain("captain-b").await;
+    task_b.abort();
+    let _ = task_b.await;
+    let mut running = Some(task_a);
+    let overheard = ["line one of the room", "line two of the room", "line three of the room", "line four of the room"];
+    let replies = ["reply alpha", "reply beta", "reply gamma", "reply delta"];
+    for turn in 0..4 {
+        let on = if turn % 2 == 0 { &a } else { &b };
+        if turn > 0 {
+            // Hand over: the other replica stops, this one starts; the room talked meanwhile.
+            if let Some(t) = running.take() {
+                t.abort();
+                let _ = t.await;
+            }
+            let c = on.clone();
+            running = Some(tokio::spawn(async move {
+                let _ = c.run().await;
+            }));
+            rig.overheard("eve", overheard[turn]);
+        }
+        let before = tree_texts(&rig).await;
+        rig.standin.script(Script::any(Reply::text(replies[turn])));
+        let id = rig.say("ada", &format!("@Clankie question {turn}"), true).await;
+        rig.wait_outcomes(&[id]).await;
+        rig.posted_by_him(replies[turn]);
+        let ran_on = rig
+            .receipts
+            .all()
+            .into_iter()
+            .find(|r| r.kind == "captain.run" && r.delivery_id == id.to_string())
+            .and_then(|r| r.ids.get("replica").cloned());
+        assert_eq!(ran_on.as_deref(), Some(if turn % 2 == 0 { "captain-a" } else { "captain-b" }), "turn {turn} ran elsewhere");
+        let request = rig.standin.requests().pop().unwrap();
+        let blocks: Vec<String> =
+            request.messages().iter().map(|m| m["content"].to_string()).filter(|c| c.contains(HISTORY_OPEN)).collect();
+        assert!(blocks.len() <= 1, "turn {turn} was sent {} history blocks", blocks.len());
+        if turn > 0 {
+            for line in ["earlier chatter about brackets", "question 0", overheard[1], "reply alpha"] {
+                let held = before.iter().any(|t| t.contains(line));
+                let resent = blocks.iter().any(|b| b.contains(line));
+                assert!(!(held && resent), "turn {turn} was sent {line:?} again, which the tree holds");
+            }
+        }
+    }
+    let tree = tree_texts(&rig).await.join("\n");
+    assert_eq!(tree.matches("earlier chatter about brackets").count(), 1);
+    for line in overheard[1..].iter() {
+        assert!(tree.matches(line).count() <= 1, "the tree holds {line:?} {} times", tree.matches(line).count());
+    }
+    for turn in 0..4 {
+        assert_eq!(tree.matches(&format!("question {turn}")).count(), 1, "question {turn} is in the tree more than once");
+    }
+    if let Some(t) = running {
+        t.abort();
+    }
+}
