@@ -33,7 +33,18 @@ pub(crate) struct Plan {
     pub request: ModelRequest,
 }
 
+/// What one picture costs in context, in tokens (a detailed 1024×1024 picture at OpenAI's
+/// rates); pictures count toward the budget like words.
+pub const PICTURE_TOKENS: usize = 765;
+
 fn tokens(body: &EntryBody) -> usize {
+    if let EntryBody::User { images, .. } = body {
+        return text_tokens(body) + images.len() * PICTURE_TOKENS;
+    }
+    text_tokens(body)
+}
+
+fn text_tokens(body: &EntryBody) -> usize {
     let chars = match body {
         EntryBody::User { text, .. } | EntryBody::Note { text } => text.len(),
         EntryBody::Assistant { text, tool_calls, .. } => text.len() + tool_calls.iter().map(|c| c.arguments.len()).sum::<usize>(),

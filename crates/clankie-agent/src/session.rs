@@ -100,6 +100,11 @@ pub const SUMMARY_PREFIX: &str = "Summary of the conversation before this point:
 pub const SETTLED_RESULT_MAX_CHARS: usize = 600;
 
 /// What the model is told a tool call with no recorded result did.
+/// What a later run sees instead of `n` pictures an earlier turn was shown.
+fn picture_stub(n: usize) -> String {
+    format!("({n} picture(s) shown in an earlier turn; no longer attached)")
+}
+
 const INTERRUPTED: &str = "(no result: the turn was interrupted before this tool finished)";
 
 /// A lane's session, writing through the store under a lease.
@@ -117,14 +122,15 @@ fn new_id() -> String {
 }
 
 impl Session {
-    /// Opens the tree, loading whatever it already holds but what runs that never settled wrote:
+    /// Opens the tree from its newest compaction on (what the summary replaced is never read),
+    /// leaving out what runs that never settled wrote:
     /// a run that died or lost its lane posted nothing, so its input and its unsent answer are
     /// not part of the conversation, and the run that takes its deliveries writes them afresh.
     pub async fn open(store: Store, lease: Lease, tree: impl Into<String>) -> Result<Session, AgentError> {
         let tree = tree.into();
         let abandoned = store.abandoned_epochs(&lease.lane).await?;
         let entries = store
-            .entries(&tree)
+            .entries_since_compaction(&tree)
             .await?
             .into_iter()
             .filter(|e| !abandoned.contains(&e.epoch))
@@ -167,6 +173,46 @@ impl Session {
                 _ => None,
             })
             .max()
+    }
+
+    /// About how many bytes the session holds in memory: its texts, pictures and tool calls, and
+    /// a fixed cost per entry. What a warm cache weighs it by.
+    pub fn approx_bytes(&self) -> usize {
+        const PER_ENTRY: usize = 160;
+        self.entries
+            .iter()
+            .map(|e| {
+                PER_ENTRY
+                    + e.id.len()
+                    + match &e.body {
+                        EntryBody::User { author, delivery_id, text, images } => {
+                            author.len() + delivery_id.len() + text.len() + images.iter().map(String::len).sum::<usize>()
+                        }
+                        EntryBody::Assistant { text, tool_calls, stop_reason, provider_error, .. } => {
+                            text.len()
+                                + stop_reason.len()
+                                + provider_error.as_ref().map_or(0, String::len)
+                                + tool_calls.iter().map(|c| c.id.len() + c.name.len() + c.arguments.len()).sum::<usize>()
+                        }
+                        EntryBody::ToolResult { call_id, name, content, .. } => call_id.len() + name.len() + content.len(),
+                        EntryBody::Compaction { summary, first_kept_id } => summary.len() + first_kept_id.len(),
+                        EntryBody::Note { text } => text.len(),
+                    }
+            })
+            .sum()
+    }
+
+    /// Drops the bytes of every picture it holds, keeping their count: once their run is over
+    /// the model sees them only as a stub, and a warm session need not carry them. The store
+    /// keeps them whole.
+    pub fn forget_pictures(&mut self) {
+        for e in &mut self.entries {
+            if let EntryBody::User { images, .. } = &mut e.body {
+                for image in images.iter_mut() {
+                    *image = String::new();
+                }
+            }
+        }
     }
 
     /// The texts of the user messages from `author` the model still sees (after the last
@@ -237,6 +283,10 @@ impl Session {
                 continue;
             }
             match &entry.body {
+                // A picture is shown to the run it came with; later runs see a stub, as with long tool results.
+                EntryBody::User { text, images, .. } if start + i < settled && !images.is_empty() => {
+                    out.push(ChatMessage::User { text: format!("{text}\n{}", picture_stub(images.len())), images: Vec::new() })
+                }
                 EntryBody::User { text, images, .. } => out.push(ChatMessage::User { text: text.clone(), images: images.clone() }),
                 EntryBody::Assistant { text, tool_calls, .. } => {
                     out.push(ChatMessage::Assistant { text: text.clone(), tool_calls: tool_calls.clone() });

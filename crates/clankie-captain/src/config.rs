@@ -28,6 +28,8 @@ pub struct CaptainConfig {
     /// How long the experiences this replica records are kept.
     pub experience_ttl: Duration,
     pub lease_ttl: Duration,
+    /// The warm sessions' byte budget (`CLANKIE_WARM_CACHE_MIB`).
+    pub warm_cache_bytes: usize,
     pub ack_wait: Duration,
     /// Age at which this replica publishes another's committed, unpublished outbox row.
     pub outbox_relay_after: Duration,
@@ -66,6 +68,7 @@ impl CaptainConfig {
             aliases: settings.bot_aliases.clone(),
             experience_ttl: settings.experience_ttl,
             lease_ttl: settings.lane_lease_ttl,
+            warm_cache_bytes: settings.warm_cache_mib.saturating_mul(1024 * 1024),
             ack_wait: settings.ingress_ack_wait,
             outbox_relay_after: settings.outbox_relay_after,
             gather_window: Duration::from_secs(15 * 60),

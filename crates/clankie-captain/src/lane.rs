@@ -143,7 +143,7 @@ impl Captain {
             return None;
         }
         let mut warm = self.inner.warm.lock().unwrap_or_else(|p| p.into_inner());
-        match warm.remove(&lane) {
+        match warm.take(&lane) {
             // Nobody else held the lane since this replica's last run: what it holds is current.
             Some(Warm { mut session, epoch }) if epoch + 1 == lease.epoch => {
                 session.set_lease(lease.clone());
@@ -574,7 +574,12 @@ impl Captain {
         {
             let mut warm = inner.warm.lock().unwrap_or_else(|p| p.into_inner());
             if !apart {
-                warm.insert(lane, Warm { session: result.session, epoch: lease.epoch });
+                let mut session = result.session;
+                session.forget_pictures();
+                let evicted = warm.put(lane, Warm { session, epoch: lease.epoch });
+                if evicted > 0 {
+                    metrics::counter!("clankie_captain_warm_evictions_total").increment(evicted as u64);
+                }
             } else if let Some(social) = warm.get_mut(&lane)
                 && social.epoch + 1 == lease.epoch
             {
@@ -624,7 +629,7 @@ impl Captain {
         if presence.card_posted {
             self.tool_card(room, v1::ToolCardOp::Remove, &presence.tools_seen, 0).await;
         }
-        self.inner.warm.lock().unwrap_or_else(|p| p.into_inner()).remove(&lane);
+        self.inner.warm.lock().unwrap_or_else(|p| p.into_inner()).take(&lane);
     }
 
     /// What the lane has admitted and not settled that this replica does not hold (a run that
@@ -695,7 +700,7 @@ impl Captain {
         for h in held {
             let _ = h.nak_after(self.inner.config.backoff(h.delivered())).await;
         }
-        self.inner.warm.lock().unwrap_or_else(|p| p.into_inner()).remove(&lease.lane);
+        self.inner.warm.lock().unwrap_or_else(|p| p.into_inner()).take(&lease.lane);
         let _ = self.inner.store.release_lease(lease).await;
     }
 

@@ -17,6 +17,7 @@ pub mod prompt;
 pub mod service;
 pub mod tools;
 pub mod typing;
+pub mod warm;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -46,6 +47,12 @@ pub(crate) struct Warm {
     pub epoch: i64,
 }
 
+impl warm::Weighed for Warm {
+    fn weight(&self) -> usize {
+        self.session.approx_bytes()
+    }
+}
+
 pub(crate) struct Inner {
     pub bus: Bus,
     pub store: Store,
@@ -57,7 +64,7 @@ pub(crate) struct Inner {
     pub typing_seen: Arc<typing::TypingSeen>,
     /// The inbox of each lane with an actor on this replica.
     pub lanes: Mutex<HashMap<LaneKey, mpsc::UnboundedSender<Held>>>,
-    pub warm: Mutex<HashMap<LaneKey, Warm>>,
+    pub warm: Mutex<warm::WarmCache<LaneKey, Warm>>,
     pub live: AtomicUsize,
     /// Delivery ids this replica holds, so a redelivered copy joins nothing twice.
     pub in_hand: held::InHand,
@@ -85,6 +92,7 @@ impl Captain {
     /// A replica over the given bus, store and agent.
     pub fn new(bus: Bus, store: Store, agent: Agent, config: CaptainConfig) -> Captain {
         let selfhood = SelfSource::new(store.clone(), Some(bus.clone()), &config.bot_name, &config.aliases, config.exchange_window);
+        let warm_budget = config.warm_cache_bytes;
         Captain {
             inner: Arc::new(Inner {
                 outbox: outbox::Outbox::new(bus.clone(), store.clone()),
@@ -95,7 +103,7 @@ impl Captain {
                 selfhood,
                 typing_seen: Arc::default(),
                 lanes: Mutex::new(HashMap::new()),
-                warm: Mutex::new(HashMap::new()),
+                warm: Mutex::new(warm::WarmCache::new(warm_budget)),
                 live: AtomicUsize::new(0),
                 in_hand: held::InHand::default(),
                 draining: std::sync::atomic::AtomicBool::new(false),
@@ -111,6 +119,11 @@ impl Captain {
     /// Lanes whose session this replica holds warm.
     pub fn warm_lanes(&self) -> usize {
         self.inner.warm.lock().unwrap_or_else(|p| p.into_inner()).len()
+    }
+
+    /// The bytes the warm sessions weigh together (at most `CLANKIE_WARM_CACHE_MIB`).
+    pub fn warm_bytes(&self) -> usize {
+        self.inner.warm.lock().unwrap_or_else(|p| p.into_inner()).bytes()
     }
 
     /// Consumes ingress and forwarded steers until the bus fails.
@@ -159,8 +172,10 @@ impl Captain {
         let mut steers =
             self.inner.bus.consumer::<v1::Steer>(ConsumerSpec::durable("captain-steer", Family::LaneSteer).with_ack_wait(ack_wait)).await?;
         let mut asks = self.inner.bus.serve(Family::RpcAsk.wildcard(), "captain").await?;
-        // Every service's receipts land in PostgreSQL through whichever captain takes them.
-        let mut receipts = self.inner.bus.consumer::<v1::Receipt>(ConsumerSpec::durable("receipts-recorder", Family::Receipt)).await?;
+        // Every service's receipts land in PostgreSQL through whichever captain takes them, in
+        // batches, on a task of their own: never on the loop that admits ingress.
+        let receipts = self.inner.bus.consumer::<v1::Receipt>(ConsumerSpec::durable("receipts-recorder", Family::Receipt)).await?;
+        let _receipts = clankie_http::Aborting(tokio::spawn(self.clone().record_receipts(receipts)));
         // Likewise every thread's experiences land in the shared self.
         let mut experiences =
             self.inner.bus.consumer::<v1::Experience>(ConsumerSpec::durable("experiences-recorder", Family::SelfExperience)).await?;
@@ -186,12 +201,6 @@ impl Captain {
                 _ = &mut shutdown => {
                     self.inner.draining.store(true, Ordering::SeqCst);
                     return Ok(());
-                }
-                d = receipts.next() => {
-                    let d = d?;
-                    let key = format!("receipts:{}", d.stream_sequence);
-                    let stored = self.inner.store.insert_receipt(&d.event, Some(&key)).await;
-                    self.recorded(d, stored, "receipt").await;
                 }
                 d = experiences.next() => {
                     let d = d?;
@@ -220,6 +229,51 @@ impl Captain {
                     let id = d.event.ingress.as_ref().map(|i| i.delivery_id.clone()).unwrap_or_default();
                     let span = tracing::info_span!("delivery", delivery_id = %id, forwarded = true);
                     self.accept_steer(d).instrument(span).await;
+                }
+            }
+        }
+    }
+
+    /// Records the receipts stream: what is ready together (up to `RECEIPT_BATCH`, gathered
+    /// for at most `RECEIPT_GATHER`) is stored in one statement under each one's stream
+    /// sequence, then acked; a batch the store refused comes back.
+    async fn record_receipts(self, mut receipts: clankie_bus::Consumer<v1::Receipt>) {
+        const RECEIPT_BATCH: usize = 256;
+        const RECEIPT_GATHER: std::time::Duration = std::time::Duration::from_millis(10);
+        loop {
+            let first = match receipts.next().await {
+                Ok(d) => d,
+                Err(e) => {
+                    tracing::error!(error = %e, "receipts are no longer recorded");
+                    return;
+                }
+            };
+            let mut batch = vec![first];
+            let until = tokio::time::Instant::now() + RECEIPT_GATHER;
+            while batch.len() < RECEIPT_BATCH {
+                match tokio::time::timeout_at(until, receipts.next()).await {
+                    Ok(Ok(d)) => batch.push(d),
+                    Ok(Err(e)) => {
+                        tracing::warn!(error = %e, "receipts consumer failed mid-batch");
+                        break;
+                    }
+                    Err(_) => break,
+                }
+            }
+            let rows: Vec<(&v1::Receipt, String)> = batch.iter().map(|d| (&d.event, format!("receipts:{}", d.stream_sequence))).collect();
+            let stored = self.inner.store.insert_receipts(&rows).await;
+            metrics::histogram!("clankie_captain_receipt_batch").record(batch.len() as f64);
+            match stored {
+                Ok(_) => {
+                    for d in &batch {
+                        let _ = d.ack().await;
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, receipts = batch.len(), "receipts not recorded; they will come back");
+                    for d in &batch {
+                        let _ = d.nak_after(self.inner.config.backoff(d.delivered)).await;
+                    }
                 }
             }
         }

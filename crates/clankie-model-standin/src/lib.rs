@@ -245,6 +245,12 @@ impl StandIn {
         self.shared.lock().scripts.push(script);
     }
 
+    /// Forgets the requests recorded so far (a long bench would otherwise count their bodies
+    /// as the memory of whatever it measures); returns how many there were.
+    pub fn forget_requests(&self) -> usize {
+        std::mem::take(&mut self.shared.lock().requests).len()
+    }
+
     /// Every request recorded so far.
     pub fn requests(&self) -> Vec<RecordedRequest> {
         self.shared.lock().requests.clone()

@@ -216,6 +216,11 @@ pub const SETTINGS: &[Setting] = &[
     },
     Setting { name: "CLANKIE_BOT_NAME", default: "Clankie", doc: "His name, as prompts and the sandbox show it." },
     Setting {
+        name: "CLANKIE_WARM_CACHE_MIB",
+        default: "64",
+        doc: "Memory a captain keeps warm lane sessions in; past it the least recently used are let go and open from the store next time.",
+    },
+    Setting {
         name: "CLANKIE_LANE_LEASE_TTL_MS",
         default: "30000",
         doc: "How long a captain's lane lease lasts unrenewed; a dead replica's lanes are taken over after it.",
@@ -389,6 +394,8 @@ pub struct Settings {
     pub typing_interval: Duration,
     /// Where the embedded default serves the loopback Discord.
     pub sandbox_addr: std::net::SocketAddr,
+    /// The captain's warm-session budget, in MiB.
+    pub warm_cache_mib: usize,
     /// Where the operator console listens.
     pub console_addr: std::net::SocketAddr,
     /// The operator console's token; never logged.
@@ -511,6 +518,7 @@ impl fmt::Debug for Settings {
             .field("outcome_reactions", &self.outcome_reactions)
             .field("typing_interval", &self.typing_interval)
             .field("sandbox_addr", &self.sandbox_addr)
+            .field("warm_cache_mib", &self.warm_cache_mib)
             .field("console_addr", &self.console_addr)
             .field("console_token", &self.console_token.as_ref().map(|_| "***"))
             .field("voice_rooms", &self.voice_rooms)
@@ -694,6 +702,13 @@ impl Settings {
             var("CLANKIE_CONSOLE_ADDR").unwrap_or_else(|| "127.0.0.1:8790".into()).trim().parse::<std::net::SocketAddr>().map_err(
                 |_| SettingsError::Invalid { var: "CLANKIE_CONSOLE_ADDR", reason: "expected host:port, e.g. 127.0.0.1:8790".into() },
             )?;
+        let warm_cache_mib = match var("CLANKIE_WARM_CACHE_MIB") {
+            None => 64,
+            Some(v) => v.trim().parse::<usize>().map_err(|_| SettingsError::Invalid {
+                var: "CLANKIE_WARM_CACHE_MIB",
+                reason: "expected a whole number of MiB, e.g. 64".into(),
+            })?,
+        };
         let console_token = var("CLANKIE_CONSOLE_TOKEN").map(|t| t.trim().to_owned()).filter(|t| !t.is_empty());
         let voice_rooms = match var("CLANKIE_VOICE_ROOMS") {
             None => Vec::new(),
@@ -828,6 +843,7 @@ impl Settings {
             sandbox_addr,
             console_addr,
             console_token,
+            warm_cache_mib,
             discord_token,
             discord_api,
             discord_gateway_url,

@@ -37,6 +37,39 @@ impl Store {
         Ok(done.rows_affected() == 1)
     }
 
+    /// Stores many receipts in one statement, each under its dedup key (a second copy of a key
+    /// is ignored); returns how many rows were written. The receipts recorder writes what it
+    /// pulled together this way, instead of one round-trip each.
+    pub async fn insert_receipts(&self, batch: &[(&v1::Receipt, String)]) -> Result<u64, StoreError> {
+        if batch.is_empty() {
+            return Ok(0);
+        }
+        let col = |f: fn(&v1::Receipt) -> String| batch.iter().map(|(r, _)| f(r)).collect::<Vec<String>>();
+        let json = |f: fn(&v1::Receipt) -> serde_json::Value| batch.iter().map(|(r, _)| f(r)).collect::<Vec<serde_json::Value>>();
+        let done = sqlx::query(
+            "INSERT INTO receipts (dedup_key, kind, delivery_id, service, lane, at, ids, counts, flags, codes)
+             SELECT k, kind, d, svc, lane, to_timestamp(at_ms::double precision / 1000), ids, counts, flags,
+                    ARRAY(SELECT jsonb_array_elements_text(codes))
+             FROM UNNEST($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::bigint[],
+                         $7::jsonb[], $8::jsonb[], $9::jsonb[], $10::jsonb[])
+                  AS b(k, kind, d, svc, lane, at_ms, ids, counts, flags, codes)
+             ON CONFLICT (dedup_key) DO NOTHING",
+        )
+        .bind(batch.iter().map(|(_, k)| k.clone()).collect::<Vec<String>>())
+        .bind(col(|r| r.kind.clone()))
+        .bind(col(|r| r.delivery_id.clone()))
+        .bind(col(|r| r.service.clone()))
+        .bind(col(|r| r.lane.clone()))
+        .bind(batch.iter().map(|(r, _)| r.at_ms).collect::<Vec<i64>>())
+        .bind(json(|r| serde_json::json!(r.ids)))
+        .bind(json(|r| serde_json::json!(r.counts)))
+        .bind(json(|r| serde_json::json!(r.flags)))
+        .bind(json(|r| serde_json::json!(r.codes)))
+        .execute(&self.pool)
+        .await?;
+        Ok(done.rows_affected())
+    }
+
     /// Every receipt of one delivery, oldest first.
     pub async fn receipts_for_delivery(&self, delivery_id: &str) -> Result<Vec<StoredReceipt>, StoreError> {
         let rows = sqlx::query(

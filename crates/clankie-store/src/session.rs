@@ -63,18 +63,40 @@ impl Store {
                 .bind(tree)
                 .fetch_all(&self.pool)
                 .await?;
-        rows.into_iter()
-            .map(|r| {
-                Ok(Entry {
-                    seq: r.try_get("seq")?,
-                    id: r.try_get("id")?,
-                    parent_id: r.try_get("parent_id")?,
-                    kind: r.try_get("kind")?,
-                    body: r.try_get::<Json<serde_json::Value>, _>("body")?.0,
-                    in_context: r.try_get("in_context")?,
-                    epoch: r.try_get("epoch")?,
-                })
-            })
-            .collect()
+        entries_of(rows)
     }
+
+    /// The entries of a tree a session needs, in append order: from the first entry its newest
+    /// compaction kept, and that compaction; everything when it was never compacted. What the
+    /// summary replaced stays in the store, unread.
+    pub async fn entries_since_compaction(&self, tree: &str) -> Result<Vec<Entry>, StoreError> {
+        let rows = sqlx::query(
+            "WITH c AS (SELECT seq, body->>'first_kept_id' AS first_kept FROM session_entries
+                        WHERE tree = $1 AND kind = 'compaction' ORDER BY seq DESC LIMIT 1),
+                  k AS (SELECT e.seq FROM session_entries e JOIN c ON e.id = c.first_kept WHERE e.tree = $1)
+             SELECT seq, id, parent_id, kind, body, in_context, epoch FROM session_entries
+             WHERE tree = $1 AND (seq >= COALESCE((SELECT seq FROM k), (SELECT seq FROM c), 0) OR seq = (SELECT seq FROM c))
+             ORDER BY seq",
+        )
+        .bind(tree)
+        .fetch_all(&self.pool)
+        .await?;
+        entries_of(rows)
+    }
+}
+
+fn entries_of(rows: Vec<sqlx::postgres::PgRow>) -> Result<Vec<Entry>, StoreError> {
+    rows.into_iter()
+        .map(|r| {
+            Ok(Entry {
+                seq: r.try_get("seq")?,
+                id: r.try_get("id")?,
+                parent_id: r.try_get("parent_id")?,
+                kind: r.try_get("kind")?,
+                body: r.try_get::<Json<serde_json::Value>, _>("body")?.0,
+                in_context: r.try_get("in_context")?,
+                epoch: r.try_get("epoch")?,
+            })
+        })
+        .collect()
 }

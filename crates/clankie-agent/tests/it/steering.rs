@@ -173,4 +173,13 @@ async fn a_steer_arriving_mid_compaction_is_answered() {
     });
     let first_kept = entries.iter().find(|e| Some(&e.id) == first_kept.as_ref()).expect("a compaction entry");
     assert!(matches!(first_kept.body, clankie_agent::EntryBody::User { .. }));
+
+    // cache_budget: reopened from the store, the session reads from its compaction on, and
+    // gives the model the same context as the live one.
+    let reloaded = clankie_agent::Session::open(rig.store.clone(), result.session.lease().clone(), result.session.tree()).await.unwrap();
+    assert_eq!(reloaded.context(), result.session.context());
+    assert!(reloaded.entries().len() < entries.len(), "the whole tree was read: {} entries", reloaded.entries().len());
+    assert!(
+        !reloaded.entries().iter().any(|e| matches!(&e.body, clankie_agent::EntryBody::User { text, .. } if text.contains("number 0")))
+    );
 }

@@ -142,7 +142,7 @@ impl Rig {
         tokio::spawn(async move {
             while let Some(msg) = sub.next().await {
                 let Ok(req) = v1::HistoryRequest::decode(msg.payload.clone()) else { continue };
-                let all = history.lock().unwrap().clone();
+                let all = if req.channel_id == CHANNEL { history.lock().unwrap().clone() } else { Vec::new() };
                 let mut before: Vec<_> =
                     all.into_iter().filter(|m| req.before_message_id == 0 || m.message_id < req.before_message_id).collect();
                 let keep = before.len().saturating_sub(req.limit as usize);
@@ -181,13 +181,16 @@ impl Rig {
             received_at_ms: clankie_bus::now_ms(),
             ..Default::default()
         };
-        self.history.lock().unwrap().push(v1::HistoryMessage {
-            message_id: id,
-            author_id: ingress.author_id,
-            author_name: author.into(),
-            content: content.into(),
-            ..Default::default()
-        });
+        // The body's history is the rig's one room; a DM elsewhere is not in it.
+        if channel == CHANNEL {
+            self.history.lock().unwrap().push(v1::HistoryMessage {
+                message_id: id,
+                author_id: ingress.author_id,
+                author_name: author.into(),
+                content: content.into(),
+                ..Default::default()
+            });
+        }
         self.bus.publish(&Subject::ingress_text(guild, channel), &ingress, Some(&MsgId::discord_message(id))).await.unwrap();
     }
 

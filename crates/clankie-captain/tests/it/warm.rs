@@ -69,7 +69,8 @@ async fn prefix_stable_a_warm_lane_with_a_new_voice_presence_and_experience_betw
     rig.standin.script(Script::any(Reply::text("reply alpha")));
     let m1 = rig.say("ada", "@Clankie hello", true).await;
     rig.wait_outcomes(&[m1]).await;
-    assert_eq!(captain.warm_lanes(), 1);
+    // The outcome goes out before the run puts its session back.
+    super::until("the lane kept warm", std::time::Duration::from_secs(5), || captain.warm_lanes() == 1).await;
 
     // Between the turns he joins a voice channel of the guild and lives something there.
     let voice = clankie_proto::LaneKey::Voice { guild: GUILD, channel: 300 };
@@ -174,4 +175,43 @@ async fn warm_across_replicas_two_captains_alternating_turns_never_resend_or_res
     if let Some(t) = running {
         t.abort();
     }
+}
+
+/// The warm cache has a byte budget: a big session in another lane pushes the room's out, and
+/// the room's next turn opens its stored tree and sends the model exactly what a warm session
+/// would have (ADR 0118: the cache saves loading, never context).
+#[tokio::test]
+async fn cache_budget_an_evicted_lane_answers_from_its_stored_tree_with_the_same_context() {
+    let rig = Rig::new().await;
+    let budget = [("CLANKIE_WARM_CACHE_MIB", "1".to_owned()), ("CLANKIE_CONTEXT_BUDGET_TOKENS", "10000000".to_owned())];
+    let (captain, _task) = rig.captain_with("captain-a", &budget).await;
+    rig.standin.script(Script::any(Reply::text("reply alpha")));
+    let first = rig.say("ada", &format!("@Clankie {}", "a long question ".repeat(20_000)), true).await;
+    rig.wait_outcomes(&[first]).await;
+    super::until("the room kept warm", std::time::Duration::from_secs(5), || captain.warm_lanes() == 1).await;
+    let room_bytes = captain.warm_bytes();
+    assert!(room_bytes > 300_000, "the room's session weighs {room_bytes}");
+
+    // A DM's session of 800 KB does not fit beside it in 1 MiB: the room, used least recently, goes.
+    rig.standin.script(Script::any(Reply::text("reply to the dm")));
+    rig.say_in(8_000, "bob", &"a very long dm ".repeat(55_000), 901).await;
+    rig.wait_outcomes(&[8_000]).await;
+    super::until("the dm kept warm", std::time::Duration::from_secs(5), || captain.warm_bytes() > 800_000).await;
+    assert_eq!(captain.warm_lanes(), 1, "the room's session was not let go");
+    assert!(captain.warm_bytes() <= 1024 * 1024, "over budget: {}", captain.warm_bytes());
+
+    rig.standin.script(Script::any(Reply::text("reply beta")));
+    let second = rig.say("ada", "@Clankie and now?", true).await;
+    rig.wait_outcomes(&[second]).await;
+    let requests = rig.standin.requests();
+    let room: Vec<_> = requests.iter().filter(|r| r.count("a very long dm") == 0).collect();
+    assert_eq!(room.len(), 2);
+    let (before, after) = (room[0].messages(), room[1].messages());
+    assert_eq!(&after[..before.len()], before, "the evicted lane's context changed");
+    let added: Vec<String> = after[before.len()..].iter().map(|m| m["content"].to_string()).collect();
+    assert_eq!(added.len(), 2, "his answer and the new message, nothing else: {added:?}");
+    assert!(added[0].contains("reply alpha") && added[1].contains("and now?"));
+    let cold: Vec<bool> =
+        rig.receipts.all().iter().filter(|r| r.kind == "captain.run").filter_map(|r| r.flags.get("cold").copied()).collect();
+    assert_eq!(cold, [true, true, true], "the room's second turn opened from the store");
 }

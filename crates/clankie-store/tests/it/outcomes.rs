@@ -90,6 +90,26 @@ async fn receipts_are_stored_once_per_dedup_key_and_read_back_by_delivery() {
 }
 
 #[tokio::test]
+async fn ingest_concurrency_receipts_are_stored_in_one_batch_once_per_dedup_key_and_read_back_whole() {
+    let (store, _db) = super::store().await;
+    let kind = ReceiptKind::new("captain.turn").unwrap();
+    let first = v1::Receipt::new(&kind, "captain", "77", 1_700_000_000_123)
+        .with_lane(&LANE)
+        .with_id("turn", "t1")
+        .with_count("input_tokens", 1200)
+        .with_flag("typing_lit", true)
+        .with_code("durable")
+        .with_code("replied");
+    let second = v1::Receipt::new(&kind, "gateway", "77", 1_700_000_000_456);
+    let batch = vec![(&first, "receipts:1".to_owned()), (&second, "receipts:2".to_owned()), (&first, "receipts:1".to_owned())];
+    assert_eq!(store.insert_receipts(&batch).await.unwrap(), 2, "one row per dedup key");
+    assert_eq!(store.insert_receipts(&batch).await.unwrap(), 0, "a batch that comes back writes nothing twice");
+    assert_eq!(store.insert_receipts(&[]).await.unwrap(), 0);
+    let got: Vec<v1::Receipt> = store.receipts_for_delivery("77").await.unwrap().into_iter().map(|r| r.receipt).collect();
+    assert_eq!(got, [first, second]);
+}
+
+#[tokio::test]
 async fn a_turn_that_never_ended_keeps_its_room_in_conversation() {
     let (store, _db) = super::store().await;
     let lease = store.acquire_lease(&LANE, "c", Duration::from_secs(60)).await.unwrap().unwrap();
