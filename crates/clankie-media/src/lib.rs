@@ -53,7 +53,8 @@ impl MediaConfig {
     }
 }
 
-/// The media service.
+/// The media service. Cheap to clone: each request runs on a task of its own.
+#[derive(Clone)]
 pub struct Media {
     bus: Bus,
     root: Root,
@@ -95,29 +96,40 @@ impl Media {
                     clankie_settings::fault::point("media.before_ack");
                     let _ = d.ack().await;
                 }
+                // Each request on a task of its own: a slow download or a big file never holds up the next.
                 Some(msg) = resolves.next() => {
-                    let reply = match v1::MediaResolveRequest::decode(msg.payload.clone()) {
-                        Ok(req) => self.resolve(&req).await,
-                        Err(_) => v1::MediaResolveReply { error: "bad_request".into(), ..Default::default() },
-                    };
-                    self.answer(&msg, &reply, |error| v1::MediaResolveReply { error, ..Default::default() }).await;
+                    let media = self.clone();
+                    tokio::spawn(async move {
+                        let reply = match v1::MediaResolveRequest::decode(msg.payload.clone()) {
+                            Ok(req) => media.resolve(&req).await,
+                            Err(_) => v1::MediaResolveReply { error: "bad_request".into(), ..Default::default() },
+                        };
+                        media.answer(&msg, &reply, |error| v1::MediaResolveReply { error, ..Default::default() }).await;
+                    });
                 }
                 Some(msg) = attachments.next() => {
-                    let reply = match v1::MediaAttachmentRequest::decode(msg.payload.clone()) {
-                        Ok(v1::MediaAttachmentRequest { attachment: Some(a), delivery_id }) => self.attachment_bytes(&a, &delivery_id).await,
-                        _ => v1::MediaResolveReply { error: "bad_request".into(), ..Default::default() },
-                    };
-                    self.answer(&msg, &reply, |error| v1::MediaResolveReply { error, ..Default::default() }).await;
+                    let media = self.clone();
+                    tokio::spawn(async move {
+                        let reply = match v1::MediaAttachmentRequest::decode(msg.payload.clone()) {
+                            Ok(v1::MediaAttachmentRequest { attachment: Some(a), delivery_id }) => media.attachment_bytes(&a, &delivery_id).await,
+                            _ => v1::MediaResolveReply { error: "bad_request".into(), ..Default::default() },
+                        };
+                        media.answer(&msg, &reply, |error| v1::MediaResolveReply { error, ..Default::default() }).await;
+                    });
                 }
                 Some(msg) = registers.next() => {
-                    let reply = match v1::MediaRegisterRequest::decode(msg.payload.clone()) {
-                        Ok(req) => self.register(&req).await,
-                        Err(_) => v1::MediaRegisterReply { artifact: None, error: "bad_request".into() },
-                    };
-                    self.answer(&msg, &reply, |error| v1::MediaRegisterReply { artifact: None, error }).await;
+                    let media = self.clone();
+                    tokio::spawn(async move {
+                        let reply = match v1::MediaRegisterRequest::decode(msg.payload.clone()) {
+                            Ok(req) => media.register(&req).await,
+                            Err(_) => v1::MediaRegisterReply { artifact: None, error: "bad_request".into() },
+                        };
+                        media.answer(&msg, &reply, |error| v1::MediaRegisterReply { artifact: None, error }).await;
+                    });
                 }
                 _ = sweep.tick() => {
-                    match self.root.sweep(self.config.max_age, self.config.max_total, self.config.pinned_for) {
+                    let (max_age, max_total, pinned_for) = (self.config.max_age, self.config.max_total, self.config.pinned_for);
+                    match self.on_disk(move |root| root.sweep(max_age, max_total, pinned_for)).await {
                         Ok(r) if r.removed > 0 => tracing::info!(removed = r.removed, bytes = r.bytes_freed, "swept the attachment root"),
                         Ok(_) => {}
                         Err(e) => tracing::warn!(error = %e, "sweep failed"),
@@ -147,12 +159,14 @@ impl Media {
 
     /// The artifact an inbound attachment became, storing it now if it has not been.
     async fn stored(&self, a: &v1::Attachment, delivery_id: &str) -> Result<String, MediaError> {
-        if let Some(id) = self.root.attachment(a.id) {
+        let attachment = a.id;
+        if let Some(id) = self.on_disk(move |root| Ok(root.attachment(attachment))).await? {
             return Ok(id);
         }
         match self.fetch(a).await {
             Ok((id, meta)) => {
-                self.root.index_attachment(a.id, &id)?;
+                let indexed = id.clone();
+                self.on_disk(move |root| root.index_attachment(attachment, &indexed)).await?;
                 self.receipt("media.stored", delivery_id, |r| {
                     r.with_id("attachment", a.id).with_id("artifact", &id).with_count("bytes", meta.size as i64)
                 })
@@ -199,7 +213,17 @@ impl Media {
                 return Err(MediaError::TooLarge { size: body.len() as u64, limit: self.config.max_bytes });
             }
         }
-        self.root.store(&body, &a.filename, &content_type)
+        let filename = a.filename.clone();
+        self.on_disk(move |root| root.store(&body, &filename, &content_type)).await
+    }
+
+    /// Runs file work on the attachment root off the runtime's threads.
+    async fn on_disk<T: Send + 'static>(
+        &self,
+        work: impl FnOnce(&Root) -> Result<T, MediaError> + Send + 'static,
+    ) -> Result<T, MediaError> {
+        let root = self.root.clone();
+        tokio::task::spawn_blocking(move || work(&root)).await.map_err(|e| MediaError::Io(std::io::Error::other(e)))?
     }
 
     /// Stores an artifact a tool produced and answers its reference.
@@ -227,7 +251,8 @@ impl Media {
         if req.data.len() as u64 > self.config.max_bytes {
             return refused(MediaError::TooLarge { size: req.data.len() as u64, limit: self.config.max_bytes });
         }
-        match self.root.store(&req.data, &req.filename, &content_type) {
+        let (data, filename, stored_type) = (req.data.clone(), req.filename.clone(), content_type.clone());
+        match self.on_disk(move |root| root.store(&data, &filename, &stored_type)).await {
             Ok((id, meta)) => {
                 self.receipt("media.registered", "", |r| r.with_id("artifact", &id).with_count("bytes", meta.size as i64)).await;
                 v1::MediaRegisterReply {
@@ -241,7 +266,8 @@ impl Media {
 
     /// Resolves an artifact to its path (and bytes when asked).
     pub async fn resolve(&self, req: &v1::MediaResolveRequest) -> v1::MediaResolveReply {
-        match self.root.resolve(&req.artifact_id, self.config.max_bytes) {
+        let (artifact, limit) = (req.artifact_id.clone(), self.config.max_bytes);
+        match self.on_disk(move |root| root.resolve(&artifact, limit)).await {
             Ok((path, meta)) => {
                 let data = if req.want_bytes {
                     match tokio::fs::read(&path).await {

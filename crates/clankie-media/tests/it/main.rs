@@ -232,3 +232,48 @@ async fn hostile_names_are_refused_and_the_next_request_is_served() {
     assert_eq!(reply.data, b"artifact bytes");
     assert_eq!(reply.filename, "bracket.png");
 }
+
+/// Every request runs on a task of its own: an attachment whose download hangs does not hold up
+/// another lane's resolve or a tool's register.
+#[tokio::test]
+async fn ingest_concurrency_a_hanging_download_does_not_hold_up_other_requests() {
+    let (_nats, _state, _discord, bus, _media) = rig().await;
+    let pages = clankie_testkit::pages::TestPages::start("127.0.0.1", vec![("/slow.png", clankie_testkit::pages::Answer::Hang)]).await.unwrap();
+    let hanging = v1::MediaAttachmentRequest {
+        delivery_id: "1".into(),
+        attachment: Some(v1::Attachment {
+            id: 77,
+            filename: "slow.png".into(),
+            content_type: "image/png".into(),
+            size_bytes: 10,
+            url: pages.url("/slow.png"),
+        }),
+    };
+    let asking = bus.clone();
+    let hung = tokio::spawn(async move {
+        asking.request::<_, v1::MediaResolveReply>(&Subject::RpcMediaAttachment, &hanging, Duration::from_secs(60)).await
+    });
+    clankie_testkit::until("the download started", Duration::from_secs(10), || pages.hits("/slow.png") == 1).await;
+
+    let registered: v1::MediaRegisterReply = bus
+        .request(
+            &Subject::RpcMediaRegister,
+            &v1::MediaRegisterRequest {
+                data: b"rendered".to_vec(),
+                filename: "chart.png".into(),
+                content_type: "image/png".into(),
+                ..Default::default()
+            },
+            Duration::from_secs(5),
+        )
+        .await
+        .expect("a register answered while a download hangs");
+    let id = registered.artifact.expect("registered").id;
+    let resolved: v1::MediaResolveReply = bus
+        .request(&Subject::RpcMediaResolve, &v1::MediaResolveRequest { artifact_id: id, want_bytes: true }, Duration::from_secs(5))
+        .await
+        .expect("a resolve answered while a download hangs");
+    assert_eq!(resolved.data, b"rendered");
+    assert!(!hung.is_finished(), "the hanging download was answered first");
+    hung.abort();
+}
