@@ -47,7 +47,12 @@ async fn tree_mentions(rig: &Rig, tree: &str, needle: &str) -> bool {
 }
 
 async fn trust(rig: &Rig, rooms: Vec<u64>) {
-    let settings = clankie_store::OwnerSettings { grants: vec![author_id("root")], trusted_rooms: rooms, ..Default::default() };
+    let settings = clankie_store::OwnerSettings {
+        owner_id: Some(author_id("root")),
+        grants: vec![author_id("root")],
+        trusted_rooms: rooms,
+        ..Default::default()
+    };
     rig.store.set_owner_settings(&settings).await.unwrap();
 }
 
