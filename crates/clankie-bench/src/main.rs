@@ -188,10 +188,18 @@ fn rss_mib() -> f64 {
     kib / 1024.0
 }
 
-/// One captain replica holding `targets` warm lanes (a DM each), answered by an instant model;
-/// the process's resident memory once each target is reached.
-async fn lanes(targets: &[usize]) -> Result<Vec<(usize, f64)>> {
-    use clankie_proto::{Family, Subject, v1};
+/// One captain replica over a nats-server and database of its own, with the model stand-in.
+struct BareCaptain {
+    _nats: clankie_testkit::TestNats,
+    _db: clankie_testkit::TestDb,
+    _dir: clankie_testkit::TestDir,
+    standin: clankie_model_standin::StandIn,
+    bus: clankie_bus::Bus,
+    store: clankie_store::Store,
+    captain: clankie_captain::Captain,
+}
+
+async fn bare_captain() -> Result<BareCaptain> {
     let (nats, db, dir) = (clankie_testkit::TestNats::start()?, clankie_testkit::TestDb::create().await, clankie_testkit::TestDir::new());
     let standin = clankie_model_standin::StandIn::start().await?;
     let vars: Vec<(&str, String)> = vec![
@@ -201,7 +209,7 @@ async fn lanes(targets: &[usize]) -> Result<Vec<(usize, f64)>> {
         ("CLANKIE_MODEL_BASE_URL", standin.base_url()),
         // No body answers history here; cold lanes skip it rather than wait for one.
         ("CLANKIE_HISTORY_LIMIT", "0".into()),
-        // One author opens every lane; the flood guard would stop her at twenty a minute.
+        // One author writes everything; the flood guard would stop her at twenty a minute.
         ("CLANKIE_FLOOD_ADMISSIONS_PER_MINUTE", "0".into()),
     ];
     let settings = clankie_settings::Settings::from_lookup(|k| vars.iter().find(|(n, _)| *n == k).map(|(_, v)| v.clone()))?;
@@ -212,7 +220,7 @@ async fn lanes(targets: &[usize]) -> Result<Vec<(usize, f64)>> {
     let agent = clankie_agent::Agent::new(clankie_agent::model_from_settings(&settings)?, clankie_agent::config_from_settings(&settings));
     let captain = clankie_captain::Captain::new(
         clankie_bus::Bus::connect(&settings, "captain").await?,
-        store,
+        store.clone(),
         agent,
         clankie_captain::CaptainConfig::from_settings(&settings),
     );
@@ -220,6 +228,69 @@ async fn lanes(targets: &[usize]) -> Result<Vec<(usize, f64)>> {
     tokio::spawn(async move {
         let _ = running.run().await;
     });
+    Ok(BareCaptain { _nats: nats, _db: db, _dir: dir, standin, bus, store, captain })
+}
+
+/// The nats-server the benches run against, as it names itself.
+fn nats_server_version() -> String {
+    std::process::Command::new("nats-server")
+        .arg("--version")
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
+        .unwrap_or_else(|_| "unknown".into())
+}
+
+/// Unaddressed ingress over 1,000 rooms, published as fast as JetStream takes it for `seconds`;
+/// one captain decides each (none is admitted: nobody spoke to him). Decisions per second
+/// from the first publish until every decision's receipt is stored in PostgreSQL.
+async fn admissions(seconds: u64) -> Result<f64> {
+    use clankie_proto::{Subject, v1};
+    let bench = bare_captain().await?;
+    let started = Instant::now();
+    let mut sent = 0u64;
+    while started.elapsed() < Duration::from_secs(seconds) {
+        let batch: Vec<(Subject, v1::Ingress)> = (0..128)
+            .map(|i| {
+                let n = sent + i;
+                let channel = 10_000 + n % 1_000;
+                let ingress = v1::Ingress {
+                    delivery_id: (9_000_000 + n).to_string(),
+                    guild_id: Some(100),
+                    channel_id: channel,
+                    author_id: 7,
+                    author_name: "ada".into(),
+                    content: "chatter".into(),
+                    received_at_ms: clankie_bus::now_ms(),
+                    ..Default::default()
+                };
+                (Subject::ingress_text(Some(100), channel), ingress)
+            })
+            .collect();
+        for published in futures::future::join_all(batch.iter().map(|(s, i)| bench.bus.publish(s, i, None))).await {
+            published?;
+        }
+        sent += batch.len() as u64;
+    }
+    eprintln!("admissions: {sent} published in {:.1} s", started.elapsed().as_secs_f64());
+    let deadline = Instant::now() + Duration::from_secs(1_800);
+    let mut decided: i64 = 0;
+    while (decided as u64) < sent {
+        anyhow::ensure!(Instant::now() < deadline, "only {decided} of {sent} decisions stored");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        decided = sqlx::query_scalar("SELECT count(*) FROM receipts WHERE kind = 'captain.not_admitted'")
+            .fetch_one(bench.store.pool())
+            .await
+            .context("counting decisions")?;
+        eprintln!("admissions: {decided} of {sent} decided after {:.1} s", started.elapsed().as_secs_f64());
+    }
+    Ok(decided as f64 / started.elapsed().as_secs_f64())
+}
+
+/// One captain replica holding `targets` warm lanes (a DM each), answered by an instant model;
+/// the process's resident memory once each target is reached.
+async fn lanes(targets: &[usize]) -> Result<Vec<(usize, f64)>> {
+    use clankie_proto::{Family, Subject, v1};
+    let BareCaptain { standin, bus, captain, _nats, _db, _dir, .. } = bare_captain().await?;
     let outcomes = clankie_testkit::record::<v1::DeliveryOutcome>(&bus, Family::LaneOutcome).await;
     let mut figures = Vec::new();
     let mut sent = 0usize;
@@ -369,8 +440,9 @@ async fn voice(utterances: usize, barges: usize) -> Result<(Vec<f64>, Vec<f64>)>
 }
 
 async fn run() -> Result<()> {
-    if let Some(unknown) = std::env::args().skip(1).find(|a| !["economy", "ingress", "lanes", "voice"].contains(&a.as_str())) {
-        anyhow::bail!("unknown part {unknown:?}: name any of economy, ingress, lanes, voice (default: all)");
+    if let Some(unknown) = std::env::args().skip(1).find(|a| !["economy", "ingress", "admissions", "lanes", "voice"].contains(&a.as_str()))
+    {
+        anyhow::bail!("unknown part {unknown:?}: name any of economy, ingress, admissions, lanes, voice (default: all)");
     }
     if wanted("economy") {
         let oneshot = economy(true).await?;
@@ -391,6 +463,12 @@ async fn run() -> Result<()> {
         println!("ingress_sustained_msgs_per_s: {rate:.1}");
         println!("ingress_p50_ms: {p50:.1}");
         println!("ingress_p99_ms: {p99:.1}");
+    }
+    // Named only: at today's drain rate its backlog takes many minutes to decide.
+    if std::env::args().skip(1).any(|a| a == "admissions") {
+        let seconds = std::env::var("CLANKIE_BENCH_INGEST_SECS").ok().and_then(|v| v.parse().ok()).unwrap_or(30);
+        println!("nats_server: {}", nats_server_version());
+        println!("ingest_admissions_per_s_1_captain: {:.0}", admissions(seconds).await?);
     }
     if wanted("lanes") {
         for (count, mib) in lanes(&[1_000, 10_000]).await? {
