@@ -165,6 +165,31 @@ impl Run {
     pub async fn finish(self) -> Result<RunResult, AgentError> {
         self.handle.await.map_err(|e| AgentError::Session(format!("run task failed: {e}")))
     }
+
+    /// Waits for the run to end, renewing `lease` every third of `ttl` meanwhile, for a run
+    /// whose lane is held only as long as it lasts (a handoff, a console line). A renewal
+    /// that fails is logged; a fenced one shows as the run's own fenced write.
+    pub async fn finish_keeping(
+        self,
+        store: &clankie_store::Store,
+        lease: &clankie_store::Lease,
+        ttl: Duration,
+    ) -> Result<RunResult, AgentError> {
+        let mut renew = tokio::time::interval((ttl / 3).max(Duration::from_millis(10)));
+        renew.tick().await;
+        let finished = self.finish();
+        tokio::pin!(finished);
+        loop {
+            tokio::select! {
+                r = &mut finished => return r,
+                _ = renew.tick() => {
+                    if let Err(e) = store.renew_lease(lease, ttl).await {
+                        tracing::warn!(lane = %lease.lane, error = %e, "lease not renewed");
+                    }
+                }
+            }
+        }
+    }
 }
 
 /// Runs a model with tools over sessions.

@@ -1,8 +1,6 @@
 //! `ask_clankie`: the voice room hands the captain a request that needs
 //! action, and the captain answers it in the voice lane's own session.
 
-use std::time::Duration;
-
 use clankie_agent::{RunReply, Session, UserMessage};
 use clankie_proto::{LaneKey, v1};
 use prost::Message as _;
@@ -29,18 +27,11 @@ impl Captain {
         let lane = LaneKey::Voice { guild: req.guild_id, channel: req.channel_id };
         let failed = |code: &str| v1::AskReply { failure_code: code.to_owned(), ..Default::default() };
         // The voice lane runs one request at a time; wait a bounded while for a run in progress.
-        let mut lease = None;
-        for _ in 0..200 {
-            match inner.store.acquire_lease(&lane, &config.replica, config.lease_ttl).await {
-                Ok(Some(l)) => {
-                    lease = Some(l);
-                    break;
-                }
-                Ok(None) => tokio::time::sleep(config.retry_delay()).await,
-                Err(_) => return failed("store_unavailable"),
-            }
-        }
-        let Some(lease) = lease else { return failed("lane_busy") };
+        let lease = match inner.store.acquire_lease_waiting(&lane, &config.replica, config.lease_ttl, 200, config.retry_delay()).await {
+            Ok(Some(lease)) => lease,
+            Ok(None) => return failed("lane_busy"),
+            Err(_) => return failed("store_unavailable"),
+        };
         let session = match Session::open(inner.store.clone(), lease.clone(), format!("rooms/{lane}")).await {
             Ok(s) => s,
             Err(_) => {
@@ -69,17 +60,7 @@ impl Captain {
         first.push(UserMessage::new(req.author_name.clone(), req.delivery_id.clone(), text));
         let run =
             inner.agent.start(session, clankie_self::assemble(&snapshot, &lane, clankie_self::Surface::Text { privileged: false }), first);
-        let renew_every = config.lease_ttl / 3;
-        let mut renew = tokio::time::interval(renew_every.max(Duration::from_millis(10)));
-        renew.tick().await;
-        let finished = run.finish();
-        tokio::pin!(finished);
-        let result = loop {
-            tokio::select! {
-                r = &mut finished => break r,
-                _ = renew.tick() => { let _ = inner.store.renew_lease(&lease, config.lease_ttl).await; }
-            }
-        };
+        let result = run.finish_keeping(&inner.store, &lease, config.lease_ttl).await;
         let _ = inner.store.release_lease(&lease).await;
         let (reply, code) = match result.map(|r| r.outcome) {
             Ok(Ok(RunReply::Words(answer))) => (v1::AskReply { answer, ..Default::default() }, "answered"),

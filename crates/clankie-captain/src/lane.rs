@@ -157,14 +157,14 @@ impl Captain {
     /// holds the room up to its newest delivery, so it gets only the lines after that, and
     /// none of his own (his words are in it as he wrote them): no line reaches a tree twice.
     /// `carried` are the run's own deliveries, which reach the model as messages of their own (a
-    /// takeover gathers ones older than the message that started it), and `hidden_authors` the
+    /// takeover gathers ones older than the message that started it), and `hidden` picks out the
     /// grantees whose work in a trusted room stays out of its conversation.
     async fn history_block(
         &self,
         owner: &v1::Ingress,
         heard_up_to: Option<u64>,
         carried: &[u64],
-        hidden_authors: &[u64],
+        hidden: impl Fn(u64) -> bool,
     ) -> Option<String> {
         let config = &self.inner.config;
         if config.history_limit == 0 {
@@ -181,7 +181,7 @@ impl Captain {
                 if let Some(heard) = heard_up_to {
                     reply.messages.retain(|m| m.message_id > heard && !m.is_him);
                 }
-                reply.messages.retain(|m| !hidden_authors.contains(&m.author_id) && !carried.contains(&m.message_id));
+                reply.messages.retain(|m| !hidden(m.author_id) && !carried.contains(&m.message_id));
                 let (block, left_out) = prompt::history(&reply.messages, config.bounds.history_chars);
                 if left_out > 0 {
                     let lane = crate::lane_of(owner);
@@ -281,10 +281,9 @@ impl Captain {
             }
         }
         // The operator's work in a trusted room stays out of the room's conversation, even as history.
-        let hidden: Vec<u64> = if trusted { config.grants.iter().chain(&snapshot.settings.grants).copied().collect() } else { Vec::new() };
         if cold
             && !system_lane
-            && let Some(block) = self.history_block(&owner.ingress, session.newest_delivery(), &carried, &hidden).await
+            && let Some(block) = self.history_block(&owner.ingress, session.newest_delivery(), &carried, |a| trusted && granted(a)).await
         {
             first.push(UserMessage::new("channel history", "", block));
         }

@@ -73,17 +73,11 @@ impl Console {
         let span = tracing::info_span!("console_chat", %lane, delivery_id = %delivery_id);
         let _enter = span.enter();
         // One turn at a time: a second line waits a bounded while for the first.
-        let mut lease = None;
-        for _ in 0..100 {
-            match inner.store.acquire_lease(&lane, &inner.replica, inner.lease_ttl).await? {
-                Some(l) => {
-                    lease = Some(l);
-                    break;
-                }
-                None => tokio::time::sleep(Duration::from_millis(100)).await,
-            }
-        }
-        let lease = lease.ok_or(ConsoleError::Busy)?;
+        let lease = inner
+            .store
+            .acquire_lease_waiting(&lane, &inner.replica, inner.lease_ttl, 100, Duration::from_millis(100))
+            .await?
+            .ok_or(ConsoleError::Busy)?;
         let answer = self.turn(&lease, &lane, owner, &delivery_id, text).await;
         if let Err(e) = inner.store.release_lease(&lease).await {
             tracing::warn!(error = %e, "console lease not released; it will expire");
@@ -119,20 +113,7 @@ impl Console {
         }
         first.push(UserMessage::new("owner", delivery_id, message));
         let run = inner.agent.start(session, system, first);
-        let mut renew = tokio::time::interval((inner.lease_ttl / 3).max(Duration::from_millis(10)));
-        renew.tick().await;
-        let finished = run.finish();
-        tokio::pin!(finished);
-        let result = loop {
-            tokio::select! {
-                r = &mut finished => break r,
-                _ = renew.tick() => {
-                    if let Err(e) = inner.store.renew_lease(lease, inner.lease_ttl).await {
-                        tracing::warn!(error = %e, "console lease not renewed");
-                    }
-                }
-            }
-        };
+        let result = run.finish_keeping(&inner.store, lease, inner.lease_ttl).await;
         let base = json!({ "lane": lane.to_string(), "delivery_id": delivery_id });
         let with = |mut v: Value, key: &str, value: Value| {
             v[key] = value;

@@ -58,6 +58,8 @@ pub enum ConsoleError {
     Selfhood(#[from] clankie_self::SelfError),
     #[error("console session: {0}")]
     Session(#[from] clankie_agent::AgentError),
+    #[error("model: {0}")]
+    Model(#[from] clankie_agent::ModelError),
     #[error("{0}")]
     BadRequest(String),
     #[error("not found")]
@@ -73,6 +75,7 @@ impl ConsoleError {
             ConsoleError::Bus(_) => "bus_unavailable",
             ConsoleError::Selfhood(_) => "self_unavailable",
             ConsoleError::Session(_) => "session_unavailable",
+            ConsoleError::Model(_) => "model_unconfigured",
             ConsoleError::BadRequest(_) => "bad_request",
             ConsoleError::NotFound => "not_found",
             ConsoleError::Busy => "lane_busy",
@@ -154,6 +157,17 @@ impl Console {
         };
         live::follow(console.clone()).await?;
         Ok(console)
+    }
+
+    /// A console from settings with `token`: its own bus and store connections, the configured
+    /// model for console chat, and the shared self read from the same store.
+    pub async fn from_settings(settings: &clankie_settings::Settings, token: String) -> Result<Console, ConsoleError> {
+        let bus = Bus::connect(settings, "console").await?;
+        let store = Store::connect(&settings.database_url).await?;
+        let agent = Agent::new(clankie_agent::model_from_settings(settings)?, clankie_agent::config_from_settings(settings));
+        let selfhood =
+            SelfSource::new(store.clone(), Some(bus.clone()), &settings.bot_name, &settings.bot_aliases, settings.exchange_window);
+        Console::start(store, bus, agent, selfhood, ConsoleConfig::from_settings(settings, token)).await
     }
 
     /// Every route, each behind the token.

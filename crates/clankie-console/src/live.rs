@@ -130,11 +130,11 @@ pub(crate) async fn follow(console: Console) -> Result<(), ConsoleError> {
 
 /// `GET /api/lanes/events`: every lane change as a `lane` event carrying the lane's view.
 pub async fn lane_events(State(console): State<Console>) -> Sse<impl Stream<Item = Result<Event, Infallible>>> {
-    let changes = tokio_stream_of(console.inner.lanes.subscribe());
+    let changes = changes_of(console.inner.lanes.subscribe());
     Sse::new(changes.map(|view| Ok(Event::default().event("lane").json_data(view).unwrap_or_default()))).keep_alive(KeepAlive::default())
 }
 
-fn tokio_stream_of<T: Clone + Send + 'static>(rx: tokio::sync::broadcast::Receiver<T>) -> impl Stream<Item = T> {
+fn changes_of<T: Clone + Send + 'static>(rx: tokio::sync::broadcast::Receiver<T>) -> impl Stream<Item = T> {
     futures::stream::unfold(rx, |mut rx| async move {
         loop {
             match rx.recv().await {
@@ -145,6 +145,10 @@ fn tokio_stream_of<T: Clone + Send + 'static>(rx: tokio::sync::broadcast::Receiv
             }
         }
     })
+}
+
+fn unsubscribed(what: &str, e: impl std::fmt::Display) -> ConsoleError {
+    ConsoleError::Bus(clankie_bus::BusError::Consumer { consumer: what.into(), detail: e.to_string() })
 }
 
 /// The tap's query: a subject filter inside Clankie's subjects.
@@ -162,13 +166,7 @@ pub async fn tap(
     if !clankie_bus::tap::valid_filter(&subject) || !clankie_proto::Subject::filter_is_ours(&subject) {
         return Err(ConsoleError::BadRequest(format!("{subject:?} is not a filter on clankie subjects (e.g. clankie.ingress.>)")));
     }
-    let sub = console
-        .inner
-        .bus
-        .client()
-        .subscribe(subject)
-        .await
-        .map_err(|e| ConsoleError::Bus(clankie_bus::BusError::Consumer { consumer: "console tap".into(), detail: e.to_string() }))?;
+    let sub = console.inner.bus.client().subscribe(subject).await.map_err(|e| unsubscribed("console tap", e))?;
     let events = sub.map(|msg| {
         let line = clankie_bus::tap::render(msg.subject.as_str(), &msg.payload, std::time::SystemTime::now());
         Ok(Event::default().event("tap").data(line.to_string()))

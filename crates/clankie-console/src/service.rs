@@ -3,24 +3,15 @@
 use anyhow::{Context, Result, bail};
 use clankie_settings::Settings;
 
-use crate::{Console, ConsoleConfig};
+use crate::Console;
 
-/// Connects, migrates and starts a console from settings with `token`.
+/// Connects, declares the streams, migrates and starts a console from settings with `token`.
 pub async fn start(settings: &Settings, token: String) -> Result<Console> {
     let bus = clankie_bus::Bus::connect(settings, "console").await?;
     bus.ensure_streams().await.context("declaring streams")?;
     let store = clankie_store::Store::connect(&settings.database_url).await.context("connecting to PostgreSQL")?;
     store.migrate().await.context("applying migrations")?;
-    let model = clankie_agent::model_from_settings(settings).context("configuring the model")?;
-    let agent = clankie_agent::Agent::new(model, clankie_agent::config_from_settings(settings));
-    let selfhood = clankie_self::SelfSource::new(
-        store.clone(),
-        Some(bus.clone()),
-        &settings.bot_name,
-        &settings.bot_aliases,
-        settings.exchange_window,
-    );
-    Console::start(store, bus, agent, selfhood, ConsoleConfig::from_settings(settings, token)).await.context("starting the console")
+    Console::from_settings(settings, token).await.context("starting the console")
 }
 
 /// Runs the console from `CLANKIE_*` settings until SIGTERM. Refuses to start without a token.

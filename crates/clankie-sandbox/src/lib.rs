@@ -179,24 +179,7 @@ impl Sandbox {
             Some(t) => t.clone(),
             None => clankie_console::auth::fresh_token().map_err(|source| SandboxError::ConsoleListen { addr, source })?,
         };
-        let store = clankie_store::Store::connect(&settings.database_url).await?;
-        let bus = clankie_bus::Bus::connect(settings, "console").await?;
-        let agent = clankie_agent::Agent::new(clankie_agent::model_from_settings(settings)?, clankie_agent::config_from_settings(settings));
-        let selfhood = clankie_self::SelfSource::new(
-            store.clone(),
-            Some(bus.clone()),
-            &settings.bot_name,
-            &settings.bot_aliases,
-            settings.exchange_window,
-        );
-        let console = clankie_console::Console::start(
-            store,
-            bus,
-            agent,
-            selfhood,
-            clankie_console::ConsoleConfig::from_settings(settings, token.clone()),
-        )
-        .await?;
+        let console = clankie_console::Console::from_settings(settings, token.clone()).await?;
         let listener = tokio::net::TcpListener::bind(addr).await.map_err(|source| SandboxError::ConsoleListen { addr, source })?;
         let bound = listener.local_addr().map_err(|source| SandboxError::ConsoleListen { addr, source })?;
         tasks.push(tokio::spawn(async move {

@@ -55,6 +55,26 @@ impl Store {
         Ok(row.map(|r| Lease { lane: *lane, owner: owner.to_owned(), epoch: r.get("epoch"), expires_at_ms: r.get("expires_ms") }))
     }
 
+    /// Takes the lane's lease, trying up to `tries` times `pause` apart while another holder's
+    /// lease is live: for a request that waits its turn behind a run in progress. `None` when
+    /// the lane stayed busy.
+    pub async fn acquire_lease_waiting(
+        &self,
+        lane: &LaneKey,
+        owner: &str,
+        ttl: Duration,
+        tries: u32,
+        pause: Duration,
+    ) -> Result<Option<Lease>, StoreError> {
+        for _ in 0..tries {
+            if let Some(lease) = self.acquire_lease(lane, owner, ttl).await? {
+                return Ok(Some(lease));
+            }
+            tokio::time::sleep(pause).await;
+        }
+        Ok(None)
+    }
+
     /// Extends a lease that is still current. Fails with [`StoreError::Fenced`] once another replica took the lane.
     pub async fn renew_lease(&self, lease: &Lease, ttl: Duration) -> Result<Lease, StoreError> {
         let expires: Option<i64> = sqlx::query_scalar(

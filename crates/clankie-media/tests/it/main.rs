@@ -238,7 +238,8 @@ async fn hostile_names_are_refused_and_the_next_request_is_served() {
 #[tokio::test]
 async fn ingest_concurrency_a_hanging_download_does_not_hold_up_other_requests() {
     let (_nats, _state, _discord, bus, _media) = rig().await;
-    let pages = clankie_testkit::pages::TestPages::start("127.0.0.1", vec![("/slow.png", clankie_testkit::pages::Answer::Hang)]).await.unwrap();
+    let pages =
+        clankie_testkit::pages::TestPages::start("127.0.0.1", vec![("/slow.png", clankie_testkit::pages::Answer::Hang)]).await.unwrap();
     let hanging = v1::MediaAttachmentRequest {
         delivery_id: "1".into(),
         attachment: Some(v1::Attachment {
