@@ -200,6 +200,11 @@ struct BareCaptain {
 }
 
 async fn bare_captain() -> Result<BareCaptain> {
+    bare_captains(1).await
+}
+
+/// Like [`bare_captain`], with `replicas` captains sharing the bus and the store.
+async fn bare_captains(replicas: usize) -> Result<BareCaptain> {
     let (nats, db, dir) = (clankie_testkit::TestNats::start()?, clankie_testkit::TestDb::create().await, clankie_testkit::TestDir::new());
     let standin = clankie_model_standin::StandIn::start().await?;
     let vars: Vec<(&str, String)> = vec![
@@ -218,16 +223,18 @@ async fn bare_captain() -> Result<BareCaptain> {
     let store = clankie_store::Store::connect(db.url()).await?;
     store.migrate().await?;
     let agent = clankie_agent::Agent::new(clankie_agent::model_from_settings(&settings)?, clankie_agent::config_from_settings(&settings));
-    let captain = clankie_captain::Captain::new(
-        clankie_bus::Bus::connect(&settings, "captain").await?,
-        store.clone(),
-        agent,
-        clankie_captain::CaptainConfig::from_settings(&settings),
-    );
-    let running = captain.clone();
-    tokio::spawn(async move {
-        let _ = running.run().await;
-    });
+    let mut captains = Vec::new();
+    for replica in 0..replicas.max(1) {
+        let config = clankie_captain::CaptainConfig { replica: format!("bench-{replica}"), ..clankie_captain::CaptainConfig::from_settings(&settings) };
+        let captain =
+            clankie_captain::Captain::new(clankie_bus::Bus::connect(&settings, "captain").await?, store.clone(), agent.clone(), config);
+        let running = captain.clone();
+        tokio::spawn(async move {
+            let _ = running.run().await;
+        });
+        captains.push(captain);
+    }
+    let captain = captains.swap_remove(0);
     Ok(BareCaptain { _nats: nats, _db: db, _dir: dir, standin, bus, store, captain })
 }
 
@@ -240,32 +247,31 @@ fn nats_server_version() -> String {
         .unwrap_or_else(|_| "unknown".into())
 }
 
+/// The `n`th unaddressed message of the ingest benches, in one of 1,000 rooms.
+fn chatter(n: u64) -> (clankie_proto::Subject, clankie_proto::v1::Ingress) {
+    let channel = 10_000 + n % 1_000;
+    let ingress = clankie_proto::v1::Ingress {
+        delivery_id: (9_000_000 + n).to_string(),
+        guild_id: Some(100),
+        channel_id: channel,
+        author_id: 7,
+        author_name: "ada".into(),
+        content: "chatter".into(),
+        received_at_ms: clankie_bus::now_ms(),
+        ..Default::default()
+    };
+    (clankie_proto::Subject::ingress_text(Some(100), channel), ingress)
+}
+
 /// Unaddressed ingress over 1,000 rooms, published as fast as JetStream takes it for `seconds`;
-/// one captain decides each (none is admitted: nobody spoke to him). Decisions per second
-/// from the first publish until every decision's receipt is stored in PostgreSQL.
-async fn admissions(seconds: u64) -> Result<f64> {
-    use clankie_proto::{Subject, v1};
-    let bench = bare_captain().await?;
+/// `replicas` captains decide each (none is admitted: nobody spoke to him). Decisions per
+/// second from the first publish until every decision's receipt is stored in PostgreSQL.
+async fn admissions(seconds: u64, replicas: usize) -> Result<f64> {
+    let bench = bare_captains(replicas).await?;
     let started = Instant::now();
     let mut sent = 0u64;
     while started.elapsed() < Duration::from_secs(seconds) {
-        let batch: Vec<(Subject, v1::Ingress)> = (0..128)
-            .map(|i| {
-                let n = sent + i;
-                let channel = 10_000 + n % 1_000;
-                let ingress = v1::Ingress {
-                    delivery_id: (9_000_000 + n).to_string(),
-                    guild_id: Some(100),
-                    channel_id: channel,
-                    author_id: 7,
-                    author_name: "ada".into(),
-                    content: "chatter".into(),
-                    received_at_ms: clankie_bus::now_ms(),
-                    ..Default::default()
-                };
-                (Subject::ingress_text(Some(100), channel), ingress)
-            })
-            .collect();
+        let batch: Vec<_> = (0..128).map(|i| chatter(sent + i)).collect();
         for published in futures::future::join_all(batch.iter().map(|(s, i)| bench.bus.publish(s, i, None))).await {
             published?;
         }
@@ -281,9 +287,73 @@ async fn admissions(seconds: u64) -> Result<f64> {
             .fetch_one(bench.store.pool())
             .await
             .context("counting decisions")?;
-        eprintln!("admissions: {decided} of {sent} decided after {:.1} s", started.elapsed().as_secs_f64());
+        let (ingress, receipts) = (backlog(&bench.bus, "CLANKIE_INGRESS", "captain").await, backlog(&bench.bus, "CLANKIE_RECEIPTS", "receipts-recorder").await);
+        eprintln!(
+            "admissions: {decided} of {sent} decided after {:.1} s; waiting/unacked: ingress {ingress:?}, receipts {receipts:?}",
+            started.elapsed().as_secs_f64()
+        );
     }
     Ok(decided as f64 / started.elapsed().as_secs_f64())
+}
+
+/// Unaddressed ingress over 1,000 rooms offered at `per_s` for `seconds` to one captain; the
+/// time from each publish to its decision's receipt stored in PostgreSQL (`receipts.stored_at`),
+/// in milliseconds, sorted.
+async fn admit_latency(per_s: u64, seconds: u64) -> Result<Vec<f64>> {
+    const TICK: Duration = Duration::from_millis(10);
+    let per_tick = (per_s / 100).max(1);
+    let bench = bare_captain().await?;
+    let mut published_us = std::collections::HashMap::new();
+    let mut tick = tokio::time::interval(TICK);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
+    let mut sent = 0u64;
+    let ticks = seconds * 100;
+    for _ in 0..ticks {
+        tick.tick().await;
+        let batch: Vec<_> = (0..per_tick).map(|i| chatter(sent + i)).collect();
+        let at_us = now_us();
+        for published in futures::future::join_all(batch.iter().map(|(s, i)| bench.bus.publish(s, i, None))).await {
+            published?;
+        }
+        for (_, ingress) in batch {
+            published_us.insert(ingress.delivery_id, at_us);
+        }
+        sent += per_tick;
+    }
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let rows: Vec<(String, Option<i64>)> = sqlx::query_as(
+            "SELECT delivery_id, (extract(epoch from stored_at) * 1000000)::bigint FROM receipts WHERE kind = 'captain.not_admitted'",
+        )
+        .fetch_all(bench.store.pool())
+        .await
+        .context("reading decisions")?;
+        eprintln!("admit latency: {} of {sent} decided", rows.len());
+        if rows.len() as u64 >= sent {
+            let mut ms: Vec<f64> = rows
+                .iter()
+                .filter_map(|(id, stored)| Some((stored.as_ref()? - published_us.get(id)?) as f64 / 1000.0))
+                .collect();
+            ms.sort_by(f64::total_cmp);
+            return Ok(ms);
+        }
+        anyhow::ensure!(Instant::now() < deadline, "only {} of {sent} decisions stored", rows.len());
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+/// Wall-clock microseconds, the scale `receipts.stored_at` is read at.
+fn now_us() -> i64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_micros() as i64).unwrap_or(0)
+}
+
+/// A durable consumer's messages not yet delivered and delivered but unacked, for progress lines.
+async fn backlog(bus: &clankie_bus::Bus, stream: &str, consumer: &str) -> (u64, usize) {
+    let Ok(stream) = bus.jetstream().get_stream(stream).await else { return (0, 0) };
+    match stream.consumer_info(consumer).await {
+        Ok(info) => (info.num_pending, info.num_ack_pending),
+        Err(_) => (0, 0),
+    }
 }
 
 /// One captain replica holding `targets` warm lanes (a DM each), answered by an instant model;
@@ -468,7 +538,11 @@ async fn run() -> Result<()> {
     if std::env::args().skip(1).any(|a| a == "admissions") {
         let seconds = std::env::var("CLANKIE_BENCH_INGEST_SECS").ok().and_then(|v| v.parse().ok()).unwrap_or(30);
         println!("nats_server: {}", nats_server_version());
-        println!("ingest_admissions_per_s_1_captain: {:.0}", admissions(seconds).await?);
+        println!("ingest_admissions_per_s_1_captain: {:.0}", admissions(seconds, 1).await?);
+        println!("ingest_admissions_per_s_2_captains: {:.0}", admissions(seconds, 2).await?);
+        let latencies = admit_latency(1_000, seconds.min(10)).await?;
+        println!("ingest_admit_p50_ms: {:.1}", percentile(&latencies, 0.50));
+        println!("ingest_admit_p99_ms: {:.1}", percentile(&latencies, 0.99));
     }
     if wanted("lanes") {
         for (count, mib) in lanes(&[1_000, 10_000]).await? {

@@ -24,6 +24,11 @@ pub struct ConsumerSpec {
     pub deliver: pull::Config,
     /// Delete a consumer of this name first, so it starts afresh (a replica's own view of state).
     pub fresh: bool,
+    /// Messages one pull asks for: what a replica holds undecided at once.
+    pub prefetch: usize,
+    /// Deliveries the server lets stand unacked across all replicas before it delivers no
+    /// more; 0 keeps the server's default (1,000).
+    pub max_ack_pending: i64,
 }
 
 impl ConsumerSpec {
@@ -37,6 +42,8 @@ impl ConsumerSpec {
             max_deliver: -1,
             deliver: pull::Config::default(),
             fresh: false,
+            prefetch: DEFAULT_PREFETCH,
+            max_ack_pending: 0,
         }
     }
 
@@ -55,6 +62,16 @@ impl ConsumerSpec {
     /// Bounds how often the server delivers one message.
     pub fn with_max_deliver(mut self, max_deliver: i64) -> ConsumerSpec {
         self.max_deliver = max_deliver;
+        self
+    }
+
+    /// Pulls `prefetch` messages at a time, and lets up to `max_ack_pending` stand unacked.
+    ///
+    /// What is pulled waits in the client until it is handled, its ack wait running: size the
+    /// prefetch so that the replica decides that many well inside the ack wait.
+    pub fn with_prefetch(mut self, prefetch: usize, max_ack_pending: i64) -> ConsumerSpec {
+        self.prefetch = prefetch.max(1);
+        self.max_ack_pending = max_ack_pending;
         self
     }
 
@@ -85,6 +102,7 @@ pub struct Consumer<E: Event> {
     stream: &'static str,
     consumer: jetstream::consumer::Consumer<pull::Config>,
     messages: pull::Stream,
+    prefetch: usize,
     _event: PhantomData<fn() -> E>,
 }
 
@@ -121,9 +139,15 @@ impl Refusal {
     }
 }
 
-async fn pull_stream(consumer: &jetstream::consumer::Consumer<pull::Config>) -> Result<pull::Stream, jetstream::consumer::StreamError> {
-    consumer.stream().expires(PULL_EXPIRES).heartbeat(PULL_HEARTBEAT).messages().await
+async fn pull_stream(
+    consumer: &jetstream::consumer::Consumer<pull::Config>,
+    prefetch: usize,
+) -> Result<pull::Stream, jetstream::consumer::StreamError> {
+    consumer.stream().max_messages_per_batch(prefetch).expires(PULL_EXPIRES).heartbeat(PULL_HEARTBEAT).messages().await
 }
+
+/// The client library's own pull size.
+const DEFAULT_PREFETCH: usize = 200;
 
 /// How long one pull request waits on the server before it is renewed.
 const PULL_EXPIRES: Duration = Duration::from_secs(5);
@@ -149,10 +173,16 @@ impl<E: Event> Consumer<E> {
         }
         let config = pull::Config {
             durable_name: Some(spec.durable.clone()),
-            filter_subject: spec.filter.clone().unwrap_or_else(|| spec.family.wildcard()),
+            // A stream that holds only this family is read unfiltered (cheaper for the server).
+            filter_subject: match &spec.filter {
+                Some(filter) => filter.clone(),
+                None if stream_spec.holds_only(spec.family) => String::new(),
+                None => spec.family.wildcard(),
+            },
             ack_policy: jetstream::consumer::AckPolicy::Explicit,
             ack_wait: spec.ack_wait,
             max_deliver: spec.max_deliver,
+            max_ack_pending: spec.max_ack_pending,
             ..spec.deliver.clone()
         };
         let consumer: jetstream::consumer::Consumer<pull::Config> =
@@ -160,8 +190,8 @@ impl<E: Event> Consumer<E> {
         // A pull request lives on the consumer's leader; when a clustered leader dies, its pending
         // pulls die with it. Short pulls with a fast idle heartbeat notice that within seconds
         // (the library default, 30 s pulls and 15 s heartbeats, left a burst stalled past its run).
-        let messages = pull_stream(&consumer).await.map_err(|e| fail(e.to_string()))?;
-        Ok(Consumer { bus, name: spec.durable, stream: stream_spec.name, consumer, messages, _event: PhantomData })
+        let messages = pull_stream(&consumer, spec.prefetch).await.map_err(|e| fail(e.to_string()))?;
+        Ok(Consumer { bus, name: spec.durable, stream: stream_spec.name, consumer, messages, prefetch: spec.prefetch, _event: PhantomData })
     }
 
     /// Opens the pull stream again after the client's one ended (a clustered consumer that lost
@@ -170,7 +200,7 @@ impl<E: Event> Consumer<E> {
     async fn reopen(&mut self) {
         let mut delay = Duration::from_millis(100);
         loop {
-            match pull_stream(&self.consumer).await {
+            match pull_stream(&self.consumer, self.prefetch).await {
                 Ok(messages) => {
                     tracing::info!(consumer = %self.name, "pull stream reopened");
                     self.messages = messages;

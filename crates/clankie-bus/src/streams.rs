@@ -1,15 +1,15 @@
 use std::time::Duration;
 
 use async_nats::jetstream::stream;
-use clankie_proto::{Area, Family};
+use clankie_proto::Family;
 
-/// One JetStream stream: a name and the area of subjects it stores.
+/// One JetStream stream: a name and the families of subjects it stores.
 #[derive(Debug, Clone, Copy)]
 pub struct StreamSpec {
     /// The stream name.
     pub name: &'static str,
-    /// The subjects it holds.
-    pub area: Area,
+    /// The families whose subjects it holds, all of one area.
+    pub families: &'static [Family],
     /// How long messages are kept.
     pub max_age: Duration,
 }
@@ -17,29 +17,56 @@ pub struct StreamSpec {
 const DAY: Duration = Duration::from_secs(24 * 3600);
 const DEFAULT_DEDUP: Duration = Duration::from_secs(120);
 
+const WEEK: Duration = Duration::from_secs(7 * 24 * 3600);
+
 /// Every stream the services rely on. Ingress keeps the longest duplicate
 /// window because gateway redelivery is where double answers come from.
+///
+/// Text ingress, the busiest subjects (one per room), has a stream to itself so the
+/// captains read it without a subject filter: a filtered consumer over thousands of
+/// subjects costs an older nats-server a scan per message. It is listed before room input,
+/// so a deployment whose `CLANKIE_INGRESS` once held all of `clankie.ingress.>` narrows it
+/// before room input claims its own subjects.
 pub const STREAMS: &[StreamSpec] = &[
-    StreamSpec { name: "CLANKIE_INGRESS", area: Area::Ingress, max_age: Duration::from_secs(7 * 24 * 3600) },
-    StreamSpec { name: "CLANKIE_LANE", area: Area::Lane, max_age: Duration::from_secs(7 * 24 * 3600) },
-    StreamSpec { name: "CLANKIE_EGRESS", area: Area::Body, max_age: DAY },
-    StreamSpec { name: "CLANKIE_VOICE", area: Area::Voice, max_age: DAY },
-    StreamSpec { name: "CLANKIE_SELF", area: Area::Shared, max_age: Duration::from_secs(7 * 24 * 3600) },
-    StreamSpec { name: "CLANKIE_RECEIPTS", area: Area::Receipt, max_age: Duration::from_secs(30 * 24 * 3600) },
+    StreamSpec { name: "CLANKIE_INGRESS", families: &[Family::IngressText], max_age: WEEK },
+    StreamSpec { name: "CLANKIE_ROOM_INPUT", families: &[Family::IngressRoom], max_age: WEEK },
+    StreamSpec { name: "CLANKIE_LANE", families: &[Family::LaneSteer, Family::LaneOutcome], max_age: WEEK },
+    StreamSpec { name: "CLANKIE_EGRESS", families: &[Family::BodyTyping, Family::BodySend], max_age: DAY },
+    StreamSpec {
+        name: "CLANKIE_VOICE",
+        families: &[
+            Family::VoiceSession,
+            Family::VoiceInput,
+            Family::VoiceTranscript,
+            Family::VoiceFloor,
+            Family::VoiceSpeak,
+            Family::VoiceMember,
+            Family::VoiceServer,
+            Family::VoiceCommand,
+        ],
+        max_age: DAY,
+    },
+    StreamSpec { name: "CLANKIE_SELF", families: &[Family::SelfExperience], max_age: WEEK },
+    StreamSpec { name: "CLANKIE_RECEIPTS", families: &[Family::Receipt], max_age: Duration::from_secs(30 * 24 * 3600) },
 ];
 
 /// The stream that stores a family's subjects; `None` for request/reply families.
 pub fn stream_for(family: Family) -> Option<&'static StreamSpec> {
-    let area = family.area();
-    STREAMS.iter().find(|s| s.area == area)
+    STREAMS.iter().find(|s| s.families.contains(&family))
 }
 
 impl StreamSpec {
+    /// Whether `family` is all this stream holds, so its consumers need no subject filter.
+    pub fn holds_only(&self, family: Family) -> bool {
+        self.families == [family]
+    }
+
     pub(crate) fn config(&self, ingress_dedup_window: Duration, replicas: usize) -> stream::Config {
-        let duplicate_window = if self.area == Area::Ingress { ingress_dedup_window } else { DEFAULT_DEDUP };
+        let ingress = self.families.iter().any(|f| f.area() == clankie_proto::Area::Ingress);
+        let duplicate_window = if ingress { ingress_dedup_window } else { DEFAULT_DEDUP };
         stream::Config {
             name: self.name.to_owned(),
-            subjects: vec![self.area.wildcard()],
+            subjects: self.families.iter().map(|f| f.wildcard()).collect(),
             storage: stream::StorageType::File,
             retention: stream::RetentionPolicy::Limits,
             max_age: self.max_age,
@@ -55,14 +82,16 @@ mod tests {
     use super::*;
 
     #[test]
-    fn every_area_has_exactly_one_stream() {
-        for area in Area::ALL {
-            let expected = usize::from(area.is_streamed());
-            assert_eq!(STREAMS.iter().filter(|s| s.area == area).count(), expected, "{area:?}");
+    fn every_streamed_family_has_exactly_one_stream_of_its_area() {
+        for family in Family::ALL {
+            let holding = STREAMS.iter().filter(|s| s.families.contains(&family)).count();
+            assert_eq!(holding, usize::from(family.area().is_streamed()), "{family:?}");
         }
-        for family in Family::ALL.into_iter().filter(|f| f.area().is_streamed()) {
-            assert_eq!(stream_for(family).map(|s| s.area), Some(family.area()));
+        for spec in STREAMS {
+            assert!(spec.families.iter().all(|f| f.area() == spec.families[0].area()), "{} mixes areas", spec.name);
         }
+        assert!(stream_for(Family::IngressText).unwrap().holds_only(Family::IngressText));
+        assert!(!stream_for(Family::VoiceFloor).unwrap().holds_only(Family::VoiceFloor));
     }
 
     #[test]

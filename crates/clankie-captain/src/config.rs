@@ -31,6 +31,9 @@ pub struct CaptainConfig {
     /// The warm sessions' byte budget (`CLANKIE_WARM_CACHE_MIB`).
     pub warm_cache_bytes: usize,
     pub ack_wait: Duration,
+    /// Tasks deciding admission side by side; a lane always goes to the same one, so its
+    /// deliveries are decided in order.
+    pub admitters: usize,
     /// Age at which this replica publishes another's committed, unpublished outbox row.
     pub outbox_relay_after: Duration,
     /// How far back a replica taking a lane over looks for admitted, unsettled deliveries.
@@ -70,6 +73,7 @@ impl CaptainConfig {
             lease_ttl: settings.lane_lease_ttl,
             warm_cache_bytes: settings.warm_cache_mib.saturating_mul(1024 * 1024),
             ack_wait: settings.ingress_ack_wait,
+            admitters: 16,
             outbox_relay_after: settings.outbox_relay_after,
             gather_window: Duration::from_secs(15 * 60),
             media_timeout: settings.media_timeout,
@@ -101,6 +105,18 @@ impl CaptainConfig {
         let doublings = u32::try_from(delivered.saturating_sub(1)).unwrap_or(0).min(16);
         (self.retry_delay() * 2u32.pow(doublings)).min(Duration::from_secs(30))
     }
+
+    /// Ingress messages pulled at a time: as many as the admitters decide within a tenth of
+    /// the ack wait at a floor of 1,000 a second (64 to 4,096), so a pulled message never waits
+    /// out its ack wait in the client.
+    pub(crate) fn ingress_prefetch(&self) -> usize {
+        usize::try_from(self.ack_wait.as_millis() / 10).unwrap_or(usize::MAX).clamp(64, 4_096)
+    }
+
+    /// Ingress deliveries that may stand unacked across the replicas: every lane's held
+    /// deliveries wait on their runs unacked, so this bounds the lanes in conversation at once,
+    /// not the admission rate.
+    pub(crate) const INGRESS_MAX_ACK_PENDING: i64 = 50_000;
 
     /// How long a forwarded delivery waits before it is offered again.
     pub(crate) fn retry_delay(&self) -> Duration {

@@ -166,9 +166,11 @@ impl Captain {
             .consumer::<v1::Ingress>(
                 ConsumerSpec::durable("captain", Family::IngressText)
                     .with_ack_wait(ack_wait)
-                    .with_max_deliver(i64::from(self.inner.config.max_deliver)),
+                    .with_max_deliver(i64::from(self.inner.config.max_deliver))
+                    .with_prefetch(self.inner.config.ingress_prefetch(), CaptainConfig::INGRESS_MAX_ACK_PENDING),
             )
             .await?;
+        let admitters = Admitters::start(self);
         let mut steers =
             self.inner.bus.consumer::<v1::Steer>(ConsumerSpec::durable("captain-steer", Family::LaneSteer).with_ack_wait(ack_wait)).await?;
         let mut asks = self.inner.bus.serve(Family::RpcAsk.wildcard(), "captain").await?;
@@ -200,6 +202,7 @@ impl Captain {
             tokio::select! {
                 _ = &mut shutdown => {
                     self.inner.draining.store(true, Ordering::SeqCst);
+                    admitters.hand_back().await;
                     return Ok(());
                 }
                 d = experiences.next() => {
@@ -219,11 +222,7 @@ impl Captain {
                     let captain = self.clone();
                     tokio::spawn(async move { captain.answer_ask(msg).await });
                 }
-                d = ingress.next() => {
-                    let d = d?;
-                    let span = tracing::info_span!("delivery", delivery_id = %d.event.delivery_id);
-                    self.accept_ingress(d).instrument(span).await;
-                }
+                d = ingress.next() => admitters.admit(d?).await,
                 d = steers.next() => {
                     let d = d?;
                     let id = d.event.ingress.as_ref().map(|i| i.delivery_id.clone()).unwrap_or_default();
@@ -239,7 +238,7 @@ impl Captain {
     /// sequence, then acked; a batch the store refused comes back.
     async fn record_receipts(self, mut receipts: clankie_bus::Consumer<v1::Receipt>) {
         const RECEIPT_BATCH: usize = 256;
-        const RECEIPT_GATHER: std::time::Duration = std::time::Duration::from_millis(10);
+        const RECEIPT_GATHER: std::time::Duration = std::time::Duration::from_millis(2);
         loop {
             let first = match receipts.next().await {
                 Ok(d) => d,
@@ -264,10 +263,9 @@ impl Captain {
             let stored = self.inner.store.insert_receipts(&rows).await;
             metrics::histogram!("clankie_captain_receipt_batch").record(batch.len() as f64);
             match stored {
+                // Acked side by side: a batch's acks are its longest wait after the insert.
                 Ok(_) => {
-                    for d in &batch {
-                        let _ = d.ack().await;
-                    }
+                    futures::future::join_all(batch.iter().map(|d| d.ack())).await;
                 }
                 Err(e) => {
                     tracing::warn!(error = %e, receipts = batch.len(), "receipts not recorded; they will come back");
@@ -292,59 +290,66 @@ impl Captain {
         }
     }
 
+    /// Decides an admitter's batch of ingress deliveries in order, from one read of the store
+    /// for all of them; while draining hands them back instead.
+    async fn decide(&self, batch: Vec<Delivery<v1::Ingress>>) {
+        if self.is_draining() {
+            futures::future::join_all(batch.iter().map(|d| d.nak_after(std::time::Duration::ZERO))).await;
+            return;
+        }
+        let facts = {
+            let lanes: Vec<LaneKey> = batch.iter().map(|d| lane_of(&d.event)).collect();
+            let keys: Vec<(&str, &LaneKey)> = batch.iter().zip(&lanes).map(|(d, lane)| (d.event.delivery_id.as_str(), lane)).collect();
+            self.inner.store.ingress_facts(&keys, self.inner.config.exchange_window).await
+        };
+        match facts {
+            Ok(facts) => {
+                for (d, facts) in batch.into_iter().zip(facts) {
+                    let span = tracing::info_span!("delivery", delivery_id = %d.event.delivery_id);
+                    self.accept_ingress(d, facts).instrument(span).await;
+                }
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, deliveries = batch.len(), "admission needs the store; the deliveries will come back");
+                futures::future::join_all(batch.iter().map(|d| d.nak_after(self.inner.config.backoff(d.delivered)))).await;
+            }
+        }
+    }
+
     async fn already_settled(&self, delivery_id: &str) -> bool {
         matches!(self.inner.store.outcome(delivery_id).await, Ok(Some(_)))
     }
 
-    async fn accept_ingress(&self, d: Delivery<v1::Ingress>) {
+    /// Decides a delivery from what the store said of it ([`Store::ingress_facts`]); only an
+    /// admission writes, in one statement.
+    async fn accept_ingress(&self, d: Delivery<v1::Ingress>, facts: clankie_store::IngressFacts) {
         let lane = lane_of(&d.event);
         tracing::debug!(%lane, delivered = d.delivered, "ingress received");
-        if self.already_settled(&d.event.delivery_id).await {
+        let config = &self.inner.config;
+        if facts.settled {
             let _ = d.ack().await;
             return;
         }
         // A copy of a delivery held here is not a failure: the original answers for it.
-        if d.delivered >= i64::from(self.inner.config.max_deliver) && !self.inner.in_hand.holds(&d.event.delivery_id) {
+        if d.delivered >= i64::from(config.max_deliver) && !self.inner.in_hand.holds(&d.event.delivery_id) {
             self.give_up(lane, d).await;
             return;
         }
-        let store = &self.inner.store;
-        let owner = match (store.admission(&d.event.delivery_id).await, store.owner_settings().await) {
-            (Ok(Some(_)), _) => {
-                // Admitted before, by this replica or one that died holding it: the decision stands.
-                self.dispatch(Held::from_ingress(lane, d));
-                return;
-            }
-            (Ok(None), Ok(owner)) if !admission::owner_admits(&owner, &d.event) => {
-                let code = admission::Refused::NotAdmittedHere.code();
-                self.receipt("captain.not_admitted", &d.event.delivery_id, &lane, |r| r.with_code(code)).await;
-                let _ = d.ack().await;
-                return;
-            }
-            (Ok(None), Ok(owner)) => owner,
-            (Err(e), _) | (_, Err(e)) => {
-                tracing::warn!(%lane, error = %e, "admission needs the store; the delivery will come back");
-                let _ = d.nak_after(self.inner.config.backoff(d.delivered)).await;
-                return;
-            }
-        };
+        if facts.admitted {
+            // Admitted before, by this replica or one that died holding it: the decision stands.
+            self.dispatch(Held::from_ingress(lane, d));
+            return;
+        }
+        let owner = facts.owner;
+        if !admission::owner_admits(&owner, &d.event) {
+            let code = admission::Refused::NotAdmittedHere.code();
+            self.receipt("captain.not_admitted", &d.event.delivery_id, &lane, |r| r.with_code(code)).await;
+            let _ = d.ack().await;
+            return;
+        }
         // A lane with an actor here is in conversation already: its run may not be visible in the store yet.
         let local = self.inner.lanes.lock().unwrap_or_else(|p| p.into_inner()).contains_key(&lane);
-        let live = if admission::needs_exchange(&d.event) && !local {
-            let store = &self.inner.store;
-            let window = self.inner.config.exchange_window;
-            match (store.exchange_live(&lane, window).await, store.lease_held(&lane).await, store.unsettled_turn(&lane, window).await) {
-                // Settled recently, a run live now, or a run that died live: the room is in conversation.
-                (Ok(exchange), Ok(run), Ok(orphan)) => exchange || run || orphan,
-                (Err(e), _, _) | (_, Err(e), _) | (_, _, Err(e)) => {
-                    tracing::warn!(%lane, error = %e, "admission needs the store; the delivery will come back");
-                    let _ = d.nak_after(self.inner.config.backoff(d.delivered)).await;
-                    return;
-                }
-            }
-        } else {
-            local
-        };
+        let live = local || (admission::needs_exchange(&d.event) && facts.in_conversation);
         match admission::admit(&d.event, live) {
             Err(refused) => {
                 tracing::debug!(%lane, code = refused.code(), "not admitted");
@@ -352,7 +357,6 @@ impl Captain {
                 let _ = d.ack().await;
             }
             Ok(why) => {
-                let config = &self.inner.config;
                 let author = d.event.author_id;
                 let limit = if admission::flood_guarded(&owner, &config.grants, author) { config.bounds.flood_per_minute } else { 0 };
                 let id = &d.event.delivery_id;
@@ -444,5 +448,70 @@ impl Captain {
         lanes.insert(lane, tx);
         let captain = self.clone();
         tokio::spawn(captain.lane_actor(lane, rx).instrument(tracing::info_span!("lane", %lane)));
+    }
+}
+
+/// The tasks that decide admission side by side.
+///
+/// A lane always goes to the same admitter, so one lane's deliveries are decided in the order
+/// JetStream gave them while other lanes' are decided alongside; each admitter's queue is
+/// short, so a slow store pushes back on the pull instead of piling up deliveries.
+struct Admitters {
+    queues: Vec<mpsc::Sender<Delivery<v1::Ingress>>>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+/// Deliveries an admitter decides from one read of the store: whatever queued while it was busy.
+const ADMISSION_BATCH: usize = 64;
+
+impl Admitters {
+    fn start(captain: &Captain) -> Admitters {
+        let (queues, tasks) = (0..captain.inner.config.admitters.max(1))
+            .map(|_| {
+                let (tx, mut rx) = mpsc::channel::<Delivery<v1::Ingress>>(64);
+                let captain = captain.clone();
+                let task = tokio::spawn(async move {
+                    while let Some(first) = rx.recv().await {
+                        let mut batch = vec![first];
+                        while batch.len() < ADMISSION_BATCH {
+                            match rx.try_recv() {
+                                Ok(d) => batch.push(d),
+                                Err(_) => break,
+                            }
+                        }
+                        captain.decide(batch).await;
+                    }
+                });
+                (tx, task)
+            })
+            .unzip();
+        Admitters { queues, tasks }
+    }
+
+    async fn admit(&self, d: Delivery<v1::Ingress>) {
+        use std::hash::{BuildHasher, BuildHasherDefault};
+        let lane = lane_of(&d.event);
+        let hash = BuildHasherDefault::<std::collections::hash_map::DefaultHasher>::default().hash_one(lane);
+        let queue = &self.queues[(hash % self.queues.len() as u64) as usize];
+        if let Err(mpsc::error::SendError(d)) = queue.send(d).await {
+            let _ = d.nak_after(std::time::Duration::ZERO).await;
+        }
+    }
+
+    /// On shutdown: what is queued goes back to JetStream at once (the captain is draining,
+    /// so the admitters nak instead of deciding), and the admitters end.
+    async fn hand_back(mut self) {
+        self.queues.clear();
+        for task in std::mem::take(&mut self.tasks) {
+            let _ = task.await;
+        }
+    }
+}
+
+impl Drop for Admitters {
+    fn drop(&mut self) {
+        for task in &self.tasks {
+            task.abort();
+        }
     }
 }

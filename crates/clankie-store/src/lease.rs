@@ -127,16 +127,6 @@ impl Store {
         }
     }
 
-    /// Whether some replica holds an unexpired lease on the lane: a run is live there.
-    pub async fn lease_held(&self, lane: &LaneKey) -> Result<bool, StoreError> {
-        let held: Option<bool> =
-            sqlx::query_scalar("SELECT lease_owner IS NOT NULL AND lease_expires_at > now() FROM lanes WHERE lane = $1")
-                .bind(lane.to_string())
-                .fetch_optional(&self.pool)
-                .await?;
-        Ok(held.unwrap_or(false))
-    }
-
     /// Reads a lane row.
     pub async fn lane(&self, lane: &LaneKey) -> Result<Option<LaneRow>, StoreError> {
         let row = sqlx::query(

@@ -115,6 +115,22 @@ fn ids(v: Vec<i64>) -> Vec<u64> {
     v.into_iter().map(|i| i as u64).collect()
 }
 
+/// Owner settings from a row carrying `self_settings`' columns under their own names.
+pub(crate) fn owner_settings_from(r: &sqlx::postgres::PgRow) -> Result<OwnerSettings, StoreError> {
+    let sharing: String = r.try_get("sharing")?;
+    Ok(OwnerSettings {
+        owner_id: r.try_get::<Option<i64>, _>("owner_id")?.map(|i| i as u64),
+        operators: ids(r.try_get("operators")?),
+        grants: ids(r.try_get("grants")?),
+        guilds: ids(r.try_get("guilds")?),
+        channels: ids(r.try_get("channels")?),
+        trusted_dms: ids(r.try_get("trusted_dms")?),
+        trusted_rooms: ids(r.try_get("trusted_rooms")?),
+        sharing: Sharing::parse(&sharing).ok_or_else(|| StoreError::Corrupt(format!("sharing {sharing:?}")))?,
+        version: r.try_get("version")?,
+    })
+}
+
 fn sql_ids(v: &[u64]) -> Vec<i64> {
     v.iter().map(|i| *i as i64).collect()
 }
@@ -162,18 +178,7 @@ impl Store {
         )
         .fetch_one(&self.pool)
         .await?;
-        let sharing: String = r.try_get("sharing")?;
-        Ok(OwnerSettings {
-            owner_id: r.try_get::<Option<i64>, _>("owner_id")?.map(|i| i as u64),
-            operators: ids(r.try_get("operators")?),
-            grants: ids(r.try_get("grants")?),
-            guilds: ids(r.try_get("guilds")?),
-            channels: ids(r.try_get("channels")?),
-            trusted_dms: ids(r.try_get("trusted_dms")?),
-            trusted_rooms: ids(r.try_get("trusted_rooms")?),
-            sharing: Sharing::parse(&sharing).ok_or_else(|| StoreError::Corrupt(format!("sharing {sharing:?}")))?,
-            version: r.try_get("version")?,
-        })
+        owner_settings_from(&r)
     }
 
     /// Replaces the owner settings and bumps their version; returns the new version.

@@ -54,6 +54,22 @@ pub struct Outcome {
     pub failure_code: Option<v1::FailureCode>,
 }
 
+/// The advisory lock class the flood guard counts an author's admissions under.
+const FLOOD_LOCK: i32 = 0x666c_6f6f; // "floo"
+
+/// What the captain needs to decide one text delivery, read by [`Store::ingress_facts`].
+#[derive(Debug, Clone)]
+pub struct IngressFacts {
+    /// The delivery has its outcome: a copy is acked and nothing more.
+    pub settled: bool,
+    /// Some replica admitted it before: the decision stands.
+    pub admitted: bool,
+    /// The room's exchange settled within the window, a run holds its lease, or a run died
+    /// live there: he is in conversation.
+    pub in_conversation: bool,
+    pub owner: crate::OwnerSettings,
+}
+
 /// What recording an outcome did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Recorded {
@@ -191,8 +207,10 @@ impl Store {
     /// Admits a delivery unless its author already has `per_minute` admissions in the last
     /// minute across all lanes (0 means no limit). Returns whether this call admitted it;
     /// `false` with [`Store::admission`] still `None` means the flood guard held it back.
-    /// Replicas racing for one author may overshoot by one admission each. `stream_seq` is
-    /// where the delivery sits in the ingress stream, for a replica that takes the lane over.
+    /// Admissions of one author are counted and inserted under a transaction lock on the author
+    /// (`pg_advisory_xact_lock`, keyed `(FLOOD_LOCK, author)`), so admitters deciding side by
+    /// side, on one replica or several, never overshoot. `stream_seq` is where the delivery
+    /// sits in the ingress stream, for a replica that takes the lane over.
     pub async fn admit_within_flood(
         &self,
         delivery_id: &str,
@@ -202,6 +220,15 @@ impl Store {
         per_minute: u32,
         stream_seq: u64,
     ) -> Result<bool, StoreError> {
+        let mut tx = self.pool.begin().await?;
+        if per_minute > 0 {
+            // The lock's key space is (class, id): FLOOD_LOCK keeps authors apart from any other use.
+            sqlx::query("SELECT pg_advisory_xact_lock($1, $2)")
+                .bind(FLOOD_LOCK)
+                .bind(author_id as i32 ^ (author_id >> 32) as i32)
+                .execute(&mut *tx)
+                .await?;
+        }
         let row = sqlx::query(
             "INSERT INTO admissions (delivery_id, lane, reason, author_id, stream_seq) \
              SELECT $1, $2, $3, $4, $6 WHERE $5 = 0 OR (SELECT count(*) FROM admissions \
@@ -214,8 +241,9 @@ impl Store {
         .bind(author_id as i64)
         .bind(i64::from(per_minute))
         .bind(i64::try_from(stream_seq).unwrap_or(i64::MAX))
-        .fetch_optional(&self.pool)
+        .fetch_optional(&mut *tx)
         .await?;
+        tx.commit().await?;
         Ok(row.is_some())
     }
 
@@ -285,6 +313,49 @@ impl Store {
         .fetch_one(&self.pool)
         .await?;
         Ok(open)
+    }
+
+    /// Everything admitting text deliveries reads, for a batch of `(delivery_id, lane)` in one
+    /// statement, in the batch's order: whether each is settled or admitted already, whether
+    /// its room is in conversation, and the owner's settings.
+    pub async fn ingress_facts(&self, batch: &[(&str, &LaneKey)], window: Duration) -> Result<Vec<IngressFacts>, StoreError> {
+        if batch.is_empty() {
+            return Ok(Vec::new());
+        }
+        let ids: Vec<&str> = batch.iter().map(|(id, _)| *id).collect();
+        let lanes: Vec<String> = batch.iter().map(|(_, lane)| lane.to_string()).collect();
+        let rows = sqlx::query(
+            "SELECT EXISTS (SELECT 1 FROM deliveries x WHERE x.delivery_id = d.delivery_id) AS settled,
+                    EXISTS (SELECT 1 FROM admissions a WHERE a.delivery_id = d.delivery_id) AS admitted,
+                    COALESCE((SELECT e.last_settled_at > now() - make_interval(secs => $3::double precision / 1000)
+                              FROM exchanges e WHERE e.lane = d.lane), false)
+                    OR COALESCE((SELECT l.lease_owner IS NOT NULL AND l.lease_expires_at > now() FROM lanes l WHERE l.lane = d.lane), false)
+                    OR EXISTS (SELECT 1 FROM turns t WHERE t.lane = d.lane AND t.ended_at IS NULL
+                               AND t.started_at > now() - make_interval(secs => $3::double precision / 1000)) AS in_conversation,
+                    s.owner_id, s.operators, s.grants, s.guilds, s.channels, s.trusted_dms, s.trusted_rooms, s.sharing, s.version
+             FROM unnest($1::text[], $2::text[]) WITH ORDINALITY AS d(delivery_id, lane, n)
+             CROSS JOIN self_settings s WHERE s.id = 1
+             ORDER BY d.n",
+        )
+        .bind(&ids)
+        .bind(&lanes)
+        .bind(i64::try_from(window.as_millis()).unwrap_or(i64::MAX))
+        .fetch_all(&self.pool)
+        .await?;
+        if rows.len() != batch.len() {
+            return Err(StoreError::Corrupt(format!("ingress facts: {} rows for {} deliveries", rows.len(), batch.len())));
+        }
+        let owner = crate::shared_self::owner_settings_from(&rows[0])?;
+        rows.iter()
+            .map(|r| {
+                Ok(IngressFacts {
+                    settled: r.try_get("settled")?,
+                    admitted: r.try_get("admitted")?,
+                    in_conversation: r.try_get("in_conversation")?,
+                    owner: owner.clone(),
+                })
+            })
+            .collect()
     }
 
     /// Whether the room's exchange settled within `window` of the database's now.

@@ -124,3 +124,17 @@ async fn a_turn_that_never_ended_keeps_its_room_in_conversation() {
     assert!(store.unsettled_turn(&LANE, Duration::from_secs(60)).await.unwrap());
     assert!(!store.unsettled_turn(&LANE, Duration::ZERO).await.unwrap(), "outside the window it no longer counts");
 }
+
+#[tokio::test]
+async fn ingest_concurrency_facts_for_a_batch_come_back_in_its_order_from_one_statement() {
+    let (store, _db) = super::store().await;
+    let quiet = LaneKey::Room { guild: 1, channel: 99 };
+    let window = Duration::from_secs(60);
+    let _lease = store.acquire_lease(&LANE, "c", window).await.unwrap().unwrap();
+    assert!(store.admit_within_flood("admitted", &LANE, "mention", 7, 0, 1).await.unwrap());
+    let facts = store.ingress_facts(&[("fresh", &quiet), ("admitted", &LANE), ("fresh", &LANE)], window).await.unwrap();
+    let seen: Vec<(bool, bool, bool)> = facts.iter().map(|f| (f.settled, f.admitted, f.in_conversation)).collect();
+    assert_eq!(seen, [(false, false, false), (false, true, true), (false, false, true)], "a run holds LANE's lease");
+    assert_eq!(facts[0].owner, store.owner_settings().await.unwrap());
+    assert!(store.ingress_facts(&[], window).await.unwrap().is_empty());
+}
