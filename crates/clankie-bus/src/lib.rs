@@ -24,7 +24,7 @@ use clankie_settings::{Settings, redact_url};
 pub use async_nats::Message as Request;
 pub use async_nats::connection::State as ConnectionState;
 pub use async_nats::jetstream::consumer::DeliverPolicy;
-pub use async_nats::jetstream::kv::{Operation as KeyValueOperation, Store as KeyValue};
+pub use async_nats::jetstream::kv::{Operation as KeyValueOperation, Store as KeyValue, UpdateErrorKind as KeyValueUpdateErrorKind};
 pub use blobs::{BLOB_BUCKET, INLINE_MAX, blob_name};
 pub use consumer::{Consumer, ConsumerSpec, Delivery, Progress};
 pub use kv::kv_key;

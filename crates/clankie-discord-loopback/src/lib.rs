@@ -63,6 +63,23 @@ pub struct LoopbackConfig {
     /// directory when unset.
     #[serde(default)]
     pub voice_dir: Option<std::path::PathBuf>,
+    /// Gateway shards, as `/gateway/bot` reports them: a guild's events go to shard
+    /// `(guild_id >> 22) % shards`, DMs to shard 0.
+    #[serde(default = "one")]
+    pub shards: u32,
+    /// Identifies allowed per 5 s in each bucket (`shard_id % max_concurrency`), as
+    /// `/gateway/bot` reports it; one sooner is counted as too fast.
+    #[serde(default = "one")]
+    pub max_concurrency: u32,
+}
+
+fn one() -> u32 {
+    1
+}
+
+/// The shard Discord sends a guild's events to (DMs go to shard 0).
+pub fn shard_of(guild: Option<u64>, shards: u32) -> u32 {
+    guild.map_or(0, |g| ((g >> 22) % u64::from(shards.max(1))) as u32)
 }
 
 impl LoopbackConfig {
@@ -95,6 +112,8 @@ impl Default for LoopbackConfig {
             dm_channels: vec![900],
             heartbeat_interval_ms: 41_250,
             voice_dir: None,
+            shards: 1,
+            max_concurrency: 1,
         }
     }
 }
@@ -180,6 +199,16 @@ impl Loopback {
     /// How many gateway sessions were identified (a resume does not count).
     pub fn identifies(&self) -> u64 {
         self.state.identifies()
+    }
+
+    /// Identifies that came sooner than `max_concurrency` allows (5 s apart per bucket).
+    pub fn identifies_too_fast(&self) -> u64 {
+        self.state.identifies_too_fast()
+    }
+
+    /// The shards with a gateway connection attached now.
+    pub fn attached_shards(&self) -> Vec<u32> {
+        self.state.attached_shards()
     }
 
     /// How many resumes succeeded.

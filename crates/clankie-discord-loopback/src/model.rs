@@ -55,7 +55,7 @@ pub(crate) fn message_json(state: &State, m: &StoredMessage, referenced: Option<
     v
 }
 
-pub(crate) fn ready_json(state: &State, session_id: &str) -> Value {
+pub(crate) fn ready_json(state: &State, session_id: &str, shard: u32) -> Value {
     let c = &state.config;
     json!({
         "v": 10,
@@ -63,10 +63,15 @@ pub(crate) fn ready_json(state: &State, session_id: &str) -> Value {
             "id": c.bot_user_id.to_string(), "username": c.bot_name, "discriminator": "0", "avatar": null,
             "bot": true, "mfa_enabled": false, "accent_color": null, "banner": null, "verified": true, "flags": 0,
         },
-        "guilds": c.guilds().iter().map(|g| json!({ "id": g.to_string(), "unavailable": true })).collect::<Vec<_>>(),
+        "guilds": c
+            .guilds()
+            .iter()
+            .filter(|g| crate::shard_of(Some(**g), c.shards) == shard)
+            .map(|g| json!({ "id": g.to_string(), "unavailable": true }))
+            .collect::<Vec<_>>(),
         "session_id": session_id,
         "resume_gateway_url": format!("ws://{}/gateway", state.addr),
-        "shard": [0, 1],
+        "shard": [shard, c.shards],
         "application": { "id": c.bot_user_id.to_string(), "flags": 0 },
     })
 }
@@ -121,7 +126,7 @@ mod tests {
     #[tokio::test]
     async fn twilight_reads_our_ready() {
         let s = state().await;
-        let r: twilight_model::gateway::payload::incoming::Ready = serde_json::from_value(ready_json(&s, "sess")).unwrap();
+        let r: twilight_model::gateway::payload::incoming::Ready = serde_json::from_value(ready_json(&s, "sess", 0)).unwrap();
         assert_eq!(r.resume_gateway_url, "ws://127.0.0.1:1/gateway");
         assert_eq!(r.user.id.get(), 4242);
     }

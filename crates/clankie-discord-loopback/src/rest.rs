@@ -49,8 +49,8 @@ fn unknown_message() -> Response {
 async fn gateway(AxState(state): AxState<Arc<State>>) -> Json<Value> {
     Json(json!({
         "url": format!("ws://{}/gateway", state.addr),
-        "shards": 1,
-        "session_start_limit": { "total": 1000, "remaining": 1000, "reset_after": 0, "max_concurrency": 1 },
+        "shards": state.config.shards,
+        "session_start_limit": { "total": 1000, "remaining": 1000, "reset_after": 0, "max_concurrency": state.config.max_concurrency },
     }))
 }
 

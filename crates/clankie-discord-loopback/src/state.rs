@@ -97,6 +97,8 @@ pub struct Post {
 struct GatewaySession {
     seq: u64,
     log: Vec<(u64, String)>,
+    /// The shard it identified as: only its guilds' events reach it.
+    shard: u32,
 }
 
 #[derive(Default)]
@@ -111,8 +113,14 @@ struct Inner {
     /// How often each file was fetched, so a test can tell a second download from a cached one.
     downloads: HashMap<u64, u64>,
     identifies: u64,
+    /// Identifies that came sooner than 5 s after the last one of their bucket.
+    identifies_too_fast: u64,
+    /// When each identify bucket last identified.
+    identified_at: HashMap<u32, i64>,
     resumes: u64,
     attached: usize,
+    /// Connections attached per shard.
+    attached_shards: HashMap<u32, usize>,
     /// Frames the next resume replays beyond what the client asked for.
     replay_extra: u64,
 }
@@ -126,6 +134,9 @@ pub(crate) struct State {
     pub drop_all: broadcast::Sender<()>,
     pub attached_changed: Notify,
 }
+
+/// Discord's spacing of identifies within one `max_concurrency` bucket.
+const IDENTIFY_SPACING_MS: i64 = 5_000;
 
 /// How long a nonce is remembered for enforcement.
 const NONCE_WINDOW_MS: i64 = 5 * 60 * 1000;
@@ -206,10 +217,12 @@ impl State {
         self.dispatch("TYPING_START", d);
     }
 
-    /// Dispatches one gateway event to every session.
+    /// Dispatches one gateway event to every session of the shard its guild is on.
     fn dispatch(&self, t: &str, d: serde_json::Value) {
+        let guild = d["guild_id"].as_str().and_then(|g| g.parse().ok());
+        let shard = crate::shard_of(guild, self.config.shards);
         let mut inner = self.lock();
-        for session in inner.sessions.values_mut() {
+        for session in inner.sessions.values_mut().filter(|s| s.shard == shard) {
             session.seq += 1;
             let frame = serde_json::json!({ "op": 0, "t": t, "s": session.seq, "d": d }).to_string();
             session.log.push((session.seq, frame));
@@ -352,8 +365,9 @@ impl State {
     fn store_and_dispatch(&self, inner: &mut Inner, message: StoredMessage) {
         let referenced = message.reply_to.and_then(|r| inner.messages.get(&r).cloned());
         let json = model::message_json(self, &message, referenced.as_ref());
+        let shard = crate::shard_of(message.guild_id, self.config.shards);
         inner.messages.insert(message.id, message);
-        for session in inner.sessions.values_mut() {
+        for session in inner.sessions.values_mut().filter(|s| s.shard == shard) {
             session.seq += 1;
             let frame = serde_json::json!({ "op": 0, "t": "MESSAGE_CREATE", "s": session.seq, "d": json }).to_string();
             session.log.push((session.seq, frame));
@@ -451,15 +465,40 @@ impl State {
         self.lock().typing.get(&channel).cloned().unwrap_or_default()
     }
 
-    /// Starts a gateway session; returns its id and the READY frame (sequence 1).
-    pub fn identify(&self) -> (String, String) {
+    /// Starts a gateway session for `shard` (its id; the total was checked); returns its id
+    /// and the READY frame (sequence 1). An identify sooner than 5 s after the last one of its
+    /// bucket is counted as too fast, the limit Discord's `max_concurrency` sets.
+    pub fn identify(&self, shard: u32) -> (String, String) {
         let mut inner = self.lock();
         inner.identifies += 1;
-        let id = format!("loopback-session-{}-{}", inner.identifies, now_ms());
-        let ready = model::ready_json(self, &id);
+        let now = now_ms();
+        let bucket = shard % self.config.max_concurrency.max(1);
+        if let Some(last) = inner.identified_at.insert(bucket, now)
+            && now - last < IDENTIFY_SPACING_MS
+        {
+            inner.identifies_too_fast += 1;
+        }
+        let id = format!("loopback-session-{}-{}", inner.identifies, now);
+        let ready = model::ready_json(self, &id, shard);
         let frame = serde_json::json!({ "op": 0, "t": "READY", "s": 1, "d": ready }).to_string();
-        inner.sessions.insert(id.clone(), GatewaySession { seq: 1, log: vec![(1, frame.clone())] });
+        inner.sessions.insert(id.clone(), GatewaySession { seq: 1, log: vec![(1, frame.clone())], shard });
         (id, frame)
+    }
+
+    /// The shard a session identified as.
+    pub fn session_shard(&self, session: &str) -> Option<u32> {
+        self.lock().sessions.get(session).map(|s| s.shard)
+    }
+
+    pub fn identifies_too_fast(&self) -> u64 {
+        self.lock().identifies_too_fast
+    }
+
+    /// Shards with a connection attached now, each once, in order.
+    pub fn attached_shards(&self) -> Vec<u32> {
+        let mut shards: Vec<u32> = self.lock().attached_shards.iter().filter(|(_, n)| **n > 0).map(|(s, _)| *s).collect();
+        shards.sort_unstable();
+        shards
     }
 
     /// Resumes a session: the frames after `seq`, ending with RESUMED; `None` for an unknown session.
@@ -489,9 +528,11 @@ impl State {
         self.lock().resumes
     }
 
-    pub fn set_attached(&self, delta: isize) {
+    pub fn set_attached(&self, shard: u32, delta: isize) {
         let mut inner = self.lock();
         inner.attached = inner.attached.saturating_add_signed(delta);
+        let n = inner.attached_shards.entry(shard).or_default();
+        *n = n.saturating_add_signed(delta);
         drop(inner);
         self.attached_changed.notify_waiters();
     }

@@ -36,6 +36,7 @@ async fn serve(mut socket: WebSocket, state: Arc<State>) {
     let mut dispatched = state.dispatched.subscribe();
     let mut drop_all = state.drop_all.subscribe();
     let mut session: Option<String> = None;
+    let mut shard = 0u32;
     let mut sent = 0u64;
     loop {
         tokio::select! {
@@ -59,10 +60,20 @@ async fn serve(mut socket: WebSocket, state: Arc<State>) {
                             let _ = socket.send(Message::Close(Some(axum::extract::ws::CloseFrame { code: 4004, reason: "Authentication failed.".into() }))).await;
                             break;
                         }
-                        let (id, ready) = state.identify();
+                        // `shard: [id, total]`; a total other than ours is refused as Discord does (4010).
+                        let asked = &frame["d"]["shard"];
+                        let (id, total) = (asked[0].as_u64().unwrap_or(0) as u32, asked[1].as_u64().unwrap_or(1) as u32);
+                        if total != state.config.shards || id >= total {
+                            let _ = socket.send(Message::Close(Some(axum::extract::ws::CloseFrame { code: 4010, reason: "Invalid shard.".into() }))).await;
+                            break;
+                        }
+                        if session.is_some() { state.set_attached(shard, -1); }
+                        shard = id;
+                        let (id, ready) = state.identify(shard);
                         if !send(&mut socket, ready).await { break; }
                         sent = 1;
-                        if session.replace(id).is_none() { state.set_attached(1); }
+                        session = Some(id);
+                        state.set_attached(shard, 1);
                     }
                     Some(4) => {
                         // Update Voice State: join, move or leave a voice channel.
@@ -84,7 +95,10 @@ async fn serve(mut socket: WebSocket, state: Arc<State>) {
                                     sent = n;
                                 }
                                 if !ok { break; }
-                                if session.replace(sid).is_none() { state.set_attached(1); }
+                                if session.is_some() { state.set_attached(shard, -1); }
+                                shard = state.session_shard(&sid).unwrap_or(0);
+                                session = Some(sid);
+                                state.set_attached(shard, 1);
                             }
                             _ => {
                                 if !send(&mut socket, json!({ "op": 9, "d": false }).to_string()).await { break; }
@@ -111,6 +125,6 @@ async fn serve(mut socket: WebSocket, state: Arc<State>) {
         }
     }
     if session.is_some() {
-        state.set_attached(-1);
+        state.set_attached(shard, -1);
     }
 }

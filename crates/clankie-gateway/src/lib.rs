@@ -1,5 +1,7 @@
 //! The gateway: Discord's side of Clankie.
 //!
+//! - **Shards**: replicas share the shards by lease ([`leases`]), each running its fair
+//!   share and handing them over, session and all, on shutdown or when it dies.
 //! - **Ingest**: a twilight shard reads MESSAGE_CREATE, [`normalise`]s it and
 //!   publishes it with `Nats-Msg-Id = discord:message:<id>`, so resume
 //!   replays and duplicate gateways yield one ingress. Text typed into the
@@ -12,9 +14,10 @@
 //!   forwarded as events; join and leave commands become op 4 on the shard.
 
 mod body;
+pub mod leases;
 pub mod normalise;
 pub mod service;
-mod session;
+pub mod session;
 mod shard;
 mod typing;
 mod voice;
@@ -59,6 +62,10 @@ pub struct GatewayConfig {
     /// How long an ingress publish may wait for JetStream before the shard gives the message
     /// back (closes and resumes from before it).
     pub publish_patience: Duration,
+    /// Shards in all (`CLANKIE_DISCORD_SHARDS`); 0 asks Discord.
+    pub shards: u32,
+    /// How long a claim on a shard lasts unrenewed.
+    pub shard_lease_ttl: Duration,
 }
 
 impl std::fmt::Debug for GatewayConfig {
@@ -86,6 +93,8 @@ impl GatewayConfig {
             history_limit: settings.history_limit,
             replica: settings.replica_id.clone(),
             publish_patience: settings.gateway_publish_patience,
+            shards: settings.discord_shards,
+            shard_lease_ttl: settings.shard_lease_ttl,
         }
     }
 }
@@ -101,8 +110,10 @@ pub(crate) struct Inner {
     /// The shared bucket of tool cards on screen, opened on first use.
     pub cards: tokio::sync::OnceCell<clankie_bus::KeyValue>,
     pub typing: typing::TypingLoops,
-    /// The shard's command sender, once it runs: op 4 goes out through it.
-    pub shard_sender: RwLock<Option<twilight_gateway::MessageSender>>,
+    /// The command sender of each shard this replica runs: op 4 goes out through its guild's.
+    pub shard_senders: RwLock<HashMap<u32, twilight_gateway::MessageSender>>,
+    /// Shards in all, once known.
+    pub shard_total: std::sync::atomic::AtomicU32,
     /// Flipped on shutdown: the shard closes with a resumable frame.
     pub stopping: tokio::sync::watch::Sender<bool>,
 }
@@ -137,7 +148,8 @@ impl Gateway {
                 voice: RwLock::new(HashMap::new()),
                 cards: tokio::sync::OnceCell::new(),
                 typing,
-                shard_sender: RwLock::new(None),
+                shard_senders: RwLock::new(HashMap::new()),
+                shard_total: std::sync::atomic::AtomicU32::new(1),
                 stopping: tokio::sync::watch::channel(false).0,
             }),
         }
@@ -148,8 +160,9 @@ impl Gateway {
         self.inner.bot_id.load(Ordering::SeqCst)
     }
 
-    /// Runs until `shutdown`, then saves the shard's resume state and closes it so a
-    /// restarted gateway resumes; consumers stop with the process.
+    /// Runs until `shutdown`, then closes each shard for resume and hands its claim back with
+    /// the session, so another replica (or this one restarted) resumes it; consumers stop
+    /// with the process.
     pub async fn run_until(&self, shutdown: impl std::future::Future<Output = ()>) -> Result<(), GatewayError> {
         let run = self.run();
         tokio::pin!(run);
@@ -158,15 +171,15 @@ impl Gateway {
             _ = shutdown => {}
         }
         let _ = self.inner.stopping.send(true);
-        // Let the shard loop close and save; it ends the run.
-        let _ = tokio::time::timeout(Duration::from_secs(5), run).await;
+        // Let the shards close and be handed back; that ends the run.
+        let _ = tokio::time::timeout(Duration::from_secs(10), run).await;
         Ok(())
     }
 
     /// Runs ingest and body until one of them fails.
     pub async fn run(&self) -> Result<(), GatewayError> {
         tokio::select! {
-            r = self.run_shard() => r,
+            r = self.run_shards() => r,
             r = self.run_body() => r,
             r = self.run_typing() => r,
             r = self.run_history() => r,

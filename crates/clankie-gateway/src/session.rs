@@ -5,7 +5,7 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub(crate) struct SavedSession {
+pub struct SavedSession {
     pub session_id: String,
     pub sequence: u64,
     pub resume_url: String,

@@ -1,6 +1,8 @@
-//! Ingest: the shard's event loop.
+//! Ingest: this replica's share of the shards, and each shard's event loop.
 
+use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use clankie_bus::{MsgId, now_ms};
@@ -9,11 +11,10 @@ use tracing::Instrument;
 use twilight_gateway::{ConfigBuilder, Event, EventTypeFlags, Intents, Session, Shard, ShardId, StreamExt};
 use twilight_model::channel::Message;
 
+use crate::leases::{self, LeaseError, SharedIdentifyQueue, ShardLeases};
 use crate::normalise::{self, Route};
 use crate::session::{self, SavedSession};
 use crate::{Gateway, GatewayError};
-
-const SHARD: u32 = 0;
 /// Messages read from the shard and not yet stored that the shard may run ahead by; past
 /// it, reading waits for the publisher.
 const INGEST_QUEUE: usize = 1024;
@@ -29,15 +30,214 @@ enum Connection {
 }
 
 /// The shard's session as of now: what a restart resumes from.
-fn mark(shard: &Shard) -> Option<SavedSession> {
+fn mark(shard: &Shard<SharedIdentifyQueue>) -> Option<SavedSession> {
     let (s, url) = (shard.session()?, shard.resume_url()?);
     Some(SavedSession { session_id: s.id().to_owned(), sequence: s.sequence(), resume_url: url.to_owned() })
 }
 
-impl Gateway {
+/// Where one shard's session goes as its messages are stored: the replica's own file (read
+/// back on its restart) and the newest mark, which the supervisor writes into the shard's
+/// claim so another replica can resume it.
+#[derive(Clone)]
+struct Saver {
+    dir: std::path::PathBuf,
+    shard: u32,
+    latest: Arc<Mutex<Option<SavedSession>>>,
+    /// Rung when the claim should carry the session at once (a new or resumed session).
+    flush: Arc<tokio::sync::Notify>,
+}
+
+impl Saver {
     fn save(&self, saved: &SavedSession) {
-        if let Err(e) = session::save(&self.inner.config.state_dir, SHARD, saved) {
+        if let Err(e) = session::save(&self.dir, self.shard, saved) {
             tracing::warn!(error = %e, "shard session not saved; a restart will identify afresh");
+        }
+        *self.latest.lock().unwrap_or_else(|p| p.into_inner()) = Some(saved.clone());
+    }
+
+    fn save_now(&self, saved: &SavedSession) {
+        self.save(saved);
+        self.flush.notify_one();
+    }
+
+    fn latest(&self) -> Option<SavedSession> {
+        self.latest.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+}
+
+/// A shard this replica runs, under its claim.
+struct Running {
+    held: leases::Held,
+    saver: Saver,
+    stop: tokio::sync::watch::Sender<bool>,
+    /// Aborted when dropped, so a supervisor that stops takes its shards with it.
+    task: clankie_http::Aborting,
+}
+
+/// The session a shard starts from: its claim's, or this replica's own file when the file is
+/// further along the same session (or the claim carries none).
+fn starting_session(claimed: Option<SavedSession>, file: Option<SavedSession>) -> Option<SavedSession> {
+    match (claimed, file) {
+        (Some(c), Some(f)) if f.session_id == c.session_id && f.sequence > c.sequence => Some(f),
+        (Some(c), _) => Some(c),
+        (None, f) => f,
+    }
+}
+
+impl Gateway {
+    /// How many shards there are and how many may identify per 5 s: from configuration, else
+    /// as Discord recommends (`/gateway/bot`), asked until it answers.
+    async fn shard_plan(&self) -> (u32, u32) {
+        let configured = self.inner.config.shards;
+        let mut pause = Duration::from_millis(500);
+        loop {
+            let asked = async { self.inner.http.gateway().authed().await.ok()?.model().await.ok() }.await;
+            match asked {
+                Some(info) => {
+                    let total = if configured > 0 { configured } else { info.shards.max(1) };
+                    return (total, u32::from(info.session_start_limit.max_concurrency).max(1));
+                }
+                None if configured > 0 => {
+                    tracing::warn!(shards = configured, "/gateway/bot unanswered; identifying one shard per 5 s");
+                    return (configured, 1);
+                }
+                None => {
+                    tracing::warn!(retry_in_ms = pause.as_millis() as u64, "/gateway/bot unanswered; the shard count is not known yet");
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(Duration::from_secs(30));
+                }
+            }
+        }
+    }
+
+    /// Runs this replica's share of the shards until shutdown, then hands each back with its
+    /// session so another replica resumes it.
+    ///
+    /// Every third of the lease TTL it renews what it holds (stopping at once any shard whose
+    /// claim another replica took), says it is alive, and moves toward its fair share: it hands
+    /// back one shard over it, or claims free and expired ones up to it.
+    pub(crate) async fn run_shards(&self) -> Result<(), GatewayError> {
+        let (total, max_concurrency) = self.shard_plan().await;
+        self.inner.shard_total.store(total, Ordering::SeqCst);
+        let config = &self.inner.config;
+        let kv = self.inner.bus.key_value(leases::SHARDS_BUCKET, Duration::from_secs(7 * 24 * 3600)).await?;
+        let leases = ShardLeases::new(kv.clone(), &config.replica, config.shard_lease_ttl);
+        let queue = SharedIdentifyQueue::new(kv, max_concurrency);
+        tracing::info!(shards = total, max_concurrency, replica = %config.replica, "sharing the gateway's shards");
+        let flush = Arc::new(tokio::sync::Notify::new());
+        let mut running: BTreeMap<u32, Running> = BTreeMap::new();
+        let mut tick = tokio::time::interval(config.shard_lease_ttl / 3);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut stopping = self.inner.stopping.subscribe();
+        let mut replicas = 1;
+        loop {
+            tokio::select! {
+                _ = tick.tick() => {}
+                _ = flush.notified() => {}
+                _ = stopping.changed() => {
+                    for (shard, r) in std::mem::take(&mut running) {
+                        self.hand_back(&leases, shard, r).await;
+                    }
+                    return Ok(());
+                }
+            }
+            self.renew_all(&leases, &mut running).await;
+            match leases.announce().await.and(leases.replicas_alive().await) {
+                Ok(alive) => replicas = alive.max(1),
+                Err(e) => tracing::warn!(error = %e, "replica presence not refreshed"),
+            }
+            let fair = leases::fair_share(total, replicas) as usize;
+            if running.len() > fair
+                && let Some(shard) = running.keys().next_back().copied()
+                && let Some(r) = running.remove(&shard)
+            {
+                tracing::info!(shard, replicas, "over the fair share; handing a shard back");
+                self.hand_back(&leases, shard, r).await;
+            }
+            for shard in 0..total {
+                if running.len() >= fair {
+                    break;
+                }
+                if running.contains_key(&shard) {
+                    continue;
+                }
+                match leases.claim(shard).await {
+                    Ok(Some(held)) => {
+                        tracing::info!(shard, epoch = held.claim.epoch, "shard claimed");
+                        let r = self.start_shard(shard, total, held, &queue, &flush);
+                        running.insert(shard, r);
+                    }
+                    Ok(None) => {}
+                    Err(e) => tracing::warn!(shard, error = %e, "shard claim not tried"),
+                }
+            }
+        }
+    }
+
+    /// Renews every claim held; a shard whose claim was taken, or ran out while the bus was
+    /// away, or whose connection ended, stops here.
+    async fn renew_all(&self, leases: &ShardLeases, running: &mut BTreeMap<u32, Running>) {
+        let mut gone = Vec::new();
+        for (shard, r) in running.iter_mut() {
+            if r.task.0.is_finished() {
+                tracing::warn!(shard, "shard connection ended; handing it back");
+                gone.push((*shard, true));
+                continue;
+            }
+            match leases.renew(*shard, &mut r.held, r.saver.latest()).await {
+                Ok(()) => {}
+                Err(LeaseError::Lost(_)) => {
+                    tracing::warn!(shard, "shard claim taken by another replica; stopping it here");
+                    gone.push((*shard, false));
+                }
+                Err(e) if r.held.claim.expires_ms <= clankie_bus::now_ms() => {
+                    tracing::warn!(shard, error = %e, "shard claim ran out unrenewed; stopping it here");
+                    gone.push((*shard, false));
+                }
+                Err(e) => tracing::warn!(shard, error = %e, "shard claim not renewed yet"),
+            }
+        }
+        for (shard, ours) in gone {
+            if let Some(r) = running.remove(&shard) {
+                r.task.0.abort();
+                self.inner.shard_senders.write().unwrap_or_else(|p| p.into_inner()).remove(&shard);
+                if ours {
+                    let mut held = r.held;
+                    let _ = leases.release(shard, &mut held, r.saver.latest()).await;
+                }
+            }
+        }
+    }
+
+    fn start_shard(&self, shard: u32, total: u32, held: leases::Held, queue: &SharedIdentifyQueue, flush: &Arc<tokio::sync::Notify>) -> Running {
+        let dir = self.inner.config.state_dir.clone();
+        let start = starting_session(held.claim.session.clone(), session::load(&dir, shard));
+        let saver = Saver { dir, shard, latest: Arc::new(Mutex::new(start.clone())), flush: flush.clone() };
+        let (stop, stop_rx) = tokio::sync::watch::channel(false);
+        let id = ShardId::new(shard, total);
+        let run = self.clone().run_shard(id, saver.clone(), stop_rx, queue.clone());
+        let task = tokio::spawn(
+            async move {
+                if let Err(e) = run.await {
+                    tracing::error!(error = %e, "shard stopped");
+                }
+            }
+            .instrument(tracing::info_span!("shard", shard)),
+        );
+        Running { held, saver, stop, task: clankie_http::Aborting(task) }
+    }
+
+    /// Closes a shard for resume, then hands its claim back with the session as of the close.
+    async fn hand_back(&self, leases: &ShardLeases, shard: u32, mut r: Running) {
+        let _ = r.stop.send(true);
+        if tokio::time::timeout(Duration::from_secs(8), &mut r.task.0).await.is_err() {
+            r.task.0.abort();
+        }
+        self.inner.shard_senders.write().unwrap_or_else(|p| p.into_inner()).remove(&shard);
+        let mut held = r.held;
+        match leases.release(shard, &mut held, r.saver.latest()).await {
+            Ok(()) => tracing::info!(shard, "shard handed back with its session"),
+            Err(e) => tracing::warn!(shard, error = %e, "shard not handed back; it frees itself when its claim runs out"),
         }
     }
 
@@ -46,6 +246,7 @@ impl Gateway {
     /// that cannot be stored stops it: `unstored` tells the shard to resume from before it.
     async fn publish_queue(
         self,
+        saver: Saver,
         mut queue: tokio::sync::mpsc::Receiver<(Event, Option<SavedSession>)>,
         pending: std::sync::Arc<std::sync::atomic::AtomicUsize>,
         unstored: tokio::sync::watch::Sender<bool>,
@@ -59,7 +260,7 @@ impl Gateway {
                         return;
                     }
                     if let Some(mark) = &mark {
-                        self.save(mark);
+                        saver.save(mark);
                     }
                 }
                 // Not worth a session save: a resume that replays a typing signal costs nothing.
@@ -72,10 +273,18 @@ impl Gateway {
         }
     }
 
-    pub(crate) async fn run_shard(&self) -> Result<(), GatewayError> {
+    /// One shard until it is told to stop: connects, and connects again from the last stored
+    /// message whenever one could not be stored.
+    async fn run_shard(
+        self,
+        id: ShardId,
+        saver: Saver,
+        stop: tokio::sync::watch::Receiver<bool>,
+        queue: SharedIdentifyQueue,
+    ) -> Result<(), GatewayError> {
         let mut pause = Duration::from_secs(1);
         loop {
-            match self.connect_and_read().await? {
+            match self.connect_and_read(id, &saver, stop.clone(), queue.clone()).await? {
                 Connection::Stopped => return Ok(()),
                 Connection::Ended => return Err(GatewayError::Shard("the shard's event stream ended".into())),
                 Connection::Unstored => {
@@ -95,7 +304,13 @@ impl Gateway {
 
     /// One shard connection, from the saved session, read until it stops, ends, or a message
     /// cannot be stored.
-    async fn connect_and_read(&self) -> Result<Connection, GatewayError> {
+    async fn connect_and_read(
+        &self,
+        id: ShardId,
+        saver: &Saver,
+        mut stopping: tokio::sync::watch::Receiver<bool>,
+        queue: SharedIdentifyQueue,
+    ) -> Result<Connection, GatewayError> {
         let config = &self.inner.config;
         let intents = Intents::GUILD_MESSAGES
             | Intents::DIRECT_MESSAGES
@@ -103,11 +318,11 @@ impl Gateway {
             | Intents::GUILD_VOICE_STATES
             | Intents::GUILD_MESSAGE_TYPING
             | Intents::DIRECT_MESSAGE_TYPING;
-        let mut builder = ConfigBuilder::new(config.token.clone(), intents);
+        let mut builder = ConfigBuilder::new(config.token.clone(), intents).queue(queue);
         if let Some(url) = &config.gateway_url {
             builder = builder.proxy_url(url.clone());
         }
-        if let Some(saved) = session::load(&config.state_dir, SHARD) {
+        if let Some(saved) = saver.latest() {
             tracing::info!(sequence = saved.sequence, "resuming the saved shard session");
             builder = builder.session(Session::new(saved.sequence, saved.session_id)).resume_url(saved.resume_url);
         }
@@ -119,16 +334,15 @@ impl Gateway {
             },
             Err(_) => tracing::warn!("current user not fetched; waiting for READY"),
         }
-        let mut shard = Shard::with_config(ShardId::ONE, builder.build());
-        *self.inner.shard_sender.write().unwrap_or_else(|p| p.into_inner()) = Some(shard.sender());
+        let mut shard = Shard::with_config(id, builder.build());
+        self.inner.shard_senders.write().unwrap_or_else(|p| p.into_inner()).insert(id.number(), shard.sender());
         let wanted = EventTypeFlags::READY
             | EventTypeFlags::RESUMED
             | EventTypeFlags::MESSAGE_CREATE
             | EventTypeFlags::TYPING_START
             | EventTypeFlags::VOICE_STATE_UPDATE
             | EventTypeFlags::VOICE_SERVER_UPDATE;
-        let mut stopping = self.inner.stopping.subscribe();
-        let close = |shard: &mut Shard| {
+        let close = |shard: &mut Shard<SharedIdentifyQueue>| {
             shard.close(twilight_gateway::CloseFrame::RESUME);
         };
         // Messages are stored off the shard's loop, in order, through a bounded queue: the
@@ -137,13 +351,14 @@ impl Gateway {
         let (queue, queued) = tokio::sync::mpsc::channel(INGEST_QUEUE);
         let pending = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
         let (unstored_tx, mut unstored) = tokio::sync::watch::channel(false);
-        let _publisher = clankie_http::Aborting(tokio::spawn(self.clone().publish_queue(queued, pending.clone(), unstored_tx)));
+        let _publisher =
+            clankie_http::Aborting(tokio::spawn(self.clone().publish_queue(saver.clone(), queued, pending.clone(), unstored_tx)));
         // Saves the session as of now unless messages read before now are still unstored.
-        let save_if_caught_up = |shard: &Shard| {
+        let save_if_caught_up = |shard: &Shard<SharedIdentifyQueue>| {
             if pending.load(Ordering::SeqCst) == 0
                 && let Some(mark) = mark(shard)
             {
-                self.save(&mark);
+                saver.save_now(&mark);
             }
         };
         loop {

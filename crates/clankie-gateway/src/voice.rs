@@ -76,7 +76,10 @@ impl Gateway {
                 let _ = d.term().await;
                 continue;
             }
-            let sender = self.inner.shard_sender.read().unwrap_or_else(|p| p.into_inner()).clone();
+            // Op 4 goes out on the guild's shard; a replica not running it leaves the command to one that does.
+            let total = self.inner.shard_total.load(std::sync::atomic::Ordering::SeqCst).max(1);
+            let shard = ((command.guild_id >> 22) % u64::from(total)) as u32;
+            let sender = self.inner.shard_senders.read().unwrap_or_else(|p| p.into_inner()).get(&shard).cloned();
             let sent = match sender {
                 Some(sender) => sender.command(&UpdateVoiceState::new(guild, channel, false, false)).is_ok(),
                 None => false,
@@ -85,7 +88,7 @@ impl Gateway {
                 tracing::info!(guild = command.guild_id, join = channel.is_some(), reason = %command.reason, "op 4 sent");
                 let _ = d.ack().await;
             } else {
-                // The shard is not up yet (or is reconnecting): ask again shortly.
+                // The shard is not up yet, is reconnecting, or runs on another replica: ask again shortly.
                 let _ = d.nak_after(Duration::from_millis(500)).await;
             }
         }

@@ -184,6 +184,16 @@ pub const SETTINGS: &[Setting] = &[
         default: "20000",
         doc: "How long the gateway waits for JetStream to store a message before it closes the shard and resumes from before it, so Discord replays it.",
     },
+    Setting {
+        name: "CLANKIE_DISCORD_SHARDS",
+        default: "0",
+        doc: "Gateway shards in all; 0 takes the count Discord recommends (`/gateway/bot`). Gateway replicas share them by lease.",
+    },
+    Setting {
+        name: "CLANKIE_SHARD_LEASE_TTL_MS",
+        default: "15000",
+        doc: "How long a gateway replica's claim on a shard lasts unrenewed; a replica that died loses its shards to the others after it.",
+    },
     Setting { name: "CLANKIE_VOICE_GRACE_MS", default: "30000", doc: "How long he stays in a voice room after the last human left it." },
     Setting {
         name: "CLANKIE_VOICE_LEASE_TTL_MS",
@@ -406,6 +416,10 @@ pub struct Settings {
     pub voice_grace: Duration,
     /// How long the gateway waits for JetStream to store a message.
     pub gateway_publish_patience: Duration,
+    /// Gateway shards in all; 0 asks Discord.
+    pub discord_shards: u32,
+    /// How long a gateway replica's shard lease lasts unrenewed.
+    pub shard_lease_ttl: Duration,
     /// Transcription: an OpenAI-compatible base URL (none: offline), model, key, offline grammar.
     pub stt_base_url: Option<String>,
     pub stt_model: String,
@@ -524,6 +538,8 @@ impl fmt::Debug for Settings {
             .field("voice_rooms", &self.voice_rooms)
             .field("voice_grace", &self.voice_grace)
             .field("gateway_publish_patience", &self.gateway_publish_patience)
+            .field("discord_shards", &self.discord_shards)
+            .field("shard_lease_ttl", &self.shard_lease_ttl)
             .field("stt_base_url", &self.stt_base_url.as_deref().map(redact_url))
             .field("stt_model", &self.stt_model)
             .field("stt_api_key", &self.stt_api_key.as_ref().map(|_| "***"))
@@ -736,6 +752,8 @@ impl Settings {
         let floor_offer_interval = ms("CLANKIE_FLOOR_OFFER_INTERVAL_MS", 300_000, 0)?;
         let voice_grace = ms("CLANKIE_VOICE_GRACE_MS", 30_000, 0)?;
         let gateway_publish_patience = ms("CLANKIE_GATEWAY_PUBLISH_PATIENCE_MS", 20_000, 100)?;
+        let discord_shards = number(var("CLANKIE_DISCORD_SHARDS"), "CLANKIE_DISCORD_SHARDS", 0, 0, 65_535)? as u32;
+        let shard_lease_ttl = ms("CLANKIE_SHARD_LEASE_TTL_MS", 15_000, 300)?;
         let speech_timeout = ms("CLANKIE_SPEECH_TIMEOUT_MS", 15_000, 100)?;
         let voice_speech_start = ms("CLANKIE_VOICE_SPEECH_START_MS", 200, 0)?;
         let voice_end_of_turn = ms("CLANKIE_VOICE_END_OF_TURN_MS", 600, 20)?;
@@ -822,6 +840,8 @@ impl Settings {
             voice_rooms,
             voice_grace,
             gateway_publish_patience,
+            discord_shards,
+            shard_lease_ttl,
             stt_base_url: var("CLANKIE_STT_BASE_URL").filter(|v| !v.trim().is_empty()),
             stt_model: var("CLANKIE_STT_MODEL").unwrap_or_else(|| "whisper-1".into()),
             stt_api_key: var("CLANKIE_STT_API_KEY").filter(|v| !v.is_empty()),

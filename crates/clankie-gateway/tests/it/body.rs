@@ -139,6 +139,8 @@ fn gateway_process(rig: &Rig, replica: &str) -> tokio::process::Child {
         .env("CLANKIE_DISCORD_API", rig.discord.addr().to_string())
         .env("CLANKIE_DISCORD_GATEWAY_URL", rig.discord.gateway_url())
         .env("CLANKIE_TYPING_INTERVAL_MS", "200")
+        // A dead replica's shard passes to the next within seconds.
+        .env("CLANKIE_SHARD_LEASE_TTL_MS", "2000")
         .env("CLANKIE_LOG", "warn,clankie_gateway=info")
         .stdout(std::process::Stdio::null())
         .stderr(log)
@@ -191,8 +193,15 @@ async fn gateway_state_a_card_and_a_lit_channel_outlive_their_gateway_and_work_a
     assert!(late.is_empty(), "typing went on after the stop: {late:?}");
 
     // Two replicas at once share the actions: whichever takes a stop ends the other's loop.
+    // The one shard stays with one of them; both announce themselves in the shard bucket.
     let _third = gateway_process(&rig, "gateway-a");
-    until("both attached", Duration::from_secs(20), || rig.discord.identifies() + rig.discord.resumes() > sessions + 1).await;
+    let kv = rig.bus.key_value(clankie_gateway::leases::SHARDS_BUCKET, Duration::from_secs(3600)).await.unwrap();
+    let probe = clankie_gateway::leases::ShardLeases::new(kv, "probe", Duration::from_secs(2));
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while probe.replicas_alive().await.unwrap() < 2 {
+        assert!(tokio::time::Instant::now() < deadline, "the third replica never announced itself");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     for round in 0..3 {
         let started = clankie_bus::now_ms();
         rig.bus.publish(&lit, &typing(v1::TypingOp::Start), None).await.unwrap();

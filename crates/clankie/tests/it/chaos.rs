@@ -106,6 +106,111 @@ async fn chaos_gateway_killed_after_receiving_before_publishing_resumes_and_repl
     assert_eq!(discord.identifies(), 1, "the successor resumed rather than identifying afresh");
 }
 
+/// Every shard's claim owner, in shard order (`None` for a shard nobody holds unexpired).
+async fn shard_owners(leases: &clankie_gateway::leases::ShardLeases, shards: u32) -> Vec<Option<String>> {
+    let mut owners = Vec::new();
+    for shard in 0..shards {
+        let held = leases.read(shard).await.unwrap();
+        owners.push(held.filter(|h| h.claim.expires_ms > clankie_bus::now_ms()).map(|h| h.claim.owner));
+    }
+    owners
+}
+
+/// Two `clankie gateway` processes over a loopback Discord of four shards (two may identify
+/// per 5 s); one is killed with SIGKILL and a message sent at once to a guild on one of its
+/// shards. Its shards pass to the survivor, which resumes their sessions and so receives the
+/// message; the captain answers it once.
+#[tokio::test]
+async fn shard_lease_a_gateway_killed_hands_its_shards_to_the_other_which_answers_once() {
+    const SHARDS: u32 = 4;
+    const TTL_MS: u64 = 3_000;
+    // A guild on each shard: Discord routes guild g to shard (g >> 22) % shards.
+    let guild = |shard: u64| (shard + 4) << 22;
+    let mut config = LoopbackConfig { shards: SHARDS, max_concurrency: 2, heartbeat_interval_ms: 5_000, ..Default::default() };
+    for k in 0..u64::from(SHARDS) {
+        config.channels.push(clankie_discord_loopback::ChannelSpec {
+            id: 700 + k,
+            name: format!("shard-{k}"),
+            voice: false,
+            guild: Some(guild(k)),
+        });
+    }
+    let cast = Cast::start(config).await;
+    let _dump = DumpLogsOnPanic(cast.dir.path().to_owned(), &["captain", "gateway-a", "gateway-b"]);
+    let (discord, standin) = (&cast.discord, &cast.standin);
+    standin.script(Script::any(Reply::text("Heard you, once.")));
+    standin.script(Script::any(Reply::text("And you.")));
+    let _captain = cast.service("captain", "captain", None, &[]);
+    let ttl = TTL_MS.to_string();
+    let lease = [("CLANKIE_SHARD_LEASE_TTL_MS", ttl.as_str())];
+    let _a = cast.service("gateway", "gateway-a", None, &lease);
+    let mut b = cast.service("gateway", "gateway-b", None, &lease);
+
+    let settings = clankie_settings::Settings::for_endpoints(&cast.nats.url(), cast.db.url(), cast.dir.path()).unwrap();
+    let bus = clankie_bus::Bus::connect(&settings, "test").await.unwrap();
+    let kv = bus.key_value(clankie_gateway::leases::SHARDS_BUCKET, Duration::from_secs(3600)).await.unwrap();
+    let leases = clankie_gateway::leases::ShardLeases::new(kv, "probe", Duration::from_millis(TTL_MS));
+    let split = |owners: &[Option<String>]| {
+        let count = |who: &str| owners.iter().filter(|o| o.as_deref() == Some(who)).count();
+        (count("gateway-a"), count("gateway-b"))
+    };
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let owners = shard_owners(&leases, SHARDS).await;
+        if split(&owners) == (2, 2) && discord.attached_shards() == [0, 1, 2, 3] {
+            println!("shard lease: settled as {owners:?}");
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "the replicas never settled at two shards each: {owners:?}, attached {:?}", discord.attached_shards());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
+    // SIGKILL: no hand-over, no close frame; its claims run out.
+    let owners = shard_owners(&leases, SHARDS).await;
+    let doomed_shard = owners.iter().position(|o| o.as_deref() == Some("gateway-b")).unwrap() as u64;
+    b.start_kill().unwrap();
+    b.wait().await.unwrap();
+    let killed = tokio::time::Instant::now();
+    let channel = 700 + doomed_shard;
+    let id = discord.user_message(NewMessage {
+        channel_id: channel,
+        author: "ada".into(),
+        content: "@Clankie are you still there".into(),
+        mention: true,
+        ..Default::default()
+    });
+    let limit = Duration::from_millis(TTL_MS) + Duration::from_secs(5);
+    loop {
+        let owners = shard_owners(&leases, SHARDS).await;
+        if split(&owners) == (4, 0) && discord.attached_shards() == [0, 1, 2, 3] {
+            break;
+        }
+        assert!(killed.elapsed() < limit, "the survivor did not hold all four within TTL + 5 s: {owners:?}, attached {:?}", discord.attached_shards());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let took = killed.elapsed();
+    until("the reply", Duration::from_secs(30), || discord.posts(channel).iter().any(|p| p.reply_to == Some(id))).await;
+    // A later message on the same shard is the barrier: once it is answered, a second answer to the first would be in.
+    let later = discord.user_message(NewMessage {
+        channel_id: channel,
+        author: "bob".into(),
+        content: "@Clankie me too".into(),
+        mention: true,
+        ..Default::default()
+    });
+    until("the later reply", Duration::from_secs(30), || discord.posts(channel).iter().any(|p| p.reply_to == Some(later))).await;
+    let to_first = discord.posts(channel).iter().filter(|p| p.reply_to == Some(id)).count();
+    println!(
+        "shard lease: survivor held 4 of 4 {} ms after the SIGKILL (TTL {TTL_MS} ms); replies to the message sent meanwhile {to_first}; identifies {}, resumes {}, identifies too fast {}",
+        took.as_millis(),
+        discord.identifies(),
+        discord.resumes(),
+        discord.identifies_too_fast()
+    );
+    assert_eq!(to_first, 1, "the message sent meanwhile was answered exactly once");
+    assert_eq!(discord.identifies_too_fast(), 0, "identifies kept max_concurrency per 5 s across both replicas");
+}
+
 /// A small deterministic generator, so a failing round can be replayed from its printed seed.
 struct Rounds(u64);
 
