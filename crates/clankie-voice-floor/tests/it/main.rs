@@ -61,6 +61,8 @@ impl Rig {
             history_limit: 10,
             replica: "gateway-test".into(),
             publish_patience: Duration::from_secs(20),
+            shards: 0,
+            shard_lease_ttl: Duration::from_secs(15),
         };
         let gateway = Gateway::new(Bus::connect(&settings, "gateway").await.unwrap(), gateway_config);
         let running = gateway.clone();
