@@ -176,7 +176,11 @@ impl Captain {
         let mut asks = self.inner.bus.serve(Family::RpcAsk.wildcard(), "captain").await?;
         // Every service's receipts land in PostgreSQL through whichever captain takes them, in
         // batches, on a task of their own: never on the loop that admits ingress.
-        let receipts = self.inner.bus.consumer::<v1::Receipt>(ConsumerSpec::durable("receipts-recorder", Family::Receipt)).await?;
+        let receipts = self
+            .inner
+            .bus
+            .consumer::<v1::Receipt>(ConsumerSpec::durable("receipts-recorder", Family::Receipt).with_prefetch(1_024, 20_000))
+            .await?;
         let _receipts = clankie_http::Aborting(tokio::spawn(self.clone().record_receipts(receipts)));
         // Likewise every thread's experiences land in the shared self.
         let mut experiences =
@@ -233,12 +237,12 @@ impl Captain {
         }
     }
 
-    /// Records the receipts stream: what is ready together (up to `RECEIPT_BATCH`, gathered
-    /// for at most `RECEIPT_GATHER`) is stored in one statement under each one's stream
-    /// sequence, then acked; a batch the store refused comes back.
+    /// Records the receipts stream: what has arrived by the time the store is free (up to
+    /// `RECEIPT_BATCH`; nothing waits to fill a batch) is stored in one statement under each
+    /// one's stream sequence, then acked on a task of its own while the next batch is stored;
+    /// a batch the store refused comes back.
     async fn record_receipts(self, mut receipts: clankie_bus::Consumer<v1::Receipt>) {
         const RECEIPT_BATCH: usize = 256;
-        const RECEIPT_GATHER: std::time::Duration = std::time::Duration::from_millis(2);
         loop {
             let first = match receipts.next().await {
                 Ok(d) => d,
@@ -248,9 +252,10 @@ impl Captain {
                 }
             };
             let mut batch = vec![first];
-            let until = tokio::time::Instant::now() + RECEIPT_GATHER;
+            // A zero timeout still polls once: it takes what the pull has already brought.
+            let now = tokio::time::Instant::now();
             while batch.len() < RECEIPT_BATCH {
-                match tokio::time::timeout_at(until, receipts.next()).await {
+                match tokio::time::timeout_at(now, receipts.next()).await {
                     Ok(Ok(d)) => batch.push(d),
                     Ok(Err(e)) => {
                         tracing::warn!(error = %e, "receipts consumer failed mid-batch");
@@ -263,9 +268,9 @@ impl Captain {
             let stored = self.inner.store.insert_receipts(&rows).await;
             metrics::histogram!("clankie_captain_receipt_batch").record(batch.len() as f64);
             match stored {
-                // Acked side by side: a batch's acks are its longest wait after the insert.
+                // A lost ack costs a redelivery the dedup key absorbs, so the next batch need not wait for these.
                 Ok(_) => {
-                    futures::future::join_all(batch.iter().map(|d| d.ack())).await;
+                    tokio::spawn(async move { futures::future::join_all(batch.iter().map(|d| d.ack())).await });
                 }
                 Err(e) => {
                     tracing::warn!(error = %e, receipts = batch.len(), "receipts not recorded; they will come back");

@@ -1,9 +1,10 @@
 //! Media: everything that touches the attachment root.
 //!
 //! The root is always `clankie_settings::attachment_root`, the one derivation
-//! every service shares. Inbound attachments named in an Ingress are
-//! downloaded (bounded in size, type and time) and stored under their sha256,
-//! so a redelivered ingress stores nothing twice. Artifacts resolve over NATS
+//! every service shares. An inbound attachment is downloaded (bounded in
+//! size, type and time) only when a lane asks for it, once however many ask,
+//! and stored under its sha256; messages no lane admits cost no download.
+//! Artifacts resolve over NATS
 //! request/reply to a path (co-located services) or to bytes; any name that
 //! leads out of the root is refused with a receipt, and the service serves
 //! the next request.
@@ -13,7 +14,7 @@ pub mod service;
 
 use std::time::Duration;
 
-use clankie_bus::{Bus, BusError, ConsumerSpec, now_ms};
+use clankie_bus::{Bus, BusError, now_ms};
 use clankie_proto::{Family, ReceiptKind, v1};
 use clankie_settings::{Settings, attachment_root};
 use futures::StreamExt;
@@ -34,8 +35,6 @@ pub struct MediaConfig {
     /// Anything stored or resolved this recently is kept by the sweeper (a reply may still be on its way).
     pub pinned_for: Duration,
     pub sweep_every: Duration,
-    /// How long an unacked inbound ingress waits before JetStream redelivers it (shared with the captain).
-    pub inbound_ack_wait: Duration,
 }
 
 impl MediaConfig {
@@ -48,7 +47,6 @@ impl MediaConfig {
             max_total: settings.media_max_total_bytes,
             pinned_for: Duration::from_secs(3600),
             sweep_every: Duration::from_secs(600),
-            inbound_ack_wait: settings.ingress_ack_wait,
         }
     }
 }
@@ -60,6 +58,8 @@ pub struct Media {
     root: Root,
     config: MediaConfig,
     http: reqwest::Client,
+    /// Attachments being downloaded now: a second ask waits for the first download.
+    fetching: std::sync::Arc<std::sync::Mutex<std::collections::HashMap<u64, std::sync::Arc<tokio::sync::Mutex<()>>>>>,
 }
 
 impl Media {
@@ -67,7 +67,7 @@ impl Media {
     pub fn new(bus: Bus, settings: &Settings, config: MediaConfig) -> Result<Media, MediaError> {
         clankie_agent::provider::install_tls_provider();
         let http = reqwest::Client::builder().timeout(config.download_timeout).build().map_err(|e| MediaError::Download(e.to_string()))?;
-        Ok(Media { bus, root: Root::open(attachment_root(settings))?, config, http })
+        Ok(Media { bus, root: Root::open(attachment_root(settings))?, config, http, fetching: Default::default() })
     }
 
     /// The root it serves.
@@ -75,27 +75,14 @@ impl Media {
         &self.root
     }
 
-    /// Stores inbound attachments, answers resolve requests and sweeps, until the bus fails.
+    /// Answers attachment, resolve and register requests and sweeps, until the bus fails.
     pub async fn run(&self) -> Result<(), BusError> {
-        let mut inbound = self
-            .bus
-            .consumer::<v1::Ingress>(
-                ConsumerSpec::durable("media-inbound", Family::IngressText).with_ack_wait(self.config.inbound_ack_wait),
-            )
-            .await?;
         let mut resolves = self.bus.serve(Family::RpcMediaResolve.wildcard(), "media").await?;
         let mut attachments = self.bus.serve(Family::RpcMediaAttachment.wildcard(), "media").await?;
         let mut registers = self.bus.serve(Family::RpcMediaRegister.wildcard(), "media").await?;
         let mut sweep = tokio::time::interval(self.config.sweep_every);
         loop {
             tokio::select! {
-                d = inbound.next() => {
-                    let d = d?;
-                    let span = tracing::info_span!("delivery", delivery_id = %d.event.delivery_id);
-                    let _ = tracing::Instrument::instrument(self.store_inbound(&d.event), span).await;
-                    clankie_settings::fault::point("media.before_ack");
-                    let _ = d.ack().await;
-                }
                 // Each request on a task of its own: a slow download or a big file never holds up the next.
                 Some(msg) = resolves.next() => {
                     let media = self.clone();
@@ -150,16 +137,23 @@ impl Media {
         }
     }
 
-    /// Downloads and stores every attachment of an ingress not stored already.
-    pub async fn store_inbound(&self, ingress: &v1::Ingress) {
-        for a in &ingress.attachments {
-            let _ = self.stored(a, &ingress.delivery_id).await;
-        }
-    }
-
-    /// The artifact an inbound attachment became, storing it now if it has not been.
+    /// The artifact an inbound attachment became, downloading and storing it now if it has not
+    /// been; asks for one attachment at once share its one download.
     async fn stored(&self, a: &v1::Attachment, delivery_id: &str) -> Result<String, MediaError> {
         let attachment = a.id;
+        if let Some(id) = self.on_disk(move |root| Ok(root.attachment(attachment))).await? {
+            return Ok(id);
+        }
+        let one_download = self.fetching.lock().unwrap_or_else(|p| p.into_inner()).entry(attachment).or_default().clone();
+        let _downloading = one_download.lock().await;
+        let stored = self.download(a, delivery_id).await;
+        self.fetching.lock().unwrap_or_else(|p| p.into_inner()).remove(&attachment);
+        stored
+    }
+
+    async fn download(&self, a: &v1::Attachment, delivery_id: &str) -> Result<String, MediaError> {
+        let attachment = a.id;
+        // Whoever held the download before us may have stored it.
         if let Some(id) = self.on_disk(move |root| Ok(root.attachment(attachment))).await? {
             return Ok(id);
         }

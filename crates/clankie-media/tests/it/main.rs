@@ -8,6 +8,7 @@ use clankie_media::{Media, MediaConfig};
 use clankie_proto::{Family, Subject, v1};
 use clankie_settings::{Settings, attachment_root};
 use clankie_testkit::{TestDir, TestNats};
+use futures::StreamExt;
 
 fn settings(nats: &TestNats, state: &TestDir, root: Option<&std::path::Path>) -> Settings {
     let vars: Vec<(&str, String)> = vec![
@@ -122,65 +123,32 @@ fn attached(discord: &Loopback) -> (u64, v1::Ingress) {
     (a.id, ingress)
 }
 
-/// A media process that dies after storing an ingress's attachment and before acking it leaves the
-/// same message unacked; JetStream redelivers it to the next media, which must not download again.
+/// An attachment costs a download only when a lane asks for it: media reads no ingress, so a
+/// message no lane admits is never fetched; two lanes asking at once share one download.
 #[tokio::test]
-async fn an_inbound_attachment_is_stored_once_even_when_its_ingress_is_redelivered() {
-    let (nats, state) = (TestNats::start().unwrap(), TestDir::new());
-    let vars: Vec<(&str, String)> = vec![
-        ("CLANKIE_NATS_URL", nats.url()),
-        ("CLANKIE_STATE_DIR", state.path().display().to_string()),
-        ("CLANKIE_INGRESS_ACK_WAIT_MS", "1000".into()),
-    ];
-    let s = Settings::from_lookup(|k| vars.iter().find(|(n, _)| *n == k).map(|(_, v)| v.clone())).unwrap();
-    let bus = Bus::connect(&s, "test").await.unwrap();
-    bus.ensure_streams().await.unwrap();
+async fn ingest_concurrency_an_attachment_is_fetched_only_when_a_lane_asks_and_only_once() {
+    let (_nats, _state, discord, bus, media) = rig().await;
     let receipts = clankie_testkit::record::<v1::Receipt>(&bus, Family::Receipt).await;
-    let discord = Loopback::start().await.unwrap();
-
-    let mut crashing = tokio::process::Command::new(env!("CARGO_BIN_EXE_clankie-media"))
-        .envs(vars.iter().map(|(k, v)| (*k, v.clone())))
-        .env("CLANKIE_FAULT", "media.before_ack")
-        .env("CLANKIE_LOG", "warn")
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
     let (attachment, ingress) = attached(&discord);
-    // One publish: the only second delivery is JetStream's own redelivery of the unacked message.
     bus.publish(&Subject::ingress_text(Some(100), 200), &ingress, Some(&MsgId::new(&ingress.delivery_id))).await.unwrap();
-    let status = tokio::time::timeout(Duration::from_secs(30), crashing.wait()).await.expect("the fault point was never reached").unwrap();
-    assert_eq!(status.code(), Some(clankie_settings::fault::EXIT_CODE), "media died at the fault point");
-    assert_eq!(discord.downloads(attachment), 1);
-    let root = clankie_media::Root::open(attachment_root(&s)).unwrap();
-    assert!(root.attachment(attachment).is_some(), "stored before the crash");
+    let stream = bus.jetstream().get_stream("CLANKIE_INGRESS").await.unwrap();
+    let readers: Vec<String> = stream.consumer_names().filter_map(|n| async move { n.ok() }).collect().await;
+    assert!(readers.is_empty(), "media reads no ingress: {readers:?}");
+    assert_eq!(discord.downloads(attachment), 0, "nobody asked yet");
 
-    let media = std::sync::Arc::new(Media::new(Bus::connect(&s, "media").await.unwrap(), &s, MediaConfig::from_settings(&s)).unwrap());
-    let running = media.clone();
-    let _task = tokio::spawn(async move {
-        let _ = running.run().await;
-    });
-    let mut consumer = bus
-        .jetstream()
-        .get_stream("CLANKIE_INGRESS")
-        .await
-        .unwrap()
-        .get_consumer::<async_nats::jetstream::consumer::pull::Config>("media-inbound")
-        .await
-        .unwrap();
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-    loop {
-        let info = consumer.info().await.unwrap();
-        if info.ack_floor.stream_sequence >= 1 {
-            assert!(info.num_redelivered >= 1 || info.delivered.consumer_sequence >= 2, "the message came back: {info:?}");
-            break;
-        }
-        assert!(tokio::time::Instant::now() < deadline, "the redelivered ingress was never acked");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    assert_eq!(discord.downloads(attachment), 1, "the redelivery downloaded the attachment again");
+    let request = v1::MediaAttachmentRequest { attachment: ingress.attachments.first().cloned(), delivery_id: ingress.delivery_id.clone() };
+    let ask = || bus.request::<_, v1::MediaResolveReply>(&Subject::RpcMediaAttachment, &request, Duration::from_secs(20));
+    let (first, second) = tokio::join!(ask(), ask());
+    let (first, second) = (first.unwrap(), second.unwrap());
+    assert_eq!((first.error.as_str(), second.error.as_str()), ("", ""));
+    assert_eq!(first.path, second.path, "both asks see one artifact");
+    assert_eq!((&first.data[..], &second.data[..]), (&b"not really a png"[..], &b"not really a png"[..]));
+    assert_eq!(discord.downloads(attachment), 1, "two asks at once downloaded once");
     assert_eq!(blobs(media.root().dir()), 1);
+    assert_eq!(&ask().await.unwrap().data[..], b"not really a png");
+    assert_eq!(discord.downloads(attachment), 1, "a later ask is served from the root");
     let stored = receipts.all().into_iter().filter(|r| r.kind == "media.stored" && r.delivery_id == ingress.delivery_id).count();
-    assert_eq!(stored, 1, "one store receipt for the delivery");
+    assert_eq!(stored, 1, "one store receipt for the attachment");
 }
 
 #[tokio::test]
