@@ -135,7 +135,7 @@ async fn economy(one_shot: bool) -> Result<Economy> {
             let (before, now) = (pair[0].messages(), pair[1].messages());
             let same = now.iter().zip(before).take_while(|(a, b)| a == b).count();
             eprintln!("economy: a request repeats {same} of the previous one's {} messages and has {}", before.len(), now.len());
-            let kept: f64 = now.iter().zip(before).take_while(|(a, b)| a == b).map(|(m, _)| serialized(m)).sum();
+            let kept: f64 = now.iter().take(same).map(serialized).sum();
             kept / now.iter().map(serialized).sum::<f64>().max(1.0)
         })
         .collect();

@@ -1,15 +1,17 @@
 use std::time::Duration;
 
 use async_nats::jetstream::stream;
-use clankie_proto::Family;
+use clankie_proto::{Area, Family};
 
-/// One JetStream stream: a name and the families of subjects it stores.
+/// One JetStream stream: a name, and the area whose subjects it stores.
 #[derive(Debug, Clone, Copy)]
 pub struct StreamSpec {
     /// The stream name.
     pub name: &'static str,
-    /// The families whose subjects it holds, all of one area.
-    pub families: &'static [Family],
+    /// The area whose families it holds.
+    pub area: Area,
+    /// A family of the area with a stream to itself; `None` holds the area's other families.
+    pub only: Option<Family>,
     /// How long messages are kept.
     pub max_age: Duration,
 }
@@ -18,6 +20,10 @@ const DAY: Duration = Duration::from_secs(24 * 3600);
 const DEFAULT_DEDUP: Duration = Duration::from_secs(120);
 
 const WEEK: Duration = Duration::from_secs(7 * 24 * 3600);
+
+const fn stream(name: &'static str, area: Area, max_age: Duration) -> StreamSpec {
+    StreamSpec { name, area, only: None, max_age }
+}
 
 /// Every stream the services rely on. Ingress keeps the longest duplicate
 /// window because gateway redelivery is where double answers come from.
@@ -28,45 +34,42 @@ const WEEK: Duration = Duration::from_secs(7 * 24 * 3600);
 /// so a deployment whose `CLANKIE_INGRESS` once held all of `clankie.ingress.>` narrows it
 /// before room input claims its own subjects.
 pub const STREAMS: &[StreamSpec] = &[
-    StreamSpec { name: "CLANKIE_INGRESS", families: &[Family::IngressText], max_age: WEEK },
-    StreamSpec { name: "CLANKIE_ROOM_INPUT", families: &[Family::IngressRoom], max_age: WEEK },
-    StreamSpec { name: "CLANKIE_LANE", families: &[Family::LaneSteer, Family::LaneOutcome], max_age: WEEK },
-    StreamSpec { name: "CLANKIE_EGRESS", families: &[Family::BodyTyping, Family::BodySend], max_age: DAY },
-    StreamSpec {
-        name: "CLANKIE_VOICE",
-        families: &[
-            Family::VoiceSession,
-            Family::VoiceInput,
-            Family::VoiceTranscript,
-            Family::VoiceFloor,
-            Family::VoiceSpeak,
-            Family::VoiceMember,
-            Family::VoiceServer,
-            Family::VoiceCommand,
-        ],
-        max_age: DAY,
-    },
-    StreamSpec { name: "CLANKIE_SELF", families: &[Family::SelfExperience], max_age: WEEK },
-    StreamSpec { name: "CLANKIE_RECEIPTS", families: &[Family::Receipt], max_age: Duration::from_secs(30 * 24 * 3600) },
+    StreamSpec { name: "CLANKIE_INGRESS", area: Area::Ingress, only: Some(Family::IngressText), max_age: WEEK },
+    stream("CLANKIE_ROOM_INPUT", Area::Ingress, WEEK),
+    stream("CLANKIE_LANE", Area::Lane, WEEK),
+    stream("CLANKIE_EGRESS", Area::Body, DAY),
+    stream("CLANKIE_VOICE", Area::Voice, DAY),
+    stream("CLANKIE_SELF", Area::Shared, WEEK),
+    stream("CLANKIE_RECEIPTS", Area::Receipt, Duration::from_secs(30 * 24 * 3600)),
 ];
 
 /// The stream that stores a family's subjects; `None` for request/reply families.
 pub fn stream_for(family: Family) -> Option<&'static StreamSpec> {
-    STREAMS.iter().find(|s| s.families.contains(&family))
+    STREAMS.iter().find(|s| s.families().contains(&family))
 }
 
 impl StreamSpec {
+    /// The families whose subjects it holds, in catalogue order.
+    pub fn families(&self) -> Vec<Family> {
+        match self.only {
+            Some(family) => vec![family],
+            None => Family::ALL
+                .into_iter()
+                .filter(|f| f.area() == self.area && self.area.is_streamed() && !STREAMS.iter().any(|s| s.only == Some(*f)))
+                .collect(),
+        }
+    }
+
     /// Whether `family` is all this stream holds, so its consumers need no subject filter.
     pub fn holds_only(&self, family: Family) -> bool {
-        self.families == [family]
+        self.families() == [family]
     }
 
     pub(crate) fn config(&self, ingress_dedup_window: Duration, replicas: usize) -> stream::Config {
-        let ingress = self.families.iter().any(|f| f.area() == clankie_proto::Area::Ingress);
-        let duplicate_window = if ingress { ingress_dedup_window } else { DEFAULT_DEDUP };
+        let duplicate_window = if self.area == Area::Ingress { ingress_dedup_window } else { DEFAULT_DEDUP };
         stream::Config {
             name: self.name.to_owned(),
-            subjects: self.families.iter().map(|f| f.wildcard()).collect(),
+            subjects: self.families().iter().map(|f| f.wildcard()).collect(),
             storage: stream::StorageType::File,
             retention: stream::RetentionPolicy::Limits,
             max_age: self.max_age,
@@ -84,11 +87,11 @@ mod tests {
     #[test]
     fn every_streamed_family_has_exactly_one_stream_of_its_area() {
         for family in Family::ALL {
-            let holding = STREAMS.iter().filter(|s| s.families.contains(&family)).count();
+            let holding = STREAMS.iter().filter(|s| s.families().contains(&family)).count();
             assert_eq!(holding, usize::from(family.area().is_streamed()), "{family:?}");
         }
         for spec in STREAMS {
-            assert!(spec.families.iter().all(|f| f.area() == spec.families[0].area()), "{} mixes areas", spec.name);
+            assert!(spec.families().iter().all(|f| f.area() == spec.families()[0].area()), "{} mixes areas", spec.name);
         }
         assert!(stream_for(Family::IngressText).unwrap().holds_only(Family::IngressText));
         assert!(!stream_for(Family::VoiceFloor).unwrap().holds_only(Family::VoiceFloor));

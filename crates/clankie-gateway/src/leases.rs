@@ -119,25 +119,21 @@ impl ShardLeases {
     /// Renews a held claim for another TTL, storing `session` if given; fails with
     /// [`LeaseError::Lost`] when someone else wrote the entry since.
     pub async fn renew(&self, shard: u32, held: &mut Held, session: Option<SavedSession>) -> Result<(), LeaseError> {
-        let mut claim = held.claim.clone();
-        claim.expires_ms = self.expiry();
-        if session.is_some() {
-            claim.session = session;
-        }
-        self.write(shard, held, claim).await
+        self.rewrite(shard, held, self.expiry(), session).await
     }
 
     /// Hands a claim back: it expires now and keeps `session`, for the next holder to resume.
     pub async fn release(&self, shard: u32, held: &mut Held, session: Option<SavedSession>) -> Result<(), LeaseError> {
+        self.rewrite(shard, held, 0, session).await
+    }
+
+    /// Writes the held claim again with a new expiry (and session, if given), fenced by its revision.
+    async fn rewrite(&self, shard: u32, held: &mut Held, expires_ms: i64, session: Option<SavedSession>) -> Result<(), LeaseError> {
         let mut claim = held.claim.clone();
-        claim.expires_ms = 0;
+        claim.expires_ms = expires_ms;
         if session.is_some() {
             claim.session = session;
         }
-        self.write(shard, held, claim).await
-    }
-
-    async fn write(&self, shard: u32, held: &mut Held, claim: Claim) -> Result<(), LeaseError> {
         let value = serde_json::to_vec(&claim).map_err(bucket_error)?;
         match self.kv.update(shard_key(shard), value.into(), held.revision).await {
             Ok(revision) => {
@@ -149,6 +145,11 @@ impl ShardLeases {
                 // A write that timed out may have landed or not: read back to tell a lost claim
                 // from a bus that is away.
                 match self.read(shard).await {
+                    // It landed: the entry is this write.
+                    Ok(Some(now)) if now.claim == claim => {
+                        *held = now;
+                        Ok(())
+                    }
                     Ok(Some(now)) if now.revision != held.revision => Err(LeaseError::Lost(shard)),
                     _ => Err(bucket_error(e)),
                 }
