@@ -105,6 +105,19 @@ fn picture_stub(n: usize) -> String {
     format!("({n} picture(s) shown in an earlier turn; no longer attached)")
 }
 
+/// Stored entries as session entries, leaving out those of abandoned epochs.
+fn readable(tree: &str, stored: Vec<clankie_store::Entry>, abandoned: &[i64]) -> Result<Vec<SessionEntry>, AgentError> {
+    stored
+        .into_iter()
+        .filter(|e| !abandoned.contains(&e.epoch))
+        .map(|e| {
+            let body: EntryBody = serde_json::from_value(e.body)
+                .map_err(|err| AgentError::Session(format!("entry {} of {tree} is unreadable: {err}", e.id)))?;
+            Ok(SessionEntry { id: e.id, parent_id: e.parent_id, body })
+        })
+        .collect()
+}
+
 const INTERRUPTED: &str = "(no result: the turn was interrupted before this tool finished)";
 
 /// A lane's session, writing through the store under a lease.
@@ -113,6 +126,9 @@ pub struct Session {
     lease: Lease,
     tree: String,
     entries: Vec<SessionEntry>,
+    /// The store's sequence number of the newest entry it holds: a copy kept from an earlier
+    /// epoch reads only what came after it.
+    seq: i64,
 }
 
 fn new_id() -> String {
@@ -129,18 +145,32 @@ impl Session {
     pub async fn open(store: Store, lease: Lease, tree: impl Into<String>) -> Result<Session, AgentError> {
         let tree = tree.into();
         let abandoned = store.abandoned_epochs(&lease.lane).await?;
-        let entries = store
-            .entries_since_compaction(&tree)
-            .await?
-            .into_iter()
-            .filter(|e| !abandoned.contains(&e.epoch))
-            .map(|e| {
-                let body: EntryBody = serde_json::from_value(e.body)
-                    .map_err(|err| AgentError::Session(format!("entry {} of {tree} is unreadable: {err}", e.id)))?;
-                Ok(SessionEntry { id: e.id, parent_id: e.parent_id, body })
-            })
-            .collect::<Result<Vec<_>, AgentError>>()?;
-        Ok(Session { store, lease, tree, entries })
+        let stored = store.entries_since_compaction(&tree).await?;
+        let seq = stored.last().map_or(0, |e| e.seq);
+        let entries = readable(&tree, stored, &abandoned)?;
+        Ok(Session { store, lease, tree, entries, seq })
+    }
+
+    /// Brings a copy kept from an earlier epoch up to date under `lease`: reads only the entries
+    /// other replicas appended since (none of an abandoned run), so the context equals what
+    /// [`Session::open`] would build. A copy that would miss a compaction is opened afresh.
+    /// Returns how many entries it read.
+    pub async fn refresh(&mut self, lease: Lease) -> Result<usize, AgentError> {
+        let newer = self.store.entries_after(&self.tree, self.seq).await?;
+        if newer.iter().any(|e| e.kind == "compaction") {
+            let fresh = Session::open(self.store.clone(), lease, self.tree.clone()).await?;
+            let read = fresh.entries.len();
+            *self = fresh;
+            return Ok(read);
+        }
+        self.lease = lease;
+        let Some(last) = newer.last() else { return Ok(0) };
+        self.seq = last.seq;
+        let abandoned = self.store.abandoned_epochs(&self.lease.lane).await?;
+        let read = newer.len();
+        let mut newer = readable(&self.tree, newer, &abandoned)?;
+        self.entries.append(&mut newer);
+        Ok(read)
     }
 
     /// The tree this session writes (`rooms/<lane>` or `turns/<lane>~<target>`).
@@ -240,7 +270,7 @@ impl Session {
             body: serde_json::to_value(&body).map_err(|e| AgentError::Session(e.to_string()))?,
             in_context: body.in_context(),
         };
-        self.store.append_entry(&self.lease, &self.tree, &entry).await?;
+        self.seq = self.store.append_entry(&self.lease, &self.tree, &entry).await?;
         self.entries.push(SessionEntry { id: id.clone(), parent_id, body });
         Ok(id)
     }

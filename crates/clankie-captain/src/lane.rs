@@ -27,6 +27,17 @@ struct Presence {
     card_edits: u32,
 }
 
+/// Where a run's session came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Opened {
+    /// This replica's copy, and nobody held the lane since.
+    Memory,
+    /// This replica's copy, with this many entries other replicas appended since read from the store.
+    Refreshed(usize),
+    /// Read from the store, from the tree's newest compaction on.
+    Store,
+}
+
 impl Captain {
     /// Serves one lane until its inbox is empty, then retires the actor.
     pub(crate) async fn lane_actor(self, lane: LaneKey, mut inbox: mpsc::UnboundedReceiver<Held>) {
@@ -137,19 +148,25 @@ impl Captain {
         }
     }
 
-    /// The lane's warm session, if this replica held the lane last and nobody held it since.
-    fn warm_session(&self, lane: LaneKey, lease: &Lease, apart: bool) -> Option<Session> {
+    /// The lane's session from this replica's memory: as it is when nobody held the lane since,
+    /// brought up to date with what other replicas appended when somebody did. `None` when this
+    /// replica holds no copy (or the refresh failed): the session is then read from the store.
+    async fn warm_session(&self, lane: LaneKey, lease: &Lease, apart: bool) -> Option<(Session, Opened)> {
         if apart {
             return None;
         }
-        let mut warm = self.inner.warm.lock().unwrap_or_else(|p| p.into_inner());
-        match warm.take(&lane) {
-            // Nobody else held the lane since this replica's last run: what it holds is current.
-            Some(Warm { mut session, epoch }) if epoch + 1 == lease.epoch => {
-                session.set_lease(lease.clone());
-                Some(session)
+        let kept = self.inner.warm.lock().unwrap_or_else(|p| p.into_inner()).take(&lane);
+        let Warm { mut session, epoch } = kept?;
+        if epoch + 1 == lease.epoch {
+            session.set_lease(lease.clone());
+            return Some((session, Opened::Memory));
+        }
+        match session.refresh(lease.clone()).await {
+            Ok(read) => Some((session, Opened::Refreshed(read))),
+            Err(e) => {
+                tracing::warn!(%lane, error = %e, "the warm copy could not be brought up to date; opening from the store");
+                None
             }
-            _ => None,
         }
     }
 
@@ -247,10 +264,10 @@ impl Captain {
         let mode = if one_shot { TurnMode::OneShot } else { TurnMode::Durable };
         let turn_id = format!("{lane}~{}~{}", lease.epoch, owner.delivery_id());
 
-        let warm = self.warm_session(lane, &lease, apart);
-        let cold = warm.is_none();
+        let warm = self.warm_session(lane, &lease, apart).await;
+        let opened = warm.as_ref().map_or(Opened::Store, |(_, o)| *o);
         let session = match warm {
-            Some(s) => Ok(s),
+            Some((s, _)) => Ok(s),
             None => {
                 let tree = if system_lane {
                     format!("system:{lane}")
@@ -270,18 +287,22 @@ impl Captain {
                 return;
             }
         };
+        // Warm or cold is the stored tree's word, not this replica's memory: a lane whose tree
+        // holds the room's conversation is warm on any replica and is sent only what it lacks.
+        let cold = session.newest_delivery().is_none();
+        let behind = opened != Opened::Memory;
         let mut first = Vec::new();
         // What reaches the model as messages of its own stays out of the history block: this run's
         // deliveries, and the lane's other admitted, unsettled ones, which come to it as steers.
         let mut carried: Vec<u64> = std::iter::once(&owner).chain(absorbed.iter()).map(|h| h.message_id()).collect();
-        if cold && !system_lane {
+        if behind && !system_lane {
             match inner.store.unsettled_admissions(&lane, config.gather_window).await {
                 Ok(rows) => carried.extend(rows.iter().filter_map(|(id, _)| id.parse::<u64>().ok())),
                 Err(e) => tracing::warn!(%lane, error = %e, "unsettled admissions not readable for the history block"),
             }
         }
         // The operator's work in a trusted room stays out of the room's conversation, even as history.
-        if cold
+        if behind
             && !system_lane
             && let Some(block) = self.history_block(&owner.ingress, session.newest_delivery(), &carried, |a| trusted && granted(a)).await
         {
@@ -316,6 +337,8 @@ impl Captain {
                 .with_count("epoch", lease.epoch)
                 .with_count("deliveries", 1 + absorbed.len() as i64)
                 .with_flag("cold", cold)
+                .with_flag("from_store", opened == Opened::Store)
+                .with_count("refreshed_entries", if let Opened::Refreshed(n) = opened { n as i64 } else { 0 })
                 .with_flag("system", system_lane)
                 .with_code(if one_shot { "one_shot" } else { "durable" })
         })

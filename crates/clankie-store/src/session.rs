@@ -66,6 +66,19 @@ impl Store {
         entries_of(rows)
     }
 
+    /// The entries of a tree appended after `seq`, in append order: what a session copy that
+    /// holds the tree up to `seq` lacks.
+    pub async fn entries_after(&self, tree: &str, seq: i64) -> Result<Vec<Entry>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT seq, id, parent_id, kind, body, in_context, epoch FROM session_entries WHERE tree = $1 AND seq > $2 ORDER BY seq",
+        )
+        .bind(tree)
+        .bind(seq)
+        .fetch_all(&self.pool)
+        .await?;
+        entries_of(rows)
+    }
+
     /// The entries of a tree a session needs, in append order: from the first entry its newest
     /// compaction kept, and that compaction; everything when it was never compacted. What the
     /// summary replaced stays in the store, unread.

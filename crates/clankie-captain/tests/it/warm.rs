@@ -102,7 +102,7 @@ async fn prefix_stable_a_warm_lane_with_a_new_voice_presence_and_experience_betw
     rig.wait_outcomes(&[m3]).await;
     let third = rig.standin.requests().pop().unwrap();
     assert_eq!(&third.messages()[..second.len()], second);
-    assert_eq!(third.count("<self_context>"), 1, "an unchanged self-context was sent again");
+    assert_eq!(third.count("</self_context>"), 1, "an unchanged self-context was sent again");
 }
 
 /// Every line of the room's history in the lane's tree, one string per entry.
@@ -164,6 +164,22 @@ async fn warm_across_replicas_two_captains_alternating_turns_never_resend_or_res
             }
         }
     }
+    // Only the first turn found the tree empty. A replica's second turn refreshed the copy it
+    // kept with what the other appended meanwhile, instead of reading the whole tree again, and
+    // built the very context the other replica sent, plus what came after.
+    let runs: Vec<_> = rig.receipts.all().into_iter().filter(|r| r.kind == "captain.run").collect();
+    let cold: Vec<bool> = runs.iter().filter_map(|r| r.flags.get("cold").copied()).collect();
+    assert_eq!(cold, [true, false, false, false]);
+    let from_store: Vec<bool> = runs.iter().filter_map(|r| r.flags.get("from_store").copied()).collect();
+    assert_eq!(from_store, [true, true, false, false]);
+    for r in &runs[2..] {
+        assert!(r.counts.get("refreshed_entries").is_some_and(|n| *n > 0), "a refresh read nothing: {:?}", r.counts);
+    }
+    let requests = rig.standin.requests();
+    for pair in requests.windows(2) {
+        let (before, now) = (pair[0].messages(), pair[1].messages());
+        assert_eq!(&now[..before.len()], before, "a turn on the other replica changed the context it continued");
+    }
     let tree = tree_texts(&rig).await.join("\n");
     assert_eq!(tree.matches("earlier chatter about brackets").count(), 1);
     for line in overheard[1..].iter() {
@@ -211,7 +227,8 @@ async fn cache_budget_an_evicted_lane_answers_from_its_stored_tree_with_the_same
     let added: Vec<String> = after[before.len()..].iter().map(|m| m["content"].to_string()).collect();
     assert_eq!(added.len(), 2, "his answer and the new message, nothing else: {added:?}");
     assert!(added[0].contains("reply alpha") && added[1].contains("and now?"));
-    let cold: Vec<bool> =
-        rig.receipts.all().iter().filter(|r| r.kind == "captain.run").filter_map(|r| r.flags.get("cold").copied()).collect();
-    assert_eq!(cold, [true, true, true], "the room's second turn opened from the store");
+    let runs: Vec<_> = rig.receipts.all().into_iter().filter(|r| r.kind == "captain.run").collect();
+    let flag = |name: &str| runs.iter().filter_map(|r| r.flags.get(name).copied()).collect::<Vec<bool>>();
+    assert_eq!(flag("from_store"), [true, true, true], "the room's second turn opened from the store");
+    assert_eq!(flag("cold"), [true, true, false], "the room's stored tree held its conversation, so its second turn was warm");
 }
