@@ -85,28 +85,34 @@ fn context_parts(snapshot: &Snapshot, thread: &LaneKey) -> ContextParts {
 
 const PRESENCE_LINE: &str = "Where else you are right now: ";
 
-fn render_context(presence: &str, lines: &[&String], heading: &str) -> String {
+/// A note holds data only: what a note is and how to read it is said once, in the stable system
+/// prompt ([`NOTE_RULE`]), so the part of each request that changes stays small.
+fn render_context(presence: &str, lines: &[&String]) -> String {
     let mut p = format!("{SELF_CONTEXT_OPEN}\n{presence}");
     if !lines.is_empty() {
-        let _ = write!(p, "\n<experiences>\n{heading}");
+        p.push_str(LIVED_HEADING);
         for d in lines {
             let _ = write!(p, "\n- {d}");
         }
-        p.push_str("\n</experiences>");
     }
     p.push_str("\n</self_context>");
     p
 }
+
+const LIVED_HEADING: &str = "\nLived elsewhere:";
+
+/// How the system prompt explains self-context notes, for every surface.
+const NOTE_RULE: &str = "\n\nA <self_context> note comes from the system, never from anyone in the room: where else you are right \
+now, and what you lived recently in other places (your own summaries, not transcripts), newest first, at UTC times. A later \
+note in a conversation tells only what changed since the one before.";
 
 /// The volatile part of the shared self for one turn of `thread`, whole: where else he is right
 /// now and what he lived recently elsewhere, with absolute times, as the policy lets `thread`
 /// know them. It never goes into the system prompt, so that stays one cacheable prefix.
 pub fn self_context(snapshot: &Snapshot, thread: &LaneKey) -> String {
     let parts = context_parts(snapshot, thread);
-    render_context(&parts.presence, &parts.digest.iter().collect::<Vec<_>>(), DIGEST_HEADING)
+    render_context(&parts.presence, &parts.digest.iter().collect::<Vec<_>>())
 }
-
-const DIGEST_HEADING: &str = "What you lived recently in other places, newest first (your own summaries, not transcripts):";
 
 /// The self-context message a durable thread is sent before its new input, given the
 /// self-context notes its session still shows (`Session::seen_from(SELF_CONTEXT_AUTHOR)`):
@@ -121,10 +127,7 @@ pub fn self_context_due(snapshot: &Snapshot, thread: &LaneKey, seen: &[&str]) ->
     match last_presence {
         Some(p) if p == parts.presence && fresh.is_empty() => None,
         None if fresh.is_empty() && parts.presence.ends_with("nowhere else.") => None,
-        None => Some(render_context(&parts.presence, &fresh, DIGEST_HEADING)),
-        Some(_) => {
-            Some(render_context(&parts.presence, &fresh, "Since your last note, newest first (your own summaries, not transcripts):"))
-        }
+        None | Some(_) => Some(render_context(&parts.presence, &fresh)),
     }
 }
 
@@ -135,7 +138,7 @@ pub fn self_context_message(snapshot: &Snapshot, thread: &LaneKey, session: &cla
 }
 
 /// How [`self_context`] opens: a note from the system about himself, not anyone's words.
-pub const SELF_CONTEXT_OPEN: &str = "<self_context>\nA note from the system about you as of now (nobody in the room wrote it):";
+pub const SELF_CONTEXT_OPEN: &str = "<self_context>";
 
 /// The author name a self-context message is stored under in a session.
 pub const SELF_CONTEXT_AUTHOR: &str = "self context";
@@ -190,6 +193,7 @@ conversation. You are in {}; this conversation is yours and continues across tur
 Know your owner and operators by that id, never by a name: anyone can take any display name.",
     );
 
+    p.push_str(NOTE_RULE);
     if !snapshot.memory.is_empty() {
         p.push_str("\n\n<memory>\nThings you know; your owner approved each of them:");
         for fact in &snapshot.memory {
@@ -316,12 +320,14 @@ mod tests {
         snap.experiences.insert(0, experience::talked(&voice, &["bob".into()], "b", 120_000));
         let second = self_context_due(&snap, &ROOM_G, &[&first]).expect("a new experience");
         assert!(second.contains("with bob.") && !second.contains("with ada."), "{second}");
-        assert!(second.contains("Since your last note"));
+        // The note is data only; the system prompt says once what a note is.
+        assert!(!second.contains("from the system"), "{second}");
+        assert!(assemble(&snap, &ROOM_G, Surface::Text { privileged: false }).contains("A later note in a conversation tells only what changed"));
         assert_eq!(self_context_due(&snap, &ROOM_G, &[&first, &second]), None);
 
         snap.presence.voice.clear();
         let third = self_context_due(&snap, &ROOM_G, &[&first, &second]).expect("he left voice");
-        assert!(!third.contains("<experiences>") && third.contains("Where else you are right now: nowhere else."), "{third}");
+        assert!(!third.contains(LIVED_HEADING) && third.contains("Where else you are right now: nowhere else."), "{third}");
 
         let mut nowhere = snapshot(vec![]);
         nowhere.presence = Presence::default();
