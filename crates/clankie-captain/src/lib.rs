@@ -74,6 +74,13 @@ pub(crate) struct Inner {
     pub outbox: outbox::Outbox,
 }
 
+/// A delivery decided "not admitted", whose receipt and ack wait for the rest of its batch.
+struct Refusal {
+    delivery: Delivery<v1::Ingress>,
+    lane: LaneKey,
+    code: &'static str,
+}
+
 /// A captain replica. Cheap to clone.
 #[derive(Clone)]
 pub struct Captain {
@@ -237,12 +244,15 @@ impl Captain {
         }
     }
 
-    /// Records the receipts stream: what has arrived by the time the store is free (up to
+    /// Records the receipts stream: what has arrived by the time a writer is free (up to
     /// `RECEIPT_BATCH`; nothing waits to fill a batch) is stored in one statement under each
-    /// one's stream sequence, then acked on a task of its own while the next batch is stored;
-    /// a batch the store refused comes back.
+    /// one's stream sequence, then acked. Up to `RECEIPT_WRITERS` batches are stored side by
+    /// side, so one slow commit does not hold back the receipts behind it; the order they land
+    /// in does not matter, as each carries its own time. A batch the store refused comes back.
     async fn record_receipts(self, mut receipts: clankie_bus::Consumer<v1::Receipt>) {
         const RECEIPT_BATCH: usize = 256;
+        const RECEIPT_WRITERS: usize = 4;
+        let writers = Arc::new(tokio::sync::Semaphore::new(RECEIPT_WRITERS));
         loop {
             let first = match receipts.next().await {
                 Ok(d) => d,
@@ -251,6 +261,7 @@ impl Captain {
                     return;
                 }
             };
+            let Ok(writer) = writers.clone().acquire_owned().await else { return };
             let mut batch = vec![first];
             // A zero timeout still polls once: it takes what the pull has already brought.
             let now = tokio::time::Instant::now();
@@ -264,21 +275,26 @@ impl Captain {
                     Err(_) => break,
                 }
             }
-            let rows: Vec<(&v1::Receipt, String)> = batch.iter().map(|d| (&d.event, format!("receipts:{}", d.stream_sequence))).collect();
-            let stored = self.inner.store.insert_receipts(&rows).await;
-            metrics::histogram!("clankie_captain_receipt_batch").record(batch.len() as f64);
-            match stored {
-                // A lost ack costs a redelivery the dedup key absorbs, so the next batch need not wait for these.
-                Ok(_) => {
-                    tokio::spawn(async move { futures::future::join_all(batch.iter().map(|d| d.ack())).await });
-                }
-                Err(e) => {
-                    tracing::warn!(error = %e, receipts = batch.len(), "receipts not recorded; they will come back");
-                    for d in &batch {
-                        let _ = d.nak_after(self.inner.config.backoff(d.delivered)).await;
+            let captain = self.clone();
+            tokio::spawn(async move {
+                let rows: Vec<(&v1::Receipt, String)> =
+                    batch.iter().map(|d| (&d.event, format!("receipts:{}", d.stream_sequence))).collect();
+                let stored = captain.inner.store.insert_receipts(&rows).await;
+                drop(writer);
+                metrics::histogram!("clankie_captain_receipt_batch").record(batch.len() as f64);
+                match stored {
+                    // A lost ack costs a redelivery the dedup key absorbs.
+                    Ok(_) => {
+                        futures::future::join_all(batch.iter().map(|d| d.ack())).await;
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e, receipts = batch.len(), "receipts not recorded; they will come back");
+                        for d in &batch {
+                            let _ = d.nak_after(captain.inner.config.backoff(d.delivered)).await;
+                        }
                     }
                 }
-            }
+            });
         }
     }
 
@@ -309,10 +325,12 @@ impl Captain {
         };
         match facts {
             Ok(facts) => {
+                let mut refused = Vec::new();
                 for (d, facts) in batch.into_iter().zip(facts) {
                     let span = tracing::info_span!("delivery", delivery_id = %d.event.delivery_id);
-                    self.accept_ingress(d, facts).instrument(span).await;
+                    refused.extend(self.accept_ingress(d, facts).instrument(span).await);
                 }
+                self.refuse(refused).await;
             }
             Err(e) => {
                 tracing::warn!(error = %e, deliveries = batch.len(), "admission needs the store; the deliveries will come back");
@@ -325,32 +343,45 @@ impl Captain {
         matches!(self.inner.store.outcome(delivery_id).await, Ok(Some(_)))
     }
 
+    /// Records the batch's refusals at once: every receipt published side by side, then every
+    /// delivery acked, so a batch costs two round-trips to JetStream rather than two per delivery.
+    /// A receipt goes out before its delivery is acked: evidence is never behind the decision.
+    async fn refuse(&self, refused: Vec<Refusal>) {
+        if refused.is_empty() {
+            return;
+        }
+        futures::future::join_all(refused.iter().map(|r| {
+            let span = tracing::info_span!("delivery", delivery_id = %r.delivery.event.delivery_id);
+            self.receipt("captain.not_admitted", &r.delivery.event.delivery_id, &r.lane, |receipt| receipt.with_code(r.code))
+                .instrument(span)
+        }))
+        .await;
+        futures::future::join_all(refused.iter().map(|r| r.delivery.ack())).await;
+    }
+
     /// Decides a delivery from what the store said of it ([`Store::ingress_facts`]); only an
-    /// admission writes, in one statement.
-    async fn accept_ingress(&self, d: Delivery<v1::Ingress>, facts: clankie_store::IngressFacts) {
+    /// admission writes, in one statement. A refusal is handed back for [`Captain::refuse`].
+    async fn accept_ingress(&self, d: Delivery<v1::Ingress>, facts: clankie_store::IngressFacts) -> Option<Refusal> {
         let lane = lane_of(&d.event);
         tracing::debug!(%lane, delivered = d.delivered, "ingress received");
         let config = &self.inner.config;
         if facts.settled {
             let _ = d.ack().await;
-            return;
+            return None;
         }
         // A copy of a delivery held here is not a failure: the original answers for it.
         if d.delivered >= i64::from(config.max_deliver) && !self.inner.in_hand.holds(&d.event.delivery_id) {
             self.give_up(lane, d).await;
-            return;
+            return None;
         }
         if facts.admitted {
             // Admitted before, by this replica or one that died holding it: the decision stands.
             self.dispatch(Held::from_ingress(lane, d));
-            return;
+            return None;
         }
         let owner = facts.owner;
         if !admission::owner_admits(&owner, &d.event) {
-            let code = admission::Refused::NotAdmittedHere.code();
-            self.receipt("captain.not_admitted", &d.event.delivery_id, &lane, |r| r.with_code(code)).await;
-            let _ = d.ack().await;
-            return;
+            return Some(Refusal { delivery: d, lane, code: admission::Refused::NotAdmittedHere.code() });
         }
         // A lane with an actor here is in conversation already: its run may not be visible in the store yet.
         let local = self.inner.lanes.lock().unwrap_or_else(|p| p.into_inner()).contains_key(&lane);
@@ -358,8 +389,7 @@ impl Captain {
         match admission::admit(&d.event, live) {
             Err(refused) => {
                 tracing::debug!(%lane, code = refused.code(), "not admitted");
-                self.receipt("captain.not_admitted", &d.event.delivery_id, &lane, |r| r.with_code(refused.code())).await;
-                let _ = d.ack().await;
+                Some(Refusal { delivery: d, lane, code: refused.code() })
             }
             Ok(why) => {
                 let author = d.event.author_id;
@@ -373,18 +403,17 @@ impl Captain {
                         let code = admission::Refused::FloodGuard.code();
                         tracing::debug!(%lane, code, "not admitted");
                         metrics::counter!("clankie_captain_flood_guarded_total").increment(1);
-                        self.receipt("captain.not_admitted", id, &lane, |r| r.with_code(code)).await;
-                        let _ = d.ack().await;
-                        return;
+                        return Some(Refusal { delivery: d, lane, code });
                     }
                     Err(e) => {
                         tracing::warn!(%lane, error = %e, "admission not recorded; the delivery will come back");
                         let _ = d.nak_after(config.backoff(d.delivered)).await;
-                        return;
+                        return None;
                     }
                 }
                 self.receipt("captain.admitted", &d.event.delivery_id, &lane, |r| r.with_code(why.code())).await;
                 self.dispatch(Held::from_ingress(lane, d));
+                None
             }
         }
     }
