@@ -43,13 +43,21 @@ struct Economy {
     /// Over the lane's warm requests: the mean share of each request's serialized messages
     /// (by bytes) that repeats, unchanged and in order, the start of the previous request.
     prefix_reuse: f64,
+    /// Of those requests, the share that repeats every message of the previous one: what a
+    /// broken prefix (a changed system prompt, a rewritten message) would lower.
+    prefix_whole: f64,
     runs: f64,
     calls: f64,
     input_tokens: f64,
     duplicate_replies: f64,
+    /// Runs that found the lane's stored tree empty, per lane.
+    cold_opens_per_lane: f64,
+    /// Runs per replica that ran any, as `replica=runs`.
+    runs_by_replica: String,
 }
 
-async fn economy(one_shot: bool) -> Result<Economy> {
+/// Replays the bursts against the sandbox's captain, and as many more replicas as `captains` asks.
+async fn economy(one_shot: bool, captains: usize) -> Result<Economy> {
     let mode = if one_shot { "true" } else { "false" };
     // The typing hold can be set from the environment, to see what it is worth (0 turns it off).
     let hold = std::env::var("CLANKIE_TYPING_HOLD_MS").unwrap_or_else(|_| "8000".into());
@@ -58,6 +66,10 @@ async fn economy(one_shot: bool) -> Result<Economy> {
     let rig =
         Rig::with(&[("CLANKIE_CAPTAIN_ONE_SHOT", mode), ("CLANKIE_TYPING_HOLD_MS", &hold), ("CLANKIE_FLOOD_ADMISSIONS_PER_MINUTE", "0")])
             .await;
+    let mut extra = Vec::new();
+    for n in 1..captains {
+        extra.push(rig.extra_captain(&format!("bench-captain-{n}")).await.context("another captain")?);
+    }
     // Both modes speak as the same character, as a deployment would after `clankie self persona`.
     let store = clankie_store::Store::connect(&rig.settings.database_url).await.context("store")?;
     // CLANKIE_BENCH_BARE=1 leaves the persona empty, to see how the ratio leans on the fixed prompt.
@@ -122,29 +134,68 @@ async fn economy(one_shot: bool) -> Result<Economy> {
             }
         }
         rig.wait_outcomes(GENERAL, &ids).await;
-        eprintln!("economy ({}): burst {}/{BURSTS} answered", if one_shot { "one-shot" } else { "durable" }, burst + 1);
+        eprintln!("economy ({}, {captains} captain(s)): burst {}/{BURSTS} answered", if one_shot { "one-shot" } else { "durable" }, burst + 1);
     }
     let (turns, tokens) = store.turn_totals().await.context("reading turns")?;
+    let pool = sqlx::PgPool::connect(&rig.settings.database_url).await.context("database")?;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let runs: Vec<(String, String, bool)> = loop {
+        let runs: Vec<(String, String, bool)> = sqlx::query_as(
+            "SELECT lane, coalesce(ids->>'replica', ''), coalesce((flags->>'cold')::bool, false) FROM receipts WHERE kind = 'captain.run'",
+        )
+        .fetch_all(&pool)
+        .await
+        .context("reading run receipts")?;
+        if runs.len() as i64 >= turns || Instant::now() > deadline {
+            break runs;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let lanes: std::collections::BTreeSet<&str> = runs.iter().map(|(lane, _, _)| lane.as_str()).collect();
+    let mut by_replica = std::collections::BTreeMap::<&str, usize>::new();
+    for (_, replica, _) in &runs {
+        *by_replica.entry(replica.as_str()).or_default() += 1;
+    }
+    let cold_opens = runs.iter().filter(|(_, _, cold)| *cold).count();
+    for (_, task) in &extra {
+        task.abort();
+    }
     let replies = rig.sandbox.discord.posts(GENERAL).len();
     let requests = rig.standin.requests();
     let calls = requests.len();
     let serialized = |m: &serde_json::Value| m.to_string().len() as f64;
+    let mut whole = 0usize;
     let shares: Vec<f64> = requests
         .windows(2)
         .map(|pair| {
             let (before, now) = (pair[0].messages(), pair[1].messages());
             let same = now.iter().zip(before).take_while(|(a, b)| a == b).count();
-            eprintln!("economy: a request repeats {same} of the previous one's {} messages and has {}", before.len(), now.len());
+            whole += usize::from(same == before.len());
+            let added: Vec<usize> = now[same..].iter().map(|m| m.to_string().len()).collect();
+            eprintln!(
+                "economy: a request repeats {same} of the previous one's {} messages and has {}; the rest weigh {added:?} bytes of {}",
+                before.len(),
+                now.len(),
+                now.iter().map(|m| m.to_string().len()).sum::<usize>()
+            );
+            if std::env::var("CLANKIE_BENCH_SHOW").is_ok_and(|v| v == "1") {
+                for m in &now[same..] {
+                    eprintln!("  {m}");
+                }
+            }
             let kept: f64 = now.iter().take(same).map(serialized).sum();
             kept / now.iter().map(serialized).sum::<f64>().max(1.0)
         })
         .collect();
     Ok(Economy {
         prefix_reuse: shares.iter().sum::<f64>() / shares.len().max(1) as f64,
+        prefix_whole: whole as f64 / shares.len().max(1) as f64,
         runs: turns as f64 / BURSTS as f64,
         calls: calls as f64 / BURSTS as f64,
         input_tokens: tokens.unwrap_or(0) as f64 / BURSTS as f64,
         duplicate_replies: replies.saturating_sub(BURSTS) as f64,
+        cold_opens_per_lane: cold_opens as f64 / lanes.len().max(1) as f64,
+        runs_by_replica: by_replica.iter().map(|(r, n)| format!("{r}={n}")).collect::<Vec<_>>().join(" "),
     })
 }
 
@@ -199,6 +250,16 @@ struct BareCaptain {
     bus: clankie_bus::Bus,
     store: clankie_store::Store,
     captain: clankie_captain::Captain,
+    /// Every replica's task, aborted when the part ends so it does not compete with the next one.
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl Drop for BareCaptain {
+    fn drop(&mut self) {
+        for task in &self.tasks {
+            task.abort();
+        }
+    }
 }
 
 async fn bare_captain() -> Result<BareCaptain> {
@@ -225,19 +286,19 @@ async fn bare_captains(replicas: usize) -> Result<BareCaptain> {
     let store = clankie_store::Store::connect(db.url()).await?;
     store.migrate().await?;
     let agent = clankie_agent::Agent::new(clankie_agent::model_from_settings(&settings)?, clankie_agent::config_from_settings(&settings));
-    let mut captains = Vec::new();
+    let (mut captains, mut tasks) = (Vec::new(), Vec::new());
     for replica in 0..replicas.max(1) {
         let config = clankie_captain::CaptainConfig { replica: format!("bench-{replica}"), ..clankie_captain::CaptainConfig::from_settings(&settings) };
         let captain =
             clankie_captain::Captain::new(clankie_bus::Bus::connect(&settings, "captain").await?, store.clone(), agent.clone(), config);
         let running = captain.clone();
-        tokio::spawn(async move {
+        tasks.push(tokio::spawn(async move {
             let _ = running.run().await;
-        });
+        }));
         captains.push(captain);
     }
     let captain = captains.swap_remove(0);
-    Ok(BareCaptain { _nats: nats, _db: db, _dir: dir, standin, bus, store, captain })
+    Ok(BareCaptain { _nats: nats, _db: db, _dir: dir, standin, bus, store, captain, tasks })
 }
 
 /// The nats-server the benches run against, as it names itself.
@@ -309,32 +370,52 @@ async fn admit_latency(per_s: u64, seconds: u64) -> Result<Vec<f64>> {
     let mut tick = tokio::time::interval(TICK);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
     let mut sent = 0u64;
+    // The first second warms the captain (its store connections open, its statements are
+    // prepared) and is left out of the figures, which are the steady state's.
+    const WARM_UP_TICKS: u64 = 100;
     let ticks = seconds * 100;
-    for _ in 0..ticks {
+    for n in 0..WARM_UP_TICKS + ticks {
         tick.tick().await;
         let batch: Vec<_> = (0..per_tick).map(|i| chatter(sent + i)).collect();
         let at_us = now_us();
         for published in futures::future::join_all(batch.iter().map(|(s, i)| bench.bus.publish(s, i, None))).await {
             published?;
         }
-        for (_, ingress) in batch {
-            published_us.insert(ingress.delivery_id, at_us);
+        if n >= WARM_UP_TICKS {
+            for (_, ingress) in batch {
+                published_us.insert(ingress.delivery_id, at_us);
+            }
         }
         sent += per_tick;
     }
     let deadline = Instant::now() + Duration::from_secs(120);
     loop {
-        let rows: Vec<(String, Option<i64>)> = sqlx::query_as(
-            "SELECT delivery_id, (extract(epoch from stored_at) * 1000000)::bigint FROM receipts WHERE kind = 'captain.not_admitted'",
+        let rows: Vec<(String, Option<i64>, Option<i64>)> = sqlx::query_as(
+            "SELECT delivery_id, (extract(epoch from stored_at) * 1000000)::bigint, (extract(epoch from at) * 1000000)::bigint
+             FROM receipts WHERE kind = 'captain.not_admitted'",
         )
         .fetch_all(bench.store.pool())
         .await
         .context("reading decisions")?;
         eprintln!("admit latency: {} of {sent} decided", rows.len());
         if rows.len() as u64 >= sent {
+            // Where the time goes: publish to decision (the receipt's own time, to the
+            // millisecond), and decision to stored.
+            let mut decided: Vec<f64> =
+                rows.iter().filter_map(|(id, _, at)| Some((at.as_ref()? - published_us.get(id)?) as f64 / 1000.0)).collect();
+            let mut recorded: Vec<f64> = rows.iter().filter_map(|(_, stored, at)| Some((stored.as_ref()? - at.as_ref()?) as f64 / 1000.0)).collect();
+            decided.sort_by(f64::total_cmp);
+            recorded.sort_by(f64::total_cmp);
+            eprintln!(
+                "admit latency: publish to decision p50 {:.1} ms, p99 {:.1} ms; decision to stored p50 {:.1} ms, p99 {:.1} ms",
+                percentile(&decided, 0.5),
+                percentile(&decided, 0.99),
+                percentile(&recorded, 0.5),
+                percentile(&recorded, 0.99)
+            );
             let mut ms: Vec<f64> = rows
                 .iter()
-                .filter_map(|(id, stored)| Some((stored.as_ref()? - published_us.get(id)?) as f64 / 1000.0))
+                .filter_map(|(id, stored, _)| Some((stored.as_ref()? - published_us.get(id)?) as f64 / 1000.0))
                 .collect();
             ms.sort_by(f64::total_cmp);
             return Ok(ms);
@@ -408,7 +489,8 @@ async fn backlog(bus: &clankie_bus::Bus, stream: &str, consumer: &str) -> (u64, 
 /// the process's resident memory once each target is reached.
 async fn lanes(targets: &[usize]) -> Result<Vec<(usize, f64)>> {
     use clankie_proto::{Family, Subject, v1};
-    let BareCaptain { standin, bus, captain, _nats, _db, _dir, .. } = bare_captain().await?;
+    let bench = bare_captain().await?;
+    let (standin, bus, captain) = (&bench.standin, &bench.bus, &bench.captain);
     let outcomes = clankie_testkit::record::<v1::DeliveryOutcome>(&bus, Family::LaneOutcome).await;
     let mut figures = Vec::new();
     let mut sent = 0usize;
@@ -564,8 +646,9 @@ async fn run() -> Result<()> {
         anyhow::bail!("unknown part {unknown:?}: name any of economy, ingress, admissions, gateway, lanes, voice (default: all but admissions and gateway)");
     }
     if wanted("economy") {
-        let oneshot = economy(true).await?;
-        let durable = economy(false).await?;
+        let oneshot = economy(true, 1).await?;
+        let durable = economy(false, 1).await?;
+        let two = economy(false, 2).await?;
         println!("runs_per_burst_oneshot: {:.2}", oneshot.runs);
         println!("runs_per_burst_durable: {:.2}", durable.runs);
         println!("model_calls_per_burst_oneshot: {:.2}", oneshot.calls);
@@ -574,6 +657,12 @@ async fn run() -> Result<()> {
         println!("input_tokens_per_burst_durable: {:.0}", durable.input_tokens);
         println!("token_ratio_durable_over_oneshot: {:.2}", durable.input_tokens / oneshot.input_tokens.max(1.0));
         println!("prompt_prefix_reuse: {:.3}", durable.prefix_reuse);
+        println!("prompt_prefix_whole: {:.2}", durable.prefix_whole);
+        println!("token_ratio_durable_over_oneshot_2_captains: {:.2}", two.input_tokens / oneshot.input_tokens.max(1.0));
+        println!("cold_opens_per_lane_2_captains: {:.2}", two.cold_opens_per_lane);
+        println!("prompt_prefix_reuse_2_captains: {:.3}", two.prefix_reuse);
+        println!("runs_by_replica_2_captains: {}", two.runs_by_replica);
+        println!("duplicate_replies_durable_2_captains: {}", two.duplicate_replies);
         println!("duplicate_replies_oneshot: {}", oneshot.duplicate_replies);
         println!("duplicate_replies_durable: {}", durable.duplicate_replies);
     }

@@ -75,6 +75,27 @@ impl Rig {
         self._nats.restart().expect("nats-server restarts");
     }
 
+    /// Starts one more captain replica named `replica` beside the sandbox's, sharing its bus,
+    /// store and model; it runs until the returned task is aborted.
+    pub async fn extra_captain(&self, replica: &str) -> Result<(clankie_captain::Captain, tokio::task::JoinHandle<()>), crate::SandboxError> {
+        let store = clankie_store::Store::connect(&self.settings.database_url).await?;
+        let agent = clankie_agent::Agent::new(
+            clankie_agent::model_from_settings(&self.settings)?,
+            clankie_agent::config_from_settings(&self.settings),
+        );
+        let mut config = clankie_captain::CaptainConfig::from_settings(&self.settings);
+        config.replica = replica.to_owned();
+        config.egress = clankie_egress::EgressGuard::new(self.settings.egress_allow.clone().with(self.sandbox.discord.addr()));
+        let captain = clankie_captain::Captain::new(clankie_bus::Bus::connect(&self.settings, "captain").await?, store, agent, config);
+        let running = captain.clone();
+        let task = tokio::spawn(async move {
+            if let Err(e) = running.run().await {
+                tracing::error!(error = %e, "extra captain stopped");
+            }
+        });
+        Ok((captain, task))
+    }
+
     /// A bus connection of the test's own, to watch or publish.
     pub async fn bus(&self) -> clankie_bus::Bus {
         clankie_bus::Bus::connect(&self.settings, "test").await.expect("bus")
