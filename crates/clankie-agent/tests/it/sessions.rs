@@ -89,3 +89,46 @@ async fn a_long_tool_result_is_a_stub_once_its_run_has_answered() {
     // The stored session keeps the page: a reload still has it.
     assert!(second.session.context().iter().any(|m| format!("{m:?}").contains("BRACKET")));
 }
+
+/// A copy kept from an earlier epoch and refreshed under a later one holds what opening the
+/// tree afresh would: what other replicas appended since, and nothing a run that never
+/// finished wrote.
+#[tokio::test]
+async fn warm_across_replicas_a_refreshed_copy_equals_the_tree_opened_afresh() {
+    use clankie_agent::EntryBody;
+    use clankie_store::{TurnMode, TurnStart};
+    let rig = Rig::new().await;
+    let ttl = std::time::Duration::from_secs(60);
+    let said = |text: &str, id: &str| EntryBody::User { author: "ada".into(), delivery_id: id.into(), text: text.into(), images: vec![] };
+    let mut kept = rig.session().await;
+    kept.append(said("kept question", "1")).await.unwrap();
+    rig.store.release_lease(kept.lease()).await.unwrap();
+
+    // Another replica's run dies after writing: its epoch is abandoned once the lane moves on.
+    let dead = rig.store.acquire_lease(&rig.lane, "dead", ttl).await.unwrap().unwrap();
+    let start = TurnStart { turn_id: "dead-turn".into(), mode: TurnMode::Durable, owner_delivery_id: "2".into() };
+    rig.store.start_turn(&dead, &start).await.unwrap();
+    let mut other = Session::open(rig.store.clone(), dead.clone(), TREE).await.unwrap();
+    other.append(said("words of a run that died", "2")).await.unwrap();
+    rig.store.release_lease(&dead).await.unwrap();
+
+    // A third replica answers on.
+    let next = rig.store.acquire_lease(&rig.lane, "next", ttl).await.unwrap().unwrap();
+    let mut other = Session::open(rig.store.clone(), next.clone(), TREE).await.unwrap();
+    other.append(said("an answered question", "3")).await.unwrap();
+    rig.store.release_lease(&next).await.unwrap();
+
+    let lease = rig.store.acquire_lease(&rig.lane, "test", ttl).await.unwrap().unwrap();
+    let read = kept.refresh(lease.clone()).await.unwrap();
+    assert_eq!(read, 2, "it reads only what was appended after its copy");
+    let fresh = Session::open(rig.store.clone(), lease, TREE).await.unwrap();
+    assert_eq!(kept.entries(), fresh.entries());
+    assert_eq!(kept.context(), fresh.context());
+    let texts: Vec<String> = kept.context().iter().map(|m| format!("{m:?}")).collect();
+    assert!(texts.iter().all(|t| !t.contains("a run that died")), "{texts:?}");
+    assert_eq!(kept.newest_delivery(), Some(3));
+    // Its next write lands after what it read.
+    kept.append(said("and now", "4")).await.unwrap();
+    let again = Session::open(rig.store.clone(), kept.lease().clone(), TREE).await.unwrap();
+    assert_eq!(again.entries(), kept.entries());
+}
