@@ -103,6 +103,9 @@ pub struct Consumer<E: Event> {
     consumer: jetstream::consumer::Consumer<pull::Config>,
     messages: pull::Stream,
     prefetch: usize,
+    /// Pull errors in a row since the last message: past `HICCUPS_BEFORE_REOPEN` the pull
+    /// stream is opened afresh.
+    hiccups: u32,
     _event: PhantomData<fn() -> E>,
 }
 
@@ -153,6 +156,10 @@ const DEFAULT_PREFETCH: usize = 200;
 const PULL_EXPIRES: Duration = Duration::from_secs(5);
 /// How often an idle pull hears from the server; two missed mean the pull is lost.
 const PULL_HEARTBEAT: Duration = Duration::from_secs(1);
+/// Pull errors in a row (missed heartbeats, about two seconds apart) after which the pull
+/// stream is opened afresh: a clustered consumer's new leader gets a new pull request,
+/// where the old stream could keep waiting on the dead one.
+const HICCUPS_BEFORE_REOPEN: u32 = 3;
 
 impl<E: Event> Consumer<E> {
     pub(crate) async fn open(bus: Bus, spec: ConsumerSpec) -> Result<Consumer<E>, BusError> {
@@ -191,7 +198,16 @@ impl<E: Event> Consumer<E> {
         // pulls die with it. Short pulls with a fast idle heartbeat notice that within seconds
         // (the library default, 30 s pulls and 15 s heartbeats, left a burst stalled past its run).
         let messages = pull_stream(&consumer, spec.prefetch).await.map_err(|e| fail(e.to_string()))?;
-        Ok(Consumer { bus, name: spec.durable, stream: stream_spec.name, consumer, messages, prefetch: spec.prefetch, _event: PhantomData })
+        Ok(Consumer {
+            bus,
+            name: spec.durable,
+            stream: stream_spec.name,
+            consumer,
+            messages,
+            prefetch: spec.prefetch,
+            hiccups: 0,
+            _event: PhantomData,
+        })
     }
 
     /// Opens the pull stream again after the client's one ended (a clustered consumer that lost
@@ -229,12 +245,22 @@ impl<E: Event> Consumer<E> {
                     continue;
                 }
                 Some(Err(e)) => {
+                    self.hiccups += 1;
+                    if self.hiccups >= HICCUPS_BEFORE_REOPEN {
+                        tracing::warn!(consumer = %self.name, error = %e, hiccups = self.hiccups, "pull consumer keeps failing; reopening it");
+                        self.hiccups = 0;
+                        self.reopen().await;
+                        continue;
+                    }
                     tracing::warn!(consumer = %self.name, error = %e, "pull consumer hiccup; continuing");
                     // An error that repeats at once (a consumer without a leader) must not spin.
                     tokio::time::sleep(Duration::from_millis(50)).await;
                     continue;
                 }
-                Some(Ok(m)) => m,
+                Some(Ok(m)) => {
+                    self.hiccups = 0;
+                    m
+                }
             };
             let (stream_sequence, delivered) = match message.info() {
                 Ok(info) => (info.stream_sequence, info.delivered),
