@@ -65,13 +65,16 @@ pub enum EntryBody {
     },
 }
 
+/// How a compaction entry is stored (`session_entries.kind`).
+const COMPACTION_KIND: &str = "compaction";
+
 impl EntryBody {
     fn kind(&self) -> &'static str {
         match self {
             EntryBody::User { .. } => "user",
             EntryBody::Assistant { .. } => "assistant",
             EntryBody::ToolResult { .. } => "tool_result",
-            EntryBody::Compaction { .. } => "compaction",
+            EntryBody::Compaction { .. } => COMPACTION_KIND,
             EntryBody::Note { .. } => "note",
         }
     }
@@ -99,7 +102,6 @@ pub const SUMMARY_PREFIX: &str = "Summary of the conversation before this point:
 /// A tool result from an earlier run longer than this is shown as a stub.
 pub const SETTLED_RESULT_MAX_CHARS: usize = 600;
 
-/// What the model is told a tool call with no recorded result did.
 /// What a later run sees instead of `n` pictures an earlier turn was shown.
 fn picture_stub(n: usize) -> String {
     format!("({n} picture(s) shown in an earlier turn; no longer attached)")
@@ -118,6 +120,7 @@ fn readable(tree: &str, stored: Vec<clankie_store::Entry>, abandoned: &[i64]) ->
         .collect()
 }
 
+/// What the model is told a tool call with no recorded result did.
 const INTERRUPTED: &str = "(no result: the turn was interrupted before this tool finished)";
 
 /// A lane's session, writing through the store under a lease.
@@ -157,7 +160,7 @@ impl Session {
     /// Returns how many entries it read.
     pub async fn refresh(&mut self, lease: Lease) -> Result<usize, AgentError> {
         let newer = self.store.entries_after(&self.tree, self.seq).await?;
-        if newer.iter().any(|e| e.kind == "compaction") {
+        if newer.iter().any(|e| e.kind == COMPACTION_KIND) {
             let fresh = Session::open(self.store.clone(), lease, self.tree.clone()).await?;
             let read = fresh.entries.len();
             *self = fresh;

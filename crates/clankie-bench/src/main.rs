@@ -134,16 +134,19 @@ async fn economy(one_shot: bool, captains: usize) -> Result<Economy> {
             }
         }
         rig.wait_outcomes(GENERAL, &ids).await;
-        eprintln!("economy ({}, {captains} captain(s)): burst {}/{BURSTS} answered", if one_shot { "one-shot" } else { "durable" }, burst + 1);
+        eprintln!(
+            "economy ({}, {captains} captain(s)): burst {}/{BURSTS} answered",
+            if one_shot { "one-shot" } else { "durable" },
+            burst + 1
+        );
     }
     let (turns, tokens) = store.turn_totals().await.context("reading turns")?;
-    let pool = sqlx::PgPool::connect(&rig.settings.database_url).await.context("database")?;
     let deadline = Instant::now() + Duration::from_secs(10);
     let runs: Vec<(String, String, bool)> = loop {
         let runs: Vec<(String, String, bool)> = sqlx::query_as(
             "SELECT lane, coalesce(ids->>'replica', ''), coalesce((flags->>'cold')::bool, false) FROM receipts WHERE kind = 'captain.run'",
         )
-        .fetch_all(&pool)
+        .fetch_all(store.pool())
         .await
         .context("reading run receipts")?;
         if runs.len() as i64 >= turns || Instant::now() > deadline {
@@ -288,7 +291,10 @@ async fn bare_captains(replicas: usize) -> Result<BareCaptain> {
     let agent = clankie_agent::Agent::new(clankie_agent::model_from_settings(&settings)?, clankie_agent::config_from_settings(&settings));
     let (mut captains, mut tasks) = (Vec::new(), Vec::new());
     for replica in 0..replicas.max(1) {
-        let config = clankie_captain::CaptainConfig { replica: format!("bench-{replica}"), ..clankie_captain::CaptainConfig::from_settings(&settings) };
+        let config = clankie_captain::CaptainConfig {
+            replica: format!("bench-{replica}"),
+            ..clankie_captain::CaptainConfig::from_settings(&settings)
+        };
         let captain =
             clankie_captain::Captain::new(clankie_bus::Bus::connect(&settings, "captain").await?, store.clone(), agent.clone(), config);
         let running = captain.clone();
@@ -350,7 +356,8 @@ async fn admissions(seconds: u64, replicas: usize) -> Result<f64> {
             .fetch_one(bench.store.pool())
             .await
             .context("counting decisions")?;
-        let (ingress, receipts) = (backlog(&bench.bus, "CLANKIE_INGRESS", "captain").await, backlog(&bench.bus, "CLANKIE_RECEIPTS", "receipts-recorder").await);
+        let (ingress, receipts) =
+            (backlog(&bench.bus, "CLANKIE_INGRESS", "captain").await, backlog(&bench.bus, "CLANKIE_RECEIPTS", "receipts-recorder").await);
         eprintln!(
             "admissions: {decided} of {sent} decided after {:.1} s; waiting/unacked: ingress {ingress:?}, receipts {receipts:?}",
             started.elapsed().as_secs_f64()
@@ -403,7 +410,8 @@ async fn admit_latency(per_s: u64, seconds: u64) -> Result<Vec<f64>> {
             // millisecond), and decision to stored.
             let mut decided: Vec<f64> =
                 rows.iter().filter_map(|(id, _, at)| Some((at.as_ref()? - published_us.get(id)?) as f64 / 1000.0)).collect();
-            let mut recorded: Vec<f64> = rows.iter().filter_map(|(_, stored, at)| Some((stored.as_ref()? - at.as_ref()?) as f64 / 1000.0)).collect();
+            let mut recorded: Vec<f64> =
+                rows.iter().filter_map(|(_, stored, at)| Some((stored.as_ref()? - at.as_ref()?) as f64 / 1000.0)).collect();
             decided.sort_by(f64::total_cmp);
             recorded.sort_by(f64::total_cmp);
             eprintln!(
@@ -413,10 +421,8 @@ async fn admit_latency(per_s: u64, seconds: u64) -> Result<Vec<f64>> {
                 percentile(&recorded, 0.5),
                 percentile(&recorded, 0.99)
             );
-            let mut ms: Vec<f64> = rows
-                .iter()
-                .filter_map(|(id, stored, _)| Some((stored.as_ref()? - published_us.get(id)?) as f64 / 1000.0))
-                .collect();
+            let mut ms: Vec<f64> =
+                rows.iter().filter_map(|(id, stored, _)| Some((stored.as_ref()? - published_us.get(id)?) as f64 / 1000.0)).collect();
             ms.sort_by(f64::total_cmp);
             return Ok(ms);
         }
@@ -456,7 +462,12 @@ async fn gateway_ingest(count: u64) -> Result<f64> {
     };
     let started = Instant::now();
     for i in 0..count {
-        discord.user_message(NewMessage { channel_id: GENERAL, author: "ada".into(), content: format!("chatter {i}"), ..Default::default() });
+        discord.user_message(NewMessage {
+            channel_id: GENERAL,
+            author: "ada".into(),
+            content: format!("chatter {i}"),
+            ..Default::default()
+        });
     }
     eprintln!("gateway: {count} dispatched in {:.1} s", started.elapsed().as_secs_f64());
     let deadline = Instant::now() + Duration::from_secs(600);
@@ -643,7 +654,9 @@ async fn run() -> Result<()> {
     if let Some(unknown) =
         std::env::args().skip(1).find(|a| !["economy", "ingress", "admissions", "gateway", "lanes", "voice"].contains(&a.as_str()))
     {
-        anyhow::bail!("unknown part {unknown:?}: name any of economy, ingress, admissions, gateway, lanes, voice (default: all but admissions and gateway)");
+        anyhow::bail!(
+            "unknown part {unknown:?}: name any of economy, ingress, admissions, gateway, lanes, voice (default: all but admissions and gateway)"
+        );
     }
     if wanted("economy") {
         let oneshot = economy(true, 1).await?;

@@ -11,7 +11,7 @@ use tracing::Instrument;
 use twilight_gateway::{ConfigBuilder, Event, EventTypeFlags, Intents, Session, Shard, ShardId, StreamExt};
 use twilight_model::channel::Message;
 
-use crate::leases::{self, LeaseError, SharedIdentifyQueue, ShardLeases};
+use crate::leases::{self, LeaseError, ShardLeases, SharedIdentifyQueue};
 use crate::normalise::{self, Route};
 use crate::session::{self, SavedSession};
 use crate::{Gateway, GatewayError};
@@ -209,7 +209,14 @@ impl Gateway {
         }
     }
 
-    fn start_shard(&self, shard: u32, total: u32, held: leases::Held, queue: &SharedIdentifyQueue, flush: &Arc<tokio::sync::Notify>) -> Running {
+    fn start_shard(
+        &self,
+        shard: u32,
+        total: u32,
+        held: leases::Held,
+        queue: &SharedIdentifyQueue,
+        flush: &Arc<tokio::sync::Notify>,
+    ) -> Running {
         let dir = self.inner.config.state_dir.clone();
         let start = starting_session(held.claim.session.clone(), session::load(&dir, shard));
         let saver = Saver { dir, shard, latest: Arc::new(Mutex::new(start.clone())), flush: flush.clone() };

@@ -58,6 +58,31 @@ pub struct Sandbox {
     tasks: Vec<tokio::task::JoinHandle<()>>,
 }
 
+/// A captain replica of the sandbox over `store`: the configured model, its runs timed by
+/// `clock`; named `replica` when given, else as the settings name it.
+pub(crate) async fn sandbox_captain(
+    settings: &Settings,
+    store: clankie_store::Store,
+    discord: SocketAddr,
+    replica: Option<&str>,
+    clock: Option<std::sync::Arc<dyn clankie_agent::Clock>>,
+) -> Result<Captain, SandboxError> {
+    let mut agent = clankie_agent::Agent::new(clankie_agent::model_from_settings(settings)?, clankie_agent::config_from_settings(settings));
+    if let Some(clock) = clock {
+        agent = agent.with_clock(clock);
+    }
+    let mut config = CaptainConfig::from_settings(settings);
+    if let Some(replica) = replica {
+        config.replica = replica.to_owned();
+    }
+    // The sandbox's pictures are served by its own loopback Discord at `discord`: its tools may
+    // fetch from there, and nowhere else private.
+    config.egress = clankie_egress::EgressGuard::new(settings.egress_allow.clone().with(discord));
+    // The browse tool runs against the same allow list when a browser is installed.
+    config.browser = clankie_browser::host_from_settings(settings, config.egress.clone()).await?;
+    Ok(Captain::new(clankie_bus::Bus::connect(settings, "captain").await?, store, agent, config))
+}
+
 impl Sandbox {
     /// Starts the loopback Discord on `addr`, then a gateway and a captain against it.
     pub async fn start(settings: &Settings, addr: SocketAddr) -> Result<Sandbox, SandboxError> {
@@ -95,16 +120,7 @@ impl Sandbox {
         if model.is_rehearsal() {
             tracing::warn!("no CLANKIE_MODEL_BASE_URL: the offline rehearsal model answers; its words start with [rehearsal]");
         }
-        let mut agent = clankie_agent::Agent::new(model, clankie_agent::config_from_settings(settings));
-        if let Some(clock) = clock {
-            agent = agent.with_clock(clock);
-        }
-        let mut captain_config = CaptainConfig::from_settings(settings);
-        // The sandbox's pictures are served by its own loopback Discord: its tools may fetch from there, and nowhere else private.
-        captain_config.egress = clankie_egress::EgressGuard::new(settings.egress_allow.clone().with(discord.addr()));
-        // The browse tool runs against the same allow list when a browser is installed.
-        captain_config.browser = clankie_browser::host_from_settings(settings, captain_config.egress.clone()).await?;
-        let captain = Captain::new(clankie_bus::Bus::connect(settings, "captain").await?, store, agent, captain_config);
+        let captain = sandbox_captain(settings, store, discord.addr(), None, clock).await?;
 
         let voice_config = VoiceConfig::from_settings(settings);
         let mut room_config = RoomConfig::from_settings(settings);

@@ -77,16 +77,12 @@ impl Rig {
 
     /// Starts one more captain replica named `replica` beside the sandbox's, sharing its bus,
     /// store and model; it runs until the returned task is aborted.
-    pub async fn extra_captain(&self, replica: &str) -> Result<(clankie_captain::Captain, tokio::task::JoinHandle<()>), crate::SandboxError> {
+    pub async fn extra_captain(
+        &self,
+        replica: &str,
+    ) -> Result<(clankie_captain::Captain, tokio::task::JoinHandle<()>), crate::SandboxError> {
         let store = clankie_store::Store::connect(&self.settings.database_url).await?;
-        let agent = clankie_agent::Agent::new(
-            clankie_agent::model_from_settings(&self.settings)?,
-            clankie_agent::config_from_settings(&self.settings),
-        );
-        let mut config = clankie_captain::CaptainConfig::from_settings(&self.settings);
-        config.replica = replica.to_owned();
-        config.egress = clankie_egress::EgressGuard::new(self.settings.egress_allow.clone().with(self.sandbox.discord.addr()));
-        let captain = clankie_captain::Captain::new(clankie_bus::Bus::connect(&self.settings, "captain").await?, store, agent, config);
+        let captain = crate::sandbox_captain(&self.settings, store, self.sandbox.discord.addr(), Some(replica), None).await?;
         let running = captain.clone();
         let task = tokio::spawn(async move {
             if let Err(e) = running.run().await {

@@ -322,7 +322,10 @@ mod tests {
         assert!(second.contains("with bob.") && !second.contains("with ada."), "{second}");
         // The note is data only; the system prompt says once what a note is.
         assert!(!second.contains("from the system"), "{second}");
-        assert!(assemble(&snap, &ROOM_G, Surface::Text { privileged: false }).contains("A later note in a conversation tells only what changed"));
+        assert!(
+            assemble(&snap, &ROOM_G, Surface::Text { privileged: false })
+                .contains("A later note in a conversation tells only what changed")
+        );
         assert_eq!(self_context_due(&snap, &ROOM_G, &[&first, &second]), None);
 
         snap.presence.voice.clear();

@@ -2,6 +2,13 @@ use sqlx::Row;
 use sqlx::types::Json;
 
 use crate::lease::fence;
+
+/// The columns of [`Entry`], selected from `session_entries`: each read adds its own condition.
+macro_rules! select_entries {
+    () => {
+        "SELECT seq, id, parent_id, kind, body, in_context, epoch FROM session_entries "
+    };
+}
 use crate::{Lease, Store, StoreError};
 
 /// An entry to append to a session tree.
@@ -58,24 +65,18 @@ impl Store {
 
     /// Every entry of a tree in append order.
     pub async fn entries(&self, tree: &str) -> Result<Vec<Entry>, StoreError> {
-        let rows =
-            sqlx::query("SELECT seq, id, parent_id, kind, body, in_context, epoch FROM session_entries WHERE tree = $1 ORDER BY seq")
-                .bind(tree)
-                .fetch_all(&self.pool)
-                .await?;
+        let rows = sqlx::query(concat!(select_entries!(), "WHERE tree = $1 ORDER BY seq")).bind(tree).fetch_all(&self.pool).await?;
         entries_of(rows)
     }
 
     /// The entries of a tree appended after `seq`, in append order: what a session copy that
     /// holds the tree up to `seq` lacks.
     pub async fn entries_after(&self, tree: &str, seq: i64) -> Result<Vec<Entry>, StoreError> {
-        let rows = sqlx::query(
-            "SELECT seq, id, parent_id, kind, body, in_context, epoch FROM session_entries WHERE tree = $1 AND seq > $2 ORDER BY seq",
-        )
-        .bind(tree)
-        .bind(seq)
-        .fetch_all(&self.pool)
-        .await?;
+        let rows = sqlx::query(concat!(select_entries!(), "WHERE tree = $1 AND seq > $2 ORDER BY seq"))
+            .bind(tree)
+            .bind(seq)
+            .fetch_all(&self.pool)
+            .await?;
         entries_of(rows)
     }
 
@@ -83,14 +84,14 @@ impl Store {
     /// compaction kept, and that compaction; everything when it was never compacted. What the
     /// summary replaced stays in the store, unread.
     pub async fn entries_since_compaction(&self, tree: &str) -> Result<Vec<Entry>, StoreError> {
-        let rows = sqlx::query(
+        let rows = sqlx::query(concat!(
             "WITH c AS (SELECT seq, body->>'first_kept_id' AS first_kept FROM session_entries
                         WHERE tree = $1 AND kind = 'compaction' ORDER BY seq DESC LIMIT 1),
-                  k AS (SELECT e.seq FROM session_entries e JOIN c ON e.id = c.first_kept WHERE e.tree = $1)
-             SELECT seq, id, parent_id, kind, body, in_context, epoch FROM session_entries
-             WHERE tree = $1 AND (seq >= COALESCE((SELECT seq FROM k), (SELECT seq FROM c), 0) OR seq = (SELECT seq FROM c))
+                  k AS (SELECT e.seq FROM session_entries e JOIN c ON e.id = c.first_kept WHERE e.tree = $1) ",
+            select_entries!(),
+            "WHERE tree = $1 AND (seq >= COALESCE((SELECT seq FROM k), (SELECT seq FROM c), 0) OR seq = (SELECT seq FROM c))
              ORDER BY seq",
-        )
+        ))
         .bind(tree)
         .fetch_all(&self.pool)
         .await?;

@@ -54,6 +54,33 @@ pub struct Outcome {
     pub failure_code: Option<v1::FailureCode>,
 }
 
+/// Whether the exchange of the lane `$lane` settled within the window of `$window_ms`
+/// milliseconds, as SQL: false when he never settled a turn there.
+macro_rules! exchange_live_sql {
+    ($lane:literal, $window_ms:literal) => {
+        concat!(
+            "COALESCE((SELECT e.last_settled_at > now() - make_interval(secs => ",
+            $window_ms,
+            "::double precision / 1000) FROM exchanges e WHERE e.lane = ",
+            $lane,
+            "), false)"
+        )
+    };
+}
+
+/// Whether a turn of the lane `$lane` started within the window and never ended, as SQL.
+macro_rules! unsettled_turn_sql {
+    ($lane:literal, $window_ms:literal) => {
+        concat!(
+            "EXISTS (SELECT 1 FROM turns t WHERE t.lane = ",
+            $lane,
+            " AND t.ended_at IS NULL AND t.started_at > now() - make_interval(secs => ",
+            $window_ms,
+            "::double precision / 1000))"
+        )
+    };
+}
+
 /// The advisory lock class the flood guard counts an author's admissions under.
 const FLOOD_LOCK: i32 = 0x666c_6f6f; // "floo"
 
@@ -304,15 +331,7 @@ impl Store {
     /// Whether a turn of the lane started within `window` and never ended: a run that was
     /// live when its replica died. Its room still counts as in conversation.
     pub async fn unsettled_turn(&self, lane: &LaneKey, window: Duration) -> Result<bool, StoreError> {
-        let open: bool = sqlx::query_scalar(
-            "SELECT EXISTS (SELECT 1 FROM turns WHERE lane = $1 AND ended_at IS NULL
-                 AND started_at > now() - make_interval(secs => $2::double precision / 1000))",
-        )
-        .bind(lane.to_string())
-        .bind(i64::try_from(window.as_millis()).unwrap_or(i64::MAX))
-        .fetch_one(&self.pool)
-        .await?;
-        Ok(open)
+        self.lane_within(concat!("SELECT ", unsettled_turn_sql!("$1", "$2")), lane, window).await
     }
 
     /// Everything admitting text deliveries reads, for a batch of `(delivery_id, lane)` in one
@@ -324,19 +343,21 @@ impl Store {
         }
         let ids: Vec<&str> = batch.iter().map(|(id, _)| *id).collect();
         let lanes: Vec<String> = batch.iter().map(|(_, lane)| lane.to_string()).collect();
-        let rows = sqlx::query(
+        let rows = sqlx::query(concat!(
             "SELECT EXISTS (SELECT 1 FROM deliveries x WHERE x.delivery_id = d.delivery_id) AS settled,
                     EXISTS (SELECT 1 FROM admissions a WHERE a.delivery_id = d.delivery_id) AS admitted,
-                    COALESCE((SELECT e.last_settled_at > now() - make_interval(secs => $3::double precision / 1000)
-                              FROM exchanges e WHERE e.lane = d.lane), false)
+                    ",
+            exchange_live_sql!("d.lane", "$3"),
+            "
                     OR COALESCE((SELECT l.lease_owner IS NOT NULL AND l.lease_expires_at > now() FROM lanes l WHERE l.lane = d.lane), false)
-                    OR EXISTS (SELECT 1 FROM turns t WHERE t.lane = d.lane AND t.ended_at IS NULL
-                               AND t.started_at > now() - make_interval(secs => $3::double precision / 1000)) AS in_conversation,
+                    OR ",
+            unsettled_turn_sql!("d.lane", "$3"),
+            " AS in_conversation,
                     s.owner_id, s.operators, s.grants, s.guilds, s.channels, s.trusted_dms, s.trusted_rooms, s.sharing, s.version
              FROM unnest($1::text[], $2::text[]) WITH ORDINALITY AS d(delivery_id, lane, n)
              CROSS JOIN self_settings s WHERE s.id = 1
              ORDER BY d.n",
-        )
+        ))
         .bind(&ids)
         .bind(&lanes)
         .bind(i64::try_from(window.as_millis()).unwrap_or(i64::MAX))
@@ -360,14 +381,16 @@ impl Store {
 
     /// Whether the room's exchange settled within `window` of the database's now.
     pub async fn exchange_live(&self, lane: &LaneKey, window: Duration) -> Result<bool, StoreError> {
-        let live: Option<bool> = sqlx::query_scalar(
-            "SELECT last_settled_at > now() - make_interval(secs => $2::double precision / 1000) FROM exchanges WHERE lane = $1",
-        )
-        .bind(lane.to_string())
-        .bind(i64::try_from(window.as_millis()).unwrap_or(i64::MAX))
-        .fetch_optional(&self.pool)
-        .await?;
-        Ok(live.unwrap_or(false))
+        self.lane_within(concat!("SELECT ", exchange_live_sql!("$1", "$2")), lane, window).await
+    }
+
+    /// A yes-or-no question about one lane (`$1`) and a window in milliseconds (`$2`).
+    async fn lane_within(&self, sql: &'static str, lane: &LaneKey, window: Duration) -> Result<bool, StoreError> {
+        Ok(sqlx::query_scalar(sql)
+            .bind(lane.to_string())
+            .bind(i64::try_from(window.as_millis()).unwrap_or(i64::MAX))
+            .fetch_one(&self.pool)
+            .await?)
     }
 }
 

@@ -53,5 +53,8 @@ async fn the_receipts_table_has_no_column_for_text() {
     .fetch_all(store.pool())
     .await
     .unwrap();
-    assert_eq!(columns, ["id", "dedup_key", "kind", "delivery_id", "service", "lane", "at", "ids", "counts", "flags", "codes", "stored_at"]);
+    assert_eq!(
+        columns,
+        ["id", "dedup_key", "kind", "delivery_id", "service", "lane", "at", "ids", "counts", "flags", "codes", "stored_at"]
+    );
 }

@@ -161,7 +161,11 @@ async fn shard_lease_a_gateway_killed_hands_its_shards_to_the_other_which_answer
             println!("shard lease: settled as {owners:?}");
             break;
         }
-        assert!(tokio::time::Instant::now() < deadline, "the replicas never settled at two shards each: {owners:?}, attached {:?}", discord.attached_shards());
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the replicas never settled at two shards each: {owners:?}, attached {:?}",
+            discord.attached_shards()
+        );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 
@@ -185,7 +189,11 @@ async fn shard_lease_a_gateway_killed_hands_its_shards_to_the_other_which_answer
         if split(&owners) == (4, 0) && discord.attached_shards() == [0, 1, 2, 3] {
             break;
         }
-        assert!(killed.elapsed() < limit, "the survivor did not hold all four within TTL + 5 s: {owners:?}, attached {:?}", discord.attached_shards());
+        assert!(
+            killed.elapsed() < limit,
+            "the survivor did not hold all four within TTL + 5 s: {owners:?}, attached {:?}",
+            discord.attached_shards()
+        );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     let took = killed.elapsed();
