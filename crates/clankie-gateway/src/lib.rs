@@ -116,6 +116,8 @@ pub(crate) struct Inner {
     pub shard_total: std::sync::atomic::AtomicU32,
     /// Flipped on shutdown: the shard closes with a resumable frame.
     pub stopping: tokio::sync::watch::Sender<bool>,
+    /// Stamps messages and typing signals in the order they are handled.
+    pub arrivals: normalise::Arrivals,
 }
 
 /// A gateway replica. Cheap to clone.
@@ -151,6 +153,7 @@ impl Gateway {
                 shard_senders: RwLock::new(HashMap::new()),
                 shard_total: std::sync::atomic::AtomicU32::new(1),
                 stopping: tokio::sync::watch::channel(false).0,
+                arrivals: normalise::Arrivals::default(),
             }),
         }
     }

@@ -25,6 +25,26 @@ fn bounded(text: &str, max: usize) -> String {
     text.chars().take(max).collect()
 }
 
+/// Arrival stamps in milliseconds that never repeat nor go back within a gateway: an event
+/// handled after another is stamped later even in the same millisecond. A lane reads "typing
+/// after his last message" from these stamps, and a tie would read as "typing before it".
+#[derive(Debug, Default)]
+pub struct Arrivals(std::sync::atomic::AtomicI64);
+
+impl Arrivals {
+    /// The stamp of an event handled now: the wall clock, or one past the last stamp if that
+    /// is not behind it.
+    pub fn stamp(&self) -> i64 {
+        let now = clankie_bus::now_ms();
+        let previous = self.0.fetch_max(now, std::sync::atomic::Ordering::SeqCst);
+        if previous < now {
+            return now;
+        }
+        // Taken already: one past the newest stamp, which another thread may be raising too.
+        self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1
+    }
+}
+
 /// Normalises a Discord message into an Ingress, bounding what a hostile or broken
 /// payload could make every later stage carry.
 pub fn ingress(message: &Message, bot_id: u64, received_at_ms: i64) -> v1::Ingress {
@@ -86,6 +106,14 @@ pub fn route(ingress: v1::Ingress, live_voice_channel: Option<u64>) -> Route {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn typing_hold_arrival_stamps_of_events_in_one_millisecond_still_order_them() {
+        let arrivals = Arrivals::default();
+        let stamps: Vec<i64> = (0..1_000).map(|_| arrivals.stamp()).collect();
+        assert!(stamps.windows(2).all(|w| w[0] < w[1]), "a later event was stamped no later");
+        assert!(stamps[999] <= clankie_bus::now_ms() + 999, "a stamp runs ahead of the clock by at most one per event");
+    }
 
     fn msg(guild: Option<u64>, channel: u64, image: bool) -> v1::Ingress {
         v1::Ingress {

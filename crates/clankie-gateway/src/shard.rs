@@ -432,8 +432,12 @@ impl Gateway {
             return;
         }
         let guild = typing.guild_id.map(|g| g.get());
-        let signal =
-            v1::TypingSignal { guild_id: guild, channel_id: typing.channel_id.get(), user_id: typing.user_id.get(), at_ms: now_ms() };
+        let signal = v1::TypingSignal {
+            guild_id: guild,
+            channel_id: typing.channel_id.get(),
+            user_id: typing.user_id.get(),
+            at_ms: self.inner.arrivals.stamp(),
+        };
         let place = guild.map_or(Place::Dm, Place::Guild);
         if let Err(e) = self.inner.bus.signal(&Subject::SignalTyping { place, channel: signal.channel_id }, &signal).await {
             tracing::debug!(error = %e, "typing signal not passed on");
@@ -454,7 +458,7 @@ impl Gateway {
                 .await;
             return true;
         }
-        let ingress = normalise::ingress(message, bot, now_ms());
+        let ingress = normalise::ingress(message, bot, self.inner.arrivals.stamp());
         let live = ingress.guild_id.and_then(|g| self.inner.voice.read().unwrap_or_else(|p| p.into_inner()).get(&g).copied());
         let id = MsgId::discord_message(message.id.get());
         let (chars, attachments) = (ingress.content.chars().count() as i64, ingress.attachments.len() as i64);
