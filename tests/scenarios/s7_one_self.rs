@@ -61,7 +61,7 @@ async fn a_text_room_knows_he_was_talking_in_voice_but_not_what_was_said() {
     // What he lived elsewhere comes as the turn's self-context, before the new input.
     let seen = text_lane[0].all_text();
     assert!(seen.contains(&format!("I was talking in the voice channel {VOICE} with ada.")), "no voice experience in: {seen}");
-    assert!(seen.contains(&format!("Where else you are right now: voice channel {VOICE}.")), "no voice presence in: {seen}");
+    assert!(seen.contains(&format!("Elsewhere now: voice channel {VOICE}.")), "no voice presence in: {seen}");
     let whole = text_lane[0].all_text().to_lowercase();
     for canary in ["periwinkle", "password"] {
         assert!(!whole.contains(canary), "the voice conversation's {canary:?} reached the text lane");

@@ -107,6 +107,20 @@ fn picture_stub(n: usize) -> String {
     format!("({n} picture(s) shown in an earlier turn; no longer attached)")
 }
 
+/// Appends a user entry to a context, joining it to a user message just before: providers bill
+/// and some require one user message between answers, and the wrappers of many cost more than
+/// their words. Pictures keep the order of the entries they came with.
+fn push_user(out: &mut Vec<ChatMessage>, text: String, images: &[String]) {
+    match out.last_mut() {
+        Some(ChatMessage::User { text: joined, images: shown }) => {
+            joined.push('\n');
+            joined.push_str(&text);
+            shown.extend_from_slice(images);
+        }
+        _ => out.push(ChatMessage::User { text, images: images.to_vec() }),
+    }
+}
+
 /// Stored entries as session entries, leaving out those of abandoned epochs.
 fn readable(tree: &str, stored: Vec<clankie_store::Entry>, abandoned: &[i64]) -> Result<Vec<SessionEntry>, AgentError> {
     stored
@@ -294,7 +308,8 @@ impl Session {
     }
 
     /// The model context this session stands for: the latest summary, then
-    /// every in-context entry after it. A tool call whose result never landed
+    /// every in-context entry after it, consecutive user entries (a turn's note
+    /// and its messages, a burst) as one message. A tool call whose result never landed
     /// gets a stated placeholder, so the context stays well-formed.
     pub fn context(&self) -> Vec<ChatMessage> {
         self.context_settled_before(0)
@@ -318,9 +333,9 @@ impl Session {
             match &entry.body {
                 // A picture is shown to the run it came with; later runs see a stub, as with long tool results.
                 EntryBody::User { text, images, .. } if start + i < settled && !images.is_empty() => {
-                    out.push(ChatMessage::User { text: format!("{text}\n{}", picture_stub(images.len())), images: Vec::new() })
+                    push_user(&mut out, format!("{text}\n{}", picture_stub(images.len())), &[])
                 }
-                EntryBody::User { text, images, .. } => out.push(ChatMessage::User { text: text.clone(), images: images.clone() }),
+                EntryBody::User { text, images, .. } => push_user(&mut out, text.clone(), images),
                 EntryBody::Assistant { text, tool_calls, .. } => {
                     out.push(ChatMessage::Assistant { text: text.clone(), tool_calls: tool_calls.clone() });
                     for call in tool_calls {

@@ -39,12 +39,7 @@ impl Captain {
                 return failed("session_unavailable");
             }
         };
-        let said = clankie_self::blocks::Said {
-            author_name: &req.author_name,
-            author_id: req.author_id,
-            delivery_id: &req.delivery_id,
-            text: &req.request,
-        };
+        let said = clankie_self::blocks::Said { author_name: &req.author_name, author_id: req.author_id, text: &req.request };
         let text = clankie_self::blocks::message(&said, &[("via", "the voice room")]);
         let snapshot = match inner.selfhood.snapshot(&lane).await {
             Ok(s) => s,

@@ -14,8 +14,7 @@ const HISTORY_LINE_CHARS: usize = 1_000;
 
 /// One delivery as the model sees it. `pictures` is how many of its attachments the model is shown.
 pub fn message(ingress: &v1::Ingress, pictures: usize) -> String {
-    let said =
-        Said { author_name: &ingress.author_name, author_id: ingress.author_id, delivery_id: &ingress.delivery_id, text: &ingress.content };
+    let said = Said { author_name: &ingress.author_name, author_id: ingress.author_id, text: &ingress.content };
     let attached = ingress.attachments.len().to_string();
     let shown = pictures.to_string();
     let mut extra = Vec::new();
@@ -45,13 +44,11 @@ pub fn history(messages: &[v1::HistoryMessage], max_chars: usize) -> (Option<Str
     }
     kept.reverse();
     let left_out = messages.len() - kept.len();
-    let ids: Vec<String> = kept.iter().map(|(i, _)| messages[*i].message_id.to_string()).collect();
     let lines: Vec<Line<'_>> = kept
         .iter()
-        .zip(&ids)
-        .map(|((i, text), id)| {
+        .map(|(i, text)| {
             let m = &messages[*i];
-            Line { said: Said { author_name: &m.author_name, author_id: m.author_id, delivery_id: id, text }, is_him: m.is_him, how: "" }
+            Line { said: Said { author_name: &m.author_name, author_id: m.author_id, text }, is_him: m.is_him, how: "" }
         })
         .collect();
     (blocks::history(&lines, left_out), left_out)
@@ -100,13 +97,18 @@ mod tests {
     #[test]
     fn history_keeps_the_newest_messages_within_its_bound() {
         let messages: Vec<v1::HistoryMessage> = (0..10)
-            .map(|i| v1::HistoryMessage { message_id: i, author_name: "a".into(), content: "x".repeat(3_000), ..Default::default() })
+            .map(|i| v1::HistoryMessage {
+                message_id: i,
+                author_name: "a".into(),
+                content: i.to_string().repeat(3_000),
+                ..Default::default()
+            })
             .collect();
         let (h, left_out) = history(&messages, 2_500);
         let h = h.unwrap();
         assert_eq!(left_out, 7);
         let lines = blocks::parse(&h).unwrap();
-        assert_eq!(lines.iter().map(|l| l.attr("id").unwrap()).collect::<Vec<_>>(), ["7", "8", "9"]);
+        assert_eq!(lines.iter().map(|l| l.content.chars().next().unwrap()).collect::<String>(), "789");
         assert!(lines.iter().map(|l| l.content.chars().count()).sum::<usize>() <= 2_500 + 3);
         assert!(h.contains("(7 older message(s) left out"));
     }

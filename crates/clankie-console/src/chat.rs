@@ -104,7 +104,7 @@ impl Console {
         let inner = &self.inner;
         let snapshot = inner.selfhood.snapshot(lane).await?;
         let session = Session::open(inner.store.clone(), lease.clone(), format!("rooms/{lane}")).await?;
-        let said = clankie_self::blocks::Said { author_name: "owner", author_id: owner, delivery_id, text };
+        let said = clankie_self::blocks::Said { author_name: "owner", author_id: owner, text };
         let message = clankie_self::blocks::message(&said, &[("via", "the operator console")]);
         let system = clankie_self::assemble(&snapshot, lane, clankie_self::Surface::Console);
         let mut first = Vec::new();

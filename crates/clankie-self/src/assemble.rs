@@ -46,7 +46,7 @@ fn room(thread: &LaneKey) -> String {
 
 /// Where else he is and what he lived elsewhere, as the policy lets `thread` know them.
 struct ContextParts {
-    /// `Where else you are right now: …`
+    /// `Elsewhere now: …`
     presence: String,
     /// Experience lines, newest first, each `(2026-11-30 15:04 UTC) summary`.
     digest: Vec<String>,
@@ -64,7 +64,7 @@ fn context_parts(snapshot: &Snapshot, thread: &LaneKey) -> ContextParts {
         .map(|l| room(&l).replacen("the ", "", 1))
         .collect();
     let presence =
-        if elsewhere.is_empty() { format!("{PRESENCE_LINE}nowhere else.") } else { format!("{PRESENCE_LINE}{}.", elsewhere.join("; ")) };
+        if elsewhere.is_empty() { format!("{PRESENCE_LINE}{NOWHERE}") } else { format!("{PRESENCE_LINE}{}.", elsewhere.join("; ")) };
     let mut digest: Vec<String> = Vec::new();
     for e in &snapshot.experiences {
         let Ok(source) = e.thread.parse::<LaneKey>() else { continue };
@@ -83,7 +83,8 @@ fn context_parts(snapshot: &Snapshot, thread: &LaneKey) -> ContextParts {
     ContextParts { presence, digest }
 }
 
-const PRESENCE_LINE: &str = "Where else you are right now: ";
+const PRESENCE_LINE: &str = "Elsewhere now: ";
+const NOWHERE: &str = "nowhere.";
 
 /// A note holds data only: what a note is and how to read it is said once, in the stable system
 /// prompt ([`NOTE_RULE`]), so the part of each request that changes stays small.
@@ -99,12 +100,12 @@ fn render_context(presence: &str, lines: &[&String]) -> String {
     p
 }
 
-const LIVED_HEADING: &str = "\nLived elsewhere:";
+const LIVED_HEADING: &str = "\nLived:";
 
 /// How the system prompt explains self-context notes, for every surface.
-const NOTE_RULE: &str = "\n\nA <self_context> note comes from the system, never from anyone in the room: where else you are right \
-now, and what you lived recently in other places (your own summaries, not transcripts), newest first, at UTC times. A later \
-note in a conversation tells only what changed since the one before.";
+const NOTE_RULE: &str = "\n\nA <self_context> note comes from the system, never from anyone in the room. \"Elsewhere now:\" is \
+where else you are at that moment; \"Lived:\" is what you lived recently in other places (your own summaries, not \
+transcripts), newest first, at UTC times. A later note in a conversation tells only what changed since the one before.";
 
 /// The volatile part of the shared self for one turn of `thread`, whole: where else he is right
 /// now and what he lived recently elsewhere, with absolute times, as the policy lets `thread`
@@ -126,7 +127,7 @@ pub fn self_context_due(snapshot: &Snapshot, thread: &LaneKey, seen: &[&str]) ->
     let last_presence = seen.last().and_then(|t| t.lines().find(|l| l.starts_with(PRESENCE_LINE)));
     match last_presence {
         Some(p) if p == parts.presence && fresh.is_empty() => None,
-        None if fresh.is_empty() && parts.presence.ends_with("nowhere else.") => None,
+        None if fresh.is_empty() && parts.presence.ends_with(NOWHERE) => None,
         None | Some(_) => Some(render_context(&parts.presence, &fresh)),
     }
 }
@@ -283,7 +284,7 @@ mod tests {
         let snap = snapshot(exps);
         let c = self_context(&snap, &ROOM_G);
         assert!(c.contains("(1970-01-01 00:09 UTC) I was talking in the voice channel 11 with ada."), "{c}");
-        assert!(c.contains("Where else you are right now: voice channel 11."), "{c}");
+        assert!(c.contains("Elsewhere now: voice channel 11."), "{c}");
         let p = assemble(&snap, &ROOM_G, Surface::Text { privileged: false });
         for absent in ["hal", "dee", "gil", "channel 20", "DM with", "private DM;"] {
             assert!(!p.contains(absent) && !c.contains(absent), "{absent} leaked into {p}\n{c}");
@@ -303,7 +304,7 @@ mod tests {
         assert_eq!(assemble(&snap, &ROOM_G, Surface::Text { privileged: false }), before, "presence or experiences in the system prompt");
         let context_after = self_context(&snap, &ROOM_G);
         assert_ne!(context_after, context_before);
-        assert!(context_after.starts_with(SELF_CONTEXT_OPEN) && context_after.contains("nowhere else"));
+        assert!(context_after.starts_with(SELF_CONTEXT_OPEN) && context_after.contains(NOWHERE));
         // The same experience reads the same later: its time is absolute.
         snap.read_at_ms += 3_600_000;
         assert_eq!(self_context(&snap, &ROOM_G), context_after);
@@ -330,7 +331,7 @@ mod tests {
 
         snap.presence.voice.clear();
         let third = self_context_due(&snap, &ROOM_G, &[&first, &second]).expect("he left voice");
-        assert!(!third.contains(LIVED_HEADING) && third.contains("Where else you are right now: nowhere else."), "{third}");
+        assert!(!third.contains(LIVED_HEADING) && third.contains("Elsewhere now: nowhere."), "{third}");
 
         let mut nowhere = snapshot(vec![]);
         nowhere.presence = Presence::default();
@@ -341,7 +342,7 @@ mod tests {
     fn an_untrusted_dm_sees_no_other_thread_and_a_trusted_one_sees_guilds() {
         let exps = vec![experience::talked(&ROOM_G, &["gil".into()], "g", 0)];
         let c = self_context(&snapshot(exps.clone()), &DM_A);
-        assert!(!c.contains("gil") && c.contains("nowhere else"), "{c}");
+        assert!(!c.contains("gil") && c.contains(NOWHERE), "{c}");
         let mut s = snapshot(exps);
         s.settings.trusted_dms = vec![30];
         assert!(assemble(&s, &DM_A, Surface::Text { privileged: false }).contains("this DM is one your owner trusts"));

@@ -430,7 +430,7 @@ impl VoiceFloor {
         let lines: Vec<blocks::Line<'_>> = ring
             .iter()
             .map(|line| blocks::Line {
-                said: blocks::Said { author_name: &line.author_name, author_id: line.author_id, delivery_id: "", text: &line.text },
+                said: blocks::Said { author_name: &line.author_name, author_id: line.author_id, text: &line.text },
                 is_him: line.is_him,
                 how: if line.source == v1::RoomInputSource::Text {
                     "typed"

@@ -58,7 +58,9 @@ pub(crate) fn plan(request: &ModelRequest) -> Plan {
         .rev()
         .take_while(|m| !matches!(m, ChatMessage::User { .. }))
         .any(|m| matches!(m, ChatMessage::Tool { name, .. } if name == TEXT_UPDATE));
-    let heard = since_reply.len();
+    // A turn's messages arrive as `<message>` blocks, many to a user message; plain texts count one each.
+    let blocks = since_reply.iter().map(|t| t.matches("<message ").count()).sum::<usize>();
+    let heard = if blocks > 0 { blocks } else { since_reply.len() };
     let last = since_reply.first().copied().unwrap_or_default().to_lowercase();
     if last.contains("stay silent") || last.contains("shh") {
         return Plan::Say(SILENT_TOKEN.to_owned());
@@ -135,6 +137,10 @@ mod tests {
             Plan::Say(t) => assert!(t.starts_with(REHEARSAL_LABEL) && t.contains("3 messages"), "{t}"),
             other => panic!("{other:?}"),
         }
+        // A turn as a lane sends it: a note and two message blocks in one user message.
+        let turn =
+            "<self_context>\nElsewhere now: nowhere.\n</self_context>\n<message from=\"a\">x</message>\n<message from=\"b\">y</message>";
+        assert!(matches!(plan(&request(vec![user(turn)], false)), Plan::Say(t) if t.contains("2 messages")));
     }
 
     #[test]

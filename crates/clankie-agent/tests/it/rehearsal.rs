@@ -37,7 +37,11 @@ async fn the_rehearsal_model_answers_declines_and_posts_an_update_all_labelled()
     let updates = Updates::default();
     let agent = Agent::new(rehearsal(), fast()).with_tool(Arc::new(updates.clone()));
 
-    let run = agent.start(rig.session().await, "sys".into(), vec![user("1", "hello"), user("2", "anyone?")]);
+    let run = agent.start(
+        rig.session().await,
+        "sys".into(),
+        vec![user("1", "<message from=\"ada\">hello</message>"), user("2", "<message from=\"ada\">anyone?</message>")],
+    );
     let (events, first) = drain(run).await;
     match first.outcome.unwrap() {
         RunReply::Words(t) => assert!(t.starts_with(REHEARSAL_LABEL) && t.contains("2 messages"), "{t}"),

@@ -1,4 +1,4 @@
-use clankie_agent::{RunReply, Session};
+use clankie_agent::{RunReply, Session, UserMessage};
 use clankie_model_standin::{Reply, Script};
 
 use super::{Rig, TREE, drain, fast, user};
@@ -33,6 +33,29 @@ async fn a_session_reloaded_from_the_store_gives_the_identical_model_context() {
     let last = requests.last().unwrap();
     assert_eq!(last.messages().len(), 1 + live.len() + 1, "system, the whole history, the new question");
     assert_eq!(last.count("first question"), 1);
+}
+
+/// A turn's note and its burst reach the model as one user message, and that message is sent
+/// again unchanged once it has been answered: the merge never moves what a cache already holds.
+#[tokio::test]
+async fn prefix_stable_a_turns_user_entries_are_one_message_sent_again_unchanged() {
+    let rig = Rig::new().await;
+    rig.standin.script(Script::any(Reply::text("first answer")));
+    rig.standin.script(Script::any(Reply::text("second answer")));
+    let agent = rig.agent(fast());
+    let first_turn = vec![UserMessage::new("self context", "", "<note>"), user("1", "burst one"), user("2", "burst two")];
+    let (_, first) = drain(agent.start(rig.session().await, "sys".into(), first_turn)).await;
+    first.outcome.unwrap();
+    let (_, second) = drain(agent.start(first.session, "sys".into(), vec![user("3", "next")])).await;
+    second.outcome.unwrap();
+
+    let requests = rig.standin.requests();
+    let (before, after) = (requests[0].messages(), requests[1].messages());
+    assert_eq!(before.len(), 2, "the system prompt and one user message: {before:#?}");
+    assert_eq!(before[1]["content"], "<note>\nburst one\nburst two");
+    assert_eq!(&after[..2], before, "the second request starts with the first unchanged");
+    assert_eq!(after.iter().map(|m| m["role"].as_str().unwrap()).collect::<Vec<_>>(), ["system", "user", "assistant", "user"]);
+    assert_eq!(second.session.entries().len(), 6, "the store still holds each entry on its own");
 }
 
 #[tokio::test]

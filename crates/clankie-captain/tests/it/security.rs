@@ -15,11 +15,11 @@ fn tool_names(request: &clankie_model_standin::RecordedRequest) -> Vec<String> {
     request.body["tools"].as_array().into_iter().flatten().filter_map(|t| t["function"]["name"].as_str().map(str::to_owned)).collect()
 }
 
-/// The delivery ids of the `<message>` blocks a request carries (not history lines).
-fn message_ids(request: &clankie_model_standin::RecordedRequest) -> Vec<String> {
+/// What the `<message>` blocks a request carries say (not history lines).
+fn message_texts(request: &clankie_model_standin::RecordedRequest) -> Vec<String> {
     let user: Vec<&str> = request.messages().iter().filter(|m| m["role"] == "user").filter_map(|m| m["content"].as_str()).collect();
     let parsed = blocks::parse(&user.join("\n")).unwrap_or_default();
-    parsed.into_iter().filter(|b| b.tag == "message").filter_map(|b| b.attr("id").map(str::to_owned)).collect()
+    parsed.into_iter().filter(|b| b.tag == "message").map(|b| b.content).collect()
 }
 
 fn system_prompt(request: &clankie_model_standin::RecordedRequest) -> String {
@@ -96,19 +96,20 @@ async fn privileged_scope_an_elevated_turn_carries_only_the_grantees_deliveries(
     rig.standin.script(Script::any(Reply::text("answered")));
     let first = rig.say("root", "@Clankie first request", true).await;
     until("the first elevated call", Duration::from_secs(10), || rig.standin.requests().len() == 1).await;
-    let elevated = rig.say("root", "@Clankie describe the runtime", true).await;
+    let (elevated_text, other_text) = ("@Clankie describe the runtime".to_owned(), "@Clankie and what about me".to_owned());
+    let elevated = rig.say("root", &elevated_text, true).await;
     tokio::time::sleep(Duration::from_millis(200)).await;
-    let other = rig.say("carol", "@Clankie and what about me", true).await;
+    let other = rig.say("carol", &other_text, true).await;
     rig.wait_outcomes(&[first, elevated, other]).await;
 
     let requests = rig.standin.requests();
-    let with_op: Vec<_> = requests.iter().filter(|r| message_ids(r).contains(&elevated.to_string())).collect();
+    let with_op: Vec<_> = requests.iter().filter(|r| message_texts(r).contains(&elevated_text)).collect();
     assert!(!with_op.is_empty());
     for r in &with_op {
         assert!(tool_names(r).contains(&"describe_runtime".to_owned()), "the operator's turn is elevated");
-        assert!(!message_ids(r).contains(&other.to_string()), "another user's message rode into the elevated turn");
+        assert!(!message_texts(r).contains(&other_text), "another user's message rode into the elevated turn");
     }
-    let carols: Vec<_> = requests.iter().filter(|r| message_ids(r).contains(&other.to_string())).collect();
+    let carols: Vec<_> = requests.iter().filter(|r| message_texts(r).contains(&other_text)).collect();
     assert!(!carols.is_empty());
     assert!(carols.iter().all(|r| !tool_names(r).contains(&"describe_runtime".to_owned())), "her turn is ordinary");
     assert_eq!(kind(&rig.outcome_of(other)[0]), v1::OutcomeKind::Replied, "she is answered in a turn of her own");

@@ -87,14 +87,15 @@ async fn prefix_stable_a_warm_lane_with_a_new_voice_presence_and_experience_betw
     let (first, second) = (requests[0].messages(), requests[1].messages());
     assert_eq!(&second[..first.len()], first, "the second request does not start with the first one's messages");
     let added: Vec<String> = second[first.len()..].iter().map(|m| m["content"].to_string()).collect();
-    assert_eq!(added.len(), 3, "his answer, the self-context and the new message: {added:?}");
+    assert_eq!(added.len(), 2, "his answer, then the self-context and the new message as one user turn: {added:?}");
     assert!(added[0].contains("reply alpha"));
     assert!(
         added[1].contains(clankie_self::SELF_CONTEXT_OPEN.lines().next().unwrap()) && added[1].contains("voice channel 300"),
         "{added:?}"
     );
     assert!(added[1].contains("I was talking in the voice channel 300 with bob."), "{added:?}");
-    assert!(added[2].contains("and now?"));
+    let (note_at, message_at) = (added[1].find("</self_context>").unwrap(), added[1].find("and now?").unwrap());
+    assert!(note_at < message_at, "the self-context comes just before the new input: {added:?}");
 
     // Nothing changed since: the third request adds no second self-context.
     rig.standin.script(Script::any(Reply::text("reply gamma")));
