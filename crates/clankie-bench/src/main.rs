@@ -672,6 +672,7 @@ async fn run() -> Result<()> {
         println!("prompt_prefix_reuse: {:.3}", durable.prefix_reuse);
         println!("prompt_prefix_whole: {:.2}", durable.prefix_whole);
         println!("token_ratio_durable_over_oneshot_2_captains: {:.2}", two.input_tokens / oneshot.input_tokens.max(1.0));
+        println!("model_calls_per_burst_durable_2_captains: {:.2}", two.calls);
         println!("cold_opens_per_lane_2_captains: {:.2}", two.cold_opens_per_lane);
         println!("prompt_prefix_reuse_2_captains: {:.3}", two.prefix_reuse);
         println!("runs_by_replica_2_captains: {}", two.runs_by_replica);
