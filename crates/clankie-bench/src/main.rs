@@ -166,7 +166,6 @@ async fn economy(one_shot: bool, captains: usize) -> Result<Economy> {
     let replies = rig.sandbox.discord.posts(GENERAL).len();
     let requests = rig.standin.requests();
     let calls = requests.len();
-    let serialized = |m: &serde_json::Value| m.to_string().len() as f64;
     let mut whole = 0usize;
     let shares: Vec<f64> = requests
         .windows(2)
@@ -174,20 +173,20 @@ async fn economy(one_shot: bool, captains: usize) -> Result<Economy> {
             let (before, now) = (pair[0].messages(), pair[1].messages());
             let same = now.iter().zip(before).take_while(|(a, b)| a == b).count();
             whole += usize::from(same == before.len());
-            let added: Vec<usize> = now[same..].iter().map(|m| m.to_string().len()).collect();
+            let bytes: Vec<usize> = now.iter().map(|m| m.to_string().len()).collect();
+            let (kept, total) = (bytes[..same].iter().sum::<usize>(), bytes.iter().sum::<usize>());
             eprintln!(
-                "economy: a request repeats {same} of the previous one's {} messages and has {}; the rest weigh {added:?} bytes of {}",
+                "economy: a request repeats {same} of the previous one's {} messages and has {}; the rest weigh {:?} bytes of {total}",
                 before.len(),
                 now.len(),
-                now.iter().map(|m| m.to_string().len()).sum::<usize>()
+                &bytes[same..]
             );
             if std::env::var("CLANKIE_BENCH_SHOW").is_ok_and(|v| v == "1") {
                 for m in &now[same..] {
                     eprintln!("  {m}");
                 }
             }
-            let kept: f64 = now.iter().take(same).map(serialized).sum();
-            kept / now.iter().map(serialized).sum::<f64>().max(1.0)
+            kept as f64 / total.max(1) as f64
         })
         .collect();
     Ok(Economy {

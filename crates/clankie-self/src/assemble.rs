@@ -128,7 +128,7 @@ pub fn self_context_due(snapshot: &Snapshot, thread: &LaneKey, seen: &[&str]) ->
     match last_presence {
         Some(p) if p == parts.presence && fresh.is_empty() => None,
         None if fresh.is_empty() && parts.presence.ends_with(NOWHERE) => None,
-        None | Some(_) => Some(render_context(&parts.presence, &fresh)),
+        _ => Some(render_context(&parts.presence, &fresh)),
     }
 }
 

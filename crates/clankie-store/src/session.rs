@@ -2,6 +2,7 @@ use sqlx::Row;
 use sqlx::types::Json;
 
 use crate::lease::fence;
+use crate::{Lease, Store, StoreError};
 
 /// The columns of [`Entry`], selected from `session_entries`: each read adds its own condition.
 macro_rules! select_entries {
@@ -9,7 +10,6 @@ macro_rules! select_entries {
         "SELECT seq, id, parent_id, kind, body, in_context, epoch FROM session_entries "
     };
 }
-use crate::{Lease, Store, StoreError};
 
 /// An entry to append to a session tree.
 #[derive(Debug, Clone, PartialEq)]
