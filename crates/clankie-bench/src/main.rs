@@ -306,13 +306,12 @@ async fn bare_captains(replicas: usize) -> Result<BareCaptain> {
     Ok(BareCaptain { _nats: nats, _db: db, _dir: dir, standin, bus, store, captain, tasks })
 }
 
-/// The nats-server the benches run against, as it names itself.
-fn nats_server_version() -> String {
-    std::process::Command::new("nats-server")
-        .arg("--version")
-        .output()
-        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
-        .unwrap_or_else(|_| "unknown".into())
+/// The version of the nats-server the benches run against, as the running server reports it.
+async fn nats_server_version() -> Result<String> {
+    let (nats, dir) = (clankie_testkit::TestNats::start()?, clankie_testkit::TestDir::new());
+    let settings = clankie_settings::Settings::for_endpoints(&nats.url(), "postgres://unused@127.0.0.1:1/x", dir.path())?;
+    let bus = clankie_bus::Bus::connect(&settings, "bench").await?;
+    Ok(bus.client().server_info().version)
 }
 
 /// The `n`th unaddressed message of the ingest benches, in one of 1,000 rooms.
@@ -657,6 +656,7 @@ async fn run() -> Result<()> {
             "unknown part {unknown:?}: name any of economy, ingress, admissions, gateway, lanes, voice (default: all but admissions and gateway)"
         );
     }
+    println!("nats_server: {}", nats_server_version().await?);
     if wanted("economy") {
         let oneshot = economy(true, 1).await?;
         let durable = economy(false, 1).await?;
@@ -695,7 +695,6 @@ async fn run() -> Result<()> {
     // Named only: at today's drain rate its backlog takes many minutes to decide.
     if std::env::args().skip(1).any(|a| a == "admissions") {
         let seconds = std::env::var("CLANKIE_BENCH_INGEST_SECS").ok().and_then(|v| v.parse().ok()).unwrap_or(30);
-        println!("nats_server: {}", nats_server_version());
         println!("ingest_admissions_per_s_1_captain: {:.0}", admissions(seconds, 1).await?);
         println!("ingest_admissions_per_s_2_captains: {:.0}", admissions(seconds, 2).await?);
         let latencies = admit_latency(1_000, seconds.min(10)).await?;

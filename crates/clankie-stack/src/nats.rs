@@ -6,10 +6,67 @@ use crate::{ProcessState, StackError, find_program, pid_alive, wait_for_port};
 
 const READY_WITHIN: Duration = Duration::from_secs(20);
 
-/// Locates Debian's `nats-server` (it installs to /usr/sbin, which a user's PATH may lack).
+/// The oldest nats-server the services are proven against; older ones are refused by name.
+pub const NATS_SERVER_MIN: (u32, u32) = (2, 12);
+
+/// Where the local scripts install pinned tools when `CLANKIE_TOOLS_DIR` is unset.
+const DEFAULT_TOOLS_DIR: &str = "/var/tmp/clankie-tools";
+
+/// Locates a nats-server of at least [`NATS_SERVER_MIN`]: `CLANKIE_NATS_SERVER` when set, else
+/// the newest one the local scripts installed (`<tools dir>/nats-server-<version>/bin`), else
+/// the first on PATH (or in /usr/sbin). An older server found first is refused with its version,
+/// so a machine's stale Debian package is never run by accident.
 pub fn find_nats_server() -> Result<PathBuf, StackError> {
-    find_program("nats-server", &["/usr/sbin", "/usr/local/sbin"])
-        .ok_or(StackError::Missing { program: "nats-server", package: "nats-server" })
+    static FOUND: std::sync::OnceLock<Result<PathBuf, String>> = std::sync::OnceLock::new();
+    FOUND
+        .get_or_init(|| {
+            let bin = std::env::var_os("CLANKIE_NATS_SERVER")
+                .map(PathBuf::from)
+                .or_else(installed_nats_server)
+                .or_else(|| find_program("nats-server", &["/usr/sbin", "/usr/local/sbin"]))
+                .ok_or_else(|| StackError::NatsMissing.to_string())?;
+            let version = nats_server_version(&bin).map_err(|e| e.to_string())?;
+            if (version.0, version.1) < NATS_SERVER_MIN {
+                return Err(StackError::NatsTooOld { path: bin, version: format!("{}.{}.{}", version.0, version.1, version.2) }.to_string());
+            }
+            Ok(bin)
+        })
+        .clone()
+        .map_err(StackError::Nats)
+}
+
+/// The newest `nats-server-<version>/bin/nats-server` under the tools directory.
+fn installed_nats_server() -> Option<PathBuf> {
+    let dir = std::env::var_os("CLANKIE_TOOLS_DIR").map_or_else(|| PathBuf::from(DEFAULT_TOOLS_DIR), PathBuf::from);
+    std::fs::read_dir(dir)
+        .ok()?
+        .filter_map(Result::ok)
+        .filter_map(|e| {
+            let version = parse_version(e.file_name().to_str()?.strip_prefix("nats-server-")?)?;
+            let bin = e.path().join("bin").join("nats-server");
+            bin.is_file().then_some((version, bin))
+        })
+        .max()
+        .map(|(_, bin)| bin)
+}
+
+/// The version `bin --version` reports (`nats-server: v2.15.1`).
+pub fn nats_server_version(bin: &Path) -> Result<(u32, u32, u32), StackError> {
+    let out = std::process::Command::new(bin)
+        .arg("--version")
+        .output()
+        .map_err(|source| StackError::Spawn { program: bin.display().to_string(), source })?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    text.split_whitespace().find_map(|w| parse_version(w.trim_start_matches('v'))).ok_or_else(|| StackError::Failed {
+        program: bin.display().to_string(),
+        status: format!("--version printed no version: {:?}", text.trim()),
+        log: String::new(),
+    })
+}
+
+fn parse_version(text: &str) -> Option<(u32, u32, u32)> {
+    let mut parts = text.split('.').map(|p| p.parse::<u32>().ok());
+    Some((parts.next()??, parts.next()??, parts.next().flatten().unwrap_or(0)))
 }
 
 /// The long-lived local nats-server, detached from the terminal and tracked by its pid file.
@@ -44,11 +101,21 @@ impl NatsProcess {
     }
 
     pub(crate) fn start(&self, progress: &mut dyn FnMut(&str)) -> Result<(), StackError> {
-        if let Some(pid) = self.pid() {
-            progress(&format!("nats-server already running (pid {pid}, port {})", self.port));
-            return Ok(());
-        }
         let bin = find_nats_server()?;
+        if let Some(pid) = self.pid() {
+            // A server an older checkout started (Debian's 2.9, say) gives way to the pinned one.
+            let running = std::fs::read_link(format!("/proc/{pid}/exe")).ok().and_then(|exe| nats_server_version(&exe).ok());
+            match running {
+                Some((major, minor, patch)) if (major, minor) < NATS_SERVER_MIN => {
+                    progress(&format!("nats-server {major}.{minor}.{patch} is running (pid {pid}); replacing it with {}", bin.display()));
+                    self.stop(progress)?;
+                }
+                _ => {
+                    progress(&format!("nats-server already running (pid {pid}, port {})", self.port));
+                    return Ok(());
+                }
+            }
+        }
         let store = self.dir.join("jetstream");
         std::fs::create_dir_all(&store).map_err(|source| StackError::Io { path: store.clone(), source })?;
         progress(&format!("starting nats-server with JetStream on 127.0.0.1:{} (data in {})", self.port, store.display()));
@@ -316,5 +383,18 @@ impl Drop for EphemeralNatsCluster {
             self.kill(i);
         }
         let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nats_server_versions_are_read_as_the_server_prints_them() {
+        assert_eq!(parse_version("2.15.1"), Some((2, 15, 1)));
+        assert_eq!(parse_version("2.12"), Some((2, 12, 0)));
+        assert_eq!(parse_version("2.x"), None);
+        assert!((2, 9) < NATS_SERVER_MIN && (2, 15) >= NATS_SERVER_MIN);
     }
 }

@@ -185,3 +185,25 @@ fn every_probe_path_in_the_manifests_is_served() {
     }
     assert!(seen >= 6, "found only {seen} probes");
 }
+
+#[test]
+fn every_nats_image_in_the_manifests_is_the_server_the_local_stack_pins() {
+    let lib = std::fs::read_to_string(workspace().join("deploy/local/lib.sh")).unwrap();
+    let pinned = lib.lines().find_map(|l| l.strip_prefix("NATS_SERVER_VERSION=")).expect("lib.sh pins NATS_SERVER_VERSION").trim();
+    let parts: Vec<u32> = pinned.split('.').map(|p| p.parse().unwrap()).collect();
+    assert!(parts.len() == 3 && (parts[0], parts[1]) >= (2, 12), "the pinned nats-server {pinned} is older than 2.12");
+    let images: Vec<(PathBuf, String)> = manifests()
+        .into_iter()
+        .flat_map(|(path, text)| {
+            text.lines()
+                .filter_map(|l| l.trim().strip_prefix("image:").map(str::trim))
+                .filter(|image| image.starts_with("nats:"))
+                .map(|image| (path.clone(), image.to_owned()))
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    assert!(images.len() >= 3, "compose, the dev overlay and the prod cluster each run nats: {images:?}");
+    for (path, image) in images {
+        assert_eq!(image, format!("nats:{pinned}-alpine"), "{} runs another nats-server than the local stack", path.display());
+    }
+}
