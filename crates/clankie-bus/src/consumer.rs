@@ -161,6 +161,81 @@ const PULL_HEARTBEAT: Duration = Duration::from_secs(1);
 /// where the old stream could keep waiting on the dead one.
 const HICCUPS_BEFORE_REOPEN: u32 = 3;
 
+/// The server's default for `max_ack_pending` when a consumer asks for none (0).
+const SERVER_MAX_ACK_PENDING: i64 = 1000;
+
+/// One setting where the consumer the server holds differs from the one asked for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Drift {
+    pub field: &'static str,
+    pub held: String,
+    pub asked: String,
+    /// Whether JetStream applies a change of this field to an existing consumer.
+    pub in_place: bool,
+}
+
+/// Where `held` (the server's) differs from `asked`, for the settings a service declares.
+pub(crate) fn drift(held: &pull::Config, asked: &pull::Config) -> Vec<Drift> {
+    let ack_pending = |n: i64| if n <= 0 { SERVER_MAX_ACK_PENDING } else { n };
+    let mut out = Vec::new();
+    let mut field = |field: &'static str, held: String, asked: String, in_place: bool| {
+        if held != asked {
+            out.push(Drift { field, held, asked, in_place });
+        }
+    };
+    field("ack_wait", format!("{:?}", held.ack_wait), format!("{:?}", asked.ack_wait), true);
+    field("max_deliver", held.max_deliver.to_string(), asked.max_deliver.to_string(), true);
+    field("max_ack_pending", ack_pending(held.max_ack_pending).to_string(), ack_pending(asked.max_ack_pending).to_string(), true);
+    // 0 means "as many as the stream": only a number the server holds can differ.
+    if held.num_replicas != 0 {
+        field("num_replicas", held.num_replicas.to_string(), asked.num_replicas.to_string(), true);
+    }
+    field("filter_subject", held.filter_subject.clone(), asked.filter_subject.clone(), true);
+    field("deliver_policy", format!("{:?}", held.deliver_policy), format!("{:?}", asked.deliver_policy), false);
+    field("ack_policy", format!("{:?}", held.ack_policy), format!("{:?}", asked.ack_policy), false);
+    out
+}
+
+/// Creates the durable consumer, or brings the one the server holds to `config`.
+///
+/// An operator who changes a setting (an ack wait, say) expects the next start to apply it;
+/// a change JetStream cannot make in place is refused by name rather than ignored.
+async fn declare(
+    stream: &jetstream::stream::Stream,
+    stream_name: &'static str,
+    config: pull::Config,
+) -> Result<jetstream::consumer::Consumer<pull::Config>, BusError> {
+    let name = config.durable_name.clone().unwrap_or_default();
+    let fail = |detail: String| BusError::Consumer { consumer: name.clone(), detail };
+    let held = match stream.consumer_info(&name).await {
+        Ok(info) => Some(info.config.clone()),
+        Err(e) if e.kind() == jetstream::context::ConsumerInfoErrorKind::NotFound => None,
+        Err(e) => return Err(fail(e.to_string())),
+    };
+    let Some(held) = held else {
+        return stream.create_consumer(config).await.map_err(|e| fail(e.to_string()));
+    };
+    let held = <pull::Config as jetstream::consumer::FromConsumer>::try_from_consumer_config(held).map_err(|e| fail(e.to_string()))?;
+    let drifted = drift(&held, &config);
+    if drifted.is_empty() {
+        return stream.get_consumer(&name).await.map_err(|e| fail(e.to_string()));
+    }
+    let fixed: Vec<&Drift> = drifted.iter().filter(|d| !d.in_place).collect();
+    if !fixed.is_empty() {
+        let join = |f: fn(&Drift) -> String| fixed.iter().map(|d| format!("{} {}", d.field, f(d))).collect::<Vec<_>>().join(", ");
+        return Err(BusError::ConsumerFixed {
+            consumer: name.clone(),
+            stream: stream_name,
+            fields: fixed.iter().map(|d| d.field).collect::<Vec<_>>().join(", "),
+            held: join(|d| d.held.clone()),
+            asked: join(|d| d.asked.clone()),
+        });
+    }
+    let fields: Vec<&str> = drifted.iter().map(|d| d.field).collect();
+    tracing::info!(consumer = %name, stream = stream_name, fields = ?fields, "bringing the durable consumer to the settings");
+    stream.update_consumer(config).await.map_err(|e| fail(e.to_string()))
+}
+
 impl<E: Event> Consumer<E> {
     pub(crate) async fn open(bus: Bus, spec: ConsumerSpec) -> Result<Consumer<E>, BusError> {
         let Some(stream_spec) = stream_for(spec.family) else {
@@ -190,10 +265,10 @@ impl<E: Event> Consumer<E> {
             ack_wait: spec.ack_wait,
             max_deliver: spec.max_deliver,
             max_ack_pending: spec.max_ack_pending,
+            num_replicas: bus.stream_replicas.max(1),
             ..spec.deliver.clone()
         };
-        let consumer: jetstream::consumer::Consumer<pull::Config> =
-            stream.get_or_create_consumer(&spec.durable, config).await.map_err(|e| fail(e.to_string()))?;
+        let consumer = declare(&stream, stream_spec.name, config).await?;
         // A pull request lives on the consumer's leader; when a clustered leader dies, its pending
         // pulls die with it. Short pulls with a fast idle heartbeat notice that within seconds
         // (the library default, 30 s pulls and 15 s heartbeats, left a burst stalled past its run).
@@ -353,5 +428,35 @@ impl Progress {
     /// Restarts the event's ack wait.
     pub async fn in_progress(&self) -> Result<(), BusError> {
         self.0.ack_with(AckKind::Progress).await.map_err(|e| BusError::Ack { sequence: 0, detail: e.to_string() })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn asked() -> pull::Config {
+        pull::Config {
+            durable_name: Some("captain".into()),
+            ack_policy: jetstream::consumer::AckPolicy::Explicit,
+            ack_wait: Duration::from_secs(5),
+            max_deliver: -1,
+            num_replicas: 1,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn drift_names_each_changed_setting_and_whether_it_applies_in_place() {
+        assert!(drift(&asked(), &asked()).is_empty());
+        let held = pull::Config { ack_wait: Duration::from_secs(30), max_ack_pending: 1000, ..asked() };
+        let found = drift(&held, &asked());
+        assert_eq!(found.len(), 1, "the server's default ack pending is what 0 asks for: {found:?}");
+        assert_eq!((found[0].field, found[0].held.as_str(), found[0].asked.as_str(), found[0].in_place), ("ack_wait", "30s", "5s", true));
+        let held = pull::Config { deliver_policy: jetstream::consumer::DeliverPolicy::New, max_deliver: 5, ..asked() };
+        let fields: Vec<(&str, bool)> = drift(&held, &asked()).iter().map(|d| (d.field, d.in_place)).collect();
+        assert_eq!(fields, [("max_deliver", true), ("deliver_policy", false)]);
+        let inherited = pull::Config { num_replicas: 0, ..asked() };
+        assert!(drift(&inherited, &asked()).is_empty(), "a consumer that follows its stream's replicas is not drift");
     }
 }

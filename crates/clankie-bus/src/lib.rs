@@ -42,6 +42,11 @@ pub enum BusError {
     Stream { stream: &'static str, detail: String },
     #[error("consumer {consumer}: {detail}")]
     Consumer { consumer: String, detail: String },
+    /// The server holds the durable consumer with settings JetStream cannot change in place.
+    #[error(
+        "consumer {consumer} of {stream} differs from what the settings ask in {fields} (held: {held}; asked: {asked}), which JetStream cannot change in place: delete the consumer (`nats consumer rm {stream} {consumer}`) and start the service again"
+    )]
+    ConsumerFixed { consumer: String, stream: &'static str, fields: String, held: String, asked: String },
     #[error("publish to {subject}: {detail}")]
     Publish { subject: String, detail: String },
     #[error("ack of stream sequence {sequence}: {detail}")]

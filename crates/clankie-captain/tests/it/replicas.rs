@@ -192,3 +192,69 @@ async fn chaos_a_run_fenced_from_outside_stops_and_posts_nothing() {
     assert_eq!(rig.standin.requests().len(), 2, "the fenced run's one call and the new owner's, no more");
     assert_eq!(kind(&rig.outcome_of(id)[0]), v1::OutcomeKind::Replied);
 }
+
+/// The ack wait JetStream holds for the captains' ingress consumer.
+async fn ingress_ack_wait(rig: &Rig) -> Option<Duration> {
+    let stream = rig.bus.jetstream().get_stream("CLANKIE_INGRESS").await.ok()?;
+    stream.consumer_info("captain").await.ok().map(|info| info.config.ack_wait)
+}
+
+/// Waits until the consumer's ack wait is `want`, and says what it was when it never became so.
+async fn until_ack_wait(rig: &Rig, want: Duration) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut held = None;
+    while Instant::now() < deadline {
+        held = ingress_ack_wait(rig).await;
+        if held == Some(want) {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("the captain consumer's ack wait stayed {held:?}, not {want:?}");
+}
+
+#[tokio::test]
+async fn consumer_config_follows_the_settings() {
+    let rig = Rig::new().await;
+    let _dump = DumpLogsOnPanic(rig.dir.path().to_owned());
+    // A first deployment with the library default, stopped as an operator would.
+    let mut first = super::spawn_captain_with(&rig, "captain-a", &[("CLANKIE_INGRESS_ACK_WAIT_MS", "30000")]);
+    until_ack_wait(&rig, Duration::from_secs(30)).await;
+    let pid = first.id().unwrap().to_string();
+    assert!(std::process::Command::new("kill").args(["-TERM", &pid]).status().unwrap().success());
+    assert!(first.wait().await.unwrap().success());
+
+    // The operator shortens the ack wait and starts two captains again.
+    const ACK_WAIT: Duration = Duration::from_secs(3);
+    const LEASE_TTL: Duration = Duration::from_secs(1);
+    let setting = ("CLANKIE_INGRESS_ACK_WAIT_MS", "3000");
+    let mut a = super::spawn_captain_with(&rig, "captain-a", &[setting]);
+    let mut b = super::spawn_captain_with(&rig, "captain-b", &[setting]);
+    until_ack_wait(&rig, ACK_WAIT).await;
+
+    // A burst whose owner is SIGKILLed mid-run is taken over within the new ack wait plus one lease TTL.
+    let lane = LaneKey::Room { guild: GUILD, channel: CHANNEL };
+    rig.standin.script(Script::any(Reply::Text {
+        text: "never finished".into(),
+        chunk_chars: 64,
+        chunk_delay_ms: 0,
+        first_delay_ms: 20_000,
+        tail_delay_ms: 0,
+    }));
+    for _ in 0..4 {
+        rig.standin.script(Script::any(Reply::text("Taken over and answered.")));
+    }
+    let ids = [rig.say("ada", "@Clankie one", true).await];
+    rig.standin.wait_for_requests(1, Duration::from_secs(20)).await;
+    let owner = rig.store.lane(&lane).await.unwrap().and_then(|l| l.lease_owner).expect("a lease owner");
+    let (victim, survivor) = if owner == "captain-a" { (&mut a, &mut b) } else { (&mut b, &mut a) };
+    let killed_at = Instant::now();
+    victim.start_kill().unwrap();
+    victim.wait().await.unwrap();
+    rig.wait_outcomes(&ids).await;
+    let taken_over = killed_at.elapsed();
+    println!("consumer config: ack wait {ACK_WAIT:?}, takeover {taken_over:?}");
+    assert!(taken_over < ACK_WAIT + LEASE_TTL, "takeover took {taken_over:?}, more than the new ack wait plus one lease TTL");
+    assert!(rig.outcome_of(ids[0]).iter().any(|o| kind(o) == v1::OutcomeKind::Replied), "the new owner answered");
+    let _ = survivor.start_kill();
+}
