@@ -63,6 +63,10 @@ pub struct LoopbackConfig {
     /// directory when unset.
     #[serde(default)]
     pub voice_dir: Option<std::path::PathBuf>,
+    /// The roots `voice-ca.pem` holds besides the voice CA (a user's own `SSL_CERT_FILE`, say);
+    /// the system bundle when unset.
+    #[serde(default)]
+    pub voice_roots: Option<std::path::PathBuf>,
     /// Gateway shards, as `/gateway/bot` reports them: a guild's events go to shard
     /// `(guild_id >> 22) % shards`, DMs to shard 0.
     #[serde(default = "one")]
@@ -112,6 +116,7 @@ impl Default for LoopbackConfig {
             dm_channels: vec![900],
             heartbeat_interval_ms: 41_250,
             voice_dir: None,
+            voice_roots: None,
             shards: 1,
             max_concurrency: 1,
         }
@@ -135,7 +140,7 @@ impl Loopback {
             let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             std::env::temp_dir().join(format!("clankie-loopback-voice-{}-{n}", std::process::id()))
         });
-        let voice = voice::VoiceServer::start(&dir).await.map_err(std::io::Error::other)?;
+        let voice = voice::VoiceServer::start(&dir, config.voice_roots.as_deref()).await.map_err(std::io::Error::other)?;
         let state = Arc::new(state::State::new(config, addr, voice));
         let app = router(state.clone());
         let task = tokio::spawn(async move {

@@ -61,9 +61,14 @@ pub enum VoiceError {
     Opus(String),
     #[error("certificate: {0}")]
     Cert(String),
+    #[error("the roots to trust beside the voice CA, {0}, cannot be read: {1}")]
+    Roots(std::path::PathBuf, std::io::Error),
     #[error(transparent)]
     Io(#[from] std::io::Error),
 }
+
+/// Debian's bundle of the system's trusted roots.
+pub const SYSTEM_ROOTS: &str = "/etc/ssl/certs/ca-certificates.crt";
 
 /// A stretch of the bot's audio as the loopback heard it: mono 48 kHz.
 #[derive(Debug, Clone, Serialize)]
@@ -231,16 +236,22 @@ fn token() -> String {
 }
 
 impl VoiceServer {
-    /// Starts the voice socket and UDP on 127.0.0.1 with a fresh certificate whose CA (with
-    /// the system roots) is written to `dir/voice-ca.pem`.
-    pub async fn start(dir: &Path) -> Result<Arc<VoiceServer>, VoiceError> {
+    /// Starts the voice socket and UDP on 127.0.0.1 with a fresh certificate whose CA is
+    /// written to `dir/voice-ca.pem`, followed by the roots in `roots` (the system bundle,
+    /// [`SYSTEM_ROOTS`], when `None`), so a client trusting that one file still trusts the rest.
+    pub async fn start(dir: &Path, roots: Option<&Path>) -> Result<Arc<VoiceServer>, VoiceError> {
         let (acceptor, ca_pem) = tls_acceptor()?;
         std::fs::create_dir_all(dir)?;
         let ca_bundle = dir.join("voice-ca.pem");
         let mut bundle = ca_pem;
-        if let Ok(system) = std::fs::read_to_string("/etc/ssl/certs/ca-certificates.crt") {
+        let others = match roots {
+            Some(path) => Some(std::fs::read_to_string(path).map_err(|e| VoiceError::Roots(path.to_owned(), e))?),
+            // A machine without the system bundle still trusts the loopback.
+            None => std::fs::read_to_string(SYSTEM_ROOTS).ok(),
+        };
+        if let Some(others) = others {
             bundle.push('\n');
-            bundle.push_str(&system);
+            bundle.push_str(&others);
         }
         std::fs::write(&ca_bundle, bundle)?;
         std::fs::write(dir.join(SANDBOX_GRAMMAR), clankie_speech::offline::grammar(&SANDBOX_PHRASES))?;

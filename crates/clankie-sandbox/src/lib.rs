@@ -47,6 +47,15 @@ pub enum SandboxError {
     ConsoleListen { addr: SocketAddr, source: std::io::Error },
 }
 
+/// What [`Sandbox::start_with`] may change from the plain start.
+#[derive(Default)]
+pub struct SandboxOptions {
+    /// Times the captain's runs (tests simulate a host suspend with it).
+    pub clock: Option<std::sync::Arc<dyn clankie_agent::Clock>>,
+    /// The roots the voice CA bundle holds besides the loopback's CA; the system bundle when unset.
+    pub voice_roots: Option<std::path::PathBuf>,
+}
+
 /// A running embedded stack. Dropping it stops the services.
 pub struct Sandbox {
     pub discord: Loopback,
@@ -86,19 +95,17 @@ pub(crate) async fn sandbox_captain(
 impl Sandbox {
     /// Starts the loopback Discord on `addr`, then a gateway and a captain against it.
     pub async fn start(settings: &Settings, addr: SocketAddr) -> Result<Sandbox, SandboxError> {
-        Sandbox::start_with_clock(settings, addr, None).await
+        Sandbox::start_with(settings, addr, SandboxOptions::default()).await
     }
 
-    /// Like [`Sandbox::start`], with the captain's runs timed by `clock` (tests simulate a host suspend with it).
-    pub async fn start_with_clock(
-        settings: &Settings,
-        addr: SocketAddr,
-        clock: Option<std::sync::Arc<dyn clankie_agent::Clock>>,
-    ) -> Result<Sandbox, SandboxError> {
+    /// Like [`Sandbox::start`], with the choices only `clankie run` and tests make.
+    pub async fn start_with(settings: &Settings, addr: SocketAddr, options: SandboxOptions) -> Result<Sandbox, SandboxError> {
+        let SandboxOptions { clock, voice_roots } = options;
         let config = LoopbackConfig {
             token: settings.discord_token.clone(),
             bot_name: settings.bot_name.clone(),
             voice_dir: Some(voice_dir(settings)),
+            voice_roots,
             ..LoopbackConfig::default()
         };
         let discord = Loopback::serve(addr, config).await.map_err(|source| SandboxError::Loopback { addr, source })?;

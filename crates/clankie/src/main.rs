@@ -125,28 +125,35 @@ enum StackAction {
 
 fn main() -> Result<()> {
     let cli = Cli::parse();
-    if matches!(cli.command, Command::Run) {
-        trust_the_loopback_voice_server();
-    }
-    tokio::runtime::Builder::new_multi_thread().enable_all().build().context("starting the async runtime")?.block_on(dispatch(cli))
+    let trust = matches!(cli.command, Command::Run).then(trust_the_loopback_voice_server).flatten();
+    tokio::runtime::Builder::new_multi_thread().enable_all().build().context("starting the async runtime")?.block_on(dispatch(cli, trust))
+}
+
+/// What `clankie run`'s voice body trusts: the loopback voice server's CA and `roots`, all in
+/// `bundle`, which `SSL_CERT_FILE` names.
+struct VoiceTrust {
+    bundle: std::path::PathBuf,
+    /// The roots the user's own `SSL_CERT_FILE` named, if it was set; else the system bundle.
+    roots: Option<std::path::PathBuf>,
 }
 
 /// The embedded audio body connects to the loopback's voice server over `wss://` with a
 /// certificate from a CA made at start. songbird trusts what `SSL_CERT_FILE` names (read at each
-/// connect, so the file may appear later); it is set here, before any thread exists.
-fn trust_the_loopback_voice_server() {
-    if std::env::var_os("SSL_CERT_FILE").is_some() {
-        eprintln!("SSL_CERT_FILE is set: the loopback voice server is trusted only if that file holds its CA");
-        return;
-    }
-    if let Ok(settings) = Settings::from_env() {
-        let file = clankie_sandbox::voice_dir(&settings).join("voice-ca.pem");
-        // SAFETY: called from `main` before the runtime starts, while this is the only thread.
-        unsafe { std::env::set_var("SSL_CERT_FILE", file) };
-    }
+/// connect, so the file may appear later), so that variable is pointed at one bundle that holds
+/// the loopback's CA and whatever the user's own `SSL_CERT_FILE` named (the system roots when
+/// unset): voice connects out of the box, and every other TLS client trusts what it did before.
+/// It is set here, before any thread exists.
+fn trust_the_loopback_voice_server() -> Option<VoiceTrust> {
+    let settings = Settings::from_env().ok()?;
+    let bundle = clankie_sandbox::voice_dir(&settings).join("voice-ca.pem");
+    // A bundle written by an earlier run already holds an old CA: its roots are the system's.
+    let roots = std::env::var_os("SSL_CERT_FILE").filter(|v| !v.is_empty()).map(std::path::PathBuf::from).filter(|r| *r != bundle);
+    // SAFETY: called from `main` before the runtime starts, while this is the only thread.
+    unsafe { std::env::set_var("SSL_CERT_FILE", &bundle) };
+    Some(VoiceTrust { bundle, roots })
 }
 
-async fn dispatch(cli: Cli) -> Result<()> {
+async fn dispatch(cli: Cli, trust: Option<VoiceTrust>) -> Result<()> {
     // The services set up their own settings, logging and endpoints, exactly as their own binaries do.
     match cli.command {
         Command::Gateway => return clankie_gateway::service::run_from_env().await,
@@ -173,7 +180,7 @@ async fn dispatch(cli: Cli) -> Result<()> {
             print!("{}", settings_table());
             Ok(())
         }
-        Command::Run => run(&settings).await,
+        Command::Run => run(&settings, trust).await,
         Command::Voice { action } => voice(&settings, action).await,
         Command::Audit { settle_ms } => audit(&settings, settle_ms).await,
         Command::Gateway
@@ -223,8 +230,10 @@ async fn trail(settings: &Settings, delivery_id: &str) -> Result<()> {
     Ok(())
 }
 
-async fn run(settings: &Settings) -> Result<()> {
-    let sandbox = clankie_sandbox::Sandbox::start(settings, settings.sandbox_addr)
+async fn run(settings: &Settings, trust: Option<VoiceTrust>) -> Result<()> {
+    let voice_roots = trust.as_ref().and_then(|t| t.roots.clone());
+    let options = clankie_sandbox::SandboxOptions { voice_roots, ..Default::default() };
+    let sandbox = clankie_sandbox::Sandbox::start_with(settings, settings.sandbox_addr, options)
         .await
         .context("starting the embedded stack (is `clankie stack up` running?)")?;
     let model = match &settings.model_base_url {
@@ -233,6 +242,13 @@ async fn run(settings: &Settings) -> Result<()> {
     };
     eprintln!("Clankie is running against the loopback Discord with {model}.");
     eprintln!("Open the sandbox room: {}", sandbox.url());
+    if let Some(trust) = &trust {
+        let roots = trust.roots.as_ref().map_or_else(
+            || format!("the system roots ({})", clankie_discord_loopback::voice::SYSTEM_ROOTS),
+            |r| format!("the roots your SSL_CERT_FILE named ({})", r.display()),
+        );
+        eprintln!("Voice trusts the loopback voice server's CA and {roots}, all in SSL_CERT_FILE={}.", trust.bundle.display());
+    }
     eprintln!("Open the operator console: {}", sandbox.console_url());
     eprintln!("Watch the bus in another terminal: cargo run -q -p clankie -- tap");
     eprintln!("Ctrl-C stops it.");

@@ -5,6 +5,7 @@ mod chaos;
 mod healthcheck;
 mod invariants;
 mod manifests;
+mod run_voice;
 mod secrets;
 mod self_cli;
 mod tap;
