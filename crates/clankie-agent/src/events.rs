@@ -21,6 +21,11 @@ pub enum AgentEvent {
     TurnEnd {
         n: u32,
     },
+    /// The provider's connection took another part of the request: a big request (a picture
+    /// of many megabytes) is alive while its upload moves.
+    RequestSent {
+        bytes: usize,
+    },
     /// Streamed text arrived; only its size, never its words.
     TextDelta {
         chars: usize,

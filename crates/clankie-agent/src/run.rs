@@ -405,7 +405,8 @@ async fn call_with_retries(request: &ModelRequest, ctx: &RunCtx, stats: &mut Run
 }
 
 async fn call_once(request: &ModelRequest, ctx: &RunCtx, stats: &mut RunStats, gate: bool) -> Result<AssistantTurn, ModelError> {
-    let mut stream = ctx.model.open(request).await?;
+    let sink = ctx.sink.clone();
+    let mut stream = ctx.model.open(request, std::sync::Arc::new(move |bytes| sink.emit(AgentEvent::RequestSent { bytes }))).await?;
     let mut acc = Accumulator::new(ctx.config.bounds);
     let mut silence = SilenceGate::new();
     while let Some(item) = stream.next().await {
@@ -445,7 +446,7 @@ pub async fn complete_streaming(
     loop {
         let mut handed_on = false;
         let result = async {
-            let mut stream = model.open(request).await?;
+            let mut stream = model.open(request, std::sync::Arc::new(|_| {})).await?;
             let mut acc = Accumulator::new(StreamBounds::default());
             while let Some(item) = stream.next().await {
                 let item = item?;

@@ -49,7 +49,9 @@ impl Rig {
             ("CLANKIE_STATE_DIR".into(), dir.path().display().to_string()),
             ("CLANKIE_MODEL_BASE_URL".into(), standin.base_url()),
             ("CLANKIE_TYPING_INTERVAL_MS".into(), "200".into()),
-            ("CLANKIE_STALL_SILENCE_MS".into(), "2000".into()),
+            // Long enough that no test races it on a slow or busy machine (a 25 MB picture's
+            // turn, a browse, a handoff); a test whose subject is the watchdog sets a short one.
+            ("CLANKIE_STALL_SILENCE_MS".into(), "60000".into()),
             ("CLANKIE_STALL_TICK_MS".into(), "50".into()),
             ("CLANKIE_LANE_LEASE_TTL_MS".into(), "2000".into()),
             ("CLANKIE_INGRESS_ACK_WAIT_MS".into(), "2000".into()),

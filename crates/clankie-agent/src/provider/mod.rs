@@ -266,11 +266,18 @@ pub enum Model {
     Rehearsal(RehearsalModel),
 }
 
+/// Told the size of each part of a request as the provider's connection takes it.
+pub type Uploaded = std::sync::Arc<dyn Fn(usize) + Send + Sync>;
+
 impl Model {
-    /// Starts one streamed model call.
-    pub async fn open(&self, request: &ModelRequest) -> Result<BoxStream<'static, Result<StreamItem, ModelError>>, ModelError> {
+    /// Starts one streamed model call; `uploaded` hears the request's upload move.
+    pub async fn open(
+        &self,
+        request: &ModelRequest,
+        uploaded: Uploaded,
+    ) -> Result<BoxStream<'static, Result<StreamItem, ModelError>>, ModelError> {
         match self {
-            Model::OpenAi(client) => client.open(request).await,
+            Model::OpenAi(client) => client.open(request, uploaded).await,
             Model::Rehearsal(model) => Ok(model.open(request)),
         }
     }

@@ -41,6 +41,9 @@ pub struct OpenAiClient {
 
 const MAX_ERROR_BODY: usize = 16 * 1024;
 
+/// The size of the parts a request body is uploaded in.
+const UPLOAD_PART: usize = 256 * 1024;
+
 /// Gives reqwest (built without a TLS provider of its own) the ring provider.
 /// Every crate that builds a reqwest client calls it; installing twice is harmless.
 pub fn install_tls_provider() {
@@ -95,9 +98,28 @@ impl OpenAiClient {
         body
     }
 
-    pub(crate) async fn open(&self, request: &ModelRequest) -> Result<BoxStream<'static, Result<StreamItem, ModelError>>, ModelError> {
+    pub(crate) async fn open(
+        &self,
+        request: &ModelRequest,
+        uploaded: super::Uploaded,
+    ) -> Result<BoxStream<'static, Result<StreamItem, ModelError>>, ModelError> {
         let url = format!("{}/chat/completions", self.config.base_url.trim_end_matches('/'));
-        let mut builder = self.http.post(url).json(&self.body(request));
+        let body = serde_json::to_vec(&self.body(request))
+            .map_err(|e| ModelError::Terminal { code: "request_unencodable", message: e.to_string() })?;
+        let length = body.len();
+        // The body goes in parts, each reported as the connection takes it, so the stall
+        // watchdog sees a many-megabyte upload move instead of one long silence.
+        let parts: Vec<Vec<u8>> = body.chunks(UPLOAD_PART).map(<[u8]>::to_vec).collect();
+        let parts = futures::stream::iter(parts).map(move |part| {
+            uploaded(part.len());
+            Ok::<_, std::io::Error>(part)
+        });
+        let mut builder = self
+            .http
+            .post(url)
+            .header(reqwest::header::CONTENT_TYPE, "application/json")
+            .header(reqwest::header::CONTENT_LENGTH, length)
+            .body(reqwest::Body::wrap_stream(parts));
         if let Some(key) = &self.config.api_key {
             builder = builder.bearer_auth(key);
         }

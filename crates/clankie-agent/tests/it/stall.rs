@@ -84,3 +84,72 @@ async fn retries_are_signs_of_life() {
     assert_eq!(result.outcome.unwrap(), RunReply::Words("back".into()));
     assert_eq!(events.iter().filter(|(_, e)| matches!(e, AgentEvent::RetryStart { code: "server_error", .. })).count(), 6);
 }
+
+/// An OpenAI-compatible endpoint on loopback that takes a request body at `bytes_per_s`,
+/// through a small receive buffer, then answers `text` at once: a slow uplink.
+async fn slow_reader(bytes_per_s: usize, text: &'static str) -> String {
+    use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.set_recv_buffer_size(64 * 1024).unwrap();
+    socket.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let listener = socket.listen(8).unwrap();
+    let url = format!("http://{}/v1", listener.local_addr().unwrap());
+    tokio::spawn(async move {
+        let (stream, _) = listener.accept().await.unwrap();
+        let mut reader = BufReader::with_capacity(8 * 1024, stream);
+        let mut length = 0;
+        loop {
+            let mut line = String::new();
+            reader.read_line(&mut line).await.unwrap();
+            if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
+                length = v.trim().parse::<usize>().unwrap();
+            }
+            if line == "\r\n" {
+                break;
+            }
+        }
+        let slice = bytes_per_s / 20;
+        let mut part = vec![0u8; slice];
+        let mut read = 0;
+        while read < length {
+            let want = slice.min(length - read);
+            reader.read_exact(&mut part[..want]).await.unwrap();
+            read += want;
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let chunk = serde_json::json!({ "choices": [{ "index": 0, "delta": { "content": text } }] });
+        let body = format!("data: {chunk}\n\ndata: [DONE]\n\n");
+        let head = format!("HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncontent-length: {}\r\n\r\n", body.len());
+        let mut stream = reader.into_inner();
+        stream.write_all(head.as_bytes()).await.unwrap();
+        stream.write_all(body.as_bytes()).await.unwrap();
+        stream.flush().await.unwrap();
+    });
+    url
+}
+
+#[tokio::test]
+async fn a_big_request_whose_upload_outlasts_the_silence_is_alive_while_it_moves() {
+    let rig = Rig::new().await;
+    // The socket buffers a few megabytes past the last part it takes, drained with no event
+    // (about half a second here): the silence must outlast that, and the upload many silences.
+    let mut config = fast();
+    config.stall.silence = Duration::from_millis(1_500);
+    // 16 MB at 4 MB a second: four seconds of upload.
+    let url = slow_reader(4_000_000, "A very large map.").await;
+    let model = clankie_agent::Model::OpenAi(
+        clankie_agent::OpenAiClient::new(clankie_agent::OpenAiConfig { base_url: url, model: "slow".into(), api_key: None }).unwrap(),
+    );
+    let picture = format!("data:image/png;base64,{}", "A".repeat(16_000_000));
+    let mut message = user("1", "what is this?");
+    message.images.push(picture);
+    let started = Instant::now();
+    let run = clankie_agent::Agent::new(model, config).start(rig.session().await, "sys".into(), vec![message]);
+    let (events, result) = drain(run).await;
+    let took = started.elapsed();
+    let sent: Vec<Instant> = events.iter().filter(|(_, e)| matches!(e, AgentEvent::RequestSent { .. })).map(|(t, _)| *t).collect();
+    println!("upload: {} parts reported over {took:?}", sent.len());
+    assert_eq!(result.outcome.unwrap(), RunReply::Words("A very large map.".into()), "after {took:?}");
+    assert!(took > config.stall.silence * 2, "the upload was not slow enough to prove anything: {took:?}");
+    assert!(sent.len() >= 50, "the upload was reported as it moved: {} parts", sent.len());
+}

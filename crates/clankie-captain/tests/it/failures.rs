@@ -6,7 +6,8 @@ use super::{Rig, kind};
 #[tokio::test]
 async fn each_failure_code_reaches_the_outcome_and_a_receipt_that_carries_only_the_code() {
     let rig = Rig::new().await;
-    let (_captain, _task) = rig.captain("captain-a").await;
+    // The stalled case is aborted by the watchdog: a short silence, which the other cases never reach.
+    let (_captain, _task) = rig.captain_with("captain-a", &[("CLANKIE_STALL_SILENCE_MS", "600".into())]).await;
     let cases = [
         (Reply::InsufficientQuota, v1::FailureCode::CaptainUsageLimitReached),
         (Reply::Status { status: 400 }, v1::FailureCode::CaptainModelFailed),

@@ -95,7 +95,9 @@ impl Rig {
             ("CLANKIE_REPLICA_ID", replica.to_owned()),
             ("CLANKIE_MODEL_BASE_URL", self.standin.base_url()),
             ("CLANKIE_MODEL_MAX_RETRIES", "1".into()),
-            ("CLANKIE_STALL_SILENCE_MS", "600".into()),
+            // Long enough that no test races it on a slow or busy machine; a test whose subject
+            // is the watchdog sets a short one itself.
+            ("CLANKIE_STALL_SILENCE_MS", "30000".into()),
             ("CLANKIE_STALL_TICK_MS", "50".into()),
             ("CLANKIE_LANE_LEASE_TTL_MS", "1000".into()),
             ("CLANKIE_INGRESS_ACK_WAIT_MS", "1000".into()),

@@ -154,7 +154,7 @@ async fn voice_steer_a_slow_ask_clankie_does_not_stop_the_room_hearing() {
     let speaks = record::<v1::Speak>(&bus, Family::VoiceSpeak).await;
     live(&rig).await;
     rig.standin.script(Script::when(VOICE_PROMPT, Reply::tool("ask_clankie", serde_json::json!({ "request": "look up the bracket" }))));
-    // The captain's side of the handoff thinks for 1.8 s (the rig's stall watchdog allows 2 s).
+    // The captain's side of the handoff thinks for 1.8 s.
     rig.standin.script(Script::when(
         "via=\"the voice room\"",
         Reply::Text { text: "Bracket starts at nine.".into(), chunk_chars: 64, chunk_delay_ms: 0, first_delay_ms: 1_800, tail_delay_ms: 0 },
