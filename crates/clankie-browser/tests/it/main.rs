@@ -144,16 +144,24 @@ async fn browse_queues_when_every_browser_is_busy() {
 
 #[tokio::test]
 async fn browse_dismisses_dialogs_and_refuses_downloads() {
+    // Chromium saves downloads under $HOME/Downloads: a home of the test's own shows every file.
+    let home = clankie_testkit::TestDir::new();
+    let downloads = home.path().join("Downloads");
+    // SAFETY: nextest runs each test in its own process, before any browser starts.
+    unsafe { std::env::set_var("HOME", home.path()) };
     let alert = Answer::html(format!("<!doctype html><body><h1>{PHRASE}</h1><script>alert('hello'); confirm('sure?');</script></body>"));
     let file = Answer::Download { content_type: "application/octet-stream".into(), body: b"MZ not a program".to_vec() };
     let pages = TestPages::start("127.0.0.1", vec![("/alert", alert), ("/payload", file)]).await.unwrap();
     let host = host(&pages, 1, Duration::from_secs(20)).await;
     let page = host.browse(&pages.url("/alert"), false, &no_alive()).await.unwrap();
     assert!(page.text.contains(PHRASE), "the dialogs did not hold the page: {:?}", page.text);
-    let downloads = std::path::Path::new(&std::env::var("HOME").unwrap_or_else(|_| "/root".into())).join("Downloads");
-    let before = std::fs::read_dir(&downloads).map(|d| d.count()).unwrap_or(0);
-    let _ = host.browse(&pages.url("/payload"), false, &no_alive()).await;
-    let after = std::fs::read_dir(&downloads).map(|d| d.count()).unwrap_or(0);
-    assert_eq!(before, after, "a download was saved");
+    let fetched = host.browse(&pages.url("/payload"), false, &no_alive()).await;
+    assert_eq!(pages.hits("/payload"), 1, "the browser asked for the download");
+    if let Ok(page) = &fetched {
+        assert!(!page.text.contains("MZ"), "the download's bytes reached the page text: {:?}", page.text);
+    }
+    // Once no browser is left, nothing can still be writing the file.
     assert_eq!(browsers_left().await, []);
+    let saved: Vec<_> = std::fs::read_dir(&downloads).map(|d| d.filter_map(Result::ok).map(|e| e.file_name()).collect()).unwrap_or_default();
+    assert!(saved.is_empty(), "a download was saved: {saved:?}");
 }

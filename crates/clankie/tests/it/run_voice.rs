@@ -75,7 +75,8 @@ async fn newcomer_voice_connects_when_ssl_cert_file_is_already_set() {
     // A human joins the voice channel; his audio connects.
     let _ = rustls::crypto::ring::default_provider().install_default();
     let http = reqwest::Client::new();
-    let joined = http.post(format!("{sandbox}/control/voice/join")).json(&json!({ "channel_id": VOICE, "author": "ada" })).send().await.unwrap();
+    let joined =
+        http.post(format!("{sandbox}/control/voice/join")).json(&json!({ "channel_id": VOICE, "author": "ada" })).send().await.unwrap();
     assert!(joined.status().is_success(), "{}", joined.text().await.unwrap_or_default());
     let deadline = Instant::now() + Duration::from_secs(30);
     let room = loop {
