@@ -162,6 +162,7 @@ async fn browse_dismisses_dialogs_and_refuses_downloads() {
     }
     // Once no browser is left, nothing can still be writing the file.
     assert_eq!(browsers_left().await, []);
-    let saved: Vec<_> = std::fs::read_dir(&downloads).map(|d| d.filter_map(Result::ok).map(|e| e.file_name()).collect()).unwrap_or_default();
+    let saved: Vec<_> =
+        std::fs::read_dir(&downloads).map(|d| d.filter_map(Result::ok).map(|e| e.file_name()).collect()).unwrap_or_default();
     assert!(saved.is_empty(), "a download was saved: {saved:?}");
 }
