@@ -171,6 +171,11 @@ impl Loopback {
         format!("http://{}", self.addr)
     }
 
+    /// The bytes of an attachment as Discord stores it (what a download of it serves), if any.
+    pub fn attachment_bytes(&self, id: u64) -> Option<Vec<u8>> {
+        self.state.download(id).map(|(_, bytes)| bytes)
+    }
+
     /// The gateway URL clients connect to.
     pub fn gateway_url(&self) -> String {
         format!("ws://{}/gateway", self.addr)

@@ -147,7 +147,58 @@ mod tests {
                     bytes
                 },
             );
-            prop_oneof![proptest::collection::vec(any::<u8>(), 0..512), mutated]
+            // A voice server's token, as sent or with one byte changed: redaction must hold for
+            // whatever still decodes.
+            let server = (proptest::collection::vec((any::<usize>(), any::<u8>()), 0..2)).prop_map(|edits| {
+                let msg = v1::VoiceServer { guild_id: 7, endpoint: Some("127.0.0.1:9".into()), token: SECRET.into(), at_ms: 1 };
+                let mut bytes = prost::Message::encode_to_vec(&msg);
+                for (at, b) in edits {
+                    let n = bytes.len();
+                    bytes[at % n] = b;
+                }
+                bytes
+            });
+            // Random bytes mostly fail at the wire format; changed messages get past it.
+            prop_oneof![1 => proptest::collection::vec(any::<u8>(), 0..512), 1 => mutated, 4 => server]
+        }
+
+        const SECRET: &str = "s3cr3t-voice-token";
+
+        /// Whether every `token` in `json` is redacted.
+        fn redacted(json: &serde_json::Value) -> bool {
+            match json {
+                serde_json::Value::Object(map) => map.iter().all(|(k, v)| if k == "token" { v == "(redacted)" } else { redacted(v) }),
+                serde_json::Value::Array(items) => items.iter().all(redacted),
+                _ => true,
+            }
+        }
+
+        #[test]
+        fn fuzz_decode_named_renders_what_decodes_with_every_token_redacted() {
+            let (reached, tokens) = (std::sync::atomic::AtomicU32::new(0), std::sync::atomic::AtomicU32::new(0));
+            let config = ProptestConfig { cases: cases(), failure_persistence: None, ..ProptestConfig::default() };
+            let outcome = proptest::test_runner::TestRunner::new(config).run(&payloads(), |bytes| {
+                let mut decoded = false;
+                for family in Family::ALL {
+                    let Ok(json) = decode_named(family.payload(), &bytes) else { continue };
+                    decoded = true;
+                    prop_assert!(redacted(&json), "{:?} left a token: {json}", family);
+                    if family == Family::VoiceServer && json.get("token").is_some() {
+                        tokens.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    }
+                }
+                if decoded {
+                    reached.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                }
+                Ok(())
+            });
+            if let Err(e) = outcome {
+                panic!("{e}");
+            }
+            let (reached, tokens) = (reached.into_inner(), tokens.into_inner());
+            println!("fuzz_decode_named: {reached} of {} cases decoded as some event, {tokens} with a voice token", cases());
+            assert!(reached * 2 >= cases(), "only {reached} of {} cases reached the property", cases());
+            assert!(tokens > 0, "no case carried a token to redact");
         }
 
         proptest! {

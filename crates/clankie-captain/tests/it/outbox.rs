@@ -96,11 +96,12 @@ async fn chaos_postgres_restarted_mid_run_loses_and_doubles_nothing() {
     until("the later reply", Duration::from_secs(10), || rig.replies().iter().any(|r| r.reply_to_message_id == Some(later))).await;
     let replies: Vec<v1::OutboundMessage> = rig.replies().into_iter().filter(|r| r.reply_to_message_id != Some(later)).collect();
     let events: Vec<usize> = ids.iter().map(|id| rig.outcome_of(*id).len()).collect();
-    let (mut stored, mut replied) = (0, 0);
+    let (mut stored, mut replied, mut kinds) = (0, 0, Vec::new());
     for id in &ids {
         if let Some(o) = rig.store.outcome(&id.to_string()).await.unwrap() {
             stored += 1;
             replied += usize::from(o.kind == v1::OutcomeKind::Replied);
+            kinds.push(o.kind);
         }
     }
     let answered: std::collections::BTreeSet<Option<u64>> = replies.iter().map(|r| r.reply_to_message_id).collect();
@@ -111,6 +112,11 @@ async fn chaos_postgres_restarted_mid_run_loses_and_doubles_nothing() {
         replies.len() - answered.len()
     );
     assert_eq!(stored, 3, "nothing lost");
+    assert_eq!(kinds[0], v1::OutcomeKind::Replied, "the run in flight waited out the outage and answered: {kinds:?}");
+    assert!(
+        matches!(kinds[2], v1::OutcomeKind::Replied | v1::OutcomeKind::Absorbed),
+        "the message sent meanwhile was admitted and answered: {kinds:?}"
+    );
     assert_eq!(events, [1, 1, 1]);
     assert_eq!(replies.len(), replied, "one reply per replied turn: {replies:?}");
     assert_eq!(answered.len(), replies.len(), "no message answered twice: {replies:?}");

@@ -132,6 +132,7 @@ async fn console_system_lane_an_untrusted_room_keeps_the_one_shot() {
         .map(|m| m["content"].to_string())
         .filter(|c| c.contains("zircon"))
         .collect();
+    assert!(!carrying.is_empty(), "the first message reaches the second turn as the room's history");
     assert!(carrying.iter().all(|c| c.contains("untrusted_channel_history")), "a one-shot turn held a session: {carrying:?}");
     assert!(rig.store.entries(&format!("system:{lane}")).await.unwrap().is_empty());
     assert!(tree_mentions(&rig, &format!("turns/{lane}~{first}"), "zircon").await);

@@ -100,7 +100,10 @@ async fn privileged_scope_an_elevated_turn_carries_only_the_grantees_deliveries(
     let elevated = rig.say("root", &elevated_text, true).await;
     tokio::time::sleep(Duration::from_millis(200)).await;
     let other = rig.say("carol", &other_text, true).await;
+    // Both arrived while the first turn was still thinking: they were pending together.
+    assert!(rig.outcome_of(first).is_empty(), "the first turn ended before both messages were pending");
     rig.wait_outcomes(&[first, elevated, other]).await;
+    assert_eq!(kind(&rig.outcome_of(first)[0]), v1::OutcomeKind::Replied, "the busy turn answered, not stalled");
 
     let requests = rig.standin.requests();
     let with_op: Vec<_> = requests.iter().filter(|r| message_texts(r).contains(&elevated_text)).collect();

@@ -155,4 +155,10 @@ async fn big_pictures_a_10_mb_artifact_is_saved_and_posted() {
     println!("big pictures: artifact {} bytes, posted attachments {sizes:?}", picture.len());
     assert_eq!(post.attachments, ["render.png"]);
     assert_eq!(sizes, [10_000_000]);
+    let posted = rig.sandbox.discord.attachment_bytes(stored.attachments[0].id).expect("the posted attachment is stored");
+    assert!(
+        posted == picture,
+        "the posted picture is not the one saved: {} bytes differ",
+        posted.iter().zip(&picture).filter(|(a, b)| a != b).count()
+    );
 }

@@ -177,6 +177,13 @@ async fn voice_steer_a_slow_ask_clankie_does_not_stop_the_room_hearing() {
     );
     until("the spoken answer", Duration::from_secs(30), || !speaks.all().is_empty()).await;
     assert_eq!(speaks.all()[0].text, "The bracket starts at nine.");
-    let times: Vec<i64> = rig.standin.requests().iter().map(|r| r.at_ms).collect();
-    assert!(times.len() >= 3 && times[2] - times[1] >= 1_800, "the handoff's answer came back after its 1.8 s: {times:?}");
+    // The later line was decided while the captain was still thinking: before the captain's
+    // answer could have been written (its request plus the 1.8 s it thinks).
+    let captain_asked = rig.standin.requests().iter().find(|r| r.all_text().contains("via=\"the voice room\"")).map(|r| r.at_ms).unwrap();
+    let decided = decisions.all().into_iter().find(|d| d.delivery_id == meanwhile.to_string()).map(|d| d.decided_at_ms).unwrap();
+    assert!(
+        decided < captain_asked + 1_800,
+        "the later line waited for the handoff: decided {} ms after the captain was asked",
+        decided - captain_asked
+    );
 }

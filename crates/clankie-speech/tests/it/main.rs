@@ -81,4 +81,9 @@ async fn speech_engine_offline_needs_a_grammar_to_read_synthesized_speech() {
     let other = tts.synthesize("how is the weather today").await.unwrap();
     assert_eq!(with.transcribe(&other).await.unwrap(), "how is the weather today", "a distractor is told apart");
     assert!(with.describe().contains("offline"), "the offline engine says what it is");
+    // The same engine with its open language model instead of a grammar does not read it.
+    let without = Pocketsphinx::new(None, &words, Duration::from_secs(20)).unwrap();
+    let open = without.transcribe(&audio).await.unwrap_or_default();
+    println!("speech_engine offline without a grammar heard {open:?}");
+    assert_ne!(open, "clankie what is the capital of france", "the grammar is what reads synthesized speech");
 }

@@ -58,6 +58,19 @@ pub async fn clip(text: &str, seconds: f64) -> (Vec<i16>, u32) {
 }
 
 /// The next segment heard from `user`, skipping other events.
+/// The next segment the body heard from anyone: its attribution is the caller's to check.
+pub async fn next_heard(events: &mut UnboundedReceiver<BodyEvent>, within: Duration) -> Segment {
+    let deadline = tokio::time::Instant::now() + within;
+    loop {
+        match tokio::time::timeout_at(deadline, events.recv()).await {
+            Ok(Some(BodyEvent::Heard(s))) => return s,
+            Ok(Some(_)) => continue,
+            Ok(None) => panic!("the body's events ended"),
+            Err(_) => panic!("nothing heard within {within:?}"),
+        }
+    }
+}
+
 pub async fn heard_from(events: &mut UnboundedReceiver<BodyEvent>, user: u64, within: Duration) -> Segment {
     let deadline = tokio::time::Instant::now() + within;
     loop {

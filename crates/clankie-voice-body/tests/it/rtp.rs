@@ -10,7 +10,7 @@ use clankie_pcm::{best_correlation, resample, trim};
 use clankie_voice_body::songbird::driver::CryptoMode;
 use clankie_voice_body::{Body, BodyConfig, HEARD_RATE};
 
-use super::{VOICE, clip, connection, heard_from, loopback, runtime};
+use super::{VOICE, clip, connection, loopback, next_heard, runtime};
 
 const LINES: [&str; 8] = [
     "Clankie, what is the capital of France? I think it is Paris.",
@@ -48,6 +48,9 @@ fn voice_rtp_clips_voiced_by_ada_reach_the_body_as_her_pcm_in_both_modes() {
     rt.block_on(async {
         let discord = loopback(dir).await;
         let ada = discord.voice_join(VOICE, "ada").unwrap();
+        // Someone else in the room, silent: a segment attributed by anything but her SSRC shows.
+        let bob = discord.voice_join(VOICE, "bob").unwrap();
+        assert_ne!(ada, bob);
         let mut worst = f64::MAX;
         for (mode, name) in MODES {
             let (_body, mut events) = body_in(&discord, (mode, name)).await;
@@ -56,7 +59,7 @@ fn voice_rtp_clips_voiced_by_ada_reach_the_body_as_her_pcm_in_both_modes() {
                 assert!((source.len() as f64 / f64::from(rate) - 2.0).abs() < 0.01, "a 2-second clip");
                 let frames = discord.voice_speak(VOICE, "ada", &source, rate).await.unwrap();
                 assert!(frames >= 100, "every frame reached his connection ({frames})");
-                let segment = heard_from(&mut events, ada, Duration::from_secs(10)).await;
+                let segment = next_heard(&mut events, Duration::from_secs(10)).await;
                 assert_eq!(segment.user_id, ada, "attributed by the speaking update's SSRC");
                 let correlation = best_correlation(&resample(&source, rate, HEARD_RATE), trim(&segment.pcm, 0), (HEARD_RATE / 4) as usize);
                 println!("voice_rtp user→bot {name}: correlation {correlation:.3}, heard {} ms of 2000 ms", segment.duration().as_millis());
@@ -110,12 +113,21 @@ fn voice_rtp_pcm_played_by_the_body_arrives_at_the_loopback_intact_in_both_modes
 #[test]
 fn voice_rtp_without_the_loopback_ca_the_connection_is_refused() {
     // A voice server whose certificate nobody vouches for is not spoken to.
-    let (rt, _dir) = runtime();
+    let (rt, dir) = runtime();
     rt.block_on(async {
         let other = std::env::temp_dir().join(format!("clankie-voice-body-test-other-{}", std::process::id()));
         let discord = loopback(other).await;
-        let (mut body, _events) = Body::new(BodyConfig { connect_timeout: Duration::from_secs(3), ..Default::default() });
-        let result = body.connect(&connection(&discord)).await;
-        assert!(result.is_err(), "a voice server with an untrusted certificate was accepted");
+        let config = || BodyConfig { connect_timeout: Duration::from_secs(3), ..Default::default() };
+        let (mut body, _events) = Body::new(config());
+        let refused = match body.connect(&connection(&discord)).await {
+            Ok(()) => panic!("a voice server with an untrusted certificate was accepted"),
+            Err(e) => format!("{e} ({e:?})"),
+        };
+        println!("voice_rtp untrusted: {refused}");
+        assert!(refused.contains("UnknownIssuer"), "refused for its certificate, not for something else: {refused}");
+        // The same body and settings against a voice server whose CA it trusts connect.
+        let trusted = loopback(dir).await;
+        let (mut body, _events) = Body::new(config());
+        body.connect(&connection(&trusted)).await.expect("the trusted voice server is spoken to");
     });
 }

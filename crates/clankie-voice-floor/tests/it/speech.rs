@@ -235,18 +235,20 @@ async fn voice_steer_three_addressed_utterances_while_he_thinks_get_one_run_and_
 async fn spoken_round_trip_his_first_sentence_is_spoken_while_the_rest_is_still_written() {
     let rig = Rig::new().await;
     let (_floor, _) = live_room(&rig).await;
-    // 40 characters a piece, 1.5 s apart: the first piece completes a sentence, the whole answer
-    // takes three pieces more.
+    // 40 characters a piece, 4 s apart: the first piece completes a sentence; the second is
+    // written 4 s after the model was asked, the third 8 s after.
+    const PIECE_MS: i64 = 4_000;
     let answer = "Here is the first part. And then, after a long pause, the rest of it arrives at last.";
     rig.standin.script(Script::when(
         VOICE_PROMPT,
-        Reply::Text { text: answer.into(), chunk_chars: 40, chunk_delay_ms: 1_500, first_delay_ms: 0, tail_delay_ms: 0 },
+        Reply::Text { text: answer.into(), chunk_chars: 40, chunk_delay_ms: PIECE_MS as u64, first_delay_ms: 0, tail_delay_ms: 0 },
     ));
     let (ask, rate) = clip("Clankie, tell me a long story").await;
     rig.discord.voice_speak(VOICE, "ada", &ask, rate).await.unwrap();
     let requests = rig.standin.wait_for_requests(1, Duration::from_secs(20)).await;
     let asked_model = requests.iter().find(|r| r.all_text().contains(VOICE_PROMPT)).unwrap().at_ms;
-    let written_by = asked_model + 3 * 1_500;
+    let second_piece = asked_model + PIECE_MS;
+    let written_by = asked_model + 2 * PIECE_MS;
     let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
     let first_audio = loop {
         if let Some(since) = rig.discord.voice().speaking_since(VOICE) {
@@ -260,7 +262,7 @@ async fn spoken_round_trip_his_first_sentence_is_spoken_while_the_rest_is_still_
         first_audio - asked_model,
         written_by - asked_model
     );
-    assert!(first_audio < written_by - 1_500, "his first audio waited for the whole answer");
+    assert!(first_audio < second_piece, "his first audio waited for the second piece (written at +{PIECE_MS} ms)");
     until("every sentence played", Duration::from_secs(30), || {
         rig.receipts("voice.playback").iter().filter(|r| super::has_code(r, "played")).count() >= 2
     })
