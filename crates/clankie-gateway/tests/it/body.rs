@@ -180,7 +180,7 @@ async fn gateway_state_a_card_and_a_lit_channel_outlive_their_gateway_and_work_a
 
     // Its successor keeps the channel lit (the captain never said stop) and finds the card.
     let sessions = rig.discord.identifies() + rig.discord.resumes();
-    let _second = gateway_process(&rig, "gateway-b");
+    let second = gateway_process(&rig, "gateway-b");
     until("the successor's session", Duration::from_secs(20), || rig.discord.identifies() + rig.discord.resumes() > sessions).await;
     until("typing kept lit", Duration::from_secs(10), || rig.discord.typing(GENERAL).iter().filter(|t| **t > died).count() >= 3).await;
     rig.bus.publish(&send, &card(v1::ToolCardOp::Edit, "edit:1", &["read_page", "browse"]), None).await.unwrap();
@@ -194,7 +194,7 @@ async fn gateway_state_a_card_and_a_lit_channel_outlive_their_gateway_and_work_a
 
     // Two replicas at once share the actions: whichever takes a stop ends the other's loop.
     // The one shard stays with one of them; both announce themselves in the shard bucket.
-    let _third = gateway_process(&rig, "gateway-a");
+    let third = gateway_process(&rig, "gateway-a");
     let kv = rig.bus.key_value(clankie_gateway::leases::SHARDS_BUCKET, Duration::from_secs(3600)).await.unwrap();
     let probe = clankie_gateway::leases::ShardLeases::new(kv, "probe", Duration::from_secs(2));
     let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
@@ -213,4 +213,28 @@ async fn gateway_state_a_card_and_a_lit_channel_outlive_their_gateway_and_work_a
         println!("gateway state round {round}: triggers after the stop {late:?}");
         assert!(late.is_empty(), "round {round}: typing went on after the stop: {late:?}");
     }
+
+    // A stop taken by one replica ends the loop the other runs. The loop's replica is paused
+    // past the life of its pull requests (5 s), so only the other can take the stop.
+    let started = clankie_bus::now_ms();
+    rig.bus.publish(&lit, &typing(v1::TypingOp::Start), None).await.unwrap();
+    until("typing", Duration::from_secs(10), || rig.discord.typing(GENERAL).iter().filter(|t| **t > started).count() >= 2).await;
+    let bucket = rig.bus.key_value("clankie-typing", Duration::from_secs(3600)).await.unwrap();
+    let entry = bucket.get(GENERAL.to_string()).await.unwrap().expect("the lit channel's entry");
+    let host = serde_json::from_slice::<serde_json::Value>(&entry).unwrap()["host"].as_str().unwrap().to_owned();
+    let looping = if host == "gateway-a" { third.id() } else { second.id() }.unwrap().to_string();
+    assert!(std::process::Command::new("kill").args(["-STOP", &looping]).status().unwrap().success());
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    rig.bus.publish(&lit, &typing(v1::TypingOp::Stop), None).await.unwrap();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while bucket.get(GENERAL.to_string()).await.unwrap().is_some() {
+        assert!(tokio::time::Instant::now() < deadline, "the running replica never took the stop");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(std::process::Command::new("kill").args(["-CONT", &looping]).status().unwrap().success());
+    // A trigger it was about to send when paused may still go; its loop checks the bucket before the next.
+    let resumed = clankie_bus::now_ms();
+    let late = triggers_after(&rig, resumed + 100, 1_200).await;
+    println!("gateway state across replicas: {host}'s loop paused, the stop taken by the other, triggers after it resumed {late:?}");
+    assert!(late.is_empty(), "{host}'s loop went on after a stop another replica took: {late:?}");
 }

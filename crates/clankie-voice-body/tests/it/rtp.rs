@@ -48,12 +48,16 @@ fn voice_rtp_clips_voiced_by_ada_reach_the_body_as_her_pcm_in_both_modes() {
     rt.block_on(async {
         let discord = loopback(dir).await;
         let ada = discord.voice_join(VOICE, "ada").unwrap();
-        // Someone else in the room, silent: a segment attributed by anything but her SSRC shows.
+        // Someone else in the room whose stream he knows: a segment attributed by anything but
+        // the speaker's own SSRC shows.
         let bob = discord.voice_join(VOICE, "bob").unwrap();
         assert_ne!(ada, bob);
         let mut worst = f64::MAX;
         for (mode, name) in MODES {
             let (_body, mut events) = body_in(&discord, (mode, name)).await;
+            let (hello, rate) = clip(LINES[0], 1.0).await;
+            discord.voice_speak(VOICE, "bob", &hello, rate).await.unwrap();
+            assert_eq!(next_heard(&mut events, Duration::from_secs(10)).await.user_id, bob, "bob's line is his");
             for line in &LINES[..clips()] {
                 let (source, rate) = clip(line, 2.0).await;
                 assert!((source.len() as f64 / f64::from(rate) - 2.0).abs() < 0.01, "a 2-second clip");
