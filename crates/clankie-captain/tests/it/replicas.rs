@@ -1,5 +1,7 @@
 use std::time::{Duration, Instant};
 
+use tokio::process::Child;
+
 use clankie_model_standin::{Reply, Script};
 use clankie_proto::{LaneKey, v1};
 
@@ -37,6 +39,33 @@ async fn two_replicas_share_a_burst_with_one_run_and_one_reply() {
     until("no run left behind", Duration::from_secs(5), || a.live_lanes() + b.live_lanes() == 0).await;
 }
 
+/// A first run that hangs `hang_ms` before it writes, long enough to be killed in the middle of
+/// it, and the new owner's answers: it may take the deliveries as one burst or steer the later
+/// ones in, so one or two calls, one answer.
+fn script_a_run_to_kill(rig: &Rig, hang_ms: u64) {
+    rig.standin.script(Script::any(Reply::Text {
+        text: "never finished".into(),
+        chunk_chars: 64,
+        chunk_delay_ms: 0,
+        first_delay_ms: hang_ms,
+        tail_delay_ms: 0,
+    }));
+    for _ in 0..4 {
+        rig.standin.script(Script::any(Reply::text("Taken over and answered.")));
+    }
+}
+
+/// SIGKILLs whichever of `a` and `b` holds the lane's lease; when it died, and the survivor.
+async fn kill_the_owner<'c>(rig: &Rig, a: &'c mut Child, b: &'c mut Child) -> (Instant, &'c mut Child) {
+    let lane = LaneKey::Room { guild: GUILD, channel: CHANNEL };
+    let owner = rig.store.lane(&lane).await.unwrap().and_then(|l| l.lease_owner).expect("a lease owner");
+    let (victim, survivor) = if owner == "captain-a" { (a, b) } else { (b, a) };
+    let killed_at = Instant::now();
+    victim.start_kill().unwrap();
+    victim.wait().await.unwrap();
+    (killed_at, survivor)
+}
+
 #[tokio::test]
 async fn killing_the_owner_mid_run_loses_nothing_and_answers_once() {
     let rig = Rig::new().await;
@@ -44,18 +73,7 @@ async fn killing_the_owner_mid_run_loses_nothing_and_answers_once() {
     let mut a = spawn_captain(&rig, "captain-a");
     let mut b = spawn_captain(&rig, "captain-b");
     let lane = LaneKey::Room { guild: GUILD, channel: CHANNEL };
-    // The first run hangs long enough to be killed in the middle of it.
-    rig.standin.script(Script::any(Reply::Text {
-        text: "never finished".into(),
-        chunk_chars: 64,
-        chunk_delay_ms: 0,
-        first_delay_ms: 8_000,
-        tail_delay_ms: 0,
-    }));
-    // The new owner may take the deliveries as one burst or steer the later ones in: one or two calls, one answer.
-    for _ in 0..4 {
-        rig.standin.script(Script::any(Reply::text("Taken over and answered.")));
-    }
+    script_a_run_to_kill(&rig, 8_000);
     let mut ids = vec![rig.say("ada", "@Clankie one", true).await];
     for text in ["two", "three"] {
         // Follow-ups as people type them, a few hundred milliseconds apart.
@@ -64,11 +82,7 @@ async fn killing_the_owner_mid_run_loses_nothing_and_answers_once() {
     }
     let requests = rig.standin.wait_for_requests(1, Duration::from_secs(20)).await;
     assert_eq!(requests.len(), 1);
-    let owner = rig.store.lane(&lane).await.unwrap().and_then(|l| l.lease_owner).expect("a lease owner");
-    let (victim, survivor) = if owner == "captain-a" { (&mut a, &mut b) } else { (&mut b, &mut a) };
-    let killed_at = Instant::now();
-    victim.start_kill().unwrap();
-    victim.wait().await.unwrap();
+    let (killed_at, survivor) = kill_the_owner(&rig, &mut a, &mut b).await;
 
     rig.wait_outcomes(&ids).await;
     let taken_over = killed_at.elapsed();
@@ -233,24 +247,10 @@ async fn consumer_config_follows_the_settings() {
     until_ack_wait(&rig, ACK_WAIT).await;
 
     // A burst whose owner is SIGKILLed mid-run is taken over within the new ack wait plus one lease TTL.
-    let lane = LaneKey::Room { guild: GUILD, channel: CHANNEL };
-    rig.standin.script(Script::any(Reply::Text {
-        text: "never finished".into(),
-        chunk_chars: 64,
-        chunk_delay_ms: 0,
-        first_delay_ms: 20_000,
-        tail_delay_ms: 0,
-    }));
-    for _ in 0..4 {
-        rig.standin.script(Script::any(Reply::text("Taken over and answered.")));
-    }
+    script_a_run_to_kill(&rig, 20_000);
     let ids = [rig.say("ada", "@Clankie one", true).await];
     rig.standin.wait_for_requests(1, Duration::from_secs(20)).await;
-    let owner = rig.store.lane(&lane).await.unwrap().and_then(|l| l.lease_owner).expect("a lease owner");
-    let (victim, survivor) = if owner == "captain-a" { (&mut a, &mut b) } else { (&mut b, &mut a) };
-    let killed_at = Instant::now();
-    victim.start_kill().unwrap();
-    victim.wait().await.unwrap();
+    let (killed_at, survivor) = kill_the_owner(&rig, &mut a, &mut b).await;
     rig.wait_outcomes(&ids).await;
     let taken_over = killed_at.elapsed();
     println!("consumer config: ack wait {ACK_WAIT:?}, takeover {taken_over:?}");
