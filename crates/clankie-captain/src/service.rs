@@ -7,6 +7,8 @@ use clankie_settings::Settings;
 
 /// Runs a captain replica from `CLANKIE_*` settings until SIGTERM, then drains.
 pub async fn run_from_env() -> Result<()> {
+    // Installed first, so a stop that comes while the service is still starting is a clean one.
+    let stopped = clankie_http::terminated();
     let settings = Settings::from_env().context("reading CLANKIE_* settings")?;
     clankie_http::init_tracing(&settings.log);
     let bus = clankie_bus::Bus::connect(&settings, "captain").await?;
@@ -22,7 +24,7 @@ pub async fn run_from_env() -> Result<()> {
     let mut config = CaptainConfig::from_settings(&settings);
     config.browser = clankie_browser::host_from_settings(&settings, config.egress.clone()).await.context("starting the browser host")?;
     let captain = Captain::new(bus, store, agent, config);
-    captain.run_until_drained(clankie_http::terminated(), settings.shutdown_grace).await.context("captain stopped")?;
+    captain.run_until_drained(stopped, settings.shutdown_grace).await.context("captain stopped")?;
     tracing::info!("drained; exiting");
     Ok(())
 }

@@ -16,6 +16,8 @@ pub async fn start(settings: &Settings, token: String) -> Result<Console> {
 
 /// Runs the console from `CLANKIE_*` settings until SIGTERM. Refuses to start without a token.
 pub async fn run_from_env() -> Result<()> {
+    // Installed first, so a stop that comes while the service is still starting is a clean one.
+    let stopped = clankie_http::terminated();
     let settings = Settings::from_env().context("reading CLANKIE_* settings")?;
     clankie_http::init_tracing(&settings.log);
     let Some(token) = settings.console_token.clone() else {
@@ -32,7 +34,7 @@ pub async fn run_from_env() -> Result<()> {
     tracing::info!(addr = %settings.console_addr, "console serving");
     tokio::select! {
         served = console.serve(listener) => served.context("serving the console")?,
-        () = clankie_http::terminated() => tracing::info!("terminated; exiting"),
+        () = stopped => tracing::info!("terminated; exiting"),
     }
     Ok(())
 }

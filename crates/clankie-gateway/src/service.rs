@@ -7,11 +7,13 @@ use clankie_settings::Settings;
 
 /// Runs the gateway from `CLANKIE_*` settings until SIGTERM: ingest and body.
 pub async fn run_from_env() -> Result<()> {
+    // Installed first, so a stop that comes while the service is still starting is a clean one.
+    let stopped = clankie_http::terminated();
     let settings = Settings::from_env().context("reading CLANKIE_* settings")?;
     clankie_http::init_tracing(&settings.log);
     let bus = clankie_bus::Bus::connect(&settings, "gateway").await?;
     bus.ensure_streams().await.context("declaring streams")?;
     clankie_http::spawn_endpoints(settings.http_addr, clankie_http::Readiness { bus: bus.clone(), store: None });
     let gateway = Gateway::new(bus, GatewayConfig::from_settings(&settings));
-    gateway.run_until(clankie_http::terminated()).await.context("gateway stopped")
+    gateway.run_until(stopped).await.context("gateway stopped")
 }

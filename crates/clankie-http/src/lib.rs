@@ -133,23 +133,28 @@ impl Drop for Aborting {
 }
 
 /// Resolves on SIGTERM (how orchestrators stop a container) or Ctrl-C.
-pub async fn terminated() {
+///
+/// The SIGTERM handler is installed when this is called, not when the future is first polled:
+/// a service calls it before it opens its consumers, so a stop that arrives while it is still
+/// starting is a clean shutdown, not the signal's default death. Call it inside the runtime.
+pub fn terminated() -> impl std::future::Future<Output = ()> + Send + 'static {
     #[cfg(unix)]
-    {
-        let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(s) => s,
-            Err(_) => {
+    let term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+    async move {
+        #[cfg(unix)]
+        {
+            let Some(mut term) = term else {
                 let _ = tokio::signal::ctrl_c().await;
                 return;
+            };
+            tokio::select! {
+                _ = term.recv() => tracing::info!("SIGTERM received"),
+                _ = tokio::signal::ctrl_c() => tracing::info!("interrupted"),
             }
-        };
-        tokio::select! {
-            _ = term.recv() => tracing::info!("SIGTERM received"),
-            _ = tokio::signal::ctrl_c() => tracing::info!("interrupted"),
         }
-    }
-    #[cfg(not(unix))]
-    {
-        let _ = tokio::signal::ctrl_c().await;
+        #[cfg(not(unix))]
+        {
+            let _ = tokio::signal::ctrl_c().await;
+        }
     }
 }

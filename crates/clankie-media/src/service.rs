@@ -7,6 +7,8 @@ use clankie_settings::Settings;
 
 /// Runs media from `CLANKIE_*` settings until SIGTERM.
 pub async fn run_from_env() -> Result<()> {
+    // Installed first, so a stop that comes while the service is still starting is a clean one.
+    let stopped = clankie_http::terminated();
     let settings = Settings::from_env().context("reading CLANKIE_* settings")?;
     clankie_http::init_tracing(&settings.log);
     let bus = clankie_bus::Bus::connect(&settings, "media").await?;
@@ -16,6 +18,6 @@ pub async fn run_from_env() -> Result<()> {
     tracing::info!(root = %media.root().dir().display(), "media serving the attachment root");
     tokio::select! {
         result = media.run() => result.context("media stopped"),
-        _ = clankie_http::terminated() => Ok(()),
+        _ = stopped => Ok(()),
     }
 }

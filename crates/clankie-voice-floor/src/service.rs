@@ -11,6 +11,8 @@ use clankie_settings::Settings;
 /// The voice connection is `wss://`; a voice server with a private certificate (the loopback
 /// Discord's) is trusted by pointing `SSL_CERT_FILE` at its CA bundle before this starts.
 pub async fn run_from_env() -> Result<()> {
+    // Installed first, so a stop that comes while the service is still starting is a clean one.
+    let stopped = clankie_http::terminated();
     let settings = Settings::from_env().context("reading CLANKIE_* settings")?;
     clankie_http::init_tracing_with(&settings.log, clankie_voice_body::drops::layer());
     let bus = clankie_bus::Bus::connect(&settings, "voice-floor").await?;
@@ -29,7 +31,7 @@ pub async fn run_from_env() -> Result<()> {
     let mut rooms = RoomKeeper::new(bus, store, floor, RoomConfig::from_settings(&settings)).context("setting up the speech engines")?;
     tokio::select! {
         result = rooms.run() => result.context("voice rooms stopped")?,
-        _ = clankie_http::terminated() => {}
+        _ = stopped => {}
     }
     rooms.leave_all().await;
     Ok(())
