@@ -100,6 +100,9 @@ pub struct Bus {
     stream_replicas: usize,
 }
 
+/// How long [`Bus::barrier`] waits for its own message to come back.
+const BARRIER_WITHIN: Duration = Duration::from_secs(10);
+
 /// How long one publish keeps trying through a stream's leader election or a reconnect.
 const PUBLISH_PATIENCE: Duration = Duration::from_secs(15);
 
@@ -243,6 +246,24 @@ impl Bus {
                 }
                 Err(e) => return Err(fail(e.to_string())),
             }
+        }
+    }
+
+    /// Returns once the server has taken everything this connection sent before, its new
+    /// subscriptions among them, so events published anywhere from now on reach them.
+    ///
+    /// A flush only empties the client's buffer; a message to itself comes back only after the
+    /// server has read what came before it on this connection.
+    pub async fn barrier(&self) -> Result<(), BusError> {
+        let fail = |detail: String| BusError::Request { subject: "(barrier)".into(), detail };
+        let inbox = self.client.new_inbox();
+        let mut echo = self.client.subscribe(inbox.clone()).await.map_err(|e| fail(e.to_string()))?;
+        self.client.publish(inbox, Vec::new().into()).await.map_err(|e| fail(e.to_string()))?;
+        self.client.flush().await.map_err(|e| fail(e.to_string()))?;
+        match tokio::time::timeout(BARRIER_WITHIN, futures::StreamExt::next(&mut echo)).await {
+            Ok(Some(_)) => Ok(()),
+            Ok(None) => Err(fail("the connection closed".into())),
+            Err(_) => Err(fail(format!("no echo within {BARRIER_WITHIN:?}"))),
         }
     }
 

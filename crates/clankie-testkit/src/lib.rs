@@ -165,7 +165,7 @@ pub async fn record<E: clankie_proto::Event>(bus: &clankie_bus::Bus, family: cla
             }
         }
     });
-    bus.client().flush().await.expect("flush");
+    bus.barrier().await.expect("the subscription taken");
     recorder
 }
 

@@ -331,7 +331,8 @@ async fn tap(settings: &Settings, subject: &str, count: Option<u64>) -> Result<(
     }
     let bus = clankie_bus::Bus::connect(settings, "tap").await?;
     let mut sub = bus.client().subscribe(subject.to_owned()).await.context("subscribing")?;
-    bus.client().flush().await.context("flushing subscription")?;
+    // Said only once the server holds the subscription: nothing published after it is missed.
+    bus.barrier().await.context("waiting for the subscription to take")?;
     eprintln!("tapping {subject} on {}", redact_url(&settings.nats_url));
     let mut out = std::io::stdout().lock();
     let mut seen = 0u64;

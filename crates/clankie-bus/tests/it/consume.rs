@@ -249,3 +249,24 @@ async fn a_consumer_of_the_wrong_type_is_refused_at_open() {
     let wrong = bus.publish(&Subject::BodySend { channel: 1 }, &ingress(1), None).await;
     assert!(wrong.is_err(), "an Ingress was published on a send subject");
 }
+
+/// Rounds of subscribe-then-publish-from-elsewhere in the barrier test.
+fn barrier_rounds() -> usize {
+    std::env::var("CLANKIE_BARRIER_ROUNDS").ok().and_then(|v| v.parse().ok()).unwrap_or(300)
+}
+
+#[tokio::test]
+async fn barrier_a_new_subscription_hears_what_another_connection_publishes_right_after() {
+    use futures::StreamExt;
+    let (nats, dir) = (TestNats::start().unwrap(), TestDir::new());
+    let (listener, talker) = (bus(&nats, &dir).await, bus(&nats, &dir).await);
+    for round in 0..barrier_rounds() {
+        let subject = format!("clankie.signal.typing.{round}");
+        let mut sub = listener.client().subscribe(subject.clone()).await.unwrap();
+        listener.barrier().await.unwrap();
+        talker.client().publish(subject, Bytes::from_static(b"x")).await.unwrap();
+        talker.client().flush().await.unwrap();
+        let heard = tokio::time::timeout(Duration::from_secs(2), sub.next()).await;
+        assert!(matches!(heard, Ok(Some(_))), "round {round}: a publish right after the barrier was missed");
+    }
+}

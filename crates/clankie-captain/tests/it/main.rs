@@ -279,7 +279,7 @@ pub fn author_id(author: &str) -> u64 {
 }
 
 async fn bus_flush(bus: &Bus) {
-    bus.client().flush().await.unwrap();
+    bus.barrier().await.unwrap();
 }
 
 pub fn kind(o: &v1::DeliveryOutcome) -> v1::OutcomeKind {

@@ -116,6 +116,6 @@ async fn body_actions(bus: &clankie_bus::Bus) -> std::sync::Arc<std::sync::Mutex
             sink.lock().unwrap().push(label);
         }
     });
-    bus.client().flush().await.unwrap();
+    bus.barrier().await.unwrap();
     seen
 }
