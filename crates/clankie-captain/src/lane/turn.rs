@@ -85,6 +85,13 @@ struct Kind {
     trusted: bool,
 }
 
+impl Kind {
+    /// Shares nothing with the room's social conversation: no warm session, no steering.
+    fn apart(&self) -> bool {
+        self.one_shot || self.system_lane
+    }
+}
+
 impl Captain {
     /// Runs one turn over the burst: prepare, run ([`Captain::run_live`]), settle. The lease is renewed on a task of
     /// its own throughout, so a slow picture, tool or store call cannot let it lapse; a fenced
@@ -128,7 +135,7 @@ impl Captain {
         };
         let grants = Grants::of(&config.grants, &snapshot);
         let kind = self.kind_of(&grants, &snapshot, &owner, &mut absorbed, pending);
-        let apart = kind.one_shot || kind.system_lane;
+        let apart = kind.apart();
         let turn_id = format!("{lane}~{}~{}", lease.epoch, owner.delivery_id());
         let Some((session, opened)) = self.open_session(&lease, &owner, &kind).await else {
             self.give_back(&lease, std::iter::once(owner).chain(absorbed)).await;
@@ -197,7 +204,7 @@ impl Captain {
     /// from the store. `None` when it cannot be opened.
     async fn open_session(&self, lease: &Lease, owner: &Held, kind: &Kind) -> Option<(Session, Opened)> {
         let lane = lease.lane;
-        if let Some(warm) = self.warm_session(lane, lease, kind.one_shot || kind.system_lane).await {
+        if let Some(warm) = self.warm_session(lane, lease, kind.apart()).await {
             return Some(warm);
         }
         let tree = if kind.system_lane {
