@@ -17,6 +17,14 @@ use crate::{Gateway, GatewayError};
 /// The bucket that maps each turn's tool card to its Discord message.
 const CARDS_BUCKET: &str = "clankie-cards";
 
+/// How long an outcome a gateway took stays its own before JetStream hands it to another (or
+/// to the same one restarted). A reaction is one idempotent PUT, so a second try is harmless,
+/// while a long wait leaves the room without the outcome after a gateway dies holding it.
+const OUTCOME_ACK_WAIT: Duration = Duration::from_secs(5);
+/// Outcomes pulled at once: few, so that those waiting behind a slow reaction are still
+/// inside their ack wait when their turn comes.
+const OUTCOME_PREFETCH: usize = 8;
+
 /// Discord's limit on one message.
 pub const MAX_MESSAGE: usize = 2000;
 
@@ -341,7 +349,9 @@ impl Gateway {
         if !self.inner.config.outcome_reactions {
             return std::future::pending().await;
         }
-        let spec = ConsumerSpec::durable("gateway-outcomes", Family::LaneOutcome);
+        let spec = ConsumerSpec::durable("gateway-outcomes", Family::LaneOutcome)
+            .with_ack_wait(OUTCOME_ACK_WAIT)
+            .with_prefetch(OUTCOME_PREFETCH, 0);
         let mut consumer = self.inner.bus.consumer::<v1::DeliveryOutcome>(spec).await?;
         loop {
             let d = consumer.next().await?;
@@ -356,8 +366,10 @@ impl Gateway {
             };
             let kind = v1::OutcomeKind::try_from(outcome.kind).unwrap_or(v1::OutcomeKind::Unspecified);
             let emoji = RequestReactionType::Unicode { name: kind.reaction() };
+            clankie_settings::fault::point("gateway.before_reaction");
             match self.inner.http.create_reaction(channel, message, &emoji).await {
                 Ok(_) => {
+                    clankie_settings::fault::point("gateway.after_reaction");
                     let _ = d.ack().await;
                 }
                 Err(e) => match classify(&e) {

@@ -223,6 +223,18 @@ async fn shard_lease_a_gateway_killed_hands_its_shards_to_the_other_which_answer
 struct Rounds(u64);
 
 impl Rounds {
+    /// The rounds to run (`CLANKIE_CHAOS_ROUNDS`, 3 by default) and a generator seeded from
+    /// `CLANKIE_CHAOS_SEED` or the clock; the seed is printed under `what`.
+    fn from_env(what: &str) -> (usize, Rounds) {
+        let rounds = std::env::var("CLANKIE_CHAOS_ROUNDS").ok().and_then(|v| v.parse().ok()).unwrap_or(3);
+        let seed = std::env::var("CLANKIE_CHAOS_SEED")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as u64 | 1);
+        println!("{what}: seed {seed}");
+        (rounds, Rounds(seed))
+    }
+
     fn below(&mut self, n: u64) -> u64 {
         self.0 ^= self.0 << 13;
         self.0 ^= self.0 >> 7;
@@ -233,17 +245,12 @@ impl Rounds {
 
 /// The incident, compressed: two captain processes, a three-message burst (at 0, 0.8 and
 /// 2 s; the model thinks 4 s), and the captain that owns the lane killed with SIGKILL at a
-/// random moment of the run. `CLANKIE_CHAOS_ROUNDS` sets the rounds (3 in CI; 20 for the long
+/// random moment of the run. Every settled outcome must become its reaction in the room within
+/// [`OUTCOME_SHOWN_WITHIN`]. `CLANKIE_CHAOS_ROUNDS` sets the rounds (3 in CI; 20 for the long
 /// mode) and `CLANKIE_CHAOS_SEED` replays a run.
 #[tokio::test]
-async fn chaos_the_lane_owner_killed_at_a_random_point_of_a_burst_answers_it_once() {
-    let rounds: usize = std::env::var("CLANKIE_CHAOS_ROUNDS").ok().and_then(|v| v.parse().ok()).unwrap_or(3);
-    let seed = std::env::var("CLANKIE_CHAOS_SEED")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or_else(|| std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as u64 | 1);
-    println!("chaos owner kill: seed {seed}");
-    let mut random = Rounds(seed);
+async fn chaos_outcomes_the_lane_owner_killed_at_a_random_point_of_a_burst_answers_it_once_and_shows_every_outcome() {
+    let (rounds, mut random) = Rounds::from_env("chaos owner kill");
     let cast = Cast::start(LoopbackConfig::default()).await;
     let _dump = DumpLogsOnPanic(cast.dir.path().to_owned(), &["captain-a", "captain-b", "gateway"]);
     let (discord, standin, store) = (&cast.discord, &cast.standin, &cast.store);
@@ -354,6 +361,8 @@ async fn chaos_the_lane_owner_killed_at_a_random_point_of_a_burst_answers_it_onc
             discord.posts(GENERAL).iter().any(|p| p.reply_to.is_some_and(|r| ids.contains(&r)))
         })
         .await;
+        let unshown = unshown_outcomes(&cast, &ids, OUTCOME_SHOWN_WITHIN).await;
+        assert!(unshown.is_empty(), "round {round}: settled outcomes never shown in the room: {unshown:?}");
         bursts.push(ids);
     }
     // A last message is the barrier: once it is answered, any doubled reply to a burst would be in.
@@ -388,6 +397,120 @@ async fn chaos_the_lane_owner_killed_at_a_random_point_of_a_burst_answers_it_onc
     assert_eq!((lost, doubled), (0, 0));
     let audit = store.audit(Duration::from_secs(1)).await.unwrap();
     assert_eq!((audit.without_outcome, audit.replies_posted_twice, audit.outbox_unsent), (0, 0, 0), "{audit:?}");
+}
+
+/// A three-message burst each round (one addressed, two not, the model thinking 2 s), and the
+/// gateway killed while the turn's outcomes are in flight, then started again. The rounds take
+/// turns at how it dies: SIGKILL at a random moment around the settle, or an exit at the fault
+/// point just before or just after its first reaction's REST call (holding that outcome and the
+/// ones pulled behind it unacked). Every outcome becomes its reaction within
+/// [`OUTCOME_SHOWN_WITHIN`] of the gateway's death, and no message is answered twice.
+#[tokio::test]
+async fn chaos_outcomes_the_gateway_killed_while_outcomes_are_in_flight_shows_every_outcome() {
+    const DEATHS: [Option<&str>; 3] = [None, Some("gateway.before_reaction"), Some("gateway.after_reaction")];
+    let (rounds, mut random) = Rounds::from_env("chaos outcomes gateway kill");
+    let cast = Cast::start(LoopbackConfig { heartbeat_interval_ms: 5_000, ..Default::default() }).await;
+    let _dump = DumpLogsOnPanic(cast.dir.path().to_owned(), &["captain", "gateway"]);
+    let (discord, standin, store) = (&cast.discord, &cast.standin, &cast.store);
+    let _captain = cast.service("captain", "captain", None, &[("CLANKIE_OUTBOX_RELAY_MS", "1000")]);
+    let mut gateway = cast.service("gateway", "gateway", None, &[]);
+    assert!(discord.wait_for_session(Duration::from_secs(20)).await, "the gateway never attached");
+
+    let (mut outcomes, mut replies, mut slowest) = (0, 0, Duration::ZERO);
+    for round in 0..rounds {
+        let death = DEATHS[round % DEATHS.len()];
+        if let Some(point) = death {
+            // This round's gateway carries the fault point: the one before it stops for good first.
+            let resumes = discord.resumes();
+            gateway.start_kill().unwrap();
+            gateway.wait().await.unwrap();
+            gateway = cast.service("gateway", "gateway", Some(point), &[]);
+            until("the faulty gateway's resume", Duration::from_secs(20), || discord.resumes() > resumes).await;
+        }
+        standin.script(Script::any(Reply::Text {
+            text: format!("Round {round}, heard you all."),
+            chunk_chars: 64,
+            chunk_delay_ms: 0,
+            first_delay_ms: 2_000,
+            tail_delay_ms: 0,
+        }));
+        let asked = standin.requests().len();
+        let say = |content: &str, mention: bool| {
+            discord.user_message(NewMessage {
+                channel_id: GENERAL,
+                author: format!("guest{round}"),
+                content: content.into(),
+                mention,
+                ..Default::default()
+            })
+        };
+        let first = say("@Clankie who is coming tonight?", true);
+        standin.wait_for_requests(asked + 1, Duration::from_secs(30)).await;
+        let ids = [first, say("I can bring snacks", false), say("and a lamp", false)];
+        let how = match death {
+            None => {
+                // The answer lands about 2 s after the request; its outcomes follow within milliseconds.
+                let kill_at = Duration::from_millis(1_500 + random.below(1_500));
+                tokio::time::sleep(kill_at).await;
+                let pid = gateway.id().unwrap();
+                assert!(std::process::Command::new("kill").args(["-KILL", &pid.to_string()]).status().unwrap().success());
+                gateway.wait().await.unwrap();
+                format!("SIGKILL {kill_at:?} after the request")
+            }
+            Some(point) => {
+                let status = tokio::time::timeout(Duration::from_secs(30), gateway.wait()).await.expect("the fault fired").unwrap();
+                assert_eq!(status.code(), Some(clankie_settings::fault::EXIT_CODE), "it died at {point}");
+                format!("exit at {point}")
+            }
+        };
+        let died = std::time::Instant::now();
+        gateway = cast.service("gateway", "gateway", None, &[]);
+        let unshown = unshown_outcomes(&cast, &ids, OUTCOME_SHOWN_WITHIN).await;
+        let took = died.elapsed();
+        println!("round {round}: gateway {how}; every outcome shown {took:?} after it died");
+        assert!(unshown.is_empty(), "round {round}: outcomes not shown in the room within {OUTCOME_SHOWN_WITHIN:?}: {unshown:?}");
+        slowest = slowest.max(took);
+        outcomes += ids.len();
+        let answered = discord.posts(GENERAL).iter().filter(|p| p.reply_to.is_some_and(|r| ids.contains(&r))).count();
+        let mut replied = 0;
+        for id in ids {
+            let kind = store.outcome(&id.to_string()).await.unwrap().map(|o| o.kind);
+            replied += usize::from(kind == Some(clankie_proto::v1::OutcomeKind::Replied));
+        }
+        assert_eq!(answered, replied, "round {round}: each replied delivery has exactly one reply");
+        replies += answered;
+    }
+    println!(
+        "chaos outcomes gateway kill: rounds {rounds}, outcomes {outcomes}, shown {outcomes}, slowest shown {slowest:?} after the death, replies {replies}"
+    );
+}
+
+/// How long a settled outcome may take to become its reaction in the room: the relay's pass,
+/// the body's consumer and one REST call, with a gateway restart's redelivery inside it.
+const OUTCOME_SHOWN_WITHIN: Duration = Duration::from_secs(10);
+
+/// Waits up to `within` for each delivery's stored outcome to be its message's reaction in the
+/// loopback; those still not shown, with the outcome the store holds (`none` if unsettled).
+async fn unshown_outcomes(cast: &Cast, ids: &[u64], within: Duration) -> Vec<(u64, &'static str)> {
+    let deadline = tokio::time::Instant::now() + within;
+    loop {
+        let messages = cast.discord.messages(GENERAL);
+        let mut unshown = Vec::new();
+        for id in ids {
+            let stored = cast.store.outcome(&id.to_string()).await.unwrap().map(|o| o.kind);
+            let shown = messages
+                .iter()
+                .find(|m| m.id == *id)
+                .and_then(|m| m.reactions.iter().find_map(|r| clankie_proto::v1::OutcomeKind::from_reaction(r)));
+            if stored.is_none() || shown != stored {
+                unshown.push((*id, stored.map_or("none", |k| k.code())));
+            }
+        }
+        if unshown.is_empty() || tokio::time::Instant::now() >= deadline {
+            return unshown;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
 
 /// Prints the services' logs when the test fails, so a failed round explains itself.
