@@ -20,7 +20,7 @@ pub mod watchdog;
 
 pub use clock::{BootClock, Clock, SuspendableClock, SystemWallClock, WallClock};
 pub use events::{AgentEvent, EventSink};
-pub use provider::{Model, ModelError, OpenAiClient, OpenAiConfig, RehearsalModel, StreamBounds};
+pub use provider::{DEFAULT_RESPONSE_TIMEOUT, Model, ModelError, OpenAiClient, OpenAiConfig, RehearsalModel, StreamBounds};
 pub use run::{Agent, AgentConfig, RetryPolicy, Run, RunReply, RunResult, RunStats, Steerer, complete, complete_streaming};
 pub use session::{EntryBody, Session, SessionEntry, UserMessage};
 pub use silence::{SILENT_TOKEN, SilenceGate};
@@ -65,6 +65,7 @@ pub fn model_from_settings(settings: &Settings) -> Result<Model, ModelError> {
             base_url: base_url.clone(),
             model: settings.model_name.clone(),
             api_key: settings.model_api_key.clone(),
+            response_timeout: settings.model_response_timeout,
         })?)),
         None => Ok(Model::Rehearsal(RehearsalModel { think_delay: settings.rehearsal_think, token_delay: settings.rehearsal_token })),
     }

@@ -82,6 +82,11 @@ pub const SETTINGS: &[Setting] = &[
         doc: "Retries of a transient provider failure (rate limit, 5xx, dropped stream) before the turn fails.",
     },
     Setting {
+        name: "CLANKIE_MODEL_RESPONSE_TIMEOUT_MS",
+        default: "120000",
+        doc: "A model request fully sent and unanswered this long (no response head) is retried on a new connection; at most half of `CLANKIE_STALL_SILENCE_MS`.",
+    },
+    Setting {
         name: "CLANKIE_STALL_SILENCE_MS",
         default: "300000",
         doc: "A run with no sign of life this long is aborted as `captain_turn_stalled`. Nothing caps a run's length.",
@@ -378,6 +383,9 @@ pub struct Settings {
     pub model_api_key: Option<String>,
     /// Retries of transient provider failures.
     pub model_max_retries: u32,
+    /// How long a sent model request may wait for its response head before it is retried on
+    /// a new connection (a connection whose server is gone can stay open and silent).
+    pub model_response_timeout: Duration,
     /// Silence that counts as a stalled run.
     pub stall_silence: Duration,
     /// The stall watchdog's tick.
@@ -519,6 +527,7 @@ impl fmt::Debug for Settings {
             .field("model_name", &self.model_name)
             .field("model_api_key", &self.model_api_key.as_ref().map(|_| "***"))
             .field("model_max_retries", &self.model_max_retries)
+            .field("model_response_timeout", &self.model_response_timeout)
             .field("stall_silence", &self.stall_silence)
             .field("stall_tick", &self.stall_tick)
             .field("context_budget_tokens", &self.context_budget_tokens)
@@ -697,6 +706,15 @@ impl Settings {
         if stall_tick > stall_silence {
             return Err(SettingsError::Invalid { var: "CLANKIE_STALL_TICK_MS", reason: "must not exceed CLANKIE_STALL_SILENCE_MS".into() });
         }
+        // Under half the stall bound, so a silent connection is retried before the run is given up.
+        let model_response_timeout = Duration::from_millis(number(
+            var("CLANKIE_MODEL_RESPONSE_TIMEOUT_MS"),
+            "CLANKIE_MODEL_RESPONSE_TIMEOUT_MS",
+            120_000,
+            1,
+            u64::MAX,
+        )?)
+        .min(stall_silence / 2);
         let context_budget_tokens =
             number(var("CLANKIE_CONTEXT_BUDGET_TOKENS"), "CLANKIE_CONTEXT_BUDGET_TOKENS", 60_000, 1_000, 10_000_000)? as usize;
         let rehearsal_think =
@@ -886,6 +904,7 @@ impl Settings {
             model_name,
             model_api_key,
             model_max_retries,
+            model_response_timeout,
             stall_silence,
             stall_tick,
             context_budget_tokens,
@@ -1112,6 +1131,16 @@ mod tests {
         assert!(settings(&[("CLANKIE_STALL_SILENCE_MS", "400"), ("CLANKIE_STALL_TICK_MS", "500")]).is_err());
         let d = settings(&[]).unwrap();
         assert_eq!((d.stall_silence, d.stall_tick), (Duration::from_secs(300), Duration::from_secs(5)));
+    }
+
+    #[test]
+    fn the_model_response_timeout_stays_under_half_the_stall_bound() {
+        assert_eq!(settings(&[]).unwrap().model_response_timeout, Duration::from_secs(120));
+        let short = settings(&[("CLANKIE_STALL_SILENCE_MS", "8000")]).unwrap();
+        assert_eq!(short.model_response_timeout, Duration::from_secs(4));
+        let set = settings(&[("CLANKIE_MODEL_RESPONSE_TIMEOUT_MS", "2000"), ("CLANKIE_STALL_SILENCE_MS", "8000")]).unwrap();
+        assert_eq!(set.model_response_timeout, Duration::from_secs(2));
+        assert!(settings(&[("CLANKIE_MODEL_RESPONSE_TIMEOUT_MS", "soon")]).is_err());
     }
 
     #[test]

@@ -10,7 +10,7 @@ use clankie_proto::v1::FailureCode;
 use futures::stream::BoxStream;
 use serde::{Deserialize, Serialize};
 
-pub use openai::{OpenAiClient, OpenAiConfig, install_tls_provider};
+pub use openai::{DEFAULT_RESPONSE_TIMEOUT, OpenAiClient, OpenAiConfig, install_tls_provider};
 pub use rehearsal::{REHEARSAL_LABEL, RehearsalModel};
 
 /// A tool as the model sees it.

@@ -20,7 +20,13 @@ pub struct OpenAiConfig {
     pub model: String,
     /// Sent as a bearer token; never logged.
     pub api_key: Option<String>,
+    /// How long a request whose body is all sent may wait for the response head before it is
+    /// given up as transient (`response_timeout`) and retried on a new connection.
+    pub response_timeout: Duration,
 }
+
+/// [`OpenAiConfig::response_timeout`] when nothing else is said.
+pub const DEFAULT_RESPONSE_TIMEOUT: Duration = Duration::from_secs(120);
 
 impl std::fmt::Debug for OpenAiConfig {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -28,6 +34,7 @@ impl std::fmt::Debug for OpenAiConfig {
             .field("base_url", &self.base_url)
             .field("model", &self.model)
             .field("api_key", &self.api_key.as_ref().map(|_| "***"))
+            .field("response_timeout", &self.response_timeout)
             .finish()
     }
 }
@@ -110,7 +117,10 @@ impl OpenAiClient {
         // The body goes in parts, each reported as the connection takes it, so the stall
         // watchdog sees a many-megabyte upload move instead of one long silence.
         let parts: Vec<Vec<u8>> = body.chunks(UPLOAD_PART).map(<[u8]>::to_vec).collect();
+        let last_part = std::sync::Arc::new(std::sync::Mutex::new(tokio::time::Instant::now()));
+        let taken = last_part.clone();
         let parts = futures::stream::iter(parts).map(move |part| {
+            *taken.lock().unwrap_or_else(|p| p.into_inner()) = tokio::time::Instant::now();
             uploaded(part.len());
             Ok::<_, std::io::Error>(part)
         });
@@ -123,10 +133,8 @@ impl OpenAiClient {
         if let Some(key) = &self.config.api_key {
             builder = builder.bearer_auth(key);
         }
-        let response = builder.send().await.map_err(|e| ModelError::Transient {
-            code: "connect_failed",
-            retry_after: None,
-            message: e.to_string(),
+        let response = answered_within(builder.send(), &last_part, self.config.response_timeout).await?.map_err(|e| {
+            ModelError::Transient { code: "connect_failed", retry_after: None, message: e.to_string() }
         })?;
         let status = response.status();
         if !status.is_success() {
@@ -150,6 +158,35 @@ impl OpenAiClient {
             futures::stream::iter(items)
         });
         Ok(items.boxed())
+    }
+}
+
+/// Waits for `send` while its body is still moving or its response head is due: past `timeout`
+/// since the last part was taken, the request is dropped (and its connection with it, never
+/// back to the pool), so the retry goes out on a new one. A pooled connection to a server that
+/// was stopped while its process lives on stays open and never answers; without this bound the
+/// run sat silent until the stall watchdog ended it.
+async fn answered_within<T>(
+    send: impl std::future::Future<Output = T>,
+    last_part: &std::sync::Mutex<tokio::time::Instant>,
+    timeout: Duration,
+) -> Result<T, ModelError> {
+    let mut send = std::pin::pin!(send);
+    loop {
+        let due = *last_part.lock().unwrap_or_else(|p| p.into_inner()) + timeout;
+        tokio::select! {
+            sent = &mut send => return Ok(sent),
+            () = tokio::time::sleep_until(due) => {
+                let last = *last_part.lock().unwrap_or_else(|p| p.into_inner());
+                if last + timeout <= tokio::time::Instant::now() {
+                    return Err(ModelError::Transient {
+                        code: "response_timeout",
+                        retry_after: None,
+                        message: format!("no response within {} ms of the request", timeout.as_millis()),
+                    });
+                }
+            }
+        }
     }
 }
 

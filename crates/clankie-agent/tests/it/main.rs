@@ -43,6 +43,7 @@ impl Rig {
                 base_url: self.standin.base_url(),
                 model: "standin".into(),
                 api_key: Some("sk-test-key".into()),
+                response_timeout: clankie_agent::DEFAULT_RESPONSE_TIMEOUT,
             })
             .unwrap(),
         )

@@ -138,7 +138,12 @@ async fn a_big_request_whose_upload_outlasts_the_silence_is_alive_while_it_moves
     // 16 MB at 4 MB a second: four seconds of upload.
     let url = slow_reader(4_000_000, "A very large map.").await;
     let model = clankie_agent::Model::OpenAi(
-        clankie_agent::OpenAiClient::new(clankie_agent::OpenAiConfig { base_url: url, model: "slow".into(), api_key: None }).unwrap(),
+        clankie_agent::OpenAiClient::new(clankie_agent::OpenAiConfig {
+            base_url: url,
+            model: "slow".into(),
+            api_key: None,
+            response_timeout: clankie_agent::DEFAULT_RESPONSE_TIMEOUT,
+        }).unwrap(),
     );
     let picture = format!("data:image/png;base64,{}", "A".repeat(16_000_000));
     let mut message = user("1", "what is this?");
