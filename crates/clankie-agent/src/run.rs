@@ -508,6 +508,10 @@ async fn run_tools(turn: &AssistantTurn, session: &mut Session, ctx: &RunCtx) ->
         };
         session.append(EntryBody::ToolResult { call_id: call.id.clone(), name: call.name.clone(), content, is_error }).await?;
     }
+    // A test's window between a tool's result and the next model request (a server restarted there).
+    if let Some(held) = clankie_settings::fault::hold("agent.after_tools") {
+        tokio::time::sleep(held).await;
+    }
     Ok(())
 }
 

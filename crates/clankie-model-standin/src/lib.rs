@@ -7,7 +7,8 @@
 //! recorded, so a test can assert exactly what the model was sent.
 //!
 //! Scripts are queued in process with [`StandIn::script`] or over HTTP with
-//! `POST /control/script`; `GET /control/requests` lists what was recorded.
+//! `POST /control/script`; `GET /control/requests` lists what was recorded;
+//! `POST /control/abandon` stops it listening while its open connections hang ([`StandIn::abandon`]).
 //! It also serves the OpenAI audio routes over the offline speech engines ([`audio`]).
 
 pub mod audio;
@@ -172,6 +173,10 @@ struct Inner {
 pub struct Shared {
     inner: Arc<Mutex<Inner>>,
     arrived: Arc<tokio::sync::Notify>,
+    /// Set by [`StandIn::abandon`]: the listener is gone and requests are never answered.
+    abandoned: Arc<std::sync::atomic::AtomicBool>,
+    abandon: Arc<tokio::sync::Notify>,
+    unbound: Arc<tokio::sync::Notify>,
     /// The audio routes' scripts and grammar.
     pub audio: audio::AudioShared,
 }
@@ -209,20 +214,22 @@ impl StandIn {
     pub async fn serve(addr: SocketAddr) -> std::io::Result<StandIn> {
         let listener = tokio::net::TcpListener::bind(addr).await?;
         let addr = listener.local_addr()?;
-        // Linger zero: an aborted connection (`Reply::Reset`) goes out as a TCP reset, not a FIN.
-        // (tokio deprecates SO_LINGER because a non-zero linger blocks on drop; zero never does.)
-        let listener = axum::serve::ListenerExt::tap_io(listener, |tcp: &mut tokio::net::TcpStream| {
-            #[allow(deprecated)]
-            let _ = tcp.set_linger(Some(Duration::ZERO));
-        });
         let shared = Shared::default();
         let app = router(shared.clone());
+        let listener = Abandonable { listener: Some(listener), addr, shared: shared.clone() };
         let task = tokio::spawn(async move {
             if let Err(e) = axum::serve(listener, app).await {
                 tracing::error!(error = %e, "model stand-in stopped");
             }
         });
         Ok(StandIn { addr, shared, task })
+    }
+
+    /// Stops listening the way a server stopped inside a process that lives on does: the
+    /// port is free for a new server, but the keep-alive connections it accepted stay open,
+    /// and a request arriving on one is recorded and never answered (what served it is gone).
+    pub async fn abandon(&self) {
+        abandon(&self.shared).await;
     }
 
     /// The base URL to configure as the provider (`http://127.0.0.1:<port>/v1`).
@@ -283,6 +290,7 @@ pub fn router(shared: Shared) -> Router {
         .route("/v1/chat/completions", post(completions))
         .route("/control/script", post(add_script))
         .route("/control/requests", get(list_requests).delete(clear_requests))
+        .route("/control/abandon", post(abandon_route))
         // A request carrying a 25 MB picture as base64 is about 34 MB, as a provider takes it.
         .layer(axum::extract::DefaultBodyLimit::max(64 * 1024 * 1024))
         .with_state(shared)
@@ -292,6 +300,60 @@ pub fn router(shared: Shared) -> Router {
 async fn add_script(State(shared): State<Shared>, axum::Json(script): axum::Json<Script>) -> StatusCode {
     shared.lock().scripts.push(script);
     StatusCode::NO_CONTENT
+}
+
+/// Marks the stand-in abandoned and returns once its listener is closed.
+async fn abandon(shared: &Shared) {
+    shared.abandoned.store(true, std::sync::atomic::Ordering::SeqCst);
+    shared.abandon.notify_one();
+    shared.unbound.notified().await;
+}
+
+/// `POST /control/abandon`: [`StandIn::abandon`] for a stand-in in a process of its own.
+async fn abandon_route(State(shared): State<Shared>) -> StatusCode {
+    abandon(&shared).await;
+    StatusCode::NO_CONTENT
+}
+
+/// The stand-in's listener. Abandoning it closes the socket but keeps axum's server running,
+/// so the connections it accepted are never told to shut down: they stay open, as those of
+/// a server stopped inside a process that lives on do.
+struct Abandonable {
+    listener: Option<tokio::net::TcpListener>,
+    addr: SocketAddr,
+    shared: Shared,
+}
+
+impl axum::serve::Listener for Abandonable {
+    type Io = tokio::net::TcpStream;
+    type Addr = SocketAddr;
+
+    async fn accept(&mut self) -> (Self::Io, Self::Addr) {
+        loop {
+            let Some(listener) = &self.listener else { return std::future::pending().await };
+            tokio::select! {
+                accepted = listener.accept() => match accepted {
+                    Ok((tcp, peer)) => {
+                        // Linger zero: an aborted connection (`Reply::Reset`) goes out as a TCP reset, not a FIN.
+                        // (tokio deprecates SO_LINGER because a non-zero linger blocks on drop; zero never does.)
+                        #[allow(deprecated)]
+                        let _ = tcp.set_linger(Some(Duration::ZERO));
+                        return (tcp, peer);
+                    }
+                    // Out of file descriptors and the like: try again shortly, as axum's own listener does.
+                    Err(_) => tokio::time::sleep(Duration::from_millis(10)).await,
+                },
+                () = self.shared.abandon.notified() => {
+                    self.listener = None;
+                    self.shared.unbound.notify_one();
+                }
+            }
+        }
+    }
+
+    fn local_addr(&self) -> std::io::Result<Self::Addr> {
+        Ok(self.addr)
+    }
 }
 
 async fn list_requests(State(shared): State<Shared>) -> axum::Json<Vec<RecordedRequest>> {
@@ -323,9 +385,13 @@ async fn completions(State(shared): State<Shared>, headers: HeaderMap, body: Byt
         .is_some_and(|v| v.starts_with("Bearer ") && v.len() > "Bearer ".len());
     let at_ms = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0);
     let request = RecordedRequest { body, token_estimate: (chars / 4) as u64, bearer_token, at_ms };
-    let reply = shared.take(&request);
+    let abandoned = shared.abandoned.load(std::sync::atomic::Ordering::SeqCst);
+    let reply = if abandoned { Reply::Empty } else { shared.take(&request) };
     shared.lock().requests.push(request.clone());
     shared.arrived.notify_waiters();
+    if abandoned {
+        return std::future::pending().await;
+    }
 
     match reply {
         Reply::RateLimited { retry_after_secs } => {

@@ -9,21 +9,21 @@ use clankie_model_standin::{Reply, Script, StandIn};
 use clankie_testkit::{TestDb, TestDir, TestNats, until};
 use tokio::process::{Child, Command};
 
-const GENERAL: u64 = 200;
+pub(crate) const GENERAL: u64 = 200;
 
 /// What the services under test run against: a `nats-server` and a database of the test's own
 /// (migrated, streams declared), the loopback Discord and the model stand-in.
-struct Cast {
-    nats: TestNats,
-    db: TestDb,
-    dir: TestDir,
-    discord: Loopback,
-    standin: StandIn,
-    store: clankie_store::Store,
+pub(crate) struct Cast {
+    pub(crate) nats: TestNats,
+    pub(crate) db: TestDb,
+    pub(crate) dir: TestDir,
+    pub(crate) discord: Loopback,
+    pub(crate) standin: StandIn,
+    pub(crate) store: clankie_store::Store,
 }
 
 impl Cast {
-    async fn start(discord: LoopbackConfig) -> Cast {
+    pub(crate) async fn start(discord: LoopbackConfig) -> Cast {
         let (nats, db, dir) = (TestNats::start().unwrap(), TestDb::create().await, TestDir::new());
         let discord = Loopback::serve("127.0.0.1:0".parse().unwrap(), discord).await.unwrap();
         let standin = StandIn::start().await.unwrap();
@@ -35,7 +35,7 @@ impl Cast {
     }
 
     /// `clankie <which>` as replica `replica`, with a fault point and extra settings.
-    fn service(&self, which: &str, replica: &str, fault: Option<&str>, extra: &[(&str, &str)]) -> Child {
+    pub(crate) fn service(&self, which: &str, replica: &str, fault: Option<&str>, extra: &[(&str, &str)]) -> Child {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_clankie"));
         cmd.arg(which)
             .env("CLANKIE_NATS_URL", self.nats.url())
@@ -62,7 +62,7 @@ impl Cast {
     }
 
     /// `author` addresses him in the general channel; the message's id.
-    fn mention(&self, author: &str, content: &str) -> u64 {
+    pub(crate) fn mention(&self, author: &str, content: &str) -> u64 {
         self.discord.user_message(NewMessage {
             channel_id: GENERAL,
             author: author.into(),
@@ -220,13 +220,13 @@ async fn shard_lease_a_gateway_killed_hands_its_shards_to_the_other_which_answer
 }
 
 /// A small deterministic generator, so a failing round can be replayed from its printed seed.
-struct Rounds(u64);
+pub(crate) struct Rounds(u64);
 
 impl Rounds {
-    /// The rounds to run (`CLANKIE_CHAOS_ROUNDS`, 3 by default) and a generator seeded from
+    /// The rounds to run (`CLANKIE_CHAOS_ROUNDS`, else `ci_rounds`) and a generator seeded from
     /// `CLANKIE_CHAOS_SEED` or the clock; the seed is printed under `what`.
-    fn from_env(what: &str) -> (usize, Rounds) {
-        let rounds = std::env::var("CLANKIE_CHAOS_ROUNDS").ok().and_then(|v| v.parse().ok()).unwrap_or(3);
+    pub(crate) fn from_env(what: &str, ci_rounds: usize) -> (usize, Rounds) {
+        let rounds = std::env::var("CLANKIE_CHAOS_ROUNDS").ok().and_then(|v| v.parse().ok()).unwrap_or(ci_rounds);
         let seed = std::env::var("CLANKIE_CHAOS_SEED")
             .ok()
             .and_then(|v| v.parse().ok())
@@ -235,7 +235,7 @@ impl Rounds {
         (rounds, Rounds(seed))
     }
 
-    fn below(&mut self, n: u64) -> u64 {
+    pub(crate) fn below(&mut self, n: u64) -> u64 {
         self.0 ^= self.0 << 13;
         self.0 ^= self.0 >> 7;
         self.0 ^= self.0 << 17;
@@ -250,7 +250,7 @@ impl Rounds {
 /// mode) and `CLANKIE_CHAOS_SEED` replays a run.
 #[tokio::test]
 async fn chaos_outcomes_the_lane_owner_killed_at_a_random_point_of_a_burst_answers_it_once_and_shows_every_outcome() {
-    let (rounds, mut random) = Rounds::from_env("chaos owner kill");
+    let (rounds, mut random) = Rounds::from_env("chaos owner kill", 3);
     let cast = Cast::start(LoopbackConfig::default()).await;
     let _dump = DumpLogsOnPanic(cast.dir.path().to_owned(), &["captain-a", "captain-b", "gateway"]);
     let (discord, standin, store) = (&cast.discord, &cast.standin, &cast.store);
@@ -408,7 +408,7 @@ async fn chaos_outcomes_the_lane_owner_killed_at_a_random_point_of_a_burst_answe
 #[tokio::test]
 async fn chaos_outcomes_the_gateway_killed_while_outcomes_are_in_flight_shows_every_outcome() {
     const DEATHS: [Option<&str>; 3] = [None, Some("gateway.before_reaction"), Some("gateway.after_reaction")];
-    let (rounds, mut random) = Rounds::from_env("chaos outcomes gateway kill");
+    let (rounds, mut random) = Rounds::from_env("chaos outcomes gateway kill", 3);
     let cast = Cast::start(LoopbackConfig { heartbeat_interval_ms: 5_000, ..Default::default() }).await;
     let _dump = DumpLogsOnPanic(cast.dir.path().to_owned(), &["captain", "gateway"]);
     let (discord, standin, store) = (&cast.discord, &cast.standin, &cast.store);
@@ -514,7 +514,7 @@ async fn unshown_outcomes(cast: &Cast, ids: &[u64], within: Duration) -> Vec<(u6
 }
 
 /// Prints the services' logs when the test fails, so a failed round explains itself.
-struct DumpLogsOnPanic(std::path::PathBuf, &'static [&'static str]);
+pub(crate) struct DumpLogsOnPanic(pub(crate) std::path::PathBuf, pub(crate) &'static [&'static str]);
 
 impl Drop for DumpLogsOnPanic {
     fn drop(&mut self) {

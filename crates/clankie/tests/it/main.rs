@@ -2,6 +2,7 @@
 
 mod audit;
 mod chaos;
+mod chaos_model_server;
 mod healthcheck;
 mod invariants;
 mod manifests;
