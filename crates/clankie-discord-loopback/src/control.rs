@@ -65,6 +65,7 @@ pub(crate) fn routes() -> Router<Arc<State>> {
         .route("/control/posts", get(posts))
         .route("/control/typing", get(typing).post(user_typing))
         .route("/control/outcomes", get(outcomes))
+        .route("/control/limits", get(limits))
         .route("/control/drop", post(drop_connections))
         .route("/control/voice/join", post(voice_join))
         .route("/control/voice/leave", post(voice_leave))
@@ -297,6 +298,11 @@ async fn user_typing(AxState(state): AxState<Arc<State>>, Json(t): Json<NewTypin
     }
     state.user_typing(t.channel_id, &t.author);
     StatusCode::NO_CONTENT.into_response()
+}
+
+/// `GET /control/limits`: what Discord's limits counted ([`crate::LimitCounts`]).
+async fn limits(AxState(state): AxState<Arc<State>>) -> Json<crate::LimitCounts> {
+    Json(state.limits.counts())
 }
 
 async fn outcomes(AxState(state): AxState<Arc<State>>, Query(q): Query<ChannelQuery>) -> Json<Value> {

@@ -7,12 +7,15 @@
 //!   ack, Resume with replay of missed dispatches → Resumed, Invalid Session;
 //! - REST under `/api/v10`: create message (nonce enforcement, replies),
 //!   trigger typing, channel messages, edit and delete, reactions,
-//!   `gateway/bot`, `users/@me`, and attachment downloads.
+//!   `gateway/bot`, `users/@me`, and attachment downloads, all under Discord's
+//!   rate limits ([`Limits`]: headers, 429s, the invalid-request ban, the
+//!   gateway's command cap).
 //!
 //! A JSON control API on the same port drives it (`/control/...`), and `/`
 //! serves the sandbox room page where a person chats as several users.
 
 mod control;
+mod limits;
 mod model;
 mod rest;
 mod state;
@@ -26,6 +29,7 @@ use std::time::Duration;
 use axum::Router;
 use serde::{Deserialize, Serialize};
 
+pub use limits::{LimitCounts, Limits};
 pub use state::{Post, StoredMessage};
 
 /// A channel of the loopback guild.
@@ -75,6 +79,9 @@ pub struct LoopbackConfig {
     /// `/gateway/bot` reports it; one sooner is counted as too fast.
     #[serde(default = "one")]
     pub max_concurrency: u32,
+    /// Discord's REST and gateway limits, kept as Discord keeps them (on by default).
+    #[serde(default)]
+    pub limits: Limits,
 }
 
 fn one() -> u32 {
@@ -119,6 +126,7 @@ impl Default for LoopbackConfig {
             voice_roots: None,
             shards: 1,
             max_concurrency: 1,
+            limits: Limits::default(),
         }
     }
 }
@@ -219,6 +227,11 @@ impl Loopback {
     /// The shards with a gateway connection attached now.
     pub fn attached_shards(&self) -> Vec<u32> {
         self.state.attached_shards()
+    }
+
+    /// What the limits counted: 429s by scope, invalid requests, ban refusals, gateway closes.
+    pub fn limit_counts(&self) -> LimitCounts {
+        self.state.limits.counts()
     }
 
     /// How many resumes succeeded.
@@ -333,7 +346,7 @@ pub const MAX_UPLOAD: usize = 50 * 1024 * 1024;
 fn router(state: Arc<state::State>) -> Router {
     Router::new()
         .merge(ws::routes())
-        .merge(rest::routes())
+        .merge(rest::routes().route_layer(axum::middleware::from_fn_with_state(state.clone(), limits::enforce)))
         .merge(control::routes())
         // Uploads as big as Discord takes from a bot in a boosted guild, and a test's big attachments.
         .layer(axum::extract::DefaultBodyLimit::max(MAX_UPLOAD))

@@ -133,6 +133,8 @@ pub(crate) struct State {
     pub dispatched: broadcast::Sender<()>,
     pub drop_all: broadcast::Sender<()>,
     pub attached_changed: Notify,
+    /// Discord's limits as they stand for this loopback's clients.
+    pub limits: crate::limits::Keeper,
 }
 
 /// Discord's spacing of identifies within one `max_concurrency` bucket.
@@ -152,6 +154,7 @@ impl State {
             dispatched: broadcast::channel(1024).0,
             drop_all: broadcast::channel(4).0,
             attached_changed: Notify::new(),
+            limits: crate::limits::Keeper::default(),
         }
     }
 

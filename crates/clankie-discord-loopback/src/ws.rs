@@ -38,6 +38,7 @@ async fn serve(mut socket: WebSocket, state: Arc<State>) {
     let mut session: Option<String> = None;
     let mut shard = 0u32;
     let mut sent = 0u64;
+    let mut commands = crate::limits::CommandWindow::new(&state.config.limits);
     loop {
         tokio::select! {
             incoming = socket.recv() => {
@@ -47,6 +48,12 @@ async fn serve(mut socket: WebSocket, state: Arc<State>) {
                     Message::Close(_) => break,
                     _ => continue,
                 };
+                if !commands.take() {
+                    // Discord disconnects a client past its command budget with 4008.
+                    state.limits.gateway_closed();
+                    let _ = socket.send(Message::Close(Some(axum::extract::ws::CloseFrame { code: 4008, reason: "Rate limited.".into() }))).await;
+                    break;
+                }
                 let Ok(frame) = serde_json::from_str::<Value>(&text) else {
                     let _ = socket.send(Message::Close(None)).await;
                     break;

@@ -54,6 +54,8 @@ pub struct SandboxOptions {
     pub clock: Option<std::sync::Arc<dyn clankie_agent::Clock>>,
     /// The roots the voice CA bundle holds besides the loopback's CA; the system bundle when unset.
     pub voice_roots: Option<std::path::PathBuf>,
+    /// The loopback's Discord limits; Discord's own when unset.
+    pub limits: Option<clankie_discord_loopback::Limits>,
 }
 
 /// A running embedded stack. Dropping it stops the services.
@@ -100,12 +102,13 @@ impl Sandbox {
 
     /// Like [`Sandbox::start`], with the choices only `clankie run` and tests make.
     pub async fn start_with(settings: &Settings, addr: SocketAddr, options: SandboxOptions) -> Result<Sandbox, SandboxError> {
-        let SandboxOptions { clock, voice_roots } = options;
+        let SandboxOptions { clock, voice_roots, limits } = options;
         let config = LoopbackConfig {
             token: settings.discord_token.clone(),
             bot_name: settings.bot_name.clone(),
             voice_dir: Some(voice_dir(settings)),
             voice_roots,
+            limits: limits.unwrap_or_default(),
             ..LoopbackConfig::default()
         };
         let discord = Loopback::serve(addr, config).await.map_err(|source| SandboxError::Loopback { addr, source })?;

@@ -3,6 +3,7 @@
 
 mod body;
 mod ingest;
+mod limits;
 mod stack;
 mod voice;
 

@@ -1,0 +1,304 @@
+//! Discord's limits, kept the way Discord documents them, so every test posts into a world as
+//! strict as the real one: a global budget per bot token, per-route buckets per top-level
+//! resource announced in `X-RateLimit-*` headers on every response, 429s with Discord's body
+//! and scope, the invalid-request counter that ends in a temporary ban, and a cap on the
+//! commands one gateway connection may send.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use axum::extract::{Request, State as AxState};
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+
+use crate::state::State;
+
+/// The limits the loopback keeps; on by default, with Discord's numbers.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Limits {
+    /// Off turns every limit below off (a bench of the service alone, say).
+    pub enforce: bool,
+    /// Requests a second per bot token, across every route.
+    pub global_per_second: u32,
+    /// Message creates per channel per 5 s (observed, not documented).
+    pub message_creates_per_5s: u32,
+    /// Typing triggers per channel per 5 s (assumed; a client refreshes one every 8 s or so).
+    pub typing_per_5s: u32,
+    /// Invalid requests (401, 403, and 429 other than `shared`) per 10 minutes from one client
+    /// before the temporary ban.
+    pub invalid_per_10_min: u32,
+    /// Commands (heartbeats included) one gateway connection may send per 60 s.
+    pub gateway_commands_per_60s: u32,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            enforce: true,
+            global_per_second: 50,
+            message_creates_per_5s: 5,
+            typing_per_5s: 5,
+            invalid_per_10_min: 10_000,
+            gateway_commands_per_60s: 120,
+        }
+    }
+}
+
+/// What the loopback counted, for tests and `GET /control/limits`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LimitCounts {
+    /// 429s of a route bucket (`X-RateLimit-Scope: user`).
+    pub rate_limited_user: u64,
+    /// 429s of the global budget (`X-RateLimit-Scope: global`).
+    pub rate_limited_global: u64,
+    /// Invalid requests in the last 10 minutes.
+    pub invalid_recent: u64,
+    /// Invalid requests since the start.
+    pub invalid_total: u64,
+    /// Requests refused by the ban.
+    pub banned_refusals: u64,
+    /// Gateway connections closed for sending too many commands (4008).
+    pub gateway_rate_limit_closes: u64,
+}
+
+/// A route's bucket: its name (the `X-RateLimit-Bucket` Discord sends), its top-level resource,
+/// and how many requests it allows per window.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+struct Route {
+    bucket: &'static str,
+    resource: u64,
+}
+
+const INVALID_WINDOW: Duration = Duration::from_secs(600);
+const GLOBAL_WINDOW: Duration = Duration::from_secs(1);
+
+/// A fixed window that starts at its first request, as Discord's buckets reset at a time after it.
+#[derive(Debug, Clone, Copy)]
+struct Window {
+    started: Instant,
+    used: u32,
+}
+
+impl Window {
+    /// Takes one request if the window has room; else how long until it resets.
+    fn take(&mut self, limit: u32, length: Duration, now: Instant) -> Result<(), Duration> {
+        if now >= self.started + length {
+            *self = Window { started: now, used: 0 };
+        }
+        if self.used >= limit {
+            return Err(self.started + length - now);
+        }
+        self.used += 1;
+        Ok(())
+    }
+
+    fn reset_after(&self, length: Duration, now: Instant) -> Duration {
+        (self.started + length).saturating_duration_since(now)
+    }
+}
+
+/// The limiter's state, one for the loopback.
+#[derive(Default)]
+pub(crate) struct Keeper {
+    inner: Mutex<Kept>,
+}
+
+#[derive(Default)]
+struct Kept {
+    global: HashMap<String, Window>,
+    routes: HashMap<(String, Route), Window>,
+    invalid: VecDeque<Instant>,
+    counts: LimitCounts,
+}
+
+impl Keeper {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Kept> {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// What was counted so far.
+    pub(crate) fn counts(&self) -> LimitCounts {
+        let mut kept = self.lock();
+        kept.expire_invalid(Instant::now());
+        let mut counts = kept.counts;
+        counts.invalid_recent = kept.invalid.len() as u64;
+        counts
+    }
+
+    /// Counts a gateway connection closed for its command rate.
+    pub(crate) fn gateway_closed(&self) {
+        self.lock().counts.gateway_rate_limit_closes += 1;
+    }
+}
+
+impl Kept {
+    fn expire_invalid(&mut self, now: Instant) {
+        while self.invalid.front().is_some_and(|t| now.duration_since(*t) >= INVALID_WINDOW) {
+            self.invalid.pop_front();
+        }
+    }
+
+    fn count_invalid(&mut self, now: Instant) {
+        self.invalid.push_back(now);
+        self.counts.invalid_total += 1;
+    }
+}
+
+/// The bucket of a REST route, with its limit and window; `None` for what Discord does not
+/// limit here (attachments come from the CDN).
+fn route_of(limits: &Limits, method: &Method, path: &str) -> Option<(Route, u32, Duration)> {
+    let parts: Vec<&str> = path.trim_start_matches("/api/v10/").split('/').collect();
+    let five = Duration::from_secs(5);
+    let (bucket, resource, limit, window) = match (method, parts.as_slice()) {
+        (&Method::POST, ["channels", c, "messages"]) => ("message-create", *c, limits.message_creates_per_5s, five),
+        (&Method::GET, ["channels", c, "messages"]) => ("message-list", *c, 5, Duration::from_secs(1)),
+        (&Method::PATCH | &Method::DELETE, ["channels", c, "messages", _]) => ("message-edit", *c, 5, five),
+        (&Method::PUT, ["channels", c, "messages", _, "reactions", _, "@me"]) => ("reaction", *c, 1, Duration::from_millis(250)),
+        (&Method::POST, ["channels", c, "typing"]) => ("typing", *c, limits.typing_per_5s, five),
+        (_, ["gateway", ..] | ["users", "@me"]) => ("bot", "0", 5, five),
+        _ => return None,
+    };
+    Some((Route { bucket, resource: resource.parse().ok()? }, limit, window))
+}
+
+fn seconds(d: Duration) -> String {
+    format!("{:.3}", d.as_secs_f64())
+}
+
+fn limited(scope: &'static str, retry_after: Duration, route: Option<(Route, u32)>) -> Response {
+    let global = scope == "global";
+    let body = json!({ "message": "You are being rate limited.", "retry_after": (retry_after.as_secs_f64() * 1000.0).ceil() / 1000.0, "global": global });
+    let mut response = (StatusCode::TOO_MANY_REQUESTS, axum::Json(body)).into_response();
+    let headers = response.headers_mut();
+    insert(headers, "retry-after", &retry_after.as_secs_f64().ceil().max(1.0).to_string());
+    insert(headers, "x-ratelimit-scope", scope);
+    if global {
+        insert(headers, "x-ratelimit-global", "true");
+    }
+    if let Some((route, limit)) = route {
+        announce(headers, route, limit, 0, retry_after);
+    }
+    response
+}
+
+fn insert(headers: &mut HeaderMap, name: &'static str, value: &str) {
+    if let Ok(v) = HeaderValue::from_str(value) {
+        headers.insert(name, v);
+    }
+}
+
+/// The headers Discord sends on every response of a limited route.
+fn announce(headers: &mut HeaderMap, route: Route, limit: u32, remaining: u32, reset_after: Duration) {
+    let reset = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default() + reset_after;
+    insert(headers, "x-ratelimit-limit", &limit.to_string());
+    insert(headers, "x-ratelimit-remaining", &remaining.to_string());
+    insert(headers, "x-ratelimit-reset", &seconds(reset));
+    insert(headers, "x-ratelimit-reset-after", &seconds(reset_after));
+    insert(headers, "x-ratelimit-bucket", route.bucket);
+    insert(headers, "x-ratelimit-scope", "user");
+}
+
+/// The middleware in front of `/api/v10`.
+pub(crate) async fn enforce(AxState(state): AxState<Arc<State>>, request: Request, next: Next) -> Response {
+    let limits = &state.config.limits;
+    if !limits.enforce || !request.uri().path().starts_with("/api/v10/") {
+        return next.run(request).await;
+    }
+    let token = request.headers().get("authorization").and_then(|v| v.to_str().ok()).unwrap_or_default().to_owned();
+    // A request without the bot's token is answered 401 by its route and counted invalid; it
+    // spends no bucket of the bot's.
+    let route = if token.strip_prefix("Bot ") == Some(state.config.token.as_str()) {
+        route_of(limits, request.method(), request.uri().path())
+    } else {
+        None
+    };
+    let now = Instant::now();
+    let admitted = {
+        let mut kept = state.limits.lock();
+        kept.expire_invalid(now);
+        if kept.invalid.len() as u64 >= u64::from(limits.invalid_per_10_min) {
+            kept.counts.banned_refusals += 1;
+            // Cloudflare's temporary ban: not Discord's JSON, not its headers.
+            return (StatusCode::FORBIDDEN, "error code: 1015").into_response();
+        }
+        let global = kept.global.entry(token.clone()).or_insert(Window { started: now, used: 0 }).take(limits.global_per_second, GLOBAL_WINDOW, now);
+        match (global, route) {
+            (Err(wait), _) => {
+                kept.counts.rate_limited_global += 1;
+                kept.count_invalid(now);
+                return limited("global", wait, None);
+            }
+            (Ok(()), None) => None,
+            (Ok(()), Some((route, limit, length))) => {
+                let window = kept.routes.entry((token, route)).or_insert(Window { started: now, used: 0 });
+                match window.take(limit, length, now) {
+                    Ok(()) => Some((route, limit, limit - window.used, window.reset_after(length, now))),
+                    Err(wait) => {
+                        kept.counts.rate_limited_user += 1;
+                        kept.count_invalid(now);
+                        return limited("user", wait, Some((route, limit)));
+                    }
+                }
+            }
+        }
+    };
+    let mut response = next.run(request).await;
+    if matches!(response.status(), StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN) {
+        state.limits.lock().count_invalid(Instant::now());
+    }
+    if let Some((route, limit, remaining, reset_after)) = admitted {
+        announce(response.headers_mut(), route, limit, remaining, reset_after);
+    }
+    response
+}
+
+/// Counts one gateway connection's commands over 60 s windows.
+pub(crate) struct CommandWindow {
+    window: Window,
+    limit: u32,
+}
+
+impl CommandWindow {
+    pub(crate) fn new(limits: &Limits) -> CommandWindow {
+        let limit = if limits.enforce { limits.gateway_commands_per_60s } else { u32::MAX };
+        CommandWindow { window: Window { started: Instant::now(), used: 0 }, limit }
+    }
+
+    /// Takes one command; false once the connection is over its limit and must be closed (4008).
+    pub(crate) fn take(&mut self) -> bool {
+        self.window.take(self.limit, Duration::from_secs(60), Instant::now()).is_ok()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_window_refuses_past_its_limit_until_it_resets() {
+        let start = Instant::now();
+        let mut w = Window { started: start, used: 0 };
+        for _ in 0..5 {
+            assert!(w.take(5, Duration::from_secs(5), start).is_ok());
+        }
+        let wait = w.take(5, Duration::from_secs(5), start + Duration::from_secs(2)).unwrap_err();
+        assert_eq!(wait, Duration::from_secs(3));
+        assert!(w.take(5, Duration::from_secs(5), start + Duration::from_secs(5)).is_ok());
+    }
+
+    #[test]
+    fn routes_are_bucketed_by_their_channel() {
+        let l = Limits::default();
+        let (a, limit, _) = route_of(&l, &Method::POST, "/api/v10/channels/200/messages").unwrap();
+        let (b, _, _) = route_of(&l, &Method::POST, "/api/v10/channels/201/messages").unwrap();
+        assert_eq!((a.bucket, a.resource, limit), ("message-create", 200, 5));
+        assert_ne!(a, b);
+        assert_eq!(route_of(&l, &Method::PUT, "/api/v10/channels/200/messages/7/reactions/%E2%9C%85/@me").unwrap().0.bucket, "reaction");
+        assert!(route_of(&l, &Method::GET, "/attachments/1/a.png").is_none());
+    }
+}
