@@ -429,6 +429,22 @@ impl Progress {
     pub async fn in_progress(&self) -> Result<(), BusError> {
         self.0.ack_with(AckKind::Progress).await.map_err(|e| BusError::Ack { sequence: 0, detail: e.to_string() })
     }
+
+    /// Runs `work`, restarting the event's ack wait every `every` until it is done: a live
+    /// replica keeps what it works on however long it takes, while a dead one's comes back
+    /// after one short ack wait.
+    pub async fn while_working<F: std::future::Future>(&self, work: F, every: Duration) -> F::Output {
+        let mut work = std::pin::pin!(work);
+        let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
+        loop {
+            tokio::select! {
+                done = &mut work => return done,
+                _ = tick.tick() => {
+                    let _ = self.in_progress().await;
+                }
+            }
+        }
+    }
 }
 
 #[cfg(test)]

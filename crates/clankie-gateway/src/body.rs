@@ -17,6 +17,14 @@ use crate::{Gateway, GatewayError};
 /// The bucket that maps each turn's tool card to its Discord message.
 const CARDS_BUCKET: &str = "clankie-cards";
 
+/// How long an outbound message a gateway took stays its own without word from it. While it
+/// posts (a long reply waits on the channel's bucket) it says it is still at work; one that
+/// dies holding a reply hands it on after this, and Discord's enforced nonce keeps the pieces
+/// it did post from posting twice.
+const BODY_ACK_WAIT: Duration = Duration::from_secs(10);
+/// Outbound messages pulled at once, each waiting its turn inside its ack wait.
+const BODY_PREFETCH: usize = 16;
+
 /// How long an outcome a gateway took stays its own before JetStream hands it to another (or
 /// to the same one restarted). A reaction is one idempotent PUT, so a second try is harmless,
 /// while a long wait leaves the room without the outcome after a gateway dies holding it.
@@ -91,12 +99,14 @@ fn classify(e: &twilight_http::Error) -> PostError {
 
 impl Gateway {
     pub(crate) async fn run_body(&self) -> Result<(), GatewayError> {
-        let spec = ConsumerSpec::durable("gateway-body", Family::BodySend);
+        let spec = ConsumerSpec::durable("gateway-body", Family::BodySend).with_ack_wait(BODY_ACK_WAIT).with_prefetch(BODY_PREFETCH, 0);
         let mut consumer = self.inner.bus.consumer::<v1::OutboundMessage>(spec).await?;
         loop {
             let d = consumer.next().await?;
             let span = tracing::info_span!("delivery", delivery_id = %d.event.delivery_id);
-            let _ = tracing::Instrument::instrument(self.deliver(d), span).await;
+            let progress = d.progress();
+            let work = progress.while_working(self.deliver(d), BODY_ACK_WAIT / 3);
+            let _ = tracing::Instrument::instrument(work, span).await;
         }
     }
 
@@ -167,6 +177,7 @@ impl Gateway {
             let bytes = serde_json::to_vec(&body).map_err(|_| PostError::Refused(0))?;
             let request = self.inner.http.create_message(channel).payload_json(&bytes);
             let request = if last && !files.is_empty() { request.attachments(&files) } else { request };
+            clankie_settings::fault::point("gateway.before_post");
             let posted = request.await.map_err(|e| classify(&e))?;
             if i == 0 {
                 first_message = posted.model().await.map(|m| m.id.get()).unwrap_or(0);

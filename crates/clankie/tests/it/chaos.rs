@@ -401,14 +401,16 @@ async fn chaos_outcomes_the_lane_owner_killed_at_a_random_point_of_a_burst_answe
 
 /// A three-message burst each round (one addressed, two not, the model thinking 2 s), and the
 /// gateway killed while the turn's outcomes are in flight, then started again. The rounds take
-/// turns at how it dies: SIGKILL at a random moment around the settle, or an exit at the fault
+/// turns at how it dies: SIGKILL at a random moment around the settle, an exit at the fault
 /// point just before or just after its first reaction's REST call (holding that outcome and the
-/// ones pulled behind it unacked). Every outcome becomes its reaction within
-/// [`OUTCOME_SHOWN_WITHIN`] of the gateway's death, and no message is answered twice.
+/// ones pulled behind it unacked), or one just before it posts the reply. Every outcome becomes
+/// its reaction within [`OUTCOME_SHOWN_WITHIN`] of the gateway's death, the reply follows
+/// within 15 s of that, and no message is answered twice.
 #[tokio::test]
 async fn chaos_outcomes_the_gateway_killed_while_outcomes_are_in_flight_shows_every_outcome() {
-    const DEATHS: [Option<&str>; 3] = [None, Some("gateway.before_reaction"), Some("gateway.after_reaction")];
-    let (rounds, mut random) = Rounds::from_env("chaos outcomes gateway kill", 3);
+    const DEATHS: [Option<&str>; 4] =
+        [None, Some("gateway.before_reaction"), Some("gateway.after_reaction"), Some("gateway.before_post")];
+    let (rounds, mut random) = Rounds::from_env("chaos outcomes gateway kill", DEATHS.len());
     let cast = Cast::start(LoopbackConfig { heartbeat_interval_ms: 5_000, ..Default::default() }).await;
     let _dump = DumpLogsOnPanic(cast.dir.path().to_owned(), &["captain", "gateway"]);
     let (discord, standin, store) = (&cast.discord, &cast.standin, &cast.store);
@@ -472,18 +474,33 @@ async fn chaos_outcomes_the_gateway_killed_while_outcomes_are_in_flight_shows_ev
         assert!(unshown.is_empty(), "round {round}: outcomes not shown in the room within {OUTCOME_SHOWN_WITHIN:?}: {unshown:?}");
         slowest = slowest.max(took);
         outcomes += ids.len();
-        let answered = discord.posts(GENERAL).iter().filter(|p| p.reply_to.is_some_and(|r| ids.contains(&r))).count();
         let mut replied = 0;
         for id in ids {
             let kind = store.outcome(&id.to_string()).await.unwrap().map(|o| o.kind);
             replied += usize::from(kind == Some(clankie_proto::v1::OutcomeKind::Replied));
         }
+        // A reaction may land before its reply, which waits its turn in the channel's message bucket.
+        wait_for_replies(discord, &ids, replied).await;
+        println!("round {round}: the reply posted {:?} after the gateway died", died.elapsed());
+        let answered = discord.posts(GENERAL).iter().filter(|p| p.reply_to.is_some_and(|r| ids.contains(&r))).count();
         assert_eq!(answered, replied, "round {round}: each replied delivery has exactly one reply");
         replies += answered;
     }
     println!(
         "chaos outcomes gateway kill: rounds {rounds}, outcomes {outcomes}, shown {outcomes}, slowest shown {slowest:?} after the death, replies {replies}"
     );
+}
+
+/// Waits until `n` posts in the general channel answer one of `ids` (a burst's reply threads
+/// onto whichever of its messages the turn answered).
+pub(crate) async fn wait_for_replies(discord: &Loopback, ids: &[u64], n: usize) {
+    let answering = || discord.posts(GENERAL).iter().filter(|p| p.reply_to.is_some_and(|r| ids.contains(&r))).count();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
+    while answering() < n {
+        let posts: Vec<(u64, Option<u64>)> = discord.posts(GENERAL).iter().map(|p| (p.id, p.reply_to)).collect();
+        assert!(tokio::time::Instant::now() < deadline, "fewer than {n} replies to {ids:?}; posts (id, reply to): {posts:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }
 
 /// How long a settled outcome may take to become its reaction in the room: the relay's pass,

@@ -207,6 +207,9 @@ async fn chaos_model_server_restarted_on_the_same_port_every_next_turn_answers_w
         assert_ne!(outcome.failure_code, Some(FailureCode::CaptainTurnStalled), "round {round} ({death:?}): stalled with a live server");
         assert_eq!(outcome.kind, OutcomeKind::Replied, "round {round} ({death:?}): {outcome:?}");
         assert!(took <= bound, "round {round} ({death:?}): answered {took:?} after the fault, over the stall bound plus a tick");
+        // The reply follows its committed outcome through the outbox and the body, inside the channel's
+        // 5-per-5-s bucket (tool cards and earlier rounds' replies share it).
+        crate::chaos::wait_for_replies(discord, &[id], 1).await;
         let posts = discord.posts(GENERAL);
         let replies: Vec<_> = posts.iter().filter(|p| p.reply_to == Some(id)).collect();
         assert_eq!(replies.len(), 1, "round {round} ({death:?}): one reply");
