@@ -60,6 +60,28 @@ pub fn split(text: &str, max: usize) -> Vec<String> {
     pieces
 }
 
+/// What closes a reply cut at its piece bound.
+const CUT_NOTE: &str = "\n(I cut this short: it ran longer than I may post at once.)";
+
+/// Keeps at most `max` pieces; a reply cut there ends with [`CUT_NOTE`], its last kept piece
+/// shortened to leave room for it. Returns the pieces and how many were left out.
+pub fn bound_pieces(mut pieces: Vec<String>, max: usize) -> (Vec<String>, usize) {
+    let max = max.max(1);
+    if pieces.len() <= max {
+        return (pieces, 0);
+    }
+    let cut = pieces.len() - max;
+    pieces.truncate(max);
+    if let Some(last) = pieces.last_mut() {
+        let room = MAX_MESSAGE - CUT_NOTE.chars().count();
+        if last.chars().count() > room {
+            *last = last.chars().take(room).collect::<String>().trim_end().to_owned();
+        }
+        last.push_str(CUT_NOTE);
+    }
+    (pieces, cut)
+}
+
 /// Discord's nonce for one piece of an outbound message: a stable number from its idempotency key.
 pub fn nonce(key: &str, piece: usize) -> String {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
@@ -154,7 +176,7 @@ impl Gateway {
                 }
             }
         }
-        let pieces = split(&text, MAX_MESSAGE);
+        let (pieces, cut) = bound_pieces(split(&text, MAX_MESSAGE), self.inner.config.reply_max_pieces);
         // The first piece's Discord id: a redelivery answered by the nonce gets the same one, a
         // true second post another, which is what `clankie audit` counts.
         let mut first_message = 0u64;
@@ -192,6 +214,7 @@ impl Gateway {
                 .with_id("key", out.idempotency_key.as_str())
                 .with_code(if out.kind == v1::OutboundKind::Reply as i32 { "reply" } else { "text_update" })
                 .with_count("pieces", pieces.len() as i64)
+                .with_count("pieces_cut", cut as i64)
                 .with_count("chars", text.chars().count() as i64)
                 .with_count("artifacts_missing", missing)
                 .with_count("artifacts_attached", files.len() as i64)
@@ -418,6 +441,18 @@ mod tests {
         assert_eq!(split("short", MAX_MESSAGE), ["short"]);
         let multibyte = "é".repeat(2001);
         assert!(split(&multibyte, MAX_MESSAGE).iter().all(|p| p.chars().count() <= MAX_MESSAGE));
+    }
+
+    #[test]
+    fn reply_pieces_past_the_bound_are_cut_with_a_note_inside_the_limit() {
+        let pieces = split(&"word ".repeat(2_000 * 3), MAX_MESSAGE);
+        let whole = pieces.len();
+        let (kept, cut) = bound_pieces(pieces.clone(), 3);
+        assert_eq!((kept.len(), cut), (3, whole - 3));
+        assert!(kept[2].ends_with(CUT_NOTE));
+        assert!(kept.iter().all(|p| p.chars().count() <= MAX_MESSAGE), "{:?}", kept.iter().map(|p| p.chars().count()).collect::<Vec<_>>());
+        assert_eq!(kept[..2], pieces[..2]);
+        assert_eq!(bound_pieces(pieces.clone(), whole), (pieces, 0));
     }
 
     #[test]

@@ -57,6 +57,8 @@ pub struct GatewayConfig {
     /// Where shard session state is saved so a restart resumes.
     pub state_dir: PathBuf,
     pub history_limit: u32,
+    /// Discord messages one reply may take (`CLANKIE_REPLY_MAX_PIECES`).
+    pub reply_max_pieces: usize,
     /// This replica's name (`CLANKIE_REPLICA_ID`): its own consumers are named by it, never by pid.
     pub replica: String,
     /// How long an ingress publish may wait for JetStream before the shard gives the message
@@ -91,6 +93,7 @@ impl GatewayConfig {
             typing_max: settings.stall_silence + Duration::from_secs(60),
             state_dir: settings.state_root.join("gateway"),
             history_limit: settings.history_limit,
+            reply_max_pieces: settings.reply_max_pieces,
             replica: settings.replica_id.clone(),
             publish_patience: settings.gateway_publish_patience,
             shards: settings.discord_shards,

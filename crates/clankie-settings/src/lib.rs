@@ -266,6 +266,11 @@ pub const SETTINGS: &[Setting] = &[
         doc: "A tool-only phase longer than this shows the tool-activity card.",
     },
     Setting {
+        name: "CLANKIE_REPLY_MAX_PIECES",
+        default: "10",
+        doc: "Discord messages one reply may take (2,000 characters each); past it the reply is cut with a short note.",
+    },
+    Setting {
         name: "CLANKIE_HISTORY_LIMIT",
         default: "10",
         doc: "Channel messages a cold lane's first prompt carries, as an untrusted block.",
@@ -480,6 +485,8 @@ pub struct Settings {
     pub tool_card_delay: Duration,
     /// Messages of history a cold lane is given.
     pub history_limit: u32,
+    /// Discord messages one reply may take before it is cut.
+    pub reply_max_pieces: usize,
     /// User ids granted the elevated tools.
     pub operator_grants: Vec<u64>,
     /// How long experiences are kept.
@@ -580,6 +587,7 @@ impl fmt::Debug for Settings {
             .field("exchange_window", &self.exchange_window)
             .field("tool_card_delay", &self.tool_card_delay)
             .field("history_limit", &self.history_limit)
+            .field("reply_max_pieces", &self.reply_max_pieces)
             .field("operator_grants", &self.operator_grants)
             .field("experience_ttl", &self.experience_ttl)
             .field("typing_hold", &self.typing_hold)
@@ -791,6 +799,7 @@ impl Settings {
         let exchange_window = ms("CLANKIE_EXCHANGE_WINDOW_MS", 300_000, 0)?;
         let tool_card_delay = ms("CLANKIE_TOOL_CARD_DELAY_MS", 3_000, 0)?;
         let history_limit = number(var("CLANKIE_HISTORY_LIMIT"), "CLANKIE_HISTORY_LIMIT", 10, 0, 100)? as u32;
+        let reply_max_pieces = number(var("CLANKIE_REPLY_MAX_PIECES"), "CLANKIE_REPLY_MAX_PIECES", 10, 1, 1_000)? as usize;
         let operator_grants = ids(var("CLANKIE_OPERATOR_GRANTS"), "CLANKIE_OPERATOR_GRANTS")?;
         let typing_hold = ms("CLANKIE_TYPING_HOLD_MS", 8_000, 0)?;
         let experience_ttl = Duration::from_secs(secs(var("CLANKIE_EXPERIENCE_TTL_SECS"), "CLANKIE_EXPERIENCE_TTL_SECS", 24 * 3600, 1)?);
@@ -897,6 +906,7 @@ impl Settings {
             exchange_window,
             tool_card_delay,
             history_limit,
+            reply_max_pieces,
             operator_grants,
             experience_ttl,
             typing_hold,

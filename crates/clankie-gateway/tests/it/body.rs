@@ -51,6 +51,25 @@ async fn long_replies_split_and_every_piece_goes_out() {
 }
 
 #[tokio::test]
+async fn long_reply_past_the_piece_bound_posts_the_bound_and_says_it_was_cut() {
+    let rig = Rig::new().await;
+    let (_gateway, _task) = rig.gateway_with(clankie_gateway::GatewayConfig { reply_max_pieces: 3, ..rig.gateway_config() }).await;
+    let asked = rig.say(GENERAL, "ada", "@Clankie tell me everything");
+    let text = "The bracket has many rounds. ".repeat(400);
+    rig.bus.publish(&Subject::BodySend { channel: GENERAL }, &reply(asked, "reply:bounded", &text), None).await.unwrap();
+    until("the pieces", Duration::from_secs(10), || rig.discord.posts(GENERAL).len() >= 3).await;
+    // A later reply is the barrier: a fourth piece of the first would be in before it.
+    rig.bus.publish(&Subject::BodySend { channel: GENERAL }, &reply(asked, "reply:after", "and that is all"), None).await.unwrap();
+    until("the later reply", Duration::from_secs(10), || rig.discord.posts(GENERAL).iter().any(|p| p.content == "and that is all")).await;
+    let posts = rig.discord.posts(GENERAL);
+    let pieces = text.chars().count().div_ceil(2000);
+    println!("long reply: {} characters, {pieces}+ pieces, posted {} of them", text.chars().count(), posts.len() - 1);
+    assert_eq!(posts.len(), 4, "three pieces and the later reply");
+    assert!(posts[2].content.ends_with("(I cut this short: it ran longer than I may post at once.)"), "{}", posts[2].content);
+    assert!(posts.iter().all(|p| p.content.chars().count() <= 2000));
+}
+
+#[tokio::test]
 async fn an_artifact_that_cannot_be_resolved_costs_the_picture_not_the_words() {
     let rig = Rig::new().await;
     let (_gateway, _task) = rig.gateway().await;

@@ -49,6 +49,7 @@ impl Rig {
             typing_max: Duration::from_secs(30),
             state_dir: self.dir.path().join("gateway"),
             history_limit: 10,
+            reply_max_pieces: 10,
             replica: "gateway-test".into(),
             publish_patience: Duration::from_secs(20),
             shards: 0,
