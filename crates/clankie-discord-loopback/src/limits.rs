@@ -66,8 +66,8 @@ pub struct LimitCounts {
     pub gateway_rate_limit_closes: u64,
 }
 
-/// A route's bucket: its name (the `X-RateLimit-Bucket` Discord sends), its top-level resource,
-/// and how many requests it allows per window.
+/// A route's bucket: its name (the `X-RateLimit-Bucket` Discord sends) and its top-level
+/// resource; [`route_of`] gives its limit and window beside it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 struct Route {
     bucket: &'static str,

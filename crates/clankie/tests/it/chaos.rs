@@ -63,14 +63,31 @@ impl Cast {
 
     /// `author` addresses him in the general channel; the message's id.
     pub(crate) fn mention(&self, author: &str, content: &str) -> u64 {
+        self.say(author, content, true)
+    }
+
+    /// `author` writes in the general channel, mentioning him or not; the message's id.
+    pub(crate) fn say(&self, author: &str, content: &str, mention: bool) -> u64 {
         self.discord.user_message(NewMessage {
             channel_id: GENERAL,
             author: author.into(),
             content: content.into(),
-            mention: true,
+            mention,
             ..Default::default()
         })
     }
+}
+
+/// SIGKILL, and waits for the process to be gone: no drain, no ack, no close of anything it holds.
+pub(crate) async fn sigkill(child: &mut Child) {
+    let pid = child.id().unwrap();
+    assert!(std::process::Command::new("kill").args(["-KILL", &pid.to_string()]).status().unwrap().success());
+    child.wait().await.unwrap();
+}
+
+/// One answer streamed in 64-character pieces after the model thinks `first_delay_ms`.
+fn thinking(text: String, first_delay_ms: u64) -> Reply {
+    Reply::Text { text, chunk_chars: 64, chunk_delay_ms: 0, first_delay_ms, tail_delay_ms: 0 }
 }
 
 #[tokio::test]
@@ -272,26 +289,13 @@ async fn chaos_outcomes_the_lane_owner_killed_at_a_random_point_of_a_burst_answe
     let mut killed_before_last = 0;
     for round in 0..rounds {
         for _ in 0..3 {
-            standin.script(Script::any(Reply::Text {
-                text: format!("Round {round}, answered."),
-                chunk_chars: 64,
-                chunk_delay_ms: 0,
-                // Thinking outlasts the burst by 2 s, so a loaded machine still lands the whole burst in one run.
-                first_delay_ms: 4_000,
-                tail_delay_ms: 0,
-            }));
+            // Thinking outlasts the burst by 2 s, so a loaded machine still lands the whole burst in one run.
+            standin.script(Script::any(thinking(format!("Round {round}, answered."), 4_000)));
         }
         let asked = standin.requests().len();
-        let say = |content: String, mention: bool| {
-            // Someone new each round, as in a busy room: one person's 60 messages would meet the flood guard.
-            discord.user_message(NewMessage {
-                channel_id: GENERAL,
-                author: format!("player{round}"),
-                content,
-                mention,
-                ..Default::default()
-            })
-        };
+        // Someone new each round, as in a busy room: one person's 60 messages would meet the flood guard.
+        let player = format!("player{round}");
+        let say = |content: String, mention: bool| cast.say(&player, &content, mention);
         let started = std::time::Instant::now();
         let first = say(format!("@Clankie round {round}: is the lobby up?"), true);
         standin.wait_for_requests(asked + 1, Duration::from_secs(30)).await;
@@ -317,10 +321,8 @@ async fn chaos_outcomes_the_lane_owner_killed_at_a_random_point_of_a_burst_answe
                     .flatten();
                 let victim = captains.iter().position(|(n, _)| Some(*n) == owner.as_deref()).unwrap_or(0);
                 let (name, child) = &mut captains[victim];
-                let pid = child.id().unwrap();
-                // SIGKILL: no drain, no ack, no lease release.
-                assert!(std::process::Command::new("kill").args(["-KILL", &pid.to_string()]).status().unwrap().success());
-                child.wait().await.unwrap();
+                // No drain, no ack, no lease release.
+                sigkill(child).await;
                 println!("round {round}: killed {name} (owner {owner:?}) at {kill_at:?}");
                 let name = *name;
                 captains[victim].1 = captain(name);
@@ -429,23 +431,10 @@ async fn chaos_outcomes_the_gateway_killed_while_outcomes_are_in_flight_shows_ev
             gateway = cast.service("gateway", "gateway", Some(point), &[]);
             until("the faulty gateway's resume", Duration::from_secs(20), || discord.resumes() > resumes).await;
         }
-        standin.script(Script::any(Reply::Text {
-            text: format!("Round {round}, heard you all."),
-            chunk_chars: 64,
-            chunk_delay_ms: 0,
-            first_delay_ms: 2_000,
-            tail_delay_ms: 0,
-        }));
+        standin.script(Script::any(thinking(format!("Round {round}, heard you all."), 2_000)));
         let asked = standin.requests().len();
-        let say = |content: &str, mention: bool| {
-            discord.user_message(NewMessage {
-                channel_id: GENERAL,
-                author: format!("guest{round}"),
-                content: content.into(),
-                mention,
-                ..Default::default()
-            })
-        };
+        let guest = format!("guest{round}");
+        let say = |content: &str, mention: bool| cast.say(&guest, content, mention);
         let first = say("@Clankie who is coming tonight?", true);
         standin.wait_for_requests(asked + 1, Duration::from_secs(30)).await;
         let ids = [first, say("I can bring snacks", false), say("and a lamp", false)];
@@ -455,9 +444,7 @@ async fn chaos_outcomes_the_gateway_killed_while_outcomes_are_in_flight_shows_ev
                 // of it: the kill falls just before (they are published while no gateway lives) or after.
                 let kill_at = Duration::from_millis(1_800 + random.below(500));
                 tokio::time::sleep(kill_at).await;
-                let pid = gateway.id().unwrap();
-                assert!(std::process::Command::new("kill").args(["-KILL", &pid.to_string()]).status().unwrap().success());
-                gateway.wait().await.unwrap();
+                sigkill(&mut gateway).await;
                 format!("SIGKILL {kill_at:?} after the request")
             }
             Some(point) => {

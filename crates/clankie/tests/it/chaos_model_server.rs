@@ -63,9 +63,7 @@ impl ModelServer {
 
     /// SIGKILL: no drain, no close of the streams it is writing.
     async fn kill(mut self) {
-        let pid = self.child.id().unwrap();
-        assert!(std::process::Command::new("kill").args(["-KILL", &pid.to_string()]).status().unwrap().success());
-        self.child.wait().await.unwrap();
+        crate::chaos::sigkill(&mut self.child).await;
     }
 
     /// Stops it listening while its process, and the keep-alive connections it holds, live on
