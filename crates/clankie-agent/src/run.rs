@@ -60,6 +60,10 @@ pub struct RunStats {
     pub model_calls: u32,
     pub input_tokens: u64,
     pub output_tokens: u64,
+    /// Of `input_tokens`, those the provider read from its prompt cache.
+    pub cached_input_tokens: u64,
+    /// Of `output_tokens`, those the provider said were spent reasoning.
+    pub reasoning_tokens: u64,
     /// Delivery ids of the steered messages that entered the session.
     pub steered: Vec<String>,
     /// Whether the silence gate ever said words were coming.
@@ -386,6 +390,8 @@ async fn call_with_retries(request: &ModelRequest, ctx: &RunCtx, stats: &mut Run
                 stats.model_calls += 1;
                 stats.input_tokens += turn.usage.input_tokens;
                 stats.output_tokens += turn.usage.output_tokens;
+                stats.cached_input_tokens += turn.usage.cached_input_tokens;
+                stats.reasoning_tokens += turn.usage.reasoning_tokens;
                 return Ok(turn);
             }
             Err(ModelError::Transient { code, retry_after, .. }) if attempt < policy.max_retries => {

@@ -54,18 +54,24 @@ struct Economy {
     cold_opens_per_lane: f64,
     /// Runs per replica that ran any, as `replica=runs`.
     runs_by_replica: String,
+    /// Over the lane's turns after its first: the share of input tokens the provider said it
+    /// served from its prompt cache (zero from a provider that does not say).
+    cached_share_after_first: f64,
 }
 
-/// Replays the bursts against the sandbox's captain, and as many more replicas as `captains` asks.
-async fn economy(one_shot: bool, captains: usize) -> Result<Economy> {
+/// Replays the bursts against the sandbox's captain, and as many more replicas as `captains` asks;
+/// `model` is a real server's base URL to answer instead of the stand-in.
+async fn economy(one_shot: bool, captains: usize, model: Option<&str>) -> Result<Economy> {
     let mode = if one_shot { "true" } else { "false" };
     // The typing hold can be set from the environment, to see what it is worth (0 turns it off).
     let hold = std::env::var("CLANKIE_TYPING_HOLD_MS").unwrap_or_else(|_| "8000".into());
     // One asker writes 24 messages in well under a minute: the flood guard would rightly stop
     // her, and this replay measures tokens, not the guard.
-    let rig =
-        Rig::with(&[("CLANKIE_CAPTAIN_ONE_SHOT", mode), ("CLANKIE_TYPING_HOLD_MS", &hold), ("CLANKIE_FLOOD_ADMISSIONS_PER_MINUTE", "0")])
-            .await;
+    let mut vars = vec![("CLANKIE_CAPTAIN_ONE_SHOT", mode), ("CLANKIE_TYPING_HOLD_MS", &hold), ("CLANKIE_FLOOD_ADMISSIONS_PER_MINUTE", "0")];
+    if let Some(url) = model {
+        vars.push(("CLANKIE_MODEL_BASE_URL", url));
+    }
+    let rig = Rig::with(&vars).await;
     let mut extra = Vec::new();
     for n in 1..captains {
         extra.push(rig.extra_captain(&format!("bench-captain-{n}")).await.context("another captain")?);
@@ -135,12 +141,21 @@ async fn economy(one_shot: bool, captains: usize) -> Result<Economy> {
         }
         rig.wait_outcomes(GENERAL, &ids).await;
         eprintln!(
-            "economy ({}, {captains} captain(s)): burst {}/{BURSTS} answered",
+            "economy ({}, {captains} captain(s){}): burst {}/{BURSTS} answered",
             if one_shot { "one-shot" } else { "durable" },
+            if model.is_some() { ", real model server" } else { "" },
             burst + 1
         );
     }
-    let (turns, tokens) = store.turn_totals().await.context("reading turns")?;
+    let totals = store.turn_totals().await.context("reading turns")?;
+    let turns = totals.turns;
+    let (after_first_input, after_first_cached): (i64, i64) = sqlx::query_as(
+        "SELECT COALESCE(sum(input_tokens), 0)::bigint, COALESCE(sum(cached_input_tokens), 0)::bigint
+         FROM (SELECT input_tokens, cached_input_tokens FROM turns ORDER BY started_at OFFSET 1) later",
+    )
+    .fetch_one(store.pool())
+    .await
+    .context("reading the later turns' tokens")?;
     let deadline = Instant::now() + Duration::from_secs(10);
     let runs: Vec<(String, String, bool)> = loop {
         let runs: Vec<(String, String, bool)> = sqlx::query_as(
@@ -165,7 +180,16 @@ async fn economy(one_shot: bool, captains: usize) -> Result<Economy> {
     }
     let replies = rig.sandbox.discord.posts(GENERAL).len();
     let requests = rig.standin.requests();
-    let calls = requests.len();
+    // A real server records nothing for us: then the turns' own count of their model calls.
+    let calls = if model.is_some() {
+        let (calls,): (i64,) = sqlx::query_as("SELECT COALESCE(sum(model_calls), 0)::bigint FROM turns")
+            .fetch_one(store.pool())
+            .await
+            .context("reading the turns' model calls")?;
+        calls as usize
+    } else {
+        requests.len()
+    };
     let mut whole = 0usize;
     let shares: Vec<f64> = requests
         .windows(2)
@@ -194,11 +218,46 @@ async fn economy(one_shot: bool, captains: usize) -> Result<Economy> {
         prefix_whole: whole as f64 / shares.len().max(1) as f64,
         runs: turns as f64 / BURSTS as f64,
         calls: calls as f64 / BURSTS as f64,
-        input_tokens: tokens.unwrap_or(0) as f64 / BURSTS as f64,
+        input_tokens: totals.input_tokens as f64 / BURSTS as f64,
         duplicate_replies: replies.saturating_sub(BURSTS) as f64,
         cold_opens_per_lane: cold_opens as f64 / lanes.len().max(1) as f64,
         runs_by_replica: by_replica.iter().map(|(r, n)| format!("{r}={n}")).collect::<Vec<_>>().join(" "),
+        cached_share_after_first: after_first_cached as f64 / after_first_input.max(1) as f64,
     })
+}
+
+/// The same replay answered by a real model server (llama.cpp with SmolLM2-135M, installed from
+/// PyPI by `clankie_stack::LlamaServer`): its own token counts, beside the estimates above.
+async fn economy_on_llama(oneshot_estimate: &Economy, durable_estimate: &Economy) -> Result<()> {
+    let options = clankie_stack::LlamaOptions::default();
+    let server = tokio::task::spawn_blocking(move || clankie_stack::LlamaServer::start(&options, &mut |m| eprintln!("economy: {m}")))
+        .await?
+        .context("starting the llama.cpp server")?;
+    eprintln!("economy: the llama.cpp server answers at {}", server.base_url());
+    let mut measured = Vec::new();
+    for one_shot in [true, false] {
+        let before = server.metrics()?;
+        let economy = economy(one_shot, 1, Some(&server.base_url())).await?;
+        let after = server.metrics()?;
+        measured.push((economy, (after.prompt_seconds - before.prompt_seconds) / BURSTS as f64));
+    }
+    let [(oneshot, oneshot_secs), (durable, durable_secs)] = <[_; 2]>::try_from(measured).map_err(|_| anyhow::anyhow!("two replays"))?;
+    println!("input_tokens_per_burst_oneshot_server: {:.0}", oneshot.input_tokens);
+    println!("input_tokens_per_burst_durable_server: {:.0}", durable.input_tokens);
+    println!("token_ratio_durable_over_oneshot_server: {:.2}", durable.input_tokens / oneshot.input_tokens.max(1.0));
+    println!("cached_tokens_share_durable_server: {:.3}", durable.cached_share_after_first);
+    println!("cached_tokens_share_oneshot_server: {:.3}", oneshot.cached_share_after_first);
+    println!("prompt_seconds_per_burst_oneshot_server: {oneshot_secs:.2}");
+    println!("prompt_seconds_per_burst_durable_server: {durable_secs:.2}");
+    println!("runs_per_burst_durable_server: {:.2}", durable.runs);
+    println!("model_calls_per_burst_durable_server: {:.2}", durable.calls);
+    println!(
+        "estimate_over_server_input_tokens: oneshot {:.2}, durable {:.2}",
+        oneshot_estimate.input_tokens / oneshot.input_tokens.max(1.0),
+        durable_estimate.input_tokens / durable.input_tokens.max(1.0)
+    );
+    println!("duplicate_replies_durable_server: {}", durable.duplicate_replies);
+    Ok(())
 }
 
 /// Sustained ingress: four rooms (three guild channels and a DM) each keep one message
@@ -658,9 +717,9 @@ async fn run() -> Result<()> {
     }
     println!("nats_server: {}", nats_server_version().await?);
     if wanted("economy") {
-        let oneshot = economy(true, 1).await?;
-        let durable = economy(false, 1).await?;
-        let two = economy(false, 2).await?;
+        let oneshot = economy(true, 1, None).await?;
+        let durable = economy(false, 1, None).await?;
+        let two = economy(false, 2, None).await?;
         println!("runs_per_burst_oneshot: {:.2}", oneshot.runs);
         println!("runs_per_burst_durable: {:.2}", durable.runs);
         println!("model_calls_per_burst_oneshot: {:.2}", oneshot.calls);
@@ -669,6 +728,7 @@ async fn run() -> Result<()> {
         println!("input_tokens_per_burst_durable: {:.0}", durable.input_tokens);
         println!("token_ratio_durable_over_oneshot: {:.2}", durable.input_tokens / oneshot.input_tokens.max(1.0));
         println!("prompt_prefix_reuse: {:.3}", durable.prefix_reuse);
+        println!("cached_tokens_share_durable_standin: {:.3}", durable.cached_share_after_first);
         println!("prompt_prefix_whole: {:.2}", durable.prefix_whole);
         println!("token_ratio_durable_over_oneshot_2_captains: {:.2}", two.input_tokens / oneshot.input_tokens.max(1.0));
         println!("model_calls_per_burst_durable_2_captains: {:.2}", two.calls);
@@ -678,6 +738,9 @@ async fn run() -> Result<()> {
         println!("duplicate_replies_durable_2_captains: {}", two.duplicate_replies);
         println!("duplicate_replies_oneshot: {}", oneshot.duplicate_replies);
         println!("duplicate_replies_durable: {}", durable.duplicate_replies);
+        if std::env::var("CLANKIE_BENCH_MODEL").is_ok_and(|m| m == "llama") {
+            economy_on_llama(&oneshot, &durable).await?;
+        }
     }
     if wanted("ingress") {
         let (rate, p50, p99) = ingress().await?;

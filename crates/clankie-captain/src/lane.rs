@@ -394,6 +394,8 @@ impl Captain {
                 .with_count("model_calls", i64::from(end.model_calls))
                 .with_count("input_tokens", end.input_tokens)
                 .with_count("output_tokens", end.output_tokens)
+                .with_count("cached_input_tokens", end.cached_input_tokens)
+                .with_count("reasoning_tokens", end.reasoning_tokens)
                 .with_count("steer_count", i64::from(end.steer_count))
                 .with_count("typing_hold_ms", held.as_millis() as i64)
                 .with_flag("typing_lit", end.typing_lit);

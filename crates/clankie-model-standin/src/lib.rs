@@ -129,6 +129,10 @@ pub struct RecordedRequest {
     pub body: Value,
     /// A rough token count of the prompt (characters / 4): messages, their tool calls and the tool definitions.
     pub token_estimate: u64,
+    /// Of `token_estimate`, what a provider's prompt cache would have held: the tool definitions
+    /// and the leading messages that repeat, whole and in order, one of the recent requests.
+    #[serde(default)]
+    pub cached_estimate: u64,
     /// Whether it carried an `Authorization: Bearer` header (the key itself is not kept).
     #[serde(default)]
     pub bearer_token: bool,
@@ -375,16 +379,29 @@ async fn completions(State(shared): State<Shared>, headers: HeaderMap, body: Byt
         return error_body(StatusCode::BAD_REQUEST, "invalid_request_error", "invalid_json", "body is not JSON");
     };
     // Like a provider, count everything the prompt carries: text, earlier tool calls, tool definitions.
-    let chars: usize = body["messages"]
-        .as_array()
-        .map_or(0, |m| m.iter().map(|m| message_text(m).len() + m.get("tool_calls").map_or(0, |c| c.to_string().len())).sum())
-        + body.get("tools").map_or(0, |t| t.to_string().len());
+    let message_chars = |m: &Value| message_text(m).len() + m.get("tool_calls").map_or(0, |c| c.to_string().len());
+    let tool_chars = body.get("tools").map_or(0, |t| t.to_string().len());
+    let chars: usize = body["messages"].as_array().map_or(0, |m| m.iter().map(message_chars).sum()) + tool_chars;
+    let cached_chars = {
+        let messages = body["messages"].as_array().map(Vec::as_slice).unwrap_or(&[]);
+        let inner = shared.lock();
+        inner
+            .requests
+            .iter()
+            .rev()
+            .take(PROMPT_CACHE_REQUESTS)
+            .filter(|r| r.body.get("tools") == body.get("tools"))
+            .map(|r| tool_chars + messages.iter().zip(r.messages()).take_while(|(a, b)| a == b).map(|(m, _)| message_chars(m)).sum::<usize>())
+            .max()
+            .unwrap_or(0)
+    };
     let bearer_token = headers
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
         .is_some_and(|v| v.starts_with("Bearer ") && v.len() > "Bearer ".len());
     let at_ms = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0);
-    let request = RecordedRequest { body, token_estimate: (chars / 4) as u64, bearer_token, at_ms };
+    let request =
+        RecordedRequest { body, token_estimate: (chars / 4) as u64, cached_estimate: (cached_chars / 4) as u64, bearer_token, at_ms };
     let abandoned = shared.abandoned.load(std::sync::atomic::Ordering::SeqCst);
     let reply = if abandoned { Reply::Empty } else { shared.take(&request) };
     shared.lock().requests.push(request.clone());
@@ -411,7 +428,7 @@ async fn completions(State(shared): State<Shared>, headers: HeaderMap, body: Byt
             let status = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
             error_body(status, "server_error", "server_error", "The server had an error while processing your request.")
         }
-        reply => stream_reply(reply, request.token_estimate),
+        reply => stream_reply(reply, request.token_estimate, request.cached_estimate),
     }
 }
 
@@ -430,7 +447,10 @@ fn pieces(text: &str, size: usize) -> Vec<String> {
     chars.chunks(size.max(1)).map(|c| c.iter().collect()).collect()
 }
 
-fn stream_reply(reply: Reply, prompt_tokens: u64) -> Response {
+/// How many of the latest requests the stand-in's prompt cache remembers.
+const PROMPT_CACHE_REQUESTS: usize = 64;
+
+fn stream_reply(reply: Reply, prompt_tokens: u64, cached_tokens: u64) -> Response {
     let (tx, rx) = tokio::sync::mpsc::channel::<std::io::Result<Bytes>>(16);
     tokio::spawn(async move {
         let send = |b: Bytes| {
@@ -501,7 +521,11 @@ fn stream_reply(reply: Reply, prompt_tokens: u64) -> Response {
         send(chunk(json!({}), Some(finish))).await;
         let usage = json!({
             "id": "chatcmpl-standin", "object": "chat.completion.chunk", "model": "standin", "choices": [],
-            "usage": { "prompt_tokens": prompt_tokens, "completion_tokens": (completion_chars / 4) as u64 },
+            "usage": {
+                "prompt_tokens": prompt_tokens,
+                "completion_tokens": (completion_chars / 4) as u64,
+                "prompt_tokens_details": { "cached_tokens": cached_tokens },
+            },
         });
         send(Bytes::from(format!("data: {usage}\n\n"))).await;
         send(Bytes::from_static(b"data: [DONE]\n\n")).await;

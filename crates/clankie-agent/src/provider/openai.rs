@@ -254,6 +254,8 @@ fn parse_chunk(data: &str) -> Vec<Result<StreamItem, ModelError>> {
         items.push(Ok(StreamItem::Usage(Usage {
             input_tokens: usage["prompt_tokens"].as_u64().unwrap_or(0),
             output_tokens: usage["completion_tokens"].as_u64().unwrap_or(0),
+            cached_input_tokens: usage["prompt_tokens_details"]["cached_tokens"].as_u64().unwrap_or(0),
+            reasoning_tokens: usage["completion_tokens_details"]["reasoning_tokens"].as_u64().unwrap_or(0),
         })));
     }
     items
@@ -283,6 +285,18 @@ mod tests {
         );
         assert_eq!(items.len(), 4);
         assert_eq!(items[0], Ok(StreamItem::Text("hi".into())));
-        assert_eq!(items[3], Ok(StreamItem::Usage(Usage { input_tokens: 10, output_tokens: 2 })));
+        assert_eq!(items[3], Ok(StreamItem::Usage(Usage { input_tokens: 10, output_tokens: 2, ..Usage::default() })));
+    }
+
+    /// llama.cpp's and OpenAI's usage chunk: cached and reasoning tokens sit in the details objects.
+    #[test]
+    fn usage_reads_cached_and_reasoning_tokens_from_the_details() {
+        let items = parse_chunk(
+            r#"{"choices":[],"usage":{"completion_tokens":20,"prompt_tokens":60,"prompt_tokens_details":{"cached_tokens":41},"completion_tokens_details":{"reasoning_tokens":5}}}"#,
+        );
+        assert_eq!(
+            items,
+            vec![Ok(StreamItem::Usage(Usage { input_tokens: 60, output_tokens: 20, cached_input_tokens: 41, reasoning_tokens: 5 }))]
+        );
     }
 }

@@ -84,7 +84,7 @@ impl RehearsalModel {
                 let mut items: Vec<(Duration, StreamItem)> =
                     words.into_iter().enumerate().map(|(i, w)| (if i == 0 { think } else { pace }, StreamItem::Text(w))).collect();
                 items.push((Duration::ZERO, StreamItem::Finish("stop".into())));
-                items.push((Duration::ZERO, StreamItem::Usage(Usage { input_tokens, output_tokens: out })));
+                items.push((Duration::ZERO, StreamItem::Usage(Usage { input_tokens, output_tokens: out, ..Usage::default() })));
                 items
             }
             Plan::TextUpdate(text) => vec![
@@ -98,7 +98,7 @@ impl RehearsalModel {
                     },
                 ),
                 (Duration::ZERO, StreamItem::Finish("tool_calls".into())),
-                (Duration::ZERO, StreamItem::Usage(Usage { input_tokens, output_tokens: 12 })),
+                (Duration::ZERO, StreamItem::Usage(Usage { input_tokens, output_tokens: 12, ..Usage::default() })),
             ],
         };
         futures::stream::iter(items)

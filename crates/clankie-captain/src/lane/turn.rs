@@ -469,6 +469,8 @@ impl Captain {
         };
         metrics::counter!("clankie_captain_input_tokens_total").increment(result.stats.input_tokens);
         metrics::counter!("clankie_captain_output_tokens_total").increment(result.stats.output_tokens);
+        metrics::counter!("clankie_captain_cached_input_tokens_total").increment(result.stats.cached_input_tokens);
+        metrics::counter!("clankie_captain_reasoning_tokens_total").increment(result.stats.reasoning_tokens);
         if code == Some(v1::FailureCode::CaptainTurnStalled) {
             metrics::counter!("clankie_captain_stalls_total").increment(1);
         }
@@ -499,6 +501,8 @@ impl Captain {
             model_calls: result.stats.model_calls as i32,
             input_tokens: result.stats.input_tokens as i64,
             output_tokens: result.stats.output_tokens as i64,
+            cached_input_tokens: result.stats.cached_input_tokens as i64,
+            reasoning_tokens: result.stats.reasoning_tokens as i64,
             steer_count: result.stats.steered.len() as i32,
             typing_lit: presence.typing_lit,
         };

@@ -11,6 +11,7 @@ mod ingest;
 mod metrics;
 mod outbox;
 mod privileged;
+mod real_model;
 mod replicas;
 mod security;
 mod silence;

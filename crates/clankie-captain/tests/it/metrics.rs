@@ -29,24 +29,30 @@ async fn turns_outcomes_and_tokens_are_scraped_from_metrics() {
     let scrape = || async { parse(&reqwest::get(format!("http://{addr}/metrics")).await.unwrap().text().await.unwrap()) };
     let before = scrape().await;
     let (_captain, _task) = rig.captain("captain-a").await;
-    rig.standin.script(Script::any(Reply::text("hello")));
-    let id = rig.say("ada", "@Clankie hi", true).await;
-    rig.wait_outcomes(&[id]).await;
-    until("the turn receipt", std::time::Duration::from_secs(5), || {
-        rig.receipts.all().iter().any(|r| r.kind == "captain.turn" && r.delivery_id == id.to_string())
-    })
-    .await;
-    let turn = rig.receipts.all().into_iter().find(|r| r.kind == "captain.turn" && r.delivery_id == id.to_string()).unwrap();
+    let mut turns = Vec::new();
+    for text in ["@Clankie hi", "@Clankie and again"] {
+        rig.standin.script(Script::any(Reply::text("hello")));
+        let id = rig.say("ada", text, true).await;
+        rig.wait_outcomes(&[id]).await;
+        let turn_of = || rig.receipts.all().into_iter().find(|r| r.kind == "captain.turn" && r.delivery_id == id.to_string());
+        until("the turn receipt", std::time::Duration::from_secs(5), || turn_of().is_some()).await;
+        turns.push(turn_of().unwrap());
+    }
     let after = scrape().await;
     let delta = |series: &str| after.get(series).copied().unwrap_or(0.0) - before.get(series).copied().unwrap_or(0.0);
+    let total = |count: &str| turns.iter().map(|t| t.counts[count]).sum::<i64>() as f64;
 
-    assert_eq!(delta("clankie_captain_turns_total{mode=\"durable\"}"), 1.0, "{after:?}");
-    assert_eq!(delta("clankie_captain_outcomes_total{kind=\"replied\"}"), 1.0, "{after:?}");
+    assert_eq!(delta("clankie_captain_turns_total{mode=\"durable\"}"), 2.0, "{after:?}");
+    assert_eq!(delta("clankie_captain_outcomes_total{kind=\"replied\"}"), 2.0, "{after:?}");
     assert_eq!(delta("clankie_captain_outcomes_total{kind=\"failed\"}"), 0.0);
-    let input = turn.counts["input_tokens"];
-    assert!(input > 0);
-    assert_eq!(delta("clankie_captain_input_tokens_total"), input as f64, "the tokens the turn's receipt counted");
-    assert_eq!(delta("clankie_captain_output_tokens_total"), turn.counts["output_tokens"] as f64);
+    assert!(total("input_tokens") > 0.0);
+    assert_eq!(delta("clankie_captain_input_tokens_total"), total("input_tokens"), "the tokens the turns' receipts counted");
+    assert_eq!(delta("clankie_captain_output_tokens_total"), total("output_tokens"));
+    // The second request repeats the first: the stand-in's prompt cache reports that prefix as cached.
+    let cached = turns[1].counts["cached_input_tokens"];
+    assert_eq!(cached as u64, rig.standin.requests()[1].cached_estimate, "the receipt carries the provider's cached count");
+    assert!(cached > 0 && cached < turns[1].counts["input_tokens"], "{:?}", turns[1]);
+    assert_eq!(delta("clankie_captain_cached_input_tokens_total"), total("cached_input_tokens"));
     let health = reqwest::get(format!("http://{addr}/healthz")).await.unwrap();
     assert!(health.status().is_success());
 }

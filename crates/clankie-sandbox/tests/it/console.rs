@@ -154,6 +154,8 @@ async fn console_a_burst_shows_in_the_lanes_view_running_then_idle_replied_and_i
     .await;
     let turns = js_text(&browser, "return document.querySelector('#figures .chart div').textContent").await;
     assert!(turns.starts_with("turns: 1 in 24 h"), "figures: {turns}");
+    let cached = js_text(&browser, "return document.querySelector('#figures .cached-share').textContent").await;
+    assert!(cached.starts_with("cached input: ") && cached.contains(" tokens in 24 h ("), "figures: {cached}");
     shoot(&browser, "figures").await;
 
     let voice = rig.sandbox.discord.config().channels.iter().find(|c| c.voice).unwrap().id;

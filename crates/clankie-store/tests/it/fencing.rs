@@ -45,6 +45,8 @@ async fn a_writer_holding_an_older_epoch_cannot_change_lane_state() {
         model_calls: 1,
         input_tokens: 10,
         output_tokens: 2,
+        cached_input_tokens: 0,
+        reasoning_tokens: 0,
         steer_count: 0,
         typing_lit: true,
     };

@@ -21,6 +21,8 @@ fn end() -> TurnEnd {
         model_calls: 1,
         input_tokens: 1,
         output_tokens: 1,
+        cached_input_tokens: 0,
+        reasoning_tokens: 0,
         steer_count: 0,
         typing_lit: false,
     }
