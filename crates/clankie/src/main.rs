@@ -101,6 +101,9 @@ enum Command {
         /// The most tokens one answer may have.
         #[arg(long, default_value_t = 200)]
         max_answer_tokens: u32,
+        /// Only install the pinned wheels (when missing), then exit.
+        #[arg(long)]
+        install_only: bool,
     },
     /// Exit 0 when a service's `/readyz` answers 200, non-zero otherwise (container healthchecks).
     ///
@@ -176,7 +179,14 @@ async fn dispatch(cli: Cli, trust: Option<VoiceTrust>) -> Result<()> {
         Command::Console => return clankie_console::service::run_from_env().await,
         Command::Loopback { addr, voice_dir } => return loopback(addr, voice_dir).await,
         Command::ModelStandin { addr } => return model_standin(addr).await,
-        Command::Llama { port, n_ctx, max_answer_tokens } => return llama(port, n_ctx, max_answer_tokens).await,
+        Command::Llama { install_only: true, .. } => {
+            let dir = tokio::task::spawn_blocking(|| clankie_stack::ensure_llama(&mut |m| eprintln!("clankie: {m}")))
+                .await?
+                .context("installing llama.cpp's server")?;
+            eprintln!("clankie: llama.cpp's server and its model are in {}", dir.display());
+            return Ok(());
+        }
+        Command::Llama { port, n_ctx, max_answer_tokens, .. } => return llama(port, n_ctx, max_answer_tokens).await,
         Command::Health { url, timeout_ms } => {
             let code = health::check(url.as_deref(), std::time::Duration::from_millis(timeout_ms)).await;
             std::process::exit(code);
