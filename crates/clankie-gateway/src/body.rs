@@ -1,9 +1,11 @@
 //! The body: posting, the tool card, history for cold lanes, live voice
 //! sessions for routing, and outcome reactions.
 
+use std::collections::HashMap;
 use std::time::Duration;
 
 use clankie_bus::{ConsumerSpec, Delivery};
+use tokio::sync::mpsc;
 use clankie_proto::{Family, LaneKey, v1};
 use futures::StreamExt;
 use prost::Message as _;
@@ -22,8 +24,16 @@ const CARDS_BUCKET: &str = "clankie-cards";
 /// dies holding a reply hands it on after this, and Discord's enforced nonce keeps the pieces
 /// it did post from posting twice.
 const BODY_ACK_WAIT: Duration = Duration::from_secs(10);
-/// Outbound messages pulled at once, each waiting its turn inside its ack wait.
-const BODY_PREFETCH: usize = 16;
+/// Outbound messages pulled at once; each is kept alive while it waits for its channel.
+const BODY_PREFETCH: usize = 64;
+/// How long a channel's poster waits for more before it ends.
+const POSTER_IDLE: Duration = Duration::from_secs(30);
+
+/// The bucket that remembers how many pieces of each reply are posted, so a reply handed to
+/// another replica (or the same one restarted) resumes at its next piece.
+const POSTED_BUCKET: &str = "clankie-posted";
+/// How long a reply's posted pieces are remembered.
+const POSTED_FOR: Duration = Duration::from_secs(24 * 3600);
 
 /// How long an outcome a gateway took stays its own before JetStream hands it to another (or
 /// to the same one restarted). A reaction is one idempotent PUT, so a second try is harmless,
@@ -32,6 +42,21 @@ const OUTCOME_ACK_WAIT: Duration = Duration::from_secs(5);
 /// Outcomes pulled at once: few, so that those waiting behind a slow reaction are still
 /// inside their ack wait when their turn comes.
 const OUTCOME_PREFETCH: usize = 8;
+
+/// How far a reply's posting got, as the posted-pieces bucket holds it.
+#[derive(Debug, Default, serde::Serialize, serde::Deserialize)]
+struct Posted {
+    /// Pieces posted, from the first.
+    pieces: usize,
+    /// The first piece's Discord message id.
+    first_message: u64,
+}
+
+/// An outbound message waiting for its channel's poster; dropping it ends its progress acks.
+struct Queued {
+    d: Delivery<v1::OutboundMessage>,
+    _done: tokio::sync::oneshot::Sender<()>,
+}
 
 /// Discord's limit on one message.
 pub const MAX_MESSAGE: usize = 2000;
@@ -120,15 +145,58 @@ fn classify(e: &twilight_http::Error) -> PostError {
 }
 
 impl Gateway {
+    /// Pulls outbound messages and hands each to its channel's poster: one task per channel
+    /// with messages waiting, which posts them in the order they came, so a long reply in one
+    /// channel never holds up another's. Every message pulled is kept alive (progress acks)
+    /// from the moment it is pulled until it is acked, queued or posting.
     pub(crate) async fn run_body(&self) -> Result<(), GatewayError> {
         let spec = ConsumerSpec::durable("gateway-body", Family::BodySend).with_ack_wait(BODY_ACK_WAIT).with_prefetch(BODY_PREFETCH, 0);
         let mut consumer = self.inner.bus.consumer::<v1::OutboundMessage>(spec).await?;
+        let mut posters: HashMap<u64, mpsc::UnboundedSender<Queued>> = HashMap::new();
+        // Owned here: dropping the body (the REST lease lost) ends every poster at once.
+        let mut tasks = tokio::task::JoinSet::new();
         loop {
             let d = consumer.next().await?;
-            let span = tracing::info_span!("delivery", delivery_id = %d.event.delivery_id);
+            while tasks.try_join_next().is_some() {}
+            posters.retain(|_, poster| !poster.is_closed());
+            let channel = d.event.channel_id;
+            let (done, finished) = tokio::sync::oneshot::channel::<()>();
             let progress = d.progress();
-            let work = progress.while_working(self.deliver(d), BODY_ACK_WAIT / 3);
-            let _ = tracing::Instrument::instrument(work, span).await;
+            tasks.spawn(async move {
+                let _ = progress.while_working(finished, BODY_ACK_WAIT / 3).await;
+            });
+            let queued = Queued { d, _done: done };
+            let queued = match posters.get(&channel) {
+                Some(poster) => match poster.send(queued) {
+                    Ok(()) => continue,
+                    Err(refused) => refused.0,
+                },
+                None => queued,
+            };
+            let (poster, queue) = mpsc::unbounded_channel();
+            let _ = poster.send(queued);
+            posters.insert(channel, poster);
+            tasks.spawn(self.clone().post_in_channel(queue));
+        }
+    }
+
+    /// One channel's poster: posts what its queue holds, in order, and ends once the queue
+    /// has stayed empty for [`POSTER_IDLE`] (closing it first, so nothing sent is left behind).
+    async fn post_in_channel(self, mut queue: mpsc::UnboundedReceiver<Queued>) {
+        loop {
+            let queued = match tokio::time::timeout(POSTER_IDLE, queue.recv()).await {
+                Ok(Some(queued)) => queued,
+                Ok(None) => return,
+                Err(_) => {
+                    queue.close();
+                    match queue.try_recv() {
+                        Ok(queued) => queued,
+                        Err(_) => return,
+                    }
+                }
+            };
+            let span = tracing::info_span!("delivery", delivery_id = %queued.d.event.delivery_id);
+            tracing::Instrument::instrument(self.deliver(queued.d), span).await;
         }
     }
 
@@ -177,10 +245,23 @@ impl Gateway {
             }
         }
         let (pieces, cut) = bound_pieces(split(&text, MAX_MESSAGE), self.inner.config.reply_max_pieces);
-        // The first piece's Discord id: a redelivery answered by the nonce gets the same one, a
-        // true second post another, which is what `clankie audit` counts.
-        let mut first_message = 0u64;
-        for (i, piece) in pieces.iter().enumerate() {
+        // Where an earlier holder of this reply got to: it resumes at the next piece. The first
+        // piece's Discord id comes along: `clankie audit` counts a reply posted twice by it.
+        let progress = self.posted().await?;
+        let key = clankie_bus::kv_key(&out.idempotency_key);
+        let done = match progress.get(key.as_str()).await {
+            Ok(v) => v.and_then(|v| serde_json::from_slice::<Posted>(&v).ok()).unwrap_or_default(),
+            Err(e) => {
+                tracing::warn!(error = %e, "the posted-pieces bucket is unreadable; trying again");
+                return Err(PostError::Retry);
+            }
+        };
+        let resumed = done.pieces.min(pieces.len());
+        let mut first_message = done.first_message;
+        for (i, piece) in pieces.iter().enumerate().skip(resumed) {
+            if !self.speaks_rest() {
+                return Err(PostError::Retry);
+            }
             let mut body = json!({
                 "content": piece,
                 "nonce": nonce(&out.idempotency_key, i),
@@ -197,12 +278,23 @@ impl Gateway {
                 body["attachments"] = files.iter().map(|f| json!({ "id": f.id, "filename": f.filename })).collect();
             }
             let bytes = serde_json::to_vec(&body).map_err(|_| PostError::Refused(0))?;
+            self.inner.budget.note();
             let request = self.inner.http.create_message(channel).payload_json(&bytes);
             let request = if last && !files.is_empty() { request.attachments(&files) } else { request };
             clankie_settings::fault::point("gateway.before_post");
             let posted = request.await.map_err(|e| classify(&e))?;
             if i == 0 {
                 first_message = posted.model().await.map(|m| m.id.get()).unwrap_or(0);
+            }
+            let now = Posted { pieces: i + 1, first_message };
+            if let Ok(value) = serde_json::to_vec(&now)
+                && let Err(e) = progress.put(key.as_str(), value.into()).await
+            {
+                // The nonce still answers a repeat of this piece for a few minutes.
+                tracing::warn!(error = %e, "a posted piece was not remembered");
+            }
+            if let Some(held) = clankie_settings::fault::hold("gateway.after_piece") {
+                tokio::time::sleep(held).await;
             }
         }
         if out.kind == v1::OutboundKind::Reply as i32 {
@@ -215,6 +307,7 @@ impl Gateway {
                 .with_code(if out.kind == v1::OutboundKind::Reply as i32 { "reply" } else { "text_update" })
                 .with_count("pieces", pieces.len() as i64)
                 .with_count("pieces_cut", cut as i64)
+                .with_count("pieces_resumed", resumed as i64)
                 .with_count("chars", text.chars().count() as i64)
                 .with_count("artifacts_missing", missing)
                 .with_count("artifacts_attached", files.len() as i64)
@@ -295,6 +388,14 @@ impl Gateway {
             _ => {}
         }
         Ok(())
+    }
+
+    async fn posted(&self) -> Result<clankie_bus::KeyValue, PostError> {
+        let opened = self.inner.posted.get_or_try_init(|| self.inner.bus.key_value(POSTED_BUCKET, POSTED_FOR)).await;
+        opened.cloned().map_err(|e| {
+            tracing::warn!(error = %e, "the posted-pieces bucket is unavailable");
+            PostError::Retry
+        })
     }
 
     async fn cards(&self) -> Result<clankie_bus::KeyValue, PostError> {
@@ -400,6 +501,12 @@ impl Gateway {
             };
             let kind = v1::OutcomeKind::try_from(outcome.kind).unwrap_or(v1::OutcomeKind::Unspecified);
             let emoji = RequestReactionType::Unicode { name: kind.reaction() };
+            // Replies first: the outcome waits while the budget is crowded, well inside its ack wait.
+            self.inner.budget.give_way(OUTCOME_ACK_WAIT / 3).await;
+            if !self.speaks_rest() {
+                let _ = d.nak_after(Duration::from_millis(500)).await;
+                continue;
+            }
             clankie_settings::fault::point("gateway.before_reaction");
             match self.inner.http.create_reaction(channel, message, &emoji).await {
                 Ok(_) => {

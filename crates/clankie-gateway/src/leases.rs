@@ -24,6 +24,9 @@ use crate::session::SavedSession;
 /// The bucket of shard claims, replica presence and identify slots.
 pub const SHARDS_BUCKET: &str = "clankie_gateway_shards";
 
+/// The entry naming the one replica that speaks REST to Discord (see `rest.rs`).
+pub const REST_OWNER_KEY: &str = "rest.owner";
+
 /// Discord's spacing of identifies in one bucket, with a margin for the way there.
 const IDENTIFY_SPACING_MS: i64 = 5_250;
 
@@ -57,6 +60,9 @@ pub enum LeaseError {
     /// Someone else wrote the entry since: the claim is lost.
     #[error("shard {0}: the claim was taken")]
     Lost(u32),
+    /// Someone else took the REST ownership.
+    #[error("the REST ownership was taken")]
+    RestLost,
     #[error("shard bucket: {0}")]
     Bucket(String),
 }
@@ -89,7 +95,11 @@ impl ShardLeases {
 
     /// The stored claim of a shard, if any, with its revision.
     pub async fn read(&self, shard: u32) -> Result<Option<Held>, LeaseError> {
-        let Some(entry) = self.kv.entry(shard_key(shard)).await.map_err(bucket_error)? else { return Ok(None) };
+        self.read_key(&shard_key(shard)).await
+    }
+
+    async fn read_key(&self, key: &str) -> Result<Option<Held>, LeaseError> {
+        let Some(entry) = self.kv.entry(key).await.map_err(bucket_error)? else { return Ok(None) };
         if entry.operation != clankie_bus::KeyValueOperation::Put {
             return Ok(None);
         }
@@ -100,7 +110,31 @@ impl ShardLeases {
     /// Claims a shard nobody holds (never claimed, handed back, or expired, or this replica's
     /// own from before a restart); the claim keeps the shard's last session.
     pub async fn claim(&self, shard: u32) -> Result<Option<Held>, LeaseError> {
-        let current = self.read(shard).await?;
+        self.claim_key(&shard_key(shard)).await
+    }
+
+    /// Claims the REST ownership ([`REST_OWNER_KEY`]) on the same terms as a shard.
+    pub async fn claim_rest(&self) -> Result<Option<Held>, LeaseError> {
+        self.claim_key(REST_OWNER_KEY).await
+    }
+
+    /// Renews the REST ownership for another TTL; [`LeaseError::RestLost`] when another took it.
+    pub async fn renew_rest(&self, held: &mut Held) -> Result<(), LeaseError> {
+        self.rewrite_key(REST_OWNER_KEY, LeaseError::RestLost, held, self.expiry(), None).await
+    }
+
+    /// Hands the REST ownership back, for another replica to take at once.
+    pub async fn release_rest(&self, held: &mut Held) -> Result<(), LeaseError> {
+        self.rewrite_key(REST_OWNER_KEY, LeaseError::RestLost, held, 0, None).await
+    }
+
+    /// Who owns REST now, if anyone's claim is unexpired.
+    pub async fn rest_owner(&self) -> Result<Option<String>, LeaseError> {
+        Ok(self.read_key(REST_OWNER_KEY).await?.filter(|h| h.claim.expires_ms > now_ms()).map(|h| h.claim.owner))
+    }
+
+    async fn claim_key(&self, key: &str) -> Result<Option<Held>, LeaseError> {
+        let current = self.read_key(key).await?;
         let (epoch, session) = match &current {
             Some(h) if h.claim.owner != self.replica && h.claim.expires_ms > now_ms() => return Ok(None),
             Some(h) => (h.claim.epoch + 1, h.claim.session.clone()),
@@ -109,8 +143,8 @@ impl ShardLeases {
         let claim = Claim { owner: self.replica.clone(), epoch, expires_ms: self.expiry(), session };
         let value = serde_json::to_vec(&claim).map_err(bucket_error)?;
         let written = match &current {
-            Some(h) => self.kv.update(shard_key(shard), value.into(), h.revision).await.map_err(|e| e.to_string()),
-            None => self.kv.create(shard_key(shard), value.into()).await.map_err(|e| e.to_string()),
+            Some(h) => self.kv.update(key, value.into(), h.revision).await.map_err(|e| e.to_string()),
+            None => self.kv.create(key, value.into()).await.map_err(|e| e.to_string()),
         };
         // Another replica's write got in first: not ours this time.
         Ok(written.ok().map(|revision| Held { claim, revision }))
@@ -129,28 +163,39 @@ impl ShardLeases {
 
     /// Writes the held claim again with a new expiry (and session, if given), fenced by its revision.
     async fn rewrite(&self, shard: u32, held: &mut Held, expires_ms: i64, session: Option<SavedSession>) -> Result<(), LeaseError> {
+        self.rewrite_key(&shard_key(shard), LeaseError::Lost(shard), held, expires_ms, session).await
+    }
+
+    async fn rewrite_key(
+        &self,
+        key: &str,
+        lost: LeaseError,
+        held: &mut Held,
+        expires_ms: i64,
+        session: Option<SavedSession>,
+    ) -> Result<(), LeaseError> {
         let mut claim = held.claim.clone();
         claim.expires_ms = expires_ms;
         if session.is_some() {
             claim.session = session;
         }
         let value = serde_json::to_vec(&claim).map_err(bucket_error)?;
-        match self.kv.update(shard_key(shard), value.into(), held.revision).await {
+        match self.kv.update(key, value.into(), held.revision).await {
             Ok(revision) => {
                 *held = Held { claim, revision };
                 Ok(())
             }
-            Err(e) if e.kind() == clankie_bus::KeyValueUpdateErrorKind::WrongLastRevision => Err(LeaseError::Lost(shard)),
+            Err(e) if e.kind() == clankie_bus::KeyValueUpdateErrorKind::WrongLastRevision => Err(lost),
             Err(e) => {
                 // A write that timed out may have landed or not: read back to tell a lost claim
                 // from a bus that is away.
-                match self.read(shard).await {
+                match self.read_key(key).await {
                     // It landed: the entry is this write.
                     Ok(Some(now)) if now.claim == claim => {
                         *held = now;
                         Ok(())
                     }
-                    Ok(Some(now)) if now.revision != held.revision => Err(LeaseError::Lost(shard)),
+                    Ok(Some(now)) if now.revision != held.revision => Err(lost),
                     _ => Err(bucket_error(e)),
                 }
             }

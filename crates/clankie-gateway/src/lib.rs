@@ -10,12 +10,16 @@
 //!   Discord's `nonce` with `enforce_nonce` from the idempotency key), keeps
 //!   the typing indicator alive, manages the tool card, answers history
 //!   requests for cold lanes, and (in the sandbox) shows outcomes as reactions.
+//! - **REST**: one replica at a time speaks Discord's REST API, the one holding the REST
+//!   lease ([`rest`]): posting, typing, reactions and history all run there, so one
+//!   twilight rate limiter sees every request the bot makes.
 //! - **Voice**: voice states and voice server updates of admitted guilds are
 //!   forwarded as events; join and leave commands become op 4 on the shard.
 
 mod body;
 pub mod leases;
 pub mod normalise;
+mod rest;
 pub mod service;
 pub mod session;
 mod shard;
@@ -24,7 +28,7 @@ mod voice;
 
 use std::collections::HashMap;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
@@ -68,6 +72,8 @@ pub struct GatewayConfig {
     pub shards: u32,
     /// How long a claim on a shard lasts unrenewed.
     pub shard_lease_ttl: Duration,
+    /// How long the REST ownership lasts unrenewed.
+    pub rest_lease_ttl: Duration,
 }
 
 impl std::fmt::Debug for GatewayConfig {
@@ -98,6 +104,7 @@ impl GatewayConfig {
             publish_patience: settings.gateway_publish_patience,
             shards: settings.discord_shards,
             shard_lease_ttl: settings.shard_lease_ttl,
+            rest_lease_ttl: settings.rest_lease_ttl,
         }
     }
 }
@@ -112,6 +119,8 @@ pub(crate) struct Inner {
     pub voice: RwLock<HashMap<u64, u64>>,
     /// The shared bucket of tool cards on screen, opened on first use.
     pub cards: tokio::sync::OnceCell<clankie_bus::KeyValue>,
+    /// The shared bucket of posted pieces per reply, opened on first use.
+    pub posted: tokio::sync::OnceCell<clankie_bus::KeyValue>,
     pub typing: typing::TypingLoops,
     /// The command sender of each shard this replica runs: op 4 goes out through its guild's.
     pub shard_senders: RwLock<HashMap<u32, twilight_gateway::MessageSender>>,
@@ -121,6 +130,10 @@ pub(crate) struct Inner {
     pub stopping: tokio::sync::watch::Sender<bool>,
     /// Stamps messages and typing signals in the order they are handled.
     pub arrivals: normalise::Arrivals,
+    /// Until when (wall clock, ms) this replica holds the REST lease; 0 while it does not.
+    pub rest_until_ms: AtomicI64,
+    /// Its recent REST requests: typing and reactions give way to replies.
+    pub budget: Arc<rest::RestBudget>,
 }
 
 /// A gateway replica. Cheap to clone.
@@ -143,7 +156,8 @@ impl Gateway {
             builder = builder.proxy(api.clone(), true);
         }
         let http = Arc::new(builder.build());
-        let typing = typing::TypingLoops::new(bus.clone(), http.clone(), &config);
+        let budget = Arc::new(rest::RestBudget::default());
+        let typing = typing::TypingLoops::new(bus.clone(), http.clone(), budget.clone(), &config);
         Gateway {
             inner: Arc::new(Inner {
                 bus,
@@ -152,11 +166,14 @@ impl Gateway {
                 bot_id: AtomicU64::new(0),
                 voice: RwLock::new(HashMap::new()),
                 cards: tokio::sync::OnceCell::new(),
+                posted: tokio::sync::OnceCell::new(),
                 typing,
                 shard_senders: RwLock::new(HashMap::new()),
                 shard_total: std::sync::atomic::AtomicU32::new(1),
                 stopping: tokio::sync::watch::channel(false).0,
                 arrivals: normalise::Arrivals::default(),
+                rest_until_ms: AtomicI64::new(0),
+                budget,
             }),
         }
     }
@@ -186,12 +203,9 @@ impl Gateway {
     pub async fn run(&self) -> Result<(), GatewayError> {
         tokio::select! {
             r = self.run_shards() => r,
-            r = self.run_body() => r,
-            r = self.run_typing() => r,
-            r = self.run_history() => r,
+            r = self.run_rest() => r,
             r = self.run_voice_sessions() => r,
             r = self.run_voice_commands() => r,
-            r = self.run_outcome_reactions() => r,
         }
     }
 }

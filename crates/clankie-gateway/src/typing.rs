@@ -38,6 +38,7 @@ struct Lit {
 pub(crate) struct TypingLoops {
     bus: Bus,
     http: Arc<twilight_http::Client>,
+    budget: Arc<crate::rest::RestBudget>,
     host: String,
     interval: Duration,
     max: Duration,
@@ -46,10 +47,11 @@ pub(crate) struct TypingLoops {
 }
 
 impl TypingLoops {
-    pub fn new(bus: Bus, http: Arc<twilight_http::Client>, config: &GatewayConfig) -> TypingLoops {
+    pub fn new(bus: Bus, http: Arc<twilight_http::Client>, budget: Arc<crate::rest::RestBudget>, config: &GatewayConfig) -> TypingLoops {
         TypingLoops {
             bus,
             http,
+            budget,
             host: config.replica.clone(),
             interval: config.typing_interval,
             max: config.typing_max,
@@ -100,6 +102,14 @@ impl TypingLoops {
         }
     }
 
+    /// Ends this replica's loops and leaves their entries: the next REST owner adopts them
+    /// once they go quiet.
+    pub fn stop_local(&self) {
+        for (_, handle) in self.lock().drain() {
+            handle.abort();
+        }
+    }
+
     fn run_loop(&self, channel: u64) {
         let Some(channel_id) = Id::new_checked(channel) else { return };
         let mut loops = self.lock();
@@ -107,6 +117,7 @@ impl TypingLoops {
             return;
         }
         let (http, interval, host, bucket) = (self.http.clone(), self.interval, self.host.clone(), self.bucket.get().cloned());
+        let budget = self.budget.clone();
         let (quiet, deadline) = (self.quiet_after(), tokio::time::Instant::now() + self.max);
         let handle = tokio::spawn(async move {
             let mut wait = interval;
@@ -137,6 +148,9 @@ impl TypingLoops {
                         break;
                     }
                 }
+                // Replies first: while the budget is crowded this beat waits (the indicator
+                // lasts 10 s, so a short wait costs nothing).
+                budget.give_way(interval).await;
                 match http.create_typing_trigger(channel_id).await {
                     Ok(_) => wait = interval,
                     Err(e) => {

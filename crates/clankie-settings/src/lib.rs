@@ -199,6 +199,11 @@ pub const SETTINGS: &[Setting] = &[
         default: "15000",
         doc: "How long a gateway replica's claim on a shard lasts unrenewed; a replica that died loses its shards to the others after it.",
     },
+    Setting {
+        name: "CLANKIE_REST_LEASE_TTL_MS",
+        default: "5000",
+        doc: "How long the gateway replica that speaks Discord's REST API (posting, typing, reactions, history) keeps that role unrenewed; one replica at a time holds it, so the bot stays inside Discord's limits whatever the number of replicas.",
+    },
     Setting { name: "CLANKIE_VOICE_GRACE_MS", default: "30000", doc: "How long he stays in a voice room after the last human left it." },
     Setting {
         name: "CLANKIE_VOICE_LEASE_TTL_MS",
@@ -433,6 +438,8 @@ pub struct Settings {
     pub discord_shards: u32,
     /// How long a gateway replica's shard lease lasts unrenewed.
     pub shard_lease_ttl: Duration,
+    /// How long the REST owner's lease lasts unrenewed.
+    pub rest_lease_ttl: Duration,
     /// Transcription: an OpenAI-compatible base URL (none: offline), model, key, offline grammar.
     pub stt_base_url: Option<String>,
     pub stt_model: String,
@@ -556,6 +563,7 @@ impl fmt::Debug for Settings {
             .field("gateway_publish_patience", &self.gateway_publish_patience)
             .field("discord_shards", &self.discord_shards)
             .field("shard_lease_ttl", &self.shard_lease_ttl)
+            .field("rest_lease_ttl", &self.rest_lease_ttl)
             .field("stt_base_url", &self.stt_base_url.as_deref().map(redact_url))
             .field("stt_model", &self.stt_model)
             .field("stt_api_key", &self.stt_api_key.as_ref().map(|_| "***"))
@@ -780,6 +788,7 @@ impl Settings {
         let gateway_publish_patience = ms("CLANKIE_GATEWAY_PUBLISH_PATIENCE_MS", 20_000, 100)?;
         let discord_shards = number(var("CLANKIE_DISCORD_SHARDS"), "CLANKIE_DISCORD_SHARDS", 0, 0, 65_535)? as u32;
         let shard_lease_ttl = ms("CLANKIE_SHARD_LEASE_TTL_MS", 15_000, 300)?;
+        let rest_lease_ttl = ms("CLANKIE_REST_LEASE_TTL_MS", 5_000, 300)?;
         let speech_timeout = ms("CLANKIE_SPEECH_TIMEOUT_MS", 15_000, 100)?;
         let voice_speech_start = ms("CLANKIE_VOICE_SPEECH_START_MS", 200, 0)?;
         let voice_end_of_turn = ms("CLANKIE_VOICE_END_OF_TURN_MS", 600, 20)?;
@@ -869,6 +878,7 @@ impl Settings {
             gateway_publish_patience,
             discord_shards,
             shard_lease_ttl,
+            rest_lease_ttl,
             stt_base_url: var("CLANKIE_STT_BASE_URL").filter(|v| !v.trim().is_empty()),
             stt_model: var("CLANKIE_STT_MODEL").unwrap_or_else(|| "whisper-1".into()),
             stt_api_key: var("CLANKIE_STT_API_KEY").filter(|v| !v.is_empty()),

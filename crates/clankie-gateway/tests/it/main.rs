@@ -54,6 +54,7 @@ impl Rig {
             publish_patience: Duration::from_secs(20),
             shards: 0,
             shard_lease_ttl: Duration::from_secs(15),
+            rest_lease_ttl: Duration::from_secs(5),
         }
     }
 

@@ -64,6 +64,7 @@ impl Rig {
             publish_patience: Duration::from_secs(20),
             shards: 0,
             shard_lease_ttl: Duration::from_secs(15),
+            rest_lease_ttl: Duration::from_secs(5),
         };
         let gateway = Gateway::new(Bus::connect(&settings, "gateway").await.unwrap(), gateway_config);
         let running = gateway.clone();

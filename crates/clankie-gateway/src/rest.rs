@@ -1,0 +1,140 @@
+//! One REST budget for the whole bot: only the replica holding the REST lease speaks Discord's
+//! REST API.
+//!
+//! Discord limits the bot, not a process: 50 requests a second in all and per-route buckets
+//! (5 message creates per 5 s in a channel). Twilight's rate limiter keeps inside both, but
+//! only for the requests of its own process; two replicas each believe they own the whole
+//! budget. So the replicas elect one REST owner by a lease in the shard bucket
+//! ([`REST_OWNER_KEY`](crate::leases::REST_OWNER_KEY), compare-and-set like a shard claim): it
+//! alone pulls outbound messages, typing actions and outcomes and answers history requests,
+//! and one limiter sees every request. The others run their shards (ingest) and wait to take
+//! over. A replica that loses the lease, or cannot renew it before it runs out, drops all of
+//! that work at once (what it held unacked is redelivered to the next owner, and a reply
+//! resumes at its next piece) and stops its typing loops for the next owner to adopt.
+
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use clankie_bus::now_ms;
+
+use crate::leases::{Held, ShardLeases};
+use crate::{Gateway, GatewayError, leases};
+
+impl Gateway {
+    /// Takes the REST lease whenever it is free and does the REST work while it is held.
+    pub(crate) async fn run_rest(&self) -> Result<(), GatewayError> {
+        let config = &self.inner.config;
+        let kv = self.inner.bus.key_value(leases::SHARDS_BUCKET, Duration::from_secs(7 * 24 * 3600)).await?;
+        let lease = ShardLeases::new(kv, &config.replica, config.rest_lease_ttl);
+        let retry = (config.rest_lease_ttl / 4).max(Duration::from_millis(50));
+        let mut stopping = self.inner.stopping.subscribe();
+        loop {
+            if *stopping.borrow() {
+                return std::future::pending().await;
+            }
+            let held = match lease.claim_rest().await {
+                Ok(Some(held)) => held,
+                Ok(None) => {
+                    tokio::time::sleep(retry).await;
+                    continue;
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "the REST lease is unreadable; trying again");
+                    tokio::time::sleep(retry).await;
+                    continue;
+                }
+            };
+            tracing::info!(epoch = held.claim.epoch, "this replica speaks Discord's REST API now");
+            self.inner.rest_until_ms.store(held.claim.expires_ms, Ordering::SeqCst);
+            let outcome = tokio::select! {
+                r = self.run_body() => Some(r),
+                r = self.run_typing() => Some(r),
+                r = self.run_history() => Some(r),
+                r = self.run_outcome_reactions() => Some(r),
+                () = self.keep(&lease, held, &mut stopping) => None,
+            };
+            self.inner.rest_until_ms.store(0, Ordering::SeqCst);
+            self.inner.typing.stop_local();
+            match outcome {
+                Some(r) => return r,
+                None if *stopping.borrow() => tracing::info!("stopping: the REST lease is handed back"),
+                None => tracing::warn!("the REST lease was lost; this replica stops speaking REST"),
+            }
+        }
+    }
+
+    /// Whether this replica may make a REST request now: it holds the lease and the lease has
+    /// not run out by its own clock (a process paused past it must not post on waking).
+    pub(crate) fn speaks_rest(&self) -> bool {
+        now_ms() < self.inner.rest_until_ms.load(Ordering::SeqCst)
+    }
+
+    /// Renews the lease every third of its life; returns when it is lost, when it could not be
+    /// renewed before its own expiry (a bus away that long, or this process paused), or, handed
+    /// back, when the replica is stopping.
+    async fn keep(&self, lease: &ShardLeases, mut held: Held, stopping: &mut tokio::sync::watch::Receiver<bool>) {
+        let mut tick = tokio::time::interval(self.inner.config.rest_lease_ttl / 3);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        tick.tick().await;
+        loop {
+            tokio::select! {
+                _ = tick.tick() => {}
+                _ = async { let _ = stopping.wait_for(|s| *s).await; } => {
+                    if let Err(e) = lease.release_rest(&mut held).await {
+                        tracing::warn!(error = %e, "the REST lease could not be handed back; it runs out by itself");
+                    }
+                    return;
+                }
+            }
+            if now_ms() >= held.claim.expires_ms {
+                return;
+            }
+            match lease.renew_rest(&mut held).await {
+                Ok(()) => self.inner.rest_until_ms.store(held.claim.expires_ms, Ordering::SeqCst),
+                Err(leases::LeaseError::RestLost) => return,
+                Err(e) => tracing::warn!(error = %e, "the REST lease could not be renewed; trying again"),
+            }
+        }
+    }
+}
+
+/// This replica's recent REST requests, so typing and reactions can give way to replies.
+///
+/// Twilight's limiter queues whatever comes when the second's budget is spent, in no order of
+/// importance; this keeps typing triggers and outcome reactions out of that queue while the
+/// last second used most of the budget, so a reply never waits behind them.
+#[derive(Debug, Default)]
+pub(crate) struct RestBudget {
+    recent: std::sync::Mutex<std::collections::VecDeque<tokio::time::Instant>>,
+}
+
+/// Requests in the last second past which typing and reactions wait: four fifths of Discord's 50.
+const CROWDED_PER_SECOND: usize = 40;
+
+impl RestBudget {
+    /// Notes a request made now.
+    pub(crate) fn note(&self) {
+        let now = tokio::time::Instant::now();
+        let mut recent = self.recent.lock().unwrap_or_else(|p| p.into_inner());
+        while recent.front().is_some_and(|t| now.duration_since(*t) >= Duration::from_secs(1)) {
+            recent.pop_front();
+        }
+        recent.push_back(now);
+    }
+
+    /// Whether the last second used most of the budget.
+    pub(crate) fn crowded(&self) -> bool {
+        let now = tokio::time::Instant::now();
+        let recent = self.recent.lock().unwrap_or_else(|p| p.into_inner());
+        recent.iter().filter(|t| now.duration_since(**t) < Duration::from_secs(1)).count() >= CROWDED_PER_SECOND
+    }
+
+    /// Waits, up to `at_most`, for the budget to be uncrowded; then notes the request about to go.
+    pub(crate) async fn give_way(&self, at_most: Duration) {
+        let deadline = tokio::time::Instant::now() + at_most;
+        while self.crowded() && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        self.note();
+    }
+}
