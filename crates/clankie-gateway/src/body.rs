@@ -278,7 +278,7 @@ impl Gateway {
                 body["attachments"] = files.iter().map(|f| json!({ "id": f.id, "filename": f.filename })).collect();
             }
             let bytes = serde_json::to_vec(&body).map_err(|_| PostError::Refused(0))?;
-            self.inner.budget.note();
+            self.inner.budget.pace().await;
             let request = self.inner.http.create_message(channel).payload_json(&bytes);
             let request = if last && !files.is_empty() { request.attachments(&files) } else { request };
             clankie_settings::fault::point("gateway.before_post");
@@ -359,6 +359,10 @@ impl Gateway {
                 return Err(PostError::Retry);
             }
         };
+        if !self.speaks_rest() {
+            return Err(PostError::Retry);
+        }
+        self.inner.budget.pace().await;
         match (v1::ToolCardOp::try_from(out.tool_card_op), existing) {
             (Ok(v1::ToolCardOp::Post), None) => {
                 let body = json!({ "content": card_text(&out.tool_names), "nonce": nonce(&out.idempotency_key, 0), "enforce_nonce": true });
@@ -425,6 +429,7 @@ impl Gateway {
             return v1::HistoryReply { messages: vec![], error: "bad_channel".into() };
         };
         let limit = req.limit.clamp(1, 100) as u16;
+        self.inner.budget.pace().await;
         let fetched = match Id::new_checked(req.before_message_id) {
             Some(before) => self.inner.http.channel_messages(channel).before(before).limit(limit).await,
             None => self.inner.http.channel_messages(channel).limit(limit).await,

@@ -98,22 +98,43 @@ impl Gateway {
     }
 }
 
-/// This replica's recent REST requests, so typing and reactions can give way to replies.
+/// This replica's REST requests: paced evenly under Discord's global limit, and counted so
+/// typing and reactions can give way to replies.
 ///
-/// Twilight's limiter queues whatever comes when the second's budget is spent, in no order of
-/// importance; this keeps typing triggers and outcome reactions out of that queue while the
-/// last second used most of the budget, so a reply never waits behind them.
-#[derive(Debug, Default)]
+/// Twilight's limiter counts Discord's 50 a second in windows that start at its first request,
+/// and Discord's own window starts when that request arrives: when twilight's window resets it
+/// sends a burst that can land in the end of Discord's, and twilight retries a global 429 at
+/// once. So every request first takes a slot at most [`PACED_PER_SECOND`] a second, evenly
+/// spaced, which no window of a second can hold more than that of, whatever its phase.
+/// Twilight still keeps the per-route buckets. And while the last second used most of the
+/// budget, typing triggers and outcome reactions wait, so a reply never queues behind them.
+#[derive(Debug)]
 pub(crate) struct RestBudget {
     recent: std::sync::Mutex<std::collections::VecDeque<tokio::time::Instant>>,
+    next_slot: std::sync::Mutex<tokio::time::Instant>,
 }
 
-/// Requests in the last second past which typing and reactions wait: four fifths of Discord's 50.
-const CROWDED_PER_SECOND: usize = 40;
+impl Default for RestBudget {
+    fn default() -> RestBudget {
+        RestBudget { recent: Default::default(), next_slot: std::sync::Mutex::new(tokio::time::Instant::now()) }
+    }
+}
+
+/// Requests a second this replica sends at most: Discord's 50, less a margin for the way there.
+pub const PACED_PER_SECOND: u32 = 45;
+/// Requests in the last second past which typing and reactions wait.
+const CROWDED_PER_SECOND: usize = 36;
 
 impl RestBudget {
-    /// Notes a request made now.
-    pub(crate) fn note(&self) {
+    /// Waits for the next free slot and takes it; every REST request calls this first.
+    pub(crate) async fn pace(&self) {
+        let slot = {
+            let mut next = self.next_slot.lock().unwrap_or_else(|p| p.into_inner());
+            let slot = (*next).max(tokio::time::Instant::now());
+            *next = slot + Duration::from_secs(1) / PACED_PER_SECOND;
+            slot
+        };
+        tokio::time::sleep_until(slot).await;
         let now = tokio::time::Instant::now();
         let mut recent = self.recent.lock().unwrap_or_else(|p| p.into_inner());
         while recent.front().is_some_and(|t| now.duration_since(*t) >= Duration::from_secs(1)) {
@@ -129,12 +150,12 @@ impl RestBudget {
         recent.iter().filter(|t| now.duration_since(**t) < Duration::from_secs(1)).count() >= CROWDED_PER_SECOND
     }
 
-    /// Waits, up to `at_most`, for the budget to be uncrowded; then notes the request about to go.
+    /// Waits, up to `at_most`, for the budget to be uncrowded, then for a slot.
     pub(crate) async fn give_way(&self, at_most: Duration) {
         let deadline = tokio::time::Instant::now() + at_most;
         while self.crowded() && tokio::time::Instant::now() < deadline {
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
-        self.note();
+        self.pace().await;
     }
 }

@@ -147,25 +147,8 @@ async fn the_tool_card_is_posted_edited_and_removed() {
     until("the removal", Duration::from_secs(10), || rig.discord.posts(GENERAL)[0].deleted).await;
 }
 
-/// `clankie-gateway` as its own process against the rig, as replica `replica`.
 fn gateway_process(rig: &Rig, replica: &str) -> tokio::process::Child {
-    let log = std::fs::File::options().create(true).append(true).open(rig.dir.path().join(format!("{replica}.log"))).unwrap();
-    tokio::process::Command::new(env!("CARGO_BIN_EXE_clankie-gateway"))
-        .env("CLANKIE_NATS_URL", rig.nats.url())
-        .env("CLANKIE_STATE_DIR", rig.dir.path().join(replica))
-        .env("CLANKIE_REPLICA_ID", replica)
-        .env("CLANKIE_DISCORD_TOKEN", &rig.discord.config().token)
-        .env("CLANKIE_DISCORD_API", rig.discord.addr().to_string())
-        .env("CLANKIE_DISCORD_GATEWAY_URL", rig.discord.gateway_url())
-        .env("CLANKIE_TYPING_INTERVAL_MS", "200")
-        // A dead replica's shard passes to the next within seconds.
-        .env("CLANKIE_SHARD_LEASE_TTL_MS", "2000")
-        .env("CLANKIE_LOG", "warn,clankie_gateway=info")
-        .stdout(std::process::Stdio::null())
-        .stderr(log)
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap()
+    super::gateway_process(rig, replica, &[])
 }
 
 /// Waits `ms` of the loopback's clock and answers the typing triggers in the channel after `since`.

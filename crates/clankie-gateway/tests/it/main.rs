@@ -4,6 +4,7 @@
 mod body;
 mod ingest;
 mod limits;
+mod rest;
 mod stack;
 mod voice;
 
@@ -29,7 +30,11 @@ pub struct Rig {
 
 impl Rig {
     pub async fn new() -> Rig {
-        let config = LoopbackConfig { heartbeat_interval_ms: 5_000, ..LoopbackConfig::default() };
+        Rig::with(LoopbackConfig { heartbeat_interval_ms: 5_000, ..LoopbackConfig::default() }).await
+    }
+
+    /// A rig whose loopback Discord is `config`.
+    pub async fn with(config: LoopbackConfig) -> Rig {
         let discord = Loopback::serve("127.0.0.1:0".parse().unwrap(), config).await.unwrap();
         let (nats, dir) = (TestNats::start().unwrap(), TestDir::new());
         let settings = clankie_settings::Settings::for_endpoints(&nats.url(), "postgres://unused@127.0.0.1:1/x", dir.path()).unwrap();
@@ -82,8 +87,37 @@ impl Rig {
         self.discord.user_message(NewMessage { channel_id: channel, author: author.into(), content: content.into(), ..Default::default() })
     }
 
+    /// The replica holding the REST lease now, if any.
+    pub async fn rest_owner(&self) -> Option<String> {
+        let kv = self.bus.key_value(clankie_gateway::leases::SHARDS_BUCKET, Duration::from_secs(3600)).await.unwrap();
+        clankie_gateway::leases::ShardLeases::new(kv, "probe", Duration::from_secs(1)).rest_owner().await.unwrap()
+    }
+
     pub async fn stream_count(&self, stream: &str) -> u64 {
         let mut s = self.bus.jetstream().get_stream(stream).await.unwrap();
         s.info().await.unwrap().state.messages
     }
 }
+
+/// `clankie-gateway` as its own process against the rig, as replica `replica`, with `extra`
+/// settings; its log is `<replica>.log` in the rig's directory.
+pub fn gateway_process(rig: &Rig, replica: &str, extra: &[(&str, &str)]) -> tokio::process::Child {
+    let log = std::fs::File::options().create(true).append(true).open(rig.dir.path().join(format!("{replica}.log"))).unwrap();
+    let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_clankie-gateway"));
+    cmd.env("CLANKIE_NATS_URL", rig.nats.url())
+        .env("CLANKIE_STATE_DIR", rig.dir.path().join(replica))
+        .env("CLANKIE_REPLICA_ID", replica)
+        .env("CLANKIE_DISCORD_TOKEN", &rig.discord.config().token)
+        .env("CLANKIE_DISCORD_API", rig.discord.addr().to_string())
+        .env("CLANKIE_DISCORD_GATEWAY_URL", rig.discord.gateway_url())
+        .env("CLANKIE_TYPING_INTERVAL_MS", "200")
+        // A dead replica's shard and REST lease pass to the next within seconds.
+        .env("CLANKIE_SHARD_LEASE_TTL_MS", "2000")
+        .env("CLANKIE_REST_LEASE_TTL_MS", "1000")
+        .env("CLANKIE_LOG", "warn,clankie_gateway=info");
+    for (k, v) in extra {
+        cmd.env(k, v);
+    }
+    cmd.stdout(std::process::Stdio::null()).stderr(log).kill_on_drop(true).spawn().unwrap()
+}
+

@@ -1,0 +1,210 @@
+//! Posting under Discord's limits with several gateway replicas: one REST budget for the bot,
+//! replies that resume where a dead poster stopped, and channels that never wait for each other.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use clankie_discord_loopback::{ChannelSpec, LoopbackConfig};
+use clankie_proto::{Family, LaneKey, Subject, v1};
+
+use super::{GUILD, Rig, gateway_process, record, until};
+
+
+fn reply(channel: u64, key: &str, text: &str) -> v1::OutboundMessage {
+    v1::OutboundMessage {
+        idempotency_key: key.into(),
+        kind: v1::OutboundKind::Reply as i32,
+        guild_id: Some(GUILD),
+        channel_id: channel,
+        text: text.into(),
+        lane: LaneKey::Room { guild: GUILD, channel }.to_string(),
+        delivery_id: key.into(),
+        ..Default::default()
+    }
+}
+
+/// A reply of exactly `pieces` Discord messages, each a line that starts `[piece NN]`.
+fn numbered_reply(pieces: usize) -> String {
+    (1..=pieces).map(|n| format!("[piece {n:02}] {}", "and the bracket goes on ".repeat(75).trim_end())).collect::<Vec<_>>().join("\n")
+}
+
+/// The piece numbers posted in `channel`, in the order Discord holds them.
+fn piece_numbers(rig: &Rig, channel: u64) -> Vec<usize> {
+    rig.discord
+        .posts(channel)
+        .iter()
+        .filter_map(|p| p.content.strip_prefix("[piece ")?.get(..2)?.parse().ok())
+        .collect()
+}
+
+fn sigkill(child: &tokio::process::Child) {
+    let pid = child.id().expect("a running gateway").to_string();
+    assert!(std::process::Command::new("kill").args(["-KILL", &pid]).status().unwrap().success());
+}
+
+/// The replica that holds the REST lease, once one does.
+async fn rest_owner(rig: &Rig) -> String {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        if let Some(owner) = rig.rest_owner().await {
+            return owner;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "no replica took the REST lease");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test]
+async fn long_reply_a_40_piece_reply_whose_poster_is_sigkilled_after_piece_10_posts_each_piece_once_in_order() {
+    let rig = Rig::new().await;
+    let receipts = record::<v1::Receipt>(&rig.bus, Family::Receipt).await;
+    // Each piece is held a moment after it is posted and remembered: the kill lands there.
+    let extra = [("CLANKIE_REPLY_MAX_PIECES", "40"), ("CLANKIE_FAULT_HOLD", "gateway.after_piece=300")];
+    let mut replicas = HashMap::new();
+    for name in ["gateway-a", "gateway-b"] {
+        replicas.insert(name.to_owned(), gateway_process(&rig, name, &extra));
+    }
+    let owner = rest_owner(&rig).await;
+    let channel = super::GENERAL;
+    rig.bus.publish(&Subject::BodySend { channel }, &reply(channel, "reply:forty", &numbered_reply(40)), None).await.unwrap();
+    until("ten pieces", Duration::from_secs(60), || rig.discord.posts(channel).len() >= 10).await;
+    sigkill(&replicas[&owner]);
+    let at_kill = rig.discord.posts(channel).len();
+    let killed = tokio::time::Instant::now();
+    until("all forty pieces", Duration::from_secs(120), || rig.discord.posts(channel).len() >= 40).await;
+    let successor = rest_owner(&rig).await;
+    // A barrier: a later reply in the channel is posted after anything still owed of the first.
+    rig.bus.publish(&Subject::BodySend { channel }, &reply(channel, "reply:after", "that was all"), None).await.unwrap();
+    until("the later reply", Duration::from_secs(30), || rig.discord.posts(channel).iter().any(|p| p.content == "that was all")).await;
+
+    let numbers = piece_numbers(&rig, channel);
+    assert_eq!(numbers, (1..=40).collect::<Vec<_>>(), "each piece once and in order");
+    let resumed: Vec<i64> = receipts
+        .all()
+        .iter()
+        .filter(|r| r.kind == "gateway.posted" && r.ids.get("key").is_some_and(|k| k == "reply:forty"))
+        .map(|r| r.counts["pieces_resumed"])
+        .collect();
+    let limits = rig.discord.limit_counts();
+    println!(
+        "long reply: {owner} killed with {at_kill} pieces out; {successor} posted the rest in {:.1} s, resuming at piece {}; \
+         loopback: {} user 429s, {} global 429s, {} invalid requests",
+        killed.elapsed().as_secs_f64(),
+        resumed.first().map_or(0, |r| r + 1),
+        limits.rate_limited_user,
+        limits.rate_limited_global,
+        limits.invalid_total
+    );
+    assert_ne!(owner, successor, "the other replica took over");
+    assert_eq!(resumed.len(), 1, "one poster finished the reply: {resumed:?}");
+    assert!(resumed[0] as usize >= 10 && resumed[0] as usize <= at_kill, "resumed after the pieces already out: {resumed:?}");
+    assert_eq!((limits.rate_limited_global, limits.invalid_total), (0, 0), "{limits:?}");
+}
+
+#[tokio::test]
+async fn long_reply_a_long_reply_in_one_channel_does_not_delay_a_one_line_reply_in_another_by_more_than_1_s() {
+    let rig = Rig::new().await;
+    let (_gateway, _task) = rig.gateway_with(clankie_gateway::GatewayConfig { reply_max_pieces: 40, ..rig.gateway_config() }).await;
+    let (busy, other) = (super::GENERAL, 201);
+    rig.bus.publish(&Subject::BodySend { channel: busy }, &reply(busy, "reply:long", &numbered_reply(40)), None).await.unwrap();
+    // Past the channel's first five: its bucket now holds every further piece for a second.
+    until("the long reply under way", Duration::from_secs(30), || rig.discord.posts(busy).len() >= 6).await;
+    let sent = clankie_bus::now_ms();
+    rig.bus.publish(&Subject::BodySend { channel: other }, &reply(other, "reply:short", "lobby four opens at eight"), None).await.unwrap();
+    until("the one-line reply", Duration::from_secs(30), || !rig.discord.posts(other).is_empty()).await;
+    let delay = rig.discord.posts(other)[0].at_ms - sent;
+    let busy_posted = rig.discord.posts(busy).len();
+    println!("long reply: a one-line reply in another channel posted {delay} ms after it was sent, the long one at piece {busy_posted} of 40");
+    assert!(busy_posted < 40, "the long reply was still under way");
+    assert!(delay <= 1_000, "the one-line reply waited {delay} ms behind another channel's long reply");
+}
+
+/// 60 channels of the main guild, for the flood.
+fn flood_config() -> LoopbackConfig {
+    let mut config = LoopbackConfig { heartbeat_interval_ms: 5_000, ..LoopbackConfig::default() };
+    config.channels.extend((0..60).map(|n| ChannelSpec { id: 1_000 + n, name: format!("room-{n}"), voice: false, guild: None }));
+    config
+}
+
+/// Seconds of the flood: 4 by default, `CLANKIE_REST_BUDGET_SECS` (20 in the long mode) to change.
+fn flood_seconds() -> u64 {
+    std::env::var("CLANKIE_REST_BUDGET_SECS").ok().and_then(|v| v.parse().ok()).unwrap_or(4)
+}
+
+fn percentile(sorted: &[i64], q: f64) -> i64 {
+    sorted[((sorted.len() as f64 - 1.0) * q).round() as usize]
+}
+
+#[tokio::test]
+async fn rest_budget_three_gateways_posting_150_replies_a_second_into_60_channels_stay_inside_discords_limits() {
+    let rig = Rig::with(flood_config()).await;
+    let replicas: Vec<_> = ["gateway-a", "gateway-b", "gateway-c"].iter().map(|name| gateway_process(&rig, name, &[])).collect();
+    let owner = rest_owner(&rig).await;
+    // Every replica is up (each announces itself) before the flood, so all three could post.
+    let kv = rig.bus.key_value(clankie_gateway::leases::SHARDS_BUCKET, Duration::from_secs(3600)).await.unwrap();
+    let probe = clankie_gateway::leases::ShardLeases::new(kv, "probe", Duration::from_secs(1));
+    until_async_replicas(&probe, 3).await;
+
+    let (seconds, per_second) = (flood_seconds(), 150u64);
+    let mut sent_at = HashMap::new();
+    let started = tokio::time::Instant::now();
+    for n in 0..seconds * per_second {
+        // Paced, not burst: reply n goes out at n / 150 s.
+        tokio::time::sleep_until(started + Duration::from_micros(n * 1_000_000 / per_second)).await;
+        let channel = 1_000 + n % 60;
+        let key = format!("reply:flood:{n}");
+        sent_at.insert(format!("flood {n}"), clankie_bus::now_ms());
+        rig.bus.publish(&Subject::BodySend { channel }, &reply(channel, &key, &format!("flood {n}")), None).await.unwrap();
+    }
+    let offered = started.elapsed();
+    let total = sent_at.len();
+    let posted = || (0..60).map(|n| rig.discord.posts(1_000 + n)).flatten().collect::<Vec<_>>();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(seconds * 5 + 60);
+    while posted().len() < total {
+        if tokio::time::Instant::now() > deadline {
+            let logs: String = ["gateway-a", "gateway-b", "gateway-c"]
+                .iter()
+                .map(|r| std::fs::read_to_string(rig.dir.path().join(format!("{r}.log"))).unwrap_or_default())
+                .collect::<Vec<_>>()
+                .join("\n----\n");
+            let tail: String = logs.lines().rev().take(200).collect::<Vec<_>>().into_iter().rev().collect::<Vec<_>>().join("\n");
+            panic!("{} of {total} replies posted; loopback {:?}\n{tail}", posted().len(), rig.discord.limit_counts());
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let drained = started.elapsed();
+
+    let posts = posted();
+    let mut seen = HashMap::new();
+    for p in &posts {
+        *seen.entry(p.content.clone()).or_insert(0) += 1;
+    }
+    let twice: Vec<_> = seen.iter().filter(|(_, n)| **n > 1).collect();
+    let mut delays: Vec<i64> = posts.iter().filter_map(|p| Some(p.at_ms - sent_at.get(&p.content)?)).collect();
+    delays.sort_unstable();
+    let limits = rig.discord.limit_counts();
+    println!(
+        "rest budget: {total} replies offered over {:.1} s by 3 gateways (REST owner {owner}) into 60 channels, \
+         all posted after {:.1} s ({:.1} a second); delay p50 {} ms, p99 {} ms; loopback: {} user 429s, {} global 429s, {} invalid requests",
+        offered.as_secs_f64(),
+        drained.as_secs_f64(),
+        total as f64 / drained.as_secs_f64(),
+        percentile(&delays, 0.50),
+        percentile(&delays, 0.99),
+        limits.rate_limited_user,
+        limits.rate_limited_global,
+        limits.invalid_total
+    );
+    assert!(twice.is_empty(), "replies posted twice: {twice:?}");
+    assert_eq!(seen.len(), total, "every reply posted");
+    assert_eq!((limits.rate_limited_user, limits.rate_limited_global, limits.invalid_total), (0, 0, 0), "{limits:?}");
+    drop(replicas);
+}
+
+async fn until_async_replicas(probe: &clankie_gateway::leases::ShardLeases, count: usize) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while probe.replicas_alive().await.unwrap() < count {
+        assert!(tokio::time::Instant::now() < deadline, "fewer than {count} replicas announced themselves");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
