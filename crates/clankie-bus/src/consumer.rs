@@ -101,6 +101,8 @@ pub struct Consumer<E: Event> {
     name: String,
     stream: &'static str,
     consumer: jetstream::consumer::Consumer<pull::Config>,
+    /// What it was declared with, to declare it again if it goes (with its stream, say).
+    config: pull::Config,
     messages: pull::Stream,
     prefetch: usize,
     /// Pull errors in a row since the last message: past `HICCUPS_BEFORE_REOPEN` the pull
@@ -119,6 +121,9 @@ pub struct Delivery<E> {
     pub msg_id: Option<String>,
     /// Its sequence in the stream.
     pub stream_sequence: u64,
+    /// When the stream stored it (Unix nanoseconds): with the sequence, it names the message
+    /// even across a stream deleted and made again, whose sequences start again at 1.
+    pub published_ns: i128,
     /// How many times the server has delivered it, counting this one.
     pub delivered: i64,
     message: jetstream::Message,
@@ -268,7 +273,7 @@ impl<E: Event> Consumer<E> {
             num_replicas: bus.stream_replicas.max(1),
             ..spec.deliver.clone()
         };
-        let consumer = declare(&stream, stream_spec.name, config).await?;
+        let consumer = declare(&stream, stream_spec.name, config.clone()).await?;
         // A pull request lives on the consumer's leader; when a clustered leader dies, its pending
         // pulls die with it. Short pulls with a fast idle heartbeat notice that within seconds
         // (the library default, 30 s pulls and 15 s heartbeats, left a burst stalled past its run).
@@ -278,6 +283,7 @@ impl<E: Event> Consumer<E> {
             name: spec.durable,
             stream: stream_spec.name,
             consumer,
+            config,
             messages,
             prefetch: spec.prefetch,
             hiccups: 0,
@@ -291,6 +297,16 @@ impl<E: Event> Consumer<E> {
     async fn reopen(&mut self) {
         let mut delay = Duration::from_millis(100);
         loop {
+            // Gone with its stream (deleted, lost storage, a new cluster): declared again, and
+            // the stream too, so a service's consumer outlives them rather than failing forever.
+            if let Err(e) = self.consumer.info().await
+                && let Err(e) = self.declare_again(&e.to_string()).await
+            {
+                tracing::warn!(consumer = %self.name, error = %e, retry_in_ms = delay.as_millis() as u64, "consumer not declared again yet");
+                tokio::time::sleep(delay).await;
+                delay = (delay * 2).min(Duration::from_secs(5));
+                continue;
+            }
             match pull_stream(&self.consumer, self.prefetch).await {
                 Ok(messages) => {
                     tracing::info!(consumer = %self.name, "pull stream reopened");
@@ -304,6 +320,20 @@ impl<E: Event> Consumer<E> {
                 }
             }
         }
+    }
+
+    /// Declares the consumer again, and its stream first if that is gone too.
+    async fn declare_again(&mut self, why: &str) -> Result<(), BusError> {
+        tracing::warn!(consumer = %self.name, stream = self.stream, why, "the consumer is gone; declaring it again");
+        let stream = match self.bus.js.get_stream(self.stream).await {
+            Ok(stream) => stream,
+            Err(_) => {
+                self.bus.ensure_streams().await?;
+                self.bus.js.get_stream(self.stream).await.map_err(|e| BusError::Consumer { consumer: self.name.clone(), detail: e.to_string() })?
+            }
+        };
+        self.consumer = declare(&stream, self.stream, self.config.clone()).await?;
+        Ok(())
     }
 
     /// Waits for the next well-formed event.
@@ -337,15 +367,15 @@ impl<E: Event> Consumer<E> {
                     m
                 }
             };
-            let (stream_sequence, delivered) = match message.info() {
-                Ok(info) => (info.stream_sequence, info.delivered),
-                Err(_) => (0, 1),
+            let (stream_sequence, delivered, published_ns) = match message.info() {
+                Ok(info) => (info.stream_sequence, info.delivered, info.published.unix_timestamp_nanos()),
+                Err(_) => (0, 1, 0),
             };
             match decode::<E>(&message) {
                 Ok((subject, event)) => {
                     let msg_id =
                         message.headers.as_ref().and_then(|h| h.get(async_nats::header::NATS_MESSAGE_ID)).map(|v| v.as_str().to_owned());
-                    return Ok(Delivery { event, subject, msg_id, stream_sequence, delivered, message });
+                    return Ok(Delivery { event, subject, msg_id, stream_sequence, published_ns, delivered, message });
                 }
                 Err(refusal) => self.refuse(message, refusal, stream_sequence, delivered).await,
             }

@@ -36,6 +36,8 @@ pub struct CaptainConfig {
     pub admitters: usize,
     /// Age at which this replica publishes another's committed, unpublished outbox row.
     pub outbox_relay_after: Duration,
+    /// Age at which an unpublished outbox row is given up rather than posted late.
+    pub outbox_max_age: Duration,
     /// How far back a replica taking a lane over looks for admitted, unsettled deliveries.
     pub gather_window: Duration,
     /// How long one picture may take from media.
@@ -75,6 +77,7 @@ impl CaptainConfig {
             ack_wait: settings.ingress_ack_wait,
             admitters: 16,
             outbox_relay_after: settings.outbox_relay_after,
+            outbox_max_age: settings.outbox_max_age,
             gather_window: Duration::from_secs(15 * 60),
             media_timeout: settings.media_timeout,
             max_deliver: settings.ingress_max_deliver,

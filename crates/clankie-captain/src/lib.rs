@@ -95,6 +95,13 @@ pub fn lane_of(ingress: &v1::Ingress) -> LaneKey {
     }
 }
 
+/// The key a receipt is stored under once: its stream sequence alone would repeat after the
+/// receipts stream is deleted and made again (sequences start at 1 again, and every new
+/// receipt would be taken for one already stored), so the time the stream stored it comes too.
+pub fn receipt_dedup_key(published_ns: i128, stream_sequence: u64) -> String {
+    format!("receipts:{published_ns}:{stream_sequence}")
+}
+
 impl Captain {
     /// A replica over the given bus, store and agent.
     pub fn new(bus: Bus, store: Store, agent: Agent, config: CaptainConfig) -> Captain {
@@ -200,12 +207,13 @@ impl Captain {
         let _keep_alive = clankie_http::Aborting(tokio::spawn(self.inner.in_hand.clone().keep_alive(ack_wait / 3)));
         let relay = self.inner.outbox.clone();
         let relay_after = self.inner.config.outbox_relay_after;
+        let (max_age, replica) = (self.inner.config.outbox_max_age, self.inner.config.replica.clone());
         let _relay = clankie_http::Aborting(tokio::spawn(async move {
             let mut tick = tokio::time::interval((relay_after / 2).max(std::time::Duration::from_millis(50)));
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             loop {
                 tick.tick().await;
-                relay.relay_unsent(relay_after).await;
+                relay.relay_unsent(relay_after, max_age, &replica).await;
             }
         }));
         tracing::info!(replica = %self.inner.config.replica, "captain consuming ingress");
@@ -278,7 +286,7 @@ impl Captain {
             let captain = self.clone();
             tokio::spawn(async move {
                 let rows: Vec<(&v1::Receipt, String)> =
-                    batch.iter().map(|d| (&d.event, format!("receipts:{}", d.stream_sequence))).collect();
+                    batch.iter().map(|d| (&d.event, receipt_dedup_key(d.published_ns, d.stream_sequence))).collect();
                 let stored = captain.inner.store.insert_receipts(&rows).await;
                 drop(writer);
                 metrics::histogram!("clankie_captain_receipt_batch").record(batch.len() as f64);

@@ -256,6 +256,11 @@ pub const SETTINGS: &[Setting] = &[
         doc: "A committed reply still unpublished this long (its captain died between commit and publish) is published by another captain.",
     },
     Setting {
+        name: "CLANKIE_OUTBOX_MAX_AGE_MS",
+        default: "600000",
+        doc: "A committed reply still unpublished this long (after an outage, say) is not posted at all: it answers a conversation that has moved on. The outcome stands; the trail shows `outbox_too_old`.",
+    },
+    Setting {
         name: "CLANKIE_MEDIA_TIMEOUT_MS",
         default: "60000",
         doc: "How long a captain waits for media to fetch one picture for the model before the lane sees only its name.",
@@ -484,6 +489,8 @@ pub struct Settings {
     pub ingress_ack_wait: Duration,
     /// Age at which another captain publishes a committed, unpublished outbox row.
     pub outbox_relay_after: Duration,
+    /// Age at which an unpublished outbox row is given up.
+    pub outbox_max_age: Duration,
     /// How long a captain waits for one picture from media.
     pub media_timeout: Duration,
     /// How long a room's exchange stays live after a settled turn.
@@ -591,6 +598,7 @@ impl fmt::Debug for Settings {
             .field("lane_lease_ttl", &self.lane_lease_ttl)
             .field("ingress_ack_wait", &self.ingress_ack_wait)
             .field("outbox_relay_after", &self.outbox_relay_after)
+            .field("outbox_max_age", &self.outbox_max_age)
             .field("media_timeout", &self.media_timeout)
             .field("exchange_window", &self.exchange_window)
             .field("tool_card_delay", &self.tool_card_delay)
@@ -804,6 +812,7 @@ impl Settings {
         let lane_lease_ttl = ms("CLANKIE_LANE_LEASE_TTL_MS", 30_000, 100)?;
         let ingress_ack_wait = ms("CLANKIE_INGRESS_ACK_WAIT_MS", 30_000, 100)?;
         let outbox_relay_after = ms("CLANKIE_OUTBOX_RELAY_MS", 5_000, 100)?;
+        let outbox_max_age = ms("CLANKIE_OUTBOX_MAX_AGE_MS", 600_000, 1_000)?;
         let media_timeout = ms("CLANKIE_MEDIA_TIMEOUT_MS", 60_000, 100)?;
         let exchange_window = ms("CLANKIE_EXCHANGE_WINDOW_MS", 300_000, 0)?;
         let tool_card_delay = ms("CLANKIE_TOOL_CARD_DELAY_MS", 3_000, 0)?;
@@ -912,6 +921,7 @@ impl Settings {
             lane_lease_ttl,
             ingress_ack_wait,
             outbox_relay_after,
+            outbox_max_age,
             media_timeout,
             exchange_window,
             tool_card_delay,

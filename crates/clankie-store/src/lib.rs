@@ -23,7 +23,7 @@ use sqlx::postgres::PgPoolOptions;
 
 pub use audit::Audit;
 pub use lease::{LaneRow, Lease};
-pub use outbox::{OutboxRow, Settlement};
+pub use outbox::{ClaimedRow, OutboxRow, Settlement};
 pub use receipts::StoredReceipt;
 pub use session::{Entry, NewEntry};
 pub use shared_self::{Memory, MemoryStatus, OwnerSettings, Persona, SelfVersion, Sharing};

@@ -24,6 +24,17 @@ pub struct OutboxRow {
     pub payload: Vec<u8>,
 }
 
+/// A row the relay claimed, with how many times it has been claimed (this one counted).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClaimedRow {
+    pub row: OutboxRow,
+    pub attempts: i32,
+}
+
+fn millis(d: Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+}
+
 /// Everything that ends a turn, written in one fenced transaction.
 #[derive(Debug, Clone, Copy)]
 pub struct Settlement<'a> {
@@ -98,15 +109,15 @@ impl Store {
         Ok(())
     }
 
-    /// Rows committed more than `older_than` ago and not yet marked sent, oldest first: the
-    /// ones whose committing replica died before it published them.
+    /// Rows committed more than `older_than` ago and not yet marked sent or given up, oldest
+    /// first: the ones whose committing replica died before it published them.
     pub async fn unsent(&self, older_than: Duration, limit: i64) -> Result<Vec<OutboxRow>, StoreError> {
         let rows: Vec<(String, String, String, Option<Vec<u8>>)> = sqlx::query_as(
             "SELECT id, turn_id, subject, payload FROM outbox
-             WHERE sent_at IS NULL AND created_at < now() - make_interval(secs => $1::double precision / 1000)
+             WHERE sent_at IS NULL AND gave_up_at IS NULL AND created_at < now() - make_interval(secs => $1::double precision / 1000)
              ORDER BY created_at LIMIT $2",
         )
-        .bind(i64::try_from(older_than.as_millis()).unwrap_or(i64::MAX))
+        .bind(millis(older_than))
         .bind(limit)
         .fetch_all(&self.pool)
         .await?;
@@ -115,6 +126,78 @@ impl Store {
             .map(|(id, turn_id, subject, payload)| OutboxRow { id, turn_id, subject, payload: payload.unwrap_or_default() })
             .collect())
     }
+
+    /// Claims for `replica` up to `limit` of the oldest rows committed more than `older_than`
+    /// ago, unsent, not given up and not claimed by anyone now. A claim lasts a second, doubling
+    /// with each attempt up to five minutes: a row that will not publish steps out of the way of
+    /// newer ones instead of being first in line at every pass, and if its claimant dies another
+    /// relay takes it when the claim runs out. Rows locked by another claim are skipped.
+    pub async fn claim_unsent(&self, older_than: Duration, limit: i64, replica: &str) -> Result<Vec<ClaimedRow>, StoreError> {
+        let rows: Vec<(String, String, String, Option<Vec<u8>>, i32)> = sqlx::query_as(
+            "WITH due AS (
+                 SELECT id FROM outbox
+                 WHERE sent_at IS NULL AND gave_up_at IS NULL
+                   AND created_at < now() - make_interval(secs => $1::double precision / 1000)
+                   AND (claimed_until IS NULL OR claimed_until < now())
+                 ORDER BY created_at LIMIT $2 FOR UPDATE SKIP LOCKED)
+             UPDATE outbox o SET claimed_by = $3, attempts = o.attempts + 1,
+                    claimed_until = now() + LEAST(make_interval(secs => power(2, LEAST(o.attempts, 16))), interval '5 minutes')
+             FROM due WHERE o.id = due.id
+             RETURNING o.id, o.turn_id, o.subject, o.payload, o.attempts",
+        )
+        .bind(millis(older_than))
+        .bind(limit)
+        .bind(replica)
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(rows
+            .into_iter()
+            .map(|(id, turn_id, subject, payload, attempts)| ClaimedRow {
+                row: OutboxRow { id, turn_id, subject, payload: payload.unwrap_or_default() },
+                attempts,
+            })
+            .collect())
+    }
+
+    /// Gives up, with `code`, every unsent row committed more than `max_age` ago: a reply
+    /// posted that late (after a long outage, say) answers a conversation that has moved on.
+    /// The outcomes stand; only the post is dropped. Returns the rows given up, payload and all,
+    /// so the caller can say whose they were.
+    pub async fn give_up_older_than(&self, max_age: Duration, code: &str, limit: i64) -> Result<Vec<OutboxRow>, StoreError> {
+        let rows: Vec<(String, String, String, Option<Vec<u8>>)> = sqlx::query_as(
+            "WITH old AS (SELECT id, turn_id, subject, payload FROM outbox
+                          WHERE sent_at IS NULL AND gave_up_at IS NULL
+                            AND created_at < now() - make_interval(secs => $1::double precision / 1000)
+                          ORDER BY created_at LIMIT $3 FOR UPDATE SKIP LOCKED)
+             UPDATE outbox o SET gave_up_at = now(), gave_up_code = $2, payload = NULL FROM old WHERE o.id = old.id
+             RETURNING old.id, old.turn_id, old.subject, old.payload",
+        )
+        .bind(millis(max_age))
+        .bind(code)
+        .bind(limit)
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(rows
+            .into_iter()
+            .map(|(id, turn_id, subject, payload)| OutboxRow { id, turn_id, subject, payload: payload.unwrap_or_default() })
+            .collect())
+    }
+
+    /// Gives up one row with `code` (one that never publishes, say); `None` if it was sent or
+    /// given up meanwhile.
+    pub async fn give_up(&self, id: &str, code: &str) -> Result<Option<OutboxRow>, StoreError> {
+        let rows: Vec<(String, String, String, Option<Vec<u8>>)> = sqlx::query_as(
+            "WITH old AS (SELECT id, turn_id, subject, payload FROM outbox WHERE id = $1 AND sent_at IS NULL AND gave_up_at IS NULL FOR UPDATE)
+             UPDATE outbox o SET gave_up_at = now(), gave_up_code = $2, payload = NULL FROM old WHERE o.id = old.id
+             RETURNING old.id, old.turn_id, old.subject, old.payload",
+        )
+        .bind(id)
+        .bind(code)
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(rows.into_iter().next().map(|(id, turn_id, subject, payload)| OutboxRow { id, turn_id, subject, payload: payload.unwrap_or_default() }))
+    }
+
 
     /// Marks a row published and drops its payload: the words live on in the session tree.
     pub async fn mark_sent(&self, id: &str) -> Result<(), StoreError> {

@@ -13,6 +13,7 @@ mod outbox;
 mod privileged;
 mod real_model;
 mod replicas;
+mod retention;
 mod security;
 mod silence;
 mod text_update;
