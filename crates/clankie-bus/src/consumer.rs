@@ -108,6 +108,8 @@ pub struct Consumer<E: Event> {
     /// Pull errors in a row since the last message: past `HICCUPS_BEFORE_REOPEN` the pull
     /// stream is opened afresh.
     hiccups: u32,
+    /// Reopens since the last message: past the first, the consumer is checked to still exist.
+    reopens_idle: u32,
     _event: PhantomData<fn() -> E>,
 }
 
@@ -287,6 +289,7 @@ impl<E: Event> Consumer<E> {
             messages,
             prefetch: spec.prefetch,
             hiccups: 0,
+            reopens_idle: 0,
             _event: PhantomData,
         })
     }
@@ -295,12 +298,28 @@ impl<E: Event> Consumer<E> {
     /// its leader can end it). Retries with backoff until it opens: a service's consumer never
     /// stops for good while the process lives.
     async fn reopen(&mut self) {
+        self.reopens_idle = self.reopens_idle.saturating_add(1);
         let mut delay = Duration::from_millis(100);
+        let mut attempts = 0u32;
         loop {
+            attempts += 1;
             // Gone with its stream (deleted, lost storage, a new cluster): declared again, and
             // the stream too, so a service's consumer outlives them rather than failing forever.
-            if let Err(e) = self.consumer.info().await
-                && let Err(e) = self.declare_again(&e.to_string()).await
+            // Only a consumer the server says is gone is declared again: during a leader
+            // election every request fails for a moment, and a reopen must not declare into it.
+            // Asked only when the last reopen (or this one's first try) brought nothing, and
+            // briefly: the first reopen after a node's death must not wait on an election.
+            let gone = if self.reopens_idle < 2 && attempts < 2 {
+                None
+            } else {
+                match tokio::time::timeout(Duration::from_secs(1), self.consumer.info()).await {
+                    Ok(Err(e)) if e.kind() == jetstream::context::ConsumerInfoErrorKind::NotFound => Some(false),
+                    Ok(Err(e)) if e.kind() == jetstream::context::ConsumerInfoErrorKind::StreamNotFound => Some(true),
+                    _ => None,
+                }
+            };
+            if let Some(stream_gone) = gone
+                && let Err(e) = self.declare_again(stream_gone).await
             {
                 tracing::warn!(consumer = %self.name, error = %e, retry_in_ms = delay.as_millis() as u64, "consumer not declared again yet");
                 tokio::time::sleep(delay).await;
@@ -323,15 +342,17 @@ impl<E: Event> Consumer<E> {
     }
 
     /// Declares the consumer again, and its stream first if that is gone too.
-    async fn declare_again(&mut self, why: &str) -> Result<(), BusError> {
-        tracing::warn!(consumer = %self.name, stream = self.stream, why, "the consumer is gone; declaring it again");
-        let stream = match self.bus.js.get_stream(self.stream).await {
-            Ok(stream) => stream,
-            Err(_) => {
-                self.bus.ensure_streams().await?;
-                self.bus.js.get_stream(self.stream).await.map_err(|e| BusError::Consumer { consumer: self.name.clone(), detail: e.to_string() })?
-            }
-        };
+    async fn declare_again(&mut self, stream_gone: bool) -> Result<(), BusError> {
+        tracing::warn!(consumer = %self.name, stream = self.stream, stream_gone, "the consumer is gone; declaring it again");
+        if stream_gone {
+            self.bus.ensure_streams().await?;
+        }
+        let stream = self
+            .bus
+            .js
+            .get_stream(self.stream)
+            .await
+            .map_err(|e| BusError::Consumer { consumer: self.name.clone(), detail: e.to_string() })?;
         self.consumer = declare(&stream, self.stream, self.config.clone()).await?;
         Ok(())
     }
@@ -364,6 +385,7 @@ impl<E: Event> Consumer<E> {
                 }
                 Some(Ok(m)) => {
                     self.hiccups = 0;
+                    self.reopens_idle = 0;
                     m
                 }
             };

@@ -38,6 +38,9 @@ pub struct CaptainConfig {
     pub outbox_relay_after: Duration,
     /// Age at which an unpublished outbox row is given up rather than posted late.
     pub outbox_max_age: Duration,
+    /// What the sweeper keeps, and how often it runs.
+    pub retention: clankie_store::Retention,
+    pub sweep_every: Duration,
     /// How far back a replica taking a lane over looks for admitted, unsettled deliveries.
     pub gather_window: Duration,
     /// How long one picture may take from media.
@@ -78,6 +81,13 @@ impl CaptainConfig {
             admitters: 16,
             outbox_relay_after: settings.outbox_relay_after,
             outbox_max_age: settings.outbox_max_age,
+            retention: clankie_store::Retention {
+                receipts: settings.retention_receipts,
+                records: settings.retention_records,
+                replaced_entries: settings.retention_replaced_entries,
+                batch: 5_000,
+            },
+            sweep_every: settings.retention_sweep_every,
             gather_window: Duration::from_secs(15 * 60),
             media_timeout: settings.media_timeout,
             max_deliver: settings.ingress_max_deliver,

@@ -205,6 +205,28 @@ impl Captain {
         tokio::pin!(typing);
         // Held deliveries are kept alive, and committed posts published, on tasks of their own.
         let _keep_alive = clankie_http::Aborting(tokio::spawn(self.inner.in_hand.clone().keep_alive(ack_wait / 3)));
+        // Nothing grows forever: every replica sweeps (batched deletes are safe side by side).
+        let (store, retention, every) = (self.inner.store.clone(), self.inner.config.retention, self.inner.config.sweep_every);
+        let _sweeper = clankie_http::Aborting(tokio::spawn(async move {
+            let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + every.min(std::time::Duration::from_secs(60)), every);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tick.tick().await;
+                match store.sweep(&retention).await {
+                    Ok(swept) if swept.total() > 0 => tracing::info!(
+                        receipts = swept.receipts,
+                        outbox = swept.outbox,
+                        deliveries = swept.deliveries,
+                        admissions = swept.admissions,
+                        turns = swept.turns,
+                        session_entries = swept.session_entries,
+                        "swept what aged past its retention"
+                    ),
+                    Ok(_) => {}
+                    Err(e) => tracing::warn!(error = %e, "the sweep failed; it runs again next time"),
+                }
+            }
+        }));
         let relay = self.inner.outbox.clone();
         let relay_after = self.inner.config.outbox_relay_after;
         let (max_age, replica) = (self.inner.config.outbox_max_age, self.inner.config.replica.clone());

@@ -58,6 +58,11 @@ struct Queued {
     _done: tokio::sync::oneshot::Sender<()>,
 }
 
+/// How long a "replied" outcome waits, at a time, for its reply's first piece to be posted,
+/// and how many times: about three seconds in all, well inside the outcome's ack wait.
+const REPLY_WAIT: Duration = Duration::from_millis(250);
+const REPLY_WAITS: i64 = 12;
+
 /// Discord's limit on one message.
 pub const MAX_MESSAGE: usize = 2000;
 
@@ -394,6 +399,17 @@ impl Gateway {
         Ok(())
     }
 
+    /// Whether at least the first piece of the reply keyed `key` is posted.
+    async fn reply_is_out(&self, key: &str) -> bool {
+        let Ok(posted) = self.posted().await else { return true };
+        match posted.get(clankie_bus::kv_key(key).as_str()).await {
+            Ok(Some(v)) => serde_json::from_slice::<Posted>(&v).is_ok_and(|p| p.pieces > 0),
+            Ok(None) => false,
+            // Unreadable: the outcome is not held back for it.
+            Err(_) => true,
+        }
+    }
+
     async fn posted(&self) -> Result<clankie_bus::KeyValue, PostError> {
         let opened = self.inner.posted.get_or_try_init(|| self.inner.bus.key_value(POSTED_BUCKET, POSTED_FOR)).await;
         opened.cloned().map_err(|e| {
@@ -505,6 +521,18 @@ impl Gateway {
                 continue;
             };
             let kind = v1::OutcomeKind::try_from(outcome.kind).unwrap_or(v1::OutcomeKind::Unspecified);
+            // "Replied" is shown once the reply is: a reaction never races ahead of its reply.
+            // Waited for by redelivery, so the outcomes behind it go on meanwhile; bounded, so a
+            // reply that never posts cannot hold its outcome back for long.
+            if kind == v1::OutcomeKind::Replied
+                && matches!(lane, LaneKey::Room { .. } | LaneKey::Dm { .. })
+                && !outcome.turn_id.is_empty()
+                && d.delivered < REPLY_WAITS
+                && !self.reply_is_out(&format!("reply:{}", outcome.turn_id)).await
+            {
+                let _ = d.nak_after(REPLY_WAIT).await;
+                continue;
+            }
             let emoji = RequestReactionType::Unicode { name: kind.reaction() };
             // Replies first: the outcome waits while the budget is crowded, well inside its ack wait.
             self.inner.budget.give_way(OUTCOME_ACK_WAIT / 3).await;

@@ -28,6 +28,7 @@ impl Gateway {
         let lease = ShardLeases::new(kv, &config.replica, config.rest_lease_ttl);
         let retry = (config.rest_lease_ttl / 4).max(Duration::from_millis(50));
         let mut stopping = self.inner.stopping.subscribe();
+        let mut later = false;
         loop {
             if *stopping.borrow() {
                 return std::future::pending().await;
@@ -55,8 +56,17 @@ impl Gateway {
             };
             self.inner.rest_until_ms.store(0, Ordering::SeqCst);
             self.inner.typing.stop_local();
+            let first_tenure = !std::mem::replace(&mut later, true);
             match outcome {
-                Some(r) => return r,
+                // At the first tenure an error is a setup fault (a consumer the settings cannot
+                // have): the replica stops with it, as at any start. Later, a consumer that cannot
+                // be opened now (the bus mid-election) costs the tenure, never the replica.
+                Some(Err(e)) if first_tenure => return Err(e),
+                Some(Err(e)) => {
+                    tracing::warn!(error = %e, "the REST work stopped; taking the lease again");
+                    tokio::time::sleep(retry).await;
+                }
+                Some(Ok(())) => tokio::time::sleep(retry).await,
                 None if *stopping.borrow() => tracing::info!("stopping: the REST lease is handed back"),
                 None => tracing::warn!("the REST lease was lost; this replica stops speaking REST"),
             }

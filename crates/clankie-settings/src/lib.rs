@@ -261,6 +261,28 @@ pub const SETTINGS: &[Setting] = &[
         doc: "A committed reply still unpublished this long (after an outage, say) is not posted at all: it answers a conversation that has moved on. The outcome stands; the trail shows `outbox_too_old`.",
     },
     Setting {
+        name: "CLANKIE_RECEIPTS_RETENTION_DAYS",
+        default: "30",
+        doc: "Receipts older than this are swept (by the captains, in bounded batches).",
+    },
+    Setting {
+        name: "CLANKIE_RECORDS_RETENTION_DAYS",
+        default: "30",
+        doc: "Settled deliveries, admissions, turns and sent or given-up outbox rows older than this are swept. At least 8: longer than the ingress stream keeps a message (a week), so a redelivered message always finds its outcome.",
+    },
+    Setting {
+        name: "CLANKIE_REPLACED_ENTRIES_RETENTION_DAYS",
+        default: "7",
+        doc: "Session entries a compaction replaced with its summary are swept once older than this; what a compaction kept stays.",
+    },
+    Setting {
+        name: "CLANKIE_VOICE_RING_RETENTION_DAYS",
+        default: "7",
+        doc: "Lines of the voice ring (what was said in voice) older than this are swept by the voice floor.",
+    },
+    Setting { name: "CLANKIE_VOICE_RING_MAX_LINES", default: "2000", doc: "The most lines the voice ring keeps per room; older ones are swept." },
+    Setting { name: "CLANKIE_RETENTION_SWEEP_MS", default: "3600000", doc: "How often the sweepers run (the first sweep comes a minute after start)." },
+    Setting {
         name: "CLANKIE_MEDIA_TIMEOUT_MS",
         default: "60000",
         doc: "How long a captain waits for media to fetch one picture for the model before the lane sees only its name.",
@@ -491,6 +513,15 @@ pub struct Settings {
     pub outbox_relay_after: Duration,
     /// Age at which an unpublished outbox row is given up.
     pub outbox_max_age: Duration,
+    /// How long receipts, settled records and replaced session entries are kept.
+    pub retention_receipts: Duration,
+    pub retention_records: Duration,
+    pub retention_replaced_entries: Duration,
+    /// How long the voice ring keeps a line, and how many it keeps per room.
+    pub voice_ring_retention: Duration,
+    pub voice_ring_max_lines: u64,
+    /// How often the sweepers run.
+    pub retention_sweep_every: Duration,
     /// How long a captain waits for one picture from media.
     pub media_timeout: Duration,
     /// How long a room's exchange stays live after a settled turn.
@@ -599,6 +630,7 @@ impl fmt::Debug for Settings {
             .field("ingress_ack_wait", &self.ingress_ack_wait)
             .field("outbox_relay_after", &self.outbox_relay_after)
             .field("outbox_max_age", &self.outbox_max_age)
+            .field("retention_records", &self.retention_records)
             .field("media_timeout", &self.media_timeout)
             .field("exchange_window", &self.exchange_window)
             .field("tool_card_delay", &self.tool_card_delay)
@@ -813,6 +845,15 @@ impl Settings {
         let ingress_ack_wait = ms("CLANKIE_INGRESS_ACK_WAIT_MS", 30_000, 100)?;
         let outbox_relay_after = ms("CLANKIE_OUTBOX_RELAY_MS", 5_000, 100)?;
         let outbox_max_age = ms("CLANKIE_OUTBOX_MAX_AGE_MS", 600_000, 1_000)?;
+        let days = |name: &'static str, default: u64, min: u64| -> Result<Duration, SettingsError> {
+            Ok(Duration::from_secs(number(var(name), name, default, min, 36_500)? * 86_400))
+        };
+        let retention_receipts = days("CLANKIE_RECEIPTS_RETENTION_DAYS", 30, 1)?;
+        let retention_records = days("CLANKIE_RECORDS_RETENTION_DAYS", 30, 8)?;
+        let retention_replaced_entries = days("CLANKIE_REPLACED_ENTRIES_RETENTION_DAYS", 7, 1)?;
+        let voice_ring_retention = days("CLANKIE_VOICE_RING_RETENTION_DAYS", 7, 1)?;
+        let voice_ring_max_lines = number(var("CLANKIE_VOICE_RING_MAX_LINES"), "CLANKIE_VOICE_RING_MAX_LINES", 2_000, 50, 10_000_000)?;
+        let retention_sweep_every = ms("CLANKIE_RETENTION_SWEEP_MS", 3_600_000, 1_000)?;
         let media_timeout = ms("CLANKIE_MEDIA_TIMEOUT_MS", 60_000, 100)?;
         let exchange_window = ms("CLANKIE_EXCHANGE_WINDOW_MS", 300_000, 0)?;
         let tool_card_delay = ms("CLANKIE_TOOL_CARD_DELAY_MS", 3_000, 0)?;
@@ -922,6 +963,12 @@ impl Settings {
             ingress_ack_wait,
             outbox_relay_after,
             outbox_max_age,
+            retention_receipts,
+            retention_records,
+            retention_replaced_entries,
+            voice_ring_retention,
+            voice_ring_max_lines,
+            retention_sweep_every,
             media_timeout,
             exchange_window,
             tool_card_delay,

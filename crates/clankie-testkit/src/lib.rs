@@ -185,3 +185,66 @@ mod tests {
         assert_eq!(with_database("postgres://u:p@h:1/x?sslmode=disable", "t1"), "postgres://u:p@h:1/t1?sslmode=disable");
     }
 }
+
+/// Fills a migrated store's tables as `days` days of `per_day` messages over `lanes` lanes would: each message
+/// an admission, a delivery and two receipts; every third one a turn with its sent outbox row
+/// and two session entries; each lane compacted 10 days ago, keeping what followed; a voice
+/// room's ring of a tenth as many lines. For the retention tests and the bench.
+pub async fn fill_aged_store(pool: &sqlx::PgPool, days: i64, per_day: i64, lanes: i64) {
+    let messages = days * per_day;
+    let statements = [
+        "INSERT INTO lanes (lane, epoch) SELECT 'room:100:' || l, 1 FROM generate_series(1, $2) l",
+        // Message n of the simulation is (n / per_day) days old, spread over that day.
+        "INSERT INTO admissions (delivery_id, lane, reason, admitted_at)
+         SELECT 'm' || n, 'room:100:' || (1 + n % $2), 'mentioned',
+                now() - make_interval(secs => (n::double precision / $1) * 86400) FROM generate_series(0, $3 - 1) n",
+        "INSERT INTO deliveries (delivery_id, lane, turn_id, outcome, recorded_at)
+         SELECT 'm' || n, 'room:100:' || (1 + n % $2), 't' || (n / 3), CASE WHEN n % 3 = 0 THEN 'replied' ELSE 'absorbed' END,
+                now() - make_interval(secs => (n::double precision / $1) * 86400) FROM generate_series(0, $3 - 1) n",
+        "INSERT INTO receipts (dedup_key, kind, delivery_id, service, lane, at)
+         SELECT 'receipts:' || n, CASE WHEN n % 2 = 0 THEN 'gateway.ingress' ELSE 'captain.admitted' END, 'm' || (n / 2), 'test',
+                'room:100:' || (1 + (n / 2) % $2), now() - make_interval(secs => ((n / 2)::double precision / $1) * 86400)
+         FROM generate_series(0, 2 * $3 - 1) n",
+        "INSERT INTO turns (turn_id, lane, epoch, mode, owner_delivery_id, started_at, ended_at, outcome, input_tokens)
+         SELECT 't' || (n / 3), 'room:100:' || (1 + n % $2), 1, 'durable', 'm' || n,
+                now() - make_interval(secs => (n::double precision / $1) * 86400),
+                now() - make_interval(secs => (n::double precision / $1) * 86400) + interval '2 seconds', 'replied', 1500
+         FROM generate_series(0, $3 - 1, 3) n",
+        "INSERT INTO outbox (id, lane, turn_id, subject, payload, created_at, sent_at)
+         SELECT 'reply:t' || (n / 3), 'room:100:' || (1 + n % $2), 't' || (n / 3), 'clankie.v1.body.send.200', NULL,
+                now() - make_interval(secs => (n::double precision / $1) * 86400),
+                now() - make_interval(secs => (n::double precision / $1) * 86400) + interval '1 second'
+         FROM generate_series(0, $3 - 1, 3) n",
+        "INSERT INTO session_entries (tree, lane, id, kind, body, epoch, created_at)
+         SELECT 'rooms/room:100:' || (1 + n % $2), 'room:100:' || (1 + n % $2), 'e' || n || '-' || k,
+                CASE WHEN k = 0 THEN 'user' ELSE 'assistant' END, jsonb_build_object('text', 'a line of the room ' || n), 1,
+                now() - make_interval(secs => (n::double precision / $1) * 86400)
+         FROM generate_series($3 - 1 - ($3 - 1) % 3, 0, -3) n, generate_series(0, 1) k ORDER BY n DESC, k",
+        // Each lane's compaction, written 10 days ago, keeps its first entry from then on.
+        "INSERT INTO session_entries (tree, lane, id, kind, body, epoch, created_at)
+         SELECT l.tree, l.lane, 'compaction-' || l.lane, 'compaction',
+                jsonb_build_object('summary', 'what came before', 'first_kept_id',
+                  (SELECT id FROM session_entries e WHERE e.tree = l.tree AND e.created_at >= now() - interval '10 days' ORDER BY seq LIMIT 1)),
+                1, now() - interval '10 days'
+         FROM (SELECT DISTINCT tree, lane FROM session_entries) l",
+        "INSERT INTO voice_ring (room, delivery_id, source, author_id, author_name, is_him, text, at_ms)
+         SELECT '100:300', 'v' || n, 1, '7', 'ada', false, 'a line said aloud',
+                (extract(epoch from now()) * 1000)::bigint - (n::double precision / ($1 / 10) * 86400000)::bigint
+         FROM generate_series(0, $3 / 10 - 1) n",
+    ];
+    for sql in statements {
+        // Every statement sees the three numbers as columns of `p`, however many it uses.
+        let sql = format!(
+            "WITH p AS (SELECT $1::double precision AS per_day, $2::bigint AS lanes, $3::bigint AS messages) {}",
+            sql.replace("$1", "(SELECT per_day FROM p)").replace("$2", "(SELECT lanes FROM p)").replace("$3", "(SELECT messages FROM p)")
+        );
+        sqlx::query(sqlx::AssertSqlSafe(sql.clone()))
+            .bind(per_day as f64)
+            .bind(lanes)
+            .bind(messages)
+            .execute(pool)
+            .await
+            .unwrap_or_else(|e| panic!("{e}: {sql}"));
+    }
+    sqlx::query("ANALYZE").execute(pool).await.unwrap();
+}

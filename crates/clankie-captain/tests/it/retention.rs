@@ -172,3 +172,27 @@ async fn retention_150_unpublishable_outbox_rows_do_not_delay_a_new_reply() {
         .unwrap();
     assert!(given_up >= 100, "only {given_up} stuck rows given up");
 }
+
+/// The captain runs the sweeper itself: a receipt past its retention goes within a sweep.
+#[tokio::test]
+async fn retention_a_captain_sweeps_receipts_past_their_retention() {
+    let rig = Rig::new().await;
+    for (id, age_days) in [("old-receipt", 3), ("new-receipt", 0)] {
+        sqlx::query(
+            "INSERT INTO receipts (dedup_key, kind, delivery_id, service, at) VALUES ($1, 'test.marker', $1, 'test', now() - make_interval(days => $2))",
+        )
+        .bind(id)
+        .bind(age_days)
+        .execute(rig.store.pool())
+        .await
+        .unwrap();
+    }
+    let sweep = [("CLANKIE_RETENTION_SWEEP_MS", "1000".to_owned()), ("CLANKIE_RECEIPTS_RETENTION_DAYS", "2".to_owned())];
+    let (_captain, _task) = rig.captain_with("captain-a", &sweep).await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
+    while stored(&rig, "old-receipt").await {
+        assert!(tokio::time::Instant::now() < deadline, "the receipt past its retention was never swept");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(stored(&rig, "new-receipt").await, "a receipt inside its retention was swept");
+}

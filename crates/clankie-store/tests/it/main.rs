@@ -4,6 +4,7 @@ mod fencing;
 mod migrations;
 mod outbox;
 mod outcomes;
+mod retention;
 mod sessions;
 mod shared_self;
 
