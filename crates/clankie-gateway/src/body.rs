@@ -252,15 +252,8 @@ impl Gateway {
         let (pieces, cut) = bound_pieces(split(&text, MAX_MESSAGE), self.inner.config.reply_max_pieces);
         // Where an earlier holder of this reply got to: it resumes at the next piece. The first
         // piece's Discord id comes along: `clankie audit` counts a reply posted twice by it.
-        let progress = self.posted().await?;
-        let key = clankie_bus::kv_key(&out.idempotency_key);
-        let done = match progress.get(key.as_str()).await {
-            Ok(v) => v.and_then(|v| serde_json::from_slice::<Posted>(&v).ok()).unwrap_or_default(),
-            Err(e) => {
-                tracing::warn!(error = %e, "the posted-pieces bucket is unreadable; trying again");
-                return Err(PostError::Retry);
-            }
-        };
+        let done = self.posted_so_far(&out.idempotency_key).await?;
+        let (progress, key) = (self.posted().await?, clankie_bus::kv_key(&out.idempotency_key));
         let resumed = done.pieces.min(pieces.len());
         let mut first_message = done.first_message;
         for (i, piece) in pieces.iter().enumerate().skip(resumed) {
@@ -399,14 +392,20 @@ impl Gateway {
         Ok(())
     }
 
-    /// Whether at least the first piece of the reply keyed `key` is posted.
+    /// Whether at least the first piece of the reply keyed `key` is posted; an unreadable
+    /// bucket holds no outcome back.
     async fn reply_is_out(&self, key: &str) -> bool {
-        let Ok(posted) = self.posted().await else { return true };
-        match posted.get(clankie_bus::kv_key(key).as_str()).await {
-            Ok(Some(v)) => serde_json::from_slice::<Posted>(&v).is_ok_and(|p| p.pieces > 0),
-            Ok(None) => false,
-            // Unreadable: the outcome is not held back for it.
-            Err(_) => true,
+        self.posted_so_far(key).await.map_or(true, |p| p.pieces > 0)
+    }
+
+    /// How far the posting of the outbound message keyed `key` got (nothing yet: the default).
+    async fn posted_so_far(&self, key: &str) -> Result<Posted, PostError> {
+        match self.posted().await?.get(clankie_bus::kv_key(key).as_str()).await {
+            Ok(v) => Ok(v.and_then(|v| serde_json::from_slice::<Posted>(&v).ok()).unwrap_or_default()),
+            Err(e) => {
+                tracing::warn!(error = %e, "the posted-pieces bucket is unreadable");
+                Err(PostError::Retry)
+            }
         }
     }
 

@@ -31,6 +31,13 @@ pub struct ClaimedRow {
     pub attempts: i32,
 }
 
+/// An outbox row as its columns come back: id, turn, subject, payload (gone once sent).
+type StoredRow = (String, String, String, Option<Vec<u8>>);
+
+fn row_of((id, turn_id, subject, payload): StoredRow) -> OutboxRow {
+    OutboxRow { id, turn_id, subject, payload: payload.unwrap_or_default() }
+}
+
 fn millis(d: Duration) -> i64 {
     i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
 }
@@ -112,7 +119,7 @@ impl Store {
     /// Rows committed more than `older_than` ago and not yet marked sent or given up, oldest
     /// first: the ones whose committing replica died before it published them.
     pub async fn unsent(&self, older_than: Duration, limit: i64) -> Result<Vec<OutboxRow>, StoreError> {
-        let rows: Vec<(String, String, String, Option<Vec<u8>>)> = sqlx::query_as(
+        let rows: Vec<StoredRow> = sqlx::query_as(
             "SELECT id, turn_id, subject, payload FROM outbox
              WHERE sent_at IS NULL AND gave_up_at IS NULL AND created_at < now() - make_interval(secs => $1::double precision / 1000)
              ORDER BY created_at LIMIT $2",
@@ -121,10 +128,7 @@ impl Store {
         .bind(limit)
         .fetch_all(&self.pool)
         .await?;
-        Ok(rows
-            .into_iter()
-            .map(|(id, turn_id, subject, payload)| OutboxRow { id, turn_id, subject, payload: payload.unwrap_or_default() })
-            .collect())
+        Ok(rows.into_iter().map(row_of).collect())
     }
 
     /// Claims for `replica` up to `limit` of the oldest rows committed more than `older_than`
@@ -152,10 +156,7 @@ impl Store {
         .await?;
         Ok(rows
             .into_iter()
-            .map(|(id, turn_id, subject, payload, attempts)| ClaimedRow {
-                row: OutboxRow { id, turn_id, subject, payload: payload.unwrap_or_default() },
-                attempts,
-            })
+            .map(|(id, turn_id, subject, payload, attempts)| ClaimedRow { row: row_of((id, turn_id, subject, payload)), attempts })
             .collect())
     }
 
@@ -164,7 +165,7 @@ impl Store {
     /// The outcomes stand; only the post is dropped. Returns the rows given up, payload and all,
     /// so the caller can say whose they were.
     pub async fn give_up_older_than(&self, max_age: Duration, code: &str, limit: i64) -> Result<Vec<OutboxRow>, StoreError> {
-        let rows: Vec<(String, String, String, Option<Vec<u8>>)> = sqlx::query_as(
+        let rows: Vec<StoredRow> = sqlx::query_as(
             "WITH old AS (SELECT id, turn_id, subject, payload FROM outbox
                           WHERE sent_at IS NULL AND gave_up_at IS NULL
                             AND created_at < now() - make_interval(secs => $1::double precision / 1000)
@@ -177,16 +178,13 @@ impl Store {
         .bind(limit)
         .fetch_all(&self.pool)
         .await?;
-        Ok(rows
-            .into_iter()
-            .map(|(id, turn_id, subject, payload)| OutboxRow { id, turn_id, subject, payload: payload.unwrap_or_default() })
-            .collect())
+        Ok(rows.into_iter().map(row_of).collect())
     }
 
     /// Gives up one row with `code` (one that never publishes, say); `None` if it was sent or
     /// given up meanwhile.
     pub async fn give_up(&self, id: &str, code: &str) -> Result<Option<OutboxRow>, StoreError> {
-        let rows: Vec<(String, String, String, Option<Vec<u8>>)> = sqlx::query_as(
+        let rows: Vec<StoredRow> = sqlx::query_as(
             "WITH old AS (SELECT id, turn_id, subject, payload FROM outbox WHERE id = $1 AND sent_at IS NULL AND gave_up_at IS NULL FOR UPDATE)
              UPDATE outbox o SET gave_up_at = now(), gave_up_code = $2, payload = NULL FROM old WHERE o.id = old.id
              RETURNING old.id, old.turn_id, old.subject, old.payload",
@@ -195,9 +193,8 @@ impl Store {
         .bind(code)
         .fetch_all(&self.pool)
         .await?;
-        Ok(rows.into_iter().next().map(|(id, turn_id, subject, payload)| OutboxRow { id, turn_id, subject, payload: payload.unwrap_or_default() }))
+        Ok(rows.into_iter().next().map(row_of))
     }
-
 
     /// Marks a row published and drops its payload: the words live on in the session tree.
     pub async fn mark_sent(&self, id: &str) -> Result<(), StoreError> {

@@ -117,13 +117,13 @@ impl Store {
     /// One sweep of the voice ring: lines older than its age, and beyond its lines per room.
     pub async fn sweep_voice_ring(&self, retention: &RingRetention) -> Result<u64, StoreError> {
         let batch = retention.batch.max(1);
-        let cutoff_ms = clankie_now_ms() - i64::try_from(retention.age.as_millis()).unwrap_or(i64::MAX);
         let mut swept = 0;
         loop {
             let aged = sqlx::query(
-                "DELETE FROM voice_ring WHERE (room, seq) IN (SELECT room, seq FROM voice_ring WHERE at_ms < $1 LIMIT $2)",
+                "DELETE FROM voice_ring WHERE (room, seq) IN (SELECT room, seq FROM voice_ring
+                   WHERE at_ms < (extract(epoch from now() - make_interval(secs => $1)) * 1000)::bigint LIMIT $2)",
             )
-            .bind(cutoff_ms)
+            .bind(secs(retention.age))
             .bind(batch)
             .execute(&self.pool)
             .await?
@@ -157,8 +157,4 @@ impl Store {
             }
         }
     }
-}
-
-fn clankie_now_ms() -> i64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0)
 }

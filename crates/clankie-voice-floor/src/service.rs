@@ -28,24 +28,12 @@ pub async fn run_from_env() -> Result<()> {
         settings.exchange_window,
     );
     let floor = std::sync::Arc::new(VoiceFloor::new(bus.clone(), model, selfhood, VoiceConfig::from_settings(&settings)));
-    // The ring is the voice floor's: it sweeps it, by age and by lines per room.
     let ring = clankie_store::RingRetention {
         age: settings.voice_ring_retention,
         lines_per_room: i64::try_from(settings.voice_ring_max_lines).unwrap_or(i64::MAX),
         batch: 5_000,
     };
-    let (sweeper_store, every) = (store.clone(), settings.retention_sweep_every);
-    let _sweeper = clankie_http::Aborting(tokio::spawn(async move {
-        let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + every.min(std::time::Duration::from_secs(60)), every);
-        loop {
-            tick.tick().await;
-            match sweeper_store.sweep_voice_ring(&ring).await {
-                Ok(0) => {}
-                Ok(lines) => tracing::info!(lines, "swept the voice ring"),
-                Err(e) => tracing::warn!(error = %e, "the voice ring sweep failed; it runs again next time"),
-            }
-        }
-    }));
+    let _sweeper = clankie_http::Aborting(tokio::spawn(crate::rooms::sweep_ring(store.clone(), ring, settings.retention_sweep_every)));
     let mut rooms = RoomKeeper::new(bus, store, floor, RoomConfig::from_settings(&settings)).context("setting up the speech engines")?;
     tokio::select! {
         result = rooms.run() => result.context("voice rooms stopped")?,

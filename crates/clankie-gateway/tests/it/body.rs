@@ -1,22 +1,12 @@
 use std::time::Duration;
 
 use clankie_bus::MsgId;
-use clankie_proto::{LaneKey, Subject, v1};
+use clankie_proto::{Subject, v1};
 
 use super::{GENERAL, GUILD, Rig, until};
 
 fn reply(to: u64, key: &str, text: &str) -> v1::OutboundMessage {
-    v1::OutboundMessage {
-        idempotency_key: key.into(),
-        kind: v1::OutboundKind::Reply as i32,
-        guild_id: Some(GUILD),
-        channel_id: GENERAL,
-        reply_to_message_id: Some(to),
-        text: text.into(),
-        lane: LaneKey::Room { guild: GUILD, channel: GENERAL }.to_string(),
-        delivery_id: to.to_string(),
-        ..Default::default()
-    }
+    super::outbound_reply(GENERAL, Some(to), key, text)
 }
 
 #[tokio::test]

@@ -121,3 +121,18 @@ pub fn gateway_process(rig: &Rig, replica: &str, extra: &[(&str, &str)]) -> toki
     cmd.stdout(std::process::Stdio::null()).stderr(log).kill_on_drop(true).spawn().unwrap()
 }
 
+/// A reply the captain would publish in `channel` of the main guild, threaded onto `reply_to`
+/// (its delivery) when given, else delivered as `key`.
+pub fn outbound_reply(channel: u64, reply_to: Option<u64>, key: &str, text: &str) -> clankie_proto::v1::OutboundMessage {
+    clankie_proto::v1::OutboundMessage {
+        idempotency_key: key.into(),
+        kind: clankie_proto::v1::OutboundKind::Reply as i32,
+        guild_id: Some(GUILD),
+        channel_id: channel,
+        reply_to_message_id: reply_to,
+        text: text.into(),
+        lane: clankie_proto::LaneKey::Room { guild: GUILD, channel }.to_string(),
+        delivery_id: reply_to.map_or_else(|| key.to_owned(), |to| to.to_string()),
+        ..Default::default()
+    }
+}

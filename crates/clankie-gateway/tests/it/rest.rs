@@ -5,22 +5,12 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use clankie_discord_loopback::{ChannelSpec, LoopbackConfig};
-use clankie_proto::{Family, LaneKey, Subject, v1};
+use clankie_proto::{Family, Subject, v1};
 
-use super::{GUILD, Rig, gateway_process, record, until};
-
+use super::{Rig, gateway_process, outbound_reply, record, until};
 
 fn reply(channel: u64, key: &str, text: &str) -> v1::OutboundMessage {
-    v1::OutboundMessage {
-        idempotency_key: key.into(),
-        kind: v1::OutboundKind::Reply as i32,
-        guild_id: Some(GUILD),
-        channel_id: channel,
-        text: text.into(),
-        lane: LaneKey::Room { guild: GUILD, channel }.to_string(),
-        delivery_id: key.into(),
-        ..Default::default()
-    }
+    outbound_reply(channel, None, key, text)
 }
 
 /// A reply of exactly `pieces` Discord messages, each a line that starts `[piece NN]`.
