@@ -62,6 +62,8 @@ pub(crate) fn routes() -> Router<Arc<State>> {
         .route("/", get(page))
         .route("/control/rooms", get(rooms))
         .route("/control/messages", post(new_message).get(messages))
+        .route("/control/messages/edit", post(edit_message))
+        .route("/control/messages/delete", post(delete_message))
         .route("/control/posts", get(posts))
         .route("/control/typing", get(typing).post(user_typing))
         .route("/control/outcomes", get(outcomes))
@@ -268,6 +270,36 @@ async fn new_message(AxState(state): AxState<Arc<State>>, Json(m): Json<NewMessa
     }
     let id = state.user_message(m);
     Json(json!({ "id": id })).into_response()
+}
+
+/// A user's edit of their message (`POST /control/messages/edit`).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct EditMessage {
+    pub id: u64,
+    pub content: String,
+}
+
+/// A message deleted (`POST /control/messages/delete`).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct DeleteMessage {
+    pub id: u64,
+}
+
+async fn edit_message(AxState(state): AxState<Arc<State>>, Json(m): Json<EditMessage>) -> Response {
+    if m.content.chars().count() > 4000 {
+        return (StatusCode::BAD_REQUEST, Json(json!({ "error": "content is at most 4000 characters" }))).into_response();
+    }
+    if !state.user_edit(m.id, m.content) {
+        return (StatusCode::NOT_FOUND, Json(json!({ "error": "no such message of a user" }))).into_response();
+    }
+    Json(json!({ "id": m.id })).into_response()
+}
+
+async fn delete_message(AxState(state): AxState<Arc<State>>, Json(m): Json<DeleteMessage>) -> Response {
+    if !state.user_delete(m.id) {
+        return (StatusCode::NOT_FOUND, Json(json!({ "error": "no such message" }))).into_response();
+    }
+    Json(json!({ "id": m.id })).into_response()
 }
 
 async fn messages(AxState(state): AxState<Arc<State>>, Query(q): Query<ChannelQuery>) -> Json<Value> {

@@ -194,6 +194,16 @@ impl Loopback {
         self.state.user_message(message)
     }
 
+    /// A user edits their message (MESSAGE_UPDATE); false when there is no such message of a user.
+    pub fn user_edit(&self, id: u64, content: String) -> bool {
+        self.state.user_edit(id, content)
+    }
+
+    /// A message is deleted (MESSAGE_DELETE); false when there is no such message.
+    pub fn user_delete(&self, id: u64) -> bool {
+        self.state.user_delete(id)
+    }
+
     /// A user starts typing in a channel.
     pub fn user_typing(&self, channel: u64, author: &str) {
         self.state.user_typing(channel, author)

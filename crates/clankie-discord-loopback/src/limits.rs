@@ -226,7 +226,8 @@ pub(crate) async fn enforce(AxState(state): AxState<Arc<State>>, request: Reques
             // Cloudflare's temporary ban: not Discord's JSON, not its headers.
             return (StatusCode::FORBIDDEN, "error code: 1015").into_response();
         }
-        let global = kept.global.entry(token.clone()).or_insert(Window { started: now, used: 0 }).take(limits.global_per_second, GLOBAL_WINDOW, now);
+        let global =
+            kept.global.entry(token.clone()).or_insert(Window { started: now, used: 0 }).take(limits.global_per_second, GLOBAL_WINDOW, now);
         match (global, route) {
             (Err(wait), _) => {
                 kept.counts.rate_limited_global += 1;

@@ -42,6 +42,9 @@ pub struct StoredMessage {
     pub attachments: Vec<AttachmentMeta>,
     pub at_ms: i64,
     pub edited: bool,
+    /// When it was last edited; 0 when never.
+    #[serde(default)]
+    pub edited_at_ms: i64,
     pub deleted: bool,
     /// Reactions the bot added (how the sandbox shows each delivery's outcome).
     pub reactions: Vec<String>,
@@ -74,6 +77,7 @@ impl StoredMessage {
             attachments,
             at_ms,
             edited: false,
+            edited_at_ms: 0,
             deleted: false,
             reactions: Vec::new(),
             spoken: false,
@@ -387,7 +391,42 @@ impl State {
         let m = inner.messages.get_mut(&id).filter(|m| m.channel_id == channel && m.bot && !m.deleted)?;
         m.content = content;
         m.edited = true;
+        m.edited_at_ms = now_ms();
         Some(m.clone())
+    }
+
+    /// A user edits their message: stores the new content and dispatches MESSAGE_UPDATE with
+    /// the whole message, as Discord does. False when there is no such message of a user.
+    pub fn user_edit(&self, id: u64, content: String) -> bool {
+        let mut inner = self.lock();
+        let Some(m) = inner.messages.get_mut(&id).filter(|m| !m.bot && !m.deleted && !m.spoken) else { return false };
+        let mention = format!("@{}", self.config.bot_name.to_lowercase());
+        m.mentions_bot = m.mentions_bot || content.to_lowercase().contains(&mention);
+        m.content = content;
+        m.edited = true;
+        // Strictly later than any earlier edit: each edit is an event of its own.
+        m.edited_at_ms = now_ms().max(m.edited_at_ms + 1);
+        let message = m.clone();
+        let referenced = message.reply_to.and_then(|r| inner.messages.get(&r).cloned());
+        let json = model::message_json(self, &message, referenced.as_ref());
+        drop(inner);
+        self.dispatch("MESSAGE_UPDATE", json);
+        true
+    }
+
+    /// A user deletes their message: it leaves the channel and MESSAGE_DELETE is dispatched
+    /// with ids only, as Discord does. False when there is no such message.
+    pub fn user_delete(&self, id: u64) -> bool {
+        let mut inner = self.lock();
+        let Some(m) = inner.messages.get_mut(&id).filter(|m| !m.deleted && !m.spoken) else { return false };
+        m.deleted = true;
+        let mut d = serde_json::json!({ "id": id.to_string(), "channel_id": m.channel_id.to_string() });
+        if let Some(g) = m.guild_id {
+            d["guild_id"] = serde_json::json!(g.to_string());
+        }
+        drop(inner);
+        self.dispatch("MESSAGE_DELETE", d);
+        true
     }
 
     pub fn delete(&self, channel: u64, id: u64) -> bool {
