@@ -67,7 +67,8 @@ async fn economy(one_shot: bool, captains: usize, model: Option<&str>) -> Result
     let hold = std::env::var("CLANKIE_TYPING_HOLD_MS").unwrap_or_else(|_| "8000".into());
     // One asker writes 24 messages in well under a minute: the flood guard would rightly stop
     // her, and this replay measures tokens, not the guard.
-    let mut vars = vec![("CLANKIE_CAPTAIN_ONE_SHOT", mode), ("CLANKIE_TYPING_HOLD_MS", &hold), ("CLANKIE_FLOOD_ADMISSIONS_PER_MINUTE", "0")];
+    let mut vars =
+        vec![("CLANKIE_CAPTAIN_ONE_SHOT", mode), ("CLANKIE_TYPING_HOLD_MS", &hold), ("CLANKIE_FLOOD_ADMISSIONS_PER_MINUTE", "0")];
     if let Some(url) = model {
         vars.push(("CLANKIE_MODEL_BASE_URL", url));
     }
@@ -869,8 +870,9 @@ async fn voice(utterances: usize, barges: usize) -> Result<(Vec<f64>, Vec<f64>)>
 }
 
 async fn run() -> Result<()> {
-    if let Some(unknown) =
-        std::env::args().skip(1).find(|a| !["economy", "ingress", "admissions", "gateway", "lanes", "voice", "rest", "retention"].contains(&a.as_str()))
+    if let Some(unknown) = std::env::args()
+        .skip(1)
+        .find(|a| !["economy", "ingress", "admissions", "gateway", "lanes", "voice", "rest", "retention"].contains(&a.as_str()))
     {
         anyhow::bail!(
             "unknown part {unknown:?}: name any of economy, ingress, admissions, gateway, lanes, voice, rest, retention (default: all but admissions, gateway, rest and retention)"

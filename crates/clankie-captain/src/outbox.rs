@@ -5,8 +5,8 @@ use std::time::Duration;
 
 use clankie_bus::{Bus, BusError, MsgId, now_ms};
 use clankie_proto::{LaneKey, ReceiptKind, Subject, v1};
-use prost::Message as _;
 use clankie_store::{OutboxRow, Store};
+use prost::Message as _;
 
 /// Publishes committed outbox rows. Cheap to clone.
 #[derive(Clone)]

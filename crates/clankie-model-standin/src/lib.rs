@@ -391,7 +391,9 @@ async fn completions(State(shared): State<Shared>, headers: HeaderMap, body: Byt
             .rev()
             .take(PROMPT_CACHE_REQUESTS)
             .filter(|r| r.body.get("tools") == body.get("tools"))
-            .map(|r| tool_chars + messages.iter().zip(r.messages()).take_while(|(a, b)| a == b).map(|(m, _)| message_chars(m)).sum::<usize>())
+            .map(|r| {
+                tool_chars + messages.iter().zip(r.messages()).take_while(|(a, b)| a == b).map(|(m, _)| message_chars(m)).sum::<usize>()
+            })
             .max()
             .unwrap_or(0)
     };

@@ -280,8 +280,16 @@ pub const SETTINGS: &[Setting] = &[
         default: "7",
         doc: "Lines of the voice ring (what was said in voice) older than this are swept by the voice floor.",
     },
-    Setting { name: "CLANKIE_VOICE_RING_MAX_LINES", default: "2000", doc: "The most lines the voice ring keeps per room; older ones are swept." },
-    Setting { name: "CLANKIE_RETENTION_SWEEP_MS", default: "3600000", doc: "How often the sweepers run (the first sweep comes a minute after start)." },
+    Setting {
+        name: "CLANKIE_VOICE_RING_MAX_LINES",
+        default: "2000",
+        doc: "The most lines the voice ring keeps per room; older ones are swept.",
+    },
+    Setting {
+        name: "CLANKIE_RETENTION_SWEEP_MS",
+        default: "3600000",
+        doc: "How often the sweepers run (the first sweep comes a minute after start).",
+    },
     Setting {
         name: "CLANKIE_MEDIA_TIMEOUT_MS",
         default: "60000",

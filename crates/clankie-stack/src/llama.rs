@@ -210,7 +210,11 @@ impl LlamaServer {
     pub fn metrics(&self) -> Result<LlamaMetrics, StackError> {
         let (status, body) = get(self.port, "/metrics").map_err(|source| StackError::Io { path: self.log.clone(), source })?;
         if status != 200 {
-            return Err(StackError::Failed { program: "llama.cpp /metrics".into(), status: status.to_string(), log: self.log.display().to_string() });
+            return Err(StackError::Failed {
+                program: "llama.cpp /metrics".into(),
+                status: status.to_string(),
+                log: self.log.display().to_string(),
+            });
         }
         let value = |name: &str| {
             body.lines()

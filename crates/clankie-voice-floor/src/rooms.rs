@@ -777,4 +777,3 @@ pub async fn sweep_ring(store: Store, ring: clankie_store::RingRetention, every:
         }
     }
 }
-

@@ -247,7 +247,12 @@ async fn llama(port: u16, n_ctx: u32, max_answer_tokens: u32) -> Result<()> {
     let server = tokio::task::spawn_blocking(move || clankie_stack::LlamaServer::start(&options, &mut |m| eprintln!("clankie: {m}")))
         .await?
         .context("starting llama.cpp's server")?;
-    eprintln!("clankie: a real model at {} (log: {}); run Clankie with CLANKIE_MODEL_BASE_URL={}", server.base_url(), server.log().display(), server.base_url());
+    eprintln!(
+        "clankie: a real model at {} (log: {}); run Clankie with CLANKIE_MODEL_BASE_URL={}",
+        server.base_url(),
+        server.log().display(),
+        server.base_url()
+    );
     clankie_http::terminated().await;
     drop(server);
     Ok(())

@@ -133,9 +133,9 @@ impl OpenAiClient {
         if let Some(key) = &self.config.api_key {
             builder = builder.bearer_auth(key);
         }
-        let response = answered_within(builder.send(), &last_part, self.config.response_timeout).await?.map_err(|e| {
-            ModelError::Transient { code: "connect_failed", retry_after: None, message: e.to_string() }
-        })?;
+        let response = answered_within(builder.send(), &last_part, self.config.response_timeout)
+            .await?
+            .map_err(|e| ModelError::Transient { code: "connect_failed", retry_after: None, message: e.to_string() })?;
         let status = response.status();
         if !status.is_success() {
             let retry_after = response

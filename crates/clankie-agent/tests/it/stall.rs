@@ -143,7 +143,8 @@ async fn a_big_request_whose_upload_outlasts_the_silence_is_alive_while_it_moves
             model: "slow".into(),
             api_key: None,
             response_timeout: clankie_agent::DEFAULT_RESPONSE_TIMEOUT,
-        }).unwrap(),
+        })
+        .unwrap(),
     );
     let picture = format!("data:image/png;base64,{}", "A".repeat(16_000_000));
     let mut message = user("1", "what is this?");

@@ -31,9 +31,7 @@ async fn real_model_a_durable_lanes_second_request_reads_its_prompt_from_the_ser
     let rig = Rig::new().await;
     let model = [("CLANKIE_MODEL_BASE_URL", server.base_url()), ("CLANKIE_MODEL_NAME", "smollm2-135m".to_owned())];
     let (_captain, _task) = rig.captain_with("captain-a", &model).await;
-    let turn_receipt = |id: u64| {
-        rig.receipts.all().into_iter().find(|r| r.kind == "captain.turn" && r.delivery_id == id.to_string())
-    };
+    let turn_receipt = |id: u64| rig.receipts.all().into_iter().find(|r| r.kind == "captain.turn" && r.delivery_id == id.to_string());
 
     let first = rig.say("ada", "@Clankie hi! which snack do you like best?", true).await;
     rig.wait_outcomes(&[first]).await;

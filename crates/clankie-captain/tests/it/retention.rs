@@ -29,7 +29,10 @@ async fn retention_receipts_recorded_after_the_receipts_stream_is_deleted_and_re
     let (_captain, _task) = rig.captain("captain-a").await;
     let before: Vec<String> = (0..20).map(|n| format!("before-{n}")).collect();
     for id in &before {
-        rig.bus.publish(&Subject::Receipt { kind: clankie_proto::ReceiptKind::new("test.marker").unwrap() }, &receipt(id), None).await.unwrap();
+        rig.bus
+            .publish(&Subject::Receipt { kind: clankie_proto::ReceiptKind::new("test.marker").unwrap() }, &receipt(id), None)
+            .await
+            .unwrap();
     }
     for id in &before {
         let id = id.clone();
@@ -45,7 +48,10 @@ async fn retention_receipts_recorded_after_the_receipts_stream_is_deleted_and_re
     rig.bus.ensure_streams().await.unwrap();
     let after: Vec<String> = (0..20).map(|n| format!("after-{n}")).collect();
     for id in &after {
-        rig.bus.publish(&Subject::Receipt { kind: clankie_proto::ReceiptKind::new("test.marker").unwrap() }, &receipt(id), None).await.unwrap();
+        rig.bus
+            .publish(&Subject::Receipt { kind: clankie_proto::ReceiptKind::new("test.marker").unwrap() }, &receipt(id), None)
+            .await
+            .unwrap();
     }
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
     loop {
@@ -162,7 +168,10 @@ async fn retention_150_unpublishable_outbox_rows_do_not_delay_a_new_reply() {
     let committed = tokio::time::Instant::now();
     until("the new reply", Duration::from_secs(15), || rig.replies().iter().any(|r| r.text == "still answered")).await;
     let waited = committed.elapsed();
-    let claimed: i64 = sqlx::query_scalar("SELECT count(*) FROM outbox WHERE id LIKE 'stuck:%' AND attempts > 0").fetch_one(rig.store.pool()).await.unwrap();
+    let claimed: i64 = sqlx::query_scalar("SELECT count(*) FROM outbox WHERE id LIKE 'stuck:%' AND attempts > 0")
+        .fetch_one(rig.store.pool())
+        .await
+        .unwrap();
     println!("retention: a new reply behind 150 stuck rows ({claimed} tried) relayed {} ms after its commit", waited.as_millis());
     // The rig relays rows older than 500 ms every 250 ms: two passes and a margin.
     assert!(waited <= Duration::from_secs(2), "the new reply waited {waited:?} behind rows that cannot publish");

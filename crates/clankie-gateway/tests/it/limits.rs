@@ -61,7 +61,8 @@ async fn discord_limits_every_route_the_gateway_uses_announces_its_bucket() {
     let http = client(&discord, &discord.config().token, true);
     let asked = discord.user_message(NewMessage { channel_id: GENERAL, author: "ada".into(), content: "hi".into(), ..Default::default() });
     let (channel, message) = (Id::new(GENERAL), Id::new(asked));
-    let want: Vec<String> = ["bucket", "limit", "remaining", "reset", "reset-after", "scope"].iter().map(|h| format!("x-ratelimit-{h}")).collect();
+    let want: Vec<String> =
+        ["bucket", "limit", "remaining", "reset", "reset-after", "scope"].iter().map(|h| format!("x-ratelimit-{h}")).collect();
 
     let mut seen = Vec::new();
     let posted = http.create_message(channel).content("hello").await.unwrap();
@@ -93,7 +94,9 @@ async fn discord_limits_message_create_is_5_per_5_s_per_channel_and_a_429_says_s
     let token = discord.config().token.clone();
     let create = |channel: u64, n: u32| {
         let (discord, token) = (&discord, &token);
-        async move { raw(discord, "POST", &format!("/api/v10/channels/{channel}/messages"), token, &format!(r#"{{"content":"piece {n}"}}"#)).await }
+        async move {
+            raw(discord, "POST", &format!("/api/v10/channels/{channel}/messages"), token, &format!(r#"{{"content":"piece {n}"}}"#)).await
+        }
     };
     for n in 0..5 {
         let (status, headers, _) = create(GENERAL, n).await;
@@ -153,7 +156,8 @@ async fn discord_limits_invalid_requests_past_the_threshold_bring_the_temporary_
         assert_eq!(raw(&discord, "GET", "/api/v10/users/@me", "not-the-token", "").await.0, 401);
     }
     let token = discord.config().token.clone();
-    let (status, _, body) = raw(&discord, "POST", &format!("/api/v10/channels/{GENERAL}/messages"), &token, r#"{"content":"hello?"}"#).await;
+    let (status, _, body) =
+        raw(&discord, "POST", &format!("/api/v10/channels/{GENERAL}/messages"), &token, r#"{"content":"hello?"}"#).await;
     let counts = discord.limit_counts();
     println!("discord limits: after 20 invalid requests: {status} {body}, {counts:?}");
     assert_eq!((status, body.as_str()), (403, Some("error code: 1015")), "banned, whatever the token");
@@ -180,7 +184,8 @@ async fn discord_limits_a_gateway_connection_past_120_commands_in_60_s_is_closed
             Some(Ok(twilight_gateway::Event::Ready(_))) => {
                 // Identify was one command; 120 presence updates go past the limit.
                 for n in 0..120 {
-                    let presence = serde_json::json!({ "op": 3, "d": { "since": null, "activities": [], "status": "online", "afk": n % 2 == 0 } });
+                    let presence =
+                        serde_json::json!({ "op": 3, "d": { "since": null, "activities": [], "status": "online", "afk": n % 2 == 0 } });
                     shard.send(presence.to_string());
                     sent += 1;
                 }

@@ -20,11 +20,7 @@ fn numbered_reply(pieces: usize) -> String {
 
 /// The piece numbers posted in `channel`, in the order Discord holds them.
 fn piece_numbers(rig: &Rig, channel: u64) -> Vec<usize> {
-    rig.discord
-        .posts(channel)
-        .iter()
-        .filter_map(|p| p.content.strip_prefix("[piece ")?.get(..2)?.parse().ok())
-        .collect()
+    rig.discord.posts(channel).iter().filter_map(|p| p.content.strip_prefix("[piece ")?.get(..2)?.parse().ok()).collect()
 }
 
 fn sigkill(child: &tokio::process::Child) {
@@ -104,7 +100,9 @@ async fn long_reply_a_long_reply_in_one_channel_does_not_delay_a_one_line_reply_
     until("the one-line reply", Duration::from_secs(30), || !rig.discord.posts(other).is_empty()).await;
     let delay = rig.discord.posts(other)[0].at_ms - sent;
     let busy_posted = rig.discord.posts(busy).len();
-    println!("long reply: a one-line reply in another channel posted {delay} ms after it was sent, the long one at piece {busy_posted} of 40");
+    println!(
+        "long reply: a one-line reply in another channel posted {delay} ms after it was sent, the long one at piece {busy_posted} of 40"
+    );
     assert!(busy_posted < 40, "the long reply was still under way");
     assert!(delay <= 1_000, "the one-line reply waited {delay} ms behind another channel's long reply");
 }

@@ -61,11 +61,12 @@ async fn retention_30_days_swept_with_a_7_day_retention_leave_the_last_7_days_an
     );
     for ((table, at), before) in TABLES.iter().zip(&before) {
         let after = rows(pool, table).await;
-        let oldest_days: Option<f64> =
-            sqlx::query_scalar(sqlx::AssertSqlSafe(format!("SELECT (extract(epoch from now() - min({at})) / 86400)::double precision FROM {table}")))
-                .fetch_one(pool)
-                .await
-                .unwrap();
+        let oldest_days: Option<f64> = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+            "SELECT (extract(epoch from now() - min({at})) / 86400)::double precision FROM {table}"
+        )))
+        .fetch_one(pool)
+        .await
+        .unwrap();
         println!("retention: {table}: {before} rows before, {after} after; the oldest {oldest_days:.2?} days old");
         if *table == "session_entries" {
             // What a compaction kept stays however old; what it replaced goes once past the retention.
@@ -96,11 +97,20 @@ async fn retention_the_hot_paths_use_indexes_on_an_aged_store() {
     let pool = store.pool();
     clankie_testkit::fill_aged_store(pool, DAYS, per_day(), LANES).await;
     let plans = [
-        ("the open turns", "SELECT t.epoch FROM turns t JOIN lanes l ON l.lane = t.lane WHERE t.lane = 'room:100:17' AND t.ended_at IS NULL AND t.epoch < l.epoch"),
+        (
+            "the open turns",
+            "SELECT t.epoch FROM turns t JOIN lanes l ON l.lane = t.lane WHERE t.lane = 'room:100:17' AND t.ended_at IS NULL AND t.epoch < l.epoch",
+        ),
         ("an admission", "SELECT reason FROM admissions WHERE delivery_id = 'm12345'"),
         ("a delivery's outcome", "SELECT outcome FROM deliveries WHERE delivery_id = 'm12345'"),
-        ("the session since its compaction", "SELECT seq FROM session_entries WHERE tree = 'rooms/room:100:17' AND kind = 'compaction' ORDER BY seq DESC LIMIT 1"),
-        ("the relay's due rows", "SELECT id FROM outbox WHERE sent_at IS NULL AND gave_up_at IS NULL AND created_at < now() - interval '5 seconds' ORDER BY created_at LIMIT 100"),
+        (
+            "the session since its compaction",
+            "SELECT seq FROM session_entries WHERE tree = 'rooms/room:100:17' AND kind = 'compaction' ORDER BY seq DESC LIMIT 1",
+        ),
+        (
+            "the relay's due rows",
+            "SELECT id FROM outbox WHERE sent_at IS NULL AND gave_up_at IS NULL AND created_at < now() - interval '5 seconds' ORDER BY created_at LIMIT 100",
+        ),
         ("a trail", "SELECT kind FROM receipts WHERE delivery_id = 'm12345' ORDER BY at"),
     ];
     for (what, sql) in plans {

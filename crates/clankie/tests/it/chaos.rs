@@ -410,8 +410,7 @@ async fn chaos_outcomes_the_lane_owner_killed_at_a_random_point_of_a_burst_answe
 /// within 15 s of that, and no message is answered twice.
 #[tokio::test]
 async fn chaos_outcomes_the_gateway_killed_while_outcomes_are_in_flight_shows_every_outcome() {
-    const DEATHS: [Option<&str>; 4] =
-        [None, Some("gateway.before_reaction"), Some("gateway.after_reaction"), Some("gateway.before_post")];
+    const DEATHS: [Option<&str>; 4] = [None, Some("gateway.before_reaction"), Some("gateway.after_reaction"), Some("gateway.before_post")];
     let (rounds, mut random) = Rounds::from_env("chaos outcomes gateway kill", DEATHS.len());
     let cast = Cast::start(LoopbackConfig { heartbeat_interval_ms: 5_000, ..Default::default() }).await;
     let _dump = DumpLogsOnPanic(cast.dir.path().to_owned(), &["captain", "gateway"]);

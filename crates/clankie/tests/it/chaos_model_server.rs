@@ -219,6 +219,8 @@ async fn chaos_model_server_restarted_on_the_same_port_every_next_turn_answers_w
         .fetch_one(store.pool())
         .await
         .unwrap();
-    println!("chaos model server: rounds {rounds}, answered {answered}, stalled {stalled}, slowest {slowest:?} after the fault (bound {bound:?})");
+    println!(
+        "chaos model server: rounds {rounds}, answered {answered}, stalled {stalled}, slowest {slowest:?} after the fault (bound {bound:?})"
+    );
     assert_eq!(stalled, 0);
 }
