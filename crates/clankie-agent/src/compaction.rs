@@ -50,6 +50,7 @@ fn text_tokens(body: &EntryBody) -> usize {
         EntryBody::Assistant { text, tool_calls, .. } => text.len() + tool_calls.iter().map(|c| c.arguments.len()).sum::<usize>(),
         EntryBody::ToolResult { content, .. } => content.len(),
         EntryBody::Compaction { summary, .. } => summary.len(),
+        EntryBody::Withdrawn { .. } => 0,
     };
     chars / 4 + 4
 }

@@ -109,6 +109,15 @@ impl Steerer {
         Ok(())
     }
 
+    /// Takes back a queued message of `delivery_id` the run has not yet read (its author
+    /// deleted it). False when there is none: it was read already, or never queued.
+    pub fn withdraw(&self, delivery_id: &str) -> bool {
+        let mut q = self.lock();
+        let before = q.pending.len();
+        q.pending.retain(|m| m.delivery_id != delivery_id);
+        q.pending.len() < before
+    }
+
     /// Whether the run still takes steers.
     pub fn is_open(&self) -> bool {
         !self.lock().closed
@@ -308,7 +317,9 @@ async fn run_loop(session: &mut Session, stats: &mut RunStats, ctx: &RunCtx, fir
     // Everything before this run's first message belongs to answers already given.
     let settled = session.entries().len();
     for m in first {
-        session.append(EntryBody::User { author: m.author, delivery_id: m.delivery_id, text: m.text, images: m.images }).await?;
+        session
+            .append(EntryBody::User { author: m.author, delivery_id: m.delivery_id, text: m.text, images: m.images, lines: m.lines })
+            .await?;
     }
     let specs: Vec<_> = ctx.tools.iter().map(|t| t.spec()).collect();
     let mut n = 0;
@@ -359,7 +370,9 @@ async fn run_loop(session: &mut Session, stats: &mut RunStats, ctx: &RunCtx, fir
 async fn deliver_steers(session: &mut Session, stats: &mut RunStats, ctx: &RunCtx) -> Result<(), AgentError> {
     for m in ctx.steerer.drain() {
         let delivery_id = m.delivery_id.clone();
-        session.append(EntryBody::User { author: m.author, delivery_id: m.delivery_id, text: m.text, images: m.images }).await?;
+        session
+            .append(EntryBody::User { author: m.author, delivery_id: m.delivery_id, text: m.text, images: m.images, lines: m.lines })
+            .await?;
         stats.steered.push(delivery_id.clone());
         ctx.sink.emit(AgentEvent::SteerDelivered { delivery_id });
     }

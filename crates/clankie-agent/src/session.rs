@@ -20,12 +20,15 @@ pub struct UserMessage {
     pub text: String,
     /// Pictures the model perceives with it, as `data:` URLs.
     pub images: Vec<String>,
+    /// For a block of other messages (a history block): the Discord id of each of its lines,
+    /// in order, so an edit or a deletion can find its line later. Never shown to the model.
+    pub lines: Vec<u64>,
 }
 
 impl UserMessage {
     /// A message of text alone.
     pub fn new(author: impl Into<String>, delivery_id: impl Into<String>, text: impl Into<String>) -> UserMessage {
-        UserMessage { author: author.into(), delivery_id: delivery_id.into(), text: text.into(), images: Vec::new() }
+        UserMessage { author: author.into(), delivery_id: delivery_id.into(), text: text.into(), images: Vec::new(), lines: Vec::new() }
     }
 }
 
@@ -39,6 +42,14 @@ pub enum EntryBody {
         text: String,
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         images: Vec<String>,
+        /// The message id of each line of a history block, in order.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        lines: Vec<u64>,
+    },
+    /// A message its author deleted, or a person forgotten: its words are gone from the store;
+    /// its id stays, so the session still knows how far into the room it has heard.
+    Withdrawn {
+        delivery_id: String,
     },
     Assistant {
         text: String,
@@ -67,6 +78,8 @@ pub enum EntryBody {
 
 /// How a compaction entry is stored (`session_entries.kind`).
 const COMPACTION_KIND: &str = "compaction";
+/// How a withdrawn message is stored.
+pub const WITHDRAWN_KIND: &str = "withdrawn";
 
 impl EntryBody {
     fn kind(&self) -> &'static str {
@@ -76,13 +89,14 @@ impl EntryBody {
             EntryBody::ToolResult { .. } => "tool_result",
             EntryBody::Compaction { .. } => COMPACTION_KIND,
             EntryBody::Note { .. } => "note",
+            EntryBody::Withdrawn { .. } => WITHDRAWN_KIND,
         }
     }
 
     fn in_context(&self) -> bool {
         match self {
             EntryBody::Assistant { provider_error, .. } => provider_error.is_none(),
-            EntryBody::Note { .. } | EntryBody::Compaction { .. } => false,
+            EntryBody::Note { .. } | EntryBody::Compaction { .. } | EntryBody::Withdrawn { .. } => false,
             EntryBody::User { .. } | EntryBody::ToolResult { .. } => true,
         }
     }
@@ -174,7 +188,9 @@ impl Session {
     /// Returns how many entries it read.
     pub async fn refresh(&mut self, lease: Lease) -> Result<usize, AgentError> {
         let newer = self.store.entries_after(&self.tree, self.seq).await?;
-        if newer.iter().any(|e| e.kind == COMPACTION_KIND) {
+        // A compaction, or words rewritten in place (an edit, a deletion, a person forgotten),
+        // changes entries this copy already holds: only a fresh read has them as they are now.
+        if newer.iter().any(|e| e.kind == COMPACTION_KIND || e.kind == clankie_store::REWRITE_KIND) {
             let fresh = Session::open(self.store.clone(), lease, self.tree.clone()).await?;
             let read = fresh.entries.len();
             *self = fresh;
@@ -216,7 +232,7 @@ impl Session {
         self.entries
             .iter()
             .filter_map(|e| match &e.body {
-                EntryBody::User { delivery_id, .. } => delivery_id.parse().ok(),
+                EntryBody::User { delivery_id, .. } | EntryBody::Withdrawn { delivery_id } => delivery_id.parse().ok(),
                 _ => None,
             })
             .max()
@@ -232,8 +248,8 @@ impl Session {
                 PER_ENTRY
                     + e.id.len()
                     + match &e.body {
-                        EntryBody::User { author, delivery_id, text, images } => {
-                            author.len() + delivery_id.len() + text.len() + images.iter().map(String::len).sum::<usize>()
+                        EntryBody::User { author, delivery_id, text, images, lines } => {
+                            author.len() + delivery_id.len() + text.len() + images.iter().map(String::len).sum::<usize>() + lines.len() * 8
                         }
                         EntryBody::Assistant { text, tool_calls, stop_reason, provider_error, .. } => {
                             text.len()
@@ -244,6 +260,7 @@ impl Session {
                         EntryBody::ToolResult { call_id, name, content, .. } => call_id.len() + name.len() + content.len(),
                         EntryBody::Compaction { summary, first_kept_id } => summary.len() + first_kept_id.len(),
                         EntryBody::Note { text } => text.len(),
+                        EntryBody::Withdrawn { delivery_id } => delivery_id.len(),
                     }
             })
             .sum()
@@ -357,7 +374,7 @@ impl Session {
                     };
                     out.push(ChatMessage::Tool { call_id: call_id.clone(), name: name.clone(), content })
                 }
-                EntryBody::Compaction { .. } | EntryBody::Note { .. } => {}
+                EntryBody::Compaction { .. } | EntryBody::Note { .. } | EntryBody::Withdrawn { .. } => {}
             }
         }
         out

@@ -118,6 +118,11 @@ impl Held {
         self.ingress.delivery_id.parse().unwrap_or(0)
     }
 
+    /// Whether this is an edit or a deletion of a message sent before, not a message.
+    pub fn is_change(&self) -> bool {
+        self.ingress.change() != v1::MessageChange::None
+    }
+
     /// Which delivery of its JetStream message this is (1 the first time).
     pub fn delivered(&self) -> i64 {
         match &self.source {

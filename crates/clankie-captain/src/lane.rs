@@ -12,6 +12,7 @@ use crate::tools::Room;
 use crate::typing::Answering;
 use crate::{Captain, Held, Warm, prompt};
 
+mod changes;
 mod turn;
 
 /// What the run's event loop saw, for the turn receipt.
@@ -67,8 +68,23 @@ impl Captain {
             }
             return;
         }
+        self.settle_unheld_changes(&lane, &mut burst).await;
+        if burst.is_empty() {
+            return;
+        }
         let lease = self.inner.store.acquire_lease(&lane, &config.replica, config.lease_ttl).await;
         tracing::debug!(%lane, deliveries = burst.len(), took = matches!(lease, Ok(Some(_))), "lane burst");
+        let lease = match lease {
+            Ok(Some(lease)) if burst.iter().any(Held::is_change) => {
+                burst = self.apply_changes(&lease, burst).await;
+                if burst.is_empty() {
+                    let _ = self.inner.store.release_lease(&lease).await;
+                    return;
+                }
+                Ok(Some(lease))
+            }
+            other => other,
+        };
         match lease {
             Ok(Some(lease)) if !self.drop_settled(&lease, &mut burst).await => {}
             Ok(Some(lease)) if config.one_shot => {
@@ -179,11 +195,19 @@ impl Captain {
         heard_up_to: Option<u64>,
         carried: &[u64],
         hidden: impl Fn(u64) -> bool,
-    ) -> Option<String> {
+    ) -> Option<(String, Vec<u64>)> {
         let config = &self.inner.config;
         if config.history_limit == 0 {
             return None;
         }
+        // A person forgotten stays forgotten: what they wrote before it never comes back as history.
+        let forgotten = self.inner.store.forgotten_users().await.unwrap_or_else(|e| {
+            tracing::warn!(error = %e, "forgotten people not readable; history is left out");
+            vec![(0, i64::MAX)]
+        });
+        let forgot = |m: &v1::HistoryMessage| {
+            forgotten.iter().any(|(author, at)| (*author == 0 || *author == m.author_id) && snowflake_ms(m.message_id) < *at)
+        };
         let request = v1::HistoryRequest {
             channel_id: owner.channel_id,
             before_message_id: owner.delivery_id.parse().unwrap_or(0),
@@ -195,8 +219,8 @@ impl Captain {
                 if let Some(heard) = heard_up_to {
                     reply.messages.retain(|m| m.message_id > heard && !m.is_him);
                 }
-                reply.messages.retain(|m| !hidden(m.author_id) && !carried.contains(&m.message_id));
-                let (block, left_out) = prompt::history(&reply.messages, config.bounds.history_chars);
+                reply.messages.retain(|m| !hidden(m.author_id) && !carried.contains(&m.message_id) && !forgot(m));
+                let (block, left_out, ids) = prompt::history(&reply.messages, config.bounds.history_chars);
                 if left_out > 0 {
                     let lane = crate::lane_of(owner);
                     self.receipt("captain.bounded", &owner.delivery_id, &lane, |r| {
@@ -204,7 +228,7 @@ impl Captain {
                     })
                     .await;
                 }
-                block
+                block.map(|b| (b, ids))
             }
             Ok(reply) => {
                 tracing::warn!(code = %reply.error, "history unavailable for a cold lane");
@@ -501,6 +525,11 @@ async fn keep_lease(store: clankie_store::Store, lease: Lease, ttl: std::time::D
             Err(e) => tracing::warn!(lane = %lease.lane, error = %e, "lease renewal failed"),
         }
     }
+}
+
+/// When a Discord message was sent, from its id (ms since the Unix epoch).
+pub(crate) fn snowflake_ms(id: u64) -> i64 {
+    ((id >> 22) + 1_420_070_400_000) as i64
 }
 
 /// The event that tells the body (and any tap) a delivery's outcome.

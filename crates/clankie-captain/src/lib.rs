@@ -399,6 +399,10 @@ impl Captain {
             let _ = d.ack().await;
             return None;
         }
+        if d.event.change() != v1::MessageChange::None {
+            self.accept_change(lane, d).await;
+            return None;
+        }
         // A copy of a delivery held here is not a failure: the original answers for it.
         if d.delivered >= i64::from(config.max_deliver) && !self.inner.in_hand.holds(&d.event.delivery_id) {
             self.give_up(lane, d).await;
@@ -464,6 +468,18 @@ impl Captain {
         tracing::warn!(%lane, delivered = d.delivered, "a delivery kept failing; settled as captain_lane_unavailable");
         self.announce_outcome(&lane, &outcome, |r| r.with_count("delivered", d.delivered)).await;
         let _ = d.ack().await;
+    }
+
+    /// An edit or a deletion goes to its lane unadmitted: it never starts a turn, and a lane
+    /// that holds nothing of the message settles it at once. A bot's is ignored, as its messages are.
+    async fn accept_change(&self, lane: LaneKey, d: Delivery<v1::Ingress>) {
+        if d.event.author_is_bot || d.delivered >= i64::from(self.inner.config.max_deliver) {
+            let code = if d.event.author_is_bot { "bot_author" } else { "kept_failing" };
+            self.receipt("captain.change_ignored", &d.event.delivery_id, &lane, |r| r.with_code(code)).await;
+            let _ = d.ack().await;
+            return;
+        }
+        self.dispatch(Held::from_ingress(lane, d));
     }
 
     async fn accept_steer(&self, d: Delivery<v1::Steer>) {

@@ -27,8 +27,8 @@ pub fn message(ingress: &v1::Ingress, pictures: usize) -> String {
 
 /// The history a cold lane walks in with, oldest first, as one untrusted block of at most
 /// `max_chars` characters of content: the newest messages are kept, long ones cut. Also says
-/// how many older messages the bound left out.
-pub fn history(messages: &[v1::HistoryMessage], max_chars: usize) -> (Option<String>, usize) {
+/// how many older messages the bound left out, and the message id of each line it kept.
+pub fn history(messages: &[v1::HistoryMessage], max_chars: usize) -> (Option<String>, usize, Vec<u64>) {
     let mut kept: Vec<(usize, String)> = Vec::new();
     let mut budget = max_chars;
     for (i, m) in messages.iter().enumerate().rev() {
@@ -51,7 +51,17 @@ pub fn history(messages: &[v1::HistoryMessage], max_chars: usize) -> (Option<Str
             Line { said: Said { author_name: &m.author_name, author_id: m.author_id, text }, is_him: m.is_him, how: "" }
         })
         .collect();
-    (blocks::history(&lines, left_out), left_out)
+    let ids = kept.iter().map(|(i, _)| messages[*i].message_id).collect();
+    (blocks::history(&lines, left_out), left_out, ids)
+}
+
+/// A message its author edited while his run held it, steered in as a correction.
+pub fn correction(ingress: &v1::Ingress) -> String {
+    let said = Said { author_name: &ingress.author_name, author_id: ingress.author_id, text: &ingress.content };
+    format!(
+        "(A correction: its author edited an earlier message; it now reads as below.)\n{}",
+        blocks::message(&said, &[("edited", "true")])
+    )
 }
 
 #[cfg(test)]
@@ -91,7 +101,7 @@ mod tests {
         let lines = blocks::parse(&h).unwrap();
         assert_eq!(lines[0].attr("you"), Some("true"));
         assert_eq!(lines[1].attr("you"), None);
-        assert_eq!(history(&[], 8_000), (None, 0));
+        assert_eq!(history(&[], 8_000), (None, 0, vec![]));
     }
 
     #[test]
@@ -104,7 +114,8 @@ mod tests {
                 ..Default::default()
             })
             .collect();
-        let (h, left_out) = history(&messages, 2_500);
+        let (h, left_out, ids) = history(&messages, 2_500);
+        assert_eq!(ids, [7, 8, 9]);
         let h = h.unwrap();
         assert_eq!(left_out, 7);
         let lines = blocks::parse(&h).unwrap();

@@ -37,6 +37,7 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("GET", "/api/memory"),
     ("POST", "/api/memory/{id}/approve"),
     ("POST", "/api/memory/{id}/reject"),
+    ("POST", "/api/people/{id}/forget"),
     ("GET", "/api/persona"),
     ("PUT", "/api/persona"),
     ("GET", "/api/settings"),
@@ -56,6 +57,8 @@ pub enum ConsoleError {
     Bus(#[from] clankie_bus::BusError),
     #[error("shared self: {0}")]
     Selfhood(#[from] clankie_self::SelfError),
+    #[error("forget: {0}")]
+    Forget(#[from] clankie_self::rewrite::ForgetError),
     #[error("console session: {0}")]
     Session(#[from] clankie_agent::AgentError),
     #[error("model: {0}")]
@@ -74,6 +77,7 @@ impl ConsoleError {
             ConsoleError::Store(_) => "store_unavailable",
             ConsoleError::Bus(_) => "bus_unavailable",
             ConsoleError::Selfhood(_) => "self_unavailable",
+            ConsoleError::Forget(_) => "store_unavailable",
             ConsoleError::Session(_) => "session_unavailable",
             ConsoleError::Model(_) => "model_unconfigured",
             ConsoleError::BadRequest(_) => "bad_request",
@@ -181,6 +185,7 @@ impl Console {
             .route("/api/memory", get(views::memory))
             .route("/api/memory/{id}/approve", post(views::approve))
             .route("/api/memory/{id}/reject", post(views::reject))
+            .route("/api/people/{id}/forget", post(views::forget_user))
             .route("/api/persona", get(views::persona).put(views::set_persona))
             .route("/api/settings", get(views::settings).put(views::set_settings))
             .route("/api/voice", get(views::voice))

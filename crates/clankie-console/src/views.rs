@@ -92,6 +92,23 @@ pub async fn reject(State(console): State<Console>, Path(id): Path<i64>) -> Resu
     decide(&console, id, MemoryStatus::Rejected).await
 }
 
+/// `POST /api/people/{id}/forget`: the person's words leave every stored session, history
+/// block, the voice ring, memory and experiences; the answer counts what went. A lane a live
+/// run holds is waited for a while; `lanes_busy` says how many were not.
+pub async fn forget_user(State(console): State<Console>, Path(id): Path<u64>) -> Result<Json<Value>, ConsoleError> {
+    let f = clankie_self::rewrite::forget_user(&console.inner.store, id, std::time::Duration::from_secs(20), |_| {}).await?;
+    tracing::info!(lanes = f.lanes, messages = f.messages, lanes_busy = f.lanes_busy, "a person forgotten in the console");
+    Ok(Json(json!({
+        "lanes": f.lanes,
+        "messages": f.messages,
+        "blocks": f.blocks,
+        "ring_lines": f.ring_lines,
+        "memories": f.memories,
+        "experiences": f.experiences,
+        "lanes_busy": f.lanes_busy,
+    })))
+}
+
 /// The current version, the stored versions (newest first) and what the last edit changed.
 async fn versioned(store: &Store, what: &str, current: Value, version: i64) -> Result<Json<Value>, ConsoleError> {
     let versions = store.self_versions(what, 20).await?;

@@ -5,11 +5,11 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use clankie_bus::{ConsumerSpec, Delivery};
-use tokio::sync::mpsc;
 use clankie_proto::{Family, LaneKey, v1};
 use futures::StreamExt;
 use prost::Message as _;
 use serde_json::json;
+use tokio::sync::mpsc;
 use twilight_http::request::channel::reaction::RequestReactionType;
 use twilight_model::id::Id;
 use twilight_model::id::marker::MessageMarker;
@@ -520,6 +520,11 @@ impl Gateway {
                 continue;
             };
             let kind = v1::OutcomeKind::try_from(outcome.kind).unwrap_or(v1::OutcomeKind::Unspecified);
+            // A withdrawn message is gone from Discord: there is nothing to react on.
+            if kind == v1::OutcomeKind::Withdrawn {
+                let _ = d.ack().await;
+                continue;
+            }
             // "Replied" is shown once the reply is: a reaction never races ahead of its reply.
             // Waited for by redelivery, so the outcomes behind it go on meanwhile; bounded, so a
             // reply that never posts cannot hold its outcome back for long.

@@ -73,6 +73,35 @@ pub fn ingress(message: &Message, bot_id: u64, received_at_ms: i64) -> v1::Ingre
             })
             .collect(),
         received_at_ms,
+        change: v1::MessageChange::None as i32,
+        changed_message_id: 0,
+    }
+}
+
+/// An edit (MESSAGE_UPDATE) as a change event carrying the message's new content; `None` for
+/// an update that is no edit (Discord sends one when it unfurls a link's embed).
+pub fn edit(message: &Message, bot_id: u64, received_at_ms: i64) -> Option<v1::Ingress> {
+    let edited_ms = message.edited_timestamp?.as_micros() / 1_000;
+    let id = message.id.get();
+    Some(v1::Ingress {
+        delivery_id: format!("edit:{id}:{edited_ms}"),
+        change: v1::MessageChange::Edit as i32,
+        changed_message_id: id,
+        ..ingress(message, bot_id, received_at_ms)
+    })
+}
+
+/// A deletion (MESSAGE_DELETE) as a change event: ids only, as Discord sends it.
+pub fn deletion(deleted: &twilight_model::gateway::payload::incoming::MessageDelete, received_at_ms: i64) -> v1::Ingress {
+    let id = deleted.id.get();
+    v1::Ingress {
+        delivery_id: format!("delete:{id}"),
+        guild_id: deleted.guild_id.map(|g| g.get()),
+        channel_id: deleted.channel_id.get(),
+        change: v1::MessageChange::Delete as i32,
+        changed_message_id: id,
+        received_at_ms,
+        ..Default::default()
     }
 }
 

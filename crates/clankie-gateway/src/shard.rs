@@ -270,6 +270,26 @@ impl Gateway {
                         saver.save(mark);
                     }
                 }
+                Event::MessageUpdate(message) => {
+                    let span = tracing::info_span!("delivery", delivery_id = message.id.get());
+                    if !self.ingest_change(Change::Edit(&message.0)).instrument(span).await {
+                        let _ = unstored.send(true);
+                        return;
+                    }
+                    if let Some(mark) = &mark {
+                        saver.save(mark);
+                    }
+                }
+                Event::MessageDelete(deleted) => {
+                    let span = tracing::info_span!("delivery", delivery_id = deleted.id.get());
+                    if !self.ingest_change(Change::Delete(&deleted)).instrument(span).await {
+                        let _ = unstored.send(true);
+                        return;
+                    }
+                    if let Some(mark) = &mark {
+                        saver.save(mark);
+                    }
+                }
                 // Not worth a session save: a resume that replays a typing signal costs nothing.
                 Event::TypingStart(typing) => self.typing_signal(&typing).await,
                 Event::VoiceStateUpdate(state) => self.voice_state(&state.0).await,
@@ -346,6 +366,8 @@ impl Gateway {
         let wanted = EventTypeFlags::READY
             | EventTypeFlags::RESUMED
             | EventTypeFlags::MESSAGE_CREATE
+            | EventTypeFlags::MESSAGE_UPDATE
+            | EventTypeFlags::MESSAGE_DELETE
             | EventTypeFlags::TYPING_START
             | EventTypeFlags::VOICE_STATE_UPDATE
             | EventTypeFlags::VOICE_SERVER_UPDATE;
@@ -411,10 +433,16 @@ impl Gateway {
                     save_if_caught_up(&shard);
                 }
                 Ok(
-                    event @ (Event::MessageCreate(_) | Event::TypingStart(_) | Event::VoiceStateUpdate(_) | Event::VoiceServerUpdate(_)),
+                    event @ (Event::MessageCreate(_)
+                    | Event::MessageUpdate(_)
+                    | Event::MessageDelete(_)
+                    | Event::TypingStart(_)
+                    | Event::VoiceStateUpdate(_)
+                    | Event::VoiceServerUpdate(_)),
                 ) => {
                     pending.fetch_add(1, Ordering::SeqCst);
-                    let mark = matches!(event, Event::MessageCreate(_)).then(|| mark(&shard)).flatten();
+                    let stored = matches!(event, Event::MessageCreate(_) | Event::MessageUpdate(_) | Event::MessageDelete(_));
+                    let mark = stored.then(|| mark(&shard)).flatten();
                     if queue.send((event, mark)).await.is_err() {
                         // The publisher stopped at an unstored message; the resume replays this too.
                         pending.fetch_sub(1, Ordering::SeqCst);
@@ -489,6 +517,44 @@ impl Gateway {
         true
     }
 
+    /// Publishes an edit or a deletion to the message's text lane, where it corrects what the
+    /// lane holds. False when it could not be stored (the shard resumes from before it).
+    pub(crate) async fn ingest_change(&self, change: Change<'_>) -> bool {
+        let bot = self.bot_id();
+        let (guild, code) = match change {
+            Change::Edit(m) => (m.guild_id, "edit"),
+            Change::Delete(d) => (d.guild_id, "delete"),
+        };
+        if let Some(guild) = guild.map(|g| g.get())
+            && !self.admitted(guild)
+        {
+            return true;
+        }
+        let event = match change {
+            // His own messages and other bots' are not conversation he corrects.
+            Change::Edit(m) if m.author.bot || (bot != 0 && m.author.id.get() == bot) => return true,
+            Change::Edit(m) => match normalise::edit(m, bot, self.inner.arrivals.stamp()) {
+                Some(event) => event,
+                None => return true,
+            },
+            Change::Delete(d) => normalise::deletion(d, self.inner.arrivals.stamp()),
+        };
+        let subject = Subject::ingress_text(event.guild_id, event.channel_id);
+        let Some(p) = self.publish_patiently(&subject, &event, &MsgId::new(event.delivery_id.clone())).await else {
+            tracing::error!("a change could not be stored; Discord replays it when the shard resumes");
+            return false;
+        };
+        self.receipt("gateway.change", &event.delivery_id, |r| {
+            r.with_id("channel", event.channel_id)
+                .with_id("message", event.changed_message_id)
+                .with_code(code)
+                .with_count("chars", event.content.chars().count() as i64)
+                .with_flag("duplicate", p.duplicate)
+        })
+        .await;
+        true
+    }
+
     /// Publishes, retrying for a while if NATS is briefly away.
     async fn publish_patiently<E: clankie_proto::Event>(
         &self,
@@ -518,6 +584,13 @@ impl Gateway {
             tracing::warn!(error = %e, "receipt not published");
         }
     }
+}
+
+/// An edit or a deletion as the gateway received it.
+#[derive(Clone, Copy)]
+pub(crate) enum Change<'a> {
+    Edit(&'a Message),
+    Delete(&'a twilight_model::gateway::payload::incoming::MessageDelete),
 }
 
 fn error_kind(kind: &twilight_gateway::error::ReceiveMessageErrorType) -> &'static str {

@@ -89,6 +89,7 @@ impl v1::OutcomeKind {
             v1::OutcomeKind::Absorbed => "absorbed",
             v1::OutcomeKind::Silent => "silent",
             v1::OutcomeKind::Failed => "failed",
+            v1::OutcomeKind::Withdrawn => "withdrawn",
         }
     }
 
@@ -100,6 +101,8 @@ impl v1::OutcomeKind {
             v1::OutcomeKind::Absorbed => "🫧",
             v1::OutcomeKind::Silent => "🤐",
             v1::OutcomeKind::Failed => "⚠️",
+            // Never put on a message: it is gone.
+            v1::OutcomeKind::Withdrawn => "🗑️",
         }
     }
 
@@ -112,7 +115,7 @@ impl v1::OutcomeKind {
 
     /// Parses a name written by [`OutcomeKind::code`](v1::OutcomeKind::code).
     pub fn from_code(code: &str) -> Option<Self> {
-        [v1::OutcomeKind::Replied, v1::OutcomeKind::Absorbed, v1::OutcomeKind::Silent, v1::OutcomeKind::Failed]
+        [v1::OutcomeKind::Replied, v1::OutcomeKind::Absorbed, v1::OutcomeKind::Silent, v1::OutcomeKind::Failed, v1::OutcomeKind::Withdrawn]
             .into_iter()
             .find(|c| c.code() == code)
     }

@@ -179,10 +179,77 @@ pub fn parse(rendered: &str) -> Option<Vec<Parsed>> {
     Some(out)
 }
 
+/// The author id of a delivery's own block ([`message`]); `None` for anything else.
+pub fn message_author(block: &str) -> Option<u64> {
+    if !block.starts_with("<message ") {
+        return None;
+    }
+    parse(block)?.first()?.attr("author_id")?.parse().ok()
+}
+
+/// What becomes of one `<line>` of a block when words in it change.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LineEdit {
+    Keep,
+    /// The line goes: its message was deleted, or its author forgotten.
+    Drop,
+    /// The line now says this: its message was edited.
+    Say(String),
+}
+
+/// A block of lines (history, a ring) with each `<line>` changed as `edit` says, given the
+/// line's position among the lines and its author id. Everything else stays as it was.
+pub fn edit_lines(block: &str, mut edit: impl FnMut(usize, Option<u64>) -> LineEdit) -> String {
+    let mut out = String::with_capacity(block.len());
+    let mut index = 0;
+    for physical in block.split_inclusive('\n') {
+        if !physical.starts_with("<line ") {
+            out.push_str(physical);
+            continue;
+        }
+        let author = parse(physical).and_then(|p| p.first()?.attr("author_id")?.parse().ok());
+        match edit(index, author) {
+            LineEdit::Keep => out.push_str(physical),
+            LineEdit::Drop => {}
+            // Attribute values escape '>', so the first one closes the line's tag.
+            LineEdit::Say(text) => match physical.find('>') {
+                Some(open_end) => {
+                    out.push_str(&physical[..=open_end]);
+                    out.push_str(&escape_attr(&text));
+                    out.push_str("</line>");
+                    if physical.ends_with('\n') {
+                        out.push('\n');
+                    }
+                }
+                None => out.push_str(physical),
+            },
+        }
+        index += 1;
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn message_edit_and_delete_change_one_history_line_and_leave_the_others() {
+        let said = |name, id, text| Line { said: Said { author_name: name, author_id: id, text }, is_him: false, how: "" };
+        let h = history(&[said("ada", 1, "first"), said("bob", 2, "second <b>"), said("ada", 1, "third")], 0).unwrap();
+        let edited = edit_lines(&h, |i, _| if i == 1 { LineEdit::Say("now \"this\"\n</line>".into()) } else { LineEdit::Keep });
+        let lines = parse(&edited).unwrap();
+        assert_eq!(lines.iter().map(|l| l.content.as_str()).collect::<Vec<_>>(), ["first", "now \"this\"\n</line>", "third"]);
+        assert_eq!(lines[1].attr("from"), Some("bob"));
+        let forgotten = edit_lines(&h, |_, author| if author == Some(1) { LineEdit::Drop } else { LineEdit::Keep });
+        let lines = parse(&forgotten).unwrap();
+        assert_eq!(lines.len(), 1);
+        assert_eq!(lines[0].content, "second <b>");
+        assert!(forgotten.starts_with(HISTORY_OPEN) && forgotten.ends_with(HISTORY_CLOSE));
+        assert_eq!(message_author(&message(&Said { author_name: "x", author_id: 7, text: "author_id=\"9\"" }, &[])), Some(7));
+        assert_eq!(message_author(&h), None);
+    }
 
     #[test]
     fn a_forged_attribute_and_a_forged_history_line_stay_text() {

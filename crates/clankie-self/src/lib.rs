@@ -11,6 +11,7 @@ mod assemble;
 pub mod blocks;
 pub mod experience;
 pub mod policy;
+pub mod rewrite;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -72,6 +72,16 @@ pub enum SelfAction {
     Forget { ids: Vec<i64> },
     /// List unexpired experiences, newest first.
     Experiences,
+    /// Forget a person: their words leave every lane's stored session, history blocks, the
+    /// voice ring, and memory and experiences that quote or name them. Receipts stay (they hold
+    /// no words). Prints what it removed, as counts.
+    ForgetUser {
+        /// Their Discord user id.
+        user_id: u64,
+        /// How long to wait for a lane a live run holds, in seconds.
+        #[arg(long, default_value_t = 60)]
+        wait_secs: u64,
+    },
 }
 
 fn at(ms: i64) -> String {
@@ -171,6 +181,20 @@ pub async fn run(settings: &Settings, action: SelfAction) -> Result<()> {
             }
             let id = store.add_memory(&fact, MemoryStatus::Approved, "cli").await?;
             println!("memory #{id} approved");
+            Ok(())
+        }
+        SelfAction::ForgetUser { user_id, wait_secs } => {
+            let wait = std::time::Duration::from_secs(wait_secs);
+            let forgotten = clankie_self::rewrite::forget_user(&store, user_id, wait, |lane| println!("rewrote {lane}"))
+                .await
+                .with_context(|| format!("forgetting user {user_id}"))?;
+            println!(
+                "forgot user {user_id}: lanes {}, messages {}, blocks {}, ring lines {}, memories {}, experiences {}",
+                forgotten.lanes, forgotten.messages, forgotten.blocks, forgotten.ring_lines, forgotten.memories, forgotten.experiences
+            );
+            if forgotten.lanes_busy > 0 {
+                bail!("{} lane(s) stayed busy with a live run for {wait_secs} s; run the command again", forgotten.lanes_busy);
+            }
             Ok(())
         }
         SelfAction::Experiences => {

@@ -122,7 +122,13 @@ async fn warm_across_replicas_a_refreshed_copy_equals_the_tree_opened_afresh() {
     use clankie_store::{TurnMode, TurnStart};
     let rig = Rig::new().await;
     let ttl = std::time::Duration::from_secs(60);
-    let said = |text: &str, id: &str| EntryBody::User { author: "ada".into(), delivery_id: id.into(), text: text.into(), images: vec![] };
+    let said = |text: &str, id: &str| EntryBody::User {
+        author: "ada".into(),
+        delivery_id: id.into(),
+        text: text.into(),
+        images: vec![],
+        lines: vec![],
+    };
     let mut kept = rig.session().await;
     kept.append(said("kept question", "1")).await.unwrap();
     rig.store.release_lease(kept.lease()).await.unwrap();

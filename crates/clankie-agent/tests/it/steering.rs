@@ -122,6 +122,7 @@ async fn a_steer_arriving_mid_compaction_is_answered() {
                 delivery_id: format!("h{i}"),
                 text: format!("older message number {i} with some words in it"),
                 images: vec![],
+                lines: vec![],
             })
             .await
             .unwrap();

@@ -24,7 +24,7 @@ use super::{Opened, Presence, keep_lease, outcome_event, sleep_until_opt};
 use crate::outbox::Outbox;
 use crate::tools::{Browse, DescribeRuntime, ProposeMemory, ReadPage, Room, SendTextUpdate, SharePicture};
 use crate::typing::{self, Answering};
-use crate::{Captain, Held, Warm};
+use crate::{Captain, Held, Warm, prompt};
 
 /// Who holds an elevated grant this turn: the deployment's grantees and the owner's.
 struct Grants(HashSet<u64>);
@@ -252,10 +252,10 @@ impl Captain {
         // The operator's work in a trusted room stays out of the room's conversation, even as history.
         if behind
             && !kind.system_lane
-            && let Some(block) =
+            && let Some((block, lines)) =
                 self.history_block(&owner.ingress, session.newest_delivery(), &carried, |a| kind.trusted && grants.has(a)).await
         {
-            first.push(UserMessage::new("channel history", "", block));
+            first.push(UserMessage { lines, ..UserMessage::new("channel history", "", block) });
         }
         // Where else he is and what he lived elsewhere, just before the new input, and only when
         // it changed: the system prompt and the session before it stay one cacheable prefix.
@@ -336,7 +336,9 @@ impl Captain {
                     self.on_event(event, &turn, &mut presence, &mut steer_sent).await;
                 }
                 Some(held) = inbox.recv() => {
-                    if turn.apart || turn.grants.has(held.ingress.author_id) {
+                    if held.is_change() {
+                        self.change_live(&mut turn, &steerer, held, pending).await;
+                    } else if turn.apart || turn.grants.has(held.ingress.author_id) {
                         pending.push(held);
                     } else {
                         let id = held.delivery_id().to_owned();
@@ -429,6 +431,49 @@ impl Captain {
             }
             _ => {}
         }
+    }
+
+    /// A change reaching the live run. A steered message deleted before the run read it is taken
+    /// back and ends `withdrawn`; an edit of a message the run holds reaches it as a correction at
+    /// its next boundary. Everything else, and the stored entry of an edited message, is settled
+    /// after the run under the lease.
+    async fn change_live(&self, turn: &mut Turn, steerer: &Steerer, change: Held, pending: &mut Vec<Held>) {
+        let target = change.ingress.changed_message_id;
+        let lane = turn.lease.lane;
+        match change.ingress.change() {
+            v1::MessageChange::Delete => {
+                let unread = turn.absorbed.iter().position(|h| h.message_id() == target);
+                if let Some(at) = unread
+                    && steerer.withdraw(turn.absorbed[at].delivery_id())
+                {
+                    let message = turn.absorbed.remove(at);
+                    match self.withdraw(&turn.lease, &message).await {
+                        Ok(()) => return self.changed(&lane, change, 0, true).await,
+                        Err(e) => {
+                            tracing::warn!(%lane, error = %e, "a deleted message could not be withdrawn; it is answered");
+                            if steerer.steer(self.user_message(&message).await).is_ok() {
+                                turn.absorbed.push(message);
+                            } else {
+                                pending.push(message);
+                            }
+                        }
+                    }
+                }
+            }
+            v1::MessageChange::Edit => {
+                let holds = std::iter::once(&turn.owner).chain(turn.absorbed.iter()).any(|h| h.message_id() == target);
+                if holds && !turn.apart {
+                    let correction = UserMessage::new(change.ingress.author_name.clone(), "", prompt::correction(&change.ingress));
+                    let steered = steerer.steer(correction).is_ok();
+                    self.receipt("captain.correction", change.delivery_id(), &lane, |r| {
+                        r.with_id("message", target).with_id("turn", &turn.turn_id).with_flag("steered", steered)
+                    })
+                    .await;
+                }
+            }
+            v1::MessageChange::None => {}
+        }
+        pending.push(change);
     }
 
     /// Steers in what the lane admitted elsewhere meanwhile; a grantee's waits for a turn of its own.

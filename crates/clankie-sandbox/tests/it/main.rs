@@ -4,6 +4,7 @@
 
 mod browse;
 mod browser;
+mod changes;
 mod cluster;
 mod console;
 mod media;

@@ -1,0 +1,128 @@
+//! Edits and deletions reaching a lane: a message still waiting for its turn is changed (or,
+//! deleted, never read: it ends `withdrawn`); one the lane already stored is rewritten in the
+//! store under the lane's lease. A run that holds the edited message hears it as a correction
+//! (`turn.rs`), and the stored entry is rewritten once the run is over.
+
+use clankie_proto::{LaneKey, v1};
+use clankie_self::rewrite::{self, Change};
+use clankie_store::{Lease, Outcome, StoreError};
+
+use crate::{Captain, Held, prompt};
+
+impl Captain {
+    /// Settles the changes of `burst` that need no lease: their message is not waiting here
+    /// and the lane stored nothing of it. What is left needs the lease.
+    pub(super) async fn settle_unheld_changes(&self, lane: &LaneKey, burst: &mut Vec<Held>) {
+        let waiting: Vec<u64> = burst.iter().filter(|h| !h.is_change()).map(Held::message_id).collect();
+        let mut left = Vec::with_capacity(burst.len());
+        for h in std::mem::take(burst) {
+            let target = h.ingress.changed_message_id;
+            if !h.is_change() || waiting.contains(&target) {
+                left.push(h);
+                continue;
+            }
+            match self.inner.store.entries_holding_message(&lane.to_string(), target).await {
+                Ok(held) if held.is_empty() => self.changed(lane, h, 0, false).await,
+                Ok(_) | Err(_) => left.push(h),
+            }
+        }
+        *burst = left;
+    }
+
+    /// Applies the changes of `burst` under the lane's lease and returns its messages, as
+    /// changed. A change that could not be applied goes back to JetStream.
+    pub(super) async fn apply_changes(&self, lease: &Lease, burst: Vec<Held>) -> Vec<Held> {
+        let (changes, mut messages): (Vec<Held>, Vec<Held>) = burst.into_iter().partition(Held::is_change);
+        for c in changes {
+            let target = c.ingress.changed_message_id;
+            let waiting = messages.iter().position(|m| m.message_id() == target);
+            match (c.ingress.change(), waiting) {
+                (v1::MessageChange::Delete, Some(at)) => {
+                    let message = messages.remove(at);
+                    match self.withdraw(lease, &message).await {
+                        Ok(()) => self.changed(&lease.lane, c, 0, true).await,
+                        Err(e) => {
+                            tracing::warn!(lane = %lease.lane, error = %e, "a deleted message could not be withdrawn; it is answered");
+                            messages.insert(at, message);
+                            let _ = c.nak_after(self.inner.config.backoff(c.delivered())).await;
+                        }
+                    }
+                }
+                (_, Some(at)) => {
+                    edit(&mut messages[at].ingress, &c.ingress);
+                    self.changed(&lease.lane, c, 0, true).await;
+                }
+                (_, None) => match self.rewrite_stored(lease, &c).await {
+                    Ok(n) => self.changed(&lease.lane, c, n, false).await,
+                    Err(e) => {
+                        tracing::warn!(lane = %lease.lane, error = %e, "a change could not be applied; it will come back");
+                        let _ = c.nak_after(self.inner.config.backoff(c.delivered())).await;
+                    }
+                },
+            }
+        }
+        messages
+    }
+
+    /// A message deleted before his turn read it: its outcome is `withdrawn`.
+    pub(super) async fn withdraw(&self, lease: &Lease, message: &Held) -> Result<(), StoreError> {
+        let outcome =
+            Outcome { delivery_id: message.delivery_id().to_owned(), turn_id: None, kind: v1::OutcomeKind::Withdrawn, failure_code: None };
+        self.inner.store.record_outcome(lease, &outcome).await?;
+        self.announce_outcome(&lease.lane, &outcome, |r| r).await;
+        let _ = message.ack().await;
+        Ok(())
+    }
+
+    /// Rewrites the entries of the lease's lane that hold the changed message; how many changed.
+    async fn rewrite_stored(&self, lease: &Lease, c: &Held) -> Result<u64, StoreError> {
+        let target = c.ingress.changed_message_id;
+        let held = self.inner.store.entries_holding_message(&lease.lane.to_string(), target).await?;
+        let change = match c.ingress.change() {
+            v1::MessageChange::Edit => {
+                let pictures = c.ingress.attachments.iter().filter(|a| a.content_type.starts_with("image/")).count();
+                let shown = pictures.min(self.inner.config.bounds.attachments_per_message);
+                Change::Edit { block: prompt::message(&c.ingress, shown), text: c.ingress.content.clone() }
+            }
+            _ => Change::Delete,
+        };
+        let rewrites: Vec<_> = held.iter().filter_map(|e| rewrite::changed(e, target, &change)).collect();
+        let n = self.inner.store.rewrite_entries(lease, &rewrites).await?;
+        // This replica's copy holds the old words; other replicas' copies reopen on the store's mark.
+        self.inner.warm.lock().unwrap_or_else(|p| p.into_inner()).take(&lease.lane);
+        Ok(n)
+    }
+
+    /// The change is applied: a deleted message leaves the voice rings too; then the receipt, and the ack.
+    pub(super) async fn changed(&self, lane: &LaneKey, c: Held, rewritten: u64, waiting: bool) {
+        let delete = c.ingress.change() == v1::MessageChange::Delete;
+        let mut ring_lines = 0;
+        if delete {
+            match self.inner.store.withdraw_ring_lines(&c.ingress.changed_message_id.to_string()).await {
+                Ok(n) => ring_lines = n,
+                Err(e) => {
+                    tracing::warn!(%lane, error = %e, "a deleted message's ring lines could not be removed; it will come back");
+                    let _ = c.nak_after(self.inner.config.backoff(c.delivered())).await;
+                    return;
+                }
+            }
+        }
+        self.receipt("captain.changed", c.delivery_id(), lane, |r| {
+            r.with_code(if delete { "delete" } else { "edit" })
+                .with_id("message", c.ingress.changed_message_id)
+                .with_count("rewritten_entries", rewritten as i64)
+                .with_count("ring_lines", ring_lines as i64)
+                .with_flag("waiting", waiting)
+        })
+        .await;
+        let _ = c.ack().await;
+    }
+}
+
+/// A waiting message as its author edited it.
+fn edit(message: &mut v1::Ingress, change: &v1::Ingress) {
+    message.content.clone_from(&change.content);
+    message.author_name.clone_from(&change.author_name);
+    message.mentions_him = change.mentions_him;
+    message.attachments.clone_from(&change.attachments);
+}

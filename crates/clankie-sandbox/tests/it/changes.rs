@@ -1,0 +1,160 @@
+//! Edits and deletions through the whole stack: the loopback sends MESSAGE_UPDATE and
+//! MESSAGE_DELETE as Discord does, the gateway publishes them, the captain changes what the
+//! lane holds.
+
+use std::time::Duration;
+
+use clankie_model_standin::{Reply, Script};
+use clankie_proto::{Family, v1};
+use clankie_store::Store;
+
+use crate::{GENERAL, Rig, until};
+
+fn slow(text: &str, first_delay_ms: u64) -> Reply {
+    Reply::Text { text: text.into(), chunk_chars: 40, chunk_delay_ms: 0, first_delay_ms, tail_delay_ms: 0 }
+}
+
+async fn changed(receipts: &clankie_testkit::Recorder<v1::Receipt>, delivery_prefix: &str, n: usize) {
+    until("the changes applied", Duration::from_secs(20), || {
+        receipts.all().iter().filter(|r| r.kind == "captain.changed" && r.delivery_id.starts_with(delivery_prefix)).count() >= n
+    })
+    .await;
+}
+
+/// Waits until the run answering `id` has started.
+async fn ran(receipts: &clankie_testkit::Recorder<v1::Receipt>, id: u64) {
+    until("the run", Duration::from_secs(10), || receipts.all().iter().any(|r| r.kind == "captain.run" && r.delivery_id == id.to_string()))
+        .await;
+}
+
+async fn stored_anywhere(store: &Store, needle: &str) -> i64 {
+    sqlx::query_scalar("SELECT count(*) FROM session_entries WHERE body::text LIKE '%' || $1 || '%'")
+        .bind(needle)
+        .fetch_one(store.pool())
+        .await
+        .expect("session entries")
+}
+
+#[tokio::test]
+async fn message_delete_before_the_turn_reads_it_never_reaches_the_model() {
+    let rig = Rig::new().await;
+    let bus = rig.bus().await;
+    let receipts = clankie_testkit::record::<v1::Receipt>(&bus, Family::Receipt).await;
+    rig.standin.script(Script::any(slow("Lobby 4 at eight.", 3_000)));
+    let first = rig.say(GENERAL, "ada", "@Clankie is the lobby up tonight?");
+    ran(&receipts, first).await;
+    // Steered into the live run, then deleted before the run's next boundary reads it.
+    let second = rig.say(GENERAL, "ada", "my locker code is quetzal-4471");
+    rig.sandbox.discord.user_delete(second).then_some(()).expect("the loopback deletes it");
+    rig.wait_outcomes(GENERAL, &[first]).await;
+    changed(&receipts, "delete:", 1).await;
+
+    let store = Store::connect(&rig.settings.database_url).await.unwrap();
+    assert_eq!(store.outcome(&second.to_string()).await.unwrap().map(|o| o.kind), Some(v1::OutcomeKind::Withdrawn));
+    let requests = rig.standin.requests();
+    assert!(requests.iter().all(|r| r.count("quetzal") == 0), "a deleted message reached the model");
+    assert_eq!(requests.len(), 1, "the withdrawn steer cost no model call");
+    assert_eq!(rig.sandbox.discord.posts(GENERAL).len(), 1);
+    assert_eq!(stored_anywhere(&store, "quetzal").await, 0);
+    assert_eq!(rig.outcome(GENERAL, first).as_deref(), Some("replied"));
+}
+
+#[tokio::test]
+async fn message_delete_after_the_turn_is_absent_from_the_next_cold_open_and_the_next_history_block() {
+    let rig = Rig::new().await;
+    let bus = rig.bus().await;
+    let receipts = clankie_testkit::record::<v1::Receipt>(&bus, Family::Receipt).await;
+    rig.standin.script(Script::any(Reply::text("Noted.")));
+    // A line only history carries, then a turn that walks in with it.
+    let aside = rig.say(GENERAL, "ada", "the raid password is marmoset-91");
+    let kept = rig.say(GENERAL, "bob", "bring snacks, everyone");
+    let opener = rig.say(GENERAL, "bob", "@Clankie hello");
+    rig.wait_outcomes(GENERAL, &[opener]).await;
+    assert_eq!(rig.standin.requests()[0].count("marmoset-91"), 1, "the history block carried the aside");
+    // A delivery of hers that a turn reads.
+    let asked = rig.say(GENERAL, "ada", "@Clankie my backup code is pangolin-22");
+    rig.wait_outcomes(GENERAL, &[asked]).await;
+    let store = Store::connect(&rig.settings.database_url).await.unwrap();
+    assert!(stored_anywhere(&store, "pangolin-22").await > 0 && stored_anywhere(&store, "marmoset-91").await > 0);
+
+    assert!(rig.sandbox.discord.user_delete(aside) && rig.sandbox.discord.user_delete(asked));
+    changed(&receipts, "delete:", 2).await;
+    assert_eq!(stored_anywhere(&store, "pangolin-22").await, 0, "the deleted delivery is still stored");
+    assert_eq!(stored_anywhere(&store, "marmoset-91").await, 0, "the deleted history line is still stored");
+    assert!(stored_anywhere(&store, "bring snacks").await > 0, "another person's history line went too");
+    let _ = kept;
+
+    // The next turn opens the rewritten tree from the store and reads none of it.
+    let before = rig.standin.requests().len();
+    let next = rig.say(GENERAL, "bob", "@Clankie what did ada say?");
+    rig.wait_outcomes(GENERAL, &[next]).await;
+    let request = rig.standin.requests().into_iter().nth(before).expect("the next request");
+    assert_eq!(request.count("pangolin-22") + request.count("marmoset-91"), 0, "a deleted message reached the next request");
+    assert_eq!(request.count("bring snacks, everyone"), 1);
+    assert_eq!(request.count("what did ada say?"), 1);
+    let run =
+        receipts.all().into_iter().find(|r| r.kind == "captain.run" && r.delivery_id == next.to_string()).expect("the next run's receipt");
+    assert!(run.flags.get("from_store").copied().unwrap_or(false), "the next run used a warm copy of the old words");
+
+    // Cold, on a fresh tree: a new lane's history block leaves out what was deleted.
+    let mut fresh = rig.standin.requests().len();
+    let deleted_before_anyone_asked = rig.say(201, "ada", "the vault pin is ocelot-55");
+    let there = rig.say(201, "bob", "and the snacks");
+    assert!(rig.sandbox.discord.user_delete(deleted_before_anyone_asked));
+    changed(&receipts, "delete:", 3).await;
+    let cold = rig.say(201, "bob", "@Clankie hi");
+    rig.wait_outcomes(201, &[cold]).await;
+    let request = rig.standin.requests().into_iter().nth(fresh).expect("the cold request");
+    fresh += 1;
+    assert_eq!(request.count("ocelot-55"), 0);
+    assert_eq!(request.count("and the snacks"), 1, "the history block is there, without the deleted line");
+    let _ = (there, fresh);
+}
+
+#[tokio::test]
+async fn message_edit_during_the_run_reaches_the_same_run_as_a_correction_and_the_burst_gets_one_reply() {
+    let rig = Rig::new().await;
+    let bus = rig.bus().await;
+    let receipts = clankie_testkit::record::<v1::Receipt>(&bus, Family::Receipt).await;
+    rig.standin.script(Script::any(slow("The lobby opens at eight, ", 3_000)));
+    rig.standin.script(Script::any(Reply::text("Nine it is: lobby 4 at nine.")));
+    let asked = rig.say(GENERAL, "ada", "@Clankie is the lobby at 8pm?");
+    ran(&receipts, asked).await;
+    assert!(rig.sandbox.discord.user_edit(asked, "@Clankie is the lobby at 9pm?".into()));
+    rig.wait_outcomes(GENERAL, &[asked]).await;
+
+    let posts = rig.sandbox.discord.posts(GENERAL);
+    assert_eq!(posts.len(), 1, "{posts:?}");
+    assert_eq!(rig.outcome(GENERAL, asked).as_deref(), Some("replied"));
+    let requests = rig.standin.requests();
+    assert_eq!(requests.len(), 2, "the correction reached the run at its next boundary");
+    assert_eq!(requests[0].count("9pm"), 0);
+    assert_eq!(requests[1].count("is the lobby at 9pm?"), 1, "the second call heard the edit");
+    assert_eq!(requests[1].count("edited=\"true\""), 1, "the edit came as a marked correction");
+    let correction = receipts.all().into_iter().find(|r| r.kind == "captain.correction").expect("the correction receipt");
+    assert_eq!(correction.flags.get("steered"), Some(&true));
+    // After the run the stored entry is the edited message too.
+    changed(&receipts, "edit:", 1).await;
+    let store = Store::connect(&rig.settings.database_url).await.unwrap();
+    assert_eq!(stored_anywhere(&store, "is the lobby at 8pm?").await, 0, "the stored entry kept the old words");
+}
+
+#[tokio::test]
+async fn message_edit_after_the_turn_is_what_the_next_request_shows() {
+    let rig = Rig::new().await;
+    let bus = rig.bus().await;
+    let receipts = clankie_testkit::record::<v1::Receipt>(&bus, Family::Receipt).await;
+    rig.standin.script(Script::any(Reply::text("Got it.")));
+    let said = rig.say(GENERAL, "ada", "@Clankie the door code is alpha-one");
+    rig.wait_outcomes(GENERAL, &[said]).await;
+    assert!(rig.sandbox.discord.user_edit(said, "@Clankie the door code is bravo-two".into()));
+    changed(&receipts, "edit:", 1).await;
+    let before = rig.standin.requests().len();
+    let next = rig.say(GENERAL, "ada", "@Clankie what's the door code?");
+    rig.wait_outcomes(GENERAL, &[next]).await;
+    let request = rig.standin.requests().into_iter().nth(before).expect("the next request");
+    assert_eq!(request.count("the door code is bravo-two"), 1, "the edit is what the next request shows");
+    assert_eq!(request.count("alpha-one"), 0, "the old words are still in the lane");
+    let edits = receipts.all().iter().filter(|r| r.kind == "gateway.change").count();
+    assert_eq!(edits, 1);
+}

@@ -1,0 +1,173 @@
+//! Rewriting what a lane stored when the words in it change: a message edited or deleted
+//! after he read it, a person forgotten. The session tree is otherwise append-only, so every
+//! rewrite also appends a `rewrite` entry to the trees it touched: a replica's warm copy that
+//! reads it reopens the tree from the store instead of keeping the words in memory.
+
+use sqlx::Row;
+use sqlx::types::Json;
+
+use crate::lease::fence;
+use crate::{Lease, Store, StoreError};
+
+/// The `session_entries.kind` of the marker a rewrite appends.
+pub const REWRITE_KIND: &str = "rewrite";
+
+/// A stored user entry that holds words a rewrite may change.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HeldWords {
+    /// The entry's global sequence number.
+    pub seq: i64,
+    /// The lane it belongs to, as its key is written.
+    pub lane: String,
+    pub tree: String,
+    pub body: serde_json::Value,
+}
+
+/// An entry's new self: its kind, body and whether the model sees it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Rewritten {
+    pub seq: i64,
+    pub tree: String,
+    pub kind: String,
+    pub body: serde_json::Value,
+    pub in_context: bool,
+}
+
+/// What forgetting a person removed outside the session trees, as counts.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ForgottenRows {
+    pub ring_lines: u64,
+    pub memories: u64,
+    pub experiences: u64,
+}
+
+fn held_words(rows: Vec<sqlx::postgres::PgRow>) -> Result<Vec<HeldWords>, StoreError> {
+    rows.into_iter()
+        .map(|r| {
+            Ok(HeldWords {
+                seq: r.try_get("seq")?,
+                lane: r.try_get("lane")?,
+                tree: r.try_get("tree")?,
+                body: r.try_get::<Json<serde_json::Value>, _>("body")?.0,
+            })
+        })
+        .collect()
+}
+
+impl Store {
+    /// The user entries of `lane` that hold message `message_id`: the message itself (its
+    /// `delivery_id`) or a history block with a line of it (its `lines`).
+    pub async fn entries_holding_message(&self, lane: &str, message_id: u64) -> Result<Vec<HeldWords>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT seq, lane, tree, body FROM session_entries
+             WHERE lane = $1 AND kind = 'user' AND (body->>'delivery_id' = $2 OR body->'lines' @> $3::jsonb)
+             ORDER BY seq",
+        )
+        .bind(lane)
+        .bind(message_id.to_string())
+        .bind(Json(serde_json::json!([message_id])))
+        .fetch_all(&self.pool)
+        .await?;
+        held_words(rows)
+    }
+
+    /// Every user entry, in any lane, with a block attributed to `author_id` (a message of
+    /// theirs, or a history block holding a line of theirs).
+    pub async fn entries_attributed_to(&self, author_id: u64) -> Result<Vec<HeldWords>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT seq, lane, tree, body FROM session_entries
+             WHERE kind = 'user' AND strpos(body->>'text', $1) > 0 ORDER BY seq",
+        )
+        .bind(format!("author_id=\"{author_id}\""))
+        .fetch_all(&self.pool)
+        .await?;
+        held_words(rows)
+    }
+
+    /// Replaces entries of the lease's lane in one fenced transaction and appends a `rewrite`
+    /// marker to each tree it touched. Returns how many entries changed.
+    pub async fn rewrite_entries(&self, lease: &Lease, rewritten: &[Rewritten]) -> Result<u64, StoreError> {
+        if rewritten.is_empty() {
+            return Ok(0);
+        }
+        let lane = lease.lane.to_string();
+        let mut tx = self.pool.begin().await?;
+        fence(&mut tx, lease).await?;
+        let mut changed = 0;
+        let mut trees: Vec<&str> = Vec::new();
+        for r in rewritten {
+            changed += sqlx::query("UPDATE session_entries SET kind = $3, body = $4, in_context = $5 WHERE seq = $1 AND lane = $2")
+                .bind(r.seq)
+                .bind(&lane)
+                .bind(&r.kind)
+                .bind(Json(&r.body))
+                .bind(r.in_context)
+                .execute(&mut *tx)
+                .await?
+                .rows_affected();
+            if !trees.contains(&r.tree.as_str()) {
+                trees.push(&r.tree);
+            }
+        }
+        for tree in trees {
+            sqlx::query(
+                "INSERT INTO session_entries (tree, lane, id, parent_id, kind, body, in_context, epoch)
+                 VALUES ($1, $2, 'rewrite-' || nextval('session_entries_seq_seq'),
+                         (SELECT id FROM session_entries WHERE tree = $1 ORDER BY seq DESC LIMIT 1),
+                         $3, $4, false, $5)",
+            )
+            .bind(tree)
+            .bind(&lane)
+            .bind(REWRITE_KIND)
+            .bind(Json(serde_json::json!({ "type": "note", "text": "entries rewritten" })))
+            .bind(lease.epoch)
+            .execute(&mut *tx)
+            .await?;
+        }
+        tx.commit().await?;
+        Ok(changed)
+    }
+
+    /// Removes a deleted message's lines from every voice ring. How many went.
+    pub async fn withdraw_ring_lines(&self, delivery_id: &str) -> Result<u64, StoreError> {
+        Ok(sqlx::query("DELETE FROM voice_ring WHERE delivery_id = $1").bind(delivery_id).execute(&self.pool).await?.rows_affected())
+    }
+
+    /// Records that `author_id` was forgotten (their id only) and removes what of theirs lives
+    /// outside the session trees: their ring lines, memory whose fact `quotes` says quotes them,
+    /// and experiences they took part in under one of `names`.
+    pub async fn forget_rows(&self, author_id: u64, names: &[String], quotes: impl Fn(&str) -> bool) -> Result<ForgottenRows, StoreError> {
+        let mut tx = self.pool.begin().await?;
+        sqlx::query("INSERT INTO forgotten_users (author_id) VALUES ($1) ON CONFLICT (author_id) DO UPDATE SET forgotten_at = now()")
+            .bind(author_id as i64)
+            .execute(&mut *tx)
+            .await?;
+        let ring_lines =
+            sqlx::query("DELETE FROM voice_ring WHERE author_id = $1").bind(author_id.to_string()).execute(&mut *tx).await?.rows_affected();
+        let facts: Vec<(i64, String)> = sqlx::query_as("SELECT id, fact FROM self_memory").fetch_all(&mut *tx).await?;
+        let quoting: Vec<i64> = facts.into_iter().filter(|(_, fact)| quotes(fact)).map(|(id, _)| id).collect();
+        let memories = sqlx::query("DELETE FROM self_memory WHERE id = ANY($1)").bind(&quoting).execute(&mut *tx).await?.rows_affected();
+        let experiences =
+            sqlx::query("DELETE FROM self_experiences WHERE participants && $1").bind(names).execute(&mut *tx).await?.rows_affected();
+        tx.commit().await?;
+        Ok(ForgottenRows { ring_lines, memories, experiences })
+    }
+
+    /// The ring lines of `author_id`, for what a forget must look for elsewhere.
+    pub async fn ring_texts_of(&self, author_id: u64) -> Result<Vec<(String, String)>, StoreError> {
+        Ok(sqlx::query_as("SELECT author_name, text FROM voice_ring WHERE author_id = $1")
+            .bind(author_id.to_string())
+            .fetch_all(&self.pool)
+            .await?)
+    }
+
+    /// The people forgotten, with when (ms since the Unix epoch): their messages sent before
+    /// then stay out of history blocks.
+    pub async fn forgotten_users(&self) -> Result<Vec<(u64, i64)>, StoreError> {
+        let rows: Vec<(i64, i64)> =
+            sqlx::query_as("SELECT author_id, (extract(epoch from forgotten_at) * 1000)::bigint FROM forgotten_users")
+                .fetch_all(&self.pool)
+                .await?;
+        Ok(rows.into_iter().map(|(a, at)| (a as u64, at)).collect())
+    }
+}
