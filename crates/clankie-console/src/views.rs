@@ -102,6 +102,7 @@ pub async fn forget_user(State(console): State<Console>, Path(id): Path<u64>) ->
         "lanes": f.lanes,
         "messages": f.messages,
         "blocks": f.blocks,
+        "quotes": f.quotes,
         "ring_lines": f.ring_lines,
         "memories": f.memories,
         "experiences": f.experiences,

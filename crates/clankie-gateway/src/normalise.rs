@@ -136,6 +136,36 @@ pub fn route(ingress: v1::Ingress, live_voice_channel: Option<u64>) -> Route {
 mod tests {
     use super::*;
 
+    fn discord_message(edited: Option<&str>) -> Message {
+        let json = serde_json::json!({
+            "id": "1300000000000000000", "channel_id": "200", "guild_id": "100",
+            "author": { "id": "7", "username": "ada", "discriminator": "0", "avatar": null, "global_name": "Ada" },
+            "content": "now it says 9pm", "timestamp": "2026-12-01T18:00:00.000000+00:00",
+            "edited_timestamp": edited, "tts": false, "mention_everyone": false, "mentions": [], "mention_roles": [],
+            "attachments": [], "embeds": [], "pinned": false, "type": 0,
+        });
+        serde_json::from_value(json).expect("a message")
+    }
+
+    #[test]
+    fn message_edit_is_a_change_with_an_id_per_edit_and_an_unfurl_is_none() {
+        let edited = edit(&discord_message(Some("2026-12-01T18:05:00.000000+00:00")), 1, 5).expect("an edit");
+        assert_eq!(edited.change(), v1::MessageChange::Edit);
+        assert_eq!(edited.changed_message_id, 1_300_000_000_000_000_000);
+        assert_eq!(edited.delivery_id, format!("edit:1300000000000000000:{}", 1_796_148_300_000i64));
+        assert_eq!(edited.content, "now it says 9pm");
+        assert!(edit(&discord_message(None), 1, 5).is_none(), "an update that is no edit (an embed unfurled) is no change");
+    }
+
+    #[test]
+    fn message_delete_is_a_change_with_ids_only() {
+        let deleted: twilight_model::gateway::payload::incoming::MessageDelete =
+            serde_json::from_value(serde_json::json!({ "id": "42", "channel_id": "200", "guild_id": "100" })).unwrap();
+        let change = deletion(&deleted, 9);
+        assert_eq!((change.change(), change.changed_message_id, change.delivery_id.as_str()), (v1::MessageChange::Delete, 42, "delete:42"));
+        assert_eq!((change.guild_id, change.channel_id, change.content.as_str()), (Some(100), 200, ""));
+    }
+
     #[test]
     fn typing_hold_arrival_stamps_of_events_in_one_millisecond_still_order_them() {
         let arrivals = Arrivals::default();

@@ -87,6 +87,8 @@ pub struct Forgotten {
     pub messages: u64,
     /// Blocks of other messages (history, a voice room) their lines were dropped from.
     pub blocks: u64,
+    /// His own entries (answers, tool calls, summaries) a quote of theirs was taken out of.
+    pub quotes: u64,
     pub ring_lines: u64,
     pub memories: u64,
     pub experiences: u64,
@@ -120,8 +122,15 @@ pub async fn forget_user(store: &Store, author_id: u64, wait: Duration, mut prog
         names.insert(name);
         words.extend(long_words(&text));
     }
+    // Words of theirs nobody else in those entries used: what a quote of them looks like.
+    for e in &entries {
+        for word in others_words(e, author_id) {
+            words.remove(&word);
+        }
+    }
+    let quoted: Vec<String> = words.iter().cloned().collect();
     let mut forgotten = Forgotten::default();
-    let mut by_lane: std::collections::BTreeMap<&str, Vec<Rewritten>> = std::collections::BTreeMap::new();
+    let mut by_lane: std::collections::BTreeMap<String, Vec<Rewritten>> = std::collections::BTreeMap::new();
     for e in &entries {
         if let Some(r) = without_author(e, author_id) {
             if r.kind == clankie_agent::WITHDRAWN_KIND {
@@ -129,10 +138,27 @@ pub async fn forget_user(store: &Store, author_id: u64, wait: Duration, mut prog
             } else {
                 forgotten.blocks += 1;
             }
-            by_lane.entry(e.lane.as_str()).or_default().push(r);
+            by_lane.entry(e.lane.clone()).or_default().push(r);
+        }
+    }
+    // His own entries that quote them (an answer, a tool call's arguments, a summary) lose the quoted words.
+    let lanes: Vec<String> = by_lane.keys().cloned().collect();
+    for lane in lanes {
+        for e in store.his_entries_quoting(&lane, &quoted).await? {
+            let mut body = e.body.clone();
+            redact(&mut body, &words);
+            forgotten.quotes += 1;
+            by_lane.entry(lane.clone()).or_default().push(Rewritten {
+                seq: e.seq,
+                tree: e.tree,
+                kind: e.kind,
+                body,
+                in_context: e.in_context,
+            });
         }
     }
     for (lane, rewrites) in by_lane {
+        let lane = lane.as_str();
         let Ok(key) = lane.parse::<LaneKey>() else { continue };
         match lease_within(store, &key, wait).await? {
             Some(lease) => {
@@ -183,6 +209,48 @@ fn collect(entry: &HeldWords, author_id: u64, words: &mut BTreeSet<String>, name
     }
 }
 
+/// The long words other people's blocks in an entry hold.
+fn others_words(entry: &HeldWords, author_id: u64) -> Vec<String> {
+    let Ok(EntryBody::User { text, .. }) = serde_json::from_value::<EntryBody>(entry.body.clone()) else { return Vec::new() };
+    blocks::parse(&text)
+        .unwrap_or_default()
+        .iter()
+        .filter(|p| p.attr("author_id").and_then(|a| a.parse::<u64>().ok()).is_some_and(|a| a != author_id))
+        .flat_map(|p| long_words(&p.content).collect::<Vec<_>>())
+        .collect()
+}
+
+/// Takes `words` out of every string in `value`, whole words only, whatever their case.
+fn redact(value: &mut serde_json::Value, words: &BTreeSet<String>) {
+    match value {
+        serde_json::Value::String(s) => {
+            let mut out = String::with_capacity(s.len());
+            let mut word = String::new();
+            let flush = |word: &mut String, out: &mut String| {
+                if words.contains(&word.to_lowercase()) {
+                    out.push_str("[forgotten]");
+                } else {
+                    out.push_str(word);
+                }
+                word.clear();
+            };
+            for c in s.chars() {
+                if c.is_alphanumeric() {
+                    word.push(c);
+                } else {
+                    flush(&mut word, &mut out);
+                    out.push(c);
+                }
+            }
+            flush(&mut word, &mut out);
+            *s = out;
+        }
+        serde_json::Value::Array(items) => items.iter_mut().for_each(|v| redact(v, words)),
+        serde_json::Value::Object(map) => map.values_mut().for_each(|v| redact(v, words)),
+        _ => {}
+    }
+}
+
 /// A fact quotes a person when it shares a word of theirs this long: short words are everyone's.
 const QUOTED_WORD_CHARS: usize = 6;
 
@@ -201,7 +269,8 @@ mod tests {
     use super::*;
 
     fn entry(body: EntryBody) -> HeldWords {
-        HeldWords { seq: 1, lane: "room:1:2".into(), tree: "rooms/room:1:2".into(), body: serde_json::to_value(body).unwrap() }
+        let body = serde_json::to_value(body).unwrap();
+        HeldWords { seq: 1, lane: "room:1:2".into(), tree: "rooms/room:1:2".into(), kind: "user".into(), body, in_context: true }
     }
 
     fn said(name: &str, id: u64, text: &str) -> blocks::Line<'static> {

@@ -20,7 +20,9 @@ pub struct HeldWords {
     /// The lane it belongs to, as its key is written.
     pub lane: String,
     pub tree: String,
+    pub kind: String,
     pub body: serde_json::Value,
+    pub in_context: bool,
 }
 
 /// An entry's new self: its kind, body and whether the model sees it.
@@ -48,7 +50,9 @@ fn held_words(rows: Vec<sqlx::postgres::PgRow>) -> Result<Vec<HeldWords>, StoreE
                 seq: r.try_get("seq")?,
                 lane: r.try_get("lane")?,
                 tree: r.try_get("tree")?,
+                kind: r.try_get("kind")?,
                 body: r.try_get::<Json<serde_json::Value>, _>("body")?.0,
+                in_context: r.try_get("in_context")?,
             })
         })
         .collect()
@@ -59,7 +63,7 @@ impl Store {
     /// `delivery_id`) or a history block with a line of it (its `lines`).
     pub async fn entries_holding_message(&self, lane: &str, message_id: u64) -> Result<Vec<HeldWords>, StoreError> {
         let rows = sqlx::query(
-            "SELECT seq, lane, tree, body FROM session_entries
+            "SELECT seq, lane, tree, kind, body, in_context FROM session_entries
              WHERE lane = $1 AND kind = 'user' AND (body->>'delivery_id' = $2 OR body->'lines' @> $3::jsonb)
              ORDER BY seq",
         )
@@ -75,10 +79,28 @@ impl Store {
     /// theirs, or a history block holding a line of theirs).
     pub async fn entries_attributed_to(&self, author_id: u64) -> Result<Vec<HeldWords>, StoreError> {
         let rows = sqlx::query(
-            "SELECT seq, lane, tree, body FROM session_entries
+            "SELECT seq, lane, tree, kind, body, in_context FROM session_entries
              WHERE kind = 'user' AND strpos(body->>'text', $1) > 0 ORDER BY seq",
         )
         .bind(format!("author_id=\"{author_id}\""))
+        .fetch_all(&self.pool)
+        .await?;
+        held_words(rows)
+    }
+
+    /// The entries of `lane` that are not someone's message (his answers, tool calls and
+    /// results, summaries) holding any of `words` as a whole word, case-insensitively.
+    pub async fn his_entries_quoting(&self, lane: &str, words: &[String]) -> Result<Vec<HeldWords>, StoreError> {
+        let words: Vec<&String> = words.iter().filter(|w| !w.is_empty() && w.chars().all(char::is_alphanumeric)).collect();
+        if words.is_empty() {
+            return Ok(Vec::new());
+        }
+        let pattern = format!("\\m({})\\M", words.iter().map(|w| w.as_str()).collect::<Vec<_>>().join("|"));
+        let rows = sqlx::query(
+            "SELECT seq, lane, tree, kind, body, in_context FROM session_entries WHERE lane = $1 AND kind <> 'user' AND body::text ~* $2 ORDER BY seq",
+        )
+        .bind(lane)
+        .bind(pattern)
         .fetch_all(&self.pool)
         .await?;
         held_words(rows)

@@ -189,8 +189,14 @@ pub async fn run(settings: &Settings, action: SelfAction) -> Result<()> {
                 .await
                 .with_context(|| format!("forgetting user {user_id}"))?;
             println!(
-                "forgot user {user_id}: lanes {}, messages {}, blocks {}, ring lines {}, memories {}, experiences {}",
-                forgotten.lanes, forgotten.messages, forgotten.blocks, forgotten.ring_lines, forgotten.memories, forgotten.experiences
+                "forgot user {user_id}: lanes {}, messages {}, blocks {}, quotes {}, ring lines {}, memories {}, experiences {}",
+                forgotten.lanes,
+                forgotten.messages,
+                forgotten.blocks,
+                forgotten.quotes,
+                forgotten.ring_lines,
+                forgotten.memories,
+                forgotten.experiences
             );
             if forgotten.lanes_busy > 0 {
                 bail!("{} lane(s) stayed busy with a live run for {wait_secs} s; run the command again", forgotten.lanes_busy);

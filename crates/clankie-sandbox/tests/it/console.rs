@@ -342,3 +342,34 @@ async fn console_without_the_token_every_route_answers_401_and_no_data() {
         assert_eq!(code, 400, "the tap took {filter}");
     }
 }
+
+#[tokio::test]
+async fn erase_from_the_console_forgets_a_person_and_answers_what_it_removed() {
+    let rig = Rig::new().await;
+    let (addr, token) = rig.sandbox.console.clone();
+    let store = store(&rig).await;
+    rig.standin.script(Script::any(Reply::text("Noted.")));
+    let said = rig.say(GENERAL, "ada", "@Clankie my nickname is quokkaface");
+    rig.wait_outcomes(GENERAL, &[said]).await;
+    store.add_memory("Ada's nickname is quokkaface.", MemoryStatus::Approved, "cli").await.unwrap();
+    let ada = rig.sandbox.discord.messages(GENERAL).into_iter().find(|m| m.id == said).unwrap().author_id;
+
+    let (code, _) = status(addr, "POST", &format!("/api/people/{ada}/forget"), None).await;
+    assert_eq!(code, 401, "forgetting needs the token");
+    let (code, text) = status(addr, "POST", &format!("/api/people/{ada}/forget"), Some(&format!("Bearer {token}"))).await;
+    assert_eq!(code, 200, "{text}");
+    let counts: Value = serde_json::from_str(text.split("\r\n\r\n").nth(1).unwrap_or_default()).expect("JSON counts");
+    assert_eq!(
+        (counts["lanes"].as_u64(), counts["messages"].as_u64(), counts["memories"].as_u64()),
+        (Some(1), Some(1), Some(1)),
+        "{counts}"
+    );
+    let left: i64 = sqlx::query_scalar("SELECT count(*) FROM session_entries WHERE body::text ILIKE '%quokkaface%'")
+        .fetch_one(store.pool())
+        .await
+        .unwrap();
+    assert_eq!(left, 0);
+    assert!(store.memories(MemoryStatus::Approved, 10).await.unwrap().iter().all(|m| !m.fact.contains("quokkaface")));
+    let (code, _) = status(addr, "POST", "/api/people/not-a-number/forget", Some(&format!("Bearer {token}"))).await;
+    assert_eq!(code, 400, "a bad id is refused");
+}
