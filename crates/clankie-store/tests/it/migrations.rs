@@ -23,6 +23,7 @@ async fn migrations_apply_to_an_empty_database_and_rerun_as_a_no_op() {
             "admissions",
             "deliveries",
             "exchanges",
+            "forgotten_users",
             "lanes",
             "outbox",
             "receipts",
