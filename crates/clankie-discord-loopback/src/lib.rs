@@ -15,6 +15,7 @@
 //! serves the sandbox room page where a person chats as several users.
 
 mod control;
+pub mod interactions;
 mod limits;
 mod model;
 mod rest;
@@ -204,6 +205,32 @@ impl Loopback {
         self.state.user_delete(id)
     }
 
+    /// A user runs `/clankie <subcommand>` (INTERACTION_CREATE).
+    pub fn run_command(
+        &self,
+        command: interactions::RunCommand,
+    ) -> Result<interactions::InteractionRecord, interactions::InteractionError> {
+        self.state.run_command(command)
+    }
+
+    /// A user presses a button on a message (INTERACTION_CREATE).
+    pub fn press_button(
+        &self,
+        press: interactions::PressButton,
+    ) -> Result<interactions::InteractionRecord, interactions::InteractionError> {
+        self.state.press_button(press)
+    }
+
+    /// An interaction as it stands: its answer, edits and follow-ups.
+    pub fn interaction(&self, id: u64) -> Option<interactions::InteractionRecord> {
+        self.state.interactions.record(id)
+    }
+
+    /// How many bulk overwrites registered commands, and the names per scope (`None`: global).
+    pub fn registered_commands(&self) -> (u64, std::collections::BTreeMap<Option<u64>, Vec<String>>) {
+        self.state.interactions.registered()
+    }
+
     /// A user starts typing in a channel.
     pub fn user_typing(&self, channel: u64, author: &str) {
         self.state.user_typing(channel, author)
@@ -358,6 +385,7 @@ fn router(state: Arc<state::State>) -> Router {
         .merge(ws::routes())
         .merge(rest::routes().route_layer(axum::middleware::from_fn_with_state(state.clone(), limits::enforce)))
         .merge(control::routes())
+        .merge(interactions::routes())
         // Uploads as big as Discord takes from a bot in a boosted guild, and a test's big attachments.
         .layer(axum::extract::DefaultBodyLimit::max(MAX_UPLOAD))
         .with_state(state)

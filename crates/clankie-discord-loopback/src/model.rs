@@ -40,11 +40,15 @@ pub(crate) fn message_json(state: &State, m: &StoredMessage, referenced: Option<
         "mention_roles": [],
         "attachments": attachments,
         "embeds": [],
+        "components": m.components,
         "pinned": false,
         "type": if m.reply_to.is_some() { 19 } else { 0 },
     });
     if let Some(guild) = m.guild_id {
         v["guild_id"] = json!(guild.to_string());
+    }
+    if m.ephemeral {
+        v["flags"] = json!(crate::interactions::EPHEMERAL);
     }
     if let Some(r) = m.reply_to {
         v["message_reference"] = json!({ "message_id": r.to_string(), "channel_id": m.channel_id.to_string() });
@@ -109,6 +113,8 @@ mod tests {
             deleted: false,
             reactions: vec![],
             spoken: false,
+            components: vec![],
+            ephemeral: false,
         }
     }
 

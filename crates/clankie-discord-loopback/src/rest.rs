@@ -127,7 +127,8 @@ async fn create_message(AxState(state): AxState<Arc<State>>, Path(channel): Path
         _ => None,
     };
     let enforce = body["enforce_nonce"].as_bool().unwrap_or(false);
-    let message = state.bot_message(channel, content, reply_to, nonce.map(|n| (n, enforce)), files);
+    let components = body["components"].as_array().cloned().unwrap_or_default();
+    let message = state.bot_message(channel, content, reply_to, nonce.map(|n| (n, enforce)), files, components);
     let referenced = message.reply_to.and_then(|r| state.message(r));
     Json(message_json(&state, &message, referenced.as_ref())).into_response()
 }

@@ -51,6 +51,12 @@ pub struct StoredMessage {
     /// Said aloud in the voice channel, not posted: the sandbox's stand-in for hearing him.
     #[serde(default)]
     pub spoken: bool,
+    /// Its action rows of buttons, as Discord's `components`.
+    #[serde(default)]
+    pub components: Vec<serde_json::Value>,
+    /// An ephemeral interaction answer: only its invoker sees it, so it is in no channel listing.
+    #[serde(default)]
+    pub ephemeral: bool,
 }
 
 impl StoredMessage {
@@ -81,6 +87,8 @@ impl StoredMessage {
             deleted: false,
             reactions: Vec::new(),
             spoken: false,
+            components: Vec::new(),
+            ephemeral: false,
         }
     }
 }
@@ -139,6 +147,8 @@ pub(crate) struct State {
     pub attached_changed: Notify,
     /// Discord's limits as they stand for this loopback's clients.
     pub limits: crate::limits::Keeper,
+    /// Registered commands and the interactions dispatched.
+    pub interactions: crate::interactions::Interactions,
 }
 
 /// Discord's spacing of identifies within one `max_concurrency` bucket.
@@ -159,11 +169,55 @@ impl State {
             drop_all: broadcast::channel(4).0,
             attached_changed: Notify::new(),
             limits: crate::limits::Keeper::default(),
+            interactions: crate::interactions::Interactions::default(),
         }
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
         self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// A new snowflake, later than every earlier one.
+    pub(crate) fn fresh_id(&self) -> u64 {
+        State::next_id(&mut self.lock())
+    }
+
+    /// Dispatches one gateway event (`t`, `d`) to the sessions of its guild's shard.
+    pub(crate) fn dispatch_event(&self, t: &str, d: serde_json::Value) {
+        self.dispatch(t, d);
+    }
+
+    /// A message by id, an ephemeral one included.
+    pub(crate) fn any_message(&self, id: u64) -> Option<StoredMessage> {
+        self.lock().messages.get(&id).cloned().filter(|m| !m.deleted)
+    }
+
+    /// The message an interaction's answer makes; returns its id. Dispatched unless ephemeral.
+    pub(crate) fn interaction_message(&self, channel: u64, content: String, components: Vec<serde_json::Value>, ephemeral: bool) -> u64 {
+        let guild_id = self.guild_of(channel).unwrap_or(None);
+        let mut inner = self.lock();
+        let id = State::next_id(&mut inner);
+        let message = self.from_bot(StoredMessage {
+            components,
+            ephemeral,
+            ..StoredMessage::new(id, channel, guild_id, content, None, Vec::new(), now_ms())
+        });
+        if ephemeral {
+            inner.messages.insert(id, message);
+        } else {
+            self.store_and_dispatch(&mut inner, message);
+        }
+        id
+    }
+
+    /// An interaction's answer edited through its webhook.
+    pub(crate) fn edit_interaction_message(&self, id: u64, content: String, components: Vec<serde_json::Value>) {
+        if let Some(m) = self.lock().messages.get_mut(&id) {
+            m.content = content;
+            m.components = components;
+            m.edited = true;
+            m.edited_at_ms = now_ms();
+        }
     }
 
     fn next_id(inner: &mut Inner) -> u64 {
@@ -348,6 +402,7 @@ impl State {
         reply_to: Option<u64>,
         nonce: Option<(String, bool)>,
         files: Vec<crate::rest::Upload>,
+        components: Vec<serde_json::Value>,
     ) -> StoredMessage {
         let guild_id = self.guild_of(channel).unwrap_or(None);
         let mut inner = self.lock();
@@ -364,7 +419,8 @@ impl State {
             inner.nonces.insert((channel, nonce), (id, now));
         }
         let attachments = State::store_files(&mut inner, files);
-        let message = self.from_bot(StoredMessage::new(id, channel, guild_id, content, reply_to, attachments, now));
+        let message =
+            self.from_bot(StoredMessage { components, ..StoredMessage::new(id, channel, guild_id, content, reply_to, attachments, now) });
         self.store_and_dispatch(&mut inner, message.clone());
         message
     }
@@ -463,7 +519,7 @@ impl State {
             .messages
             .values()
             .rev()
-            .filter(|m| m.channel_id == channel && !m.deleted && !m.spoken && before.is_none_or(|b| m.id < b))
+            .filter(|m| m.channel_id == channel && !m.deleted && !m.spoken && !m.ephemeral && before.is_none_or(|b| m.id < b))
             .take(limit)
             .cloned()
             .collect()
@@ -490,7 +546,7 @@ impl State {
         self.lock()
             .messages
             .values()
-            .filter(|m| m.channel_id == channel && m.bot && !m.spoken)
+            .filter(|m| m.channel_id == channel && m.bot && !m.spoken && !m.ephemeral)
             .map(|m| Post {
                 id: m.id,
                 at_ms: m.at_ms,
