@@ -38,6 +38,12 @@ pub struct CaptainConfig {
     pub outbox_relay_after: Duration,
     /// Age at which an unpublished outbox row is given up rather than posted late.
     pub outbox_max_age: Duration,
+    /// Whether the owner is asked in a DM about each memory he proposes.
+    pub memory_dm: bool,
+    /// How long a memory button works.
+    pub button_lifetime: Duration,
+    /// One minute of `/clankie quiet`.
+    pub quiet_minute: Duration,
     /// What the sweeper keeps, and how often it runs.
     pub retention: clankie_store::Retention,
     pub sweep_every: Duration,
@@ -81,6 +87,9 @@ impl CaptainConfig {
             admitters: 16,
             outbox_relay_after: settings.outbox_relay_after,
             outbox_max_age: settings.outbox_max_age,
+            memory_dm: settings.memory_dm,
+            button_lifetime: settings.button_lifetime,
+            quiet_minute: settings.quiet_minute,
             retention: clankie_store::Retention {
                 receipts: settings.retention_receipts,
                 records: settings.retention_records,

@@ -9,6 +9,7 @@
 
 pub mod admission;
 mod ask;
+pub mod commands;
 mod config;
 mod held;
 mod lane;
@@ -188,6 +189,7 @@ impl Captain {
         let mut steers =
             self.inner.bus.consumer::<v1::Steer>(ConsumerSpec::durable("captain-steer", Family::LaneSteer).with_ack_wait(ack_wait)).await?;
         let mut asks = self.inner.bus.serve(Family::RpcAsk.wildcard(), "captain").await?;
+        let mut commands = self.inner.bus.serve(Family::RpcCommand.wildcard(), "captain").await?;
         // Every service's receipts land in PostgreSQL through whichever captain takes them, in
         // batches, on a task of their own: never on the loop that admits ingress.
         let receipts = self
@@ -258,6 +260,10 @@ impl Captain {
                         Ok(n) => tracing::debug!(expired = n, "experiences expired"),
                         Err(e) => tracing::warn!(error = %e, "expired experiences not removed"),
                     }
+                }
+                Some(msg) = futures::StreamExt::next(&mut commands) => {
+                    let captain = self.clone();
+                    tokio::spawn(async move { captain.answer_command(msg).await });
                 }
                 Some(msg) = futures::StreamExt::next(&mut asks) => {
                     let captain = self.clone();
@@ -425,6 +431,10 @@ impl Captain {
                 tracing::debug!(%lane, code = refused.code(), "not admitted");
                 Some(Refusal { delivery: d, lane, code: refused.code() })
             }
+            Ok(_) if facts.quiet => {
+                self.hush(lane, d).await;
+                None
+            }
             Ok(why) => {
                 let author = d.event.author_id;
                 let limit = if admission::flood_guarded(&owner, &config.grants, author) { config.bounds.flood_per_minute } else { 0 };
@@ -467,6 +477,19 @@ impl Captain {
         }
         tracing::warn!(%lane, delivered = d.delivered, "a delivery kept failing; settled as captain_lane_unavailable");
         self.announce_outcome(&lane, &outcome, |r| r.with_count("delivered", d.delivered)).await;
+        let _ = d.ack().await;
+    }
+
+    /// A delivery in a room the owner made quiet: `silent`, with the `quiet` code, and no turn.
+    async fn hush(&self, lane: LaneKey, d: Delivery<v1::Ingress>) {
+        let id = d.event.delivery_id.clone();
+        if let Err(e) = self.inner.store.record_quiet(&lane, &id).await {
+            tracing::warn!(%lane, error = %e, "a quiet room's delivery could not be settled; it will come back");
+            let _ = d.nak_after(self.inner.config.backoff(d.delivered)).await;
+            return;
+        }
+        let outcome = clankie_store::Outcome { delivery_id: id, turn_id: None, kind: v1::OutcomeKind::Silent, failure_code: None };
+        self.announce_outcome(&lane, &outcome, |r| r.with_code("quiet")).await;
         let _ = d.ack().await;
     }
 

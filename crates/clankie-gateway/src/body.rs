@@ -210,6 +210,7 @@ impl Gateway {
         let result = match v1::OutboundKind::try_from(out.kind) {
             Ok(v1::OutboundKind::ToolCard) => self.tool_card(out).await,
             Ok(v1::OutboundKind::Reply | v1::OutboundKind::TextUpdate) => self.post(out).await,
+            Ok(v1::OutboundKind::Direct) => self.direct(out).await,
             _ => Err(PostError::Refused(0)),
         };
         match result {
@@ -389,6 +390,32 @@ impl Gateway {
             // An edit or removal of a card nobody posted (or already removed): nothing to do.
             _ => {}
         }
+        Ok(())
+    }
+
+    /// A direct message to one person, with its buttons: the DM channel is opened first (Discord
+    /// answers with the same channel every time), and the enforced nonce posts it once.
+    async fn direct(&self, out: &v1::OutboundMessage) -> Result<(), PostError> {
+        let user = Id::new_checked(out.direct_user_id).ok_or(PostError::Refused(0))?;
+        if !self.speaks_rest() {
+            return Err(PostError::Retry);
+        }
+        self.inner.budget.pace().await;
+        let opened = self.inner.http.create_private_channel(user).await.map_err(|e| classify(&e))?;
+        let channel = opened.model().await.map_err(|_| PostError::Retry)?.id;
+        let body = json!({
+            "content": out.text,
+            "components": crate::commands::components(&out.buttons),
+            "nonce": nonce(&out.idempotency_key, 0),
+            "enforce_nonce": true,
+        });
+        let bytes = serde_json::to_vec(&body).map_err(|_| PostError::Refused(0))?;
+        self.inner.budget.pace().await;
+        self.inner.http.create_message(channel).payload_json(&bytes).await.map_err(|e| classify(&e))?;
+        self.receipt("gateway.direct", &out.delivery_id, |r| {
+            r.with_id("user", out.direct_user_id).with_id("channel", channel.get()).with_count("buttons", out.buttons.len() as i64)
+        })
+        .await;
         Ok(())
     }
 

@@ -17,6 +17,7 @@
 //!   forwarded as events; join and leave commands become op 4 on the shard.
 
 mod body;
+pub mod commands;
 pub mod leases;
 pub mod normalise;
 mod rest;

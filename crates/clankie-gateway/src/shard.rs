@@ -368,6 +368,7 @@ impl Gateway {
             | EventTypeFlags::MESSAGE_CREATE
             | EventTypeFlags::MESSAGE_UPDATE
             | EventTypeFlags::MESSAGE_DELETE
+            | EventTypeFlags::INTERACTION_CREATE
             | EventTypeFlags::TYPING_START
             | EventTypeFlags::VOICE_STATE_UPDATE
             | EventTypeFlags::VOICE_SERVER_UPDATE;
@@ -425,8 +426,16 @@ impl Gateway {
                 }
                 Ok(Event::Ready(ready)) => {
                     self.inner.bot_id.store(ready.user.id.get(), Ordering::SeqCst);
+                    let (gateway, app) = (self.clone(), ready.application.id.get());
+                    tokio::spawn(async move { gateway.register_commands(app).await });
                     tracing::info!("shard identified");
                     save_if_caught_up(&shard);
+                }
+                // Answered on a task of its own, never behind the queue: Discord waits 3 s for the first answer.
+                Ok(Event::InteractionCreate(interaction)) => {
+                    let gateway = self.clone();
+                    let span = tracing::info_span!("interaction", interaction_id = interaction.id.get());
+                    tokio::spawn(async move { gateway.interaction(interaction.0).await }.instrument(span));
                 }
                 Ok(Event::Resumed) => {
                     tracing::info!("shard resumed");

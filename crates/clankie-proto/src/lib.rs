@@ -47,6 +47,8 @@ impl Event for v1::VoiceServer {}
 impl Event for v1::VoiceCommand {}
 impl Event for v1::AskRequest {}
 impl Event for v1::AskReply {}
+impl Event for v1::CommandRequest {}
+impl Event for v1::CommandReply {}
 impl Event for v1::MediaResolveRequest {}
 impl Event for v1::MediaResolveReply {}
 impl Event for v1::MediaAttachmentRequest {}
@@ -119,4 +121,29 @@ impl v1::OutcomeKind {
             .into_iter()
             .find(|c| c.code() == code)
     }
+}
+
+/// The codes a [`v1::CommandReply`] may carry, so a receipt can name one as a static code.
+pub const COMMAND_REPLY_CODES: &[&str] = &[
+    "not_owner",
+    "expired",
+    "already_decided",
+    "unknown_button",
+    "unknown_command",
+    "store_unavailable",
+    "bus_unavailable",
+    "bad_channel",
+    "bad_minutes",
+    "not_in_guild",
+    "lanes_busy",
+    "request_undecodable",
+    "captain_unavailable",
+];
+
+/// A command reply's code as a receipt code: `done` when empty, `other` when not one of ours.
+pub fn command_reply_code(code: &str) -> &'static str {
+    if code.is_empty() {
+        return "done";
+    }
+    COMMAND_REPLY_CODES.iter().copied().find(|c| *c == code).unwrap_or("other")
 }

@@ -92,6 +92,8 @@ pub enum Subject {
     RpcMediaAttachment,
     /// `clankie.rpc.media.register`: store an artifact a tool produced (no stream).
     RpcMediaRegister,
+    /// `clankie.rpc.command`: a slash command or button press, answered by a captain (no stream).
+    RpcCommand,
 }
 
 /// A kind of subject, independent of its ids: what wildcards and payload types hang off.
@@ -119,6 +121,7 @@ pub enum Family {
     RpcMediaResolve,
     RpcMediaAttachment,
     RpcMediaRegister,
+    RpcCommand,
 }
 
 /// The second token of a subject: what JetStream streams are cut along.
@@ -158,7 +161,7 @@ fn truncate(s: &str) -> String {
 
 impl Family {
     /// Every family, in catalogue order.
-    pub const ALL: [Family; 22] = [
+    pub const ALL: [Family; 23] = [
         Family::IngressText,
         Family::IngressRoom,
         Family::LaneSteer,
@@ -181,6 +184,7 @@ impl Family {
         Family::RpcMediaResolve,
         Family::RpcMediaAttachment,
         Family::RpcMediaRegister,
+        Family::RpcCommand,
     ];
 
     /// A NATS wildcard matching every subject of this family.
@@ -208,6 +212,7 @@ impl Family {
             Family::RpcMediaResolve => format!("{ROOT}.rpc.media.resolve"),
             Family::RpcMediaAttachment => format!("{ROOT}.rpc.media.attachment"),
             Family::RpcMediaRegister => format!("{ROOT}.rpc.media.register"),
+            Family::RpcCommand => format!("{ROOT}.rpc.command"),
         }
     }
 
@@ -235,6 +240,7 @@ impl Family {
             Family::RpcMediaResolve => "clankie.v1.MediaResolveRequest",
             Family::RpcMediaAttachment => "clankie.v1.MediaAttachmentRequest",
             Family::RpcMediaRegister => "clankie.v1.MediaRegisterRequest",
+            Family::RpcCommand => "clankie.v1.CommandRequest",
         }
     }
 
@@ -255,9 +261,12 @@ impl Family {
             Family::SelfExperience => Area::Shared,
             Family::Receipt => Area::Receipt,
             Family::SignalTyping => Area::Signal,
-            Family::RpcHistory | Family::RpcAsk | Family::RpcMediaResolve | Family::RpcMediaAttachment | Family::RpcMediaRegister => {
-                Area::Rpc
-            }
+            Family::RpcHistory
+            | Family::RpcAsk
+            | Family::RpcMediaResolve
+            | Family::RpcMediaAttachment
+            | Family::RpcMediaRegister
+            | Family::RpcCommand => Area::Rpc,
         }
     }
 }
@@ -334,6 +343,7 @@ impl Subject {
             Subject::RpcMediaResolve => Family::RpcMediaResolve,
             Subject::RpcMediaAttachment => Family::RpcMediaAttachment,
             Subject::RpcMediaRegister => Family::RpcMediaRegister,
+            Subject::RpcCommand => Family::RpcCommand,
         }
     }
 
@@ -392,6 +402,7 @@ impl Subject {
             ["rpc", "media", "resolve"] => Ok(Subject::RpcMediaResolve),
             ["rpc", "media", "attachment"] => Ok(Subject::RpcMediaAttachment),
             ["rpc", "media", "register"] => Ok(Subject::RpcMediaRegister),
+            ["rpc", "command"] => Ok(Subject::RpcCommand),
             ["rpc", "history", _] => Ok(Subject::RpcHistory { channel: id(3)? }),
             ["receipt", ..] if tokens.len() > 2 => Ok(Subject::Receipt { kind: ReceiptKind::new(&tokens[2..].join("."))? }),
             _ => Err(unknown()),
@@ -421,6 +432,7 @@ impl fmt::Display for Subject {
             Subject::RpcMediaResolve => write!(f, "{ROOT}.rpc.media.resolve"),
             Subject::RpcMediaAttachment => write!(f, "{ROOT}.rpc.media.attachment"),
             Subject::RpcMediaRegister => write!(f, "{ROOT}.rpc.media.register"),
+            Subject::RpcCommand => write!(f, "{ROOT}.rpc.command"),
             Subject::SelfExperience { place: Place::Guild(g) } => write!(f, "{ROOT}.self.experience.{g}"),
             Subject::SelfExperience { place: Place::Dm } => write!(f, "{ROOT}.self.experience.{DM}"),
             Subject::Receipt { kind } => write!(f, "{ROOT}.receipt.{kind}"),
@@ -460,6 +472,7 @@ mod tests {
             Subject::RpcMediaResolve,
             Subject::RpcMediaAttachment,
             Subject::RpcMediaRegister,
+            Subject::RpcCommand,
             Subject::SelfExperience { place: Place::Guild(23) },
             Subject::SelfExperience { place: Place::Dm },
             Subject::SignalTyping { place: Place::Guild(24), channel: 25 },

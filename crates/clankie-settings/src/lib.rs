@@ -261,6 +261,21 @@ pub const SETTINGS: &[Setting] = &[
         doc: "A committed reply still unpublished this long (after an outage, say) is not posted at all: it answers a conversation that has moved on. The outcome stands; the trail shows `outbox_too_old`.",
     },
     Setting {
+        name: "CLANKIE_MEMORY_DM",
+        default: "true",
+        doc: "When he proposes a memory, the owner gets a DM with the fact and Approve / Reject buttons (`/clankie memory` lists them either way).",
+    },
+    Setting {
+        name: "CLANKIE_BUTTON_LIFETIME_MS",
+        default: "86400000",
+        doc: "How long an Approve / Reject button works; a press after it changes nothing and says the button expired.",
+    },
+    Setting {
+        name: "CLANKIE_QUIET_MINUTE_MS",
+        default: "60000",
+        doc: "How long one minute of `/clankie quiet <minutes>` lasts; tests shorten it.",
+    },
+    Setting {
         name: "CLANKIE_RECEIPTS_RETENTION_DAYS",
         default: "30",
         doc: "Receipts older than this are swept (by the captains, in bounded batches).",
@@ -521,6 +536,12 @@ pub struct Settings {
     pub outbox_relay_after: Duration,
     /// Age at which an unpublished outbox row is given up.
     pub outbox_max_age: Duration,
+    /// Whether the owner is asked in a DM, with buttons, about each memory he proposes.
+    pub memory_dm: bool,
+    /// How long a memory button works.
+    pub button_lifetime: Duration,
+    /// One minute of `/clankie quiet`.
+    pub quiet_minute: Duration,
     /// How long receipts, settled records and replaced session entries are kept.
     pub retention_receipts: Duration,
     pub retention_records: Duration,
@@ -638,6 +659,9 @@ impl fmt::Debug for Settings {
             .field("ingress_ack_wait", &self.ingress_ack_wait)
             .field("outbox_relay_after", &self.outbox_relay_after)
             .field("outbox_max_age", &self.outbox_max_age)
+            .field("memory_dm", &self.memory_dm)
+            .field("button_lifetime", &self.button_lifetime)
+            .field("quiet_minute", &self.quiet_minute)
             .field("retention_records", &self.retention_records)
             .field("media_timeout", &self.media_timeout)
             .field("exchange_window", &self.exchange_window)
@@ -853,6 +877,12 @@ impl Settings {
         let ingress_ack_wait = ms("CLANKIE_INGRESS_ACK_WAIT_MS", 30_000, 100)?;
         let outbox_relay_after = ms("CLANKIE_OUTBOX_RELAY_MS", 5_000, 100)?;
         let outbox_max_age = ms("CLANKIE_OUTBOX_MAX_AGE_MS", 600_000, 1_000)?;
+        let memory_dm = match var("CLANKIE_MEMORY_DM") {
+            None => true,
+            set => flag(set, "CLANKIE_MEMORY_DM")?,
+        };
+        let button_lifetime = ms("CLANKIE_BUTTON_LIFETIME_MS", 86_400_000, 1_000)?;
+        let quiet_minute = ms("CLANKIE_QUIET_MINUTE_MS", 60_000, 10)?;
         let days = |name: &'static str, default: u64, min: u64| -> Result<Duration, SettingsError> {
             Ok(Duration::from_secs(number(var(name), name, default, min, 36_500)? * 86_400))
         };
@@ -971,6 +1001,9 @@ impl Settings {
             ingress_ack_wait,
             outbox_relay_after,
             outbox_max_age,
+            memory_dm,
+            button_lifetime,
+            quiet_minute,
             retention_receipts,
             retention_records,
             retention_replaced_entries,

@@ -7,6 +7,7 @@
 //! slip a write in after the takeover.
 
 mod audit;
+mod controls;
 mod lease;
 mod outbox;
 mod receipts;

@@ -107,6 +107,8 @@ pub struct IngressFacts {
     /// The room's exchange settled within the window, a run holds its lease, or a run died
     /// live there: he is in conversation.
     pub in_conversation: bool,
+    /// The owner made the room quiet (`/clankie quiet`) until a time not yet come.
+    pub quiet: bool,
     pub owner: crate::OwnerSettings,
 }
 
@@ -185,7 +187,7 @@ impl Store {
     }
 
     /// Inserts `outcome` in `tx` unless the delivery has one, commits, and says which stands.
-    async fn insert_outcome(
+    pub(crate) async fn insert_outcome(
         &self,
         mut tx: sqlx::Transaction<'_, sqlx::Postgres>,
         lane: &LaneKey,
@@ -371,6 +373,7 @@ impl Store {
                     OR ",
             unsettled_turn_sql!("d.lane", "$3"),
             " AS in_conversation,
+                    COALESCE((SELECT l.quiet_until > now() FROM lanes l WHERE l.lane = d.lane), false) AS quiet,
                     s.owner_id, s.operators, s.grants, s.guilds, s.channels, s.trusted_dms, s.trusted_rooms, s.sharing, s.version
              FROM unnest($1::text[], $2::text[]) WITH ORDINALITY AS d(delivery_id, lane, n)
              CROSS JOIN self_settings s WHERE s.id = 1
@@ -391,6 +394,7 @@ impl Store {
                     settled: r.try_get("settled")?,
                     admitted: r.try_get("admitted")?,
                     in_conversation: r.try_get("in_conversation")?,
+                    quiet: r.try_get("quiet")?,
                     owner: owner.clone(),
                 })
             })

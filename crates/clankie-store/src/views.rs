@@ -20,6 +20,8 @@ pub struct LaneView {
     pub last_outcome: Option<String>,
     /// When that turn ended, in Unix milliseconds.
     pub last_at_ms: Option<i64>,
+    /// Until when the owner made the room quiet (`/clankie quiet`), in Unix milliseconds; `None` when it speaks.
+    pub quiet_until_ms: Option<i64>,
 }
 
 /// Figures for one hour.
@@ -60,7 +62,8 @@ macro_rules! lane_view_sql {
            (l.lease_owner IS NOT NULL AND l.lease_expires_at > now() AND t_open.turn_id IS NOT NULL) AS running,
            (r.flags->>'cold')::boolean AS cold,
            t_end.outcome AS last_outcome,
-           (extract(epoch from t_end.ended_at) * 1000)::bigint AS last_at_ms
+           (extract(epoch from t_end.ended_at) * 1000)::bigint AS last_at_ms,
+           CASE WHEN l.quiet_until > now() THEN (extract(epoch from l.quiet_until) * 1000)::bigint END AS quiet_until_ms
     FROM lanes l
     LEFT JOIN LATERAL (SELECT ids, flags FROM receipts WHERE kind = 'captain.run' AND lane = l.lane ORDER BY at DESC, id DESC LIMIT 1) r ON true
     LEFT JOIN LATERAL (SELECT turn_id FROM turns WHERE lane = l.lane AND epoch = l.epoch AND ended_at IS NULL LIMIT 1) t_open ON true
@@ -77,6 +80,7 @@ fn lane_view(r: &sqlx::postgres::PgRow) -> Result<LaneView, StoreError> {
         cold: r.try_get("cold")?,
         last_outcome: r.try_get("last_outcome")?,
         last_at_ms: r.try_get("last_at_ms")?,
+        quiet_until_ms: r.try_get("quiet_until_ms")?,
     })
 }
 

@@ -119,6 +119,8 @@ async fn every_event_type_round_trips_through_the_typed_api() {
             delivery_id: "3".into(),
             tool_card_op: v1::ToolCardOp::Unspecified as i32,
             tool_names: vec![],
+            direct_user_id: 0,
+            buttons: vec![],
         },
     )
     .await;

@@ -285,7 +285,12 @@ impl Captain {
                 config.bounds.picture_bytes,
             )),
         ];
-        tools.push(Arc::new(ProposeMemory { source: inner.selfhood.clone(), thread: lease.lane }));
+        let ask = config.memory_dm.then(|| crate::commands::OwnerAsk {
+            bus: inner.bus.clone(),
+            store: inner.store.clone(),
+            button_lifetime: config.button_lifetime,
+        });
+        tools.push(Arc::new(ProposeMemory { source: inner.selfhood.clone(), thread: lease.lane, ask }));
         if let Some(host) = &config.browser {
             tools.push(Arc::new(Browse::new(host.clone(), inner.bus.clone(), room.clone())));
         }

@@ -13,6 +13,8 @@ pub const MAX_FACT_CHARS: usize = 300;
 pub struct ProposeMemory {
     pub source: SelfSource,
     pub thread: LaneKey,
+    /// Where the owner is asked about it (a DM with buttons); `None` when that is turned off.
+    pub ask: Option<crate::commands::OwnerAsk>,
 }
 
 impl Tool for ProposeMemory {
@@ -42,6 +44,9 @@ confidence."
             }
             let id = self.source.propose_memory(&self.thread, fact).await.map_err(|e| ToolError::Failed(e.to_string()))?;
             tracing::info!(memory = id, lane = %self.thread, "memory proposed");
+            if let Some(ask) = &self.ask {
+                ask.about(id, fact, &self.thread).await;
+            }
             Ok(format!("proposed as memory #{id}; it becomes yours once your owner approves it"))
         })
     }

@@ -7,6 +7,7 @@ mod browser;
 mod changes;
 mod cluster;
 mod console;
+mod interactions;
 mod media;
 mod scenarios;
 mod voice;

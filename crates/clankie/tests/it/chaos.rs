@@ -124,7 +124,7 @@ async fn chaos_gateway_killed_after_receiving_before_publishing_resumes_and_repl
 }
 
 /// Every shard's claim owner, in shard order (`None` for a shard nobody holds unexpired).
-async fn shard_owners(leases: &clankie_gateway::leases::ShardLeases, shards: u32) -> Vec<Option<String>> {
+pub(crate) async fn shard_owners(leases: &clankie_gateway::leases::ShardLeases, shards: u32) -> Vec<Option<String>> {
     let mut owners = Vec::new();
     for shard in 0..shards {
         let held = leases.read(shard).await.unwrap();

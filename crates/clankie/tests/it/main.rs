@@ -10,6 +10,7 @@ mod manifests;
 mod run_voice;
 mod secrets;
 mod self_cli;
+mod slash;
 mod tap;
 mod trail;
 mod voice_cli;

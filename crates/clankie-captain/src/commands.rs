@@ -1,0 +1,239 @@
+//! The owner's controls inside Discord, answered for the gateway that received them
+//! (`clankie.rpc.command`): `/clankie status`, `memory`, `voice join|leave`, `quiet`, and
+//! `forget-me`, which anyone may run for themselves; and the Approve / Reject buttons of a
+//! memory proposal, which work once and only for their lifetime. The owner and operators are
+//! known by id; anyone else is refused, and every answer leaves a content-free receipt.
+
+use clankie_bus::now_ms;
+use clankie_proto::{LaneKey, Subject, v1};
+use clankie_store::MemoryStatus;
+use prost::Message as _;
+
+use crate::Captain;
+
+/// Proposals `/clankie memory` lists at most: Discord shows five rows of buttons.
+const LISTED_PROPOSALS: i64 = 5;
+
+/// The custom id of a memory button: what it does, to which proposal, until when.
+pub fn memory_button(decision: &str, memory: i64, expires_ms: i64) -> String {
+    format!("memory:{decision}:{memory}:{expires_ms}")
+}
+
+/// The Approve and Reject buttons of one proposal.
+pub fn memory_buttons(memory: i64, expires_ms: i64) -> Vec<v1::CommandButton> {
+    vec![
+        v1::CommandButton { custom_id: memory_button("approve", memory, expires_ms), label: format!("Approve #{memory}"), danger: false },
+        v1::CommandButton { custom_id: memory_button("reject", memory, expires_ms), label: format!("Reject #{memory}"), danger: true },
+    ]
+}
+
+fn refused(code: &str, text: &str) -> v1::CommandReply {
+    v1::CommandReply { text: text.to_owned(), code: code.to_owned(), ..Default::default() }
+}
+
+fn said(text: String) -> v1::CommandReply {
+    v1::CommandReply { text, ..Default::default() }
+}
+
+impl Captain {
+    pub(crate) async fn answer_command(&self, msg: async_nats::Message) {
+        let reply = match v1::CommandRequest::decode(msg.payload.clone()) {
+            Ok(req) => {
+                let span = tracing::info_span!("interaction", interaction_id = %req.interaction_id);
+                let reply = tracing::Instrument::instrument(self.command(&req), span).await;
+                let lane = lane_of(&req);
+                self.receipt("captain.command", &req.interaction_id, &lane, |r| {
+                    let r = r.with_code(command_code(&req.command)).with_id("user", req.user_id);
+                    r.with_code(clankie_proto::command_reply_code(&reply.code))
+                })
+                .await;
+                reply
+            }
+            Err(_) => refused("request_undecodable", "That request could not be read."),
+        };
+        if let Err(e) = self.inner.bus.respond(&msg, &reply).await {
+            tracing::warn!(error = %e, "command reply not sent");
+        }
+    }
+
+    async fn command(&self, req: &v1::CommandRequest) -> v1::CommandReply {
+        let store = &self.inner.store;
+        if req.command == "forget-me" {
+            return self.forget_me(req.user_id).await;
+        }
+        let settings = match store.owner_settings().await {
+            Ok(s) => s,
+            Err(_) => return refused("store_unavailable", "I can't reach my memory right now; try again in a moment."),
+        };
+        if settings.owner_id != Some(req.user_id) && !settings.operators.contains(&req.user_id) {
+            return refused("not_owner", "Only my owner and operators can do that. Anyone can use `/clankie forget-me`.");
+        }
+        match req.command.as_str() {
+            "status" => self.status(req.guild_id).await,
+            "memory" => self.memory_list().await,
+            "voice join" => self.voice(req, true).await,
+            "voice leave" => self.voice(req, false).await,
+            "quiet" => self.quiet(req).await,
+            "button" => self.button(&req.custom_id).await,
+            _ => refused("unknown_command", "I don't know that command."),
+        }
+    }
+
+    async fn status(&self, guild: Option<u64>) -> v1::CommandReply {
+        let store = &self.inner.store;
+        let (present, quiet) = match (store.present_lanes(self.inner.config.exchange_window).await, store.quiet_lanes().await) {
+            (Ok(p), Ok(q)) => (p, q),
+            _ => return refused("store_unavailable", "I can't reach my memory right now; try again in a moment."),
+        };
+        let running = match store.running_lanes().await {
+            Ok(r) => r,
+            Err(_) => return refused("store_unavailable", "I can't reach my memory right now; try again in a moment."),
+        };
+        let mut lines = Vec::new();
+        lines.push(if running.is_empty() { "Running: nothing right now.".to_owned() } else { format!("Running: {}.", running.join(", ")) });
+        if !present.is_empty() {
+            lines.push(format!("In conversation: {}.", present.join(", ")));
+        }
+        if let Some(guild) = guild {
+            let session = self.inner.bus.last::<v1::VoiceSession>(&Subject::VoiceSession { guild }).await.ok().flatten();
+            lines.push(match session.and_then(|s| s.channel_id) {
+                Some(c) => format!("Voice: in voice channel {c}."),
+                None => "Voice: in no voice channel here.".to_owned(),
+            });
+        }
+        for (lane, until) in quiet {
+            lines.push(format!("Quiet in {lane} until <t:{}:t>.", until / 1000));
+        }
+        said(lines.join("\n"))
+    }
+
+    async fn memory_list(&self) -> v1::CommandReply {
+        let proposals = match self.inner.store.memories(MemoryStatus::Proposed, LISTED_PROPOSALS).await {
+            Ok(p) => p,
+            Err(_) => return refused("store_unavailable", "I can't reach my memory right now; try again in a moment."),
+        };
+        if proposals.is_empty() {
+            return said("No memory is waiting for a decision.".into());
+        }
+        let expires = now_ms() + self.inner.config.button_lifetime.as_millis() as i64;
+        let text = proposals.iter().map(|m| format!("#{} {}", m.id, m.fact)).collect::<Vec<_>>().join("\n");
+        let buttons = proposals.iter().flat_map(|m| memory_buttons(m.id, expires)).collect();
+        v1::CommandReply { text: format!("Waiting for a decision:\n{text}"), buttons, ..Default::default() }
+    }
+
+    async fn button(&self, custom_id: &str) -> v1::CommandReply {
+        let parts: Vec<&str> = custom_id.split(':').collect();
+        let ["memory", decision, id, expires] = parts.as_slice() else { return refused("unknown_button", "I don't know that button.") };
+        let (Ok(id), Ok(expires)) = (id.parse::<i64>(), expires.parse::<i64>()) else {
+            return refused("unknown_button", "I don't know that button.");
+        };
+        if now_ms() > expires {
+            return refused("expired", "This button has expired; use `/clankie memory` for fresh ones.");
+        }
+        let to = match *decision {
+            "approve" => MemoryStatus::Approved,
+            "reject" => MemoryStatus::Rejected,
+            _ => return refused("unknown_button", "I don't know that button."),
+        };
+        match self.inner.store.decide_memory(id, MemoryStatus::Proposed, to).await {
+            Ok(true) => said(format!("Memory #{id} {}.", if to == MemoryStatus::Approved { "approved" } else { "rejected" })),
+            Ok(false) => refused("already_decided", &format!("Memory #{id} was already decided; nothing changed.")),
+            Err(_) => refused("store_unavailable", "I can't reach my memory right now; try again in a moment."),
+        }
+    }
+
+    async fn voice(&self, req: &v1::CommandRequest, join: bool) -> v1::CommandReply {
+        let Some(guild) = req.guild_id else { return refused("not_in_guild", "Voice needs a server: run this in one.") };
+        let channel = if join {
+            match req.custom_id.trim().parse::<u64>() {
+                Ok(c) => Some(c),
+                Err(_) => return refused("bad_channel", "Give the voice channel's id."),
+            }
+        } else {
+            None
+        };
+        let command = v1::VoiceCommand { guild_id: guild, channel_id: channel, reason: "owner".into(), epoch: 0, at_ms: now_ms() };
+        match self.inner.bus.publish(&Subject::VoiceCommand { guild }, &command, None).await {
+            Ok(_) => said(match channel {
+                Some(c) => format!("Joining voice channel {c}."),
+                None => "Leaving voice here.".into(),
+            }),
+            Err(_) => refused("bus_unavailable", "I can't reach the voice floor right now; try again in a moment."),
+        }
+    }
+
+    async fn quiet(&self, req: &v1::CommandRequest) -> v1::CommandReply {
+        if !(0..=1440).contains(&req.minutes) {
+            return refused("bad_minutes", "Between 0 (speak again) and 1440 minutes.");
+        }
+        let for_ms = req.minutes.saturating_mul(self.inner.config.quiet_minute.as_millis() as i64);
+        match self.inner.store.set_quiet(&lane_of(req), for_ms).await {
+            Ok(0) => said("I'll answer here again.".into()),
+            Ok(until) => said(format!("Quiet here until <t:{}:t>: I'll answer nobody in this channel till then.", until / 1000)),
+            Err(_) => refused("store_unavailable", "I can't reach my memory right now; try again in a moment."),
+        }
+    }
+
+    async fn forget_me(&self, user: u64) -> v1::CommandReply {
+        match clankie_self::rewrite::forget_user(&self.inner.store, user, std::time::Duration::from_secs(20), |_| {}).await {
+            Ok(f) if f.lanes_busy > 0 => refused("lanes_busy", "Some rooms were busy; run it again in a minute to finish."),
+            Ok(f) => said(format!(
+                "Done: I no longer hold your words ({} message(s) and lines in {} conversation(s); {} memory fact(s)).",
+                f.messages, f.lanes, f.memories
+            )),
+            Err(_) => refused("store_unavailable", "I can't reach my memory right now; try again in a moment."),
+        }
+    }
+}
+
+/// Where a memory proposal is put to the owner: in a DM with Approve and Reject buttons.
+#[derive(Clone)]
+pub struct OwnerAsk {
+    pub bus: clankie_bus::Bus,
+    pub store: clankie_store::Store,
+    pub button_lifetime: std::time::Duration,
+}
+
+impl OwnerAsk {
+    /// Asks the owner about a memory he just proposed; nothing when no owner is set.
+    pub async fn about(&self, memory: i64, fact: &str, thread: &LaneKey) {
+        let Ok(settings) = self.store.owner_settings().await else { return };
+        let Some(owner) = settings.owner_id else { return };
+        let expires = now_ms() + self.button_lifetime.as_millis() as i64;
+        let out = v1::OutboundMessage {
+            idempotency_key: format!("memory:{memory}"),
+            kind: v1::OutboundKind::Direct as i32,
+            text: format!("I'd like to remember this (proposed in {thread}):\n#{memory} {fact}"),
+            delivery_id: format!("memory:{memory}"),
+            direct_user_id: owner,
+            buttons: memory_buttons(memory, expires),
+            ..Default::default()
+        };
+        let id = clankie_bus::MsgId::new(format!("memory:{memory}"));
+        if let Err(e) = self.bus.publish(&Subject::BodySend { channel: 0 }, &out, Some(&id)).await {
+            tracing::warn!(error = %e, "the owner's memory DM was not published");
+        }
+    }
+}
+
+/// The lane a command concerns: where it was run.
+fn lane_of(req: &v1::CommandRequest) -> LaneKey {
+    match req.guild_id {
+        Some(guild) => LaneKey::Room { guild, channel: req.channel_id },
+        None => LaneKey::Dm { channel: req.channel_id },
+    }
+}
+
+/// The receipt code of a command: its name, never its options.
+fn command_code(command: &str) -> &'static str {
+    match command {
+        "status" => "status",
+        "memory" => "memory",
+        "voice join" => "voice_join",
+        "voice leave" => "voice_leave",
+        "quiet" => "quiet",
+        "forget-me" => "forget_me",
+        "button" => "button",
+        _ => "unknown",
+    }
+}

@@ -1,0 +1,249 @@
+//! The owner's controls inside Discord: the `/clankie` command set, registered once across
+//! replicas, and every interaction a shard of this replica receives answered inside Discord's
+//! 3 s: deferred at once (ephemeral), asked of a captain over `clankie.rpc.command`, then the
+//! deferred answer edited in through the interaction's webhook.
+
+use std::time::Duration;
+
+use clankie_proto::{Subject, v1};
+use serde_json::{Value, json};
+use twilight_model::application::command::Command;
+use twilight_model::application::interaction::application_command::{CommandDataOption, CommandOptionValue};
+use twilight_model::application::interaction::{Interaction, InteractionData, InteractionType};
+use twilight_model::channel::message::{Component, MessageFlags};
+use twilight_model::http::interaction::{InteractionResponse, InteractionResponseData, InteractionResponseType};
+use twilight_model::id::Id;
+
+use crate::Gateway;
+
+/// The one command; everything is a subcommand of it.
+pub const COMMAND: &str = "clankie";
+/// The bucket that remembers which command set was registered.
+const COMMANDS_BUCKET: &str = "clankie-commands";
+/// How long a captain may take over a command (forgetting a person waits for busy lanes).
+const ANSWER_WITHIN: Duration = Duration::from_secs(60);
+
+/// The command set as Discord's bulk overwrite takes it.
+pub fn command_set() -> Value {
+    let sub =
+        |name: &str, description: &str, options: Value| json!({ "type": 1, "name": name, "description": description, "options": options });
+    json!([{
+        "type": 1,
+        // Discord sets the version; twilight's model needs one to build the request.
+        "version": "1",
+        "name": COMMAND,
+        "description": "Clankie's controls",
+        "contexts": [0, 1],
+        "options": [
+            sub("status", "Where he is now: rooms running, the voice room, quiet channels", json!([])),
+            sub("memory", "Memory he proposed, to approve or reject", json!([])),
+            {
+                "type": 2, "name": "voice", "description": "Call him into voice or out of it",
+                "options": [
+                    sub("join", "Join a voice channel", json!([{ "type": 3, "name": "channel", "description": "The voice channel's id", "required": true }])),
+                    sub("leave", "Leave voice in this server", json!([])),
+                ],
+            },
+            sub("quiet", "He answers nobody in this channel for a while", json!([{
+                "type": 4, "name": "minutes", "description": "For how long", "required": true, "min_value": 1, "max_value": 1440,
+            }])),
+            sub("forget-me", "Erase what you said from his memory", json!([])),
+        ],
+    }])
+}
+
+/// A short digest of the command set: a changed set is registered again.
+fn set_digest(set: &Value) -> String {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    set.to_string().hash(&mut h);
+    format!("{:016x}", h.finish())
+}
+
+/// What the captain is asked, read from an interaction; `None` for one that is not ours.
+pub fn request_of(interaction: &Interaction) -> Option<v1::CommandRequest> {
+    let user_id = interaction.author_id()?.get();
+    let mut request = v1::CommandRequest {
+        interaction_id: interaction.id.get().to_string(),
+        user_id,
+        guild_id: interaction.guild_id.map(|g| g.get()),
+        channel_id: interaction.channel.as_ref().map(|c| c.id.get()).or(interaction.channel_id_compat())?,
+        ..Default::default()
+    };
+    match (&interaction.kind, interaction.data.as_ref()?) {
+        (InteractionType::ApplicationCommand, InteractionData::ApplicationCommand(data)) if data.name == COMMAND => {
+            let first = data.options.first()?;
+            match &first.value {
+                CommandOptionValue::SubCommandGroup(inner) => {
+                    let sub = inner.first()?;
+                    request.command = format!("{} {}", first.name, sub.name);
+                    if let CommandOptionValue::SubCommand(options) = &sub.value {
+                        request.custom_id = string_option(options, "channel").unwrap_or_default();
+                    }
+                }
+                CommandOptionValue::SubCommand(options) => {
+                    request.command = first.name.clone();
+                    request.minutes = integer_option(options, "minutes").unwrap_or(0);
+                }
+                _ => return None,
+            }
+        }
+        (InteractionType::MessageComponent, InteractionData::MessageComponent(data)) => {
+            request.command = "button".into();
+            request.custom_id.clone_from(&data.custom_id);
+        }
+        _ => return None,
+    }
+    Some(request)
+}
+
+fn string_option(options: &[CommandDataOption], name: &str) -> Option<String> {
+    options.iter().find(|o| o.name == name).and_then(|o| match &o.value {
+        CommandOptionValue::String(s) => Some(s.clone()),
+        CommandOptionValue::Channel(c) => Some(c.get().to_string()),
+        CommandOptionValue::Integer(i) => Some(i.to_string()),
+        _ => None,
+    })
+}
+
+fn integer_option(options: &[CommandDataOption], name: &str) -> Option<i64> {
+    options.iter().find(|o| o.name == name).and_then(|o| match &o.value {
+        CommandOptionValue::Integer(i) => Some(*i),
+        CommandOptionValue::String(s) => s.parse().ok(),
+        _ => None,
+    })
+}
+
+/// Buttons as Discord's components: one action row per two (Approve, Reject of one fact).
+pub fn components(buttons: &[v1::CommandButton]) -> Vec<Component> {
+    buttons
+        .chunks(2)
+        .take(5)
+        .filter_map(|row| {
+            let row: Vec<Value> = row
+                .iter()
+                .map(|b| json!({ "type": 2, "style": if b.danger { 4 } else { 3 }, "label": b.label, "custom_id": b.custom_id }))
+                .collect();
+            serde_json::from_value(json!({ "type": 1, "components": row })).ok()
+        })
+        .collect()
+}
+
+trait ChannelIdCompat {
+    fn channel_id_compat(&self) -> Option<u64>;
+}
+
+impl ChannelIdCompat for Interaction {
+    #[allow(deprecated)]
+    fn channel_id_compat(&self) -> Option<u64> {
+        self.channel_id.map(|c| c.get())
+    }
+}
+
+impl Gateway {
+    /// Registers the command set unless a replica already registered this very set: the
+    /// first to create its digest's key in the shared bucket registers, the rest do nothing.
+    pub(crate) async fn register_commands(&self, application_id: u64) {
+        let Some(app) = Id::new_checked(application_id) else { return };
+        let set = command_set();
+        let Ok(commands) = serde_json::from_value::<Vec<Command>>(set.clone()) else {
+            tracing::error!("the command set does not parse as Discord commands");
+            return;
+        };
+        let key = format!("set.{}", set_digest(&set));
+        let bucket = match self.inner.bus.key_value(COMMANDS_BUCKET, Duration::from_secs(30 * 24 * 3600)).await {
+            Ok(b) => b,
+            Err(e) => {
+                tracing::warn!(error = %e, "the commands bucket is unavailable; commands not registered");
+                return;
+            }
+        };
+        if bucket.create(&key, self.inner.config.replica.clone().into_bytes().into()).await.is_err() {
+            tracing::debug!("the command set is registered already");
+            return;
+        }
+        match self.inner.http.interaction(app).set_global_commands(&commands).await {
+            Ok(_) => {
+                tracing::info!(commands = commands.len(), "command set registered");
+                self.receipt("gateway.commands_registered", &key, |r| r.with_count("commands", commands.len() as i64)).await;
+            }
+            Err(e) => {
+                // Another start tries again.
+                tracing::warn!(error = %e, "the command set could not be registered");
+                let _ = bucket.delete(&key).await;
+            }
+        }
+    }
+
+    /// Answers one interaction: deferred at once, then the captain's answer edited in.
+    pub(crate) async fn interaction(&self, interaction: Interaction) {
+        let Some(request) = request_of(&interaction) else { return };
+        let app = interaction.application_id;
+        let client = self.inner.http.interaction(app);
+        let button = request.command == "button";
+        let deferred = InteractionResponse {
+            kind: if button {
+                InteractionResponseType::DeferredUpdateMessage
+            } else {
+                InteractionResponseType::DeferredChannelMessageWithSource
+            },
+            data: (!button).then(|| InteractionResponseData { flags: Some(MessageFlags::EPHEMERAL), ..Default::default() }),
+        };
+        let id = request.interaction_id.clone();
+        if let Err(e) = client.create_response(interaction.id, &interaction.token, &deferred).await {
+            tracing::warn!(error = %e, "an interaction could not be deferred in time");
+            self.receipt("gateway.interaction", &id, |r| r.with_code("defer_failed")).await;
+            return;
+        }
+        let reply = match self.inner.bus.request::<_, v1::CommandReply>(&Subject::RpcCommand, &request, ANSWER_WITHIN).await {
+            Ok(reply) => reply,
+            Err(e) => {
+                tracing::warn!(error = %e, "no captain answered a command");
+                v1::CommandReply {
+                    text: "I can't do that right now; try again in a moment.".into(),
+                    code: "captain_unavailable".into(),
+                    ..Default::default()
+                }
+            }
+        };
+        let rows = components(&reply.buttons);
+        let edited = client.update_response(&interaction.token).content(Some(&reply.text)).components(Some(&rows)).await;
+        let code = clankie_proto::command_reply_code(&reply.code);
+        self.receipt("gateway.interaction", &id, |r| {
+            r.with_code(if button { "button" } else { "command" })
+                .with_code(code)
+                .with_id("user", request.user_id)
+                .with_id("channel", request.channel_id)
+                .with_flag("edited", edited.is_ok())
+        })
+        .await;
+        if let Err(e) = edited {
+            tracing::warn!(error = %e, "an interaction's answer could not be edited in");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slash_the_command_set_parses_as_discord_commands() {
+        let set: Vec<Command> = serde_json::from_value(command_set()).expect("commands");
+        assert_eq!(set.len(), 1);
+        let names: Vec<&str> = set[0].options.iter().map(|o| o.name.as_str()).collect();
+        assert_eq!(names, ["status", "memory", "voice", "quiet", "forget-me"]);
+        assert_eq!(set_digest(&command_set()), set_digest(&command_set()));
+    }
+
+    #[test]
+    fn button_rows_hold_two_buttons_each_and_at_most_five_rows() {
+        let buttons: Vec<v1::CommandButton> =
+            (0..14).map(|i| v1::CommandButton { custom_id: format!("b{i}"), label: "x".into(), danger: i % 2 == 1 }).collect();
+        let rows = components(&buttons);
+        assert_eq!(rows.len(), 5);
+        let json = serde_json::to_value(&rows).unwrap();
+        assert_eq!(json[0]["components"].as_array().unwrap().len(), 2);
+        assert_eq!(json[0]["components"][1]["style"], 4);
+    }
+}

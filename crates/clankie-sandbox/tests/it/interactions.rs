@@ -1,0 +1,231 @@
+//! The owner's controls inside Discord through the whole stack: `/clankie` run as a member
+//! of the loopback guild, buttons pressed, the answers read back as Discord keeps them.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use clankie_discord_loopback::interactions::{InteractionRecord, PressButton, RunCommand};
+use clankie_model_standin::{Reply, Script};
+use clankie_proto::{Family, v1};
+use clankie_store::{MemoryStatus, OwnerSettings, Store};
+use serde_json::{Value, json};
+
+use crate::{GENERAL, Rig, until};
+
+const LOBBIES: u64 = 201;
+const VOICE: u64 = 300;
+const DM: u64 = 900;
+
+fn user(name: &str) -> u64 {
+    // The loopback's stable id per name.
+    10_000 + name.bytes().fold(0u64, |h, b| h.wrapping_mul(31).wrapping_add(u64::from(b))) % 1_000_000
+}
+
+async fn owned_by(rig: &Rig, owner: &str) -> Store {
+    let store = Store::connect(&rig.settings.database_url).await.unwrap();
+    let settings = OwnerSettings { owner_id: Some(user(owner)), ..store.owner_settings().await.unwrap() };
+    store.set_owner_settings(&settings).await.unwrap();
+    store
+}
+
+/// Runs `/clankie <subcommand>` as `author` in `channel` and waits for its answer to be edited in.
+async fn run(rig: &Rig, channel: u64, author: &str, subcommand: &str, options: &[(&str, Value)]) -> InteractionRecord {
+    let options: BTreeMap<String, Value> = options.iter().map(|(k, v)| ((*k).to_owned(), v.clone())).collect();
+    let started = rig
+        .sandbox
+        .discord
+        .run_command(RunCommand { channel_id: channel, author: author.into(), subcommand: subcommand.into(), options })
+        .expect("a command");
+    answered(rig, started.id).await
+}
+
+async fn answered(rig: &Rig, id: u64) -> InteractionRecord {
+    until("the answer edited in", Duration::from_secs(20), || rig.sandbox.discord.interaction(id).is_some_and(|r| !r.content.is_empty()))
+        .await;
+    let record = rig.sandbox.discord.interaction(id).unwrap();
+    assert!(record.answered_with != 0 && record.answered_after_ms < 3_000, "not answered inside the 3 s: {record:?}");
+    assert_eq!(record.refused_answers, 0, "a first answer came late or twice: {record:?}");
+    record
+}
+
+fn custom_ids(components: &[Value]) -> Vec<String> {
+    components
+        .iter()
+        .flat_map(|row| row["components"].as_array().cloned().unwrap_or_default())
+        .filter_map(|b| b["custom_id"].as_str().map(str::to_owned))
+        .collect()
+}
+
+#[tokio::test]
+async fn slash_each_command_is_answered_within_the_deadline_and_says_what_it_should() {
+    let rig = Rig::new().await;
+    let bus = rig.bus().await;
+    let receipts = clankie_testkit::record::<v1::Receipt>(&bus, Family::Receipt).await;
+    let store = owned_by(&rig, "ada").await;
+    until("the command set registered", Duration::from_secs(10), || rig.sandbox.discord.registered_commands().0 > 0).await;
+    let (registered, sets) = rig.sandbox.discord.registered_commands();
+    assert_eq!((registered, sets.get(&None).cloned()), (1, Some(vec!["clankie".to_owned()])), "the command set, registered once");
+
+    // `status` while a lane runs names that lane.
+    rig.standin.script(Script::any(Reply::Text {
+        text: "Lobby at eight.".into(),
+        chunk_chars: 40,
+        chunk_delay_ms: 0,
+        first_delay_ms: 4_000,
+        tail_delay_ms: 0,
+    }));
+    let asked = rig.say(GENERAL, "bob", "@Clankie is the lobby up?");
+    until("the run", Duration::from_secs(10), || {
+        receipts.all().iter().any(|r| r.kind == "captain.run" && r.delivery_id == asked.to_string())
+    })
+    .await;
+    let status = run(&rig, LOBBIES, "ada", "status", &[]).await;
+    assert!(status.ephemeral, "{status:?}");
+    assert_eq!(status.answered_with, 5, "deferred, then edited in");
+    assert!(status.content.contains(&format!("Running: room:100:{GENERAL}")), "{}", status.content);
+    rig.wait_outcomes(GENERAL, &[asked]).await;
+
+    // `memory` lists what waits, with buttons.
+    let id = store.add_memory("Lobby nights are Fridays.", MemoryStatus::Proposed, "cli").await.unwrap();
+    let memory = run(&rig, GENERAL, "ada", "memory", &[]).await;
+    assert!(memory.content.contains(&format!("#{id} Lobby nights are Fridays.")), "{}", memory.content);
+    let ids = custom_ids(&memory.components);
+    assert!(ids.iter().any(|c| c.starts_with(&format!("memory:approve:{id}:"))) && ids.len() == 2, "{ids:?}");
+
+    // `voice join` brings him into the voice channel.
+    let joined = run(&rig, GENERAL, "ada", "voice join", &[("channel", json!(VOICE.to_string()))]).await;
+    assert!(joined.content.contains("Joining voice channel 300"), "{}", joined.content);
+    until("him in voice", Duration::from_secs(20), || rig.sandbox.gateway.live_voice_channel(100) == Some(VOICE)).await;
+    let left = run(&rig, GENERAL, "ada", "voice leave", &[]).await;
+    assert!(left.content.contains("Leaving voice"), "{}", left.content);
+
+    // `forget-me` is anyone's.
+    let forgot = run(&rig, GENERAL, "bob", "forget-me", &[]).await;
+    assert!(forgot.content.starts_with("Done"), "{}", forgot.content);
+    let left: i64 = sqlx::query_scalar("SELECT count(*) FROM session_entries WHERE body::text LIKE '%is the lobby up?%'")
+        .fetch_one(store.pool())
+        .await
+        .unwrap();
+    assert_eq!(left, 0, "bob's words are still stored");
+    // Content-free evidence of every command.
+    let codes: Vec<Vec<String>> = receipts.all().into_iter().filter(|r| r.kind == "captain.command").map(|r| r.codes.clone()).collect();
+    for code in ["status", "memory", "voice_join", "voice_leave", "forget_me"] {
+        assert!(codes.iter().any(|c| c.first().map(String::as_str) == Some(code) && c.contains(&"done".to_owned())), "{code}: {codes:?}");
+    }
+}
+
+#[tokio::test]
+async fn slash_a_non_owner_running_an_owner_command_gets_an_ephemeral_refusal_and_nothing_changes() {
+    let rig = Rig::new().await;
+    let bus = rig.bus().await;
+    let receipts = clankie_testkit::record::<v1::Receipt>(&bus, Family::Receipt).await;
+    let store = owned_by(&rig, "ada").await;
+    let id = store.add_memory("Gil runs the raids.", MemoryStatus::Proposed, "cli").await.unwrap();
+    for (subcommand, options) in [("quiet", vec![("minutes", json!(5))]), ("memory", vec![]), ("status", vec![])] {
+        let refused = run(&rig, GENERAL, "mallory", subcommand, &options).await;
+        assert!(refused.ephemeral && refused.content.starts_with("Only my owner"), "{subcommand}: {refused:?}");
+        assert!(refused.components.is_empty());
+    }
+    // A button of the owner's, pressed by someone else.
+    let memory = run(&rig, GENERAL, "ada", "memory", &[]).await;
+    let approve = custom_ids(&memory.components).into_iter().find(|c| c.starts_with("memory:approve")).unwrap();
+    let press = rig
+        .sandbox
+        .discord
+        .press_button(PressButton { message_id: memory.message_id.unwrap(), custom_id: approve, author: "mallory".into() })
+        .unwrap();
+    let pressed = answered(&rig, press.id).await;
+    assert!(pressed.content.starts_with("Only my owner"), "{pressed:?}");
+    assert!(store.quiet_lanes().await.unwrap().is_empty(), "a refused quiet changed the room");
+    assert_eq!(store.memories(MemoryStatus::Proposed, 10).await.unwrap().iter().filter(|m| m.id == id).count(), 1);
+    let refusals = receipts.all().into_iter().filter(|r| r.kind == "captain.command" && r.codes.contains(&"not_owner".to_owned())).count();
+    assert_eq!(refusals, 4, "each refusal is a receipt with its code");
+    let mention = rig.say(GENERAL, "bob", "@Clankie still there?");
+    rig.standin.script(Script::any(Reply::text("Yes.")));
+    rig.wait_outcomes(GENERAL, &[mention]).await;
+    assert_eq!(rig.outcome(GENERAL, mention).as_deref(), Some("replied"));
+}
+
+#[tokio::test]
+async fn button_a_proposed_memory_reaches_the_owners_dm_and_approve_works_once_and_not_after_its_lifetime() {
+    let rig = Rig::with(&[("CLANKIE_BUTTON_LIFETIME_MS", "5000")]).await;
+    let store = owned_by(&rig, "ada").await;
+    rig.standin.script(Script::when("remember", Reply::tool("propose_memory", json!({ "fact": "The raid is on Thursdays (kestrel)." }))));
+    rig.standin.script(Script::when("remember", Reply::text("I'll ask.")));
+    let first = rig.say(GENERAL, "gil", "@Clankie remember the raid is on thursdays");
+    rig.wait_outcomes(GENERAL, &[first]).await;
+
+    let dm = |needle: &str| rig.sandbox.discord.messages(DM).into_iter().find(|m| m.bot && m.content.contains(needle));
+    until("the owner's DM", Duration::from_secs(15), || dm("kestrel").is_some()).await;
+    let asked = dm("kestrel").unwrap();
+    let buttons = custom_ids(&asked.components);
+    assert_eq!(buttons.len(), 2, "{buttons:?}");
+    let approve = buttons.iter().find(|c| c.starts_with("memory:approve")).unwrap().clone();
+    let press = |author: &str, custom_id: &str| {
+        rig.sandbox.discord.press_button(PressButton { message_id: asked.id, custom_id: custom_id.into(), author: author.into() }).unwrap()
+    };
+    let approved = answered(&rig, press("ada", &approve).id).await;
+    assert_eq!(approved.answered_with, 6, "a button's answer updates its message");
+    assert!(approved.content.contains("approved"), "{approved:?}");
+    assert!(store.memories(MemoryStatus::Approved, 10).await.unwrap().iter().any(|m| m.fact.contains("kestrel")));
+    let again = answered(&rig, press("ada", &approve).id).await;
+    assert!(again.content.contains("already decided"), "{again:?}");
+
+    // The next request of the warm lane holds the fact once.
+    rig.standin.script(Script::any(Reply::text("Thursdays.")));
+    let next = rig.say(GENERAL, "gil", "@Clankie when is the raid?");
+    rig.wait_outcomes(GENERAL, &[next]).await;
+    let last = rig.standin.requests().pop().unwrap();
+    assert_eq!(last.count("The raid is on Thursdays (kestrel)."), 1);
+
+    // A second proposal's button, pressed after its lifetime, changes nothing.
+    rig.standin.script(Script::when("remember", Reply::tool("propose_memory", json!({ "fact": "Gil likes heron stew." }))));
+    rig.standin.script(Script::when("remember", Reply::text("Noted.")));
+    let second = rig.say(GENERAL, "gil", "@Clankie remember I like heron stew");
+    rig.wait_outcomes(GENERAL, &[second]).await;
+    until("the second DM", Duration::from_secs(15), || dm("heron").is_some()).await;
+    let late = dm("heron").unwrap();
+    let approve = custom_ids(&late.components).into_iter().find(|c| c.starts_with("memory:approve")).unwrap();
+    let expires: i64 = approve.rsplit(':').next().unwrap().parse().unwrap();
+    until("the button's lifetime", Duration::from_secs(10), || clankie_bus::now_ms() > expires + 50).await;
+    let pressed = rig.sandbox.discord.press_button(PressButton { message_id: late.id, custom_id: approve, author: "ada".into() }).unwrap();
+    let expired = answered(&rig, pressed.id).await;
+    assert!(expired.content.contains("expired"), "{expired:?}");
+    assert!(store.memories(MemoryStatus::Proposed, 10).await.unwrap().iter().any(|m| m.fact.contains("heron")), "a late press decided");
+}
+
+#[tokio::test]
+async fn slash_quiet_5_makes_a_channel_silent_for_five_minutes_and_others_still_answer() {
+    // A "minute" of quiet is 400 ms here.
+    let rig = Rig::with(&[("CLANKIE_QUIET_MINUTE_MS", "400")]).await;
+    let bus = rig.bus().await;
+    let receipts = clankie_testkit::record::<v1::Receipt>(&bus, Family::Receipt).await;
+    let store = owned_by(&rig, "ada").await;
+    rig.standin.script(Script::any(Reply::text("Here.")));
+    let quiet = run(&rig, GENERAL, "ada", "quiet", &[("minutes", json!(5))]).await;
+    assert!(quiet.content.starts_with("Quiet here until"), "{}", quiet.content);
+    let hushed = rig.say(GENERAL, "bob", "@Clankie are you there?");
+    let elsewhere = rig.say(LOBBIES, "bob", "@Clankie are you there?");
+    rig.wait_outcomes(GENERAL, &[hushed]).await;
+    rig.wait_outcomes(LOBBIES, &[elsewhere]).await;
+    assert_eq!(rig.outcome(GENERAL, hushed).as_deref(), Some("silent"));
+    assert_eq!(rig.outcome(LOBBIES, elsewhere).as_deref(), Some("replied"));
+    let quiet_code = receipts
+        .all()
+        .into_iter()
+        .any(|r| r.kind == "captain.outcome" && r.delivery_id == hushed.to_string() && r.codes.contains(&"quiet".to_owned()));
+    assert!(quiet_code, "the silent outcome carries the quiet code");
+    assert!(rig.standin.requests().iter().all(|r| r.count("are you there?") <= 1), "the quiet room reached the model");
+    let status = run(&rig, LOBBIES, "ada", "status", &[]).await;
+    assert!(status.content.contains(&format!("Quiet in room:100:{GENERAL}")), "{}", status.content);
+
+    // Five "minutes" on, the room speaks again.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while !store.quiet_lanes().await.unwrap().is_empty() {
+        assert!(tokio::time::Instant::now() < deadline, "the quiet never ended");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let again = rig.say(GENERAL, "bob", "@Clankie and now?");
+    rig.wait_outcomes(GENERAL, &[again]).await;
+    assert_eq!(rig.outcome(GENERAL, again).as_deref(), Some("replied"));
+}

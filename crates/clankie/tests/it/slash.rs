@@ -1,0 +1,62 @@
+//! `slash_` across replicas: three `clankie gateway` processes and a `clankie captain`
+//! against a loopback Discord with three shards.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use clankie_discord_loopback::LoopbackConfig;
+use clankie_discord_loopback::interactions::RunCommand;
+use clankie_store::OwnerSettings;
+use clankie_testkit::until;
+
+use crate::chaos::{Cast, shard_owners};
+
+#[tokio::test]
+async fn slash_with_3_gateway_replicas_the_command_set_is_registered_once_and_every_shard_answers() {
+    const SHARDS: u32 = 3;
+    let guild = |shard: u64| (shard + 3) << 22;
+    let mut config = LoopbackConfig { shards: SHARDS, max_concurrency: 3, heartbeat_interval_ms: 5_000, ..Default::default() };
+    for k in 0..u64::from(SHARDS) {
+        config.channels.push(clankie_discord_loopback::ChannelSpec {
+            id: 700 + k,
+            name: format!("shard-{k}"),
+            voice: false,
+            guild: Some(guild(k)),
+        });
+    }
+    let cast = Cast::start(config).await;
+    let ada = 10_000 + "ada".bytes().fold(0u64, |h, b| h.wrapping_mul(31).wrapping_add(u64::from(b))) % 1_000_000;
+    let settings = OwnerSettings { owner_id: Some(ada), ..cast.store.owner_settings().await.unwrap() };
+    cast.store.set_owner_settings(&settings).await.unwrap();
+    let _captain = cast.service("captain", "captain", None, &[]);
+    let _replicas: Vec<_> = ["gateway-a", "gateway-b", "gateway-c"].iter().map(|r| cast.service("gateway", r, None, &[])).collect();
+
+    let bus_settings = clankie_settings::Settings::for_endpoints(&cast.nats.url(), cast.db.url(), cast.dir.path()).unwrap();
+    let bus = clankie_bus::Bus::connect(&bus_settings, "test").await.unwrap();
+    let kv = bus.key_value(clankie_gateway::leases::SHARDS_BUCKET, Duration::from_secs(3600)).await.unwrap();
+    let leases = clankie_gateway::leases::ShardLeases::new(kv, "probe", Duration::from_secs(15));
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let owners = shard_owners(&leases, SHARDS).await;
+        if owners.iter().all(Option::is_some) && cast.discord.attached_shards().len() == SHARDS as usize {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "not every shard attached: {owners:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    until("the command set registered", Duration::from_secs(20), || cast.discord.registered_commands().0 > 0).await;
+
+    for k in 0..u64::from(SHARDS) {
+        let run = RunCommand { channel_id: 700 + k, author: "ada".into(), subcommand: "status".into(), options: BTreeMap::new() };
+        let started = cast.discord.run_command(run).unwrap();
+        until("the answer on every shard", Duration::from_secs(20), || {
+            cast.discord.interaction(started.id).is_some_and(|r| r.content.starts_with("Running:"))
+        })
+        .await;
+        let answer = cast.discord.interaction(started.id).unwrap();
+        assert!(answer.answered_after_ms < 3_000 && answer.refused_answers == 0, "shard {k}: {answer:?}");
+    }
+    let (overwrites, sets) = cast.discord.registered_commands();
+    assert_eq!(overwrites, 1, "three replicas started and the set was registered {overwrites} times");
+    assert_eq!(sets.get(&None).map(Vec::len), Some(1));
+}
