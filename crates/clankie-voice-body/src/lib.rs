@@ -132,6 +132,13 @@ pub struct BodyConfig {
     pub connect_timeout: Duration,
     /// The AEAD mode asked for (the voice server offers both `_rtpsize` modes; AES-GCM is Discord's preferred).
     pub crypto_mode: songbird::driver::CryptoMode,
+    /// The voice activity detector's score (0–1) from which a packet counts as speech: Discord
+    /// clients send whatever passes their noise gate, so a packet alone proves nothing.
+    pub vad_threshold: f32,
+    /// How much a speaker's loudness must vary (the standard deviation of 20 ms levels, in dB,
+    /// over 400 ms) for voice to count: speech rises and falls with its syllables, while held
+    /// tones, which the detector takes for voice, stay level.
+    pub min_modulation_db: f32,
 }
 
 impl Default for BodyConfig {
@@ -144,6 +151,8 @@ impl Default for BodyConfig {
             longest_segment: Duration::from_secs(15),
             connect_timeout: Duration::from_secs(10),
             crypto_mode: songbird::driver::CryptoMode::Aes256Gcm,
+            vad_threshold: 0.5,
+            min_modulation_db: 1.5,
         }
     }
 }
@@ -155,14 +164,103 @@ struct Speaking {
     quiet_ticks: u32,
     voiced_ticks: u32,
     announced: bool,
+    /// The loudness of every tick heard in it, for the segment's own modulation.
+    levels: Levels,
 }
+
+/// Running statistics of 20 ms loudness levels, in dB.
+#[derive(Default, Clone, Copy)]
+struct Levels {
+    n: u32,
+    sum: f64,
+    sum_sq: f64,
+}
+
+impl Levels {
+    fn add(&mut self, db: f32) {
+        self.n += 1;
+        self.sum += f64::from(db);
+        self.sum_sq += f64::from(db) * f64::from(db);
+    }
+
+    fn deviation(&self) -> f32 {
+        if self.n == 0 {
+            return 0.0;
+        }
+        let mean = self.sum / f64::from(self.n);
+        (self.sum_sq / f64::from(self.n) - mean * mean).max(0.0).sqrt() as f32
+    }
+}
+
+/// A tick's loudness in dB (of 16-bit full scale squared, plus one so silence is 0).
+fn level_db(pcm: &[i16]) -> f32 {
+    let power = pcm.iter().map(|&s| f32::from(s).powi(2)).sum::<f32>() / pcm.len().max(1) as f32;
+    10.0 * (power + 1.0).log10()
+}
+
+/// Ticks of loudness a speaker's modulation is judged over: 400 ms.
+const MODULATION_TICKS: usize = 20;
 
 #[derive(Default)]
 struct Ears {
     users: HashMap<u32, u64>,
     speaking: HashMap<u32, Speaking>,
-    /// Per SSRC, the tail of noise too short to be speech, kept as the next segment's pre-roll.
+    /// Per SSRC, the audio just before any speech (noise, or speech not yet long enough),
+    /// kept as the next segment's pre-roll.
     pre_roll: HashMap<u32, std::collections::VecDeque<i16>>,
+    /// Per SSRC, the voice activity detector that tells its speech from its noise.
+    vad: HashMap<u32, Vad>,
+}
+
+/// Samples earshot judges at once: 16 ms at [`HEARD_RATE`].
+const VAD_FRAME: usize = 256;
+
+/// One speaker's voice activity detector (earshot's small network, weights in the crate).
+struct Vad {
+    detector: Box<earshot::Detector>,
+    /// Samples waiting for a whole frame.
+    carry: Vec<i16>,
+    /// The last frame's score, for a tick that completed no frame.
+    score: f32,
+    /// The loudness of this speaker's last ticks heard.
+    recent: std::collections::VecDeque<f32>,
+}
+
+impl Vad {
+    fn new() -> Vad {
+        Vad { detector: Box::default(), carry: Vec::with_capacity(2 * VAD_FRAME), score: 0.0, recent: Default::default() }
+    }
+
+    /// Whether a tick of `pcm` is voice: the detector hears speech in it and, once there is
+    /// 400 ms to judge by, the speaker's loudness moves as speech does.
+    fn voiced(&mut self, pcm: &[i16], config: &BodyConfig) -> bool {
+        let score = self.score(pcm);
+        self.recent.push_back(level_db(pcm));
+        while self.recent.len() > MODULATION_TICKS {
+            self.recent.pop_front();
+        }
+        let mut window = Levels::default();
+        self.recent.iter().for_each(|&db| window.add(db));
+        let modulated = self.recent.len() < MODULATION_TICKS || window.deviation() >= config.min_modulation_db;
+        score >= config.vad_threshold && modulated
+    }
+
+    /// The highest speech score among the frames `pcm` completes.
+    fn score(&mut self, pcm: &[i16]) -> f32 {
+        self.carry.extend_from_slice(pcm);
+        let mut best: Option<f32> = None;
+        let mut at = 0;
+        while self.carry.len() - at >= VAD_FRAME {
+            let score = self.detector.predict_i16(&self.carry[at..at + VAD_FRAME]);
+            best = Some(best.map_or(score, |b: f32| b.max(score)));
+            at += VAD_FRAME;
+        }
+        self.carry.drain(..at);
+        if let Some(best) = best {
+            self.score = best;
+        }
+        self.score
+    }
 }
 
 struct Listener {
@@ -189,8 +287,17 @@ impl Listener {
                 }
                 continue;
             };
-            let voiced = data.packet.is_some();
+            // Speech is what the detector hears as speech; a packet of noise is a quiet tick.
+            let heard = data.packet.is_some().then(|| data.decoded_voice.as_deref()).flatten();
+            let voiced = heard.is_some_and(|pcm| ears.vad.entry(*ssrc).or_insert_with(Vad::new).voiced(pcm, &self.config));
             if !voiced && !ears.speaking.contains_key(ssrc) {
+                if let Some(pcm) = heard {
+                    let ring = ears.pre_roll.entry(*ssrc).or_default();
+                    ring.extend(pcm.iter().copied());
+                    while ring.len() > pre_roll {
+                        ring.pop_front();
+                    }
+                }
                 continue;
             }
             let entry = ears.speaking.entry(*ssrc).or_insert_with(|| Speaking {
@@ -200,7 +307,11 @@ impl Listener {
                 quiet_ticks: 0,
                 voiced_ticks: 0,
                 announced: false,
+                levels: Levels::default(),
             });
+            if let Some(pcm) = heard {
+                entry.levels.add(level_db(pcm));
+            }
             if voiced {
                 entry.quiet_ticks = 0;
                 entry.voiced_ticks += 1;
@@ -213,6 +324,10 @@ impl Listener {
                     let _ = self.events.send(BodyEvent::SpeechStarted { user_id });
                 }
             } else {
+                // Noise between words stays in the segment, as the pause it is.
+                if let Some(pcm) = heard {
+                    entry.pcm.extend_from_slice(pcm);
+                }
                 entry.quiet_ticks += 1;
             }
             if entry.quiet_ticks >= quiet_limit || entry.pcm.len() >= longest {
@@ -240,6 +355,11 @@ impl Listener {
                 }
                 continue;
             }
+            if s.levels.deviation() < self.config.min_modulation_db {
+                // Level the whole way through: a held tone the detector took for voice, not speech.
+                metrics::counter!("clankie_voice_noise_segments_total").increment(1);
+                continue;
+            }
             let segment = Segment { user_id: s.user_id, ssrc, pcm: s.pcm, started: s.started, ended: now };
             let _ = self.events.send(BodyEvent::Heard(segment));
         }
@@ -259,6 +379,9 @@ impl EventHandler for Listener {
             EventContext::ClientDisconnect(c) => {
                 let mut ears = self.ears.lock().unwrap_or_else(|p| p.into_inner());
                 ears.users.retain(|_, u| *u != c.user_id.0);
+                let Ears { users, vad, pre_roll, .. } = &mut *ears;
+                vad.retain(|ssrc, _| users.contains_key(ssrc));
+                pre_roll.retain(|ssrc, _| users.contains_key(ssrc));
             }
             EventContext::DriverConnect(c) => {
                 let _ = self.events.send(BodyEvent::Connected { ssrc: c.ssrc });

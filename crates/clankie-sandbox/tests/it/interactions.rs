@@ -43,6 +43,7 @@ async fn answered(rig: &Rig, id: u64) -> InteractionRecord {
     until("the answer edited in", Duration::from_secs(20), || rig.sandbox.discord.interaction(id).is_some_and(|r| !r.content.is_empty()))
         .await;
     let record = rig.sandbox.discord.interaction(id).unwrap();
+    println!("interaction {id}: first answer (type {}) after {} ms", record.answered_with, record.answered_after_ms);
     assert!(record.answered_with != 0 && record.answered_after_ms < 3_000, "not answered inside the 3 s: {record:?}");
     assert_eq!(record.refused_answers, 0, "a first answer came late or twice: {record:?}");
     record

@@ -6,6 +6,7 @@ mod join;
 mod lease;
 mod reconnect;
 mod speech;
+mod vad;
 
 use std::path::PathBuf;
 use std::time::Duration;
