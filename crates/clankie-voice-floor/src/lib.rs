@@ -89,6 +89,52 @@ struct Room {
     run: Option<tokio::sync::mpsc::UnboundedSender<v1::RoomInput>>,
     /// The room lease its lines are written under, so the conversation outlives this owner.
     lease: Option<clankie_store::RoomLease>,
+    /// Where someone spoke over each recent run's answer: the sentence cut (its index among the
+    /// run's sentences) and how much of it played.
+    cuts: HashMap<String, (usize, f64)>,
+    /// The sentences each recent run handed to the body, with the model call (round) that
+    /// wrote each, for a cut that comes after the run's line is in the ring.
+    sentences: HashMap<String, Vec<(usize, String)>>,
+}
+
+/// Runs a room remembers the sentences and cuts of.
+const REMEMBERED_ANSWERS: usize = 16;
+
+/// The answer one model call (`round`) of the run answering `run` writes: what a barge-in cuts.
+pub fn answer_id(run: &str, round: usize) -> String {
+    format!("{run}~{round}")
+}
+
+/// The id of sentence `n` (counted over the whole run) of `answer`, as the body reports its playback.
+pub fn sentence_id(answer: &str, n: usize) -> String {
+    format!("{answer}/{n}")
+}
+
+/// The run and the sentence an id from [`sentence_id`] names.
+fn sentence_of(id: &str) -> Option<(&str, usize)> {
+    let (answer, n) = id.rsplit_once('/')?;
+    let (run, _round) = answer.rsplit_once('~')?;
+    Some((run, n.parse().ok()?))
+}
+
+/// What the room heard of a run whose sentence `n` was cut after `played` of it: the sentences
+/// before it whole, that one's first words by the played fraction, none after it of the same
+/// answer; what a later model call of the run said (after the interruption was heard) stays.
+pub fn heard_of(sentences: &[(usize, String)], n: usize, played: f64) -> String {
+    let cut_round = sentences.get(n).map_or(usize::MAX, |(round, _)| *round);
+    let mut before: Vec<&str> = sentences.iter().take(n).flat_map(|(_, s)| s.split_whitespace()).collect();
+    if let Some((_, cut)) = sentences.get(n) {
+        let all: Vec<&str> = cut.split_whitespace().collect();
+        let kept = ((all.len() as f64) * played.clamp(0.0, 1.0)).floor() as usize;
+        before.extend(&all[..kept.min(all.len())]);
+    }
+    let after: Vec<&str> = sentences.iter().skip(n + 1).filter(|(round, _)| *round > cut_round).map(|(_, s)| s.as_str()).collect();
+    let mut heard = format!("{}…", before.join(" "));
+    if !after.is_empty() {
+        heard.push(' ');
+        heard.push_str(&after.join(" "));
+    }
+    heard
 }
 
 /// A live room's input consumers, opened by [`VoiceFloor::room_inputs`].
@@ -171,21 +217,32 @@ impl VoiceFloor {
         }
     }
 
-    /// His line for `delivery_id` was stopped by someone speaking over him after `said` of it:
-    /// the ring keeps only the words he got to say, marked as cut off.
-    pub async fn cut_off(&self, guild: u64, channel: u64, delivery_id: &str, said: f64) {
+    /// Sentence `sentence` (a [`sentence_id`]) of one of his answers was stopped by someone
+    /// speaking over him after `said` of it (0 for one never played): the ring keeps only the
+    /// words the room heard, marked as cut off, whether the answer's line is in it yet or not.
+    pub async fn cut_off(&self, guild: u64, channel: u64, sentence: &str, said: f64) {
+        let Some((answer, n)) = sentence_of(sentence) else { return };
         let (lease, kept) = {
             let mut rooms = self.rooms.lock().unwrap_or_else(|p| p.into_inner());
             let Some(room) = rooms.get_mut(&(guild, channel)) else { return };
-            let Some(line) = room.ring.iter_mut().rev().find(|l| l.is_him && l.delivery_id == delivery_id) else { return };
-            let words: Vec<&str> = line.text.split_whitespace().collect();
-            let kept = ((words.len() as f64) * said.clamp(0.0, 1.0)).floor() as usize;
-            line.text = format!("{}…", words[..kept.min(words.len())].join(" "));
+            let cut = room.cuts.entry(answer.to_owned()).or_insert((n, said));
+            if (n, said) < *cut {
+                *cut = (n, said);
+            }
+            let (n, said) = *cut;
+            if room.cuts.len() > REMEMBERED_ANSWERS {
+                let oldest = room.cuts.keys().min().cloned();
+                oldest.map(|k| room.cuts.remove(&k));
+            }
+            let Some(sentences) = room.sentences.get(answer) else { return };
+            let kept = heard_of(sentences, n, said);
+            let Some(line) = room.ring.iter_mut().rev().find(|l| l.is_him && l.delivery_id == answer) else { return };
+            line.text.clone_from(&kept);
             line.cut_off = true;
-            (room.lease.clone(), line.text.clone())
+            (room.lease.clone(), kept)
         };
         if let Some(lease) = lease
-            && let Err(e) = self.selfhood.store().cut_ring(&lease, delivery_id, &kept).await
+            && let Err(e) = self.selfhood.store().cut_ring(&lease, answer, &kept).await
         {
             tracing::warn!(error = %e, "the cut-off line was not stored");
         }
@@ -466,17 +523,17 @@ impl VoiceFloor {
         let mut covered = vec![first.clone()];
         let mut tail: Vec<ChatMessage> = Vec::new();
         let mut calls = 0u32;
-        // Sentences already handed to the body: said, whatever the run does next.
-        let mut said: Vec<String> = Vec::new();
+        // Sentences already handed to the body, with the model call (round) that wrote each.
+        let mut said: Vec<(usize, String)> = Vec::new();
         // Hands one sentence (the silence token stripped) to the room's body and remembers it as said.
-        let say = |said: &mut Vec<String>, sentence: &str| {
+        let say = |said: &mut Vec<(usize, String)>, round: usize, sentence: &str| {
             let words = silence::strip_token(sentence);
             if words.is_empty() {
                 return;
             }
             if let Some(mouth) = &mouth {
                 let speak = v1::Speak {
-                    delivery_id: first.delivery_id.clone(),
+                    delivery_id: sentence_id(&answer_id(&first.delivery_id, round), said.len()),
                     guild_id: key.0,
                     channel_id: key.1,
                     text: words.clone(),
@@ -484,10 +541,10 @@ impl VoiceFloor {
                 };
                 let _ = mouth.send(speak);
             }
-            said.push(words);
+            said.push((round, words));
         };
         let mut result: Result<(), &'static str> = Err("no_answer");
-        for _round in 0..MAX_ROUNDS {
+        for round in 0..MAX_ROUNDS {
             while let Ok(steered) = steers.try_recv() {
                 covered.push(steered);
             }
@@ -509,7 +566,7 @@ impl VoiceFloor {
                         stale = true;
                         return;
                     }
-                    say(&mut said, &sentence);
+                    say(&mut said, round, &sentence);
                 }
             };
             let turn = match clankie_agent::complete_streaming(&self.model, &request, retry, &mut speak_now).await {
@@ -535,7 +592,7 @@ impl VoiceFloor {
                 // More was said while this answer was written: it would answer an older room.
                 continue;
             }
-            say(&mut said, &sentences.rest());
+            say(&mut said, round, &sentences.rest());
             result = Ok(());
             break;
         }
@@ -553,10 +610,25 @@ impl VoiceFloor {
             left
         };
         let result = match result {
-            Ok(()) | Err(_) if !said.is_empty() => Ok(said.join(" ")),
+            Ok(()) | Err(_) if !said.is_empty() => Ok(said.iter().map(|(_, s)| s.as_str()).collect::<Vec<_>>().join(" ")),
             Ok(()) => Ok(String::new()),
             Err(code) => Err(code),
         };
+        // The body hears that nothing more of this answer follows.
+        if let Some(mouth) = &mouth {
+            let _ =
+                mouth.send(v1::Speak { delivery_id: first.delivery_id.clone(), guild_id: key.0, channel_id: key.1, ..Default::default() });
+        }
+        {
+            let mut rooms = self.rooms.lock().unwrap_or_else(|p| p.into_inner());
+            if let Some(room) = rooms.get_mut(&key) {
+                room.sentences.insert(first.delivery_id.clone(), said.clone());
+                if room.sentences.len() > REMEMBERED_ANSWERS {
+                    let oldest = room.sentences.keys().min().cloned();
+                    oldest.map(|k| room.sentences.remove(&k));
+                }
+            }
+        }
         self.settle(key, &covered, verdict, result, calls).await;
         let mut leftovers = leftovers.into_iter();
         if let Some(next) = leftovers.next() {
@@ -621,6 +693,15 @@ impl VoiceFloor {
             }
         }
         self.experience(experience::talked(&thread, &names, &first.delivery_id, now_ms())).await;
+        // Someone may have spoken over him already: the ring holds what the room heard.
+        let (text, cut_off) = {
+            let rooms = self.rooms.lock().unwrap_or_else(|p| p.into_inner());
+            let room = rooms.get(&key);
+            match (room.and_then(|r| r.cuts.get(&first.delivery_id)), room.and_then(|r| r.sentences.get(&first.delivery_id))) {
+                (Some(&(n, said)), Some(sentences)) => (heard_of(sentences, n, said), true),
+                _ => (words, false),
+            }
+        };
         self.push_line(
             key,
             RingLine {
@@ -629,9 +710,9 @@ impl VoiceFloor {
                 author_id: 0,
                 author_name: self.config.bot_name.clone(),
                 is_him: true,
-                text: words,
+                text,
                 at_ms: now_ms(),
-                cut_off: false,
+                cut_off,
             },
         )
         .await;
@@ -687,5 +768,24 @@ impl VoiceFloor {
         if let Err(e) = self.bus.publish_receipt(&receipt).await {
             tracing::warn!(error = %e, "receipt not published");
         }
+    }
+}
+
+#[cfg(test)]
+mod ring_tests {
+    use super::*;
+
+    fn run(sentences: &[(usize, &str)]) -> Vec<(usize, String)> {
+        sentences.iter().map(|(r, s)| (*r, (*s).to_owned())).collect()
+    }
+
+    #[test]
+    fn ring_fidelity_a_cut_keeps_what_played_and_what_a_later_answer_said() {
+        let said = run(&[(0, "one two three."), (0, "four five six seven."), (0, "eight nine."), (1, "Sorry, go on.")]);
+        assert_eq!(heard_of(&said, 1, 0.5), "one two three. four five… Sorry, go on.");
+        assert_eq!(heard_of(&said, 0, 0.0), "… Sorry, go on.");
+        assert_eq!(heard_of(&said[..3], 2, 1.0), "one two three. four five six seven. eight nine.…");
+        assert_eq!(sentence_of(&sentence_id(&answer_id("utt:1:2:3:4", 0), 7)), Some(("utt:1:2:3:4", 7)));
+        assert_eq!(sentence_of("no sentence"), None);
     }
 }

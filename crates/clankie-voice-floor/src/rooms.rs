@@ -555,8 +555,9 @@ impl RoomKeeper {
             RoomEvent::Body(BodyEvent::SpeechStarted { .. }) => {}
             RoomEvent::Body(BodyEvent::Heard(segment)) => self.heard(key, epoch, segment).await,
             RoomEvent::Playback { delivery_id, code, played_ms, audio_ms } => {
-                if code == "cut_off" && audio_ms > 0 {
-                    self.floor.cut_off(key.0, key.1, &delivery_id, played_ms as f64 / audio_ms as f64).await;
+                if code == "cut_off" {
+                    let played = if audio_ms > 0 { played_ms as f64 / audio_ms as f64 } else { 0.0 };
+                    self.floor.cut_off(key.0, key.1, &delivery_id, played).await;
                 }
                 self.receipt_for(&delivery_id, "voice.playback", key, |r| {
                     r.with_code(code).with_count("played_ms", played_ms).with_count("audio_ms", audio_ms)
@@ -675,6 +676,14 @@ async fn body_task(
         audio_ms: i64,
         cut: bool,
     }
+    // The answer a sentence belongs to: its id up to the sentence number.
+    fn answer_of(sentence: &str) -> &str {
+        sentence.rsplit_once('/').map_or(sentence, |(answer, _)| answer)
+    }
+    // The answer being spoken (sentences still to come until its end), and the answers cut:
+    // nothing more of a cut answer is played, whatever the run still writes.
+    let mut answering: Option<String> = None;
+    let mut cut_answers: std::collections::VecDeque<String> = std::collections::VecDeque::new();
     let (mut body, mut heard) = Body::new(config);
     let (done_tx, mut done) = mpsc::unbounded_channel::<(Connection, Result<(), clankie_voice_body::BodyError>)>();
     let (synth_tx, mut synthesized) = mpsc::unbounded_channel::<(String, Result<Audio, clankie_speech::SpeechError>)>();
@@ -705,7 +714,19 @@ async fn body_task(
                         let _ = done_tx.send((connection, attempt.await));
                     });
                 }
-                Some(BodyCommand::Say(speak)) => queue.push_back(speak),
+                // An empty line ends its run: nothing more of any of its answers follows.
+                Some(BodyCommand::Say(speak)) if speak.text.is_empty() => {
+                    if answering.as_deref().is_some_and(|a| a.strip_prefix(speak.delivery_id.as_str()).is_some_and(|r| r.starts_with('~'))) {
+                        answering = None;
+                    }
+                }
+                Some(BodyCommand::Say(speak)) if cut_answers.iter().any(|a| a == answer_of(&speak.delivery_id)) => {
+                    playback(speak.delivery_id, "cut_off", 0, 0);
+                }
+                Some(BodyCommand::Say(speak)) => {
+                    answering = Some(answer_of(&speak.delivery_id).to_owned());
+                    queue.push_back(speak);
+                }
                 Some(BodyCommand::Leave) | None => {
                     body.leave();
                     return;
@@ -718,6 +739,11 @@ async fn body_task(
                 }
             }
             Some((delivery_id, result)) = synthesized.recv() => match result {
+                // Synthesized while someone spoke over the answer: it is never played.
+                Ok(_) if cut_answers.iter().any(|a| a == answer_of(&delivery_id)) => {
+                    busy = false;
+                    playback(delivery_id, "cut_off", 0, 0);
+                }
                 Ok(audio) => {
                     let audio_ms = i64::try_from(audio.duration().as_millis()).unwrap_or(i64::MAX);
                     let finished = body.play(&audio.pcm, audio.rate);
@@ -745,13 +771,25 @@ async fn body_task(
                 match &event {
                     BodyEvent::Disconnected { .. } => body.forget(),
                     BodyEvent::SpeechStarted { .. } => {
-                        // Barge-in: a human has spoken over him for the threshold; he stops, and
-                        // lines still queued behind the one cut are dropped with it.
-                        if let Some(p) = playing.as_mut().filter(|p| !p.cut) {
-                            p.cut = true;
-                            body.stop();
+                        // Barge-in: a human has spoken over him for the threshold, during a
+                        // sentence or between two of an answer still coming. He stops, and
+                        // nothing more of that answer is played: what is queued is dropped,
+                        // what is being synthesized or still written is dropped when it comes.
+                        let speaking = playing.as_ref().filter(|p| !p.cut).map(|p| answer_of(&p.delivery_id).to_owned());
+                        if let Some(answer) = speaking.or_else(|| answering.clone()) {
+                            if let Some(p) = playing.as_mut().filter(|p| !p.cut) {
+                                p.cut = true;
+                                body.stop();
+                            }
                             for dropped in queue.drain(..) {
                                 playback(dropped.delivery_id, "cut_off", 0, 0);
+                            }
+                            if answering.as_deref() == Some(answer.as_str()) {
+                                answering = None;
+                            }
+                            cut_answers.push_back(answer);
+                            while cut_answers.len() > 8 {
+                                cut_answers.pop_front();
                             }
                         }
                     }

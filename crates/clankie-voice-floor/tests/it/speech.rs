@@ -268,3 +268,88 @@ async fn spoken_round_trip_his_first_sentence_is_spoken_while_the_rest_is_still_
     })
     .await;
 }
+
+/// Waits until he has spoken and gone quiet again: the end of his first sentence.
+async fn after_his_first_sentence(rig: &Rig, asked: i64) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let spoke = rig.discord.voice().heard(VOICE).into_iter().any(|s| s.start_ms > asked);
+        if spoke && rig.discord.voice().speaking_since(VOICE).is_none() {
+            return;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "he never finished his first sentence");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test]
+async fn barge_in_a_person_starting_in_the_gap_between_two_sentences_stops_the_answer() {
+    let rig = Rig::new().await;
+    let (_floor, _) = live_room(&rig).await;
+    // His first sentence, then the model takes 6 s over each of the next: a gap to speak into.
+    let first = "The lighthouse keeper counted ships. ";
+    let text = format!("{first}He wrote their names in a great blue book. Then the stars came out over the quiet sea.");
+    rig.standin.script(Script::when(
+        VOICE_PROMPT,
+        Reply::Text { text, chunk_chars: first.len(), chunk_delay_ms: 6_000, first_delay_ms: 0, tail_delay_ms: 0 },
+    ));
+    rig.standin.script(Script::when(VOICE_PROMPT, Reply::text("Good morning to you.")));
+    let (ask, rate) = clip("Clankie, tell me a long story").await;
+    let asked = clankie_bus::now_ms();
+    rig.discord.voice_speak(VOICE, "ada", &ask, rate).await.unwrap();
+    after_his_first_sentence(&rig, asked).await;
+
+    let (interruption, rate) = clip("good morning everyone").await;
+    let spoke_at = clankie_bus::now_ms();
+    rig.discord.voice_speak(VOICE, "ada", &interruption, rate).await.unwrap();
+    // The story's later sentences come while she speaks or after: none is played.
+    let story = |n: usize| move |r: &clankie_proto::v1::Receipt| r.delivery_id.ends_with(&format!("~0/{n}"));
+    until("the story's later sentences settled", Duration::from_secs(30), || {
+        let playback = rig.receipts("voice.playback");
+        (1..=2).all(|n| playback.iter().any(story(n)))
+    })
+    .await;
+    let playback = rig.receipts("voice.playback");
+    assert!(playback.iter().any(|r| story(0)(r) && super::has_code(r, "played")), "{playback:?}");
+    for n in 1..=2 {
+        let r = playback.iter().find(|r| story(n)(r)).unwrap();
+        assert!(super::has_code(r, "cut_off") && super::count(r, "played_ms") == Some(0), "sentence {n} played: {r:?}");
+    }
+    let story_audio: Vec<_> =
+        rig.discord.voice().heard(VOICE).into_iter().filter(|s| s.start_ms > spoke_at && s.start_ms < spoke_at + 5_000).collect();
+    println!("barge_in: in the gap; {} segment(s) of his audio began within 5 s of her starting", story_audio.len());
+    assert!(
+        story_audio.iter().all(|s| s.start_ms > spoke_at + 700),
+        "his audio went on within 700 ms of her starting in the gap: {story_audio:?}"
+    );
+}
+
+#[tokio::test]
+async fn ring_fidelity_a_cut_3_s_into_a_12_sentence_answer_leaves_only_what_he_played_in_the_ring() {
+    let rig = Rig::new().await;
+    let (_floor, _) = live_room(&rig).await;
+    let sentences: Vec<String> = (1..=12).map(|n| format!("This is sentence number {n} of the long story.")).collect();
+    rig.standin.script(Script::when(VOICE_PROMPT, Reply::text(sentences.join(" "))));
+    rig.standin.script(Script::when(VOICE_PROMPT, Reply::text("Yes?")));
+    let (ask, rate) = clip("Clankie, tell me a long story").await;
+    rig.discord.voice_speak(VOICE, "ada", &ask, rate).await.unwrap();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while !rig.discord.voice().speaking_since(VOICE).is_some_and(|since| clankie_bus::now_ms() - since > 3_000) {
+        assert!(tokio::time::Instant::now() < deadline, "he never spoke for 3 s");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let (interruption, rate) = clip("good morning everyone").await;
+    rig.discord.voice_speak(VOICE, "ada", &interruption, rate).await.unwrap();
+    let requests = rig.standin.wait_for_requests(2, Duration::from_secs(30)).await;
+    let played = rig.receipts("voice.playback").iter().filter(|r| super::has_code(r, "played")).count();
+    let next = requests[1].all_text();
+    let line = next
+        .lines()
+        .find(|l| l.starts_with("<line") && l.contains("you=\"true\""))
+        .unwrap_or_else(|| panic!("his line is not in the room block: {next}"));
+    let kept = (1..=12).filter(|n| line.contains(&format!("sentence number {n} "))).count();
+    println!("ring_fidelity: {played} sentence(s) played whole; the ring kept {kept} of 12 (partly or whole): {line}");
+    assert!(line.contains("cut off"), "not marked cut off: {line}");
+    assert!(kept >= played && kept <= played + 1, "the ring kept {kept} sentences of which {played} played");
+    assert!(!line.contains("sentence number 12 "), "the ring says he said what nobody heard: {line}");
+}
