@@ -183,6 +183,11 @@ pub const SETTINGS: &[Setting] = &[
         doc: "Noise too short to be speech, kept (this much of it) at the start of the utterance that follows.",
     },
     Setting { name: "CLANKIE_VOICE_MAX_UTTERANCE_MS", default: "15000", doc: "An utterance is cut here even without a pause." },
+    Setting {
+        name: "CLANKIE_VOICE_TRANSCRIPTIONS",
+        default: "2",
+        doc: "Utterances of one voice room transcribed at once; the rest wait, and every result enters the room in the order it was said.",
+    },
     Setting { name: "CLANKIE_BARGE_IN_MS", default: "500", doc: "A human speaking this long while he speaks stops his playback." },
     Setting {
         name: "CLANKIE_GATEWAY_PUBLISH_PATIENCE_MS",
@@ -506,6 +511,8 @@ pub struct Settings {
     pub voice_end_of_turn: Duration,
     pub voice_pre_roll: Duration,
     pub voice_max_utterance: Duration,
+    /// Utterances of one room transcribed at once.
+    pub voice_transcriptions: usize,
     /// How long a human speaks over him before his playback stops.
     pub barge_in: Duration,
     /// The voice room lease's time to live.
@@ -644,6 +651,7 @@ impl fmt::Debug for Settings {
             .field("voice_end_of_turn", &self.voice_end_of_turn)
             .field("voice_pre_roll", &self.voice_pre_roll)
             .field("voice_max_utterance", &self.voice_max_utterance)
+            .field("voice_transcriptions", &self.voice_transcriptions)
             .field("barge_in", &self.barge_in)
             .field("voice_lease_ttl", &self.voice_lease_ttl)
             .field("bot_aliases", &self.bot_aliases)
@@ -866,6 +874,7 @@ impl Settings {
         let voice_end_of_turn = ms("CLANKIE_VOICE_END_OF_TURN_MS", 600, 20)?;
         let voice_pre_roll = ms("CLANKIE_VOICE_PRE_ROLL_MS", 300, 0)?;
         let voice_max_utterance = ms("CLANKIE_VOICE_MAX_UTTERANCE_MS", 15_000, 200)?;
+        let voice_transcriptions = number(var("CLANKIE_VOICE_TRANSCRIPTIONS"), "CLANKIE_VOICE_TRANSCRIPTIONS", 2, 1, 16)? as usize;
         let barge_in = ms("CLANKIE_BARGE_IN_MS", 500, 20)?;
         let voice_lease_ttl = ms("CLANKIE_VOICE_LEASE_TTL_MS", 10_000, 300)?;
         let shutdown_grace = ms("CLANKIE_SHUTDOWN_GRACE_MS", 30_000, 0)?;
@@ -980,6 +989,7 @@ impl Settings {
             voice_end_of_turn,
             voice_pre_roll,
             voice_max_utterance,
+            voice_transcriptions,
             barge_in,
             voice_lease_ttl,
             bot_aliases,

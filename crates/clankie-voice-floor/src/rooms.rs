@@ -39,6 +39,8 @@ pub struct RoomConfig {
     pub rejoin_after: Duration,
     /// The speech engines: OpenAI-compatible where configured, offline otherwise.
     pub speech: SpeechConfig,
+    /// Utterances of one room transcribed at once.
+    pub transcriptions: usize,
 }
 
 impl RoomConfig {
@@ -59,6 +61,7 @@ impl RoomConfig {
             },
             rejoin_after: Duration::from_secs(3),
             speech: speech_config(settings),
+            transcriptions: settings.voice_transcriptions,
         }
     }
 }
@@ -104,6 +107,8 @@ struct Owned {
     lease: RoomLease,
     renewed: Instant,
     commands: mpsc::UnboundedSender<BodyCommand>,
+    /// Utterances heard, to the room's transcriber.
+    ears: mpsc::UnboundedSender<Utterance>,
     connection: Option<Connection>,
     /// The connection that last failed or dropped: not tried again; a fresh op 4 brings new ones.
     failed: Option<Connection>,
@@ -359,6 +364,8 @@ impl RoomKeeper {
         tracing::info!(guild = key.0, channel = key.1, epoch = lease.epoch, "voice room taken");
         let (commands, rx) = mpsc::unbounded_channel();
         tokio::spawn(body_task(key, lease.epoch, self.config.body, self.tts.clone(), rx, self.events_tx.clone()));
+        let (ears, heard) = mpsc::unbounded_channel();
+        tokio::spawn(transcriber(self.bus.clone(), self.stt.clone(), key, self.config.transcriptions, heard));
         self.receipt("voice.room", key, lease.epoch, |r| r.with_code("owned").with_count("epoch", lease.epoch)).await;
         self.owned.insert(
             key,
@@ -366,6 +373,7 @@ impl RoomKeeper {
                 lease,
                 renewed: Instant::now(),
                 commands,
+                ears,
                 connection: None,
                 failed: None,
                 failures: 0,
@@ -579,43 +587,15 @@ impl RoomKeeper {
         })
         .await;
         let author_name = self.names.get(&(key.0, segment.user_id)).cloned().unwrap_or_else(|| format!("user {}", segment.user_id));
-        let (bus, stt) = (self.bus.clone(), self.stt.clone());
-        let speaker = segment.user_id;
-        let audio = Audio { pcm: segment.pcm, rate: clankie_voice_body::HEARD_RATE };
-        tokio::spawn(async move {
-            let began = Instant::now();
-            let result = stt.transcribe(&audio).await;
-            let took_ms = i64::try_from(began.elapsed().as_millis()).unwrap_or(i64::MAX);
-            let code = match &result {
-                Ok(text) if text.trim().is_empty() => "empty",
-                Ok(_) => "transcribed",
-                Err(e) => e.code(),
-            };
-            let chars = result.as_ref().map(|t| t.chars().count() as i64).unwrap_or(0);
-            room_receipt(&bus, &utterance, "voice.transcribed", key, |r| {
-                r.with_id("speaker", speaker).with_code(code).with_count("chars", chars).with_count("took_ms", took_ms)
-            })
-            .await;
-            let Ok(text) = result else { return };
-            if text.trim().is_empty() {
-                return;
-            }
-            let input = v1::RoomInput {
-                delivery_id: utterance.clone(),
-                guild_id: key.0,
-                channel_id: key.1,
-                author_id: speaker,
-                author_name,
-                source: v1::RoomInputSource::Speech as i32,
-                text,
-                received_at_ms: now_ms(),
-                ..Default::default()
-            };
-            let id = MsgId::new(format!("speech:{utterance}"));
-            if let Err(e) = bus.publish(&Subject::VoiceInput { guild: key.0, channel: key.1 }, &input, Some(&id)).await {
-                tracing::warn!(error = %e, "an utterance's room input was not published");
-            }
-        });
+        let heard = Utterance {
+            id: utterance,
+            speaker: segment.user_id,
+            author_name,
+            audio: Audio { pcm: segment.pcm, rate: clankie_voice_body::HEARD_RATE },
+        };
+        if let Some(owned) = self.owned.get(&key) {
+            let _ = owned.ears.send(heard);
+        }
     }
 
     /// The connection is gone: the next `keep` asks for op 4 (at once after a drop; after a
@@ -640,6 +620,74 @@ impl RoomKeeper {
 
     async fn receipt_for(&self, delivery_id: &str, kind: &'static str, key: Key, build: impl FnOnce(v1::Receipt) -> v1::Receipt) {
         room_receipt(&self.bus, delivery_id, kind, key, build).await;
+    }
+}
+
+/// One utterance heard, waiting for its words.
+struct Utterance {
+    id: String,
+    speaker: u64,
+    author_name: String,
+    audio: Audio,
+}
+
+/// A room's transcriber: at most `limit` utterances transcribed at once, and each one's words
+/// enter the room in the order they were said, however long each took: a room input published
+/// out of order would have the floor hear people out of order.
+async fn transcriber(bus: Bus, stt: Arc<dyn SpeechToText>, key: Key, limit: usize, mut heard: mpsc::UnboundedReceiver<Utterance>) {
+    use futures::StreamExt as _;
+    let mut running = futures::stream::FuturesOrdered::new();
+    loop {
+        tokio::select! {
+            next = heard.recv(), if running.len() < limit.max(1) => {
+                let Some(u) = next else { break };
+                let stt = stt.clone();
+                running.push_back(async move {
+                    let began = Instant::now();
+                    let result = stt.transcribe(&u.audio).await;
+                    (u, result, began.elapsed())
+                });
+            }
+            Some((u, result, took)) = running.next() => publish_heard(&bus, key, u, result, took).await,
+            else => break,
+        }
+    }
+    while let Some((u, result, took)) = running.next().await {
+        publish_heard(&bus, key, u, result, took).await;
+    }
+}
+
+/// An utterance's transcription: its receipt, then its words as a room input.
+async fn publish_heard(bus: &Bus, key: Key, u: Utterance, result: Result<String, clankie_speech::SpeechError>, took: Duration) {
+    let took_ms = i64::try_from(took.as_millis()).unwrap_or(i64::MAX);
+    let code = match &result {
+        Ok(text) if text.trim().is_empty() => "empty",
+        Ok(_) => "transcribed",
+        Err(e) => e.code(),
+    };
+    let chars = result.as_ref().map(|t| t.chars().count() as i64).unwrap_or(0);
+    room_receipt(bus, &u.id, "voice.transcribed", key, |r| {
+        r.with_id("speaker", u.speaker).with_code(code).with_count("chars", chars).with_count("took_ms", took_ms)
+    })
+    .await;
+    let Ok(text) = result else { return };
+    if text.trim().is_empty() {
+        return;
+    }
+    let input = v1::RoomInput {
+        delivery_id: u.id.clone(),
+        guild_id: key.0,
+        channel_id: key.1,
+        author_id: u.speaker,
+        author_name: u.author_name,
+        source: v1::RoomInputSource::Speech as i32,
+        text,
+        received_at_ms: now_ms(),
+        ..Default::default()
+    };
+    let id = MsgId::new(format!("speech:{}", u.id));
+    if let Err(e) = bus.publish(&Subject::VoiceInput { guild: key.0, channel: key.1 }, &input, Some(&id)).await {
+        tracing::warn!(error = %e, "an utterance's room input was not published");
     }
 }
 

@@ -353,3 +353,33 @@ async fn ring_fidelity_a_cut_3_s_into_a_12_sentence_answer_leaves_only_what_he_p
     assert!(kept >= played && kept <= played + 1, "the ring kept {kept} sentences of which {played} played");
     assert!(!line.contains("sentence number 12 "), "the ring says he said what nobody heard: {line}");
 }
+
+#[tokio::test]
+async fn voice_transcription_a_slow_first_utterance_still_enters_the_room_before_a_fast_second() {
+    use clankie_model_standin::audio::{AudioReply, AudioRoute, AudioScript};
+    let rig = Rig::new().await;
+    rig.standin.audio().set_phrases(&PHRASES);
+    let base = rig.standin.base_url();
+    let _floor = rig.voice_floor_with(
+        "floor-a",
+        &[("CLANKIE_STT_BASE_URL", base.clone()), ("CLANKIE_TTS_BASE_URL", base), ("CLANKIE_SPEECH_TIMEOUT_MS", "8000".into())],
+    );
+    keeping(&rig, "floor-a").await;
+    rig.discord.voice_join(VOICE, "ada").unwrap();
+    until("the room live", Duration::from_secs(10), || rig.live() == Some(VOICE)).await;
+    rig.connected(Duration::from_secs(10)).await;
+    let inputs = clankie_testkit::record::<clankie_proto::v1::RoomInput>(&rig.bus, clankie_proto::Family::VoiceInput).await;
+    // The first utterance's transcription takes 2.5 s; the second's is at once.
+    rig.standin.audio().script(AudioScript { route: AudioRoute::Transcriptions, reply: AudioReply::Delay { ms: 2_500 } });
+    let (first, rate) = clip("good morning everyone").await;
+    rig.discord.voice_speak(VOICE, "ada", &first, rate).await.unwrap();
+    until("the first utterance", Duration::from_secs(10), || !rig.receipts("voice.heard").is_empty()).await;
+    let (second, rate) = clip("what time is it").await;
+    rig.discord.voice_speak(VOICE, "ada", &second, rate).await.unwrap();
+    until("both heard", Duration::from_secs(20), || inputs.all().len() >= 2).await;
+    let heard: Vec<String> = inputs.all().iter().map(|i| i.text.to_lowercase()).collect();
+    let took: Vec<i64> = rig.receipts("voice.transcribed").iter().filter_map(|r| super::count(r, "took_ms")).collect();
+    println!("voice_transcription: heard {heard:?}, transcriptions took {took:?} ms");
+    assert!(heard[0].contains("morning") && heard[1].contains("time"), "the room heard them out of order: {heard:?}");
+    assert!(took[0] >= 2_000 && took[1] < took[0], "the first was not the slow one: {took:?}");
+}
