@@ -53,10 +53,33 @@ impl Captain {
             first.push(context);
         }
         first.push(UserMessage::new(req.author_name.clone(), req.delivery_id.clone(), text));
-        let run =
-            inner.agent.start(session, clankie_self::assemble(&snapshot, &lane, clankie_self::Surface::Text { privileged: false }), first);
+        // The text lane's tools, under the same egress guard: what the voice persona is told its text self can do.
+        let room = crate::tools::Room::new(lane, format!("{lane}~ask~{}", req.delivery_id), 0);
+        let tools = self.tools_for(&lease, &room, false);
+        let system = clankie_self::assemble(&snapshot, &lane, clankie_self::Surface::Text { privileged: false });
+        let run = inner.agent.start_with_tools(session, system, first, tools);
         let result = run.finish_keeping(&inner.store, &lease, config.lease_ttl).await;
         let _ = inner.store.release_lease(&lease).await;
+        // Pictures it shared or took cannot be spoken: they go to the voice channel's chat.
+        let pictures = room.artifacts();
+        if !pictures.is_empty() {
+            let key = format!("ask:{}", req.delivery_id);
+            let out = v1::OutboundMessage {
+                idempotency_key: key.clone(),
+                kind: v1::OutboundKind::TextUpdate as i32,
+                guild_id: Some(req.guild_id),
+                channel_id: req.channel_id,
+                text: room.with_notes("From the voice room:"),
+                artifacts: pictures,
+                lane: lane.to_string(),
+                delivery_id: req.delivery_id.clone(),
+                ..Default::default()
+            };
+            let subject = clankie_proto::Subject::BodySend { channel: req.channel_id };
+            if let Err(e) = inner.bus.publish(&subject, &out, Some(&clankie_bus::MsgId::new(key))).await {
+                tracing::warn!(%lane, error = %e, "the handoff's pictures were not published");
+            }
+        }
         let (reply, code) = match result.map(|r| r.outcome) {
             Ok(Ok(RunReply::Words(answer))) => (v1::AskReply { answer, ..Default::default() }, "answered"),
             Ok(Ok(RunReply::Silent)) => (v1::AskReply { silent: true, ..Default::default() }, "silent"),

@@ -272,7 +272,7 @@ impl Captain {
     }
 
     /// The tools a turn in `room` may call; `describe_runtime` only for a privileged one.
-    fn tools_for(&self, lease: &Lease, room: &Room, privileged: bool) -> Vec<Arc<dyn Tool>> {
+    pub(crate) fn tools_for(&self, lease: &Lease, room: &Room, privileged: bool) -> Vec<Arc<dyn Tool>> {
         let (inner, config) = (&self.inner, &self.inner.config);
         let mut tools: Vec<Arc<dyn Tool>> = vec![
             Arc::new(SendTextUpdate::new(inner.bus.clone(), inner.outbox.clone(), inner.store.clone(), lease.clone(), room.clone())),

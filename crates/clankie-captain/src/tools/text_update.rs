@@ -68,7 +68,8 @@ impl SendTextUpdate {
             kind: v1::OutboundKind::TextUpdate as i32,
             guild_id: lane.guild(),
             channel_id: lane.channel(),
-            reply_to_message_id: Some(self.room.answering()),
+            // A handoff from the voice room answers no message: its update threads onto none.
+            reply_to_message_id: Some(self.room.answering()).filter(|m| *m != 0),
             text: text.to_owned(),
             lane: lane.to_string(),
             delivery_id: self.room.answering().to_string(),

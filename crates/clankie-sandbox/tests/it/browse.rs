@@ -136,3 +136,27 @@ async fn browse_by_two_turns_with_one_browser_runs_them_one_after_the_other() {
     })
     .await;
 }
+
+#[tokio::test]
+async fn voice_actor_ask_clankie_browses_a_page_and_its_answer_is_spoken() {
+    const VOICE: u64 = 300;
+    const VOICE_PROMPT: &str = "spoken aloud";
+    let pages = pages().await;
+    let rig = rig(&pages, &[]).await;
+    let bus = rig.bus().await;
+    let speaks = clankie_testkit::record::<v1::Speak>(&bus, Family::VoiceSpeak).await;
+    rig.voice_live(VOICE, "ada").await;
+    rig.standin.script(Script::when(VOICE_PROMPT, Reply::tool("ask_clankie", serde_json::json!({ "request": "check the bracket page" }))));
+    rig.standin.script(Script::when("via=\"the voice room\"", browse(&pages.url("/bracket"), false)));
+    rig.standin.script(Script::when("via=\"the voice room\"", Reply::text("The kestrel bracket opens at nine.")));
+    rig.standin.script(Script::when(VOICE_PROMPT, Reply::text("The bracket opens at nine tonight.")));
+    rig.say(VOICE, "ada", "clankie, when does the bracket open?");
+    until("the spoken answer", Duration::from_secs(60), || !speaks.all().is_empty()).await;
+    assert_eq!(speaks.all()[0].text, "The bracket opens at nine tonight.");
+    let requests = rig.standin.requests();
+    let read = requests.iter().find(|r| r.all_text().contains("<untrusted_page")).expect("the captain read the page it browsed");
+    assert!(read.all_text().contains(PHRASE), "the page's words did not reach the handoff");
+    assert_eq!(pages.hits("/bracket"), 1, "browsed once, through the guard's allow list");
+    let last = requests.last().unwrap();
+    assert_eq!(last.count("The kestrel bracket opens at nine."), 1, "the handoff's answer came back to the room");
+}
