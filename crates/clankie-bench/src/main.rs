@@ -115,6 +115,7 @@ async fn economy(one_shot: bool, captains: usize, model: Option<&str>) -> Result
             channel_id: (burst % 2 == 1).then_some(voice),
             session_id: format!("bench-{burst}"),
             updated_at_ms: clankie_bus::now_ms(),
+            live_until_ms: 0,
         };
         bus.publish(&clankie_proto::Subject::VoiceSession { guild }, &session, None).await.context("voice session")?;
         let lived = clankie_self::experience::talked(

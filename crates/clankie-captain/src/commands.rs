@@ -96,7 +96,7 @@ impl Captain {
         }
         if let Some(guild) = guild {
             let session = self.inner.bus.last::<v1::VoiceSession>(&Subject::VoiceSession { guild }).await.ok().flatten();
-            lines.push(match session.and_then(|s| s.channel_id) {
+            lines.push(match session.and_then(|s| s.live_channel(now_ms())) {
                 Some(c) => format!("Voice: in voice channel {c}."),
                 None => "Voice: in no voice channel here.".to_owned(),
             });

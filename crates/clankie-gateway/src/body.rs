@@ -514,7 +514,7 @@ impl Gateway {
             {
                 let mut voice = self.inner.voice.write().unwrap_or_else(|p| p.into_inner());
                 match d.event.channel_id {
-                    Some(channel) => voice.insert(d.event.guild_id, channel),
+                    Some(_) => voice.insert(d.event.guild_id, d.event.clone()),
                     None => voice.remove(&d.event.guild_id),
                 };
             }
@@ -522,9 +522,10 @@ impl Gateway {
         }
     }
 
-    /// The live voice channel of a guild, as this gateway knows it.
+    /// The live voice channel of a guild, as this gateway knows it: none once the session's
+    /// owner stopped vouching for it (it died with the room empty, say).
     pub fn live_voice_channel(&self, guild: u64) -> Option<u64> {
-        self.inner.voice.read().unwrap_or_else(|p| p.into_inner()).get(&guild).copied()
+        self.inner.voice.read().unwrap_or_else(|p| p.into_inner()).get(&guild).and_then(|s| s.live_channel(clankie_bus::now_ms()))
     }
 
     pub(crate) async fn run_outcome_reactions(&self) -> Result<(), GatewayError> {

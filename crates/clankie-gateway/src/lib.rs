@@ -117,7 +117,7 @@ pub(crate) struct Inner {
     /// The bot's own user id, learned from READY.
     pub bot_id: AtomicU64,
     /// The live voice channel of each guild.
-    pub voice: RwLock<HashMap<u64, u64>>,
+    pub voice: RwLock<HashMap<u64, clankie_proto::v1::VoiceSession>>,
     /// The shared bucket of tool cards on screen, opened on first use.
     pub cards: tokio::sync::OnceCell<clankie_bus::KeyValue>,
     /// The shared bucket of posted pieces per reply, opened on first use.

@@ -496,7 +496,7 @@ impl Gateway {
             return true;
         }
         let ingress = normalise::ingress(message, bot, self.inner.arrivals.stamp());
-        let live = ingress.guild_id.and_then(|g| self.inner.voice.read().unwrap_or_else(|p| p.into_inner()).get(&g).copied());
+        let live = ingress.guild_id.and_then(|g| self.live_voice_channel(g));
         let id = MsgId::discord_message(message.id.get());
         let (chars, attachments) = (ingress.content.chars().count() as i64, ingress.attachments.len() as i64);
         let delivery = ingress.delivery_id.clone();

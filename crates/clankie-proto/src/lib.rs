@@ -147,3 +147,11 @@ pub fn command_reply_code(code: &str) -> &'static str {
     }
     COMMAND_REPLY_CODES.iter().copied().find(|c| *c == code).unwrap_or("other")
 }
+
+impl v1::VoiceSession {
+    /// The live voice channel this session says he is in at `now_ms`: none once its owner has
+    /// stopped vouching for it.
+    pub fn live_channel(&self, now_ms: i64) -> Option<u64> {
+        self.channel_id.filter(|_| self.live_until_ms == 0 || now_ms <= self.live_until_ms)
+    }
+}

@@ -119,8 +119,8 @@ impl SelfSource {
         let mut voice = Vec::new();
         if let (Some(bus), Some(guild)) = (&self.bus, thread.guild()) {
             match bus.last::<v1::VoiceSession>(&Subject::VoiceSession { guild }).await {
-                Ok(Some(v1::VoiceSession { channel_id: Some(channel), .. })) => voice.push((guild, channel)),
-                Ok(_) => {}
+                Ok(Some(session)) => voice.extend(session.live_channel(now).map(|channel| (guild, channel))),
+                Ok(None) => {}
                 Err(e) => tracing::warn!(error = %e, "voice presence unavailable"),
             }
         }

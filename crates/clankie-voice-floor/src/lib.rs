@@ -281,10 +281,14 @@ impl VoiceFloor {
     pub async fn room_inputs(&self, guild: u64, channel: u64) -> Result<RoomInputs, VoiceError> {
         let typed_spec = ConsumerSpec::durable(format!("voice-floor-room-{guild}-{channel}"), Family::IngressRoom)
             .with_filter(Subject::IngressRoom { guild, channel }.to_string())
-            .deliver_new();
+            .deliver_new()
+            .fresh();
+        // Made afresh by each owner: it hears what is said from its taking of the room on,
+        // never a backlog an owner that died left unread.
         let bodies_spec = ConsumerSpec::durable(format!("voice-floor-input-{guild}-{channel}"), Family::VoiceInput)
             .with_filter(Subject::VoiceInput { guild, channel }.to_string())
-            .deliver_new();
+            .deliver_new()
+            .fresh();
         Ok(RoomInputs {
             typed: self.bus.consumer::<v1::RoomInput>(typed_spec).await?,
             bodies: self.bus.consumer::<v1::RoomInput>(bodies_spec).await?,

@@ -394,6 +394,24 @@ impl RoomKeeper {
         match self.store.renew_room(&owned.lease, self.config.lease_ttl).await {
             Ok(()) => {
                 owned.renewed = Instant::now();
+                if owned.live {
+                    // The live session is vouched for as long as the lease: published off this
+                    // path, so a slow bus never holds up the renewal.
+                    let (guild, channel, epoch) = (key.0, key.1, owned.lease.epoch);
+                    let session = v1::VoiceSession {
+                        guild_id: guild,
+                        channel_id: Some(channel),
+                        session_id: format!("voice-{guild}-{channel}-{epoch}"),
+                        updated_at_ms: now_ms(),
+                        live_until_ms: now_ms() + i64::try_from(self.config.lease_ttl.as_millis()).unwrap_or(i64::MAX),
+                    };
+                    let bus = self.bus.clone();
+                    tokio::spawn(async move {
+                        if let Err(e) = bus.publish(&Subject::VoiceSession { guild }, &session, None).await {
+                            tracing::warn!(error = %e, "voice session not vouched for");
+                        }
+                    });
+                }
                 true
             }
             Err(StoreError::Fenced { .. }) => {
@@ -474,6 +492,7 @@ impl RoomKeeper {
                 channel_id: Some(channel),
                 session_id: format!("voice-{guild}-{channel}-{epoch}"),
                 updated_at_ms: now_ms(),
+                live_until_ms: now_ms() + i64::try_from(self.config.lease_ttl.as_millis()).unwrap_or(i64::MAX),
             };
             if let Err(e) = self.bus.publish(&Subject::VoiceSession { guild }, &session, None).await {
                 tracing::warn!(error = %e, "voice session not announced");
@@ -505,6 +524,7 @@ impl RoomKeeper {
                 channel_id: None,
                 session_id: format!("voice-{guild}-{channel}-{epoch}"),
                 updated_at_ms: now_ms(),
+                live_until_ms: 0,
             };
             if let Err(e) = self.bus.publish(&Subject::VoiceSession { guild }, &session, None).await {
                 tracing::warn!(error = %e, "voice session end not announced");

@@ -127,7 +127,7 @@ async fn every_event_type_round_trips_through_the_typed_api() {
     round_trip(
         &bus,
         Subject::VoiceSession { guild: 10 },
-        v1::VoiceSession { guild_id: 10, channel_id: Some(21), session_id: "s".into(), updated_at_ms: 4 },
+        v1::VoiceSession { guild_id: 10, channel_id: Some(21), session_id: "s".into(), updated_at_ms: 4, live_until_ms: 9 },
     )
     .await;
     round_trip(&bus, Subject::VoiceInput { guild: 10, channel: 21 }, room_input).await;

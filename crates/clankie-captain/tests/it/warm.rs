@@ -74,7 +74,13 @@ async fn prefix_stable_a_warm_lane_with_a_new_voice_presence_and_experience_betw
 
     // Between the turns he joins a voice channel of the guild and lives something there.
     let voice = clankie_proto::LaneKey::Voice { guild: GUILD, channel: 300 };
-    let session = clankie_proto::v1::VoiceSession { guild_id: GUILD, channel_id: Some(300), session_id: "s".into(), updated_at_ms: 1 };
+    let session = clankie_proto::v1::VoiceSession {
+        guild_id: GUILD,
+        channel_id: Some(300),
+        session_id: "s".into(),
+        updated_at_ms: 1,
+        live_until_ms: 0,
+    };
     rig.bus.publish(&clankie_proto::Subject::VoiceSession { guild: GUILD }, &session, None).await.unwrap();
     let lived = clankie_self::experience::talked(&voice, &["bob".into()], "v1", clankie_bus::now_ms());
     rig.store.insert_experience(&lived, std::time::Duration::from_secs(3600)).await.unwrap();

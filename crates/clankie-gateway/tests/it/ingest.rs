@@ -73,7 +73,13 @@ async fn text_in_the_live_voice_chat_is_room_input_unless_it_carries_an_image() 
     until("text ingress", Duration::from_secs(10), || text.all().iter().any(|i| i.delivery_id == first.to_string())).await;
 
     // The voice floor announces the live session.
-    let session = v1::VoiceSession { guild_id: GUILD, channel_id: Some(VOICE_CHAT), session_id: "vs1".into(), updated_at_ms: now_ms() };
+    let session = v1::VoiceSession {
+        guild_id: GUILD,
+        channel_id: Some(VOICE_CHAT),
+        session_id: "vs1".into(),
+        updated_at_ms: now_ms(),
+        live_until_ms: 0,
+    };
     rig.bus.publish(&Subject::VoiceSession { guild: GUILD }, &session, None).await.unwrap();
     until("the live session", Duration::from_secs(10), || gateway.live_voice_channel(GUILD) == Some(VOICE_CHAT)).await;
 

@@ -66,3 +66,60 @@ async fn voice_room_lease_one_owner_per_room_and_a_killed_owner_hands_it_over() 
     assert!(requests.iter().any(|r| r.all_text().contains("periwinkle")), "the new owner's persona did not hear what was said before");
     drop((a, b));
 }
+
+#[tokio::test]
+async fn voice_actor_an_owner_killed_with_the_room_empty_hands_typed_chat_back_and_leaves_no_stale_input() {
+    use clankie_discord_loopback::NewMessage;
+    use clankie_proto::{Family, v1};
+    let rig = Rig::new().await;
+    let a = rig.voice_floor("floor-a");
+    keeping(&rig, "floor-a").await;
+    rig.discord.voice_join(VOICE, "ada").unwrap();
+    until("the room live", Duration::from_secs(10), || rig.live() == Some(VOICE)).await;
+    rig.connected(Duration::from_secs(10)).await;
+    until("the gateway routes the voice chat to the room", Duration::from_secs(10), || {
+        rig.gateway.live_voice_channel(super::GUILD) == Some(VOICE)
+    })
+    .await;
+    // She leaves; within his grace, with the room empty, his owner dies.
+    rig.discord.voice_leave(VOICE, "ada").unwrap();
+    let killed = clankie_bus::now_ms();
+    assert!(std::process::Command::new("kill").args(["-KILL", &a.id().unwrap().to_string()]).status().unwrap().success());
+    let typed = clankie_testkit::record::<v1::Ingress>(&rig.bus, Family::IngressText).await;
+    let say = |content: &str| {
+        rig.discord.user_message(NewMessage { channel_id: VOICE, author: "bob".into(), content: content.into(), ..Default::default() })
+    };
+    // The dead owner's pulls are gone from the server (its connection closed), so what is typed
+    // next waits in the room's stream for whoever keeps the room next.
+    let stream = rig.bus.jetstream().get_stream("CLANKIE_ROOM_INPUT").await.unwrap();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    while stream.consumer_info(format!("voice-floor-room-{}-{VOICE}", super::GUILD)).await.map(|i| i.num_waiting).unwrap_or(0) > 0 {
+        assert!(tokio::time::Instant::now() < deadline, "the dead owner's pull never went");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // Typed while the dead owner's session still stands: it goes to the room nobody keeps.
+    let stale = say("clankie, tell me about the stale line");
+
+    // Within one lease time the session lapses by itself: typed chat goes to the text lane.
+    until("the session lapsed", Duration::from_millis(LEASE_TTL_MS + 2_000), || rig.gateway.live_voice_channel(super::GUILD).is_none())
+        .await;
+    let lapsed = clankie_bus::now_ms() - killed;
+    println!("voice_actor: the dead owner's session lapsed {lapsed} ms after SIGKILL (lease {LEASE_TTL_MS} ms)");
+    assert!(lapsed <= LEASE_TTL_MS as i64 + 1_000, "typed chat went to a dead room for {lapsed} ms");
+    let text = say("@Clankie is anyone in voice?");
+    until("the typed line on the text lane", Duration::from_secs(10), || typed.all().iter().any(|i| i.delivery_id == text.to_string()))
+        .await;
+
+    // A new owner hears only what is said from its taking of the room on.
+    let decisions = clankie_testkit::record::<v1::FloorDecision>(&rig.bus, Family::VoiceFloor).await;
+    let _b = rig.voice_floor("floor-b");
+    keeping(&rig, "floor-b").await;
+    rig.discord.voice_join(VOICE, "ada").unwrap();
+    until("the room live again", Duration::from_secs(15), || rig.gateway.live_voice_channel(super::GUILD) == Some(VOICE)).await;
+    let fresh = say("clankie, are you back?");
+    until("the new owner heard the new line", Duration::from_secs(15), || {
+        decisions.all().iter().any(|d| d.delivery_id == fresh.to_string())
+    })
+    .await;
+    assert!(decisions.all().iter().all(|d| d.delivery_id != stale.to_string()), "the new owner was handed the dead owner's backlog");
+}
