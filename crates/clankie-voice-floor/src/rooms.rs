@@ -105,7 +105,13 @@ enum RoomEvent {
 /// A room this replica owns.
 struct Owned {
     lease: RoomLease,
-    renewed: Instant,
+    /// Set by the room's lease keeper when another replica took the room.
+    fenced: tokio::sync::watch::Receiver<bool>,
+    /// Whether the room is live: its keeper then vouches for the live session at each renewal.
+    vouching: Arc<std::sync::atomic::AtomicBool>,
+    /// The room's lease keeper, a task of its own: nothing the keeper's loop waits on (a slow
+    /// bus, a receipt) can hold up a renewal.
+    _keeper: clankie_http::Aborting,
     commands: mpsc::UnboundedSender<BodyCommand>,
     /// Utterances heard, to the room's transcriber.
     ears: mpsc::UnboundedSender<Utterance>,
@@ -366,12 +372,24 @@ impl RoomKeeper {
         tokio::spawn(body_task(key, lease.epoch, self.config.body, self.tts.clone(), rx, self.events_tx.clone()));
         let (ears, heard) = mpsc::unbounded_channel();
         tokio::spawn(transcriber(self.bus.clone(), self.stt.clone(), key, self.config.transcriptions, heard));
+        let (fenced_tx, fenced) = tokio::sync::watch::channel(false);
+        let vouching = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let keeper = tokio::spawn(keep_room_lease(
+            self.store.clone(),
+            self.bus.clone(),
+            lease.clone(),
+            self.config.lease_ttl,
+            vouching.clone(),
+            fenced_tx,
+        ));
         self.receipt("voice.room", key, lease.epoch, |r| r.with_code("owned").with_count("epoch", lease.epoch)).await;
         self.owned.insert(
             key,
             Owned {
                 lease,
-                renewed: Instant::now(),
+                fenced,
+                vouching,
+                _keeper: clankie_http::Aborting(keeper),
                 commands,
                 ears,
                 connection: None,
@@ -385,48 +403,17 @@ impl RoomKeeper {
         );
     }
 
-    /// Renews the room's lease when a third of it has passed; false once the room was lost.
+    /// Whether the room is still this replica's: false once its lease keeper saw it fenced.
     async fn renew(&mut self, key: Key) -> bool {
-        let Some(owned) = self.owned.get_mut(&key) else { return false };
-        if owned.renewed.elapsed() < self.config.lease_ttl / 3 {
+        let Some(owned) = self.owned.get(&key) else { return false };
+        if !*owned.fenced.borrow() {
             return true;
         }
-        match self.store.renew_room(&owned.lease, self.config.lease_ttl).await {
-            Ok(()) => {
-                owned.renewed = Instant::now();
-                if owned.live {
-                    // The live session is vouched for as long as the lease: published off this
-                    // path, so a slow bus never holds up the renewal.
-                    let (guild, channel, epoch) = (key.0, key.1, owned.lease.epoch);
-                    let session = v1::VoiceSession {
-                        guild_id: guild,
-                        channel_id: Some(channel),
-                        session_id: format!("voice-{guild}-{channel}-{epoch}"),
-                        updated_at_ms: now_ms(),
-                        live_until_ms: now_ms() + i64::try_from(self.config.lease_ttl.as_millis()).unwrap_or(i64::MAX),
-                    };
-                    let bus = self.bus.clone();
-                    tokio::spawn(async move {
-                        if let Err(e) = bus.publish(&Subject::VoiceSession { guild }, &session, None).await {
-                            tracing::warn!(error = %e, "voice session not vouched for");
-                        }
-                    });
-                }
-                true
-            }
-            Err(StoreError::Fenced { .. }) => {
-                let epoch = owned.lease.epoch;
-                tracing::warn!(guild = key.0, channel = key.1, epoch, "voice room fenced: another replica owns it now");
-                self.lose(key).await;
-                self.receipt("voice.room", key, epoch, |r| r.with_code("fenced")).await;
-                false
-            }
-            Err(e) => {
-                // A store blip: keep the room while the lease may still be ours; the next tick retries.
-                tracing::warn!(error = %e, guild = key.0, channel = key.1, "voice room lease not renewed yet");
-                owned.renewed.elapsed() < self.config.lease_ttl
-            }
-        }
+        let epoch = owned.lease.epoch;
+        tracing::warn!(guild = key.0, channel = key.1, epoch, "voice room fenced: another replica owns it now");
+        self.lose(key).await;
+        self.receipt("voice.room", key, epoch, |r| r.with_code("fenced")).await;
+        false
     }
 
     /// Forgets a room without asking the gateway for anything: the new owner holds it now.
@@ -494,9 +481,16 @@ impl RoomKeeper {
                 updated_at_ms: now_ms(),
                 live_until_ms: now_ms() + i64::try_from(self.config.lease_ttl.as_millis()).unwrap_or(i64::MAX),
             };
-            if let Err(e) = self.bus.publish(&Subject::VoiceSession { guild }, &session, None).await {
-                tracing::warn!(error = %e, "voice session not announced");
-            }
+            owned.vouching.store(true, std::sync::atomic::Ordering::SeqCst);
+            let bus = self.bus.clone();
+            tokio::spawn(async move {
+                if let Some(held) = clankie_settings::fault::hold("voice.publish") {
+                    tokio::time::sleep(held).await;
+                }
+                if let Err(e) = bus.publish(&Subject::VoiceSession { guild }, &session, None).await {
+                    tracing::warn!(error = %e, "voice session not announced");
+                }
+            });
             self.floor.joined(guild, channel).await;
             self.receipt("voice.room", key, epoch, |r| r.with_code("live")).await;
         }
@@ -643,6 +637,54 @@ impl RoomKeeper {
     }
 }
 
+/// Keeps one room's lease: renews it every third of its time to live, on a task of its own,
+/// and while the room is live vouches for its session (published off this path too). Reports a
+/// fence on `fenced` and ends; a failed renewal (the database away) is tried again next tick.
+async fn keep_room_lease(
+    store: Store,
+    bus: Bus,
+    lease: RoomLease,
+    ttl: Duration,
+    vouching: Arc<std::sync::atomic::AtomicBool>,
+    fenced: tokio::sync::watch::Sender<bool>,
+) {
+    let (guild, channel, epoch) = (lease.guild, lease.channel, lease.epoch);
+    let mut tick = tokio::time::interval(ttl / 3);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    tick.tick().await;
+    loop {
+        tick.tick().await;
+        match store.renew_room(&lease, ttl).await {
+            Ok(()) => {
+                if !vouching.load(std::sync::atomic::Ordering::SeqCst) {
+                    continue;
+                }
+                let session = v1::VoiceSession {
+                    guild_id: guild,
+                    channel_id: Some(channel),
+                    session_id: format!("voice-{guild}-{channel}-{epoch}"),
+                    updated_at_ms: now_ms(),
+                    live_until_ms: now_ms() + i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX),
+                };
+                let bus = bus.clone();
+                tokio::spawn(async move {
+                    if let Some(held) = clankie_settings::fault::hold("voice.publish") {
+                        tokio::time::sleep(held).await;
+                    }
+                    if let Err(e) = bus.publish(&Subject::VoiceSession { guild }, &session, None).await {
+                        tracing::warn!(error = %e, "voice session not vouched for");
+                    }
+                });
+            }
+            Err(StoreError::Fenced { .. }) => {
+                let _ = fenced.send(true);
+                return;
+            }
+            Err(e) => tracing::warn!(error = %e, guild, channel, "voice room lease not renewed yet; trying again"),
+        }
+    }
+}
+
 /// One utterance heard, waiting for its words.
 struct Utterance {
     id: String,
@@ -722,9 +764,16 @@ async fn room_receipt(bus: &Bus, delivery_id: &str, kind: &'static str, key: Key
             .with_id("channel", key.1)
             .with_id("replica_pid", u64::from(std::process::id())),
     );
-    if let Err(e) = bus.publish_receipt(&receipt).await {
-        tracing::warn!(error = %e, "receipt not published");
-    }
+    // Off the caller's path: a slow bus delays evidence, never the room or its lease.
+    let bus = bus.clone();
+    tokio::spawn(async move {
+        if let Some(held) = clankie_settings::fault::hold("voice.publish") {
+            tokio::time::sleep(held).await;
+        }
+        if let Err(e) = bus.publish_receipt(&receipt).await {
+            tracing::warn!(error = %e, "receipt not published");
+        }
+    });
 }
 
 /// Runs one room's audio body: connects when told, speaks what the room decides to say (one line

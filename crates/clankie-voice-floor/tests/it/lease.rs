@@ -123,3 +123,37 @@ async fn voice_actor_an_owner_killed_with_the_room_empty_hands_typed_chat_back_a
     .await;
     assert!(decisions.all().iter().all(|d| d.delivery_id != stale.to_string()), "the new owner was handed the dead owner's backlog");
 }
+
+#[tokio::test]
+async fn voice_actor_publishes_held_12_s_with_a_10_s_room_lease_keep_one_owner_and_one_body() {
+    // Every publish of the voice floor's (receipts, the live session) takes 12 s, as during a
+    // held stream leader; the room lease lives 10 s.
+    let slow = [("CLANKIE_FAULT_HOLD", "voice.publish=12000".to_owned()), ("CLANKIE_VOICE_LEASE_TTL_MS", "10000".to_owned())];
+    let rig = Rig::new().await;
+    let a = rig.voice_floor_with("floor-a", &slow);
+    let b = rig.voice_floor_with("floor-b", &slow);
+    keeping(&rig, "floor-a").await;
+    keeping(&rig, "floor-b").await;
+    let pids = [a.id().unwrap(), b.id().unwrap()];
+    rig.discord.voice_join(VOICE, "ada").unwrap();
+    rig.connected(Duration::from_secs(15)).await;
+    let connected_at = clankie_bus::now_ms();
+    // Three lease lifetimes with every publish held past the lease: he stays connected once.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while tokio::time::Instant::now() < deadline {
+        assert!(rig.discord.voice().bot_connected(VOICE), "his voice connection dropped");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let counters = rig.discord.voice().counters();
+    let identifies = counters.get("identify").copied().unwrap_or(0);
+    let tokens = rig.discord.voice().tokens_issued().len();
+    let holders: Vec<(String, i64)> = owners(&rig);
+    println!(
+        "voice_actor: 30 s after connecting ({connected_at}) with publishes held 12 s: lease holders {holders:?}, voice identifies {identifies}, tokens {tokens}"
+    );
+    assert_eq!(identifies, 1, "a second body connected: {counters:?}");
+    assert_eq!(tokens, 1, "op 4 was asked again");
+    assert_eq!(holders.len(), 1, "the room changed hands: {holders:?}");
+    assert!(pids.iter().any(|p| p.to_string() == holders[0].0));
+    drop((a, b));
+}
