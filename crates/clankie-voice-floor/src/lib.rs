@@ -87,6 +87,8 @@ struct Room {
     mouth: Option<tokio::sync::mpsc::UnboundedSender<v1::Speak>>,
     /// The room's live persona run, which takes further inputs at its next boundary.
     run: Option<tokio::sync::mpsc::UnboundedSender<v1::RoomInput>>,
+    /// That run's task: a room's run ends with its room.
+    run_task: Option<tokio::task::AbortHandle>,
     /// The room lease its lines are written under, so the conversation outlives this owner.
     lease: Option<clankie_store::RoomLease>,
     /// Where someone spoke over each recent run's answer: the sentence cut (its index among the
@@ -250,7 +252,12 @@ impl VoiceFloor {
 
     /// The room is no longer live here; its ring and floor state go with it.
     pub fn close_room(&self, guild: u64, channel: u64) {
-        self.rooms.lock().unwrap_or_else(|p| p.into_inner()).remove(&(guild, channel));
+        let closed = self.rooms.lock().unwrap_or_else(|p| p.into_inner()).remove(&(guild, channel));
+        // Its run goes with it (an `ask_clankie` still waiting included): a reopened room is a
+        // new room, and no run of the old one may speak in it or write its ring.
+        if let Some(task) = closed.and_then(|r| r.run_task) {
+            task.abort();
+        }
     }
 
     /// The rooms live here.
@@ -451,7 +458,8 @@ impl VoiceFloor {
         let (steer, steers) = tokio::sync::mpsc::unbounded_channel();
         room.run = Some(steer);
         let floor = self.clone();
-        tokio::spawn(async move { floor.run_room(key, input, verdict, steers).await });
+        let task = tokio::spawn(async move { floor.run_room(key, input, verdict, steers).await });
+        room.run_task = Some(task.abort_handle());
         false
     }
 
@@ -610,6 +618,7 @@ impl VoiceFloor {
             }
             if let Some(room) = rooms.get_mut(&key) {
                 room.run = None;
+                room.run_task = None;
             }
             left
         };

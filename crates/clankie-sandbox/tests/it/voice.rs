@@ -187,3 +187,48 @@ async fn voice_steer_a_slow_ask_clankie_does_not_stop_the_room_hearing() {
         decided - captain_asked
     );
 }
+
+#[tokio::test]
+async fn voice_actor_a_room_closed_while_ask_clankie_runs_and_reopened_gets_one_run() {
+    let rig = Rig::with(&[("CLANKIE_VOICE_GRACE_MS", "300")]).await;
+    let bus = tap(&rig).await;
+    let speaks = record::<v1::Speak>(&bus, Family::VoiceSpeak).await;
+    let receipts = record::<v1::Receipt>(&bus, Family::Receipt).await;
+    live(&rig).await;
+    // The old room's run hands work over and waits 4 s for it.
+    rig.standin.script(Script::when(VOICE_PROMPT, Reply::tool("ask_clankie", serde_json::json!({ "request": "look up the lobby" }))));
+    rig.standin.script(Script::when(
+        "via=\"the voice room\"",
+        Reply::Text { text: "Lobby 4 opens at 20:00.".into(), chunk_chars: 40, chunk_delay_ms: 0, first_delay_ms: 4_000, tail_delay_ms: 0 },
+    ));
+    // What the old run would say once its handoff came back (its request holds the answer).
+    rig.standin.script(Script::when("Lobby 4 opens at 20:00.", Reply::text("The old room's answer.")));
+    rig.standin.script(Script::when(VOICE_PROMPT, Reply::text("New room, new run.")));
+    rig.standin.script(Script::when(VOICE_PROMPT, Reply::text("One more, then.")));
+    rig.say(VOICE, "ada", "clankie, look up when the lobby opens");
+    until("the handoff under way", Duration::from_secs(20), || {
+        rig.standin.requests().iter().any(|r| r.all_text().contains("via=\"the voice room\""))
+    })
+    .await;
+
+    // Everyone leaves: after the grace he leaves and the room closes. Then it opens again.
+    rig.sandbox.discord.voice_leave(VOICE, "ada").expect("a voice channel");
+    until("the room closed", Duration::from_secs(15), || rig.sandbox.gateway.live_voice_channel(GUILD).is_none()).await;
+    rig.voice_live(VOICE, "ada").await;
+    rig.say(VOICE, "ada", "clankie, hello again");
+    until("the new room's answer", Duration::from_secs(20), || speaks.all().iter().any(|s| s.text == "New room, new run.")).await;
+
+    // The old run's handoff comes back while the new room lives: nothing of it is spoken, and
+    // it makes no model call more. The next line is the new room's second run.
+    until("the old handoff settled", Duration::from_secs(20), || receipts.all().iter().any(|r| r.kind == "captain.handoff")).await;
+    rig.say(VOICE, "ada", "clankie, anything else?");
+    until("the next answer", Duration::from_secs(20), || speaks.all().iter().any(|s| s.text == "One more, then.")).await;
+    let persona_calls = rig.standin.requests().iter().filter(|r| r.all_text().contains(VOICE_PROMPT)).count();
+    let old_run_went_on =
+        rig.standin.requests().iter().any(|r| r.all_text().contains(VOICE_PROMPT) && r.count("Lobby 4 opens at 20:00.") > 0);
+    let spoken: Vec<String> = speaks.all().into_iter().map(|s| s.text).collect();
+    println!("voice_actor: persona calls {persona_calls}, spoken {spoken:?}");
+    assert_eq!(spoken, ["New room, new run.", "One more, then."], "the closed room's run spoke in the new one");
+    assert!(!old_run_went_on, "the closed room's run went on after its handoff came back");
+    assert_eq!(persona_calls, 3);
+}
