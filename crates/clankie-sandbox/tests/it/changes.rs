@@ -40,7 +40,8 @@ async fn message_delete_before_the_turn_reads_it_never_reaches_the_model() {
     let rig = Rig::new().await;
     let bus = rig.bus().await;
     let receipts = clankie_testkit::record::<v1::Receipt>(&bus, Family::Receipt).await;
-    rig.standin.script(Script::any(slow("Lobby 4 at eight.", 3_000)));
+    // Long enough that the deletion reaches the run before its first call ends, however busy the machine.
+    rig.standin.script(Script::any(slow("Lobby 4 at eight.", 8_000)));
     let first = rig.say(GENERAL, "ada", "@Clankie is the lobby up tonight?");
     ran(&receipts, first).await;
     // Steered into the live run, then deleted before the run's next boundary reads it.
@@ -116,7 +117,8 @@ async fn message_edit_during_the_run_reaches_the_same_run_as_a_correction_and_th
     let rig = Rig::new().await;
     let bus = rig.bus().await;
     let receipts = clankie_testkit::record::<v1::Receipt>(&bus, Family::Receipt).await;
-    rig.standin.script(Script::any(slow("The lobby opens at eight, ", 3_000)));
+    // Long enough that the edit reaches the run before its first call ends, however busy the machine.
+    rig.standin.script(Script::any(slow("The lobby opens at eight, ", 8_000)));
     rig.standin.script(Script::any(Reply::text("Nine it is: lobby 4 at nine.")));
     let asked = rig.say(GENERAL, "ada", "@Clankie is the lobby at 8pm?");
     ran(&receipts, asked).await;
