@@ -10,7 +10,15 @@ use super::{DumpLogsOnPanic, Rig, kind, spawn_captain, spawn_captain_with, until
 
 /// Runs `captain-a` with `fault` until it dies there, then `captain-b`; returns the burst's ids.
 async fn die_at(rig: &Rig, fault: &str) -> (Vec<u64>, tokio::process::Child) {
-    rig.standin.script(Script::any(Reply::text("First try.")));
+    // Slow enough that "two" is steered into the run before its answer ends, however busy the
+    // machine: the burst is one turn, as the outcomes below expect.
+    rig.standin.script(Script::any(Reply::Text {
+        text: "First try.".into(),
+        chunk_chars: 40,
+        chunk_delay_ms: 0,
+        first_delay_ms: 2_000,
+        tail_delay_ms: 0,
+    }));
     let mut a = spawn_captain_with(rig, "captain-a", &[("CLANKIE_FAULT", fault)]);
     let one = rig.say("ada", "@Clankie one", true).await;
     let two = rig.say("ada", "two", false).await;
