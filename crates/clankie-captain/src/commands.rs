@@ -31,6 +31,10 @@ fn refused(code: &str, text: &str) -> v1::CommandReply {
     v1::CommandReply { text: text.to_owned(), code: code.to_owned(), ..Default::default() }
 }
 
+fn store_unavailable() -> v1::CommandReply {
+    refused("store_unavailable", "I can't reach my memory right now; try again in a moment.")
+}
+
 fn said(text: String) -> v1::CommandReply {
     v1::CommandReply { text, ..Default::default() }
 }
@@ -63,7 +67,7 @@ impl Captain {
         }
         let settings = match store.owner_settings().await {
             Ok(s) => s,
-            Err(_) => return refused("store_unavailable", "I can't reach my memory right now; try again in a moment."),
+            Err(_) => return store_unavailable(),
         };
         if settings.owner_id != Some(req.user_id) && !settings.operators.contains(&req.user_id) {
             return refused("not_owner", "Only my owner and operators can do that. Anyone can use `/clankie forget-me`.");
@@ -83,11 +87,11 @@ impl Captain {
         let store = &self.inner.store;
         let (present, quiet) = match (store.present_lanes(self.inner.config.exchange_window).await, store.quiet_lanes().await) {
             (Ok(p), Ok(q)) => (p, q),
-            _ => return refused("store_unavailable", "I can't reach my memory right now; try again in a moment."),
+            _ => return store_unavailable(),
         };
         let running = match store.running_lanes().await {
             Ok(r) => r,
-            Err(_) => return refused("store_unavailable", "I can't reach my memory right now; try again in a moment."),
+            Err(_) => return store_unavailable(),
         };
         let mut lines = Vec::new();
         lines.push(if running.is_empty() { "Running: nothing right now.".to_owned() } else { format!("Running: {}.", running.join(", ")) });
@@ -110,7 +114,7 @@ impl Captain {
     async fn memory_list(&self) -> v1::CommandReply {
         let proposals = match self.inner.store.memories(MemoryStatus::Proposed, LISTED_PROPOSALS).await {
             Ok(p) => p,
-            Err(_) => return refused("store_unavailable", "I can't reach my memory right now; try again in a moment."),
+            Err(_) => return store_unavailable(),
         };
         if proposals.is_empty() {
             return said("No memory is waiting for a decision.".into());
@@ -138,7 +142,7 @@ impl Captain {
         match self.inner.store.decide_memory(id, MemoryStatus::Proposed, to).await {
             Ok(true) => said(format!("Memory #{id} {}.", if to == MemoryStatus::Approved { "approved" } else { "rejected" })),
             Ok(false) => refused("already_decided", &format!("Memory #{id} was already decided; nothing changed.")),
-            Err(_) => refused("store_unavailable", "I can't reach my memory right now; try again in a moment."),
+            Err(_) => store_unavailable(),
         }
     }
 
@@ -170,7 +174,7 @@ impl Captain {
         match self.inner.store.set_quiet(&lane_of(req), for_ms).await {
             Ok(0) => said("I'll answer here again.".into()),
             Ok(until) => said(format!("Quiet here until <t:{}:t>: I'll answer nobody in this channel till then.", until / 1000)),
-            Err(_) => refused("store_unavailable", "I can't reach my memory right now; try again in a moment."),
+            Err(_) => store_unavailable(),
         }
     }
 
@@ -181,7 +185,7 @@ impl Captain {
                 "Done: I no longer hold your words ({} message(s) and lines in {} conversation(s); {} memory fact(s)).",
                 f.messages, f.lanes, f.memories
             )),
-            Err(_) => refused("store_unavailable", "I can't reach my memory right now; try again in a moment."),
+            Err(_) => store_unavailable(),
         }
     }
 }

@@ -206,7 +206,9 @@ impl Captain {
             vec![(0, i64::MAX)]
         });
         let forgot = |m: &v1::HistoryMessage| {
-            forgotten.iter().any(|(author, at)| (*author == 0 || *author == m.author_id) && snowflake_ms(m.message_id) < *at)
+            forgotten
+                .iter()
+                .any(|(author, at)| (*author == 0 || *author == m.author_id) && clankie_proto::time::snowflake_ms(m.message_id) < *at)
         };
         let request = v1::HistoryRequest {
             channel_id: owner.channel_id,
@@ -525,11 +527,6 @@ async fn keep_lease(store: clankie_store::Store, lease: Lease, ttl: std::time::D
             Err(e) => tracing::warn!(lane = %lease.lane, error = %e, "lease renewal failed"),
         }
     }
-}
-
-/// When a Discord message was sent, from its id (ms since the Unix epoch).
-pub(crate) fn snowflake_ms(id: u64) -> i64 {
-    ((id >> 22) + 1_420_070_400_000) as i64
 }
 
 /// The event that tells the body (and any tap) a delivery's outcome.

@@ -12,7 +12,7 @@ use crate::control::NewMessage;
 use crate::{LoopbackConfig, model};
 
 /// Discord's epoch, 2015-01-01, in ms since the Unix epoch.
-const DISCORD_EPOCH_MS: u64 = 1_420_070_400_000;
+use clankie_proto::time::DISCORD_EPOCH_MS;
 
 pub(crate) fn now_ms() -> i64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0)

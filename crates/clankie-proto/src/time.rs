@@ -2,6 +2,14 @@
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
+/// Discord's epoch, in ms since the Unix epoch: a snowflake's top 42 bits count from it.
+pub const DISCORD_EPOCH_MS: u64 = 1_420_070_400_000;
+
+/// When a Discord snowflake (a message id, say) was made, in ms since the Unix epoch.
+pub fn snowflake_ms(id: u64) -> i64 {
+    ((id >> 22) + DISCORD_EPOCH_MS) as i64
+}
+
 /// Formats a time as `YYYY-MM-DDTHH:MM:SS.mmmZ`.
 pub fn rfc3339(at: SystemTime) -> String {
     let since = at.duration_since(UNIX_EPOCH).unwrap_or_default();

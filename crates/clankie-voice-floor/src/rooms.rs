@@ -474,23 +474,8 @@ impl RoomKeeper {
                     tracing::error!(error = %e, guild, channel, "voice room input stopped");
                 }
             }));
-            let session = v1::VoiceSession {
-                guild_id: guild,
-                channel_id: Some(channel),
-                session_id: format!("voice-{guild}-{channel}-{epoch}"),
-                updated_at_ms: now_ms(),
-                live_until_ms: now_ms() + i64::try_from(self.config.lease_ttl.as_millis()).unwrap_or(i64::MAX),
-            };
             owned.vouching.store(true, std::sync::atomic::Ordering::SeqCst);
-            let bus = self.bus.clone();
-            tokio::spawn(async move {
-                if let Some(held) = clankie_settings::fault::hold("voice.publish") {
-                    tokio::time::sleep(held).await;
-                }
-                if let Err(e) = bus.publish(&Subject::VoiceSession { guild }, &session, None).await {
-                    tracing::warn!(error = %e, "voice session not announced");
-                }
-            });
+            vouch_for(&self.bus, key, epoch, self.config.lease_ttl);
             self.floor.joined(guild, channel).await;
             self.receipt("voice.room", key, epoch, |r| r.with_code("live")).await;
         }
@@ -659,22 +644,7 @@ async fn keep_room_lease(
                 if !vouching.load(std::sync::atomic::Ordering::SeqCst) {
                     continue;
                 }
-                let session = v1::VoiceSession {
-                    guild_id: guild,
-                    channel_id: Some(channel),
-                    session_id: format!("voice-{guild}-{channel}-{epoch}"),
-                    updated_at_ms: now_ms(),
-                    live_until_ms: now_ms() + i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX),
-                };
-                let bus = bus.clone();
-                tokio::spawn(async move {
-                    if let Some(held) = clankie_settings::fault::hold("voice.publish") {
-                        tokio::time::sleep(held).await;
-                    }
-                    if let Err(e) = bus.publish(&Subject::VoiceSession { guild }, &session, None).await {
-                        tracing::warn!(error = %e, "voice session not vouched for");
-                    }
-                });
+                vouch_for(&bus, (guild, channel), epoch, ttl);
             }
             Err(StoreError::Fenced { .. }) => {
                 let _ = fenced.send(true);
@@ -767,11 +737,37 @@ async fn room_receipt(bus: &Bus, delivery_id: &str, kind: &'static str, key: Key
     // Off the caller's path: a slow bus delays evidence, never the room or its lease.
     let bus = bus.clone();
     tokio::spawn(async move {
-        if let Some(held) = clankie_settings::fault::hold("voice.publish") {
-            tokio::time::sleep(held).await;
-        }
+        held_publish().await;
         if let Err(e) = bus.publish_receipt(&receipt).await {
             tracing::warn!(error = %e, "receipt not published");
+        }
+    });
+}
+
+/// The named wait a test sets (`CLANKIE_FAULT_HOLD=voice.publish=<ms>`) to make every voice-floor
+/// publish as slow as one during a held stream leader.
+async fn held_publish() {
+    if let Some(held) = clankie_settings::fault::hold("voice.publish") {
+        tokio::time::sleep(held).await;
+    }
+}
+
+/// Vouches for the room's live session for one lease time from now: published on a task of its
+/// own, so neither the keeper's loop nor a renewal waits on the bus.
+fn vouch_for(bus: &Bus, key: Key, epoch: i64, ttl: Duration) {
+    let (guild, channel) = key;
+    let session = v1::VoiceSession {
+        guild_id: guild,
+        channel_id: Some(channel),
+        session_id: format!("voice-{guild}-{channel}-{epoch}"),
+        updated_at_ms: now_ms(),
+        live_until_ms: now_ms() + i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX),
+    };
+    let bus = bus.clone();
+    tokio::spawn(async move {
+        held_publish().await;
+        if let Err(e) = bus.publish(&Subject::VoiceSession { guild }, &session, None).await {
+            tracing::warn!(error = %e, "voice session not vouched for");
         }
     });
 }

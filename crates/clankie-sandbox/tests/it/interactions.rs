@@ -16,14 +16,10 @@ const LOBBIES: u64 = 201;
 const VOICE: u64 = 300;
 const DM: u64 = 900;
 
-fn user(name: &str) -> u64 {
-    // The loopback's stable id per name.
-    10_000 + name.bytes().fold(0u64, |h, b| h.wrapping_mul(31).wrapping_add(u64::from(b))) % 1_000_000
-}
-
 async fn owned_by(rig: &Rig, owner: &str) -> Store {
     let store = Store::connect(&rig.settings.database_url).await.unwrap();
-    let settings = OwnerSettings { owner_id: Some(user(owner)), ..store.owner_settings().await.unwrap() };
+    let settings =
+        OwnerSettings { owner_id: Some(clankie_discord_loopback::Loopback::user_id(owner)), ..store.owner_settings().await.unwrap() };
     store.set_owner_settings(&settings).await.unwrap();
     store
 }

@@ -161,6 +161,19 @@ impl Drop for Rig {
 }
 
 /// A spoken clip of espeak-ng.
+/// A floor (`floor-a`) whose offline transcriber knows `phrases`, keeping the room ada has just
+/// joined, with his voice connected; the floor's process and its grammar file.
+pub async fn live_room_hearing(rig: &Rig, phrases: &[&str]) -> (tokio::process::Child, std::path::PathBuf) {
+    let file = rig.dir.path().join("room.gram");
+    std::fs::write(&file, clankie_speech::offline::grammar(phrases)).unwrap();
+    let floor = rig.voice_floor_with("floor-a", &[("CLANKIE_STT_GRAMMAR", file.display().to_string())]);
+    keeping(rig, "floor-a").await;
+    rig.discord.voice_join(VOICE, "ada").unwrap();
+    until("the room live", Duration::from_secs(10), || rig.live() == Some(VOICE)).await;
+    rig.connected(Duration::from_secs(10)).await;
+    (floor, file)
+}
+
 pub async fn clip(text: &str) -> (Vec<i16>, u32) {
     Loopback::synthesize(text).await.expect("espeak-ng speaks")
 }

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use clankie_model_standin::{Reply, Script};
 use clankie_speech::SpeechToText;
-use clankie_speech::offline::{Pocketsphinx, grammar};
+use clankie_speech::offline::Pocketsphinx;
 
 use super::{Rig, VOICE, clip, keeping, until};
 
@@ -27,14 +27,7 @@ const PHRASES: [&str; 10] = [
 const VOICE_PROMPT: &str = "spoken aloud";
 
 async fn live_room(rig: &Rig) -> (tokio::process::Child, std::path::PathBuf) {
-    let file = rig.dir.path().join("room.gram");
-    std::fs::write(&file, grammar(&PHRASES)).unwrap();
-    let floor = rig.voice_floor_with("floor-a", &[("CLANKIE_STT_GRAMMAR", file.display().to_string())]);
-    keeping(rig, "floor-a").await;
-    rig.discord.voice_join(VOICE, "ada").unwrap();
-    until("the room live", Duration::from_secs(10), || rig.live() == Some(VOICE)).await;
-    rig.connected(Duration::from_secs(10)).await;
-    (floor, file)
+    super::live_room_hearing(rig, &PHRASES).await
 }
 
 #[tokio::test]

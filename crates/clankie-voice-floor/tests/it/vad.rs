@@ -5,9 +5,8 @@
 use std::time::Duration;
 
 use clankie_model_standin::{Reply, Script};
-use clankie_speech::offline::grammar;
 
-use super::{Rig, VOICE, clip, has_code, keeping, until};
+use super::{Rig, VOICE, clip, has_code, until};
 
 const RATE: u32 = 16_000;
 const VOICE_PROMPT: &str = "spoken aloud";
@@ -99,14 +98,7 @@ async fn speech_in_noise(text: &str, snr_db: f32) -> (Vec<i16>, f32) {
 }
 
 async fn live_room(rig: &Rig) -> tokio::process::Child {
-    let file = rig.dir.path().join("room.gram");
-    std::fs::write(&file, grammar(&PHRASES)).unwrap();
-    let floor = rig.voice_floor_with("floor-a", &[("CLANKIE_STT_GRAMMAR", file.display().to_string())]);
-    keeping(rig, "floor-a").await;
-    rig.discord.voice_join(VOICE, "ada").unwrap();
-    until("the room live", Duration::from_secs(10), || rig.live() == Some(VOICE)).await;
-    rig.connected(Duration::from_secs(10)).await;
-    floor
+    super::live_room_hearing(rig, &PHRASES).await.0
 }
 
 #[tokio::test]

@@ -123,6 +123,21 @@ async fn chaos_gateway_killed_after_receiving_before_publishing_resumes_and_repl
     assert_eq!(discord.identifies(), 1, "the successor resumed rather than identifying afresh");
 }
 
+/// A loopback Discord of `shards` shards (`max_concurrency` may identify per 5 s) with a guild on
+/// each: shard k's guild has text channel `700 + k`. Discord routes guild g to shard (g >> 22) % shards.
+pub(crate) fn a_guild_per_shard(shards: u32, max_concurrency: u32) -> LoopbackConfig {
+    let mut config = LoopbackConfig { shards, max_concurrency, heartbeat_interval_ms: 5_000, ..Default::default() };
+    for k in 0..u64::from(shards) {
+        config.channels.push(clankie_discord_loopback::ChannelSpec {
+            id: 700 + k,
+            name: format!("shard-{k}"),
+            voice: false,
+            guild: Some((k + 4) << 22),
+        });
+    }
+    config
+}
+
 /// Every shard's claim owner, in shard order (`None` for a shard nobody holds unexpired).
 pub(crate) async fn shard_owners(leases: &clankie_gateway::leases::ShardLeases, shards: u32) -> Vec<Option<String>> {
     let mut owners = Vec::new();
@@ -141,18 +156,7 @@ pub(crate) async fn shard_owners(leases: &clankie_gateway::leases::ShardLeases, 
 async fn shard_lease_a_gateway_killed_hands_its_shards_to_the_other_which_answers_once() {
     const SHARDS: u32 = 4;
     const TTL_MS: u64 = 3_000;
-    // A guild on each shard: Discord routes guild g to shard (g >> 22) % shards.
-    let guild = |shard: u64| (shard + 4) << 22;
-    let mut config = LoopbackConfig { shards: SHARDS, max_concurrency: 2, heartbeat_interval_ms: 5_000, ..Default::default() };
-    for k in 0..u64::from(SHARDS) {
-        config.channels.push(clankie_discord_loopback::ChannelSpec {
-            id: 700 + k,
-            name: format!("shard-{k}"),
-            voice: false,
-            guild: Some(guild(k)),
-        });
-    }
-    let cast = Cast::start(config).await;
+    let cast = Cast::start(a_guild_per_shard(SHARDS, 2)).await;
     let _dump = DumpLogsOnPanic(cast.dir.path().to_owned(), &["captain", "gateway-a", "gateway-b"]);
     let (discord, standin) = (&cast.discord, &cast.standin);
     standin.script(Script::any(Reply::text("Heard you, once.")));

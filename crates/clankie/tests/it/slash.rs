@@ -4,28 +4,17 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use clankie_discord_loopback::LoopbackConfig;
 use clankie_discord_loopback::interactions::RunCommand;
 use clankie_store::OwnerSettings;
 use clankie_testkit::until;
 
-use crate::chaos::{Cast, shard_owners};
+use crate::chaos::{Cast, a_guild_per_shard, shard_owners};
 
 #[tokio::test]
 async fn slash_with_3_gateway_replicas_the_command_set_is_registered_once_and_every_shard_answers() {
     const SHARDS: u32 = 3;
-    let guild = |shard: u64| (shard + 3) << 22;
-    let mut config = LoopbackConfig { shards: SHARDS, max_concurrency: 3, heartbeat_interval_ms: 5_000, ..Default::default() };
-    for k in 0..u64::from(SHARDS) {
-        config.channels.push(clankie_discord_loopback::ChannelSpec {
-            id: 700 + k,
-            name: format!("shard-{k}"),
-            voice: false,
-            guild: Some(guild(k)),
-        });
-    }
-    let cast = Cast::start(config).await;
-    let ada = 10_000 + "ada".bytes().fold(0u64, |h, b| h.wrapping_mul(31).wrapping_add(u64::from(b))) % 1_000_000;
+    let cast = Cast::start(a_guild_per_shard(SHARDS, 3)).await;
+    let ada = clankie_discord_loopback::Loopback::user_id("ada");
     let settings = OwnerSettings { owner_id: Some(ada), ..cast.store.owner_settings().await.unwrap() };
     cast.store.set_owner_settings(&settings).await.unwrap();
     let _captain = cast.service("captain", "captain", None, &[]);
