@@ -1,41 +1,41 @@
 //! The voice floor: live voice rooms and what happens to each line heard in them.
 //!
-//! [`VoiceFloor::hear`] is the one transport-neutral room-input path: the
-//! gateway's routed text, a test body and the future audio body all end there.
-//! For each input the floor decides (see [`floor`]), keeps the room's
-//! [`RingLine`] ring (speech and typed lines with their source; only speech
-//! reaches transcript subscribers), and for wake, continue or a permitted
-//! offer asks the voice persona for words to say or silence. Silence is a real
-//! outcome here: nothing falls through to a text reply. Every receipt carries
-//! the delivery id and no words.
-//!
-//! Which rooms are live, and which replica owns each, is [`rooms`]' job: the
-//! owner opens a room here ([`VoiceFloor::open_room`]) and serves its input.
+//! The house is keeper → room actor → {ears, floor, run, mouth}. The keeper ([`rooms`]) decides
+//! which rooms are wanted and takes their leases; each room it owns is one actor ([`room`]) that
+//! owns its lease keeping, its audio body, its transcriber, its ring and its runs. Every room
+//! input (typed chat the gateway routes, an utterance's words) enters the actor's one path: the
+//! floor decides (a pure function, [`floor`]), the ring keeps the line with its source (only
+//! speech reaches transcript subscribers), and for wake, continue or a permitted offer a persona
+//! run ([`VoiceFloor`]'s, shared by every room) asks the voice persona for words to say or
+//! silence. Silence is a real outcome here: nothing falls through to a text reply. Every receipt
+//! carries the delivery id and no words.
 
 pub mod floor;
+pub mod room;
 pub mod rooms;
 pub mod sentences;
 pub mod service;
 
-use std::collections::{HashMap, VecDeque};
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::sync::Arc;
+use std::time::Duration;
 
 use clankie_agent::provider::{ChatMessage, ModelRequest, ToolSpec};
 use clankie_agent::{Model, RetryPolicy, silence};
 use clankie_bus::{Bus, BusError, ConsumerSpec, MsgId, now_ms};
 use clankie_proto::{Family, LaneKey, ReceiptKind, Subject, v1};
-use clankie_self::{SelfSource, Surface, blocks, experience};
+use clankie_self::{SelfSource, Surface, experience};
 use clankie_settings::Settings;
 use serde_json::json;
 
-use floor::{FloorRules, FloorState};
+use floor::FloorRules;
 
 /// Why the voice floor stopped.
 #[derive(Debug, thiserror::Error)]
 pub enum VoiceError {
     #[error(transparent)]
     Bus(#[from] BusError),
+    #[error("the room is gone")]
+    Gone,
 }
 
 /// How the floor behaves.
@@ -78,29 +78,6 @@ pub struct RingLine {
     /// His line, stopped by someone speaking over him: `text` is what he got to say.
     pub cut_off: bool,
 }
-
-#[derive(Default)]
-struct Room {
-    ring: VecDeque<RingLine>,
-    floor: FloorState,
-    /// Where the room's words go to be spoken: its audio body, when it has one.
-    mouth: Option<tokio::sync::mpsc::UnboundedSender<v1::Speak>>,
-    /// The room's live persona run, which takes further inputs at its next boundary.
-    run: Option<tokio::sync::mpsc::UnboundedSender<v1::RoomInput>>,
-    /// That run's task: a room's run ends with its room.
-    run_task: Option<tokio::task::AbortHandle>,
-    /// The room lease its lines are written under, so the conversation outlives this owner.
-    lease: Option<clankie_store::RoomLease>,
-    /// Where someone spoke over each recent run's answer: the sentence cut (its index among the
-    /// run's sentences) and how much of it played.
-    cuts: HashMap<String, (usize, f64)>,
-    /// The sentences each recent run handed to the body, with the model call (round) that
-    /// wrote each, for a cut that comes after the run's line is in the ring.
-    sentences: HashMap<String, Vec<(usize, String)>>,
-}
-
-/// Runs a room remembers the sentences and cuts of.
-const REMEMBERED_ANSWERS: usize = 16;
 
 /// The answer one model call (`round`) of the run answering `run` writes: what a barge-in cuts.
 pub fn answer_id(run: &str, round: usize) -> String {
@@ -145,26 +122,12 @@ pub struct RoomInputs {
     bodies: clankie_bus::Consumer<v1::RoomInput>,
 }
 
-/// What hearing one input led to.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Heard {
-    /// Not a live room here.
-    NotLive,
-    /// Seen inside the dedup window already.
-    Duplicate,
-    /// Decided. An input owed an answer starts the room's persona run, or is steered into the
-    /// live one (`steered`), which answers it with everything else it heard.
-    Decided { verdict: v1::FloorVerdict, steered: bool },
-}
-
 /// The voice floor. Cheap to share behind an `Arc`.
 pub struct VoiceFloor {
     bus: Bus,
     model: Model,
     selfhood: SelfSource,
     config: VoiceConfig,
-    rooms: Mutex<HashMap<(u64, u64), Room>>,
-    seen: Mutex<HashMap<String, Instant>>,
 }
 
 const ASK: &str = "ask_clankie";
@@ -174,95 +137,13 @@ const MAX_ROUNDS: usize = 6;
 impl VoiceFloor {
     /// A floor over `bus`, answering with `model` as the shared self `selfhood` describes him.
     pub fn new(bus: Bus, model: Model, selfhood: SelfSource, config: VoiceConfig) -> VoiceFloor {
-        VoiceFloor { bus, model, selfhood, config, rooms: Mutex::new(HashMap::new()), seen: Mutex::new(HashMap::new()) }
+        VoiceFloor { bus, model, selfhood, config }
     }
 
-    /// Makes a room live here: its inputs are heard from now on, and what it decides to say goes
-    /// to `mouth` (its audio body) as well as onto the speak subject. With a room `lease`, the
-    /// room's conversation is durable: it is read back from the store (what earlier owners
-    /// heard and said) and every line is written under the lease.
-    pub async fn open_room(
-        &self,
-        guild: u64,
-        channel: u64,
-        mouth: Option<tokio::sync::mpsc::UnboundedSender<v1::Speak>>,
-        lease: Option<clankie_store::RoomLease>,
-    ) {
-        let stored = match &lease {
-            Some(_) => match self.selfhood.store().ring(guild, channel, self.config.ring_size as i64).await {
-                Ok(rows) => rows,
-                Err(e) => {
-                    tracing::warn!(error = %e, "the room's stored conversation is unavailable; it starts afresh here");
-                    Vec::new()
-                }
-            },
-            None => Vec::new(),
-        };
-        let mut rooms = self.rooms.lock().unwrap_or_else(|p| p.into_inner());
-        let room = rooms.entry((guild, channel)).or_default();
-        room.mouth = mouth;
-        room.lease = lease;
-        if room.ring.is_empty() {
-            room.ring = stored
-                .into_iter()
-                .map(|r| RingLine {
-                    delivery_id: r.delivery_id,
-                    source: v1::RoomInputSource::try_from(r.source).unwrap_or(v1::RoomInputSource::Unspecified),
-                    author_id: r.author_id,
-                    author_name: r.author_name,
-                    is_him: r.is_him,
-                    text: r.text,
-                    at_ms: r.at_ms,
-                    cut_off: r.cut_off,
-                })
-                .collect();
-        }
-    }
-
-    /// Sentence `sentence` (a [`sentence_id`]) of one of his answers was stopped by someone
-    /// speaking over him after `said` of it (0 for one never played): the ring keeps only the
-    /// words the room heard, marked as cut off, whether the answer's line is in it yet or not.
-    pub async fn cut_off(&self, guild: u64, channel: u64, sentence: &str, said: f64) {
-        let Some((answer, n)) = sentence_of(sentence) else { return };
-        let (lease, kept) = {
-            let mut rooms = self.rooms.lock().unwrap_or_else(|p| p.into_inner());
-            let Some(room) = rooms.get_mut(&(guild, channel)) else { return };
-            let cut = room.cuts.entry(answer.to_owned()).or_insert((n, said));
-            if (n, said) < *cut {
-                *cut = (n, said);
-            }
-            let (n, said) = *cut;
-            if room.cuts.len() > REMEMBERED_ANSWERS {
-                let oldest = room.cuts.keys().min().cloned();
-                oldest.map(|k| room.cuts.remove(&k));
-            }
-            let Some(sentences) = room.sentences.get(answer) else { return };
-            let kept = heard_of(sentences, n, said);
-            let Some(line) = room.ring.iter_mut().rev().find(|l| l.is_him && l.delivery_id == answer) else { return };
-            line.text.clone_from(&kept);
-            line.cut_off = true;
-            (room.lease.clone(), kept)
-        };
-        if let Some(lease) = lease
-            && let Err(e) = self.selfhood.store().cut_ring(&lease, answer, &kept).await
-        {
-            tracing::warn!(error = %e, "the cut-off line was not stored");
-        }
-    }
-
-    /// The room is no longer live here; its ring and floor state go with it.
-    pub fn close_room(&self, guild: u64, channel: u64) {
-        let closed = self.rooms.lock().unwrap_or_else(|p| p.into_inner()).remove(&(guild, channel));
-        // Its run goes with it (an `ask_clankie` still waiting included): a reopened room is a
-        // new room, and no run of the old one may speak in it or write its ring.
-        if let Some(task) = closed.and_then(|r| r.run_task) {
-            task.abort();
-        }
-    }
-
-    /// The rooms live here.
-    pub fn live_rooms(&self) -> Vec<(u64, u64)> {
-        self.rooms.lock().unwrap_or_else(|p| p.into_inner()).keys().copied().collect()
+    /// A room's conversation as the store has it (what its owners heard and said), oldest first.
+    pub async fn ring(&self, guild: u64, channel: u64) -> Result<Vec<RingLine>, clankie_store::StoreError> {
+        let rows = self.selfhood.store().ring(guild, channel, self.config.ring_size as i64).await?;
+        Ok(rows.into_iter().map(RingLine::from).collect())
     }
 
     /// Tells the shared self he joined a voice room.
@@ -302,167 +183,6 @@ impl VoiceFloor {
         })
     }
 
-    /// Hears a live room's inputs in order until the bus fails.
-    pub async fn serve_room(self: Arc<Self>, mut inputs: RoomInputs) -> Result<(), VoiceError> {
-        loop {
-            let d = tokio::select! {
-                d = inputs.typed.next() => d?,
-                d = inputs.bodies.next() => d?,
-            };
-            let span = tracing::info_span!("delivery", delivery_id = %d.event.delivery_id);
-            let _ = tracing::Instrument::instrument(self.hear(d.event.clone()), span).await;
-            let _ = d.ack().await;
-        }
-    }
-
-    /// A copy of a room's ring, oldest first.
-    pub fn ring(&self, guild: u64, channel: u64) -> Vec<RingLine> {
-        self.rooms
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(&(guild, channel))
-            .map(|r| r.ring.iter().cloned().collect())
-            .unwrap_or_default()
-    }
-
-    fn first_sighting(&self, delivery_id: &str) -> bool {
-        let mut seen = self.seen.lock().unwrap_or_else(|p| p.into_inner());
-        let now = Instant::now();
-        let window = self.config.dedup_window;
-        seen.retain(|_, at| now.duration_since(*at) < window);
-        if seen.contains_key(delivery_id) {
-            return false;
-        }
-        seen.insert(delivery_id.to_owned(), now);
-        true
-    }
-
-    async fn push_line(&self, key: (u64, u64), line: RingLine) {
-        let row = clankie_store::RingRow {
-            delivery_id: line.delivery_id.clone(),
-            source: line.source as i32,
-            author_id: line.author_id,
-            author_name: line.author_name.clone(),
-            is_him: line.is_him,
-            text: line.text.clone(),
-            cut_off: line.cut_off,
-            at_ms: line.at_ms,
-        };
-        let lease = {
-            let mut rooms = self.rooms.lock().unwrap_or_else(|p| p.into_inner());
-            let Some(room) = rooms.get_mut(&key) else { return };
-            room.ring.push_back(line);
-            while room.ring.len() > self.config.ring_size {
-                room.ring.pop_front();
-            }
-            room.lease.clone()
-        };
-        if let Some(lease) = lease
-            && let Err(e) = self.selfhood.store().append_ring(&lease, &row).await
-        {
-            tracing::warn!(error = %e, "a line of the room's conversation was not stored");
-        }
-    }
-
-    /// The one room-input path, whatever body heard the line. It decides and hands on; it never
-    /// waits for an answer, so the room keeps hearing while its persona thinks or asks.
-    pub async fn hear(self: &Arc<Self>, input: v1::RoomInput) -> Heard {
-        let key = (input.guild_id, input.channel_id);
-        if !self.rooms.lock().unwrap_or_else(|p| p.into_inner()).contains_key(&key) {
-            self.receipt("voice.not_live", &input, |r| r).await;
-            return Heard::NotLive;
-        }
-        if !self.first_sighting(&input.delivery_id) {
-            self.receipt("voice.duplicate", &input, |r| r).await;
-            return Heard::Duplicate;
-        }
-        let source = v1::RoomInputSource::try_from(input.source).unwrap_or(v1::RoomInputSource::Unspecified);
-        let rules = self.rules().await;
-        let (verdict, reason) = {
-            let rooms = self.rooms.lock().unwrap_or_else(|p| p.into_inner());
-            let state = rooms.get(&key).map(|r| &r.floor);
-            floor::decide(&input, state.unwrap_or(&FloorState::default()), &rules, Instant::now())
-        };
-        let addressed = matches!(verdict, v1::FloorVerdict::Wake);
-        match source {
-            v1::RoomInputSource::Text => {
-                self.receipt("discord.voice.text_input", &input, |r| {
-                    r.with_id("author", input.author_id)
-                        .with_count("chars", input.text.chars().count() as i64)
-                        .with_flag("addressed", addressed)
-                })
-                .await;
-            }
-            _ => {
-                let transcript = v1::Transcript {
-                    delivery_id: input.delivery_id.clone(),
-                    guild_id: input.guild_id,
-                    channel_id: input.channel_id,
-                    speaker_id: input.author_id,
-                    text: input.text.clone(),
-                    started_at_ms: input.received_at_ms,
-                    ended_at_ms: input.received_at_ms,
-                };
-                if let Err(e) = self.bus.publish(&Subject::VoiceTranscript { guild: key.0, channel: key.1 }, &transcript, None).await {
-                    tracing::warn!(error = %e, "transcript not published");
-                }
-            }
-        }
-        self.push_line(
-            key,
-            RingLine {
-                delivery_id: input.delivery_id.clone(),
-                source,
-                author_id: input.author_id,
-                author_name: input.author_name.clone(),
-                is_him: false,
-                text: input.text.clone(),
-                at_ms: input.received_at_ms,
-                cut_off: false,
-            },
-        )
-        .await;
-        let decision = v1::FloorDecision {
-            delivery_id: input.delivery_id.clone(),
-            guild_id: key.0,
-            channel_id: key.1,
-            author_id: input.author_id,
-            source: input.source,
-            verdict: verdict as i32,
-            reason: reason.to_owned(),
-            decided_at_ms: now_ms(),
-        };
-        let id = MsgId::new(format!("floor:{}", input.delivery_id));
-        if let Err(e) = self.bus.publish(&Subject::VoiceFloor { guild: key.0, channel: key.1 }, &decision, Some(&id)).await {
-            tracing::warn!(error = %e, "floor decision not published");
-        }
-        self.receipt("voice.floor", &input, |r| r.with_code(verdict.as_str_name()).with_code(reason)).await;
-        if !floor::responds(verdict) {
-            return Heard::Decided { verdict, steered: false };
-        }
-        let steered = self.hand_to_run(key, input, verdict);
-        Heard::Decided { verdict, steered }
-    }
-
-    /// Steers `input` into the room's live run, or starts one with it. Returns whether it was steered.
-    fn hand_to_run(self: &Arc<Self>, key: (u64, u64), input: v1::RoomInput, verdict: v1::FloorVerdict) -> bool {
-        let mut rooms = self.rooms.lock().unwrap_or_else(|p| p.into_inner());
-        let Some(room) = rooms.get_mut(&key) else { return false };
-        let input = match room.run.as_ref() {
-            Some(run) => match run.send(input) {
-                Ok(()) => return true,
-                Err(back) => back.0,
-            },
-            None => input,
-        };
-        let (steer, steers) = tokio::sync::mpsc::unbounded_channel();
-        room.run = Some(steer);
-        let floor = self.clone();
-        let task = tokio::spawn(async move { floor.run_room(key, input, verdict, steers).await });
-        room.run_task = Some(task.abort_handle());
-        false
-    }
-
     /// The floor's rules, with the persona's name and aliases (edited with `clankie self persona`)
     /// added to the configured ones, so a new alias wakes him without a restart.
     async fn rules(&self) -> FloorRules {
@@ -494,36 +214,18 @@ impl VoiceFloor {
         (clankie_self::assemble(&snapshot, &thread, Surface::Voice { ask_tool: ASK }), clankie_self::self_context(&snapshot, &thread))
     }
 
-    fn room_block(&self, key: (u64, u64)) -> String {
-        let ring = self.ring(key.0, key.1);
-        let lines: Vec<blocks::Line<'_>> = ring
-            .iter()
-            .map(|line| blocks::Line {
-                said: blocks::Said { author_name: &line.author_name, author_id: line.author_id, text: &line.text },
-                is_him: line.is_him,
-                how: if line.source == v1::RoomInputSource::Text {
-                    "typed"
-                } else if line.cut_off {
-                    "said, cut off"
-                } else {
-                    "said"
-                },
-            })
-            .collect();
-        blocks::room(&lines)
-    }
-
     /// One persona run for the room: the voice lane's turn. Inputs that arrive while it thinks
     /// are steered in at the next boundary (before the next model call; a finished answer that
     /// did not hear them is not spoken, the run calls again), and one spoken answer covers all of
     /// them: the first is `replied` (or `silent`, `failed`), the rest `absorbed`.
     async fn run_room(
         self: Arc<Self>,
-        key: (u64, u64),
+        room: room::RunRoom,
         first: v1::RoomInput,
         verdict: v1::FloorVerdict,
         mut steers: tokio::sync::mpsc::UnboundedReceiver<v1::RoomInput>,
     ) {
+        let key = room.key;
         let ask = ToolSpec {
             name: ASK.into(),
             description: "Hand a request that needs action to your text-side self, who can use tools; returns the answer.".into(),
@@ -531,7 +233,7 @@ impl VoiceFloor {
         };
         let retry = RetryPolicy::default();
         let (system, context) = self.persona(key).await;
-        let mouth = self.rooms.lock().unwrap_or_else(|p| p.into_inner()).get(&key).and_then(|r| r.mouth.clone());
+        let mouth = &room.mouth;
         let mut covered = vec![first.clone()];
         let mut tail: Vec<ChatMessage> = Vec::new();
         let mut calls = 0u32;
@@ -543,16 +245,14 @@ impl VoiceFloor {
             if words.is_empty() {
                 return;
             }
-            if let Some(mouth) = &mouth {
-                let speak = v1::Speak {
-                    delivery_id: sentence_id(&answer_id(&first.delivery_id, round), said.len()),
-                    guild_id: key.0,
-                    channel_id: key.1,
-                    text: words.clone(),
-                    at_ms: now_ms(),
-                };
-                let _ = mouth.send(speak);
-            }
+            let speak = v1::Speak {
+                delivery_id: sentence_id(&answer_id(&first.delivery_id, round), said.len()),
+                guild_id: key.0,
+                channel_id: key.1,
+                text: words.clone(),
+                at_ms: now_ms(),
+            };
+            let _ = mouth.send(speak);
             said.push((round, words));
         };
         let mut result: Result<(), &'static str> = Err("no_answer");
@@ -562,7 +262,7 @@ impl VoiceFloor {
             }
             let latest = covered.last().cloned().unwrap_or_else(|| first.clone());
             // The ring already holds every line heard, steered ones included.
-            let mut messages = vec![ChatMessage::user(context.clone()), ChatMessage::user(self.room_block(key))];
+            let mut messages = vec![ChatMessage::user(context.clone()), ChatMessage::user(room.room_block().await)];
             messages.extend(tail.iter().cloned());
             let request = ModelRequest { system: system.clone(), messages, tools: vec![ask.clone()] };
             calls += 1;
@@ -608,60 +308,23 @@ impl VoiceFloor {
             result = Ok(());
             break;
         }
-        // Close the run under the room's lock, so an input is either steered in before this
-        // point or starts the next run; none falls between.
-        let leftovers: Vec<v1::RoomInput> = {
-            let mut rooms = self.rooms.lock().unwrap_or_else(|p| p.into_inner());
-            let mut left = Vec::new();
-            while let Ok(steered) = steers.try_recv() {
-                left.push(steered);
-            }
-            if let Some(room) = rooms.get_mut(&key) {
-                room.run = None;
-                room.run_task = None;
-            }
-            left
-        };
         let result = match result {
             Ok(()) | Err(_) if !said.is_empty() => Ok(said.iter().map(|(_, s)| s.as_str()).collect::<Vec<_>>().join(" ")),
             Ok(()) => Ok(String::new()),
             Err(code) => Err(code),
         };
         // The body hears that nothing more of this answer follows.
-        if let Some(mouth) = &mouth {
-            let _ =
-                mouth.send(v1::Speak { delivery_id: first.delivery_id.clone(), guild_id: key.0, channel_id: key.1, ..Default::default() });
-        }
-        {
-            let mut rooms = self.rooms.lock().unwrap_or_else(|p| p.into_inner());
-            if let Some(room) = rooms.get_mut(&key) {
-                room.sentences.insert(first.delivery_id.clone(), said.clone());
-                if room.sentences.len() > REMEMBERED_ANSWERS {
-                    let oldest = room.sentences.keys().min().cloned();
-                    oldest.map(|k| room.sentences.remove(&k));
-                }
-            }
-        }
-        self.settle(key, &covered, verdict, result, calls).await;
-        let mut leftovers = leftovers.into_iter();
-        if let Some(next) = leftovers.next() {
-            self.hand_to_run(key, next, v1::FloorVerdict::Continue);
-            for more in leftovers {
-                self.hand_to_run(key, more, v1::FloorVerdict::Continue);
-            }
-        }
+        let _ = mouth.send(v1::Speak { delivery_id: first.delivery_id.clone(), guild_id: key.0, channel_id: key.1, ..Default::default() });
+        // The room writes his line (what was heard of it) and takes back the steers: whatever
+        // it sent after the last look here starts its next run.
+        room.ended(room::RunEnd { first: first.clone(), covered: covered.clone(), verdict, said, result: result.clone(), steers });
+        self.settle(key, &covered, result, calls).await;
     }
 
     /// Announces a run's answer, already handed to the body sentence by sentence (or records its
-    /// silence or failure), and gives every input it covered its outcome.
-    async fn settle(
-        &self,
-        key: (u64, u64),
-        covered: &[v1::RoomInput],
-        verdict: v1::FloorVerdict,
-        result: Result<String, &'static str>,
-        calls: u32,
-    ) {
+    /// silence or failure), and gives every input it covered its outcome. His line in the ring is
+    /// the room's to write.
+    async fn settle(&self, key: (u64, u64), covered: &[v1::RoomInput], result: Result<String, &'static str>, calls: u32) {
         let Some(first) = covered.first() else { return };
         let absorbed = |input: &v1::RoomInput| input.delivery_id != first.delivery_id;
         for input in covered.iter().filter(|i| absorbed(i)) {
@@ -706,38 +369,6 @@ impl VoiceFloor {
             }
         }
         self.experience(experience::talked(&thread, &names, &first.delivery_id, now_ms())).await;
-        // Someone may have spoken over him already: the ring holds what the room heard.
-        let (text, cut_off) = {
-            let rooms = self.rooms.lock().unwrap_or_else(|p| p.into_inner());
-            let room = rooms.get(&key);
-            match (room.and_then(|r| r.cuts.get(&first.delivery_id)), room.and_then(|r| r.sentences.get(&first.delivery_id))) {
-                (Some(&(n, said)), Some(sentences)) => (heard_of(sentences, n, said), true),
-                _ => (words, false),
-            }
-        };
-        self.push_line(
-            key,
-            RingLine {
-                delivery_id: first.delivery_id.clone(),
-                source: v1::RoomInputSource::Speech,
-                author_id: 0,
-                author_name: self.config.bot_name.clone(),
-                is_him: true,
-                text,
-                at_ms: now_ms(),
-                cut_off,
-            },
-        )
-        .await;
-        let mut rooms = self.rooms.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(room) = rooms.get_mut(&key) {
-            for input in covered {
-                room.floor.last_exchange.insert(input.author_id, Instant::now());
-            }
-            if verdict == v1::FloorVerdict::Offer {
-                room.floor.last_offer = Some(Instant::now());
-            }
-        }
     }
 
     async fn ask_clankie(&self, input: &v1::RoomInput, arguments: &str) -> String {

@@ -1,26 +1,28 @@
-//! Voice rooms: which are live, which replica owns each, and the audio body that owner runs.
+//! The room keeper: which voice rooms are wanted, and which replica owns each.
 //!
 //! The gateway forwards every voice state and voice server update; each replica reads them all
 //! (last per subject, so a fresh replica learns who is where). A room is *wanted* while a human
 //! is in an allowed voice channel, and for a grace period after the last one leaves. A wanted room
 //! is owned by exactly one replica through a room lease with a fencing epoch in PostgreSQL (the
-//! `voice_rooms` table; the voice lane itself is the captain's, for `ask_clankie`); the owner asks the gateway for op 4, connects its
-//! [`Body`] from his voice state and the server update, announces the room live (the gateway
-//! routes attached-chat text by it), and hears the room's input. When the owner dies its lease
-//! runs out and another replica takes the room and reconnects.
+//! `voice_rooms` table; the voice lane itself is the captain's, for `ask_clankie`). The owner
+//! spawns the room's actor ([`crate::room`]), asks the gateway for op 4, hands the actor the
+//! connection from his voice state and the server update, and announces the room live (the
+//! gateway routes attached-chat text by it). When the owner dies its lease runs out and another
+//! replica takes the room and reconnects.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use clankie_bus::{Bus, BusError, ConsumerSpec, MsgId, now_ms};
-use clankie_proto::{Family, LaneKey, ReceiptKind, Subject, v1};
-use clankie_speech::{Audio, SpeechConfig, SpeechToText, TextToSpeech};
-use clankie_store::{RoomLease, Store, StoreError};
-use clankie_voice_body::{Body, BodyConfig, BodyEvent, Connection};
+use clankie_proto::{Family, Subject, v1};
+use clankie_speech::{SpeechConfig, SpeechToText, TextToSpeech};
+use clankie_store::{Store, StoreError};
+use clankie_voice_body::{BodyConfig, Connection};
 use tokio::sync::mpsc;
 
 use crate::VoiceFloor;
+use crate::room::{Key, Link, RoomHandle, RoomParts, room_receipt};
 
 /// How rooms are kept.
 #[derive(Debug, Clone)]
@@ -82,39 +84,9 @@ pub fn speech_config(settings: &clankie_settings::Settings) -> SpeechConfig {
     }
 }
 
-type Key = (u64, u64);
-
-enum BodyCommand {
-    Connect(Connection),
-    Say(v1::Speak),
-    Leave,
-}
-
-enum RoomEvent {
-    Body(BodyEvent),
-    ConnectFailed(String),
-    /// One of his lines was played out, cut off by someone speaking, or could not be spoken.
-    Playback {
-        delivery_id: String,
-        code: &'static str,
-        played_ms: i64,
-        audio_ms: i64,
-    },
-}
-
-/// A room this replica owns.
+/// A room this replica owns: the handle on its actor, and what the keeper tracks of its connection.
 struct Owned {
-    lease: RoomLease,
-    /// Set by the room's lease keeper when another replica took the room.
-    fenced: tokio::sync::watch::Receiver<bool>,
-    /// Whether the room is live: its keeper then vouches for the live session at each renewal.
-    vouching: Arc<std::sync::atomic::AtomicBool>,
-    /// The room's lease keeper, a task of its own: nothing the keeper's loop waits on (a slow
-    /// bus, a receipt) can hold up a renewal.
-    _keeper: clankie_http::Aborting,
-    commands: mpsc::UnboundedSender<BodyCommand>,
-    /// Utterances heard, to the room's transcriber.
-    ears: mpsc::UnboundedSender<Utterance>,
+    room: RoomHandle,
     connection: Option<Connection>,
     /// The connection that last failed or dropped: not tried again; a fresh op 4 brings new ones.
     failed: Option<Connection>,
@@ -124,16 +96,6 @@ struct Owned {
     retry_at: Option<Instant>,
     asked: Option<Instant>,
     live: bool,
-    inputs: Option<tokio::task::JoinHandle<()>>,
-}
-
-impl Drop for Owned {
-    fn drop(&mut self) {
-        let _ = self.commands.send(BodyCommand::Leave);
-        if let Some(inputs) = self.inputs.take() {
-            inputs.abort();
-        }
-    }
 }
 
 #[derive(Default)]
@@ -183,14 +145,14 @@ pub struct RoomKeeper {
     names: HashMap<(u64, u64), String>,
     known: Known,
     owned: HashMap<Key, Owned>,
-    events_tx: mpsc::UnboundedSender<(Key, i64, RoomEvent)>,
-    events: mpsc::UnboundedReceiver<(Key, i64, RoomEvent)>,
+    links_tx: mpsc::UnboundedSender<(Key, i64, Link)>,
+    links: mpsc::UnboundedReceiver<(Key, i64, Link)>,
 }
 
 impl RoomKeeper {
     /// A keeper for `floor`'s rooms; fails only when an engine cannot be set up.
     pub fn new(bus: Bus, store: Store, floor: Arc<VoiceFloor>, config: RoomConfig) -> Result<RoomKeeper, RoomError> {
-        let (events_tx, events) = mpsc::unbounded_channel();
+        let (links_tx, links) = mpsc::unbounded_channel();
         let (stt, tts) = clankie_speech::engines(&config.speech)?;
         Ok(RoomKeeper {
             bus,
@@ -202,8 +164,8 @@ impl RoomKeeper {
             names: HashMap::new(),
             known: Known::default(),
             owned: HashMap::new(),
-            events_tx,
-            events,
+            links_tx,
+            links,
         })
     }
 
@@ -244,7 +206,7 @@ impl RoomKeeper {
                     self.owner_command(&d.event);
                     let _ = d.ack().await;
                 }
-                Some((key, epoch, event)) = self.events.recv() => self.room_event(key, epoch, event).await,
+                Some((key, epoch, link)) = self.links.recv() => self.link(key, epoch, link).await,
                 _ = tick.tick() => {}
             }
             self.reconcile().await;
@@ -254,6 +216,9 @@ impl RoomKeeper {
     fn member(&mut self, m: &v1::VoiceMember) {
         if !m.display_name.is_empty() {
             self.names.insert((m.guild_id, m.user_id), m.display_name.clone());
+            for (_, owned) in self.owned.iter().filter(|(k, _)| k.0 == m.guild_id) {
+                owned.room.named(m.user_id, m.display_name.clone());
+            }
         }
         if m.is_him {
             self.known.him.insert(m.guild_id, (m.channel_id, m.session_id.clone(), m.user_id));
@@ -368,60 +333,41 @@ impl RoomKeeper {
             }
         };
         tracing::info!(guild = key.0, channel = key.1, epoch = lease.epoch, "voice room taken");
-        let (commands, rx) = mpsc::unbounded_channel();
-        tokio::spawn(body_task(key, lease.epoch, self.config.body, self.tts.clone(), rx, self.events_tx.clone()));
-        let (ears, heard) = mpsc::unbounded_channel();
-        tokio::spawn(transcriber(self.bus.clone(), self.stt.clone(), key, self.config.transcriptions, heard));
-        let (fenced_tx, fenced) = tokio::sync::watch::channel(false);
-        let vouching = Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let keeper = tokio::spawn(keep_room_lease(
-            self.store.clone(),
-            self.bus.clone(),
-            lease.clone(),
-            self.config.lease_ttl,
-            vouching.clone(),
-            fenced_tx,
-        ));
-        self.receipt("voice.room", key, lease.epoch, |r| r.with_code("owned").with_count("epoch", lease.epoch)).await;
-        self.owned.insert(
+        let epoch = lease.epoch;
+        let room = RoomHandle::spawn(RoomParts {
             key,
-            Owned {
-                lease,
-                fenced,
-                vouching,
-                _keeper: clankie_http::Aborting(keeper),
-                commands,
-                ears,
-                connection: None,
-                failed: None,
-                failures: 0,
-                retry_at: None,
-                asked: None,
-                live: false,
-                inputs: None,
-            },
-        );
+            lease,
+            lease_ttl: self.config.lease_ttl,
+            floor: self.floor.clone(),
+            store: self.store.clone(),
+            body: self.config.body,
+            tts: self.tts.clone(),
+            stt: self.stt.clone(),
+            transcriptions: self.config.transcriptions,
+            names: self.names.iter().filter(|((g, _), _)| *g == key.0).map(|((_, u), n)| (*u, n.clone())).collect(),
+            links: self.links_tx.clone(),
+        });
+        self.receipt("voice.room", key, epoch, |r| r.with_code("owned").with_count("epoch", epoch)).await;
+        self.owned.insert(key, Owned { room, connection: None, failed: None, failures: 0, retry_at: None, asked: None, live: false });
     }
 
     /// Whether the room is still this replica's: false once its lease keeper saw it fenced.
     async fn renew(&mut self, key: Key) -> bool {
         let Some(owned) = self.owned.get(&key) else { return false };
-        if !*owned.fenced.borrow() {
+        if !*owned.room.fenced.borrow() {
             return true;
         }
-        let epoch = owned.lease.epoch;
+        let epoch = owned.room.lease.epoch;
         tracing::warn!(guild = key.0, channel = key.1, epoch, "voice room fenced: another replica owns it now");
         self.lose(key).await;
         self.receipt("voice.room", key, epoch, |r| r.with_code("fenced")).await;
         false
     }
 
-    /// Forgets a room without asking the gateway for anything: the new owner holds it now.
+    /// Forgets a room without asking the gateway for anything: the new owner holds it now. Its
+    /// actor ends with its handle, and its runs with it.
     async fn lose(&mut self, key: Key) {
-        if let Some(owned) = self.owned.remove(&key) {
-            self.floor.close_room(key.0, key.1);
-            drop(owned);
-        }
+        self.owned.remove(&key);
     }
 
     async fn keep(&mut self, key: Key) {
@@ -429,7 +375,7 @@ impl RoomKeeper {
         let him = self.known.him.get(&guild).cloned();
         let server = self.known.servers.get(&guild).cloned();
         let Some(owned) = self.owned.get_mut(&key) else { return };
-        let epoch = owned.lease.epoch;
+        let epoch = owned.room.lease.epoch;
         let joined = matches!(&him, Some((Some(c), _, _)) if *c == channel);
         let unusable =
             owned.connection.is_none() && (server.as_ref().is_none_or(|(endpoint, _)| endpoint.is_none()) || owned.failed.is_some());
@@ -446,36 +392,14 @@ impl RoomKeeper {
                 return;
             }
         }
-        if self.owned.get(&key).is_some_and(|o| !o.live) {
-            let inputs = match self.floor.room_inputs(guild, channel).await {
-                Ok(inputs) => inputs,
-                Err(e) => {
-                    tracing::warn!(error = %e, guild, channel, "voice room input not opened yet; the room is not announced");
-                    return;
-                }
-            };
-            let Some(owned) = self.owned.get_mut(&key) else { return };
+        if let Some(owned) = self.owned.get_mut(&key)
+            && !owned.live
+        {
+            if let Err(e) = owned.room.go_live().await {
+                tracing::warn!(error = %e, guild, channel, "voice room input not opened yet; the room is not announced");
+                return;
+            }
             owned.live = true;
-            // What the room decides to say reaches this owner's body.
-            let (mouth, mut said) = mpsc::unbounded_channel::<v1::Speak>();
-            let commands = owned.commands.clone();
-            tokio::spawn(async move {
-                while let Some(speak) = said.recv().await {
-                    if commands.send(BodyCommand::Say(speak)).is_err() {
-                        return;
-                    }
-                }
-            });
-            let lease = owned.lease.clone();
-            self.floor.open_room(guild, channel, Some(mouth), Some(lease)).await;
-            let floor = self.floor.clone();
-            owned.inputs = Some(tokio::spawn(async move {
-                if let Err(e) = floor.serve_room(inputs).await {
-                    tracing::error!(error = %e, guild, channel, "voice room input stopped");
-                }
-            }));
-            owned.vouching.store(true, std::sync::atomic::Ordering::SeqCst);
-            vouch_for(&self.bus, key, epoch, self.config.lease_ttl);
             self.floor.joined(guild, channel).await;
             self.receipt("voice.room", key, epoch, |r| r.with_code("live")).await;
         }
@@ -488,14 +412,14 @@ impl RoomKeeper {
         if owned.connection.as_ref() != Some(&connection) && !stale {
             owned.failed = None;
             owned.connection = Some(connection.clone());
-            let _ = owned.commands.send(BodyCommand::Connect(connection));
+            owned.room.connect(connection);
         }
     }
 
     async fn leave(&mut self, key: Key, reason: &'static str) {
         let Some(owned) = self.owned.remove(&key) else { return };
         let (guild, channel) = key;
-        let epoch = owned.lease.epoch;
+        let epoch = owned.room.lease.epoch;
         self.command(guild, None, reason, epoch).await;
         if owned.live {
             let session = v1::VoiceSession {
@@ -508,10 +432,9 @@ impl RoomKeeper {
             if let Err(e) = self.bus.publish(&Subject::VoiceSession { guild }, &session, None).await {
                 tracing::warn!(error = %e, "voice session end not announced");
             }
-            self.floor.close_room(guild, channel);
             self.floor.left(guild, channel).await;
         }
-        if let Err(e) = self.store.release_room(&owned.lease).await {
+        if let Err(e) = self.store.release_room(&owned.room.lease).await {
             tracing::warn!(error = %e, "voice room lease not released; it runs out");
         }
         drop(owned);
@@ -534,66 +457,29 @@ impl RoomKeeper {
         }
     }
 
-    async fn room_event(&mut self, key: Key, epoch: i64, event: RoomEvent) {
-        if self.owned.get(&key).is_none_or(|o| o.lease.epoch != epoch) {
+    async fn link(&mut self, key: Key, epoch: i64, link: Link) {
+        if self.owned.get(&key).is_none_or(|o| o.room.lease.epoch != epoch) {
             return;
         }
-        match event {
-            RoomEvent::Body(BodyEvent::Connected { .. }) => {
+        match link {
+            Link::Connected => {
                 if let Some(owned) = self.owned.get_mut(&key) {
                     owned.failures = 0;
                     owned.retry_at = None;
                 }
                 self.receipt("voice.connection", key, epoch, |r| r.with_code("connected")).await;
             }
-            RoomEvent::Body(BodyEvent::Reconnected { .. }) => {
-                self.receipt("voice.connection", key, epoch, |r| r.with_code("resumed")).await;
-            }
-            RoomEvent::Body(BodyEvent::Disconnected { reason }) => {
+            Link::Resumed => self.receipt("voice.connection", key, epoch, |r| r.with_code("resumed")).await,
+            Link::Dropped(reason) => {
                 tracing::warn!(guild = key.0, channel = key.1, %reason, "voice driver disconnected; asking for op 4 again");
                 self.failed(key, false);
                 self.receipt("voice.connection", key, epoch, |r| r.with_code("disconnected")).await;
             }
-            RoomEvent::ConnectFailed(why) => {
+            Link::Failed(why) => {
                 tracing::warn!(guild = key.0, channel = key.1, error = %why, "voice connection failed; asking for op 4 again after a pause");
                 self.failed(key, true);
                 self.receipt("voice.connection", key, epoch, |r| r.with_code("failed")).await;
             }
-            RoomEvent::Body(BodyEvent::SpeechStarted { .. }) => {}
-            RoomEvent::Body(BodyEvent::Heard(segment)) => self.heard(key, epoch, segment).await,
-            RoomEvent::Playback { delivery_id, code, played_ms, audio_ms } => {
-                if code == "cut_off" {
-                    let played = if audio_ms > 0 { played_ms as f64 / audio_ms as f64 } else { 0.0 };
-                    self.floor.cut_off(key.0, key.1, &delivery_id, played).await;
-                }
-                self.receipt_for(&delivery_id, "voice.playback", key, |r| {
-                    r.with_code(code).with_count("played_ms", played_ms).with_count("audio_ms", audio_ms)
-                })
-                .await;
-            }
-        }
-    }
-
-    /// An utterance heard: transcribed off the keeper's loop, then one room input through the
-    /// same path as typed lines (the room's input subject, read by whoever keeps the room).
-    async fn heard(&mut self, key: Key, epoch: i64, segment: clankie_voice_body::Segment) {
-        let started_ms = now_ms() - i64::try_from(segment.ended.elapsed().as_millis() + segment.duration().as_millis()).unwrap_or(0);
-        let utterance = format!("utt:{}:{}:{}:{}", key.0, key.1, segment.ssrc, started_ms);
-        let audio_ms = i64::try_from(segment.duration().as_millis()).unwrap_or(i64::MAX);
-        metrics::counter!("clankie_voice_utterances_total").increment(1);
-        self.receipt_for(&utterance, "voice.heard", key, |r| {
-            r.with_id("speaker", segment.user_id).with_count("audio_ms", audio_ms).with_count("epoch", epoch)
-        })
-        .await;
-        let author_name = self.names.get(&(key.0, segment.user_id)).cloned().unwrap_or_else(|| format!("user {}", segment.user_id));
-        let heard = Utterance {
-            id: utterance,
-            speaker: segment.user_id,
-            author_name,
-            audio: Audio { pcm: segment.pcm, rate: clankie_voice_body::HEARD_RATE },
-        };
-        if let Some(owned) = self.owned.get(&key) {
-            let _ = owned.ears.send(heard);
         }
     }
 
@@ -614,303 +500,7 @@ impl RoomKeeper {
 
     async fn receipt(&self, kind: &'static str, key: Key, epoch: i64, build: impl FnOnce(v1::Receipt) -> v1::Receipt) {
         let id = format!("voice-room:{}:{}:{epoch}", key.0, key.1);
-        self.receipt_for(&id, kind, key, build).await;
-    }
-
-    async fn receipt_for(&self, delivery_id: &str, kind: &'static str, key: Key, build: impl FnOnce(v1::Receipt) -> v1::Receipt) {
-        room_receipt(&self.bus, delivery_id, kind, key, build).await;
-    }
-}
-
-/// Keeps one room's lease: renews it every third of its time to live, on a task of its own,
-/// and while the room is live vouches for its session (published off this path too). Reports a
-/// fence on `fenced` and ends; a failed renewal (the database away) is tried again next tick.
-async fn keep_room_lease(
-    store: Store,
-    bus: Bus,
-    lease: RoomLease,
-    ttl: Duration,
-    vouching: Arc<std::sync::atomic::AtomicBool>,
-    fenced: tokio::sync::watch::Sender<bool>,
-) {
-    let (guild, channel, epoch) = (lease.guild, lease.channel, lease.epoch);
-    let mut tick = tokio::time::interval(ttl / 3);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    tick.tick().await;
-    loop {
-        tick.tick().await;
-        match store.renew_room(&lease, ttl).await {
-            Ok(()) => {
-                if !vouching.load(std::sync::atomic::Ordering::SeqCst) {
-                    continue;
-                }
-                vouch_for(&bus, (guild, channel), epoch, ttl);
-            }
-            Err(StoreError::Fenced { .. }) => {
-                let _ = fenced.send(true);
-                return;
-            }
-            Err(e) => tracing::warn!(error = %e, guild, channel, "voice room lease not renewed yet; trying again"),
-        }
-    }
-}
-
-/// One utterance heard, waiting for its words.
-struct Utterance {
-    id: String,
-    speaker: u64,
-    author_name: String,
-    audio: Audio,
-}
-
-/// A room's transcriber: at most `limit` utterances transcribed at once, and each one's words
-/// enter the room in the order they were said, however long each took: a room input published
-/// out of order would have the floor hear people out of order.
-async fn transcriber(bus: Bus, stt: Arc<dyn SpeechToText>, key: Key, limit: usize, mut heard: mpsc::UnboundedReceiver<Utterance>) {
-    use futures::StreamExt as _;
-    let mut running = futures::stream::FuturesOrdered::new();
-    loop {
-        tokio::select! {
-            next = heard.recv(), if running.len() < limit.max(1) => {
-                let Some(u) = next else { break };
-                let stt = stt.clone();
-                running.push_back(async move {
-                    let began = Instant::now();
-                    let result = stt.transcribe(&u.audio).await;
-                    (u, result, began.elapsed())
-                });
-            }
-            Some((u, result, took)) = running.next() => publish_heard(&bus, key, u, result, took).await,
-            else => break,
-        }
-    }
-    while let Some((u, result, took)) = running.next().await {
-        publish_heard(&bus, key, u, result, took).await;
-    }
-}
-
-/// An utterance's transcription: its receipt, then its words as a room input.
-async fn publish_heard(bus: &Bus, key: Key, u: Utterance, result: Result<String, clankie_speech::SpeechError>, took: Duration) {
-    let took_ms = i64::try_from(took.as_millis()).unwrap_or(i64::MAX);
-    let code = match &result {
-        Ok(text) if text.trim().is_empty() => "empty",
-        Ok(_) => "transcribed",
-        Err(e) => e.code(),
-    };
-    let chars = result.as_ref().map(|t| t.chars().count() as i64).unwrap_or(0);
-    room_receipt(bus, &u.id, "voice.transcribed", key, |r| {
-        r.with_id("speaker", u.speaker).with_code(code).with_count("chars", chars).with_count("took_ms", took_ms)
-    })
-    .await;
-    let Ok(text) = result else { return };
-    if text.trim().is_empty() {
-        return;
-    }
-    let input = v1::RoomInput {
-        delivery_id: u.id.clone(),
-        guild_id: key.0,
-        channel_id: key.1,
-        author_id: u.speaker,
-        author_name: u.author_name,
-        source: v1::RoomInputSource::Speech as i32,
-        text,
-        received_at_ms: now_ms(),
-        ..Default::default()
-    };
-    let id = MsgId::new(format!("speech:{}", u.id));
-    if let Err(e) = bus.publish(&Subject::VoiceInput { guild: key.0, channel: key.1 }, &input, Some(&id)).await {
-        tracing::warn!(error = %e, "an utterance's room input was not published");
-    }
-}
-
-/// Publishes a content-free receipt of a voice room: its lane, guild, channel and the replica's pid.
-async fn room_receipt(bus: &Bus, delivery_id: &str, kind: &'static str, key: Key, build: impl FnOnce(v1::Receipt) -> v1::Receipt) {
-    let Ok(kind) = ReceiptKind::new(kind) else { return };
-    let lane = LaneKey::Voice { guild: key.0, channel: key.1 };
-    let receipt = build(
-        v1::Receipt::new(&kind, bus.service(), delivery_id, now_ms())
-            .with_lane(&lane)
-            .with_id("guild", key.0)
-            .with_id("channel", key.1)
-            .with_id("replica_pid", u64::from(std::process::id())),
-    );
-    // Off the caller's path: a slow bus delays evidence, never the room or its lease.
-    let bus = bus.clone();
-    tokio::spawn(async move {
-        held_publish().await;
-        if let Err(e) = bus.publish_receipt(&receipt).await {
-            tracing::warn!(error = %e, "receipt not published");
-        }
-    });
-}
-
-/// The named wait a test sets (`CLANKIE_FAULT_HOLD=voice.publish=<ms>`) to make every voice-floor
-/// publish as slow as one during a held stream leader.
-async fn held_publish() {
-    if let Some(held) = clankie_settings::fault::hold("voice.publish") {
-        tokio::time::sleep(held).await;
-    }
-}
-
-/// Vouches for the room's live session for one lease time from now: published on a task of its
-/// own, so neither the keeper's loop nor a renewal waits on the bus.
-fn vouch_for(bus: &Bus, key: Key, epoch: i64, ttl: Duration) {
-    let (guild, channel) = key;
-    let session = v1::VoiceSession {
-        guild_id: guild,
-        channel_id: Some(channel),
-        session_id: format!("voice-{guild}-{channel}-{epoch}"),
-        updated_at_ms: now_ms(),
-        live_until_ms: now_ms() + i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX),
-    };
-    let bus = bus.clone();
-    tokio::spawn(async move {
-        held_publish().await;
-        if let Err(e) = bus.publish(&Subject::VoiceSession { guild }, &session, None).await {
-            tracing::warn!(error = %e, "voice session not vouched for");
-        }
-    });
-}
-
-/// Runs one room's audio body: connects when told, speaks what the room decides to say (one line
-/// at a time, each synthesized off this loop), stops when a human speaks over him, and forwards
-/// what happens to it.
-async fn body_task(
-    key: Key,
-    epoch: i64,
-    config: BodyConfig,
-    tts: Arc<dyn TextToSpeech>,
-    mut commands: mpsc::UnboundedReceiver<BodyCommand>,
-    events: mpsc::UnboundedSender<(Key, i64, RoomEvent)>,
-) {
-    struct Playing {
-        delivery_id: String,
-        began: Instant,
-        audio_ms: i64,
-        cut: bool,
-    }
-    // The answer a sentence belongs to: its id up to the sentence number.
-    fn answer_of(sentence: &str) -> &str {
-        sentence.rsplit_once('/').map_or(sentence, |(answer, _)| answer)
-    }
-    // The answer being spoken (sentences still to come until its end), and the answers cut:
-    // nothing more of a cut answer is played, whatever the run still writes.
-    let mut answering: Option<String> = None;
-    let mut cut_answers: std::collections::VecDeque<String> = std::collections::VecDeque::new();
-    let (mut body, mut heard) = Body::new(config);
-    let (done_tx, mut done) = mpsc::unbounded_channel::<(Connection, Result<(), clankie_voice_body::BodyError>)>();
-    let (synth_tx, mut synthesized) = mpsc::unbounded_channel::<(String, Result<Audio, clankie_speech::SpeechError>)>();
-    let (played_tx, mut played) = mpsc::unbounded_channel::<String>();
-    let mut queue: std::collections::VecDeque<v1::Speak> = std::collections::VecDeque::new();
-    let mut busy = false;
-    let mut playing: Option<Playing> = None;
-    let playback = |delivery_id: String, code: &'static str, played_ms: i64, audio_ms: i64| {
-        let _ = events.send((key, epoch, RoomEvent::Playback { delivery_id, code, played_ms, audio_ms }));
-    };
-    loop {
-        if !busy && let Some(next) = queue.pop_front() {
-            busy = true;
-            let (tts, synth_tx) = (tts.clone(), synth_tx.clone());
-            tokio::spawn(async move {
-                let result = tts.synthesize(&next.text).await;
-                let _ = synth_tx.send((next.delivery_id, result));
-            });
-        }
-        tokio::select! {
-            command = commands.recv() => match command {
-                Some(BodyCommand::Connect(connection)) => {
-                    // Not awaited here: a newer connect (a changed server update) must not wait
-                    // behind one that is still retrying; the driver discards the older attempt.
-                    let attempt = body.connect(&connection);
-                    let done_tx = done_tx.clone();
-                    tokio::spawn(async move {
-                        let _ = done_tx.send((connection, attempt.await));
-                    });
-                }
-                // An empty line ends its run: nothing more of any of its answers follows.
-                Some(BodyCommand::Say(speak)) if speak.text.is_empty() => {
-                    if answering.as_deref().is_some_and(|a| a.strip_prefix(speak.delivery_id.as_str()).is_some_and(|r| r.starts_with('~'))) {
-                        answering = None;
-                    }
-                }
-                Some(BodyCommand::Say(speak)) if cut_answers.iter().any(|a| a == answer_of(&speak.delivery_id)) => {
-                    playback(speak.delivery_id, "cut_off", 0, 0);
-                }
-                Some(BodyCommand::Say(speak)) => {
-                    answering = Some(answer_of(&speak.delivery_id).to_owned());
-                    queue.push_back(speak);
-                }
-                Some(BodyCommand::Leave) | None => {
-                    body.leave();
-                    return;
-                }
-            },
-            Some((connection, result)) = done.recv() => {
-                if let Err(e) = result && body.connection() == Some(&connection) {
-                    body.forget();
-                    let _ = events.send((key, epoch, RoomEvent::ConnectFailed(e.to_string())));
-                }
-            }
-            Some((delivery_id, result)) = synthesized.recv() => match result {
-                // Synthesized while someone spoke over the answer: it is never played.
-                Ok(_) if cut_answers.iter().any(|a| a == answer_of(&delivery_id)) => {
-                    busy = false;
-                    playback(delivery_id, "cut_off", 0, 0);
-                }
-                Ok(audio) => {
-                    let audio_ms = i64::try_from(audio.duration().as_millis()).unwrap_or(i64::MAX);
-                    let finished = body.play(&audio.pcm, audio.rate);
-                    let played_tx = played_tx.clone();
-                    let id = delivery_id.clone();
-                    tokio::spawn(async move {
-                        let _ = finished.await;
-                        let _ = played_tx.send(id);
-                    });
-                    playing = Some(Playing { delivery_id, began: Instant::now(), audio_ms, cut: false });
-                }
-                Err(e) => {
-                    busy = false;
-                    playback(delivery_id, e.code(), 0, 0);
-                }
-            },
-            Some(delivery_id) = played.recv() => {
-                if let Some(p) = playing.take_if(|p| p.delivery_id == delivery_id) {
-                    let played_ms = i64::try_from(p.began.elapsed().as_millis()).unwrap_or(i64::MAX).min(p.audio_ms);
-                    playback(p.delivery_id, if p.cut { "cut_off" } else { "played" }, played_ms, p.audio_ms);
-                }
-                busy = false;
-            }
-            Some(event) = heard.recv() => {
-                match &event {
-                    BodyEvent::Disconnected { .. } => body.forget(),
-                    BodyEvent::SpeechStarted { .. } => {
-                        // Barge-in: a human has spoken over him for the threshold, during a
-                        // sentence or between two of an answer still coming. He stops, and
-                        // nothing more of that answer is played: what is queued is dropped,
-                        // what is being synthesized or still written is dropped when it comes.
-                        let speaking = playing.as_ref().filter(|p| !p.cut).map(|p| answer_of(&p.delivery_id).to_owned());
-                        if let Some(answer) = speaking.or_else(|| answering.clone()) {
-                            if let Some(p) = playing.as_mut().filter(|p| !p.cut) {
-                                p.cut = true;
-                                body.stop();
-                            }
-                            for dropped in queue.drain(..) {
-                                playback(dropped.delivery_id, "cut_off", 0, 0);
-                            }
-                            if answering.as_deref() == Some(answer.as_str()) {
-                                answering = None;
-                            }
-                            cut_answers.push_back(answer);
-                            while cut_answers.len() > 8 {
-                                cut_answers.pop_front();
-                            }
-                        }
-                    }
-                    _ => {}
-                }
-                let _ = events.send((key, epoch, RoomEvent::Body(event)));
-            }
-        }
+        room_receipt(&self.bus, &id, kind, key, build);
     }
 }
 

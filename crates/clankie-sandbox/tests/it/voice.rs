@@ -67,7 +67,7 @@ async fn typing_in_the_voice_chat_is_answered_by_the_voice_room_alone() {
     assert!(receipts.all().iter().all(|r| !(r.kind.starts_with("captain.") && r.delivery_id == id.to_string())));
 
     // Typed text is in the ring with its source, and never on the transcript subject.
-    let ring = rig.sandbox.voice.ring(GUILD, VOICE);
+    let ring = rig.sandbox.voice.ring(GUILD, VOICE).await.unwrap();
     assert!(ring.iter().any(|l| l.delivery_id == id.to_string() && l.source == v1::RoomInputSource::Text));
     assert!(transcripts.all().is_empty(), "typed text reached speech-transcript subscribers");
 

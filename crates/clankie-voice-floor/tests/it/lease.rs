@@ -2,6 +2,8 @@
 
 use std::time::Duration;
 
+use clankie_model_standin::{Reply, Script};
+
 use super::{LEASE_TTL_MS, Rig, VOICE, audio_restored, has_code, id, keeping, until};
 
 fn owners(rig: &Rig) -> Vec<(String, i64)> {
@@ -72,6 +74,8 @@ async fn voice_actor_an_owner_killed_with_the_room_empty_hands_typed_chat_back_a
     use clankie_discord_loopback::NewMessage;
     use clankie_proto::{Family, v1};
     let rig = Rig::new().await;
+    let _captain = rig.captain().await;
+    rig.standin.script(Script::any(Reply::text("Nobody is in voice right now.")));
     let a = rig.voice_floor("floor-a");
     keeping(&rig, "floor-a").await;
     rig.discord.voice_join(VOICE, "ada").unwrap();
@@ -109,6 +113,11 @@ async fn voice_actor_an_owner_killed_with_the_room_empty_hands_typed_chat_back_a
     let text = say("@Clankie is anyone in voice?");
     until("the typed line on the text lane", Duration::from_secs(10), || typed.all().iter().any(|i| i.delivery_id == text.to_string()))
         .await;
+    // The captain answers it in the channel's chat, as a text turn.
+    until("the text lane's answer", Duration::from_secs(20), || rig.discord.posts(VOICE).iter().any(|p| p.reply_to == Some(text)))
+        .await;
+    let answered = clankie_bus::now_ms() - killed;
+    println!("voice_actor: typed chat answered by the text lane {answered} ms after SIGKILL");
 
     // A new owner hears only what is said from its taking of the room on.
     let decisions = clankie_testkit::record::<v1::FloorDecision>(&rig.bus, Family::VoiceFloor).await;

@@ -93,6 +93,20 @@ impl Rig {
         self.discord.voice().ca_bundle().to_owned()
     }
 
+    /// A captain in this process against the rig's stand-in model: the text lanes answer too.
+    pub async fn captain(&self) -> tokio::task::JoinHandle<()> {
+        let mut settings = clankie_testkit::settings(&self.nats, &self.db, &self.dir);
+        settings.model_base_url = Some(self.standin.base_url());
+        let bus = Bus::connect(&settings, "captain").await.unwrap();
+        let store = clankie_store::Store::connect(&settings.database_url).await.unwrap();
+        let agent =
+            clankie_agent::Agent::new(clankie_agent::model_from_settings(&settings).unwrap(), clankie_agent::config_from_settings(&settings));
+        let captain = clankie_captain::Captain::new(bus, store, agent, clankie_captain::CaptainConfig::from_settings(&settings));
+        tokio::spawn(async move {
+            let _ = captain.run().await;
+        })
+    }
+
     /// A voice-floor replica as its own process, logging to `<replica>.log` in the rig's directory.
     pub fn voice_floor(&self, replica: &str) -> tokio::process::Child {
         self.voice_floor_with(replica, &[])
