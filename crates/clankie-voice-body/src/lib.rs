@@ -163,6 +163,10 @@ struct Speaking {
     started: Instant,
     quiet_ticks: u32,
     voiced_ticks: u32,
+    /// Ticks since its first voiced one, voiced or not.
+    ticks: u32,
+    /// The audible ticks that led into it (at most [`ONSET_TICKS`]), which count towards barge-in.
+    onset: u32,
     announced: bool,
     /// The loudness of every tick heard in it, for the segment's own modulation.
     levels: Levels,
@@ -198,6 +202,13 @@ fn level_db(pcm: &[i16]) -> f32 {
     10.0 * (power + 1.0).log10()
 }
 
+/// Audible ticks before a voice is recognised that count as part of it: 80 ms, the frames the
+/// detector needs at a voice's onset.
+const ONSET_TICKS: u32 = 4;
+/// A tick quieter than this ([`level_db`]'s scale: an RMS of about 30 in 16-bit samples) is no
+/// onset of anything.
+const AUDIBLE_DB: f32 = 30.0;
+
 /// Ticks of loudness a speaker's modulation is judged over: 400 ms.
 const MODULATION_TICKS: usize = 20;
 
@@ -210,6 +221,9 @@ struct Ears {
     pre_roll: HashMap<u32, std::collections::VecDeque<i16>>,
     /// Per SSRC, the voice activity detector that tells its speech from its noise.
     vad: HashMap<u32, Vad>,
+    /// Per SSRC, the audible ticks just before now that the detector did not call voice: the
+    /// onset of a voice, which it needs a few frames of to recognise.
+    onset: HashMap<u32, u32>,
 }
 
 /// Samples earshot judges at once: 16 ms at [`HEARD_RATE`].
@@ -291,6 +305,8 @@ impl Listener {
             let heard = data.packet.is_some().then(|| data.decoded_voice.as_deref()).flatten();
             let voiced = heard.is_some_and(|pcm| ears.vad.entry(*ssrc).or_insert_with(Vad::new).voiced(pcm, &self.config));
             if !voiced && !ears.speaking.contains_key(ssrc) {
+                let onset = ears.onset.entry(*ssrc).or_default();
+                *onset = if heard.is_some_and(|pcm| level_db(pcm) > AUDIBLE_DB) { (*onset + 1).min(ONSET_TICKS) } else { 0 };
                 if let Some(pcm) = heard {
                     let ring = ears.pre_roll.entry(*ssrc).or_default();
                     ring.extend(pcm.iter().copied());
@@ -306,12 +322,15 @@ impl Listener {
                 started: now - Duration::from_millis(20),
                 quiet_ticks: 0,
                 voiced_ticks: 0,
+                ticks: 0,
+                onset: ears.onset.remove(ssrc).unwrap_or(0),
                 announced: false,
                 levels: Levels::default(),
             });
             if let Some(pcm) = heard {
                 entry.levels.add(level_db(pcm));
             }
+            entry.ticks += 1;
             if voiced {
                 entry.quiet_ticks = 0;
                 entry.voiced_ticks += 1;
@@ -319,7 +338,9 @@ impl Listener {
                     Some(pcm) => entry.pcm.extend_from_slice(pcm),
                     None => entry.pcm.extend(std::iter::repeat_n(0, TICK_SAMPLES)),
                 }
-                if !entry.announced && entry.voiced_ticks >= barge_ticks {
+                // Speech that has gone on for the threshold, voiced for most of it: the short
+                // unvoiced ticks inside words and between them are part of speaking.
+                if !entry.announced && entry.onset + entry.ticks >= barge_ticks && entry.voiced_ticks * 4 >= entry.ticks * 3 {
                     entry.announced = true;
                     let _ = self.events.send(BodyEvent::SpeechStarted { user_id });
                 }
@@ -335,7 +356,9 @@ impl Listener {
             }
         }
         for ssrc in &tick.silent {
+            ears.onset.remove(ssrc);
             if let Some(s) = ears.speaking.get_mut(ssrc) {
+                s.ticks += 1;
                 s.quiet_ticks += 1;
                 if s.quiet_ticks >= quiet_limit {
                     done.push(*ssrc);
@@ -379,8 +402,9 @@ impl EventHandler for Listener {
             EventContext::ClientDisconnect(c) => {
                 let mut ears = self.ears.lock().unwrap_or_else(|p| p.into_inner());
                 ears.users.retain(|_, u| *u != c.user_id.0);
-                let Ears { users, vad, pre_roll, .. } = &mut *ears;
+                let Ears { users, vad, pre_roll, onset, .. } = &mut *ears;
                 vad.retain(|ssrc, _| users.contains_key(ssrc));
+                onset.retain(|ssrc, _| users.contains_key(ssrc));
                 pre_roll.retain(|ssrc, _| users.contains_key(ssrc));
             }
             EventContext::DriverConnect(c) => {

