@@ -86,8 +86,8 @@ pub struct VoiceMember {
     pub author: String,
 }
 
-/// A user saying something aloud (`POST /control/voice/speak`): `text` is synthesized with
-/// espeak-ng; `wav_base64` is a 16-bit PCM WAV file.
+/// A user saying something aloud (`POST /control/voice/speak`): `text` is synthesized (with
+/// Piper through the configured speech API, else espeak-ng); `wav_base64` is a 16-bit PCM WAV file.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct VoiceSpeak {
     pub channel_id: u64,
@@ -145,11 +145,19 @@ async fn voice_leave(AxState(state): AxState<Arc<State>>, Json(m): Json<VoiceMem
 /// The longest line the loopback voices, so a request cannot tie up a voice stream for long.
 const MAX_SPOKEN_CHARS: usize = 600;
 
-/// Synthesizes `text` with espeak-ng (the offline speech engine) into mono PCM and its rate.
-pub(crate) async fn synthesize(text: &str) -> Result<(Vec<i16>, u32), String> {
+/// Synthesizes `text` into mono PCM and its rate: through the OpenAI-compatible speech API at
+/// `tts` (the local speech service's Piper) when given, else with espeak-ng.
+pub(crate) async fn synthesize(text: &str, tts: Option<&str>) -> Result<(Vec<i16>, u32), String> {
     use clankie_speech::TextToSpeech as _;
-    let audio =
-        clankie_speech::offline::Espeak::new(std::time::Duration::from_secs(30)).synthesize(text).await.map_err(|e| e.to_string())?;
+    let timeout = std::time::Duration::from_secs(30);
+    let audio = match tts {
+        Some(base) => clankie_speech::openai::OpenAiSpeaker::new(base, "piper", "joe", None, timeout)
+            .map_err(|e| e.to_string())?
+            .synthesize(text)
+            .await
+            .map_err(|e| e.to_string())?,
+        None => clankie_speech::offline::Espeak::new(timeout).synthesize(text).await.map_err(|e| e.to_string())?,
+    };
     Ok((audio.pcm, audio.rate))
 }
 
@@ -161,7 +169,7 @@ async fn voice_speak(AxState(state): AxState<Arc<State>>, Json(m): Json<VoiceSpe
     let audio = match (&m.text, &m.wav_base64) {
         (Some(t), None) if !t.trim().is_empty() && t.chars().count() <= MAX_SPOKEN_CHARS => {
             state.voice.remember_phrase(t.trim());
-            synthesize(t).await
+            synthesize(t, state.config.say_aloud_tts.as_deref()).await
         }
         (None, Some(b)) => match decode_base64(b) {
             Some(bytes) => clankie_pcm::read_wav(&bytes).map_err(|e| e.to_string()),

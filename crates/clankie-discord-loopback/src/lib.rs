@@ -72,6 +72,10 @@ pub struct LoopbackConfig {
     /// the system bundle when unset.
     #[serde(default)]
     pub voice_roots: Option<std::path::PathBuf>,
+    /// An OpenAI-compatible speech API (the local speech service's Piper) that voices what a
+    /// person says aloud by text; espeak-ng when unset.
+    #[serde(default)]
+    pub say_aloud_tts: Option<String>,
     /// Gateway shards, as `/gateway/bot` reports them: a guild's events go to shard
     /// `(guild_id >> 22) % shards`, DMs to shard 0.
     #[serde(default = "one")]
@@ -125,6 +129,7 @@ impl Default for LoopbackConfig {
             heartbeat_interval_ms: 41_250,
             voice_dir: None,
             voice_roots: None,
+            say_aloud_tts: None,
             shards: 1,
             max_concurrency: 1,
             limits: Limits::default(),
@@ -335,7 +340,7 @@ impl Loopback {
 
     /// Speech synthesized with espeak-ng, as `/control/voice/speak` voices text: mono PCM and its rate.
     pub async fn synthesize(text: &str) -> Result<(Vec<i16>, u32), String> {
-        control::synthesize(text).await
+        control::synthesize(text, None).await
     }
 
     /// What the bot's op 4 does, for a test that plays the gateway's part: the bot's voice state

@@ -56,6 +56,9 @@ pub struct SandboxOptions {
     pub voice_roots: Option<std::path::PathBuf>,
     /// The loopback's Discord limits; Discord's own when unset.
     pub limits: Option<clankie_discord_loopback::Limits>,
+    /// The speech API the loopback voices typed "say aloud" lines with (Piper, when `clankie run`
+    /// started the local speech service); espeak-ng when unset.
+    pub say_aloud_tts: Option<String>,
 }
 
 /// A running embedded stack. Dropping it stops the services.
@@ -102,12 +105,13 @@ impl Sandbox {
 
     /// Like [`Sandbox::start`], with the choices only `clankie run` and tests make.
     pub async fn start_with(settings: &Settings, addr: SocketAddr, options: SandboxOptions) -> Result<Sandbox, SandboxError> {
-        let SandboxOptions { clock, voice_roots, limits } = options;
+        let SandboxOptions { clock, voice_roots, limits, say_aloud_tts } = options;
         let config = LoopbackConfig {
             token: settings.discord_token.clone(),
             bot_name: settings.bot_name.clone(),
             voice_dir: Some(voice_dir(settings)),
             voice_roots,
+            say_aloud_tts,
             limits: limits.unwrap_or_default(),
             ..LoopbackConfig::default()
         };

@@ -152,8 +152,8 @@ pub const SETTINGS: &[Setting] = &[
     },
     Setting {
         name: "CLANKIE_STT_BASE_URL",
-        default: "unset: offline pocketsphinx (rehearsal only)",
-        doc: "An OpenAI-compatible audio API for transcription (`POST {base}/audio/transcriptions`), e.g. speaches or LocalAI.",
+        default: "unset: clankie run starts the local speech service (Whisper); a lone voice floor uses offline pocketsphinx (rehearsal only)",
+        doc: "An OpenAI-compatible audio API for transcription (`POST {base}/audio/transcriptions`): `clankie speech`'s, speaches or LocalAI.",
     },
     Setting { name: "CLANKIE_STT_MODEL", default: "whisper-1", doc: "The transcription model asked for." },
     Setting { name: "CLANKIE_STT_API_KEY", default: "unset", doc: "Bearer token for the transcription API. Never logged." },
@@ -164,8 +164,8 @@ pub const SETTINGS: &[Setting] = &[
     },
     Setting {
         name: "CLANKIE_TTS_BASE_URL",
-        default: "unset: offline espeak-ng (rehearsal only)",
-        doc: "An OpenAI-compatible audio API for speech (`POST {base}/audio/speech`), e.g. Kokoro-FastAPI or LocalAI.",
+        default: "unset: clankie run starts the local speech service (Piper); a lone voice floor uses offline espeak-ng (rehearsal only)",
+        doc: "An OpenAI-compatible audio API for speech (`POST {base}/audio/speech`): `clankie speech`'s, Kokoro-FastAPI or LocalAI.",
     },
     Setting { name: "CLANKIE_TTS_MODEL", default: "tts-1", doc: "The speech model asked for." },
     Setting { name: "CLANKIE_TTS_VOICE", default: "alloy", doc: "The voice asked for." },

@@ -126,10 +126,28 @@ impl std::fmt::Debug for SpeechConfig {
     }
 }
 
+/// The words the offline transcriber is taught (his names), as a transcription prompt:
+/// "Clankie, Clanky."
+fn names_prompt(words: &[(String, String)]) -> Option<String> {
+    let mut names: Vec<String> = Vec::new();
+    for (word, _) in words {
+        let mut chars = word.chars();
+        let Some(first) = chars.next() else { continue };
+        let name = first.to_uppercase().chain(chars).collect::<String>();
+        if !names.contains(&name) {
+            names.push(name);
+        }
+    }
+    (!names.is_empty()).then(|| format!("{}.", names.join(", ")))
+}
+
 /// The engines `config` describes.
 pub fn engines(config: &SpeechConfig) -> Result<(Arc<dyn SpeechToText>, Arc<dyn TextToSpeech>), SpeechError> {
     let stt: Arc<dyn SpeechToText> = match &config.stt_base_url {
-        Some(base) => Arc::new(openai::OpenAiTranscriber::new(base, &config.stt_model, config.stt_api_key.clone(), config.timeout)?),
+        Some(base) => Arc::new(
+            openai::OpenAiTranscriber::new(base, &config.stt_model, config.stt_api_key.clone(), config.timeout)?
+                .with_prompt(names_prompt(&config.extra_words)),
+        ),
         None => Arc::new(offline::Pocketsphinx::new(config.stt_grammar.clone(), &config.extra_words, config.timeout)?),
     };
     let tts: Arc<dyn TextToSpeech> = match &config.tts_base_url {

