@@ -794,15 +794,75 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
     sorted[i.min(sorted.len() - 1)]
 }
 
+/// A clip of `text` said aloud: by the local speech service's Piper when there is one, else by espeak-ng.
+async fn say(speech: Option<&clankie_stack::SpeechServer>, text: &str) -> Result<(Vec<i16>, u32)> {
+    use clankie_speech::TextToSpeech as _;
+    match speech {
+        Some(s) => {
+            let piper = clankie_speech::openai::OpenAiSpeaker::new(&s.base_url(), "piper", "joe", None, Duration::from_secs(30))?;
+            let audio = piper.synthesize(text).await?;
+            Ok((audio.pcm, audio.rate))
+        }
+        None => clankie_discord_loopback::Loopback::synthesize(text).await.map_err(anyhow::Error::msg),
+    }
+}
+
+/// How long the clip's quiet tail lasts, in ms (Piper ends a sentence with some silence).
+fn quiet_tail_ms(pcm: &[i16], rate: u32) -> i64 {
+    let last = pcm.iter().rposition(|s| s.unsigned_abs() > 300).unwrap_or(pcm.len());
+    ((pcm.len() - last) as i64 * 1000) / i64::from(rate)
+}
+
+/// The local speech service's own pace over the open-speech sentences: the real-time factors of
+/// Piper and Whisper, and how long Smart Turn takes per decision.
+async fn speech_pace(speech: &clankie_stack::SpeechServer) -> Result<(f64, f64, Vec<f64>)> {
+    use clankie_speech::{SpeechToText as _, TextToSpeech as _};
+    let base = speech.base_url();
+    let piper = clankie_speech::openai::OpenAiSpeaker::new(&base, "piper", "joe", None, Duration::from_secs(30))?;
+    let whisper = clankie_speech::openai::OpenAiTranscriber::new(&base, "whisper", None, Duration::from_secs(30))?;
+    let turns = clankie_speech::openai::HttpTurnDetector::new(&base, Duration::from_secs(5))?;
+    let (mut audio_s, mut tts_s, mut stt_s, mut decisions) = (0.0, 0.0, 0.0, Vec::new());
+    for text in PACE_SENTENCES {
+        let began = Instant::now();
+        let audio = piper.synthesize(text).await?;
+        tts_s += began.elapsed().as_secs_f64();
+        audio_s += audio.duration().as_secs_f64();
+        let began = Instant::now();
+        whisper.transcribe(&audio).await?;
+        stt_s += began.elapsed().as_secs_f64();
+        let began = Instant::now();
+        turns.finished(&audio).await?;
+        decisions.push(began.elapsed().as_secs_f64() * 1000.0);
+    }
+    decisions.sort_by(f64::total_cmp);
+    Ok((tts_s / audio_s, stt_s / audio_s, decisions))
+}
+
+/// Sentences the speech pace is measured over.
+const PACE_SENTENCES: [&str; 5] = [
+    "The weather was warm enough to eat outside on the terrace.",
+    "My brother moved to a small town near the mountains last year.",
+    "Could you turn the music down a little, please?",
+    "I am reading a book about the history of the ocean.",
+    "We cooked dinner together and talked for hours.",
+];
+
 /// From the end of a user's utterance to his first audio frame at the loopback, with an instant
-/// model and the offline engines; then how fast his audio stops when someone speaks over him.
-async fn voice(utterances: usize, barges: usize) -> Result<(Vec<f64>, Vec<f64>)> {
+/// model, on the local speech service (Whisper, Piper, Smart Turn) or, without one, the offline
+/// engines; then how fast his audio stops when someone speaks over him.
+async fn voice(utterances: usize, barges: usize, speech: Option<&clankie_stack::SpeechServer>) -> Result<(Vec<f64>, Vec<f64>)> {
     let state = voice_state();
     std::fs::create_dir_all(&state)?;
     let grammar = state.join("bench.gram");
     std::fs::write(&grammar, clankie_speech::offline::grammar(&VOICE_PHRASES))?;
     let (state_dir, grammar) = (state.display().to_string(), grammar.display().to_string());
-    let rig = Rig::with(&[("CLANKIE_STATE_DIR", state_dir.as_str()), ("CLANKIE_STT_GRAMMAR", grammar.as_str())]).await;
+    let base = speech.map(clankie_stack::SpeechServer::base_url).unwrap_or_default();
+    let mut settings = vec![("CLANKIE_STATE_DIR", state_dir.as_str())];
+    match speech {
+        Some(_) => settings.extend([("CLANKIE_STT_BASE_URL", base.as_str()), ("CLANKIE_TTS_BASE_URL", base.as_str()), ("CLANKIE_TURN_BASE_URL", base.as_str())]),
+        None => settings.push(("CLANKIE_STT_GRAMMAR", grammar.as_str())),
+    }
+    let rig = Rig::with(&settings).await;
     const VOICE: u64 = 300;
     rig.voice_live(VOICE, "ada").await;
     let voice = rig.sandbox.discord.voice();
@@ -811,14 +871,15 @@ async fn voice(utterances: usize, barges: usize) -> Result<(Vec<f64>, Vec<f64>)>
         anyhow::ensure!(Instant::now() < deadline, "his voice connection never came up");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    let (question, rate) = clankie_discord_loopback::Loopback::synthesize("Clankie, what time is it").await.map_err(anyhow::Error::msg)?;
+    let (question, rate) = say(speech, "Clankie, what time is it?").await?;
+    let tail = quiet_tail_ms(&question, rate);
     let mut first_audio = Vec::new();
     for _ in 0..utterances {
         rig.standin.script(Script::when("spoken aloud", Reply::text("It is nine.")));
         let before = voice.heard(VOICE).len();
         rig.sandbox.discord.voice_speak(VOICE, "ada", &question, rate).await?;
-        // The clip ends with five 20 ms silence frames; her speech ended before them.
-        let ended = clankie_bus::now_ms() - 100;
+        // The clip ends with five 20 ms silence frames and its own quiet tail; her speech ended before them.
+        let ended = clankie_bus::now_ms() - 100 - tail;
         let deadline = Instant::now() + Duration::from_secs(20);
         let started = loop {
             if let Some(since) = voice.speaking_since(VOICE).filter(|s| *s > ended) {
@@ -838,10 +899,8 @@ async fn voice(utterances: usize, barges: usize) -> Result<(Vec<f64>, Vec<f64>)>
     }
     let story = "Once upon a time, in a quiet village by the sea, there lived an old lighthouse keeper who counted the ships \
                  every evening and wrote their names in a great blue book, one by one, until the stars came out.";
-    let (ask, ask_rate) =
-        clankie_discord_loopback::Loopback::synthesize("Clankie, tell me a long story").await.map_err(anyhow::Error::msg)?;
-    let (interruption, i_rate) =
-        clankie_discord_loopback::Loopback::synthesize("good morning everyone").await.map_err(anyhow::Error::msg)?;
+    let (ask, ask_rate) = say(speech, "Clankie, tell me a long story").await?;
+    let (interruption, i_rate) = say(speech, "good morning everyone").await?;
     let mut stops = Vec::new();
     for _ in 0..barges {
         rig.standin.script(Script::when("spoken aloud", Reply::text(story)));
@@ -873,10 +932,10 @@ async fn voice(utterances: usize, barges: usize) -> Result<(Vec<f64>, Vec<f64>)>
 async fn run() -> Result<()> {
     if let Some(unknown) = std::env::args()
         .skip(1)
-        .find(|a| !["economy", "ingress", "admissions", "gateway", "lanes", "voice", "rest", "retention"].contains(&a.as_str()))
+        .find(|a| !["economy", "ingress", "admissions", "gateway", "lanes", "voice", "voice-offline", "rest", "retention"].contains(&a.as_str()))
     {
         anyhow::bail!(
-            "unknown part {unknown:?}: name any of economy, ingress, admissions, gateway, lanes, voice, rest, retention (default: all but admissions, gateway, rest and retention)"
+            "unknown part {unknown:?}: name any of economy, ingress, admissions, gateway, lanes, voice, voice-offline, rest, retention (default: all but admissions, gateway, voice-offline, rest and retention)"
         );
     }
     println!("nats_server: {}", nats_server_version().await?);
@@ -961,13 +1020,28 @@ async fn run() -> Result<()> {
         println!("admit_p50_ms_swept_30_days: {:.3}", aged.swept.1);
     }
     if wanted("voice") {
-        let (mut first, mut stops) = voice(20, 10).await?;
+        let speech = tokio::task::spawn_blocking(|| clankie_stack::SpeechServer::start(&Default::default(), &mut |m| eprintln!("{m}")))
+            .await??;
+        let (tts_rtf, stt_rtf, decisions) = speech_pace(&speech).await?;
+        println!("tts_rtf: {tts_rtf:.3}");
+        println!("stt_rtf: {stt_rtf:.3}");
+        println!("turn_decision_ms_p50: {:.0}", percentile(&decisions, 0.50));
+        let (mut first, mut stops) = voice(20, 10, Some(&speech)).await?;
         first.sort_by(f64::total_cmp);
         stops.sort_by(f64::total_cmp);
         println!("voice_first_audio_ms_p50: {:.0}", percentile(&first, 0.50));
         println!("voice_first_audio_ms_p99: {:.0}", percentile(&first, 0.99));
         println!("voice_barge_in_stop_ms_p50: {:.0}", percentile(&stops, 0.50));
         println!("voice_barge_in_stop_ms_p99: {:.0}", percentile(&stops, 0.99));
+    }
+    if std::env::args().skip(1).any(|a| a == "voice-offline") {
+        let (mut first, mut stops) = voice(20, 10, None).await?;
+        first.sort_by(f64::total_cmp);
+        stops.sort_by(f64::total_cmp);
+        println!("voice_offline_first_audio_ms_p50: {:.0}", percentile(&first, 0.50));
+        println!("voice_offline_first_audio_ms_p99: {:.0}", percentile(&first, 0.99));
+        println!("voice_offline_barge_in_stop_ms_p50: {:.0}", percentile(&stops, 0.50));
+        println!("voice_offline_barge_in_stop_ms_p99: {:.0}", percentile(&stops, 0.99));
     }
     Ok(())
 }

@@ -176,7 +176,21 @@ pub const SETTINGS: &[Setting] = &[
         doc: "The longest one transcription or synthesis may take before it fails.",
     },
     Setting { name: "CLANKIE_VOICE_SPEECH_START_MS", default: "200", doc: "Speech shorter than this is noise, not an utterance." },
-    Setting { name: "CLANKIE_VOICE_END_OF_TURN_MS", default: "600", doc: "This much silence ends someone's utterance." },
+    Setting {
+        name: "CLANKIE_VOICE_END_OF_TURN_MS",
+        default: "800",
+        doc: "This much silence ends someone's utterance whatever the turn detector says (the silence bound); with no detector, it is the only end.",
+    },
+    Setting {
+        name: "CLANKIE_VOICE_TURN_SILENCE_MS",
+        default: "200",
+        doc: "After this much silence the turn detector is asked whether the utterance is finished; a finished one ends there.",
+    },
+    Setting {
+        name: "CLANKIE_TURN_BASE_URL",
+        default: "unset: turns end on the silence bound; clankie run uses the local speech service's Smart Turn",
+        doc: "An end-of-turn detector (`POST {base}/turn` with a WAV, answering `{\"complete\"}`), as `clankie speech` serves it.",
+    },
     Setting {
         name: "CLANKIE_VOICE_PRE_ROLL_MS",
         default: "300",
@@ -509,6 +523,8 @@ pub struct Settings {
     /// Hearing: shortest utterance, end-of-turn silence, pre-roll, longest utterance.
     pub voice_speech_start: Duration,
     pub voice_end_of_turn: Duration,
+    pub voice_turn_silence: Duration,
+    pub turn_base_url: Option<String>,
     pub voice_pre_roll: Duration,
     pub voice_max_utterance: Duration,
     /// Utterances of one room transcribed at once.
@@ -649,6 +665,8 @@ impl fmt::Debug for Settings {
             .field("speech_timeout", &self.speech_timeout)
             .field("voice_speech_start", &self.voice_speech_start)
             .field("voice_end_of_turn", &self.voice_end_of_turn)
+            .field("voice_turn_silence", &self.voice_turn_silence)
+            .field("turn_base_url", &self.turn_base_url)
             .field("voice_pre_roll", &self.voice_pre_roll)
             .field("voice_max_utterance", &self.voice_max_utterance)
             .field("voice_transcriptions", &self.voice_transcriptions)
@@ -871,7 +889,8 @@ impl Settings {
         let rest_lease_ttl = ms("CLANKIE_REST_LEASE_TTL_MS", 5_000, 300)?;
         let speech_timeout = ms("CLANKIE_SPEECH_TIMEOUT_MS", 15_000, 100)?;
         let voice_speech_start = ms("CLANKIE_VOICE_SPEECH_START_MS", 200, 0)?;
-        let voice_end_of_turn = ms("CLANKIE_VOICE_END_OF_TURN_MS", 600, 20)?;
+        let voice_end_of_turn = ms("CLANKIE_VOICE_END_OF_TURN_MS", 800, 20)?;
+        let voice_turn_silence = ms("CLANKIE_VOICE_TURN_SILENCE_MS", 200, 20)?;
         let voice_pre_roll = ms("CLANKIE_VOICE_PRE_ROLL_MS", 300, 0)?;
         let voice_max_utterance = ms("CLANKIE_VOICE_MAX_UTTERANCE_MS", 15_000, 200)?;
         let voice_transcriptions = number(var("CLANKIE_VOICE_TRANSCRIPTIONS"), "CLANKIE_VOICE_TRANSCRIPTIONS", 2, 1, 16)? as usize;
@@ -987,6 +1006,8 @@ impl Settings {
             speech_timeout,
             voice_speech_start,
             voice_end_of_turn,
+            voice_turn_silence,
+            turn_base_url: var("CLANKIE_TURN_BASE_URL").filter(|v| !v.trim().is_empty()),
             voice_pre_roll,
             voice_max_utterance,
             voice_transcriptions,

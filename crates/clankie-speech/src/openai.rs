@@ -135,3 +135,35 @@ impl TextToSpeech for OpenAiSpeaker {
         format!("openai-compatible speech, model {}, voice {}", self.model, self.voice)
     }
 }
+
+/// `POST {base}/turn` with the turn so far as WAV, answering `{"complete": bool}`: the local
+/// speech service's Smart Turn (not part of OpenAI's API; the same client and failure codes).
+pub struct HttpTurnDetector {
+    http: reqwest::Client,
+    url: String,
+}
+
+impl HttpTurnDetector {
+    pub fn new(base: &str, timeout: Duration) -> Result<HttpTurnDetector, SpeechError> {
+        Ok(HttpTurnDetector { http: client(timeout)?, url: endpoint(base, "turn") })
+    }
+
+    /// Whether the turn in `audio` sounds finished.
+    pub async fn finished(&self, audio: &Audio) -> Result<bool, SpeechError> {
+        if audio.pcm.is_empty() {
+            return Err(SpeechError::EmptyAudio);
+        }
+        let response = self
+            .http
+            .post(&self.url)
+            .header("content-type", "audio/wav")
+            .body(audio.wav())
+            .send()
+            .await
+            .map_err(classify)?
+            .error_for_status()
+            .map_err(classify)?;
+        let json: serde_json::Value = response.json().await.map_err(classify)?;
+        json["complete"].as_bool().ok_or(SpeechError::BadAudio)
+    }
+}

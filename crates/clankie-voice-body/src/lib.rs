@@ -81,7 +81,7 @@ impl Connection {
     }
 }
 
-/// One person's stretch of speech, from the first packet to a pause.
+/// One person's stretch of speech, from the first packet to the end of their turn.
 #[derive(Debug, Clone)]
 pub struct Segment {
     pub user_id: u64,
@@ -90,7 +90,52 @@ pub struct Segment {
     pub pcm: Vec<i16>,
     pub started: Instant,
     pub ended: Instant,
+    /// What ended it.
+    pub ended_by: TurnEnd,
 }
+
+/// What ended a turn.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TurnEnd {
+    /// The turn detector heard a finished turn after a short pause.
+    Finished,
+    /// The silence bound, with no turn detector.
+    Silence,
+    /// The silence bound, after the detector heard the turn as unfinished.
+    SilenceAfterUnfinished,
+    /// The silence bound, because the detector failed or had not answered by then.
+    DetectorUnavailable,
+    /// The longest segment.
+    Longest,
+    /// The speaker's stream went away.
+    Gone,
+}
+
+impl TurnEnd {
+    /// A content-free code for receipts.
+    pub fn code(self) -> &'static str {
+        match self {
+            TurnEnd::Finished => "turn_finished",
+            TurnEnd::Silence => "silence",
+            TurnEnd::SilenceAfterUnfinished => "silence_after_unfinished",
+            TurnEnd::DetectorUnavailable => "turn_detector_unavailable",
+            TurnEnd::Longest => "longest",
+            TurnEnd::Gone => "gone",
+        }
+    }
+}
+
+/// Tells a finished turn from a pause in the middle of one, by how the speech so far sounds
+/// (Smart Turn, for one). Asked after a short silence; the silence bound ends a turn whatever
+/// it says, or when it is slow or down.
+#[async_trait::async_trait]
+pub trait TurnDetector: Send + Sync {
+    /// Whether the turn in `pcm` (mono 16-bit at [`HEARD_RATE`], its last seconds) sounds finished.
+    async fn finished(&self, pcm: Vec<i16>) -> Result<bool, String>;
+}
+
+/// The audio a turn detector judges: the last 8 s, as Smart Turn was trained.
+const TURN_WINDOW: usize = 8 * HEARD_RATE as usize;
 
 impl Segment {
     /// Its length as audio.
@@ -120,8 +165,10 @@ pub enum BodyEvent {
 pub struct BodyConfig {
     /// Speech shorter than this is noise: it is not a segment (it stays as pre-roll).
     pub speech_start: Duration,
-    /// A pause this long ends a segment.
+    /// A pause this long ends a segment, whatever the turn detector says: the silence bound.
     pub end_of_speech: Duration,
+    /// A pause this long asks the turn detector (when there is one) whether the turn is over.
+    pub turn_silence: Duration,
     /// Audio from just before a segment opened (noise too short to be speech) that it keeps.
     pub pre_roll: Duration,
     /// A person speaking this long raises [`BodyEvent::SpeechStarted`].
@@ -146,6 +193,7 @@ impl Default for BodyConfig {
         BodyConfig {
             speech_start: Duration::from_millis(200),
             end_of_speech: Duration::from_millis(400),
+            turn_silence: Duration::from_millis(200),
             pre_roll: Duration::from_millis(300),
             barge_in: Duration::from_millis(500),
             longest_segment: Duration::from_secs(15),
@@ -167,6 +215,10 @@ struct Speaking {
     ticks: u32,
     /// The audible ticks that led into it (at most [`ONSET_TICKS`]), which count towards barge-in.
     onset: u32,
+    /// The current pause's number: a verdict on an earlier one is stale.
+    pause: u32,
+    /// Whether the turn detector was asked about the current pause.
+    asked: bool,
     announced: bool,
     /// The loudness of every tick heard in it, for the segment's own modulation.
     levels: Levels,
@@ -224,6 +276,8 @@ struct Ears {
     /// Per SSRC, the audible ticks just before now that the detector did not call voice: the
     /// onset of a voice, which it needs a few frames of to recognise.
     onset: HashMap<u32, u32>,
+    /// Per SSRC, the turn detector's verdict on a pause (its number): finished or not, or failed.
+    verdicts: HashMap<u32, (u32, Result<bool, ()>)>,
 }
 
 /// Samples earshot judges at once: 16 ms at [`HEARD_RATE`].
@@ -281,6 +335,9 @@ struct Listener {
     ears: Arc<Mutex<Ears>>,
     events: mpsc::UnboundedSender<BodyEvent>,
     config: BodyConfig,
+    turns: Option<Arc<dyn TurnDetector>>,
+    /// Numbers pauses across every speaker and segment, so a late verdict never matches another.
+    pauses: Arc<std::sync::atomic::AtomicU32>,
 }
 
 impl Listener {
@@ -289,8 +346,12 @@ impl Listener {
         let ears = &mut *ears;
         let now = Instant::now();
         let ticks = |d: Duration| (d.as_millis() / 20).max(1) as u32;
-        let (quiet_limit, start_ticks, barge_ticks) =
-            (ticks(self.config.end_of_speech), ticks(self.config.speech_start), ticks(self.config.barge_in));
+        let (quiet_limit, start_ticks, barge_ticks, turn_ticks) = (
+            ticks(self.config.end_of_speech),
+            ticks(self.config.speech_start),
+            ticks(self.config.barge_in),
+            ticks(self.config.turn_silence),
+        );
         let longest = (self.config.longest_segment.as_secs_f64() * f64::from(HEARD_RATE)) as usize;
         let pre_roll = (self.config.pre_roll.as_secs_f64() * f64::from(HEARD_RATE)) as usize;
         let mut done = Vec::new();
@@ -324,6 +385,8 @@ impl Listener {
                 voiced_ticks: 0,
                 ticks: 0,
                 onset: ears.onset.remove(ssrc).unwrap_or(0),
+                pause: self.pauses.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+                asked: false,
                 announced: false,
                 levels: Levels::default(),
             });
@@ -332,6 +395,10 @@ impl Listener {
             }
             entry.ticks += 1;
             if voiced {
+                if entry.quiet_ticks > 0 {
+                    entry.pause = self.pauses.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    entry.asked = false;
+                }
                 entry.quiet_ticks = 0;
                 entry.voiced_ticks += 1;
                 match &data.decoded_voice {
@@ -351,8 +418,8 @@ impl Listener {
                 }
                 entry.quiet_ticks += 1;
             }
-            if entry.quiet_ticks >= quiet_limit || entry.pcm.len() >= longest {
-                done.push(*ssrc);
+            if entry.pcm.len() >= longest {
+                done.push((*ssrc, TurnEnd::Longest));
             }
         }
         for ssrc in &tick.silent {
@@ -360,14 +427,42 @@ impl Listener {
             if let Some(s) = ears.speaking.get_mut(ssrc) {
                 s.ticks += 1;
                 s.quiet_ticks += 1;
-                if s.quiet_ticks >= quiet_limit {
-                    done.push(*ssrc);
-                }
+            }
+        }
+        let (speaking, verdicts) = (&mut ears.speaking, &ears.verdicts);
+        for (ssrc, s) in speaking.iter_mut() {
+            if s.quiet_ticks == 0 || done.iter().any(|(d, _)| d == ssrc) {
+                continue;
+            }
+            let verdict = verdicts.get(ssrc).filter(|(pause, _)| *pause == s.pause).map(|(_, v)| *v);
+            if let Some(turns) = &self.turns
+                && !s.asked
+                && s.quiet_ticks >= turn_ticks
+                && s.voiced_ticks >= start_ticks
+            {
+                s.asked = true;
+                let recent = s.pcm[s.pcm.len().saturating_sub(TURN_WINDOW)..].to_vec();
+                let (turns, ears, ssrc, pause) = (turns.clone(), self.ears.clone(), *ssrc, s.pause);
+                tokio::spawn(async move {
+                    let verdict = turns.finished(recent).await.map_err(|e| tracing::warn!(error = %e, "the turn detector failed"));
+                    ears.lock().unwrap_or_else(|p| p.into_inner()).verdicts.insert(ssrc, (pause, verdict));
+                });
+            }
+            if verdict == Some(Ok(true)) {
+                done.push((*ssrc, TurnEnd::Finished));
+            } else if s.quiet_ticks >= quiet_limit {
+                let why = match (&self.turns, verdict) {
+                    (None, _) => TurnEnd::Silence,
+                    (Some(_), Some(Ok(false))) => TurnEnd::SilenceAfterUnfinished,
+                    (Some(_), _) => TurnEnd::DetectorUnavailable,
+                };
+                done.push((*ssrc, why));
             }
         }
         let gone: Vec<u32> = ears.speaking.keys().filter(|s| !tick.speaking.contains_key(s) && !tick.silent.contains(s)).copied().collect();
-        done.extend(gone);
-        for ssrc in done {
+        done.extend(gone.into_iter().map(|s| (s, TurnEnd::Gone)));
+        for (ssrc, ended_by) in done {
+            ears.verdicts.remove(&ssrc);
             let Some(s) = ears.speaking.remove(&ssrc) else { continue };
             if s.voiced_ticks < start_ticks {
                 // Too short to be speech: it becomes pre-roll for whatever this person says next.
@@ -383,7 +478,7 @@ impl Listener {
                 metrics::counter!("clankie_voice_noise_segments_total").increment(1);
                 continue;
             }
-            let segment = Segment { user_id: s.user_id, ssrc, pcm: s.pcm, started: s.started, ended: now };
+            let segment = Segment { user_id: s.user_id, ssrc, pcm: s.pcm, started: s.started, ended: now, ended_by };
             let _ = self.events.send(BodyEvent::Heard(segment));
         }
     }
@@ -402,9 +497,10 @@ impl EventHandler for Listener {
             EventContext::ClientDisconnect(c) => {
                 let mut ears = self.ears.lock().unwrap_or_else(|p| p.into_inner());
                 ears.users.retain(|_, u| *u != c.user_id.0);
-                let Ears { users, vad, pre_roll, onset, .. } = &mut *ears;
+                let Ears { users, vad, pre_roll, onset, verdicts, .. } = &mut *ears;
                 vad.retain(|ssrc, _| users.contains_key(ssrc));
                 onset.retain(|ssrc, _| users.contains_key(ssrc));
+                verdicts.retain(|ssrc, _| users.contains_key(ssrc));
                 pre_roll.retain(|ssrc, _| users.contains_key(ssrc));
             }
             EventContext::DriverConnect(c) => {
@@ -458,8 +554,14 @@ pub struct Body {
 }
 
 impl Body {
-    /// A body not yet connected, and the stream of what happens to it.
+    /// A body not yet connected, and the stream of what happens to it; turns end on silence.
     pub fn new(config: BodyConfig) -> (Body, mpsc::UnboundedReceiver<BodyEvent>) {
+        Body::with_turns(config, None)
+    }
+
+    /// A body whose turns end when `turns` hears them finished after a short pause, or on the
+    /// silence bound.
+    pub fn with_turns(config: BodyConfig, turns: Option<Arc<dyn TurnDetector>>) -> (Body, mpsc::UnboundedReceiver<BodyEvent>) {
         // Three packets of jitter buffer (60 ms) rather than five: barge-in is judged on what has
         // come out of it, and loopback and LAN jitter fit.
         let driver_config = Config::default()
@@ -470,6 +572,7 @@ impl Body {
         let mut driver = Driver::new(driver_config);
         let ears = Arc::new(Mutex::new(Ears::default()));
         let (tx, rx) = mpsc::unbounded_channel();
+        let pauses = Arc::new(std::sync::atomic::AtomicU32::new(0));
         for event in [
             CoreEvent::VoiceTick,
             CoreEvent::SpeakingStateUpdate,
@@ -478,7 +581,7 @@ impl Body {
             CoreEvent::DriverReconnect,
             CoreEvent::DriverDisconnect,
         ] {
-            driver.add_global_event(event.into(), Listener { ears: ears.clone(), events: tx.clone(), config });
+            driver.add_global_event(event.into(), Listener { ears: ears.clone(), events: tx.clone(), config, turns: turns.clone(), pauses: pauses.clone() });
         }
         (Body { driver, ears, config, current: None }, rx)
     }

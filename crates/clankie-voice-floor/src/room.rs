@@ -50,6 +50,7 @@ pub(crate) struct RoomParts {
     pub body: BodyConfig,
     pub tts: Arc<dyn TextToSpeech>,
     pub stt: Arc<dyn SpeechToText>,
+    pub turns: Option<Arc<dyn clankie_voice_body::TurnDetector>>,
     pub transcriptions: usize,
     /// Display names of the guild's members, by user id.
     pub names: HashMap<u64, String>,
@@ -179,14 +180,14 @@ struct RoomActor {
 
 impl RoomActor {
     fn start(parts: RoomParts, fenced: watch::Sender<bool>) -> RoomActor {
-        let RoomParts { key, lease, lease_ttl, floor, store, body, tts, stt, transcriptions, names, links } = parts;
+        let RoomParts { key, lease, lease_ttl, floor, store, body, tts, stt, turns, transcriptions, names, links } = parts;
         let bus = floor.bus.clone();
         let vouching = Arc::new(AtomicBool::new(false));
         let lease_keeping = tokio::spawn(keep_room_lease(store.clone(), bus.clone(), lease.clone(), lease_ttl, vouching.clone(), fenced));
         let (body_tx, commands) = mpsc::unbounded_channel();
         let (mouth, speech) = mpsc::unbounded_channel();
         let (reports, body_events) = mpsc::unbounded_channel();
-        tokio::spawn(body_task(body, tts, commands, speech, reports));
+        tokio::spawn(body_task(body, tts, turns, commands, speech, reports));
         let (ears, heard) = mpsc::unbounded_channel();
         let transcriber = tokio::spawn(transcriber(bus.clone(), stt, key, transcriptions, heard));
         let (run_tx, run_rx) = mpsc::unbounded_channel();
@@ -305,8 +306,9 @@ impl RoomActor {
         let audio_ms = i64::try_from(segment.duration().as_millis()).unwrap_or(i64::MAX);
         metrics::counter!("clankie_voice_utterances_total").increment(1);
         let epoch = self.lease.epoch;
+        let ended_by = segment.ended_by.code();
         room_receipt(&self.bus, &utterance, "voice.heard", key, |r| {
-            r.with_id("speaker", segment.user_id).with_count("audio_ms", audio_ms).with_count("epoch", epoch)
+            r.with_id("speaker", segment.user_id).with_code(ended_by).with_count("audio_ms", audio_ms).with_count("epoch", epoch)
         });
         let author_name = self.names.get(&segment.user_id).cloned().unwrap_or_else(|| format!("user {}", segment.user_id));
         let _ = self.ears.send(Utterance {
@@ -579,6 +581,21 @@ async fn keep_room_lease(store: Store, bus: Bus, lease: RoomLease, ttl: Duration
     }
 }
 
+/// The end-of-turn detector at `base` (the local speech service's Smart Turn). It must answer
+/// within the silence bound to matter, so it gets two seconds at most.
+pub(crate) fn turn_detector(base: &str) -> Result<Arc<dyn clankie_voice_body::TurnDetector>, clankie_speech::SpeechError> {
+    Ok(Arc::new(SmartTurn(clankie_speech::openai::HttpTurnDetector::new(base, Duration::from_secs(2))?)))
+}
+
+struct SmartTurn(clankie_speech::openai::HttpTurnDetector);
+
+#[async_trait::async_trait]
+impl clankie_voice_body::TurnDetector for SmartTurn {
+    async fn finished(&self, pcm: Vec<i16>) -> Result<bool, String> {
+        self.0.finished(&Audio { pcm, rate: clankie_voice_body::HEARD_RATE }).await.map_err(|e| e.code().to_owned())
+    }
+}
+
 /// One utterance heard, waiting for its words.
 struct Utterance {
     id: String,
@@ -718,6 +735,7 @@ enum BodyReport {
 async fn body_task(
     config: BodyConfig,
     tts: Arc<dyn TextToSpeech>,
+    turns: Option<Arc<dyn clankie_voice_body::TurnDetector>>,
     mut commands: mpsc::UnboundedReceiver<BodyCommand>,
     mut speech: mpsc::UnboundedReceiver<v1::Speak>,
     events: mpsc::UnboundedSender<BodyReport>,
@@ -736,7 +754,7 @@ async fn body_task(
     // nothing more of a cut answer is played, whatever the run still writes.
     let mut answering: Option<String> = None;
     let mut cut_answers: std::collections::VecDeque<String> = std::collections::VecDeque::new();
-    let (mut body, mut heard) = Body::new(config);
+    let (mut body, mut heard) = Body::with_turns(config, turns);
     let (done_tx, mut done) = mpsc::unbounded_channel::<(Connection, Result<(), clankie_voice_body::BodyError>)>();
     let (synth_tx, mut synthesized) = mpsc::unbounded_channel::<(String, Result<Audio, clankie_speech::SpeechError>)>();
     let (played_tx, mut played) = mpsc::unbounded_channel::<String>();

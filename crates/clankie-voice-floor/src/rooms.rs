@@ -43,6 +43,8 @@ pub struct RoomConfig {
     pub speech: SpeechConfig,
     /// Utterances of one room transcribed at once.
     pub transcriptions: usize,
+    /// The end-of-turn detector's base URL; turns end on the silence bound without one.
+    pub turns: Option<String>,
 }
 
 impl RoomConfig {
@@ -56,6 +58,7 @@ impl RoomConfig {
             body: BodyConfig {
                 speech_start: settings.voice_speech_start,
                 end_of_speech: settings.voice_end_of_turn,
+                turn_silence: settings.voice_turn_silence,
                 pre_roll: settings.voice_pre_roll,
                 longest_segment: settings.voice_max_utterance,
                 barge_in: settings.barge_in,
@@ -64,6 +67,7 @@ impl RoomConfig {
             rejoin_after: Duration::from_secs(3),
             speech: speech_config(settings),
             transcriptions: settings.voice_transcriptions,
+            turns: settings.turn_base_url.clone(),
         }
     }
 }
@@ -141,6 +145,7 @@ pub struct RoomKeeper {
     config: RoomConfig,
     stt: Arc<dyn SpeechToText>,
     tts: Arc<dyn TextToSpeech>,
+    turns: Option<Arc<dyn clankie_voice_body::TurnDetector>>,
     /// Display names by (guild, user), from their voice states.
     names: HashMap<(u64, u64), String>,
     known: Known,
@@ -154,6 +159,10 @@ impl RoomKeeper {
     pub fn new(bus: Bus, store: Store, floor: Arc<VoiceFloor>, config: RoomConfig) -> Result<RoomKeeper, RoomError> {
         let (links_tx, links) = mpsc::unbounded_channel();
         let (stt, tts) = clankie_speech::engines(&config.speech)?;
+        let turns = match &config.turns {
+            Some(base) => Some(crate::room::turn_detector(base)?),
+            None => None,
+        };
         Ok(RoomKeeper {
             bus,
             store,
@@ -161,6 +170,7 @@ impl RoomKeeper {
             config,
             stt,
             tts,
+            turns,
             names: HashMap::new(),
             known: Known::default(),
             owned: HashMap::new(),
@@ -343,6 +353,7 @@ impl RoomKeeper {
             body: self.config.body,
             tts: self.tts.clone(),
             stt: self.stt.clone(),
+            turns: self.turns.clone(),
             transcriptions: self.config.transcriptions,
             names: self.names.iter().filter(|((g, _), _)| *g == key.0).map(|((_, u), n)| (*u, n.clone())).collect(),
             links: self.links_tx.clone(),

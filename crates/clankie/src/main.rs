@@ -351,7 +351,8 @@ async fn run(settings: &Settings, trust: Option<VoiceTrust>) -> Result<()> {
 }
 
 /// With no speech engine configured, the local speech service (Whisper, Piper, Smart Turn) is
-/// the default: started here (installed first when missing), and both engines pointed at it.
+/// the default: started here (installed first when missing), and both engines and the turn
+/// detector (unless one is set) pointed at it.
 /// When it cannot start, the offline espeak-ng and pocketsphinx engines stand in and the reason
 /// is printed.
 async fn local_speech(settings: &Settings) -> (Option<clankie_stack::SpeechServer>, Settings) {
@@ -364,6 +365,7 @@ async fn local_speech(settings: &Settings) -> (Option<clankie_stack::SpeechServe
         Ok(server) => {
             settings.stt_base_url = Some(server.base_url());
             settings.tts_base_url = Some(server.base_url());
+            settings.turn_base_url.get_or_insert_with(|| server.base_url());
             (Some(server), settings)
         }
         Err(e) => {

@@ -6,6 +6,7 @@ mod join;
 mod lease;
 mod open_speech;
 mod reconnect;
+mod smart_turn;
 mod speech;
 mod vad;
 
@@ -195,10 +196,19 @@ pub async fn speech() -> clankie_stack::SpeechServer {
     started.await.unwrap().expect("the local speech service starts")
 }
 
-/// A live room whose floor hears and speaks through the local speech service.
+/// A live room whose floor hears, speaks and tells the end of a turn through the local speech service.
 pub async fn live_room_on(rig: &Rig, speech: &clankie_stack::SpeechServer) -> tokio::process::Child {
-    let engines = [("CLANKIE_STT_BASE_URL", speech.base_url()), ("CLANKIE_TTS_BASE_URL", speech.base_url())];
-    let floor = rig.voice_floor_with("floor-a", &engines);
+    live_room_with(rig, &[
+        ("CLANKIE_STT_BASE_URL", speech.base_url()),
+        ("CLANKIE_TTS_BASE_URL", speech.base_url()),
+        ("CLANKIE_TURN_BASE_URL", speech.base_url()),
+    ])
+    .await
+}
+
+/// A live room whose floor runs with `settings`.
+pub async fn live_room_with(rig: &Rig, settings: &[(&str, String)]) -> tokio::process::Child {
+    let floor = rig.voice_floor_with("floor-a", settings);
     keeping(rig, "floor-a").await;
     rig.discord.voice_join(VOICE, "ada").unwrap();
     until("the room live", Duration::from_secs(10), || rig.live() == Some(VOICE)).await;

@@ -1,0 +1,118 @@
+//! `smart_turn_`: a turn ends when Smart Turn hears it finished after a short pause, bounded by
+//! silence; a pause mid-sentence does not end it; with the detector down, the silence bound does.
+
+use std::time::Duration;
+
+use clankie_model_standin::{Reply, Script};
+
+use super::{Rig, VOICE, has_code, live_room_on, live_room_with, piper_clip, speech, until};
+
+/// Questions asked: `CLANKIE_VOICE_CLIPS` (10 in the long mode), 5 in CI.
+fn clips() -> usize {
+    std::env::var("CLANKIE_VOICE_CLIPS").ok().and_then(|v| v.parse().ok()).unwrap_or(5).clamp(1, 10)
+}
+
+/// How long the clip's quiet tail lasts, in ms: where the speech in it ended.
+fn quiet_tail_ms(pcm: &[i16], rate: u32) -> i64 {
+    let last = pcm.iter().rposition(|s| s.unsigned_abs() > 300).unwrap_or(pcm.len());
+    ((pcm.len() - last) as i64 * 1000) / i64::from(rate)
+}
+
+/// `pcm` without its quiet head and tail.
+fn trimmed(pcm: &[i16]) -> &[i16] {
+    let first = pcm.iter().position(|s| s.unsigned_abs() > 300).unwrap_or(0);
+    let last = pcm.iter().rposition(|s| s.unsigned_abs() > 300).map_or(pcm.len(), |i| i + 1);
+    &pcm[first..last.max(first)]
+}
+
+#[tokio::test]
+async fn smart_turn_a_finished_question_ends_its_turn_at_the_detector_before_the_silence_bound() {
+    let speech = speech().await;
+    let rig = Rig::new().await;
+    let _floor = live_room_on(&rig, &speech).await;
+    let (question, rate) = piper_clip(&speech, "Clankie, what time is it?").await;
+    let tail = quiet_tail_ms(&question, rate);
+    let voice = rig.discord.voice();
+    let mut first_audio = Vec::new();
+    for n in 0..clips() {
+        rig.standin.script(Script::when("spoken aloud", Reply::text("It is nine.")));
+        let before = voice.heard(VOICE).len();
+        rig.discord.voice_speak(VOICE, "ada", &question, rate).await.unwrap();
+        // The loopback sends five 20 ms silence frames after a clip; her speech ended before
+        // them and the clip's own quiet tail.
+        let ended = clankie_bus::now_ms() - 100 - tail;
+        until("his answer aloud", Duration::from_secs(20), || {
+            voice.speaking_since(VOICE).is_some_and(|s| s > ended) || voice.heard(VOICE).len() > before
+        })
+        .await;
+        let started = voice.speaking_since(VOICE).filter(|s| *s > ended).or_else(|| voice.heard(VOICE).get(before).map(|s| s.start_ms));
+        first_audio.push(started.unwrap() - ended);
+        until("his answer over", Duration::from_secs(20), || voice.heard(VOICE).len() > before).await;
+        until("the turn's receipt", Duration::from_secs(10), || rig.receipts("voice.heard").len() > n).await;
+    }
+    let heard = rig.receipts("voice.heard");
+    // Where the time goes, for the last question: each step's receipt after the end of speech.
+    let last = heard.last().map(|r| r.delivery_id.clone()).unwrap_or_default();
+    let steps: Vec<(String, i64)> = rig
+        .receipts
+        .all()
+        .into_iter()
+        .filter(|r| r.delivery_id == last || r.delivery_id.starts_with(&last))
+        .map(|r| (r.kind.clone(), r.at_ms - heard.last().map_or(0, |h| h.at_ms)))
+        .collect();
+    println!("smart_turn: the last question's receipts {steps:?}");
+    let finished = heard.iter().filter(|r| has_code(r, "turn_finished")).count();
+    first_audio.sort_unstable();
+    let p50 = first_audio[first_audio.len() / 2];
+    println!("smart_turn: first audio after the end of speech {first_audio:?} ms, p50 {p50} ms; {finished} of {} turns ended by the detector", heard.len());
+    assert_eq!(finished, heard.len(), "a turn ended on the silence bound: {heard:?}");
+    // How soon is the voice bench's to measure (`voice_first_audio_ms_p50`, target 1000 ms);
+    // here, that he spoke at all and the detector, not the 800 ms bound, ended each turn.
+    assert_eq!(first_audio.len(), clips());
+}
+
+#[tokio::test]
+async fn smart_turn_a_sentence_with_a_500_ms_pause_in_the_middle_stays_one_utterance() {
+    let speech = speech().await;
+    let rig = Rig::new().await;
+    let _floor = live_room_on(&rig, &speech).await;
+    let (start, rate) = piper_clip(&speech, "I was thinking").await;
+    let (end, end_rate) = piper_clip(&speech, "that we could go to the market tomorrow.").await;
+    assert_eq!(rate, end_rate);
+    let mut sentence = trimmed(&start).to_vec();
+    sentence.extend(std::iter::repeat_n(0i16, rate as usize / 2));
+    sentence.extend_from_slice(trimmed(&end));
+    sentence.extend(std::iter::repeat_n(0i16, rate as usize / 5));
+    rig.discord.voice_speak(VOICE, "ada", &sentence, rate).await.unwrap();
+    until("the utterance transcribed", Duration::from_secs(20), || !rig.receipts("voice.transcribed").is_empty()).await;
+    // A second utterance would have ended by now: the silence bound is 800 ms.
+    let transcribed = rig.receipts("voice.transcribed");
+    let heard = rig.receipts("voice.heard");
+    println!("smart_turn: a sentence with a 500 ms pause became {} utterance(s), ended by {:?}", heard.len(), heard.iter().map(|r| r.codes.clone()).collect::<Vec<_>>());
+    assert_eq!(heard.len(), 1, "the pause ended the turn: {heard:?}");
+    assert_eq!(transcribed.len(), 1);
+    assert!(has_code(&heard[0], "turn_finished"), "{heard:?}");
+}
+
+#[tokio::test]
+async fn smart_turn_with_the_detector_down_turns_end_on_the_silence_bound_and_the_receipt_says_why() {
+    let speech = speech().await;
+    let rig = Rig::new().await;
+    // Nothing listens on the detector's port.
+    let down = clankie_stack::reserve_port().unwrap();
+    let settings = [
+        ("CLANKIE_STT_BASE_URL", speech.base_url()),
+        ("CLANKIE_TTS_BASE_URL", speech.base_url()),
+        ("CLANKIE_TURN_BASE_URL", format!("http://127.0.0.1:{}/v1", down.port())),
+    ];
+    let _floor = live_room_with(&rig, &settings).await;
+    rig.standin.script(Script::when("spoken aloud", Reply::text("It is nine.")));
+    let (question, rate) = piper_clip(&speech, "Clankie, what time is it?").await;
+    rig.discord.voice_speak(VOICE, "ada", &question, rate).await.unwrap();
+    until("the turn's receipt", Duration::from_secs(20), || !rig.receipts("voice.heard").is_empty()).await;
+    let heard = rig.receipts("voice.heard");
+    println!("smart_turn: with the detector down the turn ended by {:?}", heard[0].codes);
+    assert!(has_code(&heard[0], "turn_detector_unavailable"), "{heard:?}");
+    // And the room goes on: the question is answered.
+    until("his answer", Duration::from_secs(20), || rig.receipts("voice.outcome").iter().any(|r| has_code(r, "replied"))).await;
+}
