@@ -96,18 +96,33 @@ async fn a_person_chats_in_the_sandbox_and_sees_clankie_reply() {
 
 /// A headless Chromium session on the sandbox page.
 pub(crate) async fn browser_on(url: &str, driver: &Driver, profile: &clankie_testkit::TestDir) -> fantoccini::Client {
+    browser_with(url, driver, profile, &[]).await
+}
+
+/// A headless Chromium session on the sandbox page, with extra command-line switches.
+pub(crate) async fn browser_with(url: &str, driver: &Driver, profile: &clankie_testkit::TestDir, extra: &[String]) -> fantoccini::Client {
+    let mut args: Vec<String> = [
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-dev-shm-usage",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--window-size=1100,700",
+        "--autoplay-policy=no-user-gesture-required",
+    ]
+    .iter()
+    .map(|a| (*a).to_owned())
+    .collect();
+    args.push(format!("--user-data-dir={}", profile.path().display()));
+    args.extend(extra.iter().cloned());
     let mut caps = serde_json::Map::new();
     caps.insert(
         "goog:chromeOptions".into(),
-        serde_json::json!({
-            "binary": "/usr/bin/chromium",
-            "args": [
-                "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--disable-quic", "--no-first-run",
-                "--disable-background-networking", "--disable-component-update", "--disable-sync", "--window-size=1100,700",
-                "--autoplay-policy=no-user-gesture-required",
-                format!("--user-data-dir={}", profile.path().display()),
-            ],
-        }),
+        serde_json::json!({ "binary": "/usr/bin/chromium", "args": args }),
     );
     let browser = ClientBuilder::new(HttpConnector::new())
         .capabilities(caps)
@@ -186,5 +201,89 @@ fn voice_join_from_the_sandbox_page_a_person_enters_says_a_line_aloud_and_leaves
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
         browser.close().await.unwrap();
+    });
+}
+
+/// The sandbox page's microphone in Chromium, its capture a file (Chromium's fake audio device):
+/// the words reach him through Whisper, and he answers aloud.
+#[test]
+fn open_speech_the_sandbox_microphone_in_chromium_reaches_him_and_he_answers_aloud() {
+    let state = clankie_testkit::TestDir::new();
+    // SAFETY: no other thread exists yet in this test process.
+    unsafe { std::env::set_var("SSL_CERT_FILE", state.path().join("voice").join("voice-ca.pem")) };
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
+    rt.block_on(async {
+        let speech = tokio::task::spawn_blocking(|| clankie_stack::SpeechServer::start(&Default::default(), &mut |m| eprintln!("{m}")))
+            .await
+            .unwrap()
+            .expect("the local speech service starts");
+        let base = speech.base_url();
+        let state_dir = state.path().display().to_string();
+        let rig = Rig::with(&[
+            ("CLANKIE_STATE_DIR", state_dir.as_str()),
+            ("CLANKIE_STT_BASE_URL", base.as_str()),
+            ("CLANKIE_TTS_BASE_URL", base.as_str()),
+            ("CLANKIE_TURN_BASE_URL", base.as_str()),
+        ])
+        .await;
+        rig.standin.script(clankie_model_standin::Script::when("spoken aloud", clankie_model_standin::Reply::text("Paris, of course.")));
+        let bus = rig.bus().await;
+        let transcripts = clankie_testkit::record::<clankie_proto::v1::Transcript>(&bus, clankie_proto::Family::VoiceTranscript).await;
+        // What the fake microphone hears: the question, then silence.
+        let question = "Clankie, what is the capital of France?";
+        let piper = clankie_speech::openai::OpenAiSpeaker::new(&base, "piper", "joe", None, Duration::from_secs(30)).unwrap();
+        let said = clankie_speech::TextToSpeech::synthesize(&piper, question).await.unwrap();
+        let mut pcm = vec![0i16; said.rate as usize / 4];
+        pcm.extend_from_slice(&said.pcm);
+        pcm.extend(std::iter::repeat_n(0i16, said.rate as usize * 4));
+        let capture = state.path().join("microphone.wav");
+        std::fs::write(&capture, clankie_pcm::wav(&pcm, said.rate)).unwrap();
+        let speech_ms = (said.pcm.len() as u64 * 1000) / u64::from(said.rate);
+
+        let driver = Driver::start().await;
+        let profile = clankie_testkit::TestDir::new();
+        let fake = [
+            "--use-fake-ui-for-media-stream".to_owned(),
+            "--use-fake-device-for-media-stream".to_owned(),
+            format!("--use-file-for-fake-audio-capture={}", capture.display()),
+        ];
+        let browser = browser_with(&rig.sandbox.url(), &driver, &profile, &fake).await;
+        let author = browser.wait().for_element(Locator::Id("author")).await.unwrap();
+        author.clear().await.unwrap();
+        author.send_keys("ada").await.unwrap();
+        browser.wait().for_element(Locator::Css("button.room[data-channel=\"300\"]")).await.unwrap().click().await.unwrap();
+        browser.find(Locator::Id("voice-join")).await.unwrap().click().await.unwrap();
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+        while !text_of(&browser, "voice-members").await.contains("audio connected") {
+            assert!(tokio::time::Instant::now() < deadline, "his audio never connected");
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        browser.find(Locator::Id("voice-mic")).await.unwrap().click().await.unwrap();
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        while !text_of(&browser, "voice-status").await.contains("microphone") {
+            let status = text_of(&browser, "voice-status").await;
+            assert!(tokio::time::Instant::now() < deadline, "the microphone never opened: {status}");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        // Talk for as long as the question lasts, and a little more: the capture is a recording
+        // the length of this wait, not a wait for a result.
+        tokio::time::sleep(Duration::from_millis(speech_ms + 800)).await;
+        browser.find(Locator::Id("voice-mic")).await.unwrap().click().await.unwrap();
+
+        super::until("the question's transcript", Duration::from_secs(30), || !transcripts.all().is_empty()).await;
+        let heard = transcripts.all()[0].text.to_lowercase();
+        println!("open_speech: the microphone's question was heard as {} words", heard.split_whitespace().count());
+        assert!(heard.contains("capital") && heard.contains("france"), "the microphone's words were heard as {heard:?}");
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            let src = browser.find(Locator::Css("audio#voice-audio")).await.unwrap().attr("src").await.unwrap().unwrap_or_default();
+            if src.starts_with("data:audio/wav;base64,") {
+                break;
+            }
+            assert!(tokio::time::Instant::now() < deadline, "he never answered aloud");
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        browser.close().await.unwrap();
+        drop(speech);
     });
 }
