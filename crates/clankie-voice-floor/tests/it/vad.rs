@@ -106,8 +106,10 @@ async fn live_room(rig: &Rig) -> tokio::process::Child {
 async fn vad_noise_at_speech_level_while_he_is_quiet_is_no_utterance_and_speech_in_noise_is_one() {
     let speech = super::speech().await;
     let rig = Rig::new().await;
-    // Whisper hears the room: open speech, no grammar to guess from.
-    let _floor = super::live_room_on(&rig, &speech).await;
+    // Whisper hears the room: open speech, no grammar to guess from. Turns end on the silence
+    // bound alone: what is counted here is noise, not where a turn ends.
+    let engines = [("CLANKIE_STT_BASE_URL", speech.base_url()), ("CLANKIE_TTS_BASE_URL", speech.base_url())];
+    let _floor = super::live_room_with(&rig, &engines).await;
     let transcripts = clankie_testkit::record::<v1::Transcript>(&rig.bus, clankie_proto::Family::VoiceTranscript).await;
     rig.standin.script(Script::when(VOICE_PROMPT, Reply::text("Paris.")));
     let (speech, level) = speech_in_noise("Clankie, what is the capital of France", 6.0).await;
