@@ -8,12 +8,13 @@ use clankie_discord_loopback::interactions::RunCommand;
 use clankie_store::OwnerSettings;
 use clankie_testkit::until;
 
-use crate::chaos::{Cast, a_guild_per_shard, shard_owners};
+use crate::chaos::{Cast, DumpLogsOnPanic, a_guild_per_shard, shard_owners};
 
 #[tokio::test]
 async fn slash_with_3_gateway_replicas_the_command_set_is_registered_once_and_every_shard_answers() {
     const SHARDS: u32 = 3;
     let cast = Cast::start(a_guild_per_shard(SHARDS, 3)).await;
+    let _dump = DumpLogsOnPanic(cast.dir.path().to_owned(), &["captain", "gateway-a", "gateway-b", "gateway-c"]);
     let ada = clankie_discord_loopback::Loopback::user_id("ada");
     let settings = OwnerSettings { owner_id: Some(ada), ..cast.store.owner_settings().await.unwrap() };
     cast.store.set_owner_settings(&settings).await.unwrap();
@@ -38,7 +39,9 @@ async fn slash_with_3_gateway_replicas_the_command_set_is_registered_once_and_ev
     for k in 0..u64::from(SHARDS) {
         let run = RunCommand { channel_id: 700 + k, author: "ada".into(), subcommand: "status".into(), options: BTreeMap::new() };
         let started = cast.discord.run_command(run).unwrap();
-        until("the answer on every shard", Duration::from_secs(20), || {
+        // The gateway waits up to a minute for the captain's answer (`ANSWER_WITHIN`): a captain
+        // process still starting on a loaded machine answers the first command late.
+        until("the answer on every shard", Duration::from_secs(60), || {
             cast.discord.interaction(started.id).is_some_and(|r| r.content.starts_with("Running:"))
         })
         .await;
