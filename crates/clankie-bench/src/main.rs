@@ -794,6 +794,16 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
     sorted[i.min(sorted.len() - 1)]
 }
 
+/// Prints a voice run's first-audio and barge-in percentiles under `prefix`.
+fn print_voice(prefix: &str, (mut first, mut stops): (Vec<f64>, Vec<f64>)) {
+    first.sort_by(f64::total_cmp);
+    stops.sort_by(f64::total_cmp);
+    println!("{prefix}_first_audio_ms_p50: {:.0}", percentile(&first, 0.50));
+    println!("{prefix}_first_audio_ms_p99: {:.0}", percentile(&first, 0.99));
+    println!("{prefix}_barge_in_stop_ms_p50: {:.0}", percentile(&stops, 0.50));
+    println!("{prefix}_barge_in_stop_ms_p99: {:.0}", percentile(&stops, 0.99));
+}
+
 /// A clip of `text` said aloud: by the local speech service's Piper when there is one, else by espeak-ng.
 async fn say(speech: Option<&clankie_stack::SpeechServer>, text: &str) -> Result<(Vec<i16>, u32)> {
     use clankie_speech::TextToSpeech as _;
@@ -1026,22 +1036,10 @@ async fn run() -> Result<()> {
         println!("tts_rtf: {tts_rtf:.3}");
         println!("stt_rtf: {stt_rtf:.3}");
         println!("turn_decision_ms_p50: {:.0}", percentile(&decisions, 0.50));
-        let (mut first, mut stops) = voice(20, 10, Some(&speech)).await?;
-        first.sort_by(f64::total_cmp);
-        stops.sort_by(f64::total_cmp);
-        println!("voice_first_audio_ms_p50: {:.0}", percentile(&first, 0.50));
-        println!("voice_first_audio_ms_p99: {:.0}", percentile(&first, 0.99));
-        println!("voice_barge_in_stop_ms_p50: {:.0}", percentile(&stops, 0.50));
-        println!("voice_barge_in_stop_ms_p99: {:.0}", percentile(&stops, 0.99));
+        print_voice("voice", voice(20, 10, Some(&speech)).await?);
     }
     if std::env::args().skip(1).any(|a| a == "voice-offline") {
-        let (mut first, mut stops) = voice(20, 10, None).await?;
-        first.sort_by(f64::total_cmp);
-        stops.sort_by(f64::total_cmp);
-        println!("voice_offline_first_audio_ms_p50: {:.0}", percentile(&first, 0.50));
-        println!("voice_offline_first_audio_ms_p99: {:.0}", percentile(&first, 0.99));
-        println!("voice_offline_barge_in_stop_ms_p50: {:.0}", percentile(&stops, 0.50));
-        println!("voice_offline_barge_in_stop_ms_p99: {:.0}", percentile(&stops, 0.99));
+        print_voice("voice_offline", voice(20, 10, None).await?);
     }
     Ok(())
 }

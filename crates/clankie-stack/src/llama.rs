@@ -9,10 +9,8 @@
 //! outside the clone, shared by every checkout on the machine. The model has no tool-call
 //! template: the server takes the tool list and ignores it.
 
-use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::StackError;
 
@@ -110,10 +108,7 @@ pub struct LlamaMetrics {
 
 /// A running llama.cpp server, stopped when dropped.
 pub struct LlamaServer {
-    child: Child,
-    port: u16,
-    log: PathBuf,
-    _reserved: Option<crate::ReservedPort>,
+    server: crate::wheels::PythonServer,
 }
 
 impl LlamaServer {
@@ -121,73 +116,40 @@ impl LlamaServer {
     /// returning once it answers `/health`.
     pub fn start(options: &LlamaOptions, progress: &mut dyn FnMut(&str)) -> Result<LlamaServer, StackError> {
         let dir = ensure_llama(progress)?;
-        let reserved = match options.port {
-            Some(_) => None,
-            None => Some(crate::reserve_port().map_err(|source| StackError::Io { path: std::env::temp_dir(), source })?),
-        };
-        let port = options.port.or(reserved.as_ref().map(crate::ReservedPort::port)).unwrap_or(0);
-        let logs = crate::nats::unique_dir("clankie-llama")?;
-        let log = logs.join("llama.log");
-        let file = std::fs::File::create(&log).map_err(|source| StackError::Io { path: log.clone(), source })?;
-        let err = file.try_clone().map_err(|source| StackError::Io { path: log.clone(), source })?;
-        let child = Command::new("python3")
-            .arg("-c")
-            .arg(LAUNCHER)
-            .arg(llama_model(&dir))
-            .args([port.to_string(), options.n_ctx.to_string(), options.threads.max(1).to_string(), options.max_answer_tokens.to_string()])
-            .env("PYTHONPATH", &dir)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::from(file))
-            .stderr(Stdio::from(err))
-            .spawn()
-            .map_err(|source| StackError::Spawn { program: "python3 (llama.cpp server)".into(), source })?;
-        let mut server = LlamaServer { child, port, log, _reserved: reserved };
-        let start = Instant::now();
-        loop {
-            if matches!(get(port, "/health"), Ok((200, _))) {
-                return Ok(server);
-            }
-            if let Ok(Some(status)) = server.child.try_wait() {
-                return Err(StackError::Failed {
-                    program: "llama.cpp server".into(),
-                    status: status.to_string(),
-                    log: server.log.display().to_string(),
-                });
-            }
-            if start.elapsed() > READY_WITHIN {
-                return Err(StackError::NotReady {
-                    what: "llama.cpp server",
-                    port,
-                    waited: READY_WITHIN,
-                    log: server.log.display().to_string(),
-                });
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        let server = crate::wheels::PythonServer::start("llama", "llama.cpp server", &dir, options.port, "/health", READY_WITHIN, |command, port| {
+            command.arg("-c").arg(LAUNCHER).arg(llama_model(&dir)).args([
+                port.to_string(),
+                options.n_ctx.to_string(),
+                options.threads.max(1).to_string(),
+                options.max_answer_tokens.to_string(),
+            ]);
+        })?;
+        Ok(LlamaServer { server })
     }
 
     /// The OpenAI-compatible base URL, for `CLANKIE_MODEL_BASE_URL`.
     pub fn base_url(&self) -> String {
-        format!("http://127.0.0.1:{}/v1", self.port)
+        format!("http://127.0.0.1:{}/v1", self.server.port())
     }
 
     pub fn port(&self) -> u16 {
-        self.port
+        self.server.port()
     }
 
     /// The server's log file.
     pub fn log(&self) -> &Path {
-        &self.log
+        self.server.log()
     }
 
     /// Reads the server's own counters.
     pub fn metrics(&self) -> Result<LlamaMetrics, StackError> {
-        let (status, body) = get(self.port, "/metrics").map_err(|source| StackError::Io { path: self.log.clone(), source })?;
+        let (status, body) =
+            crate::wheels::get(self.port(), "/metrics").map_err(|source| StackError::Io { path: self.log().to_owned(), source })?;
         if status != 200 {
             return Err(StackError::Failed {
                 program: "llama.cpp /metrics".into(),
                 status: status.to_string(),
-                log: self.log.display().to_string(),
+                log: self.log().display().to_string(),
             });
         }
         let value = |name: &str| {
@@ -207,25 +169,6 @@ impl LlamaServer {
 
     /// Waits until the server exits (for a foreground `clankie llama serve`).
     pub fn wait(&mut self) -> std::io::Result<std::process::ExitStatus> {
-        self.child.wait()
+        self.server.wait()
     }
-}
-
-impl Drop for LlamaServer {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// A plain HTTP/1.1 GET on loopback: the status and the body.
-pub(crate) fn get(port: u16, path: &str) -> std::io::Result<(u16, String)> {
-    let mut stream = std::net::TcpStream::connect_timeout(&([127, 0, 0, 1], port).into(), Duration::from_secs(2))?;
-    stream.set_read_timeout(Some(Duration::from_secs(5)))?;
-    write!(stream, "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")?;
-    let mut response = String::new();
-    stream.read_to_string(&mut response)?;
-    let status = response.split_whitespace().nth(1).and_then(|s| s.parse().ok()).unwrap_or(0);
-    let body = response.split_once("\r\n\r\n").map_or("", |(_, b)| b).to_owned();
-    Ok((status, body))
 }

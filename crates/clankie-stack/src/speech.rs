@@ -9,8 +9,7 @@
 //! directory outside the clone named for the set, shared by every checkout on the machine.
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::StackError;
 
@@ -103,10 +102,7 @@ pub struct SpeechOptions {
 /// A running speech service, stopped when dropped (and dying with its owner: it exits when
 /// its standard input, which the owner holds, closes).
 pub struct SpeechServer {
-    child: Child,
-    port: u16,
-    log: PathBuf,
-    _reserved: Option<crate::ReservedPort>,
+    server: crate::wheels::PythonServer,
 }
 
 impl SpeechServer {
@@ -114,85 +110,45 @@ impl SpeechServer {
     /// returning once it answers `/healthz`.
     pub fn start(options: &SpeechOptions, progress: &mut dyn FnMut(&str)) -> Result<SpeechServer, StackError> {
         let dir = ensure_speech(progress)?;
-        let reserved = match options.port {
-            Some(_) => None,
-            None => Some(crate::reserve_port().map_err(|source| StackError::Io { path: std::env::temp_dir(), source })?),
-        };
-        let port = options.port.or(reserved.as_ref().map(crate::ReservedPort::port)).unwrap_or(0);
-        let logs = crate::nats::unique_dir("clankie-speech")?;
-        let log = logs.join("speech.log");
-        let file = std::fs::File::create(&log).map_err(|source| StackError::Io { path: log.clone(), source })?;
-        let err = file.try_clone().map_err(|source| StackError::Io { path: log.clone(), source })?;
-        let mut command = Command::new("python3");
-        command.arg("-c").arg(SERVER).args(["--die-with-stdin", "--port", &port.to_string()]);
-        if let Some(host) = &options.host {
-            command.args(["--host", host]);
-        }
-        if let Some(whisper) = &options.whisper {
-            command.arg("--whisper").arg(whisper);
-        }
-        if let Some(voice) = &options.voice {
-            command.arg("--voice").arg(voice);
-        }
-        if options.no_turn {
-            command.args(["--turn", "none"]);
-        }
-        let child = command
-            .env("PYTHONPATH", &dir)
-            .env("HF_HUB_OFFLINE", "1")
-            .stdin(Stdio::piped())
-            .stdout(Stdio::from(file))
-            .stderr(Stdio::from(err))
-            .spawn()
-            .map_err(|source| StackError::Spawn { program: "python3 (speech service)".into(), source })?;
-        let mut server = SpeechServer { child, port, log, _reserved: reserved };
-        let start = Instant::now();
-        loop {
-            if matches!(crate::llama::get(port, "/healthz"), Ok((200, _))) {
-                return Ok(server);
+        let server = crate::wheels::PythonServer::start("speech", "speech service", &dir, options.port, "/healthz", READY_WITHIN, |command, port| {
+            command.arg("-c").arg(SERVER).args(["--die-with-stdin", "--port", &port.to_string()]).env("HF_HUB_OFFLINE", "1");
+            if let Some(host) = &options.host {
+                command.args(["--host", host]);
             }
-            if let Ok(Some(status)) = server.child.try_wait() {
-                return Err(StackError::Failed {
-                    program: "speech service".into(),
-                    status: status.to_string(),
-                    log: server.log.display().to_string(),
-                });
+            if let Some(whisper) = &options.whisper {
+                command.arg("--whisper").arg(whisper);
             }
-            if start.elapsed() > READY_WITHIN {
-                return Err(StackError::NotReady { what: "speech service", port, waited: READY_WITHIN, log: server.log.display().to_string() });
+            if let Some(voice) = &options.voice {
+                command.arg("--voice").arg(voice);
             }
-            std::thread::sleep(Duration::from_millis(50));
-        }
+            if options.no_turn {
+                command.args(["--turn", "none"]);
+            }
+        })?;
+        Ok(SpeechServer { server })
     }
 
     /// The OpenAI-compatible base URL, for `CLANKIE_STT_BASE_URL` and `CLANKIE_TTS_BASE_URL`.
     pub fn base_url(&self) -> String {
-        format!("http://127.0.0.1:{}/v1", self.port)
+        format!("http://127.0.0.1:{}/v1", self.server.port())
     }
 
     pub fn port(&self) -> u16 {
-        self.port
+        self.server.port()
     }
 
     /// The service's log file (which model answered each request, and how long it took).
     pub fn log(&self) -> &Path {
-        &self.log
+        self.server.log()
     }
 
     /// Stops the service now (a test of a detector that is down).
     pub fn stop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        self.server.stop();
     }
 
     /// Waits until the service exits (for a foreground `clankie speech serve`).
     pub fn wait(&mut self) -> std::io::Result<std::process::ExitStatus> {
-        self.child.wait()
-    }
-}
-
-impl Drop for SpeechServer {
-    fn drop(&mut self) {
-        self.stop();
+        self.server.wait()
     }
 }

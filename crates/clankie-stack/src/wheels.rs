@@ -1,7 +1,9 @@
-//! Pinned PyPI wheels installed outside the clone, for the tools the stack runs on Python.
+//! Pinned PyPI wheels installed outside the clone, and the Python servers the stack runs from them.
 
+use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
 
 use crate::StackError;
 
@@ -43,4 +45,95 @@ pub(crate) fn install(dir: &Path, wheels: &[String], what: &'static str, install
         }
         Err(source) => Err(StackError::Io { path: dir.to_owned(), source }),
     }
+}
+
+/// A Python server on a loopback port, its output in a log file of its own, killed when dropped.
+pub(crate) struct PythonServer {
+    child: Child,
+    port: u16,
+    log: PathBuf,
+    _reserved: Option<crate::ReservedPort>,
+}
+
+impl PythonServer {
+    /// Runs `python3` with the wheels in `dir` on its path, on `port` (or a free one it reserves),
+    /// its output in `<name>.log`; `configure` adds the arguments for the port it is given. Returns
+    /// once `GET health` answers 200 and fails when the process exits or `ready_within` passes.
+    pub(crate) fn start(
+        name: &str,
+        what: &'static str,
+        dir: &Path,
+        port: Option<u16>,
+        health: &str,
+        ready_within: Duration,
+        configure: impl FnOnce(&mut Command, u16),
+    ) -> Result<PythonServer, StackError> {
+        let reserved = match port {
+            Some(_) => None,
+            None => Some(crate::reserve_port().map_err(|source| StackError::Io { path: std::env::temp_dir(), source })?),
+        };
+        let port = port.or(reserved.as_ref().map(crate::ReservedPort::port)).unwrap_or(0);
+        let logs = crate::nats::unique_dir(&format!("clankie-{name}"))?;
+        let log = logs.join(format!("{name}.log"));
+        let file = std::fs::File::create(&log).map_err(|source| StackError::Io { path: log.clone(), source })?;
+        let err = file.try_clone().map_err(|source| StackError::Io { path: log.clone(), source })?;
+        let mut command = Command::new("python3");
+        configure(&mut command, port);
+        let child = command
+            .env("PYTHONPATH", dir)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::from(file))
+            .stderr(Stdio::from(err))
+            .spawn()
+            .map_err(|source| StackError::Spawn { program: format!("python3 ({what})"), source })?;
+        let mut server = PythonServer { child, port, log, _reserved: reserved };
+        let start = Instant::now();
+        loop {
+            if matches!(get(port, health), Ok((200, _))) {
+                return Ok(server);
+            }
+            if let Ok(Some(status)) = server.child.try_wait() {
+                return Err(StackError::Failed { program: what.into(), status: status.to_string(), log: server.log.display().to_string() });
+            }
+            if start.elapsed() > ready_within {
+                return Err(StackError::NotReady { what, port, waited: ready_within, log: server.log.display().to_string() });
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    pub(crate) fn port(&self) -> u16 {
+        self.port
+    }
+
+    pub(crate) fn log(&self) -> &Path {
+        &self.log
+    }
+
+    pub(crate) fn stop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    pub(crate) fn wait(&mut self) -> std::io::Result<std::process::ExitStatus> {
+        self.child.wait()
+    }
+}
+
+impl Drop for PythonServer {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// A plain HTTP/1.1 GET on loopback: the status and the body.
+pub(crate) fn get(port: u16, path: &str) -> std::io::Result<(u16, String)> {
+    let mut stream = std::net::TcpStream::connect_timeout(&([127, 0, 0, 1], port).into(), Duration::from_secs(2))?;
+    stream.set_read_timeout(Some(Duration::from_secs(5)))?;
+    write!(stream, "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response)?;
+    let status = response.split_whitespace().nth(1).and_then(|s| s.parse().ok()).unwrap_or(0);
+    let body = response.split_once("\r\n\r\n").map_or("", |(_, b)| b).to_owned();
+    Ok((status, body))
 }

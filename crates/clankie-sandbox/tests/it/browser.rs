@@ -133,6 +133,19 @@ pub(crate) async fn browser_with(url: &str, driver: &Driver, profile: &clankie_t
     browser
 }
 
+/// Waits (30 s at most) until the voice panel's player holds his answer.
+async fn his_answer_in_the_player(browser: &fantoccini::Client) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let src = browser.find(Locator::Css("audio#voice-audio")).await.unwrap().attr("src").await.unwrap().unwrap_or_default();
+        if src.starts_with("data:audio/wav;base64,") {
+            return;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "the player never got his answer");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
 async fn text_of(browser: &fantoccini::Client, id: &str) -> String {
     browser.find(Locator::Id(id)).await.unwrap().text().await.unwrap()
 }
@@ -180,15 +193,7 @@ fn voice_join_from_the_sandbox_page_a_person_enters_says_a_line_aloud_and_leaves
         .await;
         // The line said on the page joined the offline grammar, so he understood it, answered, and
         // the panel's player has his answer.
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-        loop {
-            let src = browser.find(Locator::Css("audio#voice-audio")).await.unwrap().attr("src").await.unwrap().unwrap_or_default();
-            if src.starts_with("data:audio/wav;base64,") {
-                break;
-            }
-            assert!(tokio::time::Instant::now() < deadline, "the player never got his answer");
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
+        his_answer_in_the_player(&browser).await;
         let png = browser.screenshot().await.unwrap();
         let path = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("sandbox-voice.png");
         std::fs::write(&path, &png).unwrap();
@@ -283,15 +288,7 @@ fn open_speech_the_sandbox_microphone_in_chromium_reaches_him_and_he_answers_alo
             heard().split_whitespace().count(),
             transcripts.all().len()
         );
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-        loop {
-            let src = browser.find(Locator::Css("audio#voice-audio")).await.unwrap().attr("src").await.unwrap().unwrap_or_default();
-            if src.starts_with("data:audio/wav;base64,") {
-                break;
-            }
-            assert!(tokio::time::Instant::now() < deadline, "he never answered aloud");
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
+        his_answer_in_the_player(&browser).await;
         browser.close().await.unwrap();
         drop(speech);
     });

@@ -182,12 +182,13 @@ impl Drop for Rig {
 pub async fn live_room_hearing(rig: &Rig, phrases: &[&str]) -> (tokio::process::Child, std::path::PathBuf) {
     let file = rig.dir.path().join("room.gram");
     std::fs::write(&file, clankie_speech::offline::grammar(phrases)).unwrap();
-    let floor = rig.voice_floor_with("floor-a", &[("CLANKIE_STT_GRAMMAR", file.display().to_string())]);
-    keeping(rig, "floor-a").await;
-    rig.discord.voice_join(VOICE, "ada").unwrap();
-    until("the room live", Duration::from_secs(10), || rig.live() == Some(VOICE)).await;
-    rig.connected(Duration::from_secs(10)).await;
+    let floor = live_room_with(rig, &[("CLANKIE_STT_GRAMMAR", file.display().to_string())]).await;
     (floor, file)
+}
+
+/// Clips a voice test says: `CLANKIE_VOICE_CLIPS` (its long mode), else 5; at most `most`.
+pub fn voice_clips(most: usize) -> usize {
+    std::env::var("CLANKIE_VOICE_CLIPS").ok().and_then(|v| v.parse().ok()).unwrap_or(5).clamp(1, most)
 }
 
 /// The local speech service (faster-whisper, Piper, Smart Turn), installed on first use.

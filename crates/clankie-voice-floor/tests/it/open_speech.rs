@@ -33,9 +33,9 @@ const SENTENCES: [&str; 20] = [
     "We cooked dinner together and talked for hours.",
 ];
 
-/// Sentences said: `CLANKIE_VOICE_CLIPS` (20 in the long mode), 5 in CI.
+/// Sentences said: 20 in the long mode (`CLANKIE_VOICE_CLIPS=20`), 5 in CI.
 fn clips() -> usize {
-    std::env::var("CLANKIE_VOICE_CLIPS").ok().and_then(|v| v.parse().ok()).unwrap_or(5).clamp(1, SENTENCES.len())
+    super::voice_clips(SENTENCES.len())
 }
 
 #[tokio::test]

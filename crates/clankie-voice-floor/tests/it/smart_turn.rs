@@ -7,9 +7,9 @@ use clankie_model_standin::{Reply, Script};
 
 use super::{Rig, VOICE, has_code, live_room_on, live_room_with, piper_clip, speech, until};
 
-/// Questions asked: `CLANKIE_VOICE_CLIPS` (10 in the long mode), 5 in CI.
+/// Questions asked: 10 in the long mode (`CLANKIE_VOICE_CLIPS`), 5 in CI.
 fn clips() -> usize {
-    std::env::var("CLANKIE_VOICE_CLIPS").ok().and_then(|v| v.parse().ok()).unwrap_or(5).clamp(1, 10)
+    super::voice_clips(10)
 }
 
 /// How long the clip's quiet tail lasts, in ms: where the speech in it ended.
