@@ -251,6 +251,7 @@ async fn voice_room(AxState(state): AxState<Arc<State>>, Query(q): Query<Channel
         "members": state.voice.members(q.channel),
         "bot_connected": state.voice.bot_connected(q.channel),
         "counters": state.voice.counters(),
+        "dave": state.voice.dave(q.channel),
     }))
 }
 

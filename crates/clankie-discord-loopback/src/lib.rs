@@ -15,6 +15,7 @@
 //! serves the sandbox room page where a person chats as several users.
 
 mod control;
+mod dave;
 pub mod interactions;
 mod limits;
 mod model;
@@ -30,8 +31,10 @@ use std::time::Duration;
 use axum::Router;
 use serde::{Deserialize, Serialize};
 
+pub use dave::{DaveCounts, DaveView};
 pub use limits::{LimitCounts, Limits};
 pub use state::{Post, StoredMessage};
+pub use voice::DaveConfig;
 
 /// A channel of the loopback guild.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -87,6 +90,9 @@ pub struct LoopbackConfig {
     /// Discord's REST and gateway limits, kept as Discord keeps them (on by default).
     #[serde(default)]
     pub limits: Limits,
+    /// DAVE end-to-end encryption on the voice server (on by default, as on Discord).
+    #[serde(default)]
+    pub dave: DaveConfig,
 }
 
 fn one() -> u32 {
@@ -133,6 +139,7 @@ impl Default for LoopbackConfig {
             shards: 1,
             max_concurrency: 1,
             limits: Limits::default(),
+            dave: DaveConfig::default(),
         }
     }
 }
@@ -154,7 +161,7 @@ impl Loopback {
             let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             std::env::temp_dir().join(format!("clankie-loopback-voice-{}-{n}", std::process::id()))
         });
-        let voice = voice::VoiceServer::start(&dir, config.voice_roots.as_deref()).await.map_err(std::io::Error::other)?;
+        let voice = voice::VoiceServer::start(&dir, config.voice_roots.as_deref(), config.dave).await.map_err(std::io::Error::other)?;
         let state = Arc::new(state::State::new(config, addr, voice));
         let app = router(state.clone());
         let task = tokio::spawn(async move {

@@ -91,7 +91,7 @@ mod tests {
 
     async fn state() -> State {
         let dir = std::env::temp_dir().join(format!("clankie-loopback-model-test-{}", std::process::id()));
-        let voice = crate::voice::VoiceServer::start(&dir, None).await.unwrap();
+        let voice = crate::voice::VoiceServer::start(&dir, None, crate::voice::DaveConfig::default()).await.unwrap();
         State::new(LoopbackConfig::default(), "127.0.0.1:1".parse().unwrap(), voice)
     }
 

@@ -4,8 +4,10 @@
 //!   speaks). The certificate is made at start by a CA of our own; a client trusts it through
 //!   `SSL_CERT_FILE` = [`VoiceServer::ca_bundle`], which also holds the system roots.
 //! - Identify → Hello + Ready; Select Protocol → Session Description with
-//!   `dave_protocol_version: 0` (no DAVE: real Discord requires it, the loopback runs without);
-//!   heartbeat ACK; Resume → Hello + Resumed; Speaking for the users it voices; Client
+//!   `dave_protocol_version: 1`, then DAVE as Discord speaks it (`dave.rs`: the channel's MLS
+//!   group with the loopback as delivery service and external sender, its human users as members
+//!   whose audio is end-to-end encrypted); an Identify offering no DAVE gets Hello and close 4017.
+//!   [`DaveConfig`] turns it off (`CLANKIE_LOOPBACK_DAVE=off`) for passthrough; heartbeat ACK; Resume → Hello + Resumed; Speaking for the users it voices; Client
 //!   Disconnect when a user leaves his channel.
 //! - One UDP socket: the 74-byte IP discovery, and RTP in both AEAD `_rtpsize` modes with real
 //!   encryption and real Opus at 20 ms frames, sent at real-time pace.
@@ -32,7 +34,25 @@ use serde_json::{Value, json};
 use tokio::net::{TcpListener, UdpSocket};
 use tokio::sync::mpsc;
 
+use crate::dave::{BotFrame, DaveView, ExternalSenderKey, Group};
 use crate::state::now_ms;
+
+/// Whether the voice server speaks DAVE, and the least version it takes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct DaveConfig {
+    /// DAVE on (Discord's rule since March 2026); off answers with passthrough, as before.
+    pub on: bool,
+    /// The least `max_dave_protocol_version` an Identify must offer, or it is closed with 4017.
+    pub required_version: u16,
+}
+
+impl Default for DaveConfig {
+    /// On unless `CLANKIE_LOOPBACK_DAVE=off`.
+    fn default() -> Self {
+        let on = !matches!(std::env::var("CLANKIE_LOOPBACK_DAVE").as_deref(), Ok("off" | "0" | "false"));
+        DaveConfig { on, required_version: crate::dave::DAVE_VERSION }
+    }
+}
 
 /// The grammar file of lines voiced on the sandbox page, beside the CA bundle.
 pub const SANDBOX_GRAMMAR: &str = "sandbox.gram";
@@ -55,8 +75,10 @@ pub enum VoiceError {
     BotAbsent(u64),
     #[error("unknown voice channel {0}")]
     UnknownChannel(u64),
-    #[error("unknown injection kind {0:?} (garbage_json, undersized, unauthenticated, unknown_ssrc, truncated_opus)")]
+    #[error("unknown injection kind {0:?} (garbage_json, undersized, unauthenticated, unknown_ssrc, truncated_opus, corrupt_commit)")]
     UnknownKind(String),
+    #[error("DAVE: {0}")]
+    Dave(String),
     #[error("opus: {0}")]
     Opus(String),
     #[error("certificate: {0}")]
@@ -151,12 +173,26 @@ impl Cipher {
 
 enum WsOut {
     Text(String),
+    Binary(Vec<u8>),
     Close(u16),
+}
+
+impl From<BotFrame> for WsOut {
+    fn from(f: BotFrame) -> WsOut {
+        match f {
+            BotFrame::Text(t) => WsOut::Text(t),
+            BotFrame::Binary(b) => WsOut::Binary(b),
+        }
+    }
 }
 
 /// The bot's voice connection in one guild.
 struct Conn {
     channel: u64,
+    /// The bot's user id, from its Identify.
+    user: u64,
+    /// DAVE was negotiated on this connection.
+    dave: bool,
     session_id: String,
     token: String,
     ws: Option<mpsc::UnboundedSender<WsOut>>,
@@ -201,6 +237,8 @@ struct Inner {
     issued: Vec<String>,
     /// Lines voiced from text, for the sandbox's offline transcriber grammar.
     phrases: Vec<String>,
+    /// Each voice channel's DAVE group.
+    groups: BTreeMap<u64, Group>,
 }
 
 /// Lines the sandbox grammar always holds, besides those said on the page.
@@ -221,6 +259,8 @@ impl Inner {
 /// The loopback's voice server. Shared behind an `Arc` by the HTTP state.
 pub struct VoiceServer {
     ws_addr: SocketAddr,
+    dave: DaveConfig,
+    sender: ExternalSenderKey,
     udp: Arc<UdpSocket>,
     ca_bundle: PathBuf,
     inner: Mutex<Inner>,
@@ -239,7 +279,7 @@ impl VoiceServer {
     /// Starts the voice socket and UDP on 127.0.0.1 with a fresh certificate whose CA is
     /// written to `dir/voice-ca.pem`, followed by the roots in `roots` (the system bundle,
     /// [`SYSTEM_ROOTS`], when `None`), so a client trusting that one file still trusts the rest.
-    pub async fn start(dir: &Path, roots: Option<&Path>) -> Result<Arc<VoiceServer>, VoiceError> {
+    pub async fn start(dir: &Path, roots: Option<&Path>, dave: DaveConfig) -> Result<Arc<VoiceServer>, VoiceError> {
         let (acceptor, ca_pem) = tls_acceptor()?;
         std::fs::create_dir_all(dir)?;
         let ca_bundle = dir.join("voice-ca.pem");
@@ -258,7 +298,16 @@ impl VoiceServer {
         let tcp = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).await?;
         let ws_addr = tcp.local_addr()?;
         let udp = Arc::new(UdpSocket::bind((Ipv4Addr::LOCALHOST, 0)).await?);
-        let server = Arc::new(VoiceServer { ws_addr, udp, ca_bundle, inner: Mutex::new(Inner::default()), tasks: Mutex::new(Vec::new()) });
+        let sender = ExternalSenderKey::new().map_err(|e| VoiceError::Dave(e.to_string()))?;
+        let server = Arc::new(VoiceServer {
+            ws_addr,
+            dave,
+            sender,
+            udp,
+            ca_bundle,
+            inner: Mutex::new(Inner::default()),
+            tasks: Mutex::new(Vec::new()),
+        });
         let app = Router::new().route("/", get(upgrade)).with_state(server.clone());
         let http = tokio::spawn(async move {
             if let Err(e) = axum::serve(TlsListener { tcp, acceptor }, app).await {
@@ -313,6 +362,59 @@ impl VoiceServer {
         self.lock().counters.clone()
     }
 
+    /// A channel's DAVE group as its members see it (epoch, members, privacy code, counts).
+    pub fn dave(&self, channel: u64) -> Option<DaveView> {
+        self.lock().groups.get(&channel).map(Group::view)
+    }
+
+    /// Whether DAVE is on.
+    pub fn dave_config(&self) -> DaveConfig {
+        self.dave
+    }
+
+    /// Runs one step of `channel`'s DAVE group and sends what it makes to the bot's socket in
+    /// that channel. A step that fails is logged and counted; the group carries on.
+    fn dave_step<F>(&self, inner: &mut Inner, channel: u64, step: F)
+    where
+        F: FnOnce(&mut Group, &ExternalSenderKey, i64) -> Result<Vec<BotFrame>, crate::dave::DaveError>,
+    {
+        if !self.dave.on {
+            return;
+        }
+        let group = inner.groups.entry(channel).or_insert_with(|| Group::new(channel));
+        let result = step(group, &self.sender, now_ms());
+        if group.is_empty() {
+            inner.groups.remove(&channel);
+        }
+        let frames = match result {
+            Ok(frames) => frames,
+            Err(e) => {
+                tracing::warn!(channel, error = %e, "DAVE step failed");
+                VoiceServer::count(inner, "dave_step_failed");
+                return;
+            }
+        };
+        if let Some(ws) = inner.conns.values().find(|c| c.channel == channel && c.dave).and_then(|c| c.ws.clone()) {
+            for frame in frames {
+                let _ = ws.send(frame.into());
+            }
+        }
+    }
+
+    /// A binary frame from the bot: op 26 (key package) or op 28 (commit and welcome).
+    fn bot_binary(&self, guild: u64, frame: &[u8]) {
+        let mut inner = self.lock();
+        let Some(channel) = inner.conns.get(&guild).filter(|c| c.dave).map(|c| c.channel) else {
+            VoiceServer::count(&mut inner, "dave_binary_without_dave");
+            return;
+        };
+        match frame.split_first() {
+            Some((26, package)) => self.dave_step(&mut inner, channel, |g, k, now| g.bot_key_package(k, package, now)),
+            Some((28, commit)) => self.dave_step(&mut inner, channel, |g, k, now| g.bot_commit_welcome(k, commit, now)),
+            _ => VoiceServer::count(&mut inner, "dave_unknown_binary"),
+        }
+    }
+
     /// A user enters (`Some(channel)`) or leaves (`None`) the guild's voice; returns the channel
     /// they were in before, if any.
     /// A user entering (`Some(channel)`) or leaving (`None`) the guild's voice. Leaving a
@@ -337,6 +439,10 @@ impl VoiceServer {
                 let _ = ws.send(WsOut::Text(disconnect));
                 VoiceServer::count(&mut inner, "client_disconnect");
             }
+            self.dave_step(&mut inner, left, |g, k, now| g.human_leaves(k, user, now));
+        }
+        if let Some(joined) = channel.filter(|c| Some(*c) != before) {
+            self.dave_step(&mut inner, joined, |g, k, now| g.human_joins(k, user, now));
         }
         before
     }
@@ -362,10 +468,13 @@ impl VoiceServer {
             None => {
                 inner.bot_state.remove(&guild);
                 inner.tokens.remove(&guild);
-                if let Some(conn) = inner.conns.remove(&guild)
-                    && let Some(ws) = conn.ws
-                {
-                    let _ = ws.send(WsOut::Close(4014));
+                if let Some(conn) = inner.conns.remove(&guild) {
+                    if let Some(ws) = conn.ws {
+                        let _ = ws.send(WsOut::Close(4014));
+                    }
+                    if conn.dave {
+                        self.dave_step(&mut inner, conn.channel, |g, k, now| g.bot_leaves(k, now));
+                    }
                 }
             }
         }
@@ -398,8 +507,11 @@ impl VoiceServer {
         let resumable = matches!(code, 4009 | 4015);
         let Some(conn) = inner.conns.get_mut(&guild) else { return false };
         let sent = conn.ws.take().map(|ws| ws.send(WsOut::Close(code)).is_ok()).unwrap_or(false);
-        if !resumable {
-            inner.conns.remove(&guild);
+        if !resumable
+            && let Some(conn) = inner.conns.remove(&guild)
+            && conn.dave
+        {
+            self.dave_step(&mut inner, conn.channel, |g, k, now| g.bot_leaves(k, now));
         }
         sent
     }
@@ -451,8 +563,14 @@ impl VoiceServer {
             stream.nonce = stream.nonce.wrapping_add(1);
             inner.streams.insert((channel, user), stream);
             let Some(conn) = inner.conns.get(&guild).filter(|c| c.channel == channel) else { return false };
-            let (Some(cipher), Some(to)) = (&conn.cipher, conn.bot_udp) else { return false };
-            (cipher.seal(&rtp_header(stream.seq, stream.ts, stream.ssrc), opus, stream.nonce), to)
+            let (Some(cipher), Some(to)) = (conn.cipher.clone(), conn.bot_udp) else { return false };
+            let dave = conn.dave;
+            // A member of the channel's DAVE group encrypts end to end before the transport does.
+            let frame = match inner.groups.get_mut(&channel) {
+                Some(group) if dave => group.encrypt_from(user, opus),
+                _ => opus.to_vec(),
+            };
+            (cipher.seal(&rtp_header(stream.seq, stream.ts, stream.ssrc), &frame, stream.nonce), to)
         };
         self.udp.send_to(&packet, to).await.is_ok()
     }
@@ -489,6 +607,13 @@ impl VoiceServer {
     /// Sends one kind of hostile traffic to the bot's connection in `channel`, as `user`'s
     /// stream where a stream is needed.
     pub async fn inject(&self, guild: u64, channel: u64, user: u64, kind: &str) -> Result<(), VoiceError> {
+        if kind == "corrupt_commit" {
+            let mut inner = self.lock();
+            let group = inner.groups.get_mut(&channel).ok_or(VoiceError::BotAbsent(channel))?;
+            group.corrupt_next = true;
+            VoiceServer::count(&mut inner, "injected_corrupt_commit");
+            return Ok(());
+        }
         let (to, ws) = {
             let inner = self.lock();
             let conn =
@@ -554,13 +679,12 @@ impl VoiceServer {
 
     fn hear_rtp(&self, packet: &[u8], from: SocketAddr) {
         let mut inner = self.lock();
-        let Some((guild, channel, cipher)) =
-            inner.conns.iter().find(|(_, c)| c.bot_udp == Some(from)).and_then(|(g, c)| c.cipher.clone().map(|k| (*g, c.channel, k)))
+        let Some((channel, cipher, dave)) =
+            inner.conns.values().find(|c| c.bot_udp == Some(from)).and_then(|c| c.cipher.clone().map(|k| (c.channel, k, c.dave)))
         else {
             VoiceServer::count(&mut inner, "rtp_from_stranger");
             return;
         };
-        let _ = guild;
         let csrcs = usize::from(packet[0] & 0x0F);
         let extension = packet[0] & 0x10 != 0;
         let header_len = 12 + 4 * csrcs + if extension { 4 } else { 0 };
@@ -574,6 +698,11 @@ impl VoiceServer {
         }
         let ssrc = u32::from_be_bytes([packet[8], packet[9], packet[10], packet[11]]);
         let ts = u32::from_be_bytes([packet[4], packet[5], packet[6], packet[7]]);
+        if dave && let Some(group) = inner.groups.get_mut(&channel) {
+            // What the loopback records is what a human member of the group could decrypt.
+            let Some(plain) = group.hear_bot(payload, now_ms()) else { return };
+            payload = plain;
+        }
         if payload == SILENCE {
             return;
         }
@@ -682,6 +811,12 @@ async fn serve(mut socket: WebSocket, server: Arc<VoiceServer>) {
                 let Some(Ok(message)) = incoming else { break };
                 let text = match message {
                     Message::Text(t) => t.to_string(),
+                    Message::Binary(b) => {
+                        if let Some(g) = guild {
+                            server.bot_binary(g, &b);
+                        }
+                        continue;
+                    }
                     Message::Close(_) => break,
                     _ => continue,
                 };
@@ -705,6 +840,9 @@ async fn serve(mut socket: WebSocket, server: Arc<VoiceServer>) {
                 match command {
                     Some(WsOut::Text(t)) => {
                         if socket.send(Message::Text(t.into())).await.is_err() { break; }
+                    }
+                    Some(WsOut::Binary(b)) => {
+                        if socket.send(Message::Binary(b.into())).await.is_err() { break; }
                     }
                     Some(WsOut::Close(code)) => {
                         close(&mut socket, code, "closed by the loopback").await;
@@ -745,11 +883,21 @@ fn answer(
                 return (out, Some((4004, "Authentication failed.")));
             }
             let channel = inner.bot_state[&g].0;
+            let offered = d["max_dave_protocol_version"].as_u64().unwrap_or(0);
+            if server.dave.on && offered < u64::from(server.dave.required_version) {
+                // Discord's rule since March 2026: Hello, then 4017 for a client without DAVE.
+                VoiceServer::count(&mut inner, "dave_required_closed");
+                out.push(json!({ "op": 8, "d": { "heartbeat_interval": HEARTBEAT_MS } }).to_string());
+                return (out, Some((4017, "E2EE/DAVE protocol required.")));
+            }
             let ssrc = random_u32() | 1;
+            let user = id_of(&d["user_id"]);
             if let Some(old) = inner.conns.insert(
                 g,
                 Conn {
                     channel,
+                    user,
+                    dave: false,
                     session_id: d["session_id"].as_str().unwrap_or_default().to_owned(),
                     token: d["token"].as_str().unwrap_or_default().to_owned(),
                     ws: Some(tx.clone()),
@@ -757,10 +905,14 @@ fn answer(
                     cipher: None,
                     mode: String::new(),
                 },
-            ) && let Some(ws) = old.ws
-            {
-                // A second identify replaces the first connection, as Discord's does.
-                let _ = ws.send(WsOut::Close(4005));
+            ) {
+                if let Some(ws) = old.ws {
+                    // A second identify replaces the first connection, as Discord's does.
+                    let _ = ws.send(WsOut::Close(4005));
+                }
+                if old.dave && old.channel != channel {
+                    server.dave_step(&mut inner, old.channel, |g, k, now| g.bot_leaves(k, now));
+                }
             }
             VoiceServer::count(&mut inner, "identify");
             *guild = Some(g);
@@ -782,10 +934,30 @@ fn answer(
             let chosen = if mode.starts_with("aead_aes256_gcm") { "selected_aes256_gcm" } else { "selected_xchacha20_poly1305" };
             conn.mode = mode.clone();
             conn.bot_udp = Some(SocketAddr::new(ip, port));
+            conn.dave = server.dave.on;
+            let (channel, user, dave) = (conn.channel, conn.user, conn.dave);
             VoiceServer::count(&mut inner, chosen);
-            out.push(json!({ "op": 4, "d": { "mode": mode, "secret_key": key.to_vec(), "dave_protocol_version": 0 } }).to_string());
+            let version = if dave { crate::dave::DAVE_VERSION } else { 0 };
+            out.push(json!({ "op": 4, "d": { "mode": mode, "secret_key": key.to_vec(), "dave_protocol_version": version } }).to_string());
+            if dave {
+                // Op 11 and op 25 follow Session Description, through the socket's queue.
+                server.dave_step(&mut inner, channel, |g, k, now| g.bot_identifies(k, user, now));
+            }
         }
         Some(3) => out.push(json!({ "op": 6, "d": d.clone() }).to_string()),
+        Some(op @ (23 | 31)) => {
+            let Some(g) = *guild else { return (out, Some((4003, "Not authenticated."))) };
+            let transition = d["transition_id"].as_u64().and_then(|t| u16::try_from(t).ok()).unwrap_or(0);
+            let mut inner = server.lock();
+            if let Some(channel) = inner.conns.get(&g).filter(|c| c.dave).map(|c| c.channel) {
+                if op == 23 {
+                    server.dave_step(&mut inner, channel, |gr, k, now| gr.bot_ready(k, transition, now));
+                } else {
+                    VoiceServer::count(&mut inner, "dave_invalid_commit_welcome");
+                    server.dave_step(&mut inner, channel, |gr, k, now| gr.bot_invalid(k, transition, now));
+                }
+            }
+        }
         Some(7) => {
             let g = id_of(&d["server_id"]);
             let mut inner = server.lock();
@@ -860,4 +1032,45 @@ fn tls_acceptor() -> Result<(tokio_rustls::TlsAcceptor, String), VoiceError> {
         .with_single_cert(vec![cert.der().clone(), ca.der().clone()], der_key)
         .map_err(|e| VoiceError::Cert(e.to_string()))?;
     Ok((tokio_rustls::TlsAcceptor::from(Arc::new(config)), ca.pem()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn identify(session: &str, token: &str, offered: Option<u64>) -> Value {
+        let mut d = json!({ "server_id": "100", "session_id": session, "token": token, "user_id": "4242" });
+        if let Some(v) = offered {
+            d["max_dave_protocol_version"] = json!(v);
+        }
+        json!({ "op": 0, "d": d })
+    }
+
+    #[tokio::test]
+    async fn dave_an_identify_offering_no_dave_gets_hello_then_close_4017_and_passthrough_takes_it() {
+        let dir = std::env::temp_dir().join(format!("clankie-loopback-dave-unit-{}", std::process::id()));
+        let server = VoiceServer::start(&dir, None, DaveConfig { on: true, required_version: 1 }).await.unwrap();
+        let (session, token) = server.bot_moves(100, Some(300));
+        let (tx, _rx) = mpsc::unbounded_channel();
+        for offered in [None, Some(0)] {
+            let mut guild = None;
+            let (out, close) = answer(&server, &identify(&session, &token, offered), &tx, &mut guild);
+            assert_eq!(close.map(|c| c.0), Some(4017), "offering {offered:?}");
+            assert_eq!(out.len(), 1, "Hello, then the close");
+            assert!(out[0].contains("\"op\":8"), "{out:?}");
+        }
+        let mut guild = None;
+        let (out, close) = answer(&server, &identify(&session, &token, Some(1)), &tx, &mut guild);
+        assert!(close.is_none() && out.len() == 2, "DAVE offered: Hello and Ready");
+        assert_eq!(server.counters().get("dave_required_closed"), Some(&2));
+
+        let off = VoiceServer::start(&dir.join("off"), None, DaveConfig { on: false, required_version: 1 }).await.unwrap();
+        let (session, token) = off.bot_moves(100, Some(300));
+        let mut guild = None;
+        let (_, close) = answer(&off, &identify(&session, &token, None), &tx, &mut guild);
+        assert!(close.is_none(), "with DAVE off a client without it is taken");
+        let select = json!({ "op": 1, "d": { "protocol": "udp", "data": { "address": "127.0.0.1", "port": 5000, "mode": MODES[0] } } });
+        let (out, _) = answer(&off, &select, &tx, &mut guild);
+        assert!(out[0].contains("\"dave_protocol_version\":0"), "passthrough: {}", out[0]);
+    }
 }

@@ -187,6 +187,16 @@ pub const SETTINGS: &[Setting] = &[
         doc: "After this much silence the turn detector is asked whether the utterance is finished; a finished one ends there.",
     },
     Setting {
+        name: "CLANKIE_VOICE_DAVE_REFUSED_HOLD_SECS",
+        default: "600",
+        doc: "After a voice server closes him with 4017 (it requires a DAVE version this build does not offer), how long he leaves that room alone before trying it again.",
+    },
+    Setting {
+        name: "CLANKIE_LOOPBACK_DAVE",
+        default: "on",
+        doc: "The loopback voice server speaks DAVE end-to-end encryption, as Discord requires (`off`: passthrough, for comparison).",
+    },
+    Setting {
         name: "CLANKIE_TOOLS_DIR",
         default: "/var/tmp/clankie-tools",
         doc: "Where the local stack installs its pinned tools (nats-server, the speech engines, llama.cpp's server) outside the clone; the speech image's are in /opt/clankie-tools.",
@@ -543,6 +553,7 @@ pub struct Settings {
     pub barge_in: Duration,
     /// The voice room lease's time to live.
     pub voice_lease_ttl: Duration,
+    pub voice_dave_refused_hold: Duration,
     /// Other names that address him.
     pub bot_aliases: Vec<String>,
     /// Voice continuation window per speaker.
@@ -682,6 +693,7 @@ impl fmt::Debug for Settings {
             .field("voice_transcriptions", &self.voice_transcriptions)
             .field("barge_in", &self.barge_in)
             .field("voice_lease_ttl", &self.voice_lease_ttl)
+            .field("voice_dave_refused_hold", &self.voice_dave_refused_hold)
             .field("bot_aliases", &self.bot_aliases)
             .field("floor_continuation", &self.floor_continuation)
             .field("floor_offer_interval", &self.floor_offer_interval)
@@ -906,6 +918,8 @@ impl Settings {
         let voice_transcriptions = number(var("CLANKIE_VOICE_TRANSCRIPTIONS"), "CLANKIE_VOICE_TRANSCRIPTIONS", 2, 1, 16)? as usize;
         let barge_in = ms("CLANKIE_BARGE_IN_MS", 500, 20)?;
         let voice_lease_ttl = ms("CLANKIE_VOICE_LEASE_TTL_MS", 10_000, 300)?;
+        let voice_dave_refused_hold =
+            Duration::from_secs(secs(var("CLANKIE_VOICE_DAVE_REFUSED_HOLD_SECS"), "CLANKIE_VOICE_DAVE_REFUSED_HOLD_SECS", 600, 1)?);
         let shutdown_grace = ms("CLANKIE_SHUTDOWN_GRACE_MS", 30_000, 0)?;
         let media_max_bytes = number(var("CLANKIE_MEDIA_MAX_BYTES"), "CLANKIE_MEDIA_MAX_BYTES", 25 * 1024 * 1024, 1, u64::MAX)?;
         let media_max_age = Duration::from_secs(secs(var("CLANKIE_MEDIA_MAX_AGE_SECS"), "CLANKIE_MEDIA_MAX_AGE_SECS", 7 * 24 * 3600, 0)?);
@@ -1023,6 +1037,7 @@ impl Settings {
             voice_transcriptions,
             barge_in,
             voice_lease_ttl,
+            voice_dave_refused_hold,
             bot_aliases,
             floor_continuation,
             floor_offer_interval,

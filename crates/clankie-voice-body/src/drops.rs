@@ -3,7 +3,7 @@
 //! songbird drops what it cannot use (garbage JSON on the voice socket, undersized or
 //! unauthenticated datagrams, RTP it cannot parse, Opus it cannot decode) without telling its
 //! caller; it only logs. [`layer`] is a tracing layer that turns those log lines of the pinned
-//! songbird 0.6.1 into counts, and the body counts what it drops itself (audio from an SSRC no
+//! songbird 0.6.1 into counts (DAVE's failures among them), and the body counts what it drops itself (audio from an SSRC no
 //! speaking update named). The counts are per process, read with [`counts`].
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -28,12 +28,30 @@ pub enum Drop {
     BadOpus,
     /// Audio from an SSRC that no speaking update mapped to a user.
     UnknownSsrc,
+    /// A DAVE commit he could not process (he answers op 31 and starts over).
+    DaveCommitInvalid,
+    /// A DAVE welcome he could not process (op 31, as for a commit).
+    DaveWelcomeInvalid,
+    /// DAVE proposals he refused (an unexpected user, or a message that does not verify).
+    DaveProposalsRefused,
+    /// An end-to-end encrypted frame that would not decrypt.
+    DaveUndecryptable,
 }
 
 impl Drop {
     /// Every kind, in a fixed order.
-    pub const ALL: [Drop; 6] =
-        [Drop::GarbageJson, Drop::Undersized, Drop::Unauthenticated, Drop::IllegalRtp, Drop::BadOpus, Drop::UnknownSsrc];
+    pub const ALL: [Drop; 10] = [
+        Drop::GarbageJson,
+        Drop::Undersized,
+        Drop::Unauthenticated,
+        Drop::IllegalRtp,
+        Drop::BadOpus,
+        Drop::UnknownSsrc,
+        Drop::DaveCommitInvalid,
+        Drop::DaveWelcomeInvalid,
+        Drop::DaveProposalsRefused,
+        Drop::DaveUndecryptable,
+    ];
 
     /// Its name in metrics and receipts.
     pub fn as_str(self) -> &'static str {
@@ -44,6 +62,10 @@ impl Drop {
             Drop::IllegalRtp => "illegal_rtp",
             Drop::BadOpus => "bad_opus",
             Drop::UnknownSsrc => "unknown_ssrc",
+            Drop::DaveCommitInvalid => "dave_commit_invalid",
+            Drop::DaveWelcomeInvalid => "dave_welcome_invalid",
+            Drop::DaveProposalsRefused => "dave_proposals_refused",
+            Drop::DaveUndecryptable => "dave_undecryptable",
         }
     }
 
@@ -64,13 +86,21 @@ impl Drop {
             Some(Drop::IllegalRtp)
         } else if message.starts_with("Decode error for SSRC") {
             Some(Drop::BadOpus)
+        } else if message.starts_with("MLS commit errored") {
+            Some(Drop::DaveCommitInvalid)
+        } else if message.starts_with("MLS welcome errored") {
+            Some(Drop::DaveWelcomeInvalid)
+        } else if message.starts_with("error processing MLS proposals") {
+            Some(Drop::DaveProposalsRefused)
+        } else if message.starts_with("DAVE decryption failed") {
+            Some(Drop::DaveUndecryptable)
         } else {
             None
         }
     }
 }
 
-static COUNTS: [AtomicU64; 6] = [const { AtomicU64::new(0) }; 6];
+static COUNTS: [AtomicU64; Drop::ALL.len()] = [const { AtomicU64::new(0) }; Drop::ALL.len()];
 
 /// Counts one dropped input.
 pub fn count(kind: Drop) {
@@ -110,18 +140,21 @@ impl<S: tracing::Subscriber> Layer<S> for Counter {
     fn on_event(&self, event: &tracing::Event<'_>, _ctx: Context<'_, S>) {
         let mut message = Message(String::new());
         event.record(&mut message);
-        if let Some(kind) = Drop::from_songbird(&message.0) {
+        if event.metadata().target().starts_with("davey") {
+            crate::dave::observe(&message.0);
+        } else if let Some(kind) = Drop::from_songbird(&message.0) {
             count(kind);
         }
     }
 }
 
-/// The counting layer, to add beside the service's own log layer. It sees songbird's debug
-/// lines whatever the log filter says, and nothing of any other crate.
+/// The counting layer, to add beside the service's own log layer. It sees songbird's and
+/// davey's debug lines whatever the log filter says (davey's feed [`crate::dave`]; its trace
+/// lines, which carry secrets, never), and nothing of any other crate.
 pub fn layer<S>() -> impl Layer<S> + Send + Sync + 'static
 where
     S: tracing::Subscriber + for<'a> tracing_subscriber::registry::LookupSpan<'a>,
 {
-    let songbird_only = Targets::new().with_target("songbird", tracing::Level::DEBUG);
+    let songbird_only = Targets::new().with_target("songbird", tracing::Level::DEBUG).with_target("davey", tracing::Level::DEBUG);
     Counter.with_filter(songbird_only).with_filter(filter_fn(|_| true))
 }

@@ -10,6 +10,7 @@
 //! Discord's) is trusted through `SSL_CERT_FILE`, which songbird's connector re-reads on each
 //! connect; real Discord needs no setting.
 
+pub mod dave;
 pub mod drops;
 
 use std::collections::HashMap;
@@ -31,11 +32,24 @@ pub const HEARD_RATE: u32 = 16_000;
 /// Samples in one 20 ms tick at [`HEARD_RATE`].
 const TICK_SAMPLES: usize = (HEARD_RATE as usize) / 50;
 
+/// The close code a connect failed on, if the voice socket was closed with one. songbird
+/// keeps its socket error type private; its `Debug` names the code.
+fn closed_with(e: &songbird::error::ConnectionError) -> Option<u16> {
+    let text = format!("{e:?}");
+    let (_, rest) = text.split_once("WsClosed(Some(")?;
+    let digits: String = rest.chars().skip_while(|c| !c.is_ascii_digit()).take_while(char::is_ascii_digit).collect();
+    digits.parse().ok()
+}
+
 /// Why the body could not do what was asked.
 #[derive(Debug, thiserror::Error)]
 pub enum BodyError {
     #[error("voice connection failed: {0}")]
     Connect(#[from] songbird::error::ConnectionError),
+    /// Close 4017: the voice server wants DAVE (end-to-end encryption) at a version this build's
+    /// songbird does not offer. Trying again cannot help until the build changes.
+    #[error("the voice server closed with 4017: it requires DAVE end-to-end encryption at a version this build does not offer")]
+    DaveRequired,
     #[error("a voice connection needs non-zero ids (guild {guild}, channel {channel}, user {user})")]
     ZeroId { guild: u64, channel: u64, user: u64 },
     #[error("the driver dropped the track before it ended")]
@@ -158,6 +172,8 @@ pub enum BodyEvent {
     SpeechStarted { user_id: u64 },
     /// A person spoke and paused.
     Heard(Segment),
+    /// The call's DAVE state changed: a new epoch, privacy code or protocol version.
+    Dave(dave::DaveState),
 }
 
 /// How the body cuts speech.
@@ -551,6 +567,17 @@ pub struct Body {
     ears: Arc<Mutex<Ears>>,
     config: BodyConfig,
     current: Option<Connection>,
+    events: mpsc::UnboundedSender<BodyEvent>,
+    /// Forwards the connection's DAVE state as [`BodyEvent::Dave`]; one per connection.
+    dave_watch: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl Drop for Body {
+    fn drop(&mut self) {
+        if let Some(watch) = self.dave_watch.take() {
+            watch.abort();
+        }
+    }
 }
 
 impl Body {
@@ -581,9 +608,12 @@ impl Body {
             CoreEvent::DriverReconnect,
             CoreEvent::DriverDisconnect,
         ] {
-            driver.add_global_event(event.into(), Listener { ears: ears.clone(), events: tx.clone(), config, turns: turns.clone(), pauses: pauses.clone() });
+            driver.add_global_event(
+                event.into(),
+                Listener { ears: ears.clone(), events: tx.clone(), config, turns: turns.clone(), pauses: pauses.clone() },
+            );
         }
-        (Body { driver, ears, config, current: None }, rx)
+        (Body { driver, ears, config, current: None, events: tx, dave_watch: None }, rx)
     }
 
     /// Connects with `connection`. The same connection again is a no-op; a changed one (a new
@@ -598,6 +628,7 @@ impl Body {
                 Ok(info) => {
                     self.current = Some(connection.clone());
                     self.ears.lock().unwrap_or_else(|p| p.into_inner()).speaking.clear();
+                    self.watch_dave(connection.channel_id);
                     Some(Ok(self.driver.connect(info)))
                 }
                 Err(e) => Some(Err(e)),
@@ -606,10 +637,35 @@ impl Body {
         async move {
             match attempt {
                 None => Ok(()),
-                Some(Ok(connect)) => Ok(connect.await?),
+                Some(Ok(connect)) => {
+                    connect.await.map_err(|e| if closed_with(&e) == Some(4017) { BodyError::DaveRequired } else { e.into() })
+                }
                 Some(Err(e)) => Err(e),
             }
         }
+    }
+
+    /// Starts forwarding the channel's DAVE state, from nothing, for a new connection.
+    fn watch_dave(&mut self, channel: u64) {
+        if let Some(old) = self.dave_watch.take() {
+            old.abort();
+        }
+        dave::reset(channel);
+        let mut states = dave::watch(channel);
+        let events = self.events.clone();
+        self.dave_watch = Some(tokio::spawn(async move {
+            while states.changed().await.is_ok() {
+                let state = states.borrow_and_update().clone();
+                if events.send(BodyEvent::Dave(state)).is_err() {
+                    break;
+                }
+            }
+        }));
+    }
+
+    /// The DAVE state of its call now (protocol version 0 when it is not connected).
+    pub fn dave(&self) -> dave::DaveState {
+        self.current.as_ref().map(|c| dave::state(c.channel_id)).unwrap_or_default()
     }
 
     /// The connection it was last asked to use, if it still holds it.

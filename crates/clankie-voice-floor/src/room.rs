@@ -38,6 +38,10 @@ pub(crate) enum Link {
     Resumed,
     Dropped(String),
     Failed(String),
+    /// The voice server closed with 4017: it wants a DAVE version this build does not offer.
+    DaveRequired,
+    /// The call's end-to-end encryption moved: a new epoch or privacy code.
+    Dave(clankie_voice_body::dave::DaveState),
 }
 
 /// Everything a room actor is made from.
@@ -281,6 +285,8 @@ impl RoomActor {
             BodyReport::Body(BodyEvent::Reconnected { .. }) => Link::Resumed,
             BodyReport::Body(BodyEvent::Disconnected { reason }) => Link::Dropped(reason),
             BodyReport::ConnectFailed(why) => Link::Failed(why),
+            BodyReport::DaveRequired => Link::DaveRequired,
+            BodyReport::Body(BodyEvent::Dave(state)) => Link::Dave(state),
             BodyReport::Body(BodyEvent::Heard(segment)) => return self.heard_audio(segment).await,
             BodyReport::Playback { delivery_id, code, played_ms, audio_ms } => {
                 if code == "cut_off" {
@@ -721,6 +727,7 @@ enum BodyCommand {
 enum BodyReport {
     Body(BodyEvent),
     ConnectFailed(String),
+    DaveRequired,
     /// One of his lines was played out, cut off by someone speaking, or could not be spoken.
     Playback {
         delivery_id: String,
@@ -811,7 +818,11 @@ async fn body_task(
             Some((connection, result)) = done.recv() => {
                 if let Err(e) = result && body.connection() == Some(&connection) {
                     body.forget();
-                    let _ = events.send(BodyReport::ConnectFailed(e.to_string()));
+                    let report = match e {
+                        clankie_voice_body::BodyError::DaveRequired => BodyReport::DaveRequired,
+                        e => BodyReport::ConnectFailed(e.to_string()),
+                    };
+                    let _ = events.send(report);
                 }
             }
             Some((delivery_id, result)) = synthesized.recv() => match result {
@@ -876,4 +887,3 @@ async fn body_task(
         }
     }
 }
-

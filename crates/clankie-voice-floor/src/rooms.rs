@@ -39,6 +39,9 @@ pub struct RoomConfig {
     pub body: BodyConfig,
     /// How long to wait for his voice state after asking for op 4 before asking again.
     pub rejoin_after: Duration,
+    /// After a voice server refused him for want of DAVE (close 4017), how long the room is
+    /// left alone before he tries it again.
+    pub dave_refused_hold: Duration,
     /// The speech engines: OpenAI-compatible where configured, offline otherwise.
     pub speech: SpeechConfig,
     /// Utterances of one room transcribed at once.
@@ -65,6 +68,7 @@ impl RoomConfig {
                 ..BodyConfig::default()
             },
             rejoin_after: Duration::from_secs(3),
+            dave_refused_hold: settings.voice_dave_refused_hold,
             speech: speech_config(settings),
             transcriptions: settings.voice_transcriptions,
             turns: settings.turn_base_url.clone(),
@@ -118,6 +122,8 @@ struct Known {
     dismissed: HashSet<Key>,
     /// When this replica last saw him out of each room (his voice state follows shortly).
     left_at: HashMap<Key, Instant>,
+    /// Rooms whose voice server refused him for want of DAVE, and when.
+    dave_refused: HashMap<Key, Instant>,
 }
 
 impl Known {
@@ -278,6 +284,9 @@ impl RoomKeeper {
         let now = Instant::now();
         let (mut wanted, mut clear) = (HashSet::new(), HashSet::new());
         for &key in &self.config.allow {
+            if self.known.dave_refused.get(&key).is_some_and(|at| at.elapsed() < self.config.dave_refused_hold) {
+                continue;
+            }
             let occupied = self.known.humans.iter().any(|(&(g, _), &c)| g == key.0 && c == key.1);
             if self.known.dismissed.contains(&key) {
                 if !occupied {
@@ -490,6 +499,33 @@ impl RoomKeeper {
                 tracing::warn!(guild = key.0, channel = key.1, error = %why, "voice connection failed; asking for op 4 again after a pause");
                 self.failed(key, true);
                 self.receipt("voice.connection", key, epoch, |r| r.with_code("failed")).await;
+            }
+            Link::DaveRequired => {
+                // Asking again cannot help: the voice server wants what this build lacks.
+                let hold = self.config.dave_refused_hold;
+                tracing::error!(
+                    guild = key.0,
+                    channel = key.1,
+                    hold_s = hold.as_secs(),
+                    "the voice server requires DAVE end-to-end encryption at a version this build does not offer (close 4017); leaving the room alone"
+                );
+                self.receipt("voice.connection", key, epoch, |r| r.with_code("failed").with_code("dave_required")).await;
+                self.known.dave_refused.insert(key, Instant::now());
+                self.leave(key, "dave_required").await;
+            }
+            Link::Dave(state) => {
+                self.receipt("voice.connection", key, epoch, |r| {
+                    let r = r
+                        .with_code("dave")
+                        .with_count("dave_protocol_version", i64::from(state.protocol_version))
+                        .with_count("dave_epoch", i64::try_from(state.epoch).unwrap_or(i64::MAX))
+                        .with_count("dave_transitions", i64::try_from(state.transitions).unwrap_or(i64::MAX));
+                    match &state.privacy_code {
+                        Some(code) => r.with_id("dave_privacy_code", code),
+                        None => r,
+                    }
+                })
+                .await;
             }
         }
     }

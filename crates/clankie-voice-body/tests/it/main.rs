@@ -4,6 +4,7 @@
 //! what is under test is songbird's driver as the body runs it and the loopback's voice wire.
 
 mod bad_input;
+mod dave;
 mod rtp;
 
 use std::path::PathBuf;

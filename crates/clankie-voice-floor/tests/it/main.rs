@@ -2,6 +2,7 @@
 //! all), a real gateway, nats-server and PostgreSQL. Each voice-floor process trusts the
 //! loopback's voice CA through `SSL_CERT_FILE`, as a deployment against it would.
 
+mod dave;
 mod join;
 mod lease;
 mod open_speech;
@@ -14,7 +15,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clankie_bus::Bus;
-use clankie_discord_loopback::{Loopback, LoopbackConfig};
+use clankie_discord_loopback::{DaveConfig, Loopback, LoopbackConfig};
 use clankie_gateway::{Gateway, GatewayConfig};
 use clankie_model_standin::StandIn;
 use clankie_proto::{Family, v1};
@@ -43,9 +44,14 @@ pub struct Rig {
 
 impl Rig {
     pub async fn new() -> Rig {
+        Rig::with_dave(DaveConfig::default()).await
+    }
+
+    /// A rig whose voice server speaks DAVE as `dave` says.
+    pub async fn with_dave(dave: DaveConfig) -> Rig {
         let dir = TestDir::new();
         let config =
-            LoopbackConfig { heartbeat_interval_ms: 5_000, voice_dir: Some(dir.path().join("voice")), ..LoopbackConfig::default() };
+            LoopbackConfig { heartbeat_interval_ms: 5_000, voice_dir: Some(dir.path().join("voice")), dave, ..LoopbackConfig::default() };
         let discord = Loopback::serve("127.0.0.1:0".parse().unwrap(), config).await.unwrap();
         let (nats, db) = (TestNats::start().unwrap(), TestDb::create().await);
         let settings = clankie_testkit::settings(&nats, &db, &dir);
@@ -101,8 +107,10 @@ impl Rig {
         settings.model_base_url = Some(self.standin.base_url());
         let bus = Bus::connect(&settings, "captain").await.unwrap();
         let store = clankie_store::Store::connect(&settings.database_url).await.unwrap();
-        let agent =
-            clankie_agent::Agent::new(clankie_agent::model_from_settings(&settings).unwrap(), clankie_agent::config_from_settings(&settings));
+        let agent = clankie_agent::Agent::new(
+            clankie_agent::model_from_settings(&settings).unwrap(),
+            clankie_agent::config_from_settings(&settings),
+        );
         let captain = clankie_captain::Captain::new(bus, store, agent, clankie_captain::CaptainConfig::from_settings(&settings));
         tokio::spawn(async move {
             let _ = captain.run().await;
@@ -199,11 +207,14 @@ pub async fn speech() -> clankie_stack::SpeechServer {
 
 /// A live room whose floor hears, speaks and tells the end of a turn through the local speech service.
 pub async fn live_room_on(rig: &Rig, speech: &clankie_stack::SpeechServer) -> tokio::process::Child {
-    live_room_with(rig, &[
-        ("CLANKIE_STT_BASE_URL", speech.base_url()),
-        ("CLANKIE_TTS_BASE_URL", speech.base_url()),
-        ("CLANKIE_TURN_BASE_URL", speech.base_url()),
-    ])
+    live_room_with(
+        rig,
+        &[
+            ("CLANKIE_STT_BASE_URL", speech.base_url()),
+            ("CLANKIE_TTS_BASE_URL", speech.base_url()),
+            ("CLANKIE_TURN_BASE_URL", speech.base_url()),
+        ],
+    )
     .await
 }
 
@@ -229,11 +240,7 @@ pub async fn piper_clip(speech: &clankie_stack::SpeechServer, text: &str) -> (Ve
 /// deletions) over the words said, case and punctuation aside.
 pub fn word_errors(said: &str, heard: &str) -> (usize, usize) {
     let words = |s: &str| -> Vec<String> {
-        s.to_lowercase()
-            .split(|c: char| !c.is_alphanumeric() && c != '\'')
-            .filter(|w| !w.is_empty())
-            .map(str::to_owned)
-            .collect()
+        s.to_lowercase().split(|c: char| !c.is_alphanumeric() && c != '\'').filter(|w| !w.is_empty()).map(str::to_owned).collect()
     };
     let (a, b) = (words(said), words(heard));
     let mut row: Vec<usize> = (0..=b.len()).collect();

@@ -1,0 +1,647 @@
+//! DAVE in the loopback voice server: each voice channel's MLS group, with the loopback as its
+//! delivery service and external sender, and the loopback's human users as members.
+//!
+//! A [`Group`] per channel keeps who is in it (in join order, the bot among them), the epoch and
+//! the leaves as the members' trees have them, the changes waiting for the next commit, and the
+//! one transition in flight. Humans are `davey` sessions run here; the bot is reached through
+//! the frames each call returns. The first member already in the group commits (for a new
+//! group, the first to come); the bot commits over op 27 → op 28, a human at once. A commit goes
+//! to the members (op 29 for the bot), its welcome to those it adds (op 30), and op 22 follows
+//! once every member said transition ready (op 23) or could not use it (op 31, after which the
+//! bot is removed and added again with its new key package).
+
+use std::collections::{BTreeSet, VecDeque};
+use std::num::NonZeroU16;
+
+use davey::{DaveSession, MediaType, ProposalsOperationType};
+use openmls::prelude::tls_codec::{DeserializeBytes, Serialize as _};
+use openmls::prelude::*;
+use openmls_basic_credential::SignatureKeyPair;
+use openmls_rust_crypto::OpenMlsRustCrypto;
+use serde::Serialize;
+use serde_json::json;
+
+/// The DAVE protocol version the loopback speaks.
+pub const DAVE_VERSION: u16 = 1;
+
+/// A frame for the bot's voice socket.
+#[derive(Debug, Clone)]
+pub(crate) enum BotFrame {
+    Text(String),
+    Binary(Vec<u8>),
+}
+
+/// Why a DAVE step failed; counted by kind, never carrying key material.
+#[derive(Debug, thiserror::Error)]
+pub enum DaveError {
+    #[error("the external sender's key could not be made")]
+    Key,
+    #[error("a key package that does not verify")]
+    KeyPackage,
+    #[error("a human member's session failed: {0}")]
+    Human(String),
+    #[error("a proposal could not be signed")]
+    Proposal,
+    #[error("a commit and welcome that do not parse")]
+    CommitWelcome,
+}
+
+/// The external sender every group names: one P-256 key per voice server.
+pub(crate) struct ExternalSenderKey {
+    signer: SignatureKeyPair,
+    package: Vec<u8>,
+}
+
+impl ExternalSenderKey {
+    pub(crate) fn new() -> Result<ExternalSenderKey, DaveError> {
+        let signer = SignatureKeyPair::new(SignatureScheme::ECDSA_SECP256R1_SHA256).map_err(|_| DaveError::Key)?;
+        let credential: Credential = BasicCredential::new(vec![0, 1, 1, 0]).into();
+        let sender = ExternalSender::new(signer.to_public_vec().into(), credential);
+        let package = sender.tls_serialize_detached().map_err(|_| DaveError::Key)?;
+        Ok(ExternalSenderKey { signer, package })
+    }
+}
+
+enum Who {
+    Human(Box<DaveSession>),
+    Bot,
+}
+
+struct Member {
+    user: u64,
+    who: Who,
+    /// In the group at the current epoch (its tree has a leaf for it).
+    joined: bool,
+}
+
+/// A change waiting for the next commit.
+#[derive(Clone)]
+enum Change {
+    Add(u64, Box<KeyPackage>),
+    Remove(u64),
+}
+
+struct Transition {
+    id: u16,
+    committer: u64,
+    /// What it commits, put back in the queue if its committer goes before committing.
+    changes: Vec<Change>,
+    /// Waiting for the bot's op 28 (the bot was asked to commit these proposals).
+    awaiting_commit: bool,
+    /// Members whose op 23 is still to come.
+    acks: BTreeSet<u64>,
+    adds: Vec<u64>,
+    removes: Vec<u64>,
+}
+
+/// What the loopback counted of DAVE, by kind, and when things happened.
+#[derive(Debug, Default, Clone, Serialize)]
+pub struct DaveCounts {
+    /// Frames of his it decrypted: every one carried the marker.
+    pub frames_decrypted: u64,
+    /// Frames of his that carried the marker and would not decrypt.
+    pub frames_undecryptable: u64,
+    /// Frames of his without the marker (not silence) after his first transition.
+    pub frames_plain_after_transition: u64,
+    /// Frames of his without the marker before he was in a group.
+    pub frames_plain_before_transition: u64,
+    /// Frames a human said, end-to-end encrypted before they went out.
+    pub frames_encrypted_for_him: u64,
+    pub transitions_executed: u64,
+    pub invalid_commit_welcome: u64,
+    pub commits_corrupted: u64,
+    pub commits_discarded: u64,
+    pub key_packages: u64,
+}
+
+/// One voice channel's group.
+pub(crate) struct Group {
+    channel: u64,
+    bot: Option<u64>,
+    members: Vec<Member>,
+    /// The epoch of the members' group; 0 before the first commit.
+    epoch: u64,
+    /// Each leaf's user, as the members' trees have them (`None` is a blank leaf).
+    leaves: Vec<Option<u64>>,
+    changes: VecDeque<Change>,
+    transition: Option<Transition>,
+    next_transition: u16,
+    /// Corrupt the next commit or welcome sent to the bot (a test asks for it).
+    pub corrupt_next: bool,
+    /// When the bot's first transition executed (ms since the epoch).
+    pub bot_first_transition_ms: Option<i64>,
+    /// When each transition executed, with the epoch it reached.
+    pub executed: Vec<(u64, i64)>,
+    /// When the bot's Select Protocol was answered (its handshake starts).
+    pub bot_selected_ms: Option<i64>,
+    /// When the first frame of his was decrypted.
+    pub first_decrypted_ms: Option<i64>,
+    /// For each transition after his first: ms from its execution to his next decrypted frame.
+    pub resume_ms: Vec<i64>,
+    awaiting_resume: Option<i64>,
+    pub counts: DaveCounts,
+}
+
+fn human_err(e: impl std::fmt::Display) -> DaveError {
+    DaveError::Human(e.to_string())
+}
+
+fn version() -> NonZeroU16 {
+    NonZeroU16::new(DAVE_VERSION).unwrap_or(NonZeroU16::MIN)
+}
+
+impl Group {
+    pub(crate) fn new(channel: u64) -> Group {
+        Group {
+            channel,
+            bot: None,
+            members: Vec::new(),
+            epoch: 0,
+            leaves: Vec::new(),
+            changes: VecDeque::new(),
+            transition: None,
+            next_transition: 0,
+            corrupt_next: false,
+            bot_first_transition_ms: None,
+            executed: Vec::new(),
+            bot_selected_ms: None,
+            first_decrypted_ms: None,
+            resume_ms: Vec::new(),
+            awaiting_resume: None,
+            counts: DaveCounts::default(),
+        }
+    }
+
+    /// Its epoch as the members have it.
+    pub(crate) fn epoch(&self) -> u64 {
+        self.epoch
+    }
+
+    /// The voice privacy code its human members show, if one is in the group.
+    pub(crate) fn privacy_code(&self) -> Option<String> {
+        self.members.iter().find_map(|m| match &m.who {
+            Who::Human(s) if m.joined => s.voice_privacy_code().map(str::to_owned),
+            _ => None,
+        })
+    }
+
+    /// Whether the group holds nobody.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.members.is_empty()
+    }
+
+    /// Users in the group at its epoch, in leaf order.
+    pub(crate) fn in_group(&self) -> Vec<u64> {
+        self.leaves.iter().flatten().copied().collect()
+    }
+
+    /// A human enters the channel: a session of its own, its key package queued for adding.
+    /// Returns op 11 for the bot (sent before any proposal names them) and whatever follows.
+    pub(crate) fn human_joins(&mut self, key: &ExternalSenderKey, user: u64, now: i64) -> Result<Vec<BotFrame>, DaveError> {
+        if self.members.iter().any(|m| m.user == user) {
+            return Ok(Vec::new());
+        }
+        let mut session = DaveSession::new(version(), user, self.channel, None).map_err(human_err)?;
+        session.set_external_sender(&key.package).map_err(human_err)?;
+        let package = session.create_key_package().map_err(human_err)?;
+        let package = validate(&package)?;
+        self.members.push(Member { user, who: Who::Human(Box::new(session)), joined: false });
+        self.changes.push_back(Change::Add(user, Box::new(package)));
+        let mut out = Vec::new();
+        if self.bot.is_some() {
+            out.push(BotFrame::Text(json!({ "op": 11, "d": { "user_ids": [user.to_string()] } }).to_string()));
+        }
+        out.extend(self.advance(key, now)?);
+        Ok(out)
+    }
+
+    /// A human leaves the channel: removed from the group by the next commit.
+    pub(crate) fn human_leaves(&mut self, key: &ExternalSenderKey, user: u64, now: i64) -> Result<Vec<BotFrame>, DaveError> {
+        self.forget(user);
+        self.advance(key, now)
+    }
+
+    fn forget(&mut self, user: u64) {
+        self.members.retain(|m| m.user != user);
+        self.changes.retain(|c| !matches!(c, Change::Add(u, _) if *u == user));
+        if self.leaves.contains(&Some(user)) {
+            self.changes.push_back(Change::Remove(user));
+        }
+        if let Some(t) = &mut self.transition {
+            t.acks.remove(&user);
+            if t.awaiting_commit && t.committer == user {
+                // It went before committing: what it was asked to commit waits for the next.
+                let changes = std::mem::take(&mut t.changes);
+                self.transition = None;
+                for c in changes.into_iter().rev() {
+                    if !matches!(&c, Change::Add(u, _) if *u == user) {
+                        self.changes.push_front(c);
+                    }
+                }
+            }
+        }
+        if self.members.is_empty() {
+            // Nobody holds the group any more: the next to come starts a new one.
+            self.epoch = 0;
+            self.leaves.clear();
+            self.changes.clear();
+            self.transition = None;
+        }
+    }
+
+    /// The bot identifies in the channel: a new member whose key package comes over op 26. A
+    /// bot already here (a new session, not a resume) is removed first. Returns what follows
+    /// Session Description: op 11 with every human here, then op 25.
+    pub(crate) fn bot_identifies(&mut self, key: &ExternalSenderKey, user: u64, now: i64) -> Result<Vec<BotFrame>, DaveError> {
+        if self.bot.is_some() {
+            self.bot_leaves(key, now)?;
+        }
+        self.bot = Some(user);
+        self.bot_selected_ms = Some(now);
+        self.members.push(Member { user, who: Who::Bot, joined: false });
+        let humans: Vec<String> = self.members.iter().filter(|m| m.user != user).map(|m| m.user.to_string()).collect();
+        let mut out = vec![BotFrame::Text(json!({ "op": 11, "d": { "user_ids": humans } }).to_string())];
+        let mut package = vec![25u8];
+        package.extend_from_slice(&key.package);
+        out.push(BotFrame::Binary(package));
+        Ok(out)
+    }
+
+    /// The bot is gone from the channel (left, moved, or its session ended).
+    pub(crate) fn bot_leaves(&mut self, key: &ExternalSenderKey, now: i64) -> Result<Vec<BotFrame>, DaveError> {
+        let Some(bot) = self.bot.take() else { return Ok(Vec::new()) };
+        self.forget(bot);
+        self.advance(key, now)
+    }
+
+    /// Op 26: the bot's key package, queued for adding (a second one replaces the first).
+    pub(crate) fn bot_key_package(&mut self, key: &ExternalSenderKey, bytes: &[u8], now: i64) -> Result<Vec<BotFrame>, DaveError> {
+        let Some(bot) = self.bot else { return Ok(Vec::new()) };
+        let package = validate(bytes)?;
+        self.counts.key_packages += 1;
+        self.changes.retain(|c| !matches!(c, Change::Add(u, _) if *u == bot));
+        self.changes.push_back(Change::Add(bot, Box::new(package)));
+        self.advance(key, now)
+    }
+
+    /// Op 28: the bot's commit (and welcome) for the proposals it was sent.
+    pub(crate) fn bot_commit_welcome(&mut self, key: &ExternalSenderKey, bytes: &[u8], now: i64) -> Result<Vec<BotFrame>, DaveError> {
+        if !self.transition.as_ref().is_some_and(|t| t.awaiting_commit) {
+            self.counts.commits_discarded += 1;
+            return Ok(Vec::new());
+        }
+        let (commit, welcome) = split_commit_welcome(bytes)?;
+        self.deliver(key, commit, welcome, now)
+    }
+
+    /// Op 23 from the bot.
+    pub(crate) fn bot_ready(&mut self, key: &ExternalSenderKey, transition: u16, now: i64) -> Result<Vec<BotFrame>, DaveError> {
+        let Some(bot) = self.bot else { return Ok(Vec::new()) };
+        if let Some(t) = &mut self.transition
+            && t.id == transition
+        {
+            t.acks.remove(&bot);
+        }
+        self.finish_if_ready(key, now)
+    }
+
+    /// Op 31: the bot could not use a commit or welcome. It resets and sends a new key package;
+    /// the group removes its leaf and adds it again with that package.
+    pub(crate) fn bot_invalid(&mut self, key: &ExternalSenderKey, transition: u16, now: i64) -> Result<Vec<BotFrame>, DaveError> {
+        let Some(bot) = self.bot else { return Ok(Vec::new()) };
+        self.counts.invalid_commit_welcome += 1;
+        if let Some(t) = &mut self.transition
+            && t.id == transition
+        {
+            t.acks.remove(&bot);
+        }
+        if let Some(m) = self.members.iter_mut().find(|m| m.user == bot) {
+            m.joined = false;
+        }
+        if self.leaves.contains(&Some(bot)) && !self.changes.iter().any(|c| matches!(c, Change::Remove(u) if *u == bot)) {
+            self.changes.push_front(Change::Remove(bot));
+        }
+        self.finish_if_ready(key, now)
+    }
+
+    /// End-to-end encrypts what a human says, once its session is in the group.
+    pub(crate) fn encrypt_from(&mut self, user: u64, opus: &[u8]) -> Vec<u8> {
+        let Some(Member { who: Who::Human(session), .. }) = self.members.iter_mut().find(|m| m.user == user) else {
+            return opus.to_vec();
+        };
+        if !session.is_ready() {
+            return opus.to_vec();
+        }
+        match session.encrypt_opus(opus) {
+            Ok(frame) => {
+                if frame.as_ref() != opus {
+                    self.counts.frames_encrypted_for_him += 1;
+                }
+                frame.into_owned()
+            }
+            Err(_) => opus.to_vec(),
+        }
+    }
+
+    /// What the bot said, as a human member hears it: decrypted when it carries the DAVE marker
+    /// (`None` when no human here can), counted when it does not.
+    pub(crate) fn hear_bot(&mut self, frame: Vec<u8>, now: i64) -> Option<Vec<u8>> {
+        let bot = self.bot?;
+        let marked = frame.len() >= 11 && frame.ends_with(&[0xFA, 0xFA]);
+        if !marked {
+            if frame != davey::OPUS_SILENCE_PACKET {
+                if self.bot_first_transition_ms.is_some_and(|t| t <= now) {
+                    self.counts.frames_plain_after_transition += 1;
+                } else {
+                    self.counts.frames_plain_before_transition += 1;
+                }
+            }
+            return Some(frame);
+        }
+        for member in &mut self.members {
+            if let Who::Human(session) = &mut member.who
+                && member.joined
+                && session.is_ready()
+                && let Ok(plain) = session.decrypt(bot, MediaType::AUDIO, &frame)
+            {
+                self.counts.frames_decrypted += 1;
+                self.first_decrypted_ms.get_or_insert(now);
+                if let Some(at) = self.awaiting_resume.take() {
+                    self.resume_ms.push(now - at);
+                }
+                return Some(plain);
+            }
+        }
+        self.counts.frames_undecryptable += 1;
+        None
+    }
+
+    /// Commits what is waiting, when nothing is in flight.
+    fn advance(&mut self, key: &ExternalSenderKey, now: i64) -> Result<Vec<BotFrame>, DaveError> {
+        if self.transition.is_some() || self.changes.is_empty() {
+            return Ok(Vec::new());
+        }
+        // The committer: the first member in the group; for a new group, the first who came
+        // with a key package (it creates the group rather than being added to it).
+        let committer = match self.members.iter().find(|m| m.joined) {
+            Some(m) => m.user,
+            None => {
+                let Some(first) = self.members.iter().find(|m| self.changes.iter().any(|c| matches!(c, Change::Add(u, _) if *u == m.user)))
+                else {
+                    return Ok(Vec::new());
+                };
+                let user = first.user;
+                self.changes.retain(|c| !matches!(c, Change::Add(u, _) if *u == user));
+                self.leaves = vec![Some(user)];
+                self.epoch = 0;
+                if let Some(m) = self.members.iter_mut().find(|m| m.user == user) {
+                    m.joined = true;
+                }
+                user
+            }
+        };
+        if self.changes.is_empty() {
+            return Ok(Vec::new());
+        }
+        let group_id = GroupId::from_slice(&self.channel.to_be_bytes());
+        let mut messages = Vec::new();
+        let (mut adds, mut removes) = (Vec::new(), Vec::new());
+        let changes: Vec<Change> = self.changes.drain(..).collect();
+        for change in &changes {
+            let message = match change {
+                Change::Add(user, package) => {
+                    adds.push(*user);
+                    ExternalProposal::new_add::<OpenMlsRustCrypto>(
+                        (**package).clone(),
+                        group_id.clone(),
+                        self.epoch.into(),
+                        &key.signer,
+                        SenderExtensionIndex::new(0),
+                    )
+                    .map_err(|_| DaveError::Proposal)?
+                }
+                Change::Remove(user) => {
+                    let Some(leaf) = self.leaves.iter().position(|l| *l == Some(*user)) else { continue };
+                    removes.push(*user);
+                    ExternalProposal::new_remove::<OpenMlsRustCrypto>(
+                        LeafNodeIndex::new(leaf as u32),
+                        group_id.clone(),
+                        self.epoch.into(),
+                        &key.signer,
+                        SenderExtensionIndex::new(0),
+                    )
+                    .map_err(|_| DaveError::Proposal)?
+                }
+            };
+            messages.extend(message.tls_serialize_detached().map_err(|_| DaveError::Proposal)?);
+        }
+        if adds.is_empty() && removes.is_empty() {
+            return Ok(Vec::new());
+        }
+        let proposals = VLBytes::new(messages).tls_serialize_detached().map_err(|_| DaveError::Proposal)?;
+        self.next_transition = self.next_transition.checked_add(1).unwrap_or(1);
+        let id = self.next_transition;
+        self.transition = Some(Transition { id, committer, changes, awaiting_commit: true, acks: BTreeSet::new(), adds, removes });
+        // Every member in the group stores the proposals (a commit names them by reference);
+        // only the committer's commit is used.
+        let mut out = Vec::new();
+        let mut commit = None;
+        for member in self.members.iter_mut().filter(|m| m.joined) {
+            match &mut member.who {
+                Who::Human(session) => {
+                    let made = session.process_proposals(ProposalsOperationType::APPEND, &proposals, None).map_err(human_err)?;
+                    if member.user == committer {
+                        commit = Some(made.ok_or_else(|| DaveError::Human("proposals made no commit".into()))?);
+                    }
+                }
+                Who::Bot => {
+                    let mut frame = vec![27u8, 0];
+                    frame.extend_from_slice(&proposals);
+                    out.push(BotFrame::Binary(frame));
+                }
+            }
+        }
+        if let Some(commit) = commit {
+            out.extend(self.deliver(key, commit.commit, commit.welcome, now)?);
+        }
+        Ok(out)
+    }
+
+    /// The commit reaches the members and the welcome those it adds.
+    fn deliver(
+        &mut self,
+        key: &ExternalSenderKey,
+        commit: Vec<u8>,
+        welcome: Option<Vec<u8>>,
+        now: i64,
+    ) -> Result<Vec<BotFrame>, DaveError> {
+        let Some(t) = self.transition.as_mut() else { return Ok(Vec::new()) };
+        t.awaiting_commit = false;
+        t.changes.clear();
+        let id = t.id;
+        let adds = t.adds.clone();
+        let removes = t.removes.clone();
+        // The members' trees: removes blank their leaves, then each add takes the leftmost blank.
+        for user in &removes {
+            if let Some(leaf) = self.leaves.iter_mut().find(|l| **l == Some(*user)) {
+                *leaf = None;
+            }
+        }
+        for user in &adds {
+            match self.leaves.iter_mut().find(|l| l.is_none()) {
+                Some(blank) => *blank = Some(*user),
+                None => self.leaves.push(Some(*user)),
+            }
+        }
+        while self.leaves.last().is_some_and(Option::is_none) {
+            self.leaves.pop();
+        }
+        self.epoch += 1;
+        let mut out = Vec::new();
+        let mut acks = BTreeSet::new();
+        let corrupt = std::mem::take(&mut self.corrupt_next);
+        let mut corrupted = false;
+        for member in &mut self.members {
+            let added = adds.contains(&member.user);
+            if !member.joined && !added {
+                continue;
+            }
+            match &mut member.who {
+                Who::Human(session) => {
+                    if added {
+                        session.process_welcome(welcome.as_deref().unwrap_or_default()).map_err(human_err)?;
+                    } else {
+                        session.process_commit(&commit).map_err(human_err)?;
+                    }
+                }
+                Who::Bot => {
+                    let (op, body) = if added { (30u8, welcome.clone().unwrap_or_default()) } else { (29u8, commit.clone()) };
+                    let mut frame = vec![op];
+                    frame.extend_from_slice(&id.to_be_bytes());
+                    let start = frame.len();
+                    frame.extend(body);
+                    if corrupt && frame.len() > start + 8 {
+                        let middle = start + (frame.len() - start) / 2;
+                        frame[middle] ^= 0xFF;
+                        frame.truncate(frame.len() - 4);
+                        corrupted = true;
+                    }
+                    out.push(BotFrame::Binary(frame));
+                    acks.insert(member.user);
+                }
+            }
+            member.joined = true;
+        }
+        if corrupted {
+            self.counts.commits_corrupted += 1;
+        } else if corrupt {
+            self.corrupt_next = true;
+        }
+        if let Some(t) = self.transition.as_mut() {
+            t.acks = acks;
+        }
+        out.extend(self.finish_if_ready(key, now)?);
+        Ok(out)
+    }
+
+    fn finish_if_ready(&mut self, key: &ExternalSenderKey, now: i64) -> Result<Vec<BotFrame>, DaveError> {
+        let Some(t) = &self.transition else { return self.advance(key, now) };
+        if t.awaiting_commit || !t.acks.is_empty() {
+            return Ok(Vec::new());
+        }
+        let id = t.id;
+        self.transition = None;
+        self.counts.transitions_executed += 1;
+        self.executed.push((self.epoch, now));
+        let mut out = Vec::new();
+        let bot_in = self.bot.is_some_and(|b| self.members.iter().any(|m| m.user == b && m.joined));
+        if bot_in {
+            out.push(BotFrame::Text(json!({ "op": 22, "d": { "transition_id": id } }).to_string()));
+            if self.bot_first_transition_ms.is_some() {
+                self.awaiting_resume = Some(now);
+            }
+            self.bot_first_transition_ms.get_or_insert(now);
+        }
+        out.extend(self.advance(key, now)?);
+        Ok(out)
+    }
+}
+
+/// A key package a member sent, verified.
+fn validate(bytes: &[u8]) -> Result<KeyPackage, DaveError> {
+    // tls_codec can panic on hostile lengths in debug builds; a bad package is an error here.
+    let parsed = std::panic::catch_unwind(|| KeyPackageIn::tls_deserialize_exact_bytes(bytes)).map_err(|_| DaveError::KeyPackage)?;
+    let package = parsed.map_err(|_| DaveError::KeyPackage)?;
+    package.validate(OpenMlsRustCrypto::default().crypto(), ProtocolVersion::Mls10).map_err(|_| DaveError::KeyPackage)
+}
+
+/// Op 28's body: a commit MLSMessage, then the welcome (if any), with no lengths between.
+fn split_commit_welcome(bytes: &[u8]) -> Result<(Vec<u8>, Option<Vec<u8>>), DaveError> {
+    let parsed = std::panic::catch_unwind(|| MlsMessageIn::tls_deserialize_bytes(bytes).map(|(_, rest)| rest.len()))
+        .map_err(|_| DaveError::CommitWelcome)?;
+    let rest = parsed.map_err(|_| DaveError::CommitWelcome)?;
+    let (commit, welcome) = bytes.split_at(bytes.len() - rest);
+    Ok((commit.to_vec(), (!welcome.is_empty()).then(|| welcome.to_vec())))
+}
+
+/// A channel's DAVE state as the control API shows it (no key material).
+#[derive(Debug, Clone, Serialize)]
+pub struct DaveView {
+    pub channel: u64,
+    pub epoch: u64,
+    pub members: Vec<String>,
+    pub privacy_code: Option<String>,
+    pub bot_first_transition_ms: Option<i64>,
+    /// (epoch reached, when) for every executed transition.
+    pub executed: Vec<(u64, i64)>,
+    pub bot_selected_ms: Option<i64>,
+    pub first_decrypted_ms: Option<i64>,
+    pub resume_ms: Vec<i64>,
+    pub counts: DaveCounts,
+}
+
+impl Group {
+    pub(crate) fn view(&self) -> DaveView {
+        DaveView {
+            channel: self.channel,
+            epoch: self.epoch(),
+            members: self.in_group().iter().map(u64::to_string).collect(),
+            privacy_code: self.privacy_code(),
+            bot_first_transition_ms: self.bot_first_transition_ms,
+            executed: self.executed.clone(),
+            bot_selected_ms: self.bot_selected_ms,
+            first_decrypted_ms: self.first_decrypted_ms,
+            resume_ms: self.resume_ms.clone(),
+            counts: self.counts.clone(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Three humans and a bot played by a session here: every join and leave moves the epoch,
+    /// and every member can read what another says.
+    #[test]
+    fn dave_group_humans_join_and_leave_and_keep_reading_each_other() {
+        let key = ExternalSenderKey::new().unwrap();
+        let mut group = Group::new(300);
+        group.human_joins(&key, 1, 0).unwrap();
+        assert_eq!(group.epoch(), 0, "alone, nobody to commit");
+        group.human_joins(&key, 2, 0).unwrap();
+        assert_eq!(group.epoch(), 1);
+        assert_eq!(group.in_group(), vec![1, 2]);
+        let code = group.privacy_code().unwrap();
+        group.human_joins(&key, 3, 0).unwrap();
+        assert_eq!(group.epoch(), 2);
+        assert_ne!(group.privacy_code().unwrap(), code, "the code changes with the group");
+        group.human_leaves(&key, 1, 0).unwrap();
+        assert_eq!(group.epoch(), 3);
+        assert_eq!(group.in_group(), vec![2, 3]);
+        let frame = group.encrypt_from(2, &[0x78, 1, 2, 3, 4, 5, 6, 7, 8, 9]);
+        assert!(frame.ends_with(&[0xFA, 0xFA]));
+        let Some(Member { who: Who::Human(s3), .. }) = group.members.iter_mut().find(|m| m.user == 3) else { panic!() };
+        assert_eq!(s3.decrypt(2, MediaType::AUDIO, &frame).unwrap(), vec![0x78, 1, 2, 3, 4, 5, 6, 7, 8, 9]);
+    }
+}
