@@ -46,11 +46,18 @@ pub struct DaveConfig {
     pub required_version: u16,
 }
 
-impl Default for DaveConfig {
-    /// On unless `CLANKIE_LOOPBACK_DAVE=off`.
-    fn default() -> Self {
-        let on = !matches!(std::env::var("CLANKIE_LOOPBACK_DAVE").as_deref(), Ok("off" | "0" | "false"));
+impl DaveConfig {
+    /// DAVE as the `CLANKIE_LOOPBACK_DAVE` value says: on unless `off` (or `0`, `false`).
+    pub fn from_setting(value: Option<&str>) -> DaveConfig {
+        let on = !matches!(value, Some("off" | "0" | "false"));
         DaveConfig { on, required_version: crate::dave::DAVE_VERSION }
+    }
+}
+
+impl Default for DaveConfig {
+    /// As `CLANKIE_LOOPBACK_DAVE` says: on unless it is `off`.
+    fn default() -> Self {
+        DaveConfig::from_setting(std::env::var("CLANKIE_LOOPBACK_DAVE").ok().as_deref())
     }
 }
 
@@ -570,7 +577,16 @@ impl VoiceServer {
                 Some(group) if dave => group.encrypt_from(user, opus),
                 _ => opus.to_vec(),
             };
-            (cipher.seal(&rtp_header(stream.seq, stream.ts, stream.ssrc), &frame, stream.nonce), to)
+            // Discord's clients pad a few packets in a hundred (RFC 3550 padding, P bit set): so
+            // does every 32nd packet here, and a receiver that decodes the padding hears noise.
+            let mut header = rtp_header(stream.seq, stream.ts, stream.ssrc);
+            let mut frame = frame;
+            if stream.seq % 32 == 7 {
+                header[0] |= 0x20;
+                frame.extend([0, 0, 3]);
+                VoiceServer::count(&mut inner, "rtp_padded");
+            }
+            (cipher.seal(&header, &frame, stream.nonce), to)
         };
         self.udp.send_to(&packet, to).await.is_ok()
     }
