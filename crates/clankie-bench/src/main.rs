@@ -859,8 +859,9 @@ const PACE_SENTENCES: [&str; 5] = [
 
 /// From the end of a user's utterance to his first audio frame at the loopback, with an instant
 /// model, on the local speech service (Whisper, Piper, Smart Turn) or, without one, the offline
-/// engines; then how fast his audio stops when someone speaks over him.
-async fn voice(utterances: usize, barges: usize, speech: Option<&clankie_stack::SpeechServer>) -> Result<(Vec<f64>, Vec<f64>)> {
+/// engines; then how fast his audio stops when someone speaks over him. With `dave` the call is
+/// end-to-end encrypted (DAVE, as Discord requires), else passthrough.
+async fn voice(utterances: usize, barges: usize, speech: Option<&clankie_stack::SpeechServer>, dave: bool) -> Result<(Vec<f64>, Vec<f64>)> {
     let state = voice_state();
     std::fs::create_dir_all(&state)?;
     let grammar = state.join("bench.gram");
@@ -869,8 +870,15 @@ async fn voice(utterances: usize, barges: usize, speech: Option<&clankie_stack::
     let base = speech.map(clankie_stack::SpeechServer::base_url).unwrap_or_default();
     let mut settings = vec![("CLANKIE_STATE_DIR", state_dir.as_str())];
     match speech {
-        Some(_) => settings.extend([("CLANKIE_STT_BASE_URL", base.as_str()), ("CLANKIE_TTS_BASE_URL", base.as_str()), ("CLANKIE_TURN_BASE_URL", base.as_str())]),
+        Some(_) => settings.extend([
+            ("CLANKIE_STT_BASE_URL", base.as_str()),
+            ("CLANKIE_TTS_BASE_URL", base.as_str()),
+            ("CLANKIE_TURN_BASE_URL", base.as_str()),
+        ]),
         None => settings.push(("CLANKIE_STT_GRAMMAR", grammar.as_str())),
+    }
+    if !dave {
+        settings.push(("CLANKIE_LOOPBACK_DAVE", "off"));
     }
     let rig = Rig::with(&settings).await;
     const VOICE: u64 = 300;
@@ -940,10 +948,9 @@ async fn voice(utterances: usize, barges: usize, speech: Option<&clankie_stack::
 }
 
 async fn run() -> Result<()> {
-    if let Some(unknown) = std::env::args()
-        .skip(1)
-        .find(|a| !["economy", "ingress", "admissions", "gateway", "lanes", "voice", "voice-offline", "rest", "retention"].contains(&a.as_str()))
-    {
+    if let Some(unknown) = std::env::args().skip(1).find(|a| {
+        !["economy", "ingress", "admissions", "gateway", "lanes", "voice", "voice-offline", "rest", "retention"].contains(&a.as_str())
+    }) {
         anyhow::bail!(
             "unknown part {unknown:?}: name any of economy, ingress, admissions, gateway, lanes, voice, voice-offline, rest, retention (default: all but admissions, gateway, voice-offline, rest and retention)"
         );
@@ -1030,16 +1037,18 @@ async fn run() -> Result<()> {
         println!("admit_p50_ms_swept_30_days: {:.3}", aged.swept.1);
     }
     if wanted("voice") {
-        let speech = tokio::task::spawn_blocking(|| clankie_stack::SpeechServer::start(&Default::default(), &mut |m| eprintln!("{m}")))
-            .await??;
+        let speech =
+            tokio::task::spawn_blocking(|| clankie_stack::SpeechServer::start(&Default::default(), &mut |m| eprintln!("{m}"))).await??;
         let (tts_rtf, stt_rtf, decisions) = speech_pace(&speech).await?;
         println!("tts_rtf: {tts_rtf:.3}");
         println!("stt_rtf: {stt_rtf:.3}");
         println!("turn_decision_ms_p50: {:.0}", percentile(&decisions, 0.50));
-        print_voice("voice", voice(20, 10, Some(&speech)).await?);
+        print_voice("voice", voice(20, 10, Some(&speech), true).await?);
+        print_voice("voice_passthrough", voice(20, 10, Some(&speech), false).await?);
     }
     if std::env::args().skip(1).any(|a| a == "voice-offline") {
-        print_voice("voice_offline", voice(20, 10, None).await?);
+        print_voice("voice_offline", voice(20, 10, None, true).await?);
+        print_voice("voice_offline_passthrough", voice(20, 10, None, false).await?);
     }
     Ok(())
 }

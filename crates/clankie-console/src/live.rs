@@ -27,6 +27,16 @@ pub struct VoiceState {
 struct VoiceInner {
     members: BTreeMap<(u64, u64), v1::VoiceMember>,
     decisions: BTreeMap<(u64, u64), VecDeque<v1::FloorDecision>>,
+    dave: BTreeMap<(u64, u64), RoomDave>,
+}
+
+/// A voice room's end-to-end encryption as its newest `voice.connection` receipt told it.
+#[derive(Clone, Debug, Default, serde::Serialize)]
+pub struct RoomDave {
+    pub protocol_version: i64,
+    pub epoch: i64,
+    pub privacy_code: Option<String>,
+    pub at_ms: i64,
 }
 
 impl VoiceState {
@@ -47,6 +57,27 @@ impl VoiceState {
         }
         kept.push_front(d);
         kept.truncate(DECISIONS_KEPT);
+    }
+
+    fn connection(&self, r: &v1::Receipt) {
+        let id = |name: &str| r.ids.get(name).and_then(|v| v.parse::<u64>().ok());
+        let (Some(guild), Some(channel)) = (id("guild"), id("channel")) else { return };
+        let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        let dave = inner.dave.entry((guild, channel)).or_default();
+        if r.at_ms < dave.at_ms {
+            return;
+        }
+        *dave = RoomDave {
+            protocol_version: r.counts.get("dave_protocol_version").copied().unwrap_or(0),
+            epoch: r.counts.get("dave_epoch").copied().unwrap_or(0),
+            privacy_code: r.ids.get("dave_privacy_code").cloned(),
+            at_ms: r.at_ms,
+        };
+    }
+
+    /// The room's DAVE state, once a receipt said it.
+    pub fn dave(&self, room: (u64, u64)) -> Option<RoomDave> {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner()).dave.get(&room).cloned()
     }
 
     /// Members of each (guild, channel), and the room's newest decisions first.
@@ -77,6 +108,10 @@ pub(crate) async fn follow(console: Console) -> Result<(), ConsoleError> {
     tokio::spawn(async move {
         while let Some(msg) = receipts.next().await {
             let Ok(receipt) = v1::Receipt::decode(msg.payload) else { continue };
+            if receipt.kind == "voice.connection" && receipt.codes.iter().any(|c| c == "dave") {
+                c.inner.voice.connection(&receipt);
+                continue;
+            }
             if receipt.lane.is_empty() || !receipt.kind.starts_with("captain.") {
                 continue;
             }

@@ -223,7 +223,8 @@ pub async fn set_settings(State(console): State<Console>, Json(edit): Json<Setti
     settings(State(console)).await
 }
 
-/// `GET /api/voice`: each voice room's keeper and lease, who is in it, and its newest floor decisions.
+/// `GET /api/voice`: each voice room's keeper and lease, who is in it, its call's end-to-end
+/// encryption (DAVE epoch and privacy code) and its newest floor decisions.
 pub async fn voice(State(console): State<Console>) -> Result<Json<Vec<Value>>, ConsoleError> {
     let leases = console.inner.store.voice_room_views().await?;
     let mut rooms = console.inner.voice.rooms();
@@ -244,6 +245,7 @@ pub async fn voice(State(console): State<Console>) -> Result<Json<Vec<Value>>, C
                 "epoch": lease.map(|l| l.epoch),
                 "live": lease.is_some_and(|l| l.live),
                 "him_present": members.iter().any(|m| m.is_him),
+                "dave": console.inner.voice.dave((guild, channel)),
                 "members": members.iter().map(|m| json!({ "user": m.user_id, "name": m.display_name, "is_him": m.is_him })).collect::<Vec<_>>(),
                 "decisions": decisions.iter().map(|d| json!({
                     "delivery_id": d.delivery_id,

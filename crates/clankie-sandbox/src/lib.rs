@@ -59,6 +59,8 @@ pub struct SandboxOptions {
     /// The speech API the loopback voices typed "say aloud" lines with (Piper, when `clankie run`
     /// started the local speech service); espeak-ng when unset.
     pub say_aloud_tts: Option<String>,
+    /// DAVE on the loopback's voice server; on (unless `CLANKIE_LOOPBACK_DAVE=off`) when unset.
+    pub dave: Option<clankie_discord_loopback::DaveConfig>,
 }
 
 /// A running embedded stack. Dropping it stops the services.
@@ -105,7 +107,7 @@ impl Sandbox {
 
     /// Like [`Sandbox::start`], with the choices only `clankie run` and tests make.
     pub async fn start_with(settings: &Settings, addr: SocketAddr, options: SandboxOptions) -> Result<Sandbox, SandboxError> {
-        let SandboxOptions { clock, voice_roots, limits, say_aloud_tts } = options;
+        let SandboxOptions { clock, voice_roots, limits, say_aloud_tts, dave } = options;
         let config = LoopbackConfig {
             token: settings.discord_token.clone(),
             bot_name: settings.bot_name.clone(),
@@ -113,6 +115,7 @@ impl Sandbox {
             voice_roots,
             say_aloud_tts,
             limits: limits.unwrap_or_default(),
+            dave: dave.unwrap_or_default(),
             ..LoopbackConfig::default()
         };
         let discord = Loopback::serve(addr, config).await.map_err(|source| SandboxError::Loopback { addr, source })?;

@@ -170,6 +170,15 @@ async fn console_a_burst_shows_in_the_lanes_view_running_then_idle_replied_and_i
         text.contains("ada") && text.contains("he is in the channel") && text.contains("wake (")
     })
     .await;
+    // The call's end-to-end encryption, as his members see it.
+    let code = rig.sandbox.discord.voice().dave(voice).and_then(|g| g.privacy_code).expect("the call's privacy code");
+    until("the voice room's DAVE epoch and privacy code", Duration::from_secs(10), async || {
+        browser.find(Locator::Id("voice-refresh")).await.unwrap().click().await.unwrap();
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let text = js_text(&browser, "return document.getElementById('voice').textContent").await;
+        text.contains(&format!("end-to-end encrypted (DAVE v1), epoch 1, privacy code {code}"))
+    })
+    .await;
     shoot(&browser, "voice").await;
 
     let store = store(&rig).await;
