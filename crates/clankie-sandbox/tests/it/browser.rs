@@ -120,10 +120,7 @@ pub(crate) async fn browser_with(url: &str, driver: &Driver, profile: &clankie_t
     args.push(format!("--user-data-dir={}", profile.path().display()));
     args.extend(extra.iter().cloned());
     let mut caps = serde_json::Map::new();
-    caps.insert(
-        "goog:chromeOptions".into(),
-        serde_json::json!({ "binary": "/usr/bin/chromium", "args": args }),
-    );
+    caps.insert("goog:chromeOptions".into(), serde_json::json!({ "binary": "/usr/bin/chromium", "args": args }));
     let browser = ClientBuilder::new(HttpConnector::new())
         .capabilities(caps)
         .connect(&format!("http://127.0.0.1:{}", driver.1))

@@ -114,8 +114,7 @@ async fn voice_actor_an_owner_killed_with_the_room_empty_hands_typed_chat_back_a
     until("the typed line on the text lane", Duration::from_secs(10), || typed.all().iter().any(|i| i.delivery_id == text.to_string()))
         .await;
     // The captain answers it in the channel's chat, as a text turn.
-    until("the text lane's answer", Duration::from_secs(20), || rig.discord.posts(VOICE).iter().any(|p| p.reply_to == Some(text)))
-        .await;
+    until("the text lane's answer", Duration::from_secs(20), || rig.discord.posts(VOICE).iter().any(|p| p.reply_to == Some(text))).await;
     let answered = clankie_bus::now_ms() - killed;
     println!("voice_actor: typed chat answered by the text lane {answered} ms after SIGKILL");
 

@@ -161,9 +161,15 @@ impl Rig {
         self.receipts.all().into_iter().filter(|r| r.kind == kind).collect()
     }
 
-    /// His audio connection is up at the loopback.
+    /// His audio connection is up at the loopback and, with DAVE on, end-to-end encrypted.
     pub async fn connected(&self, within: Duration) {
         until("his voice connection", within, || self.discord.voice().bot_connected(VOICE)).await;
+        // As on Discord, his call is end-to-end encrypted before anything is said in it.
+        let voice = self.discord.voice();
+        if voice.dave_config().on {
+            let in_group = || voice.dave(VOICE).is_some_and(|g| g.bot_first_transition_ms.is_some());
+            until("his DAVE handshake (in the channel's group, its transition executed)", within, in_group).await;
+        }
     }
 
     pub fn log(&self, replica: &str) -> String {

@@ -74,10 +74,8 @@ async fn open_speech_the_spoken_round_trip_is_heard_answered_and_his_answer_tran
     let his = || rig.discord.voice().heard(VOICE).into_iter().find(|s| s.start_ms > asked_at);
     until("his answer aloud", Duration::from_secs(30), || his().is_some_and(|s| s.end_ms > 0 && s.duration_ms() > 1_000)).await;
     // The segment is whole once the loopback has heard the end of it.
-    until("the end of his answer", Duration::from_secs(30), || {
-        rig.receipts("voice.playback").iter().any(|r| super::has_code(r, "played"))
-    })
-    .await;
+    until("the end of his answer", Duration::from_secs(30), || rig.receipts("voice.playback").iter().any(|r| super::has_code(r, "played")))
+        .await;
     let spoken = his().expect("his answer");
     let whisper = clankie_speech::openai::OpenAiTranscriber::new(&speech.base_url(), "whisper", None, Duration::from_secs(30)).unwrap();
     let back = whisper.transcribe(&clankie_speech::Audio { pcm: spoken.pcm.clone(), rate: spoken.rate }).await.unwrap();

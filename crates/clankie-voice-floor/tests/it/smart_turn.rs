@@ -64,7 +64,10 @@ async fn smart_turn_a_finished_question_ends_its_turn_at_the_detector_before_the
     let finished = heard.iter().filter(|r| has_code(r, "turn_finished")).count();
     first_audio.sort_unstable();
     let p50 = first_audio[first_audio.len() / 2];
-    println!("smart_turn: first audio after the end of speech {first_audio:?} ms, p50 {p50} ms; {finished} of {} turns ended by the detector", heard.len());
+    println!(
+        "smart_turn: first audio after the end of speech {first_audio:?} ms, p50 {p50} ms; {finished} of {} turns ended by the detector",
+        heard.len()
+    );
     assert_eq!(finished, heard.len(), "a turn ended on the silence bound: {heard:?}");
     // How soon is the voice bench's to measure (`voice_first_audio_ms_p50`, target 1000 ms);
     // here, that he spoke at all and the detector, not the 800 ms bound, ended each turn.
@@ -88,7 +91,11 @@ async fn smart_turn_a_sentence_with_a_500_ms_pause_in_the_middle_stays_one_utter
     // A second utterance would have ended by now: the silence bound is 800 ms.
     let transcribed = rig.receipts("voice.transcribed");
     let heard = rig.receipts("voice.heard");
-    println!("smart_turn: a sentence with a 500 ms pause became {} utterance(s), ended by {:?}", heard.len(), heard.iter().map(|r| r.codes.clone()).collect::<Vec<_>>());
+    println!(
+        "smart_turn: a sentence with a 500 ms pause became {} utterance(s), ended by {:?}",
+        heard.len(),
+        heard.iter().map(|r| r.codes.clone()).collect::<Vec<_>>()
+    );
     assert_eq!(heard.len(), 1, "the pause ended the turn: {heard:?}");
     assert_eq!(transcribed.len(), 1);
     assert!(has_code(&heard[0], "turn_finished"), "{heard:?}");
