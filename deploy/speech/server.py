@@ -131,14 +131,30 @@ class Engines:
             spec.loader.exec_module(module)
             self.features = module.compute_whisper_log_mel_features
         self.turn_lock = threading.Lock()
+        self.last_prompt: str | None = None
+        self.speculation = Speculation(self)
         LOG.info("engines loaded in %.1f s: whisper=%s voice=%s turn=%s", time.monotonic() - began, whisper, voice, turn)
 
-    def transcribe(self, wav: bytes, prompt: str | None) -> str:
+    def transcribe(self, wav: bytes, prompt: str | None) -> tuple[str, bool]:
+        """The words of a WAV, and whether a transcription begun at the turn's pause had them."""
         audio = read_wav(wav)
         if len(audio) == 0:
-            return ""
+            return "", False
+        self.last_prompt = prompt
+        early = self.speculation.take(audio, prompt)
+        if early is not None:
+            return early, True
+        return self.transcribe_pcm(audio, prompt), False
+
+    def transcribe_pcm(self, audio: np.ndarray, prompt: str | None) -> str:
         segments, _ = self.whisper.transcribe(
-            audio, language="en", beam_size=1, vad_filter=False, condition_on_previous_text=False, initial_prompt=prompt or None
+            audio,
+            language="en",
+            beam_size=1,
+            vad_filter=False,
+            condition_on_previous_text=False,
+            without_timestamps=True,
+            initial_prompt=prompt or None,
         )
         return " ".join(s.text.strip() for s in segments).strip()
 
@@ -151,12 +167,74 @@ class Engines:
     def end_of_turn(self, wav: bytes) -> float:
         if self.turn is None:
             raise RuntimeError("no turn model")
-        audio = read_wav(wav)[-TURN_SECONDS * RATE :]
+        audio = read_wav(wav)
+        # The words are wanted the moment the turn is over: Whisper starts on them now, beside the
+        # detector, and the transcription that follows takes its result if it is the same audio.
+        self.speculation.start(audio)
+        audio = audio[-TURN_SECONDS * RATE :]
         audio = np.pad(audio, (TURN_SECONDS * RATE - len(audio), 0))
         features = np.expand_dims(self.features(audio, do_normalize=True), axis=0)
         with self.turn_lock:
             out = self.turn.run(None, {"input_features": features})
         return float(np.asarray(out[0]).reshape(-1)[0])
+
+
+class Speculation:
+    """Transcriptions begun when a turn's pause is judged, before anyone asks for them.
+
+    The voice body asks whether a turn is over after a short pause, with the turn's audio so
+    far; if it is, the floor asks for the words of that same audio (plus or minus the quiet ticks
+    of the pause) a moment later. A transcription of it started at the question saves the
+    detector's time. The later request takes the result only when the audio is the same: one is
+    a prefix of the other, sample for sample, and what the longer adds is under a second of
+    quiet; the prompt must be the same too. Anything else is transcribed afresh.
+    """
+
+    KEPT = 4
+    QUIET = 600 / 32768
+
+    def __init__(self, engines: "Engines"):
+        self.engines = engines
+        self.lock = threading.Lock()
+        self.entries: list[dict] = []
+
+    def start(self, audio: np.ndarray) -> None:
+        prompt = self.engines.last_prompt
+        if prompt is None or len(audio) < RATE // 4:
+            return
+        entry = {"audio": audio, "prompt": prompt, "done": threading.Event(), "text": None, "at": time.monotonic()}
+        with self.lock:
+            now = time.monotonic()
+            self.entries = [e for e in self.entries if now - e["at"] < 10][-(self.KEPT - 1) :] + [entry]
+
+        def run():
+            try:
+                entry["text"] = self.engines.transcribe_pcm(audio, prompt)
+            except Exception as e:  # the fresh transcription will say what is wrong
+                LOG.warning("an early transcription failed: %s", type(e).__name__)
+            finally:
+                entry["done"].set()
+
+        threading.Thread(target=run, daemon=True).start()
+
+    def take(self, audio: np.ndarray, prompt: str | None) -> str | None:
+        with self.lock:
+            candidates = list(reversed(self.entries))
+        for entry in candidates:
+            if entry["prompt"] != prompt:
+                continue
+            early = entry["audio"]
+            short, longer = (early, audio) if len(early) <= len(audio) else (audio, early)
+            extra = longer[len(short) :]
+            if len(extra) > RATE or not np.array_equal(longer[: len(short)], short):
+                continue
+            if len(extra) and float(np.abs(extra).max()) > self.QUIET:
+                continue
+            entry["done"].wait(30)
+            with self.lock:
+                self.entries = [e for e in self.entries if e is not entry]
+            return entry["text"]
+        return None
 
 
 def handler(engines: Engines):
@@ -199,9 +277,16 @@ def handler(engines: Engines):
                 if route.endswith("/audio/transcriptions"):
                     parts = form(self.headers.get("Content-Type", ""), data)
                     wav = parts["file"]
-                    text = engines.transcribe(wav, parts.get("prompt", b"").decode("utf-8", "replace")[:400])
+                    text, early = engines.transcribe(wav, parts.get("prompt", b"").decode("utf-8", "replace")[:400])
                     took = time.monotonic() - began
-                    LOG.info("transcribed: model=%s audio_bytes=%d chars=%d took_ms=%d", engines.whisper_name, len(wav), len(text), took * 1000)
+                    LOG.info(
+                        "transcribed: model=%s audio_bytes=%d chars=%d took_ms=%d begun_at_pause=%s",
+                        engines.whisper_name,
+                        len(wav),
+                        len(text),
+                        took * 1000,
+                        early,
+                    )
                     return self.reply(200, json.dumps({"text": text}).encode())
                 if route.endswith("/audio/speech"):
                     request = json.loads(data or b"{}")
