@@ -37,10 +37,12 @@ async fn every_service_resolves_the_same_root_with_and_without_the_override() {
             .env("CLANKIE_NATS_URL", nats.url())
             .env("CLANKIE_STATE_DIR", state.path())
             .envs(root.map(|r| ("CLANKIE_DISCORD_ATTACHMENT_ROOT", r.display().to_string())))
-            .env("CLANKIE_LOG", "warn")
+            .env("CLANKIE_LOG", "info")
+            .stderr(std::fs::File::create(state.path().join(format!("media-{round}.log"))).unwrap())
             .kill_on_drop(true)
             .spawn()
             .unwrap();
+        let log = || std::fs::read_to_string(state.path().join(format!("media-{round}.log"))).unwrap_or_default();
         let data = format!("artifact of round {round}").into_bytes();
         let registered: v1::MediaRegisterReply = bus
             .request(
@@ -55,7 +57,7 @@ async fn every_service_resolves_the_same_root_with_and_without_the_override() {
                 Duration::from_secs(60),
             )
             .await
-            .unwrap();
+            .unwrap_or_else(|e| panic!("round {round}: {e}; the media process said:\n{}", log()));
         let id = registered.artifact.expect("registered").id;
         let resolved: v1::MediaResolveReply = bus
             .request(&Subject::RpcMediaResolve, &v1::MediaResolveRequest { artifact_id: id, want_bytes: false }, Duration::from_secs(5))
