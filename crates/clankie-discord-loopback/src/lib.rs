@@ -34,7 +34,7 @@ use serde::{Deserialize, Serialize};
 pub use dave::{DaveCounts, DaveView};
 pub use limits::{LimitCounts, Limits};
 pub use state::{Post, StoredMessage};
-pub use voice::DaveConfig;
+pub use voice::{DaveConfig, Loss};
 
 /// A channel of the loopback guild.
 #[derive(Debug, Clone, Serialize, Deserialize)]

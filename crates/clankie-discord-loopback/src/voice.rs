@@ -246,6 +246,24 @@ struct Inner {
     phrases: Vec<String>,
     /// Each voice channel's DAVE group.
     groups: BTreeMap<u64, Group>,
+    /// Per voice channel, the packet loss its people's streams suffer on the way to the bot.
+    loss: HashMap<u64, Loss>,
+}
+
+/// Packets lost on the way to the bot, the way a real network loses them: in short bursts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Loss {
+    /// How many packets in a row go missing.
+    pub burst: u16,
+    /// One burst in this many packets.
+    pub every: u16,
+}
+
+impl Loss {
+    /// Whether the packet with this sequence number goes missing.
+    fn loses(self, seq: u16) -> bool {
+        self.every > 0 && seq % self.every < self.burst
+    }
 }
 
 /// Lines the sandbox grammar always holds, besides those said on the page.
@@ -569,6 +587,10 @@ impl VoiceServer {
             stream.ts = stream.ts.wrapping_add(FRAME as u32);
             stream.nonce = stream.nonce.wrapping_add(1);
             inner.streams.insert((channel, user), stream);
+            if inner.loss.get(&channel).is_some_and(|l| l.loses(stream.seq)) {
+                VoiceServer::count(&mut inner, "rtp_lost");
+                return false;
+            }
             let Some(conn) = inner.conns.get(&guild).filter(|c| c.channel == channel) else { return false };
             let (Some(cipher), Some(to)) = (conn.cipher.clone(), conn.bot_udp) else { return false };
             let dave = conn.dave;
@@ -618,6 +640,16 @@ impl VoiceServer {
             }
         }
         Ok(delivered)
+    }
+
+    /// Makes the streams of the people in `channel` lose packets on the way to the bot from now
+    /// on (`None`: none lost). Their sequence numbers go on, so the bot sees the gaps.
+    pub fn set_loss(&self, channel: u64, loss: Option<Loss>) {
+        let mut inner = self.lock();
+        match loss {
+            Some(loss) => inner.loss.insert(channel, loss),
+            None => inner.loss.remove(&channel),
+        };
     }
 
     /// Sends one kind of hostile traffic to the bot's connection in `channel`, as `user`'s

@@ -320,6 +320,18 @@ impl Ears {
             }
         }
     }
+
+    /// A tick's audio for a packet that did not come in time: the decoder's loss concealment,
+    /// which carries the voice on for the tick, as songbird's own decoding did. Without it a
+    /// lost packet in the middle of a word would be a tick of quiet, and a loaded machine's
+    /// late packets would end turns early. `None` before the stream's first packet.
+    fn conceal(&mut self, ssrc: u32) -> Option<Vec<i16>> {
+        let decoder = self.decoders.get_mut(&ssrc)?;
+        let mut out = vec![0i16; TICK_SAMPLES];
+        let n = decoder.decode(&[], &mut out, false).ok()?;
+        out.truncate(n);
+        Some(out)
+    }
 }
 
 /// The Opus frame a received packet carries: after the RTP header (and extension), before the
@@ -440,7 +452,10 @@ impl Listener {
                 continue;
             };
             // Speech is what the detector hears as speech; a packet of noise is a quiet tick.
-            let decoded = data.packet.as_ref().and_then(|p| ears.decode(*ssrc, p, self.config.crypto_mode.payload_suffix_len()));
+            let decoded = match &data.packet {
+                Some(p) => ears.decode(*ssrc, p, self.config.crypto_mode.payload_suffix_len()),
+                None => ears.conceal(*ssrc),
+            };
             let heard = decoded.as_deref();
             let voiced = heard.is_some_and(|pcm| ears.vad.entry(*ssrc).or_insert_with(Vad::new).voiced(pcm, &self.config));
             if !voiced && !ears.speaking.contains_key(ssrc) {

@@ -1,11 +1,12 @@
 //! `smart_turn_`: a turn ends when Smart Turn hears it finished after a short pause, bounded by
-//! silence; a pause mid-sentence does not end it; with the detector down, the silence bound does.
+//! silence; a pause mid-sentence does not end it, nor do packets lost on the way; with the
+//! detector down, the silence bound does.
 
 use std::time::Duration;
 
 use clankie_model_standin::{Reply, Script};
 
-use super::{Rig, VOICE, has_code, live_room_on, live_room_with, piper_clip, speech, until};
+use super::{Rig, VOICE, has_code, live_room_on, live_room_with, piper_clip, speech, until, word_errors};
 
 /// Questions asked: 10 in the long mode (`CLANKIE_VOICE_CLIPS`), 5 in CI.
 fn clips() -> usize {
@@ -79,26 +80,84 @@ async fn smart_turn_a_sentence_with_a_500_ms_pause_in_the_middle_stays_one_utter
     let speech = speech().await;
     let rig = Rig::new().await;
     let _floor = live_room_on(&rig, &speech).await;
-    let (start, rate) = piper_clip(&speech, "I was thinking").await;
-    let (end, end_rate) = piper_clip(&speech, "that we could go to the market tomorrow.").await;
+    let (sentence, rate) = paused_sentence(&speech).await;
+    let heard = heard_then_thanks(&rig, &speech, &[(&sentence, rate, None)]).await;
+    println!("smart_turn: a sentence with a 500 ms pause, then a short line, became {:?}", summary(&heard));
+    assert_eq!(heard.len(), 2, "the pause ended the turn: {heard:?}");
+    assert_whole(&heard[0], PAUSED);
+    // The detector was asked: it ended the turn, or heard it unfinished and the bound did.
+    assert!(has_code(&heard[0].0, "turn_finished") || has_code(&heard[0].0, "silence_after_unfinished"), "{heard:?}");
+}
+
+/// What [`paused_sentence`] says.
+const PAUSED: &str = "I was thinking that we could go to the market tomorrow.";
+
+/// "I was thinking", half a second of quiet, "that we could go to the market tomorrow.", trimmed.
+async fn paused_sentence(speech: &clankie_stack::SpeechServer) -> (Vec<i16>, u32) {
+    let (start, rate) = piper_clip(speech, "I was thinking").await;
+    let (end, end_rate) = piper_clip(speech, "that we could go to the market tomorrow.").await;
     assert_eq!(rate, end_rate);
     let mut sentence = trimmed(&start).to_vec();
     sentence.extend(std::iter::repeat_n(0i16, rate as usize / 2));
     sentence.extend_from_slice(trimmed(&end));
     sentence.extend(std::iter::repeat_n(0i16, rate as usize / 5));
-    rig.discord.voice_speak(VOICE, "ada", &sentence, rate).await.unwrap();
-    until("the utterance transcribed", Duration::from_secs(20), || !rig.receipts("voice.transcribed").is_empty()).await;
-    // A second utterance would have ended by now: the silence bound is 800 ms.
-    let transcribed = rig.receipts("voice.transcribed");
-    let heard = rig.receipts("voice.heard");
-    println!(
-        "smart_turn: a sentence with a 500 ms pause became {} utterance(s), ended by {:?}",
-        heard.len(),
-        heard.iter().map(|r| r.codes.clone()).collect::<Vec<_>>()
-    );
-    assert_eq!(heard.len(), 1, "the pause ended the turn: {heard:?}");
-    assert_eq!(transcribed.len(), 1);
-    assert!(has_code(&heard[0], "turn_finished"), "{heard:?}");
+    (sentence, rate)
+}
+
+/// Ada says each clip (through its packet loss), each once the one before is transcribed, then
+/// "Thank you." with no loss: a turn split in two shows as one utterance too many before it.
+/// Every utterance heard, with its transcript.
+async fn heard_then_thanks(
+    rig: &Rig,
+    speech: &clankie_stack::SpeechServer,
+    clips: &[(&[i16], u32, Option<clankie_discord_loopback::Loss>)],
+) -> Vec<(clankie_proto::v1::Receipt, String)> {
+    let (thanks, thanks_rate) = piper_clip(speech, "Thank you.").await;
+    let voice = rig.discord.voice();
+    let transcripts = clankie_testkit::record::<clankie_proto::v1::Transcript>(&rig.bus, clankie_proto::Family::VoiceTranscript).await;
+    for (pcm, rate, loss) in clips.iter().copied().chain([(&thanks[..], thanks_rate, None)]) {
+        voice.set_loss(VOICE, loss);
+        let before = transcripts.all().len();
+        rig.discord.voice_speak(VOICE, "ada", pcm, rate).await.unwrap();
+        until("the clip transcribed", Duration::from_secs(20), || transcripts.all().len() > before).await;
+    }
+    until("the last clip heard", Duration::from_secs(20), || {
+        transcripts.all().last().is_some_and(|t| word_errors("Thank you.", &t.text).0 == 0)
+    })
+    .await;
+    rig.receipts("voice.heard").into_iter().zip(transcripts.all().into_iter().map(|t| t.text)).collect()
+}
+
+/// Each utterance's length, what ended it and its words, for the test's output.
+fn summary(heard: &[(clankie_proto::v1::Receipt, String)]) -> Vec<(i64, Vec<String>, &str)> {
+    heard.iter().map(|(r, text)| (super::count(r, "audio_ms").unwrap_or(0), r.codes.clone(), text.as_str())).collect()
+}
+
+/// The utterance is `said`, all of it (under 10% of its words wrong).
+fn assert_whole(heard: &(clankie_proto::v1::Receipt, String), said: &str) {
+    let (wrong, of) = word_errors(said, &heard.1);
+    assert!(wrong as f64 / of as f64 <= 0.10, "{said:?} heard as {:?}", heard.1);
+}
+
+#[tokio::test]
+async fn packet_loss_one_packet_in_25_lost_on_the_way_is_concealed_and_the_sentence_stays_one_turn() {
+    const SAID: &str = "We could go to the market tomorrow and buy some fresh bread.";
+    let speech = speech().await;
+    let rig = Rig::new().await;
+    let _floor = live_room_on(&rig, &speech).await;
+    let (sentence, rate) = piper_clip(&speech, SAID).await;
+    // Once as sent, once losing one packet in 25 (4%: Discord on a poor link).
+    let lossy = Some(clankie_discord_loopback::Loss { burst: 1, every: 25 });
+    let heard = heard_then_thanks(&rig, &speech, &[(&sentence, rate, None), (&sentence, rate, lossy)]).await;
+    let lost = rig.discord.voice().counters().get("rtp_lost").copied().unwrap_or(0);
+    let audio_ms: Vec<i64> = heard.iter().map(|(r, _)| super::count(r, "audio_ms").unwrap_or(0)).collect();
+    println!("packet_loss: {lost} packets lost in the second sentence; heard {:?}", summary(&heard));
+    assert!(lost >= 5, "the loopback lost {lost} packets");
+    assert_eq!(heard.len(), 3, "the loss split the turn: {heard:?}");
+    // Concealment fills each lost packet's 20 ms: the lossy sentence is as long as the clean one.
+    assert!((audio_ms[1] - audio_ms[0]).abs() <= 60, "{audio_ms:?} ms: the lost packets' time went missing");
+    assert_whole(&heard[0], SAID);
+    assert_whole(&heard[1], SAID);
 }
 
 #[tokio::test]
