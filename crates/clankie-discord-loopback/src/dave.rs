@@ -8,7 +8,9 @@
 //! group, the first to come); the bot commits over op 27 → op 28, a human at once. A commit goes
 //! to the members (op 29 for the bot), its welcome to those it adds (op 30), and op 22 follows
 //! once every member said transition ready (op 23) or could not use it (op 31, after which the
-//! bot is removed and added again with its new key package).
+//! bot is removed and added again with its new key package). Humans take a commit or welcome
+//! when its transition executes, as a Discord client moves its sending key then: what they say
+//! during a transition stays readable by a bot still processing the commit.
 
 use std::collections::{BTreeSet, VecDeque};
 use std::num::NonZeroU16;
@@ -72,6 +74,16 @@ struct Member {
     who: Who,
     /// In the group at the current epoch (its tree has a leaf for it).
     joined: bool,
+    /// A human's commit or welcome of the transition in flight, processed when it executes.
+    held: Option<Held>,
+}
+
+/// What a human holds until its transition executes (op 22): a Discord client keeps sending
+/// under the old epoch's key until then, so that a member still processing the commit (the
+/// bot) can read it throughout.
+enum Held {
+    Commit(Vec<u8>),
+    Welcome(Vec<u8>),
 }
 
 /// A change waiting for the next commit.
@@ -205,7 +217,7 @@ impl Group {
         session.set_external_sender(&key.package).map_err(human_err)?;
         let package = session.create_key_package().map_err(human_err)?;
         let package = validate(&package)?;
-        self.members.push(Member { user, who: Who::Human(Box::new(session)), joined: false });
+        self.members.push(Member { user, who: Who::Human(Box::new(session)), joined: false, held: None });
         self.changes.push_back(Change::Add(user, Box::new(package)));
         let mut out = Vec::new();
         if self.bot.is_some() {
@@ -258,7 +270,7 @@ impl Group {
         }
         self.bot = Some(user);
         self.bot_selected_ms = Some(now);
-        self.members.push(Member { user, who: Who::Bot, joined: false });
+        self.members.push(Member { user, who: Who::Bot, joined: false, held: None });
         let humans: Vec<String> = self.members.iter().filter(|m| m.user != user).map(|m| m.user.to_string()).collect();
         let mut out = vec![BotFrame::Text(json!({ "op": 11, "d": { "user_ids": humans } }).to_string())];
         let mut package = vec![25u8];
@@ -507,12 +519,9 @@ impl Group {
                 continue;
             }
             match &mut member.who {
-                Who::Human(session) => {
-                    if added {
-                        session.process_welcome(welcome.as_deref().unwrap_or_default()).map_err(human_err)?;
-                    } else {
-                        session.process_commit(&commit).map_err(human_err)?;
-                    }
+                Who::Human(_) => {
+                    member.held =
+                        Some(if added { Held::Welcome(welcome.clone().unwrap_or_default()) } else { Held::Commit(commit.clone()) });
                 }
                 Who::Bot => {
                     let (op, body) = if added { (30u8, welcome.clone().unwrap_or_default()) } else { (29u8, commit.clone()) };
@@ -551,6 +560,14 @@ impl Group {
         }
         let id = t.id;
         self.transition = None;
+        for member in &mut self.members {
+            if let (Who::Human(session), Some(held)) = (&mut member.who, member.held.take()) {
+                match held {
+                    Held::Commit(commit) => session.process_commit(&commit).map_err(human_err)?,
+                    Held::Welcome(welcome) => session.process_welcome(&welcome).map_err(human_err)?,
+                }
+            }
+        }
         self.counts.transitions_executed += 1;
         self.executed.push((self.epoch, now));
         let mut out = Vec::new();
