@@ -105,6 +105,7 @@ impl Media {
                     });
                 }
                 Some(msg) = registers.next() => {
+                    tracing::debug!(bytes = msg.payload.len(), "a register request taken");
                     let media = self.clone();
                     tokio::spawn(async move {
                         let reply = match v1::MediaRegisterRequest::decode(msg.payload.clone()) {
@@ -129,6 +130,7 @@ impl Media {
     /// Sends `reply`; when it cannot go (too big for a message, the bus away) the failure is
     /// logged and the asker gets `failed(code)` instead of waiting out its timeout.
     async fn answer<A: clankie_proto::Event>(&self, msg: &clankie_bus::Request, reply: &A, failed: impl FnOnce(String) -> A) {
+        tracing::debug!(subject = %msg.subject, "answering a media request");
         if let Err(e) = self.bus.respond(msg, reply).await {
             tracing::warn!(error = %e, "a media reply could not be sent; answering with its failure");
             if let Err(e) = self.bus.respond(msg, &failed("reply_failed".into())).await {

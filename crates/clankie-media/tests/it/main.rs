@@ -37,7 +37,7 @@ async fn every_service_resolves_the_same_root_with_and_without_the_override() {
             .env("CLANKIE_NATS_URL", nats.url())
             .env("CLANKIE_STATE_DIR", state.path())
             .envs(root.map(|r| ("CLANKIE_DISCORD_ATTACHMENT_ROOT", r.display().to_string())))
-            .env("CLANKIE_LOG", "info")
+            .env("CLANKIE_LOG", "info,clankie_media=debug,clankie_bus=debug")
             .stderr(std::fs::File::create(state.path().join(format!("media-{round}.log"))).unwrap())
             .kill_on_drop(true)
             .spawn()
