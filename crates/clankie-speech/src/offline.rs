@@ -72,7 +72,11 @@ pub struct Pocketsphinx {
 impl Pocketsphinx {
     /// A transcriber; `extra_words` (word, phones) join the dictionary, so his names are known.
     pub fn new(grammar: Option<PathBuf>, extra_words: &[(String, String)], timeout: Duration) -> Result<Pocketsphinx, SpeechError> {
-        let scratch = std::env::temp_dir().join(format!("clankie-stt-{}", std::process::id()));
+        static ENGINES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let engine = ENGINES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let temp = std::env::temp_dir();
+        sweep_scratch_of_the_dead(&temp);
+        let scratch = temp.join(format!("{SCRATCH_PREFIX}{}-{engine}", std::process::id()));
         std::fs::create_dir_all(&scratch).map_err(|e| SpeechError::Engine(format!("scratch directory: {e}")))?;
         let dictionary = if extra_words.is_empty() {
             None
@@ -81,13 +85,38 @@ impl Pocketsphinx {
             for (word, phones) in extra_words {
                 dict.push_str(&format!("\n{} {}", word.to_lowercase(), phones));
             }
-            // One file per engine: another engine in this process may know other words.
-            static ENGINES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-            let path = scratch.join(format!("words-{}.dict", ENGINES.fetch_add(1, std::sync::atomic::Ordering::Relaxed)));
+            let path = scratch.join("words.dict");
             std::fs::write(&path, dict).map_err(|e| SpeechError::Engine(format!("dictionary: {e}")))?;
             Some(path)
         };
         Ok(Pocketsphinx { grammar, dictionary, scratch, timeout })
+    }
+}
+
+/// An engine's scratch directory is `clankie-stt-<pid>-<n>` in the temp directory.
+const SCRATCH_PREFIX: &str = "clankie-stt-";
+
+impl Drop for Pocketsphinx {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.scratch);
+    }
+}
+
+/// Removes the scratch directories of processes that are gone: a killed process never drops
+/// its engines, and a test suite kills many.
+fn sweep_scratch_of_the_dead(temp: &std::path::Path) {
+    let Ok(entries) = std::fs::read_dir(temp) else { return };
+    if !std::path::Path::new("/proc/self").exists() {
+        return;
+    }
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(pid) = name.to_str().and_then(|n| n.strip_prefix(SCRATCH_PREFIX)).and_then(|rest| rest.split('-').next()) else {
+            continue;
+        };
+        if pid.parse::<u32>().is_ok() && !std::path::Path::new("/proc").join(pid).exists() {
+            let _ = std::fs::remove_dir_all(entry.path());
+        }
     }
 }
 
@@ -129,4 +158,36 @@ pub fn grammar(phrases: &[&str]) -> String {
         .filter(|p| !p.is_empty())
         .collect();
     format!("#JSGF V1.0;\ngrammar room;\npublic <line> = {};\n", alternatives.join(" | "))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn scratch_of_a_process_that_is_gone_is_swept_and_a_live_ones_is_kept() {
+        let temp = std::env::temp_dir().join(format!("clankie-stt-sweep-test-{}", std::process::id()));
+        let (dead, live, other) = (
+            temp.join(format!("{SCRATCH_PREFIX}4194999-0")),
+            temp.join(format!("{SCRATCH_PREFIX}{}-3", std::process::id())),
+            temp.join("someone-elses"),
+        );
+        for dir in [&dead, &live, &other] {
+            std::fs::create_dir_all(dir).unwrap();
+            std::fs::write(dir.join("words.dict"), "a AH").unwrap();
+        }
+        sweep_scratch_of_the_dead(&temp);
+        assert!(!dead.exists(), "a pid above Linux's largest is no process");
+        assert!(live.exists() && other.exists());
+        std::fs::remove_dir_all(&temp).unwrap();
+    }
+
+    #[test]
+    fn an_engine_removes_its_scratch_when_dropped() {
+        let engine = Pocketsphinx::new(None, &[("clankie".into(), "K L AE NG K IY".into())], Duration::from_secs(1)).unwrap();
+        let scratch = engine.scratch.clone();
+        assert!(scratch.join("words.dict").exists());
+        drop(engine);
+        assert!(!scratch.exists());
+    }
 }

@@ -36,7 +36,13 @@ pub struct OpenAiTranscriber {
 
 impl OpenAiTranscriber {
     pub fn new(base: &str, model: &str, key: Option<String>, timeout: Duration) -> Result<OpenAiTranscriber, SpeechError> {
-        Ok(OpenAiTranscriber { http: client(timeout)?, url: endpoint(base, "audio/transcriptions"), model: model.to_owned(), key, prompt: None })
+        Ok(OpenAiTranscriber {
+            http: client(timeout)?,
+            url: endpoint(base, "audio/transcriptions"),
+            model: model.to_owned(),
+            key,
+            prompt: None,
+        })
     }
 
     /// Sends `prompt` (the API's own field) with every utterance: Whisper spells the words it
