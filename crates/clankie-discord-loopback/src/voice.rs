@@ -595,14 +595,13 @@ impl VoiceServer {
             let (Some(cipher), Some(to)) = (conn.cipher.clone(), conn.bot_udp) else { return false };
             let dave = conn.dave;
             // A member of the channel's DAVE group encrypts end to end before the transport does.
-            let frame = match inner.groups.get_mut(&channel) {
+            let mut frame = match inner.groups.get_mut(&channel) {
                 Some(group) if dave => group.encrypt_from(user, opus),
                 _ => opus.to_vec(),
             };
             // Discord's clients pad a few packets in a hundred (RFC 3550 padding, P bit set): so
             // does every 32nd packet here, and a receiver that decodes the padding hears noise.
             let mut header = rtp_header(stream.seq, stream.ts, stream.ssrc);
-            let mut frame = frame;
             if stream.seq % 32 == 7 {
                 header[0] |= 0x20;
                 frame.extend([0, 0, 3]);

@@ -59,15 +59,13 @@ impl Rig {
             ("CLANKIE_CONSOLE_ADDR".into(), "127.0.0.1:0".into()),
         ];
         vars.extend(extra.iter().map(|(k, v)| (k.to_string(), v.to_string())));
-        let settings = Settings::from_lookup(|k| vars.iter().rev().find(|(n, _)| n == k).map(|(_, v)| v.clone())).expect("settings");
+        // A variable given twice takes its last value (an extra overrides a default).
+        let var = |k: &str| vars.iter().rev().find(|(n, _)| n == k).map(|(_, v)| v.clone());
+        let settings = Settings::from_lookup(var).expect("settings");
         // The rig refreshes typing every 200 ms, forty times Discord's pace; its typing bucket is as much wider.
         let limits = clankie_discord_loopback::Limits { typing_per_5s: 200, ..Default::default() };
         // A rig may turn DAVE off for comparison, as the variable does for `clankie run`.
-        let dave = vars
-            .iter()
-            .rev()
-            .find(|(n, _)| n == "CLANKIE_LOOPBACK_DAVE")
-            .map(|(_, v)| clankie_discord_loopback::DaveConfig::from_setting(Some(v)));
+        let dave = var("CLANKIE_LOOPBACK_DAVE").map(|v| clankie_discord_loopback::DaveConfig::from_setting(Some(&v)));
         let options = crate::SandboxOptions { clock, voice_roots: None, limits: Some(limits), say_aloud_tts: None, dave };
         let sandbox = Sandbox::start_with(&settings, "127.0.0.1:0".parse().expect("addr"), options).await.expect("sandbox");
         let attachment_root = clankie_settings::attachment_root(&settings);

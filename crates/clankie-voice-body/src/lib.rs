@@ -494,10 +494,8 @@ impl Listener {
                 }
                 entry.quiet_ticks = 0;
                 entry.voiced_ticks += 1;
-                match heard {
-                    Some(pcm) => entry.pcm.extend_from_slice(pcm),
-                    None => entry.pcm.extend(std::iter::repeat_n(0, TICK_SAMPLES)),
-                }
+                // Voiced means heard: a tick without audio (none decoded, none concealed) is quiet.
+                entry.pcm.extend_from_slice(heard.unwrap_or_default());
                 // Speech that has gone on for the threshold, voiced for most of it: the short
                 // unvoiced ticks inside words and between them are part of speaking.
                 if !entry.announced && entry.onset + entry.ticks >= barge_ticks && entry.voiced_ticks * 4 >= entry.ticks * 3 {
