@@ -161,8 +161,20 @@ impl Gateway {
         // Owned here: dropping the body (the REST lease lost) ends every poster at once.
         let mut tasks = tokio::task::JoinSet::new();
         loop {
-            let d = consumer.next().await?;
-            while tasks.try_join_next().is_some() {}
+            let d = tokio::select! {
+                d = consumer.next() => d?,
+                Some(ended) = tasks.join_next(), if !tasks.is_empty() => {
+                    // A poster that panicked is the body's panic: its supervisor restarts the
+                    // body, and rebuilds the REST client when the limiter was what panicked.
+                    if let Err(e) = ended
+                        && e.is_panic()
+                    {
+                        std::panic::resume_unwind(e.into_panic());
+                    }
+                    continue;
+                }
+            };
+            clankie_settings::fault::panic_once("gateway.body");
             posters.retain(|_, poster| !poster.is_closed());
             let channel = d.event.channel_id;
             let (done, finished) = tokio::sync::oneshot::channel::<()>();
@@ -278,7 +290,8 @@ impl Gateway {
             }
             let bytes = serde_json::to_vec(&body).map_err(|_| PostError::Refused(0))?;
             self.inner.budget.pace().await;
-            let request = self.inner.http.create_message(channel).payload_json(&bytes);
+            let http = self.inner.http.get();
+            let request = http.create_message(channel).payload_json(&bytes);
             let request = if last && !files.is_empty() { request.attachments(&files) } else { request };
             clankie_settings::fault::point("gateway.before_post");
             let posted = request.await.map_err(|e| classify(&e))?;
@@ -366,7 +379,7 @@ impl Gateway {
             (Ok(v1::ToolCardOp::Post), None) => {
                 let body = json!({ "content": card_text(&out.tool_names), "nonce": nonce(&out.idempotency_key, 0), "enforce_nonce": true });
                 let bytes = serde_json::to_vec(&body).map_err(|_| PostError::Refused(0))?;
-                let posted = self.inner.http.create_message(channel).payload_json(&bytes).await.map_err(|e| classify(&e))?;
+                let posted = self.inner.http.get().create_message(channel).payload_json(&bytes).await.map_err(|e| classify(&e))?;
                 let message = posted.model().await.map_err(|_| PostError::Retry)?;
                 if let Err(e) = cards.put(key.as_str(), message.id.get().to_string().into()).await {
                     // Posted but not remembered: the nonce makes the retry return this same message.
@@ -376,10 +389,10 @@ impl Gateway {
             }
             (Ok(v1::ToolCardOp::Post | v1::ToolCardOp::Edit), Some(id)) => {
                 let text = card_text(&out.tool_names);
-                self.inner.http.update_message(channel, id).content(Some(&text)).await.map_err(|e| classify(&e))?;
+                self.inner.http.get().update_message(channel, id).content(Some(&text)).await.map_err(|e| classify(&e))?;
             }
             (Ok(v1::ToolCardOp::Remove), Some(id)) => {
-                match self.inner.http.delete_message(channel, id).await {
+                match self.inner.http.get().delete_message(channel, id).await {
                     Ok(_) => {}
                     // Already gone (a removal delivered twice): nothing left to do.
                     Err(e) if matches!(classify(&e), PostError::Refused(404)) => {}
@@ -401,7 +414,7 @@ impl Gateway {
             return Err(PostError::Retry);
         }
         self.inner.budget.pace().await;
-        let opened = self.inner.http.create_private_channel(user).await.map_err(|e| classify(&e))?;
+        let opened = self.inner.http.get().create_private_channel(user).await.map_err(|e| classify(&e))?;
         let channel = opened.model().await.map_err(|_| PostError::Retry)?.id;
         let body = json!({
             "content": out.text,
@@ -411,7 +424,7 @@ impl Gateway {
         });
         let bytes = serde_json::to_vec(&body).map_err(|_| PostError::Refused(0))?;
         self.inner.budget.pace().await;
-        self.inner.http.create_message(channel).payload_json(&bytes).await.map_err(|e| classify(&e))?;
+        self.inner.http.get().create_message(channel).payload_json(&bytes).await.map_err(|e| classify(&e))?;
         self.receipt("gateway.direct", &out.delivery_id, |r| {
             r.with_id("user", out.direct_user_id).with_id("channel", channel.get()).with_count("buttons", out.buttons.len() as i64)
         })
@@ -473,8 +486,8 @@ impl Gateway {
         let limit = req.limit.clamp(1, 100) as u16;
         self.inner.budget.pace().await;
         let fetched = match Id::new_checked(req.before_message_id) {
-            Some(before) => self.inner.http.channel_messages(channel).before(before).limit(limit).await,
-            None => self.inner.http.channel_messages(channel).limit(limit).await,
+            Some(before) => self.inner.http.get().channel_messages(channel).before(before).limit(limit).await,
+            None => self.inner.http.get().channel_messages(channel).limit(limit).await,
         };
         let messages = match fetched {
             Ok(response) => match response.models().await {
@@ -573,7 +586,7 @@ impl Gateway {
                 continue;
             }
             clankie_settings::fault::point("gateway.before_reaction");
-            match self.inner.http.create_reaction(channel, message, &emoji).await {
+            match self.inner.http.get().create_reaction(channel, message, &emoji).await {
                 Ok(_) => {
                     clankie_settings::fault::point("gateway.after_reaction");
                     let _ = d.ack().await;

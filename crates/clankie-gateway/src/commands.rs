@@ -162,7 +162,7 @@ impl Gateway {
             tracing::debug!("the command set is registered already");
             return;
         }
-        match self.inner.http.interaction(app).set_global_commands(&commands).await {
+        match self.inner.http.get().interaction(app).set_global_commands(&commands).await {
             Ok(_) => {
                 tracing::info!(commands = commands.len(), "command set registered");
                 self.receipt("gateway.commands_registered", &key, |r| r.with_count("commands", commands.len() as i64)).await;
@@ -179,7 +179,8 @@ impl Gateway {
     pub(crate) async fn interaction(&self, interaction: Interaction) {
         let Some(request) = request_of(&interaction) else { return };
         let app = interaction.application_id;
-        let client = self.inner.http.interaction(app);
+        let http = self.inner.http.get();
+        let client = http.interaction(app);
         let button = request.command == "button";
         let deferred = InteractionResponse {
             kind: if button {

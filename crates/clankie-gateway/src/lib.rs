@@ -112,8 +112,11 @@ impl GatewayConfig {
 
 pub(crate) struct Inner {
     pub bus: Bus,
-    pub http: Arc<twilight_http::Client>,
+    /// Discord's REST client, rebuilt whole when its rate limiter's task panicked.
+    pub http: Arc<rest::RestClient>,
     pub config: GatewayConfig,
+    /// The supervised parts of this replica (shards, REST work, voice): readiness reads them.
+    pub parts: clankie_http::Parts,
     /// The bot's own user id, learned from READY.
     pub bot_id: AtomicU64,
     /// The live voice channel of each guild.
@@ -152,11 +155,7 @@ impl Gateway {
     /// A gateway over `bus` with the given configuration.
     pub fn new(bus: Bus, config: GatewayConfig) -> Gateway {
         install_tls_provider();
-        let mut builder = twilight_http::Client::builder().token(config.token.clone());
-        if let Some(api) = &config.api {
-            builder = builder.proxy(api.clone(), true);
-        }
-        let http = Arc::new(builder.build());
+        let http = Arc::new(rest::RestClient::new(&config));
         let budget = Arc::new(rest::RestBudget::default());
         let typing = typing::TypingLoops::new(bus.clone(), http.clone(), budget.clone(), &config);
         Gateway {
@@ -164,6 +163,7 @@ impl Gateway {
                 bus,
                 http,
                 config,
+                parts: clankie_http::Parts::default(),
                 bot_id: AtomicU64::new(0),
                 voice: RwLock::new(HashMap::new()),
                 cards: tokio::sync::OnceCell::new(),
@@ -200,13 +200,34 @@ impl Gateway {
         Ok(())
     }
 
-    /// Runs ingest and body until one of them fails.
+    /// Runs ingest and body until one of them fails. Each is supervised: a panic restarts
+    /// that part alone, so a fault in posting never stops the shards' ingest.
     pub async fn run(&self) -> Result<(), GatewayError> {
+        let parts = &self.inner.parts;
         tokio::select! {
-            r = self.run_shards() => r,
-            r = self.run_rest() => r,
-            r = self.run_voice_sessions() => r,
-            r = self.run_voice_commands() => r,
+            r = clankie_http::supervise("gateway.shards", parts, |_| {}, || self.run_shards()) => r,
+            r = clankie_http::supervise("gateway.rest", parts, |p| self.after_rest_panic(p), || self.run_rest()) => r,
+            r = clankie_http::supervise("gateway.voice_sessions", parts, |_| {}, || self.run_voice_sessions()) => r,
+            r = clankie_http::supervise("gateway.voice_commands", parts, |_| {}, || self.run_voice_commands()) => r,
+        }
+    }
+
+    /// This replica's supervised parts, for its readiness and for tests.
+    pub fn parts(&self) -> clankie_http::Parts {
+        self.inner.parts.clone()
+    }
+
+    /// How often the REST client was rebuilt because its rate limiter had panicked.
+    pub fn rest_clients_rebuilt(&self) -> u64 {
+        self.inner.http.rebuilt()
+    }
+
+    /// A REST part panicked: if twilight's limiter task died, every later request would panic
+    /// too, so the client is replaced before the part starts again.
+    pub(crate) fn after_rest_panic(&self, payload: &(dyn std::any::Any + Send)) {
+        let text = payload.downcast_ref::<String>().map(String::as_str).or_else(|| payload.downcast_ref::<&str>().copied());
+        if text.is_some_and(|t| t.contains(rest::LIMITER_PANICKED)) {
+            self.inner.http.rebuild();
         }
     }
 }

@@ -12,7 +12,8 @@
 //! that work at once (what it held unacked is redelivered to the next owner, and a reply
 //! resumes at its next piece) and stops its typing loops for the next owner to adopt.
 
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use clankie_bus::now_ms;
@@ -47,11 +48,13 @@ impl Gateway {
             };
             tracing::info!(epoch = held.claim.epoch, "this replica speaks Discord's REST API now");
             self.inner.rest_until_ms.store(held.claim.expires_ms, Ordering::SeqCst);
+            // Each part is supervised on its own: a panic in typing restarts typing, never posting.
+            let parts = &self.inner.parts;
             let outcome = tokio::select! {
-                r = self.run_body() => Some(r),
-                r = self.run_typing() => Some(r),
-                r = self.run_history() => Some(r),
-                r = self.run_outcome_reactions() => Some(r),
+                r = clankie_http::supervise("gateway.body", parts, |p| self.after_rest_panic(p), || self.run_body()) => Some(r),
+                r = clankie_http::supervise("gateway.typing", parts, |p| self.after_rest_panic(p), || self.run_typing()) => Some(r),
+                r = clankie_http::supervise("gateway.history", parts, |p| self.after_rest_panic(p), || self.run_history()) => Some(r),
+                r = clankie_http::supervise("gateway.reactions", parts, |p| self.after_rest_panic(p), || self.run_outcome_reactions()) => Some(r),
                 () = self.keep(&lease, held, &mut stopping) => None,
             };
             self.inner.rest_until_ms.store(0, Ordering::SeqCst);
@@ -106,6 +109,52 @@ impl Gateway {
             }
         }
     }
+}
+
+/// What twilight's limiter says in the panic of every request made after its task died.
+pub(crate) const LIMITER_PANICKED: &str = "actor task panicked";
+
+/// Discord's REST client, replaceable: twilight's rate limiter is a task of its own, and once it
+/// has panicked every request through that client panics too. A REST part that panicked so gets
+/// a new client (counted as `clankie_gateway_rest_clients_rebuilt_total` and logged) before it
+/// starts again, never the broken one.
+pub(crate) struct RestClient {
+    current: RwLock<Arc<twilight_http::Client>>,
+    token: String,
+    api: Option<String>,
+    rebuilt: AtomicU64,
+}
+
+impl RestClient {
+    pub(crate) fn new(config: &crate::GatewayConfig) -> RestClient {
+        let (token, api) = (config.token.clone(), config.api.clone());
+        RestClient { current: RwLock::new(Arc::new(build(&token, api.as_deref()))), token, api, rebuilt: AtomicU64::new(0) }
+    }
+
+    /// The client to make a request with now.
+    pub(crate) fn get(&self) -> Arc<twilight_http::Client> {
+        self.current.read().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Replaces the client (and with it the limiter) by a fresh one.
+    pub(crate) fn rebuild(&self) {
+        *self.current.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(build(&self.token, self.api.as_deref()));
+        let n = self.rebuilt.fetch_add(1, Ordering::SeqCst) + 1;
+        metrics::counter!("clankie_gateway_rest_clients_rebuilt_total").increment(1);
+        tracing::error!(rebuilt = n, "twilight's rate limiter had panicked: the REST client was rebuilt");
+    }
+
+    pub(crate) fn rebuilt(&self) -> u64 {
+        self.rebuilt.load(Ordering::SeqCst)
+    }
+}
+
+fn build(token: &str, api: Option<&str>) -> twilight_http::Client {
+    let mut builder = twilight_http::Client::builder().token(token.to_owned());
+    if let Some(api) = api {
+        builder = builder.proxy(api.to_owned(), true);
+    }
+    builder.build()
 }
 
 /// This replica's REST requests: paced evenly under Discord's global limit, and counted so

@@ -13,7 +13,7 @@ pub async fn run_from_env() -> Result<()> {
     clankie_http::init_tracing(&settings.log);
     let bus = clankie_bus::Bus::connect(&settings, "gateway").await?;
     bus.ensure_streams().await.context("declaring streams")?;
-    clankie_http::spawn_endpoints(settings.http_addr, clankie_http::Readiness { bus: bus.clone(), store: None });
-    let gateway = Gateway::new(bus, GatewayConfig::from_settings(&settings));
+    let gateway = Gateway::new(bus.clone(), GatewayConfig::from_settings(&settings));
+    clankie_http::spawn_endpoints(settings.http_addr, clankie_http::Readiness { bus, store: None, parts: gateway.parts() });
     gateway.run_until(stopped).await.context("gateway stopped")
 }

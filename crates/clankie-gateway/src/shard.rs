@@ -91,7 +91,7 @@ impl Gateway {
         let configured = self.inner.config.shards;
         let mut pause = Duration::from_millis(500);
         loop {
-            let asked = async { self.inner.http.gateway().authed().await.ok()?.model().await.ok() }.await;
+            let asked = async { self.inner.http.get().gateway().authed().await.ok()?.model().await.ok() }.await;
             match asked {
                 Some(info) => {
                     let total = if configured > 0 { configured } else { info.shards.max(1) };
@@ -354,7 +354,7 @@ impl Gateway {
             builder = builder.session(Session::new(saved.sequence, saved.session_id)).resume_url(saved.resume_url);
         }
         // A resumed session sees no READY, so learn who he is from REST as well.
-        match self.inner.http.current_user().await {
+        match self.inner.http.get().current_user().await {
             Ok(response) => match response.model().await {
                 Ok(me) => self.inner.bot_id.store(me.id.get(), Ordering::SeqCst),
                 Err(_) => tracing::warn!("current user unreadable; waiting for READY"),

@@ -37,7 +37,7 @@ struct Lit {
 /// The typing loops this replica runs, one per channel, and the shared bucket.
 pub(crate) struct TypingLoops {
     bus: Bus,
-    http: Arc<twilight_http::Client>,
+    http: Arc<crate::rest::RestClient>,
     budget: Arc<crate::rest::RestBudget>,
     host: String,
     interval: Duration,
@@ -47,7 +47,12 @@ pub(crate) struct TypingLoops {
 }
 
 impl TypingLoops {
-    pub fn new(bus: Bus, http: Arc<twilight_http::Client>, budget: Arc<crate::rest::RestBudget>, config: &GatewayConfig) -> TypingLoops {
+    pub(crate) fn new(
+        bus: Bus,
+        http: Arc<crate::rest::RestClient>,
+        budget: Arc<crate::rest::RestBudget>,
+        config: &GatewayConfig,
+    ) -> TypingLoops {
         TypingLoops {
             bus,
             http,
@@ -151,7 +156,7 @@ impl TypingLoops {
                 // Replies first: while the budget is crowded this beat waits (the indicator
                 // lasts 10 s, so a short wait costs nothing).
                 budget.give_way(interval).await;
-                match http.create_typing_trigger(channel_id).await {
+                match http.get().create_typing_trigger(channel_id).await {
                     Ok(_) => wait = interval,
                     Err(e) => {
                         let limited = matches!(e.kind(), twilight_http::error::ErrorType::Response { status, .. } if status.get() == 429);
@@ -217,6 +222,7 @@ impl Gateway {
         let typing = &self.inner.typing;
         loop {
             let d = consumer.next().await?;
+            clankie_settings::fault::panic_once("gateway.typing");
             let span = tracing::info_span!("delivery", delivery_id = %d.event.delivery_id);
             let handle = async {
                 match v1::TypingOp::try_from(d.event.op) {

@@ -6,6 +6,13 @@
 //!   the failing check named otherwise, so an orchestrator stops routing to a
 //!   service that lost its bus and resumes once it is back, with no restart.
 //! - `/metrics`: Prometheus text.
+//!
+//! [`supervise`] runs a service's long-lived parts, so a part that panics is restarted and
+//! `/readyz` says which is down meanwhile.
+
+pub mod supervise;
+
+pub use supervise::{Parts, supervise};
 
 use std::net::SocketAddr;
 use std::sync::{Arc, OnceLock};
@@ -38,11 +45,17 @@ pub fn metrics_handle() -> PrometheusHandle {
 pub struct Readiness {
     pub bus: clankie_bus::Bus,
     pub store: Option<clankie_store::Store>,
+    /// The supervised parts of the process: one that is down (between a panic and its
+    /// restart) makes the service unready.
+    pub parts: Parts,
 }
 
 impl Readiness {
     /// The first failing check, or `None` when ready.
     pub async fn check(&self) -> Option<&'static str> {
+        if self.parts.first_down().is_some() {
+            return Some("part_down");
+        }
         if self.bus.client().connection_state() != clankie_bus::ConnectionState::Connected {
             return Some("nats_disconnected");
         }
@@ -66,6 +79,10 @@ impl Readiness {
 async fn ready(State(readiness): State<Arc<Readiness>>) -> (StatusCode, String) {
     match readiness.check().await {
         None => (StatusCode::OK, "ready\n".into()),
+        Some("part_down") => {
+            let part = readiness.parts.first_down().unwrap_or("?");
+            (StatusCode::SERVICE_UNAVAILABLE, format!("unready: part_down ({part})\n"))
+        }
         Some(why) => (StatusCode::SERVICE_UNAVAILABLE, format!("unready: {why}\n")),
     }
 }

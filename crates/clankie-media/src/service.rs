@@ -13,7 +13,7 @@ pub async fn run_from_env() -> Result<()> {
     clankie_http::init_tracing(&settings.log);
     let bus = clankie_bus::Bus::connect(&settings, "media").await?;
     bus.ensure_streams().await.context("declaring streams")?;
-    clankie_http::spawn_endpoints(settings.http_addr, clankie_http::Readiness { bus: bus.clone(), store: None });
+    clankie_http::spawn_endpoints(settings.http_addr, clankie_http::Readiness { bus: bus.clone(), store: None, parts: Default::default() });
     let media = Media::new(bus, &settings, MediaConfig::from_settings(&settings)).context("opening the attachment root")?;
     tracing::info!(root = %media.root().dir().display(), "media serving the attachment root");
     tokio::select! {

@@ -72,6 +72,34 @@ pub struct Sandbox {
     /// The operator console's address and its token.
     pub console: (SocketAddr, String),
     tasks: Vec<tokio::task::JoinHandle<()>>,
+    ended: tokio::sync::Mutex<tokio::sync::mpsc::UnboundedReceiver<(&'static str, String)>>,
+}
+
+/// The sandbox's service tasks, each watched: one that ends, fails or panics is logged by name
+/// and reported through [`Sandbox::a_service_stopped`], so `clankie run` exits non-zero instead
+/// of living on without it (the gateway restarts its own parts first; see `clankie_http::supervise`).
+struct Services {
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+    ended: tokio::sync::mpsc::UnboundedSender<(&'static str, String)>,
+}
+
+impl Services {
+    fn watch<E: std::fmt::Display>(
+        &mut self,
+        name: &'static str,
+        service: impl std::future::Future<Output = Result<(), E>> + Send + 'static,
+    ) {
+        let ended = self.ended.clone();
+        self.tasks.push(tokio::spawn(async move {
+            let why = match futures::FutureExt::catch_unwind(std::panic::AssertUnwindSafe(service)).await {
+                Ok(Ok(())) => "it ended".to_owned(),
+                Ok(Err(e)) => e.to_string(),
+                Err(panic) => format!("it panicked: {}", clankie_http::supervise::panic_message(panic.as_ref())),
+            };
+            tracing::error!(service = name, error = %why, "a service of the sandbox stopped");
+            let _ = ended.send((name, why));
+        }));
+    }
 }
 
 /// A captain replica of the sandbox over `store`: the configured model, its runs timed by
@@ -166,47 +194,33 @@ impl Sandbox {
             settings,
             clankie_media::MediaConfig::from_settings(settings),
         )?;
-        let mut tasks = Vec::new();
-        tasks.push(tokio::spawn(async move {
-            if let Err(e) = media.run().await {
-                tracing::error!(error = %e, "media stopped");
-            }
-        }));
+        let (ended_tx, ended) = tokio::sync::mpsc::unbounded_channel();
+        let mut tasks = Services { tasks: Vec::new(), ended: ended_tx };
+        tasks.watch("media", async move { media.run().await });
         let mut rooms =
             RoomKeeper::new(voice_bus.clone(), clankie_store::Store::connect(&settings.database_url).await?, voice.clone(), room_config)?;
-        tasks.push(tokio::spawn(async move {
-            if let Err(e) = rooms.run().await {
-                tracing::error!(error = %e, "voice rooms stopped");
-            }
-        }));
+        tasks.watch("voice rooms", async move { rooms.run().await });
         // Until speech is synthesized, what the voice room says also shows on the sandbox page.
         let speaker = discord.speaker();
-        tasks.push(tokio::spawn(async move {
-            let Ok(mut said) = voice_bus.client().subscribe(clankie_proto::Family::VoiceSpeak.wildcard()).await else { return };
+        tasks.watch("voice page", async move {
+            let mut said = voice_bus.client().subscribe(clankie_proto::Family::VoiceSpeak.wildcard()).await.map_err(|e| e.to_string())?;
             while let Some(msg) = futures::StreamExt::next(&mut said).await {
                 if let Ok(speak) = <clankie_proto::v1::Speak as prost::Message>::decode(msg.payload) {
                     speaker.say(speak.channel_id, speak.text, speak.delivery_id.parse().ok());
                 }
             }
-        }));
+            Ok::<(), String>(())
+        });
         let g = gateway.clone();
-        tasks.push(tokio::spawn(async move {
-            if let Err(e) = g.run().await {
-                tracing::error!(error = %e, "gateway stopped");
-            }
-        }));
+        tasks.watch("gateway", async move { g.run().await });
         let c = captain.clone();
-        tasks.push(tokio::spawn(async move {
-            if let Err(e) = c.run().await {
-                tracing::error!(error = %e, "captain stopped");
-            }
-        }));
+        tasks.watch("captain", async move { c.run().await });
         let console = Self::console(settings, &mut tasks).await?;
-        Ok(Sandbox { discord, gateway, captain, voice, console, tasks })
+        Ok(Sandbox { discord, gateway, captain, voice, console, tasks: tasks.tasks, ended: tokio::sync::Mutex::new(ended) })
     }
 
     /// The operator console, with the configured token or a fresh one.
-    async fn console(settings: &Settings, tasks: &mut Vec<tokio::task::JoinHandle<()>>) -> Result<(SocketAddr, String), SandboxError> {
+    async fn console(settings: &Settings, tasks: &mut Services) -> Result<(SocketAddr, String), SandboxError> {
         let addr = settings.console_addr;
         let token = match &settings.console_token {
             Some(t) => t.clone(),
@@ -215,17 +229,21 @@ impl Sandbox {
         let console = clankie_console::Console::from_settings(settings, token.clone()).await?;
         let listener = tokio::net::TcpListener::bind(addr).await.map_err(|source| SandboxError::ConsoleListen { addr, source })?;
         let bound = listener.local_addr().map_err(|source| SandboxError::ConsoleListen { addr, source })?;
-        tasks.push(tokio::spawn(async move {
-            if let Err(e) = console.serve(listener).await {
-                tracing::error!(error = %e, "console stopped");
-            }
-        }));
+        tasks.watch("console", async move { console.serve(listener).await });
         Ok((bound, token))
     }
 
     /// The operator console's page, token included.
     pub fn console_url(&self) -> String {
         format!("http://{}/?token={}", self.console.0, self.console.1)
+    }
+
+    /// Waits until one of the sandbox's services stops (it should not): its name and why.
+    pub async fn a_service_stopped(&self) -> (&'static str, String) {
+        match self.ended.lock().await.recv().await {
+            Some(ended) => ended,
+            None => std::future::pending().await,
+        }
     }
 
     /// The sandbox page's address.

@@ -8,6 +8,9 @@
 //! `CLANKIE_FAULT_HOLD` holds `point=ms` pairs: a process reaching a listed
 //! point waits that long there (the caller sleeps for [`hold`]'s answer), as a
 //! slow disk or peer would make it.
+//!
+//! `CLANKIE_FAULT_PANIC` holds point names where the process panics, once per
+//! point, as a bug there would: the supervisor's tests restart what it hit.
 
 /// The exit code of an injected fault, so a test can tell it from a real failure.
 pub const EXIT_CODE: i32 = 86;
@@ -18,6 +21,23 @@ pub fn point(point: &'static str) {
         eprintln!("fault injected at {point}: exiting with code {EXIT_CODE}");
         std::process::exit(EXIT_CODE);
     }
+}
+
+/// Panics here the first time it is reached, when `CLANKIE_FAULT_PANIC` names `point`.
+pub fn panic_once(point: &'static str) {
+    static FIRED: std::sync::Mutex<Vec<&'static str>> = std::sync::Mutex::new(Vec::new());
+    if !std::env::var("CLANKIE_FAULT_PANIC").is_ok_and(|v| named(&v, point)) {
+        return;
+    }
+    {
+        let mut fired = FIRED.lock().unwrap_or_else(|p| p.into_inner());
+        if fired.contains(&point) {
+            return;
+        }
+        fired.push(point);
+    }
+    eprintln!("fault injected at {point}: panicking");
+    panic!("fault injected: a panic at a named point");
 }
 
 /// How long to wait at `point`, when `CLANKIE_FAULT_HOLD` names it.

@@ -19,7 +19,10 @@ pub async fn run_from_env() -> Result<()> {
     bus.ensure_streams().await.context("declaring streams")?;
     let model = clankie_agent::model_from_settings(&settings).context("configuring the model")?;
     let store = clankie_store::Store::connect(&settings.database_url).await.context("connecting to PostgreSQL")?;
-    clankie_http::spawn_endpoints(settings.http_addr, clankie_http::Readiness { bus: bus.clone(), store: Some(store.clone()) });
+    clankie_http::spawn_endpoints(
+        settings.http_addr,
+        clankie_http::Readiness { bus: bus.clone(), store: Some(store.clone()), parts: Default::default() },
+    );
     let selfhood = clankie_self::SelfSource::new(
         store.clone(),
         Some(bus.clone()),

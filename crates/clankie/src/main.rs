@@ -349,7 +349,12 @@ async fn run(settings: &Settings, trust: Option<VoiceTrust>) -> Result<()> {
     eprintln!("Open the operator console: {}", sandbox.console_url());
     eprintln!("Watch the bus in another terminal: cargo run -q -p clankie -- tap");
     eprintln!("Ctrl-C stops it.");
-    tokio::signal::ctrl_c().await.context("waiting for Ctrl-C")?;
+    tokio::select! {
+        stopped = tokio::signal::ctrl_c() => stopped.context("waiting for Ctrl-C")?,
+        (service, why) = sandbox.a_service_stopped() => {
+            bail!("the sandbox's {service} stopped ({why}); its log above says more. Start it again with ./deploy/local/run")
+        }
+    }
     Ok(())
 }
 

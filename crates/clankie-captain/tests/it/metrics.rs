@@ -23,7 +23,7 @@ async fn turns_outcomes_and_tokens_are_scraped_from_metrics() {
     let rig = Rig::new().await;
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
-    let readiness = clankie_http::Readiness { bus: rig.bus.clone(), store: Some(rig.store.clone()) };
+    let readiness = clankie_http::Readiness { bus: rig.bus.clone(), store: Some(rig.store.clone()), parts: Default::default() };
     tokio::spawn(clankie_http::serve_on(listener, readiness));
     clankie_agent::provider::install_tls_provider();
     let scrape = || async { parse(&reqwest::get(format!("http://{addr}/metrics")).await.unwrap().text().await.unwrap()) };

@@ -33,7 +33,10 @@ async fn readyz_follows_nats_down_and_back_without_a_restart() {
     let store = clankie_store::Store::connect(db.url()).await.unwrap();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
-    tokio::spawn(clankie_http::serve_on(listener, clankie_http::Readiness { bus: bus.clone(), store: Some(store.clone()) }));
+    tokio::spawn(clankie_http::serve_on(
+        listener,
+        clankie_http::Readiness { bus: bus.clone(), store: Some(store.clone()), parts: Default::default() },
+    ));
 
     assert_eq!(status(addr, "/healthz").await, 200);
     until_status(addr, 503).await; // no streams, no migrations yet

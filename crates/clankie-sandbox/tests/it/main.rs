@@ -10,6 +10,7 @@ mod console;
 mod interactions;
 mod media;
 mod scenarios;
+mod supervise;
 mod voice;
 
 pub use clankie_sandbox::rig::{GENERAL, Rig, until};
