@@ -34,6 +34,13 @@ pub struct Limits {
     pub invalid_per_10_min: u32,
     /// Commands (heartbeats included) one gateway connection may send per 60 s.
     pub gateway_commands_per_60s: u32,
+    /// The window of a channel's message-create bucket, in ms (Discord's is 5 s; a test
+    /// shortens it to meet many resets in a few seconds).
+    pub message_create_window_ms: u64,
+    /// How long each REST answer spends on its way back to the client, in ms: the internet's
+    /// share of a round trip, 0 on loopback. With it, a bucket's announced reset can fall
+    /// while the client's next request is still on its way, as it does against Discord.
+    pub answer_latency_ms: u64,
 }
 
 impl Default for Limits {
@@ -45,6 +52,8 @@ impl Default for Limits {
             typing_per_5s: 5,
             invalid_per_10_min: 10_000,
             gateway_commands_per_60s: 120,
+            message_create_window_ms: 5_000,
+            answer_latency_ms: 0,
         }
     }
 }
@@ -64,6 +73,9 @@ pub struct LimitCounts {
     pub banned_refusals: u64,
     /// Gateway connections closed for sending too many commands (4008).
     pub gateway_rate_limit_closes: u64,
+    /// Requests during whose round trip their bucket's reset, as the answer before them
+    /// announced it to the client, came due: the state that panicked twilight 0.17.1's limiter.
+    pub resets_in_flight: u64,
 }
 
 /// A route's bucket: its name (the `X-RateLimit-Bucket` Discord sends) and its top-level
@@ -112,6 +124,8 @@ pub(crate) struct Keeper {
 struct Kept {
     global: HashMap<String, Window>,
     routes: HashMap<(String, Route), Window>,
+    /// Each bucket's last answer: when it was made and the reset it announced.
+    last_answer: HashMap<(String, Route), (Instant, Duration)>,
     invalid: VecDeque<Instant>,
     counts: LimitCounts,
 }
@@ -155,7 +169,9 @@ fn route_of(limits: &Limits, method: &Method, path: &str) -> Option<(Route, u32,
     let parts: Vec<&str> = path.trim_start_matches("/api/v10/").split('/').collect();
     let five = Duration::from_secs(5);
     let (bucket, resource, limit, window) = match (method, parts.as_slice()) {
-        (&Method::POST, ["channels", c, "messages"]) => ("message-create", *c, limits.message_creates_per_5s, five),
+        (&Method::POST, ["channels", c, "messages"]) => {
+            ("message-create", *c, limits.message_creates_per_5s, Duration::from_millis(limits.message_create_window_ms))
+        }
         (&Method::GET, ["channels", c, "messages"]) => ("message-list", *c, 5, Duration::from_secs(1)),
         (&Method::PATCH | &Method::DELETE, ["channels", c, "messages", _]) => ("message-edit", *c, 5, five),
         (&Method::PUT, ["channels", c, "messages", _, "reactions", _, "@me"]) => ("reaction", *c, 1, Duration::from_millis(250)),
@@ -203,8 +219,17 @@ fn announce(headers: &mut HeaderMap, route: Route, limit: u32, remaining: u32, r
     insert(headers, "x-ratelimit-scope", "user");
 }
 
-/// The middleware in front of `/api/v10`.
+/// The middleware in front of `/api/v10`: the limits, then the answer's way back.
 pub(crate) async fn enforce(AxState(state): AxState<Arc<State>>, request: Request, next: Next) -> Response {
+    let latency = Duration::from_millis(state.config.limits.answer_latency_ms);
+    let response = limit(&state, request, next, latency).await;
+    if !latency.is_zero() {
+        tokio::time::sleep(latency).await;
+    }
+    response
+}
+
+async fn limit(state: &Arc<State>, request: Request, next: Next, latency: Duration) -> Response {
     let limits = &state.config.limits;
     if !limits.enforce || !request.uri().path().starts_with("/api/v10/") {
         return next.run(request).await;
@@ -236,9 +261,22 @@ pub(crate) async fn enforce(AxState(state): AxState<Arc<State>>, request: Reques
             }
             (Ok(()), None) => None,
             (Ok(()), Some((route, limit, length))) => {
-                let window = kept.routes.entry((token, route)).or_insert(Window { started: now, used: 0 });
+                let key = (token, route);
+                // The client heard the last answer `latency` after it was made and counts that
+                // answer's reset from then; this request's answer reaches it `latency` from now.
+                if let Some((made, reset_after)) = kept.last_answer.get(&key).copied() {
+                    let reset_at_client = made + latency + reset_after;
+                    if now <= reset_at_client && reset_at_client < now + latency {
+                        kept.counts.resets_in_flight += 1;
+                    }
+                }
+                let window = kept.routes.entry(key.clone()).or_insert(Window { started: now, used: 0 });
                 match window.take(limit, length, now) {
-                    Ok(()) => Some((route, limit, limit - window.used, window.reset_after(length, now))),
+                    Ok(()) => {
+                        let (reset_after, remaining) = (window.reset_after(length, now), limit - window.used);
+                        kept.last_answer.insert(key, (now, reset_after));
+                        Some((route, limit, remaining, reset_after))
+                    }
                     Err(wait) => {
                         kept.counts.rate_limited_user += 1;
                         kept.count_invalid(now);

@@ -3,6 +3,7 @@
 
 mod body;
 mod ingest;
+mod limiter;
 mod limits;
 mod rest;
 mod stack;
