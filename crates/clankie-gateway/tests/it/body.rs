@@ -207,7 +207,17 @@ async fn gateway_state_a_card_and_a_lit_channel_outlive_their_gateway_and_work_a
     }
 
     // A stop taken by one replica ends the loop the other runs. The loop's replica is paused
-    // past the life of its pull requests (5 s), so only the other can take the stop.
+    // until its pull requests (5 s) expire on the server, so only the other can take the stop.
+    // Only the REST owner pulls typing actions, each replica one pull request at a time: the
+    // pull requests are seen on their subject, and the server counts those waiting.
+    let stream_name = clankie_bus::stream_for(clankie_proto::Family::BodyTyping).unwrap().name;
+    let typing_stream = &rig.bus.jetstream().get_stream(stream_name).await.unwrap();
+    let waiting = move || async move { typing_stream.consumer_info("gateway-typing").await.unwrap().num_waiting };
+    let mut pulls = rig.bus.client().subscribe(format!("$JS.API.CONSUMER.MSG.NEXT.{stream_name}.gateway-typing")).await.unwrap();
+    rig.bus.barrier().await.unwrap();
+    fn pulled_since(pulls: &mut (impl futures::Stream + Unpin)) -> usize {
+        std::iter::from_fn(|| futures::FutureExt::now_or_never(futures::StreamExt::next(pulls)).flatten()).count()
+    }
     let started = clankie_bus::now_ms();
     rig.bus.publish(&lit, &typing(v1::TypingOp::Start), None).await.unwrap();
     until("typing", Duration::from_secs(10), || rig.discord.typing(GENERAL).iter().filter(|t| **t > started).count() >= 2).await;
@@ -216,7 +226,26 @@ async fn gateway_state_a_card_and_a_lit_channel_outlive_their_gateway_and_work_a
     let host = serde_json::from_slice::<serde_json::Value>(&entry).unwrap()["host"].as_str().unwrap().to_owned();
     let looping = if host == "gateway-a" { third.id() } else { second.id() }.unwrap().to_string();
     assert!(std::process::Command::new("kill").args(["-STOP", &looping]).status().unwrap().success());
-    tokio::time::sleep(Duration::from_secs(6)).await;
+    let paused = tokio::time::Instant::now();
+    // What the paused replica sent before it stopped is through by now.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    pulled_since(&mut pulls);
+    // The other takes the REST lease and pulls (a pull request the frozen one cannot have sent),
+    // while the paused one's pull stays waiting until it expires: once the other's is the one
+    // pull left waiting (read thrice, so a renewal of the other's is not taken for it), the stop
+    // can only go to the other.
+    let (deadline, mut other_pulls, mut only_the_others) = (paused + Duration::from_secs(15), 0, 0);
+    while only_the_others < 3 {
+        other_pulls += pulled_since(&mut pulls);
+        let n = waiting().await;
+        only_the_others = if other_pulls > 0 && n <= 1 { only_the_others + 1 } else { 0 };
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the paused replica's pull never expired ({other_pulls} pull requests of the other, {n} waiting)"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    println!("gateway state across replicas: {host} paused; its pull request expired by {:?} after the pause", paused.elapsed());
     rig.bus.publish(&lit, &typing(v1::TypingOp::Stop), None).await.unwrap();
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
     while bucket.get(GENERAL.to_string()).await.unwrap().is_some() {

@@ -102,7 +102,22 @@ async fn voice_actor_an_owner_killed_with_the_room_empty_hands_typed_chat_back_a
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     // Typed while the dead owner's session still stands: it goes to the room nobody keeps.
+    let room = clankie_testkit::record::<v1::RoomInput>(&rig.bus, Family::IngressRoom).await;
     let stale = say("clankie, tell me about the stale line");
+    until("the stale line routed to the room", Duration::from_secs(10), || room.all().iter().any(|i| i.delivery_id == stale.to_string()))
+        .await;
+    // ...where it waits, unread: nobody pulls the room's input.
+    let keeper = format!("voice-floor-room-{}-{VOICE}", super::GUILD);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        let info = stream.consumer_info(&keeper).await.unwrap();
+        if info.num_pending >= 1 {
+            assert_eq!((info.num_ack_pending, info.num_waiting), (0, 0), "someone pulled the room's input: {info:?}");
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "the stale line never waited in the room's input: {info:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 
     // Within one lease time the session lapses by itself: typed chat goes to the text lane.
     until("the session lapsed", Duration::from_millis(LEASE_TTL_MS + 2_000), || rig.gateway.live_voice_channel(super::GUILD).is_none())
@@ -113,6 +128,7 @@ async fn voice_actor_an_owner_killed_with_the_room_empty_hands_typed_chat_back_a
     let text = say("@Clankie is anyone in voice?");
     until("the typed line on the text lane", Duration::from_secs(10), || typed.all().iter().any(|i| i.delivery_id == text.to_string()))
         .await;
+    assert!(typed.all().iter().all(|i| i.delivery_id != stale.to_string()), "the stale line went to the text lane, not the room");
     // The captain answers it in the channel's chat, as a text turn.
     until("the text lane's answer", Duration::from_secs(20), || rig.discord.posts(VOICE).iter().any(|p| p.reply_to == Some(text))).await;
     let answered = clankie_bus::now_ms() - killed;
@@ -163,5 +179,10 @@ async fn voice_actor_publishes_held_12_s_with_a_10_s_room_lease_keep_one_owner_a
     assert_eq!(tokens, 1, "op 4 was asked again");
     assert_eq!(holders.len(), 1, "the room changed hands: {holders:?}");
     assert!(pids.iter().any(|p| p.to_string() == holders[0].0));
+    // The hold fired: the owner's publishes were held, not merely asked to be.
+    let owner = if holders[0].0 == pids[0].to_string() { "floor-a" } else { "floor-b" };
+    let held = rig.log(owner).lines().filter(|l| l.contains("fault injected at voice.publish: holding 12000 ms")).count();
+    println!("voice_actor: {owner} logged {held} held publishes");
+    assert!(held >= 1, "the voice.publish hold never fired in {owner}, the owner:\n{}", rig.log(owner));
     drop((a, b));
 }

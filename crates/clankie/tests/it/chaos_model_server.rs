@@ -143,6 +143,7 @@ async fn chaos_model_server_restarted_on_the_same_port_every_next_turn_answers_w
             ("CLANKIE_FAULT_HOLD", hold.as_str()),
         ],
     );
+    let captain_log = cast.dir.path().join("captain.log");
     let _gateway = cast.service("gateway", "gateway", None, &[]);
     assert!(discord.wait_for_session(Duration::from_secs(20)).await, "the gateway never attached");
 
@@ -164,12 +165,24 @@ async fn chaos_model_server_restarted_on_the_same_port_every_next_turn_answers_w
                 // As in the incident: a page the egress guard refuses, then the answer.
                 let page = serde_json::json!({ "url": "http://169.254.169.254/latest/meta-data/" });
                 model.script(&Script::any(Reply::tool("read_page", page))).await;
+                let holds = held_after_tools(&captain_log);
                 let id = cast.mention(&format!("guest{round}"), "@Clankie read that page for me");
                 model.wait_for_requests(asked + 1).await;
-                // The tool call's stream is a few events; the run is then held after the tool's result.
-                tokio::time::sleep(Duration::from_millis(AFTER_TOOLS_HOLD_MS / 2)).await;
+                // The tool call's stream is a few events; the run is then held after the tool's
+                // result, and says so in its log as the hold begins.
+                let deadline = Instant::now() + Duration::from_secs(20);
+                while held_after_tools(&captain_log) <= holds {
+                    assert!(Instant::now() < deadline, "round {round} ({death:?}): the run never reached its hold after the tool call");
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+                let held = Instant::now();
                 model.end(death, &mut graveyard).await;
                 let faulted = Instant::now();
+                assert!(
+                    held.elapsed() < Duration::from_millis(AFTER_TOOLS_HOLD_MS),
+                    "round {round} ({death:?}): the server went {:?} into the run's hold, after it ended",
+                    held.elapsed()
+                );
                 model = ModelServer::start(addr, &log).await;
                 model.script(&Script::any(Reply::text(&words))).await;
                 (id, faulted)
@@ -223,4 +236,11 @@ async fn chaos_model_server_restarted_on_the_same_port_every_next_turn_answers_w
         "chaos model server: rounds {rounds}, answered {answered}, stalled {stalled}, slowest {slowest:?} after the fault (bound {bound:?})"
     );
     assert_eq!(stalled, 0);
+}
+
+/// How many times the captain's log says a run began its hold after a tool call
+/// (`clankie_settings::fault::hold` announces each on stderr).
+fn held_after_tools(log: &std::path::Path) -> usize {
+    let log = std::fs::read_to_string(log).unwrap_or_default();
+    log.matches(&format!("fault injected at agent.after_tools: holding {AFTER_TOOLS_HOLD_MS} ms")).count()
 }
