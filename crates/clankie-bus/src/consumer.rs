@@ -455,6 +455,12 @@ impl<E> Delivery<E> {
         self.message.ack_with(AckKind::Nak(Some(delay))).await.map_err(|e| self.ack_error(e))
     }
 
+    /// Asks for redelivery now and waits until the server has taken the request, so naks
+    /// made one after another are redelivered in that order.
+    pub async fn nak_confirmed(&self) -> Result<(), BusError> {
+        self.message.double_ack_with(AckKind::Nak(None)).await.map_err(|e| self.ack_error(e))
+    }
+
     /// Tells the server work is still going, restarting its ack wait.
     pub async fn in_progress(&self) -> Result<(), BusError> {
         self.message.ack_with(AckKind::Progress).await.map_err(|e| self.ack_error(e))

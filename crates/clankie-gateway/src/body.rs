@@ -26,6 +26,12 @@ const CARDS_BUCKET: &str = "clankie-cards";
 const BODY_ACK_WAIT: Duration = Duration::from_secs(10);
 /// Outbound messages pulled at once; each is kept alive while it waits for its channel.
 const BODY_PREFETCH: usize = 64;
+/// A tool card's entry once it is removed: a tombstone for as long as the bucket keeps entries
+/// (an hour), so a post redelivered after its removal never shows a card again.
+const CARD_REMOVED: &[u8] = b"removed";
+
+/// How long a tenure's end waits for its posters to be dropped before it hands back what they held.
+const HAND_BACK_WAIT: Duration = Duration::from_secs(1);
 /// How long a channel's poster waits for more before it ends.
 const POSTER_IDLE: Duration = Duration::from_secs(30);
 
@@ -54,8 +60,69 @@ struct Posted {
 
 /// An outbound message waiting for its channel's poster; dropping it ends its progress acks.
 struct Queued {
-    d: Delivery<v1::OutboundMessage>,
+    d: Held,
     _done: tokio::sync::oneshot::Sender<()>,
+}
+
+/// An outbound message the body holds until it settles it (ack, nak or term). Dropped
+/// unsettled, because the REST tenure ended under it, it is handed back: the replica naks
+/// every such message in stream order for the next holder to take at once, instead of leaving
+/// it to the ack wait while newer messages of its channel are posted first.
+pub(crate) struct Held {
+    d: Option<Delivery<v1::OutboundMessage>>,
+    back: HandBack,
+}
+
+impl Held {
+    fn new(d: Delivery<v1::OutboundMessage>, back: &HandBack) -> Held {
+        back.held.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        Held { d: Some(d), back: back.clone() }
+    }
+
+    fn delivery(&self) -> &Delivery<v1::OutboundMessage> {
+        self.d.as_ref().expect("a held delivery until it is settled")
+    }
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        if let Some(d) = self.d.take() {
+            let _ = self.back.tx.send(d);
+        }
+        self.back.held.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+/// Where unsettled outbound messages go when the body is dropped (see [`Held`]).
+#[derive(Clone)]
+pub(crate) struct HandBack {
+    tx: mpsc::UnboundedSender<Delivery<v1::OutboundMessage>>,
+    held: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+}
+
+/// The receiving end of the hand-back, read when a tenure ends.
+pub(crate) struct HandedBack {
+    rx: std::sync::Mutex<mpsc::UnboundedReceiver<Delivery<v1::OutboundMessage>>>,
+}
+
+pub(crate) fn hand_back() -> (HandBack, HandedBack) {
+    let (tx, rx) = mpsc::unbounded_channel();
+    (HandBack { tx, held: Default::default() }, HandedBack { rx: std::sync::Mutex::new(rx) })
+}
+
+/// The body's consumer: dropped with the body, it hands back what it pulled and had not yet
+/// given out, so those are not left to the ack wait either.
+struct Pulled {
+    consumer: clankie_bus::Consumer<v1::OutboundMessage>,
+    back: HandBack,
+}
+
+impl Drop for Pulled {
+    fn drop(&mut self) {
+        while let Some(Ok(d)) = futures::FutureExt::now_or_never(self.consumer.next()) {
+            let _ = self.back.tx.send(d);
+        }
+    }
 }
 
 /// How long a "replied" outcome waits, at a time, for its reply's first piece to be posted,
@@ -156,7 +223,9 @@ impl Gateway {
     /// from the moment it is pulled until it is acked, queued or posting.
     pub(crate) async fn run_body(&self) -> Result<(), GatewayError> {
         let spec = ConsumerSpec::durable("gateway-body", Family::BodySend).with_ack_wait(BODY_ACK_WAIT).with_prefetch(BODY_PREFETCH, 0);
-        let mut consumer = self.inner.bus.consumer::<v1::OutboundMessage>(spec).await?;
+        let back = self.inner.hand_back.clone();
+        let mut pulled = Pulled { consumer: self.inner.bus.consumer::<v1::OutboundMessage>(spec).await?, back: back.clone() };
+        let consumer = &mut pulled.consumer;
         let mut posters: HashMap<u64, mpsc::UnboundedSender<Queued>> = HashMap::new();
         // Owned here: dropping the body (the REST lease lost) ends every poster at once.
         let mut tasks = tokio::task::JoinSet::new();
@@ -175,6 +244,7 @@ impl Gateway {
                 }
             };
             clankie_settings::fault::panic_once("gateway.body");
+            tracing::debug!(stream_sequence = d.stream_sequence, delivered = d.delivered, "outbound message pulled");
             posters.retain(|_, poster| !poster.is_closed());
             let channel = d.event.channel_id;
             let (done, finished) = tokio::sync::oneshot::channel::<()>();
@@ -182,7 +252,7 @@ impl Gateway {
             tasks.spawn(async move {
                 let _ = progress.while_working(finished, BODY_ACK_WAIT / 3).await;
             });
-            let queued = Queued { d, _done: done };
+            let queued = Queued { d: Held::new(d, &back), _done: done };
             let queued = match posters.get(&channel) {
                 Some(poster) => match poster.send(queued) {
                     Ok(()) => continue,
@@ -212,19 +282,28 @@ impl Gateway {
                     }
                 }
             };
-            let span = tracing::info_span!("delivery", delivery_id = %queued.d.event.delivery_id);
-            tracing::Instrument::instrument(self.deliver(queued.d), span).await;
+            let span = tracing::info_span!("delivery", delivery_id = %queued.d.delivery().event.delivery_id);
+            let Queued { d, _done } = queued;
+            tracing::Instrument::instrument(self.deliver(d), span).await;
         }
     }
 
-    async fn deliver(&self, d: Delivery<v1::OutboundMessage>) {
-        let out = &d.event;
+    async fn deliver(&self, mut held: Held) {
+        let out = &held.delivery().event;
         let result = match v1::OutboundKind::try_from(out.kind) {
             Ok(v1::OutboundKind::ToolCard) => self.tool_card(out).await,
             Ok(v1::OutboundKind::Reply | v1::OutboundKind::TextUpdate) => self.post(out).await,
             Ok(v1::OutboundKind::Direct) => self.direct(out).await,
             _ => Err(PostError::Refused(0)),
         };
+        let (delivery_id, channel) = (out.delivery_id.clone(), out.channel_id);
+        // The tenure ended under it (the poster had not been dropped yet): it goes back with the
+        // rest of the tenure's, in stream order, not a second later behind newer ones.
+        if matches!(result, Err(PostError::Retry)) && !self.speaks_rest() {
+            return;
+        }
+        // Settled from here on: a drop now must not hand it back as well.
+        let Some(d) = held.d.take() else { return };
         match result {
             Ok(()) => {
                 let _ = d.ack().await;
@@ -234,12 +313,37 @@ impl Gateway {
             }
             Err(PostError::Refused(status)) => {
                 tracing::warn!(status, "Discord refused an outbound message; dropped");
-                self.receipt("gateway.post_refused", &out.delivery_id, |r| {
-                    r.with_id("channel", out.channel_id).with_count("status", i64::from(status))
+                self.receipt("gateway.post_refused", &delivery_id, |r| {
+                    r.with_id("channel", channel).with_count("status", i64::from(status))
                 })
                 .await;
                 let _ = d.term().await;
             }
+        }
+    }
+
+    /// Naks, in stream order, every outbound message the ended tenure held unsettled, once its
+    /// posters have been dropped (briefly waited for): the next holder takes them at once and
+    /// posts each channel's in the order they came.
+    pub(crate) async fn hand_back_held(&self) {
+        let deadline = tokio::time::Instant::now() + HAND_BACK_WAIT;
+        while self.inner.hand_back.held.load(std::sync::atomic::Ordering::SeqCst) > 0 && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        let mut back = Vec::new();
+        {
+            let mut rx = self.inner.handed_back.rx.lock().unwrap_or_else(|p| p.into_inner());
+            while let Ok(d) = rx.try_recv() {
+                back.push(d);
+            }
+        }
+        back.sort_by_key(|d| d.stream_sequence);
+        for d in &back {
+            let _ = d.nak_confirmed().await;
+        }
+        if !back.is_empty() {
+            let sequences: Vec<u64> = back.iter().map(|d| d.stream_sequence).collect();
+            tracing::info!(handed_back = back.len(), ?sequences, "outbound messages handed back to the next REST holder, in order");
         }
     }
 
@@ -365,6 +469,10 @@ impl Gateway {
         let key = clankie_bus::kv_key(turn);
         let cards = self.cards().await?;
         let existing = match cards.get(key.as_str()).await {
+            Ok(Some(v)) if v.as_ref() == CARD_REMOVED => {
+                // Removed already (its removal came first): a late post or edit has nothing to do.
+                return Ok(());
+            }
             Ok(v) => v.and_then(|v| std::str::from_utf8(&v).ok()?.parse::<u64>().ok()).and_then(Id::<MessageMarker>::new_checked),
             Err(e) => {
                 tracing::warn!(error = %e, "the tool card bucket is unreadable; trying again");
@@ -398,9 +506,18 @@ impl Gateway {
                     Err(e) if matches!(classify(&e), PostError::Refused(404)) => {}
                     Err(e) => return Err(classify(&e)),
                 }
-                let _ = cards.delete(key.as_str()).await;
+                if cards.put(key.as_str(), CARD_REMOVED.into()).await.is_err() {
+                    return Err(PostError::Retry);
+                }
             }
-            // An edit or removal of a card nobody posted (or already removed): nothing to do.
+            // A removal before its post (a hand-over put the post behind it): remembered, so
+            // the post, when it comes, is dropped instead of leaving a card nobody removes.
+            (Ok(v1::ToolCardOp::Remove), None) => {
+                if cards.put(key.as_str(), CARD_REMOVED.into()).await.is_err() {
+                    return Err(PostError::Retry);
+                }
+            }
+            // An edit of a card nobody posted: nothing to do.
             _ => {}
         }
         Ok(())

@@ -138,6 +138,9 @@ pub(crate) struct Inner {
     pub rest_until_ms: AtomicI64,
     /// Its recent REST requests: typing and reactions give way to replies.
     pub budget: Arc<rest::RestBudget>,
+    /// Outbound messages a dropped body held unsettled, naked in order when its tenure ends.
+    pub hand_back: body::HandBack,
+    pub handed_back: body::HandedBack,
 }
 
 /// A gateway replica. Cheap to clone.
@@ -158,6 +161,7 @@ impl Gateway {
         let http = Arc::new(rest::RestClient::new(&config));
         let budget = Arc::new(rest::RestBudget::default());
         let typing = typing::TypingLoops::new(bus.clone(), http.clone(), budget.clone(), &config);
+        let (hand_back, handed_back) = body::hand_back();
         Gateway {
             inner: Arc::new(Inner {
                 bus,
@@ -175,6 +179,8 @@ impl Gateway {
                 arrivals: normalise::Arrivals::default(),
                 rest_until_ms: AtomicI64::new(0),
                 budget,
+                hand_back,
+                handed_back,
             }),
         }
     }
@@ -204,11 +210,31 @@ impl Gateway {
     /// that part alone, so a fault in posting never stops the shards' ingest.
     pub async fn run(&self) -> Result<(), GatewayError> {
         let parts = &self.inner.parts;
+        let rest = clankie_http::supervise("gateway.rest", parts, |p| self.after_rest_panic(p), || self.run_rest());
+        let ingest = async {
+            tokio::select! {
+                r = clankie_http::supervise("gateway.shards", parts, |_| {}, || self.run_shards()) => r,
+                r = clankie_http::supervise("gateway.voice_sessions", parts, |_| {}, || self.run_voice_sessions()) => r,
+                r = clankie_http::supervise("gateway.voice_commands", parts, |_| {}, || self.run_voice_commands()) => r,
+            }
+        };
+        tokio::pin!(rest, ingest);
+        // Stopping, each half finishes its hand-over (the shards their sessions, the REST
+        // tenure its held messages and the lease) before the other is dropped.
+        let stopping = || *self.inner.stopping.borrow();
         tokio::select! {
-            r = clankie_http::supervise("gateway.shards", parts, |_| {}, || self.run_shards()) => r,
-            r = clankie_http::supervise("gateway.rest", parts, |p| self.after_rest_panic(p), || self.run_rest()) => r,
-            r = clankie_http::supervise("gateway.voice_sessions", parts, |_| {}, || self.run_voice_sessions()) => r,
-            r = clankie_http::supervise("gateway.voice_commands", parts, |_| {}, || self.run_voice_commands()) => r,
+            r = &mut rest => {
+                if stopping() {
+                    let _ = tokio::time::timeout(Duration::from_secs(10), &mut ingest).await;
+                }
+                r
+            }
+            r = &mut ingest => {
+                if stopping() {
+                    let _ = tokio::time::timeout(Duration::from_secs(5), &mut rest).await;
+                }
+                r
+            }
         }
     }
 

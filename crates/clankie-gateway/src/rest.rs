@@ -9,8 +9,10 @@
 //! alone pulls outbound messages, typing actions and outcomes and answers history requests,
 //! and one limiter sees every request. The others run their shards (ingest) and wait to take
 //! over. A replica that loses the lease, or cannot renew it before it runs out, drops all of
-//! that work at once (what it held unacked is redelivered to the next owner, and a reply
-//! resumes at its next piece) and stops its typing loops for the next owner to adopt.
+//! that work at once and naks, in stream order, every outbound message it held unsettled, so
+//! the next owner posts them at once and in order (a reply resumes at its next piece); one that
+//! stops hands those back before it hands back the lease. Its typing loops stop for the next
+//! owner to adopt.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
@@ -32,7 +34,7 @@ impl Gateway {
         let mut later = false;
         loop {
             if *stopping.borrow() {
-                return std::future::pending().await;
+                return Ok(());
             }
             let held = match lease.claim_rest().await {
                 Ok(Some(held)) => held,
@@ -51,13 +53,26 @@ impl Gateway {
             // Each part is supervised on its own: a panic in typing restarts typing, never posting.
             let parts = &self.inner.parts;
             let outcome = tokio::select! {
-                r = clankie_http::supervise("gateway.body", parts, |p| self.after_rest_panic(p), || self.run_body()) => Some(r),
-                r = clankie_http::supervise("gateway.typing", parts, |p| self.after_rest_panic(p), || self.run_typing()) => Some(r),
-                r = clankie_http::supervise("gateway.history", parts, |p| self.after_rest_panic(p), || self.run_history()) => Some(r),
-                r = clankie_http::supervise("gateway.reactions", parts, |p| self.after_rest_panic(p), || self.run_outcome_reactions()) => Some(r),
-                () = self.keep(&lease, held, &mut stopping) => None,
+                r = clankie_http::supervise("gateway.body", parts, |p| self.after_rest_panic(p), || self.run_body()) => Ok(r),
+                r = clankie_http::supervise("gateway.typing", parts, |p| self.after_rest_panic(p), || self.run_typing()) => Ok(r),
+                r = clankie_http::supervise("gateway.history", parts, |p| self.after_rest_panic(p), || self.run_history()) => Ok(r),
+                r = clankie_http::supervise("gateway.reactions", parts, |p| self.after_rest_panic(p), || self.run_outcome_reactions()) => Ok(r),
+                handing = self.keep(&lease, held, &mut stopping) => Err(handing),
             };
             self.inner.rest_until_ms.store(0, Ordering::SeqCst);
+            // What the body held goes back in order before the lease does, so the next holder
+            // finds it waiting when it starts pulling.
+            self.hand_back_held().await;
+            let outcome = match outcome {
+                Ok(r) => Some(r),
+                Err(Some(mut held)) => {
+                    if let Err(e) = lease.release_rest(&mut held).await {
+                        tracing::warn!(error = %e, "the REST lease could not be handed back; it runs out by itself");
+                    }
+                    None
+                }
+                Err(None) => None,
+            };
             self.inner.typing.stop_local();
             let first_tenure = !std::mem::replace(&mut later, true);
             match outcome {
@@ -70,7 +85,10 @@ impl Gateway {
                     tokio::time::sleep(retry).await;
                 }
                 Some(Ok(())) => tokio::time::sleep(retry).await,
-                None if *stopping.borrow() => tracing::info!("stopping: the REST lease is handed back"),
+                None if *stopping.borrow() => {
+                    tracing::info!("stopping: the REST lease is handed back");
+                    return Ok(());
+                }
                 None => tracing::warn!("the REST lease was lost; this replica stops speaking REST"),
             }
         }
@@ -83,28 +101,23 @@ impl Gateway {
     }
 
     /// Renews the lease every third of its life; returns when it is lost, when it could not be
-    /// renewed before its own expiry (a bus away that long, or this process paused), or, handed
-    /// back, when the replica is stopping.
-    async fn keep(&self, lease: &ShardLeases, mut held: Held, stopping: &mut tokio::sync::watch::Receiver<bool>) {
+    /// renewed before its own expiry (a bus away that long, or this process paused), or, with
+    /// the lease to hand back once the body's messages are, when the replica is stopping.
+    async fn keep(&self, lease: &ShardLeases, mut held: Held, stopping: &mut tokio::sync::watch::Receiver<bool>) -> Option<Held> {
         let mut tick = tokio::time::interval(self.inner.config.rest_lease_ttl / 3);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         tick.tick().await;
         loop {
             tokio::select! {
                 _ = tick.tick() => {}
-                _ = async { let _ = stopping.wait_for(|s| *s).await; } => {
-                    if let Err(e) = lease.release_rest(&mut held).await {
-                        tracing::warn!(error = %e, "the REST lease could not be handed back; it runs out by itself");
-                    }
-                    return;
-                }
+                _ = async { let _ = stopping.wait_for(|s| *s).await; } => return Some(held),
             }
             if now_ms() >= held.claim.expires_ms {
-                return;
+                return None;
             }
             match lease.renew_rest(&mut held).await {
                 Ok(()) => self.inner.rest_until_ms.store(held.claim.expires_ms, Ordering::SeqCst),
-                Err(leases::LeaseError::RestLost) => return,
+                Err(leases::LeaseError::RestLost) => return None,
                 Err(e) => tracing::warn!(error = %e, "the REST lease could not be renewed; trying again"),
             }
         }

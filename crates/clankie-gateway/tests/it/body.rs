@@ -137,6 +137,24 @@ async fn the_tool_card_is_posted_edited_and_removed() {
     until("the removal", Duration::from_secs(10), || rig.discord.posts(GENERAL)[0].deleted).await;
 }
 
+#[tokio::test]
+async fn handover_a_tool_cards_removal_that_comes_before_its_post_leaves_no_card() {
+    let rig = Rig::new().await;
+    let (_gateway, _task) = rig.gateway().await;
+    let asked = rig.say(GENERAL, "ada", "@Clankie check the page");
+    let card = |op, step: &str| card(asked, op, step, &["read_page"]);
+    let subject = Subject::BodySend { channel: GENERAL };
+    // A hand-over redelivered the post after the removal: the removal finds no card and remembers it.
+    rig.bus.publish(&subject, &card(v1::ToolCardOp::Remove, "remove"), None).await.unwrap();
+    rig.bus.publish(&subject, &card(v1::ToolCardOp::Post, "post"), None).await.unwrap();
+    // A barrier: the channel's poster takes its messages in order, so this posts after both.
+    let barrier = super::outbound_reply(GENERAL, None, "reply:barrier", "after the card");
+    rig.bus.publish(&subject, &barrier, None).await.unwrap();
+    until("the barrier", Duration::from_secs(10), || rig.discord.posts(GENERAL).iter().any(|p| p.content == "after the card")).await;
+    let cards: Vec<_> = rig.discord.posts(GENERAL).into_iter().filter(|p| p.content.starts_with("🔧")).collect();
+    assert!(cards.is_empty(), "a card posted after its removal: {cards:?}");
+}
+
 fn gateway_process(rig: &Rig, replica: &str) -> tokio::process::Child {
     super::gateway_process(rig, replica, &[])
 }

@@ -196,3 +196,68 @@ async fn until_async_replicas(probe: &clankie_gateway::leases::ShardLeases, coun
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
+
+fn sigterm(child: &tokio::process::Child) {
+    let pid = child.id().expect("a running gateway").to_string();
+    assert!(std::process::Command::new("kill").args(["-TERM", &pid]).status().unwrap().success());
+}
+
+/// A tool card step of turn `t9` in `channel`.
+fn tool_card(channel: u64, op: v1::ToolCardOp, step: &str) -> v1::OutboundMessage {
+    v1::OutboundMessage {
+        idempotency_key: format!("card:t9:{step}"),
+        kind: v1::OutboundKind::ToolCard as i32,
+        guild_id: Some(super::GUILD),
+        channel_id: channel,
+        tool_card_op: op as i32,
+        tool_names: vec!["read_page".into()],
+        delivery_id: format!("card-{step}"),
+        ..Default::default()
+    }
+}
+
+#[tokio::test]
+async fn handover_a_rest_holder_stopped_mid_reply_hands_its_messages_back_in_order_and_the_next_posts_within_1_s() {
+    let rig = Rig::new().await;
+    // Each piece is held a moment after it is posted, so the stop lands inside R1.
+    let extra = [("CLANKIE_REPLY_MAX_PIECES", "40"), ("CLANKIE_FAULT_HOLD", "gateway.after_piece=300")];
+    let mut replicas = HashMap::new();
+    for name in ["gateway-a", "gateway-b"] {
+        replicas.insert(name.to_owned(), gateway_process(&rig, name, &extra));
+    }
+    let owner = rest_owner(&rig).await;
+    let channel = super::GENERAL;
+    let send = Subject::BodySend { channel };
+    rig.bus.publish(&send, &tool_card(channel, v1::ToolCardOp::Post, "post"), None).await.unwrap();
+    rig.bus.publish(&send, &reply(channel, "reply:r1", &numbered_reply(8)), None).await.unwrap();
+    rig.bus.publish(&send, &tool_card(channel, v1::ToolCardOp::Remove, "remove"), None).await.unwrap();
+    rig.bus.publish(&send, &reply(channel, "reply:r2", "R2 comes after R1"), None).await.unwrap();
+    until("R1's second piece", Duration::from_secs(30), || piece_numbers(&rig, channel).len() >= 2).await;
+    sigterm(&replicas[&owner]);
+    // The successor's tenure, as the lease shows it.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    let (successor, took_ms) = loop {
+        if let Some(now) = rig.rest_owner().await.filter(|o| *o != owner) {
+            break (now, clankie_bus::now_ms());
+        }
+        assert!(tokio::time::Instant::now() < deadline, "nobody took the REST lease after {owner} stopped");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
+    until("R2", Duration::from_secs(30), || rig.discord.posts(channel).iter().any(|p| p.content == "R2 comes after R1")).await;
+
+    let posts = rig.discord.posts(channel);
+    assert_eq!(piece_numbers(&rig, channel), (1..=8).collect::<Vec<_>>(), "each piece of R1 once and in order");
+    let last_piece = posts.iter().rposition(|p| p.content.starts_with("[piece 08]")).expect("R1's last piece");
+    let r2 = posts.iter().position(|p| p.content == "R2 comes after R1").expect("R2");
+    assert!(last_piece < r2, "R1 posted before R2");
+    let cards: Vec<_> = posts.iter().filter(|p| p.content.starts_with("🔧")).collect();
+    assert!(!cards.is_empty(), "the card was posted");
+    assert!(cards.iter().all(|c| c.deleted), "a tool card remains: {cards:?}");
+    let first_after = posts.iter().filter(|p| p.at_ms >= took_ms).map(|p| p.at_ms).min().expect("the successor posted");
+    let gap = first_after - took_ms;
+    println!(
+        "handover: {owner} stopped with {} pieces of R1 out; {successor} took the lease and posted {gap} ms later",
+        posts.iter().filter(|p| p.at_ms < took_ms && p.content.starts_with("[piece")).count()
+    );
+    assert!(gap < 1_000, "the successor began posting {gap} ms after taking the lease (the ack wait is 10 s)");
+}
