@@ -359,6 +359,11 @@ impl Loopback {
         Ok((session, token, self.state.voice.endpoint()))
     }
 
+    /// Every voice state update he sent (op 4): guild and channel (`None` to leave), in order.
+    pub fn bot_voice_updates(&self) -> Vec<(u64, Option<u64>)> {
+        self.state.voice.moves()
+    }
+
     /// The id a user name maps to.
     pub fn user_id(name: &str) -> u64 {
         state::State::user_id(name)

@@ -242,6 +242,8 @@ struct Inner {
     next_session: u64,
     /// Every token handed out, so a test can look for one where it must never appear.
     issued: Vec<String>,
+    /// Every voice state update of his (op 4, or a test's stand-in for it), in order.
+    moves: Vec<(u64, Option<u64>)>,
     /// Lines voiced from text, for the sandbox's offline transcriber grammar.
     phrases: Vec<String>,
     /// Each voice channel's DAVE group.
@@ -479,8 +481,14 @@ impl VoiceServer {
 
     /// The bot's op 4: a fresh voice session in `channel` (or none), and a server token.
     /// Returns (session id, token) for the dispatches.
+    /// His voice state updates so far: (guild, channel or `None` for a leave), in order.
+    pub(crate) fn moves(&self) -> Vec<(u64, Option<u64>)> {
+        self.lock().moves.clone()
+    }
+
     pub(crate) fn bot_moves(&self, guild: u64, channel: Option<u64>) -> (String, String) {
         let mut inner = self.lock();
+        inner.moves.push((guild, channel));
         inner.next_session += 1;
         let session = format!("voice-session-{}-{}", inner.next_session, random_u32());
         let token = token();

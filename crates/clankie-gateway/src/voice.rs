@@ -71,6 +71,13 @@ impl Gateway {
                 let _ = d.term().await;
                 continue;
             };
+            // The owner's join goes to the voice floor's keeper, which checks CLANKIE_VOICE_ROOMS
+            // and asks for op 4 itself: an unlisted channel must never be joined. Leaving is
+            // always allowed, so his leave goes out at once.
+            if command.reason == clankie_proto::OWNER_VOICE_REASON && command.channel_id.is_some() {
+                let _ = d.ack().await;
+                continue;
+            }
             if !self.admitted(command.guild_id) {
                 tracing::warn!(guild = command.guild_id, "voice command for a guild not admitted; dropped");
                 let _ = d.term().await;

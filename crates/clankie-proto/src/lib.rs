@@ -123,6 +123,11 @@ impl v1::OutcomeKind {
     }
 }
 
+/// The `reason` of a `VoiceCommand` the owner gave (`/clankie voice`): the voice floor's keeper
+/// checks it against `CLANKIE_VOICE_ROOMS` and asks for op 4 itself; the gateway sends op 4 only
+/// for the keeper's own commands.
+pub const OWNER_VOICE_REASON: &str = "owner";
+
 /// The codes a [`v1::CommandReply`] may carry, so a receipt can name one as a static code.
 pub const COMMAND_REPLY_CODES: &[&str] = &[
     "not_owner",

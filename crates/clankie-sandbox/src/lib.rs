@@ -61,6 +61,8 @@ pub struct SandboxOptions {
     pub say_aloud_tts: Option<String>,
     /// DAVE on the loopback's voice server; on (unless `CLANKIE_LOOPBACK_DAVE=off`) when unset.
     pub dave: Option<clankie_discord_loopback::DaveConfig>,
+    /// Channels the loopback has beside its own (a test's second voice channel, say).
+    pub extra_channels: Vec<clankie_discord_loopback::ChannelSpec>,
 }
 
 /// A running embedded stack. Dropping it stops the services.
@@ -135,8 +137,11 @@ impl Sandbox {
 
     /// Like [`Sandbox::start`], with the choices only `clankie run` and tests make.
     pub async fn start_with(settings: &Settings, addr: SocketAddr, options: SandboxOptions) -> Result<Sandbox, SandboxError> {
-        let SandboxOptions { clock, voice_roots, limits, say_aloud_tts, dave } = options;
+        let SandboxOptions { clock, voice_roots, limits, say_aloud_tts, dave, extra_channels } = options;
+        let mut channels = LoopbackConfig::default().channels;
+        channels.extend(extra_channels);
         let config = LoopbackConfig {
+            channels,
             token: settings.discord_token.clone(),
             bot_name: settings.bot_name.clone(),
             voice_dir: Some(voice_dir(settings)),

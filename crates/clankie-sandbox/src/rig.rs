@@ -41,6 +41,19 @@ impl Rig {
 
     /// A stack whose captain runs are timed by `clock`.
     pub async fn with_clock(extra: &[(&str, &str)], clock: Option<Arc<dyn clankie_agent::Clock>>) -> Rig {
+        Rig::build(extra, clock, Vec::new()).await
+    }
+
+    /// A stack whose loopback has `channels` beside its own.
+    pub async fn with_channels(extra: &[(&str, &str)], channels: Vec<clankie_discord_loopback::ChannelSpec>) -> Rig {
+        Rig::build(extra, None, channels).await
+    }
+
+    async fn build(
+        extra: &[(&str, &str)],
+        clock: Option<Arc<dyn clankie_agent::Clock>>,
+        extra_channels: Vec<clankie_discord_loopback::ChannelSpec>,
+    ) -> Rig {
         let (nats, db, dir) = (TestNats::start().expect("nats-server"), TestDb::create().await, TestDir::new());
         let standin = StandIn::start().await.expect("model stand-in");
         let mut vars: Vec<(String, String)> = vec![
@@ -66,7 +79,7 @@ impl Rig {
         let limits = clankie_discord_loopback::Limits { typing_per_5s: 200, ..Default::default() };
         // A rig may turn DAVE off for comparison, as the variable does for `clankie run`.
         let dave = var("CLANKIE_LOOPBACK_DAVE").map(|v| clankie_discord_loopback::DaveConfig::from_setting(Some(&v)));
-        let options = crate::SandboxOptions { clock, voice_roots: None, limits: Some(limits), say_aloud_tts: None, dave };
+        let options = crate::SandboxOptions { clock, voice_roots: None, limits: Some(limits), say_aloud_tts: None, dave, extra_channels };
         let sandbox = Sandbox::start_with(&settings, "127.0.0.1:0".parse().expect("addr"), options).await.expect("sandbox");
         let attachment_root = clankie_settings::attachment_root(&settings);
         assert!(sandbox.discord.wait_for_session(Duration::from_secs(20)).await, "the gateway never attached");

@@ -248,13 +248,18 @@ impl RoomKeeper {
 
     /// The owner's own join or leave (`clankie voice`); the keeper's commands are its own echo.
     fn owner_command(&mut self, command: &v1::VoiceCommand) {
-        if command.reason != "owner" {
+        if command.reason != clankie_proto::OWNER_VOICE_REASON {
             return;
         }
         match command.channel_id {
             Some(channel) => {
                 let key = (command.guild_id, channel);
                 if self.config.allow.contains(&key) {
+                    // One voice channel per guild: a summon elsewhere in it moves him.
+                    for other in self.config.allow.iter().copied().filter(|k| k.0 == key.0 && *k != key) {
+                        self.known.summoned.remove(&other);
+                        self.known.dismissed.insert(other);
+                    }
                     self.known.dismissed.remove(&key);
                     self.known.summoned.insert(key);
                     self.known.empty_since.insert(key, Instant::now());
@@ -314,6 +319,23 @@ impl RoomKeeper {
                 if !self.owned.contains_key(&key) && self.known.him_in(key) && !recently_left {
                     clear.insert(key);
                 }
+            }
+        }
+        // He is in one voice channel per guild: where several are wanted, the one the owner
+        // summoned him to, else the one he is in, else the first listed.
+        let mut by_guild: std::collections::HashMap<u64, Vec<Key>> = std::collections::HashMap::new();
+        for key in self.config.allow.iter().copied().filter(|k| wanted.contains(k)) {
+            by_guild.entry(key.0).or_default().push(key);
+        }
+        for keys in by_guild.into_values().filter(|k| k.len() > 1) {
+            let keep = keys
+                .iter()
+                .copied()
+                .find(|k| self.known.summoned.contains(k))
+                .or_else(|| keys.iter().copied().find(|k| self.known.him_in(*k)))
+                .unwrap_or(keys[0]);
+            for key in keys.into_iter().filter(|k| *k != keep) {
+                wanted.remove(&key);
             }
         }
         (wanted, clear)
@@ -440,7 +462,12 @@ impl RoomKeeper {
         let Some(owned) = self.owned.remove(&key) else { return };
         let (guild, channel) = key;
         let epoch = owned.room.lease.epoch;
-        self.command(guild, None, reason, epoch).await;
+        // Moving within the guild: the op 4 into the other room already took him out of this
+        // one, and a leave now would take him out of that one too.
+        let moving = self.owned.keys().any(|k| k.0 == guild);
+        if !moving {
+            self.command(guild, None, reason, epoch).await;
+        }
         if owned.live {
             let session = v1::VoiceSession {
                 guild_id: guild,

@@ -332,7 +332,11 @@ async fn run(settings: &Settings, trust: Option<VoiceTrust>) -> Result<()> {
     };
     eprintln!("Clankie is running against the loopback Discord with {model}.");
     match &speech {
-        Some(s) => eprintln!("Voice hears with Whisper and speaks with Piper through the local speech service at {} (log: {}).", s.base_url(), s.log().display()),
+        Some(s) => eprintln!(
+            "Voice hears with Whisper and speaks with Piper through the local speech service at {} (log: {}).",
+            s.base_url(),
+            s.log().display()
+        ),
         None if settings.stt_base_url.is_some() || settings.tts_base_url.is_some() => {
             eprintln!("Voice uses the speech engines CLANKIE_STT_BASE_URL and CLANKIE_TTS_BASE_URL name.")
         }
@@ -368,7 +372,8 @@ async fn local_speech(settings: &Settings) -> (Option<clankie_stack::SpeechServe
     if settings.stt_base_url.is_some() || settings.tts_base_url.is_some() {
         return (None, settings);
     }
-    let started = tokio::task::spawn_blocking(|| clankie_stack::SpeechServer::start(&Default::default(), &mut |m| eprintln!("clankie: {m}")));
+    let started =
+        tokio::task::spawn_blocking(|| clankie_stack::SpeechServer::start(&Default::default(), &mut |m| eprintln!("clankie: {m}")));
     match started.await.map_err(anyhow::Error::from).and_then(|r| r.map_err(anyhow::Error::from)) {
         Ok(server) => {
             settings.stt_base_url = Some(server.base_url());
@@ -420,7 +425,7 @@ async fn voice(settings: &Settings, action: VoiceAction) -> Result<()> {
     let command = clankie_proto::v1::VoiceCommand {
         guild_id: guild,
         channel_id: channel,
-        reason: "owner".into(),
+        reason: clankie_proto::OWNER_VOICE_REASON.into(),
         epoch: 0,
         at_ms: clankie_bus::now_ms(),
     };

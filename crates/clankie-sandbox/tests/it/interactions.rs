@@ -226,3 +226,32 @@ async fn slash_quiet_5_makes_a_channel_silent_for_five_minutes_and_others_still_
     rig.wait_outcomes(GENERAL, &[again]).await;
     assert_eq!(rig.outcome(GENERAL, again).as_deref(), Some("replied"));
 }
+
+#[tokio::test]
+async fn slash_voice_join_checks_the_room_list_before_op_4_and_a_second_listed_channel_moves_him_once() {
+    use clankie_discord_loopback::ChannelSpec;
+    let stage = ChannelSpec { id: 301, name: "Stage".into(), voice: true, guild: None };
+    let backroom = ChannelSpec { id: 302, name: "Backroom".into(), voice: true, guild: None };
+    let rig = Rig::with_channels(&[("CLANKIE_VOICE_ROOMS", "100:300,100:301")], vec![stage, backroom]).await;
+    let _store = owned_by(&rig, "ada").await;
+    let discord = &rig.sandbox.discord;
+    // An unlisted channel: the keeper refuses it, and nothing sends op 4 for it.
+    run(&rig, GENERAL, "ada", "voice join", &[("channel", json!("302"))]).await;
+    // A listed one after it, through the same path: its op 4 is the barrier.
+    run(&rig, GENERAL, "ada", "voice join", &[("channel", json!(VOICE.to_string()))]).await;
+    until("him in the listed channel", Duration::from_secs(20), || rig.sandbox.gateway.live_voice_channel(100) == Some(VOICE)).await;
+    let updates = discord.bot_voice_updates();
+    assert!(!updates.contains(&(100, Some(302))), "op 4 into a channel CLANKIE_VOICE_ROOMS does not list: {updates:?}");
+    assert_eq!(updates, [(100, Some(VOICE))], "one op 4, into the listed channel");
+
+    // A second listed channel of the same guild: he moves there with one op 4, and stays.
+    run(&rig, GENERAL, "ada", "voice join", &[("channel", json!("301"))]).await;
+    until("him in the second channel", Duration::from_secs(20), || rig.sandbox.gateway.live_voice_channel(100) == Some(301)).await;
+    // The owner's leave goes out as op 4 at once: whatever the move caused came before it.
+    run(&rig, GENERAL, "ada", "voice leave", &[]).await;
+    until("his leave", Duration::from_secs(20), || discord.bot_voice_updates().iter().skip(1).any(|u| u.1.is_none())).await;
+    let after: Vec<(u64, Option<u64>)> = discord.bot_voice_updates().into_iter().skip(1).collect();
+    let moves: Vec<_> = after.iter().take_while(|u| u.1.is_some()).copied().collect();
+    assert_eq!(moves, [(100, Some(301))], "the move is one op 4 and he never went back: {after:?}");
+    assert!(after.iter().all(|u| u.1 != Some(VOICE)), "he flipped back to the first channel: {after:?}");
+}
