@@ -11,6 +11,10 @@ use prost::Message as _;
 
 use crate::Captain;
 
+/// Discord's limit on a message's content: no command answer is longer, or its edit fails and
+/// the person stays on "thinking…".
+pub const ANSWER_MAX_CHARS: usize = 2000;
+
 /// Proposals `/clankie memory` lists at most: Discord shows five rows of buttons.
 const LISTED_PROPOSALS: i64 = 5;
 
@@ -55,6 +59,7 @@ impl Captain {
             }
             Err(_) => refused("request_undecodable", "That request could not be read."),
         };
+        let reply = within_discords_limit(reply);
         if let Err(e) = self.inner.bus.respond(&msg, &reply).await {
             tracing::warn!(error = %e, "command reply not sent");
         }
@@ -93,22 +98,16 @@ impl Captain {
             Ok(r) => r,
             Err(_) => return store_unavailable(),
         };
-        let mut lines = Vec::new();
-        lines.push(if running.is_empty() { "Running: nothing right now.".to_owned() } else { format!("Running: {}.", running.join(", ")) });
-        if !present.is_empty() {
-            lines.push(format!("In conversation: {}.", present.join(", ")));
-        }
+        let mut voice = None;
         if let Some(guild) = guild {
             let session = self.inner.bus.last::<v1::VoiceSession>(&Subject::VoiceSession { guild }).await.ok().flatten();
-            lines.push(match session.and_then(|s| s.live_channel(now_ms())) {
+            voice = Some(match session.and_then(|s| s.live_channel(now_ms())) {
                 Some(c) => format!("Voice: in voice channel {c}."),
                 None => "Voice: in no voice channel here.".to_owned(),
             });
         }
-        for (lane, until) in quiet {
-            lines.push(format!("Quiet in {lane} until <t:{}:t>.", until / 1000));
-        }
-        said(lines.join("\n"))
+        let quiet = quiet.into_iter().map(|(lane, until)| format!("Quiet in {lane} until <t:{}:t>.", until / 1000)).collect();
+        said(status_text(running, present, voice, quiet, ANSWER_MAX_CHARS))
     }
 
     async fn memory_list(&self) -> v1::CommandReply {
@@ -156,7 +155,13 @@ impl Captain {
         } else {
             None
         };
-        let command = v1::VoiceCommand { guild_id: guild, channel_id: channel, reason: "owner".into(), epoch: 0, at_ms: now_ms() };
+        let command = v1::VoiceCommand {
+            guild_id: guild,
+            channel_id: channel,
+            reason: clankie_proto::OWNER_VOICE_REASON.into(),
+            epoch: 0,
+            at_ms: now_ms(),
+        };
         match self.inner.bus.publish(&Subject::VoiceCommand { guild }, &command, None).await {
             Ok(_) => said(match channel {
                 Some(c) => format!("Joining voice channel {c}."),
@@ -220,6 +225,80 @@ impl OwnerAsk {
     }
 }
 
+/// Any answer cut to [`ANSWER_MAX_CHARS`]: the lists that can say "and N more" already did
+/// (`status_text`); what is still too long (a long memory fact) ends in "…".
+fn within_discords_limit(mut reply: v1::CommandReply) -> v1::CommandReply {
+    if reply.text.chars().count() > ANSWER_MAX_CHARS {
+        reply.text = reply.text.chars().take(ANSWER_MAX_CHARS - 1).chain(std::iter::once('…')).collect();
+    }
+    reply
+}
+
+/// A list in an answer: shown whole when it fits, else its first items and "and N more".
+struct Listing {
+    head: &'static str,
+    items: Vec<String>,
+    sep: &'static str,
+    shown: usize,
+}
+
+impl Listing {
+    fn new(head: &'static str, items: Vec<String>, sep: &'static str) -> Listing {
+        let shown = items.len();
+        Listing { head, items, sep, shown }
+    }
+
+    fn render(&self) -> String {
+        let shown = self.items[..self.shown].join(self.sep);
+        match self.items.len() - self.shown {
+            0 => format!("{}{shown}", self.head),
+            more if self.shown == 0 => format!("{}{more} in all.", self.head),
+            more => format!("{}{shown}{}and {more} more.", self.head, if self.sep == "\n" { "\n…" } else { " " }),
+        }
+    }
+}
+
+/// The status answer within `max` characters: while it is too long, the longest list gives up
+/// items first (the running lanes, the conversations, the quiet rooms), each saying how many
+/// more it holds.
+fn status_text(running: Vec<String>, present: Vec<String>, voice: Option<String>, quiet: Vec<String>, max: usize) -> String {
+    let running = if running.is_empty() {
+        Listing::new("Running: nothing right now.", vec![], "")
+    } else {
+        let n = running.len();
+        let mut l = Listing::new("Running: ", running, ", ");
+        l.items[n - 1].push('.');
+        l
+    };
+    let mut present = Listing::new("In conversation: ", present, ", ");
+    if let Some(last) = present.items.last_mut() {
+        last.push('.');
+    }
+    let mut lists = [running, present, Listing::new("", quiet, "\n")];
+    let render = |lists: &[Listing; 3]| {
+        let mut lines = vec![lists[0].render()];
+        if !lists[1].items.is_empty() {
+            lines.push(lists[1].render());
+        }
+        lines.extend(voice.clone());
+        if !lists[2].items.is_empty() {
+            lines.push(lists[2].render());
+        }
+        lines.join("\n")
+    };
+    loop {
+        let text = render(&lists);
+        if text.chars().count() <= max {
+            return text;
+        }
+        let Some(longest) = lists.iter_mut().filter(|l| l.shown > 0).max_by_key(|l| l.render().chars().count()) else {
+            return text.chars().take(max).collect();
+        };
+        // One item at a time, from whichever list is longest now, so the lists end about even.
+        longest.shown -= 1;
+    }
+}
+
 /// The lane a command concerns: where it was run.
 fn lane_of(req: &v1::CommandRequest) -> LaneKey {
     match req.guild_id {
@@ -239,5 +318,43 @@ fn command_code(command: &str) -> &'static str {
         "forget-me" => "forget_me",
         "button" => "button",
         _ => "unknown",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lanes(n: usize, guild: u64) -> Vec<String> {
+        (0..n).map(|i| format!("room:{guild}:{}", 1_300_000_000_000_000_000u64 + i as u64)).collect()
+    }
+
+    #[test]
+    fn slash_status_with_200_lanes_answers_within_discords_limit_and_says_how_many_more() {
+        let quiet: Vec<String> = lanes(200, 7).into_iter().map(|l| format!("Quiet in {l} until <t:1764000000:t>.")).collect();
+        let voice = Some("Voice: in voice channel 300.".to_owned());
+        let text = status_text(lanes(200, 100), lanes(200, 101), voice, quiet, ANSWER_MAX_CHARS);
+        assert!(text.chars().count() <= ANSWER_MAX_CHARS, "{} chars", text.chars().count());
+        assert!(text.starts_with("Running: room:100:"), "{text}");
+        assert!(text.contains("Voice: in voice channel 300."), "{text}");
+        let more: Vec<usize> = text.split("and ").skip(1).filter_map(|t| t.split(' ').next()?.parse().ok()).collect();
+        assert_eq!(more.len(), 3, "each list says how many it left out: {text}");
+        let shown = text.matches("room:").count();
+        assert_eq!(shown + more.iter().sum::<usize>(), 600, "every lane is shown or counted");
+        assert!(shown >= 40, "the answer still shows what fits: {shown}");
+    }
+
+    #[test]
+    fn status_that_fits_is_shown_whole() {
+        let text = status_text(lanes(2, 100), vec![], None, vec!["Quiet in room:1:2 until <t:5:t>.".into()], ANSWER_MAX_CHARS);
+        assert_eq!(text, "Running: room:100:1300000000000000000, room:100:1300000000000000001.\nQuiet in room:1:2 until <t:5:t>.");
+        assert_eq!(status_text(vec![], vec![], None, vec![], ANSWER_MAX_CHARS), "Running: nothing right now.");
+    }
+
+    #[test]
+    fn a_long_answer_is_cut_to_discords_limit() {
+        let reply = within_discords_limit(said("x".repeat(5000)));
+        assert_eq!(reply.text.chars().count(), ANSWER_MAX_CHARS);
+        assert!(reply.text.ends_with('…'));
     }
 }
