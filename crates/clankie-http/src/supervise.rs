@@ -59,6 +59,18 @@ impl Parts {
     }
 }
 
+/// Marks a part up when dropped.
+struct Up<'a> {
+    parts: &'a Parts,
+    name: &'static str,
+}
+
+impl Drop for Up<'_> {
+    fn drop(&mut self) {
+        self.parts.set_down(self.name, false);
+    }
+}
+
 /// What a panic said, when it said it with a literal (code, never content); a formatted
 /// message is printed by the panic hook itself and not repeated here.
 pub fn panic_message(payload: &(dyn std::any::Any + Send)) -> &'static str {
@@ -97,9 +109,11 @@ where
                     "a part of this process panicked; starting it again"
                 );
                 on_panic(payload.as_ref());
+                // Up again when the wait ends, or when whoever runs the part drops it meanwhile
+                // (a REST tenure that ended): a part nobody runs is not down.
+                let _up = Up { parts, name };
                 tokio::time::sleep(backoff).await;
                 backoff = (backoff * 2).min(MAX_BACKOFF);
-                parts.set_down(name, false);
                 tracing::info!(part = name, "the part started again");
             }
         }
@@ -150,6 +164,23 @@ mod tests {
         assert_eq!(parts.restarts("flaky"), 2);
         assert_eq!(parts.first_down(), None, "up again once it runs");
         assert!(watcher.await.unwrap());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn supervise_a_part_dropped_while_it_waits_to_restart_is_not_left_down() {
+        let parts = Parts::default();
+        let running = supervise(
+            "dropped",
+            &parts,
+            |_| {},
+            || async {
+                panic!("injected");
+            },
+        );
+        // Dropped during its first backoff, as a REST tenure that ends drops its parts.
+        let _ = tokio::time::timeout(FIRST_BACKOFF / 2, running).await;
+        assert_eq!(parts.restarts("dropped"), 1);
+        assert_eq!(parts.first_down(), None, "a part nobody runs any more is not down");
     }
 
     #[test]

@@ -22,7 +22,7 @@ use clankie_store::{RoomLease, Store, StoreError};
 use clankie_voice_body::{Body, BodyConfig, BodyEvent, Connection};
 use tokio::sync::{mpsc, oneshot, watch};
 
-use crate::floor::{self, FloorState};
+use crate::floor::{self, FloorRules, FloorState};
 use crate::{RingLine, RoomInputs, VoiceError, VoiceFloor, heard_of, sentence_of};
 
 pub(crate) type Key = (u64, u64);
@@ -31,6 +31,11 @@ pub(crate) type Key = (u64, u64);
 const REMEMBERED_ANSWERS: usize = 16;
 /// Deliveries a room remembers for its dedup window, at most.
 const REMEMBERED_DELIVERIES: usize = 512;
+/// How often a room reads his names from the persona again (the floor wakes on them).
+const RULES_REFRESH: Duration = Duration::from_secs(5);
+/// Utterances a room holds for its transcriber; past this the oldest is dropped (a slow
+/// speech engine must not grow memory, nor answer speech long gone).
+const EARS_HELD: usize = 8;
 
 /// What the owner (the keeper) hears of a room's voice connection.
 pub(crate) enum Link {
@@ -161,7 +166,7 @@ struct RoomActor {
     body: mpsc::UnboundedSender<BodyCommand>,
     body_events: mpsc::UnboundedReceiver<BodyReport>,
     mouth: mpsc::UnboundedSender<v1::Speak>,
-    ears: mpsc::UnboundedSender<Utterance>,
+    ears: Ears,
     inputs: Option<RoomInputs>,
     ring: VecDeque<RingLine>,
     state: FloorState,
@@ -178,8 +183,14 @@ struct RoomActor {
     /// The sentences each recent run handed to the body, for a cut that comes after the run's
     /// line is in the ring.
     sentences: HashMap<String, Vec<(usize, String)>>,
+    /// Transcripts, decisions, receipts and ring rows, sent in order off the loop.
+    publisher: Publisher,
+    /// The floor's rules (his names from the persona), refreshed off the loop.
+    rules: watch::Receiver<FloorRules>,
     _lease_keeping: clankie_http::Aborting,
     _transcriber: clankie_http::Aborting,
+    _publishing: clankie_http::Aborting,
+    _rules: clankie_http::Aborting,
 }
 
 impl RoomActor {
@@ -192,9 +203,18 @@ impl RoomActor {
         let (mouth, speech) = mpsc::unbounded_channel();
         let (reports, body_events) = mpsc::unbounded_channel();
         tokio::spawn(body_task(body, tts, turns, commands, speech, reports));
-        let (ears, heard) = mpsc::unbounded_channel();
-        let transcriber = tokio::spawn(transcriber(bus.clone(), stt, key, transcriptions, heard));
+        let ears = Ears::new(EARS_HELD);
+        let transcriber = tokio::spawn(transcriber(bus.clone(), stt, key, transcriptions, ears.clone()));
         let (run_tx, run_rx) = mpsc::unbounded_channel();
+        let (publisher, publishing) = Publisher::start();
+        let (rules_tx, rules) = watch::channel(floor.config.rules.clone());
+        let rules_floor = floor.clone();
+        let rules_task = tokio::spawn(async move {
+            loop {
+                let _ = rules_tx.send(rules_floor.rules().await);
+                tokio::time::sleep(RULES_REFRESH).await;
+            }
+        });
         RoomActor {
             key,
             lease,
@@ -219,8 +239,12 @@ impl RoomActor {
             run_rx,
             cuts: HashMap::new(),
             sentences: HashMap::new(),
+            publisher,
+            rules,
             _lease_keeping: clankie_http::Aborting(lease_keeping),
             _transcriber: clankie_http::Aborting(transcriber),
+            _publishing: clankie_http::Aborting(publishing),
+            _rules: clankie_http::Aborting(rules_task),
         }
     }
 
@@ -317,12 +341,19 @@ impl RoomActor {
             r.with_id("speaker", segment.user_id).with_code(ended_by).with_count("audio_ms", audio_ms).with_count("epoch", epoch)
         });
         let author_name = self.names.get(&segment.user_id).cloned().unwrap_or_else(|| format!("user {}", segment.user_id));
-        let _ = self.ears.send(Utterance {
+        let dropped = self.ears.hear(Utterance {
             id: utterance,
             speaker: segment.user_id,
             author_name,
             audio: Audio { pcm: segment.pcm, rate: clankie_voice_body::HEARD_RATE },
         });
+        if let Some(old) = dropped {
+            metrics::counter!("clankie_voice_utterances_dropped_total").increment(1);
+            tracing::warn!(guild = key.0, channel = key.1, held = EARS_HELD, "the transcriber is behind; the oldest utterance was dropped");
+            room_receipt(&self.bus, &old.id, "voice.heard_dropped", key, |r| {
+                r.with_id("speaker", old.speaker).with_count("held", EARS_HELD as i64)
+            });
+        }
     }
 
     /// Whether `delivery_id` is new inside the dedup window (and the last deliveries it holds).
@@ -343,22 +374,26 @@ impl RoomActor {
     async fn hear(&mut self, input: v1::RoomInput) {
         let floor = self.floor.clone();
         if !self.first_sighting(&input.delivery_id) {
-            floor.receipt("voice.duplicate", &input, |r| r).await;
+            let dup = input.clone();
+            self.publisher.send("receipt", async move { floor.receipt("voice.duplicate", &dup, |r| r).await });
             return;
         }
         let source = v1::RoomInputSource::try_from(input.source).unwrap_or(v1::RoomInputSource::Unspecified);
-        let rules = floor.rules().await;
+        let rules = self.rules.borrow().clone();
         let (verdict, reason) = floor::decide(&input, &self.state, &rules, Instant::now());
         let addressed = matches!(verdict, v1::FloorVerdict::Wake);
         match source {
             v1::RoomInputSource::Text => {
-                floor
-                    .receipt("discord.voice.text_input", &input, |r| {
-                        r.with_id("author", input.author_id)
-                            .with_count("chars", input.text.chars().count() as i64)
-                            .with_flag("addressed", addressed)
-                    })
-                    .await;
+                let (floor, typed) = (floor.clone(), input.clone());
+                self.publisher.send("receipt", async move {
+                    floor
+                        .receipt("discord.voice.text_input", &typed, |r| {
+                            r.with_id("author", typed.author_id)
+                                .with_count("chars", typed.text.chars().count() as i64)
+                                .with_flag("addressed", addressed)
+                        })
+                        .await
+                });
             }
             _ => {
                 let transcript = v1::Transcript {
@@ -371,9 +406,12 @@ impl RoomActor {
                     ended_at_ms: input.received_at_ms,
                 };
                 let subject = Subject::VoiceTranscript { guild: self.key.0, channel: self.key.1 };
-                if let Err(e) = self.bus.publish(&subject, &transcript, None).await {
-                    tracing::warn!(error = %e, "transcript not published");
-                }
+                let bus = self.bus.clone();
+                self.publisher.send("transcript", async move {
+                    if let Err(e) = bus.publish(&subject, &transcript, None).await {
+                        tracing::warn!(error = %e, "transcript not published");
+                    }
+                });
             }
         }
         self.push_line(RingLine {
@@ -398,10 +436,13 @@ impl RoomActor {
             decided_at_ms: now_ms(),
         };
         let id = MsgId::new(format!("floor:{}", input.delivery_id));
-        if let Err(e) = self.bus.publish(&Subject::VoiceFloor { guild: self.key.0, channel: self.key.1 }, &decision, Some(&id)).await {
-            tracing::warn!(error = %e, "floor decision not published");
-        }
-        floor.receipt("voice.floor", &input, |r| r.with_code(verdict.as_str_name()).with_code(reason)).await;
+        let (bus, key, decided) = (self.bus.clone(), self.key, input.clone());
+        self.publisher.send("decision", async move {
+            if let Err(e) = bus.publish(&Subject::VoiceFloor { guild: key.0, channel: key.1 }, &decision, Some(&id)).await {
+                tracing::warn!(error = %e, "floor decision not published");
+            }
+            floor.receipt("voice.floor", &decided, |r| r.with_code(verdict.as_str_name()).with_code(reason)).await;
+        });
         if floor::responds(verdict) {
             self.hand_to_run(input, verdict);
         }
@@ -503,9 +544,12 @@ impl RoomActor {
         while self.ring.len() > self.floor.config.ring_size {
             self.ring.pop_front();
         }
-        if let Err(e) = self.store.append_ring(&self.lease, &row).await {
-            tracing::warn!(error = %e, "a line of the room's conversation was not stored");
-        }
+        let (store, lease) = (self.store.clone(), self.lease.clone());
+        self.publisher.send("ring", async move {
+            if let Err(e) = store.append_ring(&lease, &row).await {
+                tracing::warn!(error = %e, "a line of the room's conversation was not stored");
+            }
+        });
     }
 
     fn room_block(&self) -> String {
@@ -613,12 +657,63 @@ struct Utterance {
 /// A room's transcriber: at most `limit` utterances transcribed at once, and each one's words
 /// enter the room in the order they were said, however long each took: a room input published
 /// out of order would have the floor hear people out of order.
-async fn transcriber(bus: Bus, stt: Arc<dyn SpeechToText>, key: Key, limit: usize, mut heard: mpsc::UnboundedReceiver<Utterance>) {
+/// The utterances waiting for a room's transcriber, at most `held`: a new one past that drops
+/// the oldest. Cheap to clone; the room's actor hears, its transcriber takes.
+#[derive(Clone)]
+struct Ears {
+    inner: Arc<(std::sync::Mutex<EarsQueue>, tokio::sync::Notify)>,
+}
+
+struct EarsQueue {
+    waiting: VecDeque<Utterance>,
+    held: usize,
+}
+
+impl Ears {
+    fn new(held: usize) -> Ears {
+        let queue = EarsQueue { waiting: VecDeque::new(), held: held.max(1) };
+        Ears { inner: Arc::new((std::sync::Mutex::new(queue), tokio::sync::Notify::new())) }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, EarsQueue> {
+        self.inner.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Queues an utterance; gives back the oldest one it dropped to make room.
+    fn hear(&self, u: Utterance) -> Option<Utterance> {
+        let dropped = {
+            let mut q = self.lock();
+            q.waiting.push_back(u);
+            if q.waiting.len() > q.held { q.waiting.pop_front() } else { None }
+        };
+        self.inner.1.notify_one();
+        dropped
+    }
+
+    /// How many wait now.
+    #[cfg(test)]
+    fn waiting(&self) -> usize {
+        self.lock().waiting.len()
+    }
+
+    /// The next utterance, oldest first (the transcriber ends with its room, aborted).
+    async fn next(&self) -> Option<Utterance> {
+        loop {
+            let notified = self.inner.1.notified();
+            if let Some(u) = self.lock().waiting.pop_front() {
+                return Some(u);
+            }
+            notified.await;
+        }
+    }
+}
+
+async fn transcriber(bus: Bus, stt: Arc<dyn SpeechToText>, key: Key, limit: usize, heard: Ears) {
     use futures::StreamExt as _;
     let mut running = futures::stream::FuturesOrdered::new();
     loop {
         tokio::select! {
-            next = heard.recv(), if running.len() < limit.max(1) => {
+            next = heard.next(), if running.len() < limit.max(1) => {
                 let Some(u) = next else { break };
                 let stt = stt.clone();
                 running.push_back(async move {
@@ -688,6 +783,38 @@ pub(crate) fn room_receipt(bus: &Bus, delivery_id: &str, kind: &'static str, key
             tracing::warn!(error = %e, "receipt not published");
         }
     });
+}
+
+/// The room's publishes, off its loop: one task sends them in the order they were made, so
+/// the actor never waits on the bus (a leader election holds a publish for seconds) and what
+/// it decided still reaches the bus in order. Bounded: past [`PUBLISHES_QUEUED`] waiting, a
+/// publish is dropped, counted and logged rather than growing memory while the bus is away.
+#[derive(Clone)]
+struct Publisher {
+    jobs: mpsc::Sender<futures::future::BoxFuture<'static, ()>>,
+}
+
+/// Publishes a room may have waiting for the bus before it drops new ones.
+const PUBLISHES_QUEUED: usize = 1024;
+
+impl Publisher {
+    fn start() -> (Publisher, tokio::task::JoinHandle<()>) {
+        let (jobs, mut rx) = mpsc::channel::<futures::future::BoxFuture<'static, ()>>(PUBLISHES_QUEUED);
+        let task = tokio::spawn(async move {
+            while let Some(job) = rx.recv().await {
+                held_publish().await;
+                job.await;
+            }
+        });
+        (Publisher { jobs }, task)
+    }
+
+    fn send(&self, what: &'static str, job: impl std::future::Future<Output = ()> + Send + 'static) {
+        if self.jobs.try_send(Box::pin(job)).is_err() {
+            metrics::counter!("clankie_voice_publishes_dropped_total", "what" => what).increment(1);
+            tracing::warn!(what, "the room's publishes are backed up; one was dropped");
+        }
+    }
 }
 
 /// The named wait a test sets (`CLANKIE_FAULT_HOLD=voice.publish=<ms>`) to make every voice-floor
@@ -885,5 +1012,33 @@ async fn body_task(
                 let _ = events.send(BodyReport::Body(event));
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod ears_tests {
+    use super::*;
+
+    fn utterance(n: usize) -> Utterance {
+        Utterance { id: format!("utt:{n}"), speaker: 7, author_name: "ada".into(), audio: Audio { pcm: vec![0; 160], rate: 16_000 } }
+    }
+
+    #[tokio::test]
+    async fn voice_actor_the_ears_hold_at_most_their_bound_and_drop_the_oldest() {
+        let ears = Ears::new(3);
+        let mut dropped = Vec::new();
+        for n in 0..10 {
+            if let Some(old) = ears.hear(utterance(n)) {
+                dropped.push(old.id);
+            }
+            assert!(ears.waiting() <= 3, "{} waiting", ears.waiting());
+        }
+        assert_eq!(dropped, (0..7).map(|n| format!("utt:{n}")).collect::<Vec<_>>(), "the oldest go first");
+        let mut taken = Vec::new();
+        for _ in 0..3 {
+            taken.push(ears.next().await.expect("an utterance").id);
+        }
+        assert_eq!(taken, ["utt:7", "utt:8", "utt:9"], "what is kept is the newest, in order");
+        assert_eq!(ears.waiting(), 0);
     }
 }

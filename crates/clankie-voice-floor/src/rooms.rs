@@ -442,6 +442,7 @@ impl RoomKeeper {
                 return;
             }
             owned.live = true;
+            tracing::info!(guild, channel, epoch, "room live: taking input");
             self.floor.joined(guild, channel).await;
             self.receipt("voice.room", key, epoch, |r| r.with_code("live")).await;
         }

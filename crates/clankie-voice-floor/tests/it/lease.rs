@@ -186,3 +186,42 @@ async fn voice_actor_publishes_held_12_s_with_a_10_s_room_lease_keep_one_owner_a
     assert!(held >= 1, "the voice.publish hold never fired in {owner}, the owner:\n{}", rig.log(owner));
     drop((a, b));
 }
+
+#[tokio::test]
+async fn voice_actor_with_every_publish_held_10_s_a_second_persons_line_is_decided_within_1_s() {
+    // Every publish of the voice floor's waits 10 s, as during a held stream leader.
+    let held = [("CLANKIE_FAULT_HOLD", "voice.publish=10000".to_owned())];
+    let rig = Rig::new().await;
+    let _floor = rig.voice_floor_with("floor-a", &held);
+    keeping(&rig, "floor-a").await;
+    rig.discord.voice_join(VOICE, "ada").unwrap();
+    rig.connected(Duration::from_secs(20)).await;
+    // The live session is a publish too, held past its own life, so the gateway would not route
+    // the channel's chat here: the test puts the lines on the room's input as the gateway does.
+    let line = |id: &str, author: &str, text: &str| clankie_proto::v1::RoomInput {
+        delivery_id: id.into(),
+        guild_id: super::GUILD,
+        channel_id: VOICE,
+        author_id: clankie_discord_loopback::Loopback::user_id(author),
+        author_name: author.into(),
+        source: clankie_proto::v1::RoomInputSource::Text as i32,
+        text: text.into(),
+        received_at_ms: clankie_bus::now_ms(),
+        ..Default::default()
+    };
+    let input = clankie_proto::Subject::VoiceInput { guild: super::GUILD, channel: VOICE };
+    // The room goes live (takes input) once connected; a line said before would wait for it.
+    until("the room taking input", Duration::from_secs(20), || rig.log("floor-a").contains("room live: taking input")).await;
+    // ada's line is decided first (not for him: no run), then bob asks him.
+    rig.bus.publish(&input, &line("9001", "ada", "nice weather today"), None).await.unwrap();
+    let asked_at = clankie_bus::now_ms();
+    rig.bus.publish(&input, &line("9002", "bob", "Clankie, what time is it?"), None).await.unwrap();
+    until("bob's line in a model request", Duration::from_secs(60), || {
+        rig.standin.requests().iter().any(|r| r.count("what time is it") > 0)
+    })
+    .await;
+    let reached = rig.standin.requests().iter().find(|r| r.count("what time is it") > 0).map(|r| r.at_ms).unwrap_or_default();
+    let took = reached - asked_at;
+    println!("voice_actor: with every publish held 10 s, bob's line reached the model {took} ms after he wrote it");
+    assert!(took < 1_000, "bob's line waited {took} ms behind the room's held publishes");
+}
