@@ -31,8 +31,11 @@ pub(crate) type Key = (u64, u64);
 const REMEMBERED_ANSWERS: usize = 16;
 /// Deliveries a room remembers for its dedup window, at most.
 const REMEMBERED_DELIVERIES: usize = 512;
-/// How often a room reads his names from the persona again (the floor wakes on them).
+/// How often a room reads his names from the persona in the background, for the inputs whose
+/// own read takes longer than [`RULES_READ`].
 const RULES_REFRESH: Duration = Duration::from_secs(5);
+/// The longest an input waits for the persona's names before the last ones read decide.
+const RULES_READ: Duration = Duration::from_millis(200);
 /// Utterances a room holds for its transcriber; past this the oldest is dropped (a slow
 /// speech engine must not grow memory, nor answer speech long gone).
 const EARS_HELD: usize = 8;
@@ -379,7 +382,12 @@ impl RoomActor {
             return;
         }
         let source = v1::RoomInputSource::try_from(input.source).unwrap_or(v1::RoomInputSource::Unspecified);
-        let rules = self.rules.borrow().clone();
+        // His names as the persona has them now (an alias added a moment ago wakes him), read
+        // for at most RULES_READ; a store that slow leaves the last names read in force.
+        let rules = match tokio::time::timeout(RULES_READ, floor.rules()).await {
+            Ok(rules) => rules,
+            Err(_) => self.rules.borrow().clone(),
+        };
         let (verdict, reason) = floor::decide(&input, &self.state, &rules, Instant::now());
         let addressed = matches!(verdict, v1::FloorVerdict::Wake);
         match source {
