@@ -132,11 +132,13 @@ async fn slow_reader(bytes_per_s: usize, text: &'static str) -> String {
 async fn a_big_request_whose_upload_outlasts_the_silence_is_alive_while_it_moves() {
     let rig = Rig::new().await;
     // The socket buffers a few megabytes past the last part it takes, drained with no event
-    // (about half a second here): the silence must outlast that, and the upload many silences.
+    // (about half a second here), and a debug build takes a moment to encode 16 MB before the
+    // first part moves (over a second on a loaded 2-core machine): the silence must outlast
+    // both, and the upload many silences.
     let mut config = fast();
-    config.stall.silence = Duration::from_millis(1_500);
-    // 16 MB at 4 MB a second: four seconds of upload.
-    let url = slow_reader(4_000_000, "A very large map.").await;
+    config.stall.silence = Duration::from_millis(3_000);
+    // 16 MB at 2 MB a second: eight seconds of upload.
+    let url = slow_reader(2_000_000, "A very large map.").await;
     let model = clankie_agent::Model::OpenAi(
         clankie_agent::OpenAiClient::new(clankie_agent::OpenAiConfig {
             base_url: url,
