@@ -40,17 +40,24 @@ async fn rest_owner(rig: &Rig) -> String {
     }
 }
 
+/// Two gateway replicas that hold each posted piece 300 ms (long replies allowed), and the
+/// one that took the REST lease.
+async fn two_slow_posters(rig: &Rig) -> (HashMap<String, tokio::process::Child>, String) {
+    let extra = [("CLANKIE_REPLY_MAX_PIECES", "40"), ("CLANKIE_FAULT_HOLD", "gateway.after_piece=300")];
+    let mut replicas = HashMap::new();
+    for name in ["gateway-a", "gateway-b"] {
+        replicas.insert(name.to_owned(), gateway_process(rig, name, &extra));
+    }
+    let owner = rest_owner(rig).await;
+    (replicas, owner)
+}
+
 #[tokio::test]
 async fn long_reply_a_40_piece_reply_whose_poster_is_sigkilled_after_piece_10_posts_each_piece_once_in_order() {
     let rig = Rig::new().await;
     let receipts = record::<v1::Receipt>(&rig.bus, Family::Receipt).await;
     // Each piece is held a moment after it is posted and remembered: the kill lands there.
-    let extra = [("CLANKIE_REPLY_MAX_PIECES", "40"), ("CLANKIE_FAULT_HOLD", "gateway.after_piece=300")];
-    let mut replicas = HashMap::new();
-    for name in ["gateway-a", "gateway-b"] {
-        replicas.insert(name.to_owned(), gateway_process(&rig, name, &extra));
-    }
-    let owner = rest_owner(&rig).await;
+    let (replicas, owner) = two_slow_posters(&rig).await;
     let channel = super::GENERAL;
     rig.bus.publish(&Subject::BodySend { channel }, &reply(channel, "reply:forty", &numbered_reply(40)), None).await.unwrap();
     until("ten pieces", Duration::from_secs(60), || rig.discord.posts(channel).len() >= 10).await;
@@ -220,12 +227,7 @@ fn tool_card(channel: u64, op: v1::ToolCardOp, step: &str) -> v1::OutboundMessag
 async fn handover_a_rest_holder_stopped_mid_reply_hands_its_messages_back_in_order_and_the_next_posts_within_1_s() {
     let rig = Rig::new().await;
     // Each piece is held a moment after it is posted, so the stop lands inside R1.
-    let extra = [("CLANKIE_REPLY_MAX_PIECES", "40"), ("CLANKIE_FAULT_HOLD", "gateway.after_piece=300")];
-    let mut replicas = HashMap::new();
-    for name in ["gateway-a", "gateway-b"] {
-        replicas.insert(name.to_owned(), gateway_process(&rig, name, &extra));
-    }
-    let owner = rest_owner(&rig).await;
+    let (replicas, owner) = two_slow_posters(&rig).await;
     let channel = super::GENERAL;
     let send = Subject::BodySend { channel };
     rig.bus.publish(&send, &tool_card(channel, v1::ToolCardOp::Post, "post"), None).await.unwrap();
