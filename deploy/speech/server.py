@@ -5,13 +5,15 @@ end-of-turn route over Pipecat's Smart Turn v3.2.
 Routes:
   POST /v1/audio/transcriptions  multipart/form-data with `file` (WAV)   -> {"text": ...}
   POST /v1/audio/speech          {"input", "voice"?, "response_format"?} -> audio/wav
-  POST /v1/turn                  a WAV of the turn so far                -> {"complete", "probability", "took_ms"}
+  POST /v1/turn[?speaker=ID]     a WAV of the turn so far                -> {"complete", "probability", "took_ms"}
+                                 (or the header X-Clankie-Speaker: whose audio it is, optional)
   GET  /healthz                  -> {"ok", "whisper", "voice", "turn"}
 
 The logs say which model answered and how long it took; they never hold words or audio.
 """
 
 import argparse
+import collections
 import email.parser
 import email.policy
 import importlib.util
@@ -25,6 +27,7 @@ import time
 import wave
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from urllib.parse import parse_qs
 
 import numpy as np
 
@@ -110,7 +113,9 @@ def form(content_type: str, body: bytes) -> dict[str, bytes]:
 
 class Engines:
     """The three models, loaded once. Whisper runs `workers` transcriptions at once (rooms never
-    queue behind each other's utterances); Piper and Smart Turn one request at a time."""
+    queue behind each other's utterances); one of them at most is an early transcription (see
+    `Speculation`), so an asked one always has a worker. Piper and Smart Turn one request at a
+    time."""
 
     def __init__(self, whisper: str, voice: str, turn: str | None, threads: int, workers: int, short_context: bool = True):
         from faster_whisper import WhisperModel
@@ -144,7 +149,8 @@ class Engines:
             self.features = module.compute_whisper_log_mel_features
         self.turn_lock = threading.Lock()
         self.last_prompt: str | None = None
-        self.speculation = Speculation(self)
+        # With one Whisper worker an early transcription would hold the only one: none are begun.
+        self.speculation = Speculation(self, 1 if workers > 1 else 0)
         LOG.info(
             "engines loaded in %.1f s: whisper=%s audio_context=%s voice=%s turn=%s",
             time.monotonic() - began,
@@ -210,13 +216,13 @@ class Engines:
         rate = chunks[0].sample_rate if chunks else self.voice.config.sample_rate
         return b"".join(c.audio_int16_bytes for c in chunks), rate
 
-    def end_of_turn(self, wav: bytes) -> float:
+    def end_of_turn(self, wav: bytes, speaker: str | None = None) -> float:
         if self.turn is None:
             raise RuntimeError("no turn model")
         audio = read_wav(wav)
         # The words are wanted the moment the turn is over: Whisper starts on them now, beside the
         # detector, and the transcription that follows takes its result if it is the same audio.
-        self.speculation.start(audio)
+        self.speculation.start(audio, speaker)
         audio = audio[-TURN_SECONDS * RATE :]
         audio = np.pad(audio, (TURN_SECONDS * RATE - len(audio), 0))
         features = np.expand_dims(self.features(audio, do_normalize=True), axis=0)
@@ -234,53 +240,102 @@ class Speculation:
     detector's time. The later request takes the result only when the audio is the same: one is
     a prefix of the other, sample for sample, and what the longer adds is under a second of
     quiet; the prompt must be the same too. Anything else is transcribed afresh.
+
+    They are bounded, since a turn is asked about at every pause of every speaker: each speaker
+    (the turn request's `speaker`; all requests without one share a slot) has one at most, and
+    a newer turn of theirs with other audio supersedes it (dropped if not begun, its result
+    discarded if it is). A fixed pool of `workers` threads runs them, and at most KEPT are
+    pending at once; past that a pause gets none. A transcription asked for never waits on
+    another's audio: an early one of its own audio not yet begun is dropped and it is
+    transcribed afresh; only one already running on its own audio is waited for.
     """
 
     KEPT = 4
     QUIET = 600 / 32768
 
-    def __init__(self, engines: "Engines"):
+    def __init__(self, engines: "Engines", workers: int = 1):
         self.engines = engines
         self.lock = threading.Lock()
+        self.wake = threading.Condition(self.lock)
         self.entries: list[dict] = []
+        self.queue: collections.deque[dict] = collections.deque()
+        self.workers = workers
+        for n in range(workers):
+            threading.Thread(target=self.work, name=f"early-transcription-{n}", daemon=True).start()
 
-    def start(self, audio: np.ndarray) -> None:
+    @classmethod
+    def same_audio(cls, early: np.ndarray, audio: np.ndarray) -> bool:
+        short, longer = (early, audio) if len(early) <= len(audio) else (audio, early)
+        extra = longer[len(short) :]
+        if len(extra) > RATE or not np.array_equal(longer[: len(short)], short):
+            return False
+        return not (len(extra) and float(np.abs(extra).max()) > cls.QUIET)
+
+    def drop(self, entry: dict) -> None:
+        """Forgets an entry (the lock held): not begun, it never will be; begun, its result is not kept."""
+        # By identity: entries hold arrays, which `==` (and so `in`, `remove`) cannot compare.
+        self.entries = [e for e in self.entries if e is not entry]
+        if entry["state"] == "queued":
+            self.queue = collections.deque(e for e in self.queue if e is not entry)
+        entry["state"] = "dropped"
+        entry["done"].set()
+
+    def start(self, audio: np.ndarray, speaker: str | None = None) -> None:
         prompt = self.engines.last_prompt
-        if prompt is None or len(audio) < RATE // 4:
+        if self.workers == 0 or prompt is None or len(audio) < RATE // 4:
             return
-        entry = {"audio": audio, "prompt": prompt, "done": threading.Event(), "text": None, "at": time.monotonic()}
+        key = speaker or ""
         with self.lock:
             now = time.monotonic()
-            self.entries = [e for e in self.entries if now - e["at"] < 10][-(self.KEPT - 1) :] + [entry]
+            for e in [e for e in self.entries if now - e["at"] >= 10]:
+                self.drop(e)
+            mine = [e for e in self.entries if e["speaker"] == key]
+            if any(e["prompt"] == prompt and self.same_audio(e["audio"], audio) for e in mine):
+                return  # the pause asked about again: what is begun already serves it
+            for e in mine:
+                self.drop(e)
+            if sum(e["state"] != "done" for e in self.entries) >= self.KEPT:
+                LOG.info("an early transcription skipped: %d pending", self.KEPT)
+                return
+            for e in [e for e in self.entries if e["state"] == "done"][: max(0, len(self.entries) + 1 - self.KEPT)]:
+                self.drop(e)
+            entry = {"audio": audio, "prompt": prompt, "speaker": key, "state": "queued", "done": threading.Event(), "text": None, "at": now}
+            self.entries.append(entry)
+            self.queue.append(entry)
+            self.wake.notify()
 
-        def run():
+    def work(self) -> None:
+        while True:
+            with self.lock:
+                while not self.queue:
+                    self.wake.wait()
+                entry = self.queue.popleft()
+                entry["state"] = "running"
+            text = None
             try:
-                entry["text"] = self.engines.transcribe_pcm(audio, prompt)
+                text = self.engines.transcribe_pcm(entry["audio"], entry["prompt"])
             except Exception as e:  # the fresh transcription will say what is wrong
                 LOG.warning("an early transcription failed: %s", type(e).__name__)
             finally:
-                entry["done"].set()
-
-        threading.Thread(target=run, daemon=True).start()
+                with self.lock:
+                    if entry["state"] == "running":
+                        entry["text"] = text
+                        entry["state"] = "done"
+                    entry["done"].set()
 
     def take(self, audio: np.ndarray, prompt: str | None) -> str | None:
         with self.lock:
-            candidates = list(reversed(self.entries))
-        for entry in candidates:
-            if entry["prompt"] != prompt:
-                continue
-            early = entry["audio"]
-            short, longer = (early, audio) if len(early) <= len(audio) else (audio, early)
-            extra = longer[len(short) :]
-            if len(extra) > RATE or not np.array_equal(longer[: len(short)], short):
-                continue
-            if len(extra) and float(np.abs(extra).max()) > self.QUIET:
-                continue
-            entry["done"].wait(30)
-            with self.lock:
-                self.entries = [e for e in self.entries if e is not entry]
-            return entry["text"]
-        return None
+            entry = next((e for e in reversed(self.entries) if e["prompt"] == prompt and self.same_audio(e["audio"], audio)), None)
+            if entry is None:
+                return None
+            if entry["state"] == "queued":
+                # Not begun: waiting would mean waiting on the queue ahead of it.
+                self.drop(entry)
+                return None
+        entry["done"].wait(30)
+        with self.lock:
+            self.entries = [e for e in self.entries if e is not entry]
+        return entry["text"]
 
 
 def handler(engines: Engines):
@@ -348,7 +403,9 @@ def handler(engines: Engines):
                 if route.endswith("/turn"):
                     if engines.turn is None:
                         return self.error(503, "no_turn_model")
-                    probability = engines.end_of_turn(data)
+                    query = parse_qs(self.path.split("?", 1)[1]) if "?" in self.path else {}
+                    speaker = (query.get("speaker") or [None])[0] or self.headers.get("X-Clankie-Speaker") or None
+                    probability = engines.end_of_turn(data, speaker[:200] if speaker else None)
                     took = (time.monotonic() - began) * 1000
                     LOG.info("turn: model=%s probability=%.2f took_ms=%d", engines.turn_name, probability, took)
                     body = {"complete": probability > 0.5, "probability": probability, "took_ms": took}
@@ -362,6 +419,12 @@ def handler(engines: Engines):
             self.error(404, "not_found")
 
     return Handler
+
+
+class Server(ThreadingHTTPServer):
+    # The standard library's listen backlog is 5: a burst of turn questions (every speaker of
+    # every room pausing at once) would have its excess connections reset.
+    request_queue_size = 128
 
 
 def main() -> int:
@@ -386,7 +449,7 @@ def main() -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
     turn = None if args.turn == "none" else (args.turn or default_turn())
     engines = Engines(args.whisper or default_whisper(), args.voice or default_voice(), turn, args.threads, max(1, args.workers), args.audio_context == "short")
-    server = ThreadingHTTPServer((args.host, args.port), handler(engines))
+    server = Server((args.host, args.port), handler(engines))
     LOG.info("listening on http://%s:%d", args.host, server.server_address[1])
     print(f"listening on http://{args.host}:{server.server_address[1]}", flush=True)
     try:

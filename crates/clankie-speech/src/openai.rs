@@ -154,21 +154,17 @@ impl HttpTurnDetector {
         Ok(HttpTurnDetector { http: client(timeout)?, url: endpoint(base, "turn") })
     }
 
-    /// Whether the turn in `audio` sounds finished.
-    pub async fn finished(&self, audio: &Audio) -> Result<bool, SpeechError> {
+    /// Whether the turn in `audio` sounds finished; `speaker` names whose turn it is, so the
+    /// service keeps one early transcription per speaker.
+    pub async fn finished(&self, audio: &Audio, speaker: Option<&str>) -> Result<bool, SpeechError> {
         if audio.pcm.is_empty() {
             return Err(SpeechError::EmptyAudio);
         }
-        let response = self
-            .http
-            .post(&self.url)
-            .header("content-type", "audio/wav")
-            .body(audio.wav())
-            .send()
-            .await
-            .map_err(classify)?
-            .error_for_status()
-            .map_err(classify)?;
+        let mut request = self.http.post(&self.url).header("content-type", "audio/wav");
+        if let Some(speaker) = speaker {
+            request = request.header("x-clankie-speaker", speaker);
+        }
+        let response = request.body(audio.wav()).send().await.map_err(classify)?.error_for_status().map_err(classify)?;
         let json: serde_json::Value = response.json().await.map_err(classify)?;
         json["complete"].as_bool().ok_or(SpeechError::BadAudio)
     }

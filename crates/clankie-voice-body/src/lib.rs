@@ -145,8 +145,10 @@ impl TurnEnd {
 /// it says, or when it is slow or down.
 #[async_trait::async_trait]
 pub trait TurnDetector: Send + Sync {
-    /// Whether the turn in `pcm` (mono 16-bit at [`HEARD_RATE`], its last seconds) sounds finished.
-    async fn finished(&self, pcm: Vec<i16>) -> Result<bool, String>;
+    /// Whether the turn in `pcm` (mono 16-bit at [`HEARD_RATE`], its last seconds) of the
+    /// speaker on stream `ssrc` sounds finished. The detector may keep at most one piece of work
+    /// per speaker (the speech service transcribes the turn early), so it is told whose turn it is.
+    async fn finished(&self, ssrc: u32, pcm: Vec<i16>) -> Result<bool, String>;
 }
 
 /// The audio a turn detector judges: the last 8 s, as Smart Turn was trained.
@@ -535,7 +537,7 @@ impl Listener {
                 let recent = s.pcm[s.pcm.len().saturating_sub(TURN_WINDOW)..].to_vec();
                 let (turns, ears, ssrc, pause) = (turns.clone(), self.ears.clone(), *ssrc, s.pause);
                 tokio::spawn(async move {
-                    let verdict = turns.finished(recent).await.map_err(|e| tracing::warn!(error = %e, "the turn detector failed"));
+                    let verdict = turns.finished(ssrc, recent).await.map_err(|e| tracing::warn!(error = %e, "the turn detector failed"));
                     ears.lock().unwrap_or_else(|p| p.into_inner()).verdicts.insert(ssrc, (pause, verdict));
                 });
             }

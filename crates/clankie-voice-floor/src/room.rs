@@ -649,8 +649,9 @@ struct SmartTurn(clankie_speech::openai::HttpTurnDetector);
 
 #[async_trait::async_trait]
 impl clankie_voice_body::TurnDetector for SmartTurn {
-    async fn finished(&self, pcm: Vec<i16>) -> Result<bool, String> {
-        self.0.finished(&Audio { pcm, rate: clankie_voice_body::HEARD_RATE }).await.map_err(|e| e.code().to_owned())
+    async fn finished(&self, ssrc: u32, pcm: Vec<i16>) -> Result<bool, String> {
+        let speaker = ssrc.to_string();
+        self.0.finished(&Audio { pcm, rate: clankie_voice_body::HEARD_RATE }, Some(&speaker)).await.map_err(|e| e.code().to_owned())
     }
 }
 
@@ -662,9 +663,6 @@ struct Utterance {
     audio: Audio,
 }
 
-/// A room's transcriber: at most `limit` utterances transcribed at once, and each one's words
-/// enter the room in the order they were said, however long each took: a room input published
-/// out of order would have the floor hear people out of order.
 /// The utterances waiting for a room's transcriber, at most `held`: a new one past that drops
 /// the oldest. Cheap to clone; the room's actor hears, its transcriber takes.
 #[derive(Clone)]
@@ -716,6 +714,9 @@ impl Ears {
     }
 }
 
+/// A room's transcriber: at most `limit` utterances transcribed at once, and each one's words
+/// enter the room in the order they were said, however long each took: a room input published
+/// out of order would have the floor hear people out of order.
 async fn transcriber(bus: Bus, stt: Arc<dyn SpeechToText>, key: Key, limit: usize, heard: Ears) {
     use futures::StreamExt as _;
     let mut running = futures::stream::FuturesOrdered::new();

@@ -9,6 +9,7 @@ mod open_speech;
 mod reconnect;
 mod smart_turn;
 mod speech;
+mod speech_service;
 mod vad;
 
 use std::path::PathBuf;
