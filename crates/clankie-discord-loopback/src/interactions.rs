@@ -363,6 +363,7 @@ async fn open_dm(AxState(state): AxState<Arc<State>>, headers: HeaderMap, Json(b
     let (Some(recipient), Some(channel)) = (recipient, state.config.dm_channels.first()) else {
         return refused(StatusCode::BAD_REQUEST, 50035, "Invalid Form Body");
     };
+    state.opened_dm(recipient, *channel);
     Json(json!({
         "id": channel.to_string(), "type": 1, "last_message_id": null, "flags": 0,
         "recipients": [user_json(recipient, "user", false)],

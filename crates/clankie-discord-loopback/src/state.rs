@@ -116,6 +116,8 @@ struct GatewaySession {
 #[derive(Default)]
 struct Inner {
     next_id: u64,
+    /// Each DM channel opened (`POST /users/@me/channels`), as (recipient, channel), in order.
+    dms_opened: Vec<(u64, u64)>,
     messages: BTreeMap<u64, StoredMessage>,
     typing: HashMap<u64, Vec<i64>>,
     nonces: HashMap<(u64, String), (u64, i64)>,
@@ -175,6 +177,11 @@ impl State {
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
         self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Records a DM channel opened with `recipient`.
+    pub fn opened_dm(&self, recipient: u64, channel: u64) {
+        self.lock().dms_opened.push((recipient, channel));
     }
 
     /// A new snowflake, later than every earlier one.
@@ -655,5 +662,12 @@ impl State {
                 return self.lock().attached > 0;
             }
         }
+    }
+}
+
+impl crate::Loopback {
+    /// Every DM channel the bot opened, as (recipient, channel), in order: whom each DM went to.
+    pub fn dms_opened(&self) -> Vec<(u64, u64)> {
+        self.state.lock().dms_opened.clone()
     }
 }

@@ -95,18 +95,28 @@ async fn slash_each_command_is_answered_within_the_deadline_and_says_what_it_sho
     until("him in voice", Duration::from_secs(20), || rig.sandbox.gateway.live_voice_channel(100) == Some(VOICE)).await;
     let left = run(&rig, GENERAL, "ada", "voice leave", &[]).await;
     assert!(left.content.contains("Leaving voice"), "{}", left.content);
+    until("him out of voice", Duration::from_secs(20), || rig.sandbox.gateway.live_voice_channel(100).is_none()).await;
 
     // `forget-me` is anyone's.
+    let bobs_words = || async {
+        sqlx::query_scalar::<_, i64>("SELECT count(*) FROM session_entries WHERE body::text LIKE '%is the lobby up?%'")
+            .fetch_one(store.pool())
+            .await
+            .unwrap()
+    };
+    assert!(bobs_words().await > 0, "bob's words were never stored, so forgetting them proves nothing");
     let forgot = run(&rig, GENERAL, "bob", "forget-me", &[]).await;
     assert!(forgot.content.starts_with("Done"), "{}", forgot.content);
-    let left: i64 = sqlx::query_scalar("SELECT count(*) FROM session_entries WHERE body::text LIKE '%is the lobby up?%'")
-        .fetch_one(store.pool())
-        .await
-        .unwrap();
-    assert_eq!(left, 0, "bob's words are still stored");
+    assert_eq!(bobs_words().await, 0, "bob's words are still stored");
+
+    // `quiet` hushes the room it is run in.
+    let quiet = run(&rig, LOBBIES, "ada", "quiet", &[("minutes", json!(5))]).await;
+    assert!(quiet.content.starts_with("Quiet here until"), "{}", quiet.content);
+    let hushed = store.quiet_lanes().await.unwrap();
+    assert!(hushed.iter().any(|(lane, _)| *lane == format!("room:100:{LOBBIES}")), "the room quiet was run in is not quiet: {hushed:?}");
     // Content-free evidence of every command.
     let codes: Vec<Vec<String>> = receipts.all().into_iter().filter(|r| r.kind == "captain.command").map(|r| r.codes.clone()).collect();
-    for code in ["status", "memory", "voice_join", "voice_leave", "forget_me"] {
+    for code in ["status", "memory", "voice_join", "voice_leave", "forget_me", "quiet"] {
         assert!(codes.iter().any(|c| c.first().map(String::as_str) == Some(code) && c.contains(&"done".to_owned())), "{code}: {codes:?}");
     }
 }
@@ -155,6 +165,11 @@ async fn button_a_proposed_memory_reaches_the_owners_dm_and_approve_works_once_a
     let dm = |needle: &str| rig.sandbox.discord.messages(DM).into_iter().find(|m| m.bot && m.content.contains(needle));
     until("the owner's DM", Duration::from_secs(15), || dm("kestrel").is_some()).await;
     let asked = dm("kestrel").unwrap();
+    // The loopback has one DM channel for everyone: whom it was opened with says whose DM it is.
+    let ada = clankie_discord_loopback::Loopback::user_id("ada");
+    let opened = rig.sandbox.discord.dms_opened();
+    assert!(!opened.is_empty(), "no DM channel was opened");
+    assert!(opened.iter().all(|&(to, channel)| to == ada && channel == DM), "a DM opened with someone but the owner ({ada}): {opened:?}");
     let buttons = custom_ids(&asked.components);
     assert_eq!(buttons.len(), 2, "{buttons:?}");
     let approve = buttons.iter().find(|c| c.starts_with("memory:approve")).unwrap().clone();
@@ -198,11 +213,20 @@ async fn slash_quiet_5_makes_a_channel_silent_for_five_minutes_and_others_still_
     let bus = rig.bus().await;
     let receipts = clankie_testkit::record::<v1::Receipt>(&bus, Family::Receipt).await;
     let store = owned_by(&rig, "ada").await;
+    const MINUTE_MS: i64 = 400;
     rig.standin.script(Script::any(Reply::text("Here.")));
+    let commanded_at = clankie_bus::now_ms();
     let quiet = run(&rig, GENERAL, "ada", "quiet", &[("minutes", json!(5))]).await;
     assert!(quiet.content.starts_with("Quiet here until"), "{}", quiet.content);
-    let hushed = rig.say(GENERAL, "bob", "@Clankie are you there?");
-    let elsewhere = rig.say(LOBBIES, "bob", "@Clankie are you there?");
+    let quiet_until = store.quiet_lanes().await.unwrap().into_iter().find(|(lane, _)| *lane == format!("room:100:{GENERAL}")).map(|q| q.1);
+    let quiet_until = quiet_until.expect("the room is quiet");
+    assert!(
+        quiet_until >= commanded_at + 5 * MINUTE_MS,
+        "quiet until {quiet_until}, less than five minutes ({} ms) after the command at {commanded_at}",
+        5 * MINUTE_MS
+    );
+    let hushed = rig.say(GENERAL, "bob", "@Clankie is the quiet room hearing this?");
+    let elsewhere = rig.say(LOBBIES, "bob", "@Clankie is the lobby channel hearing this?");
     rig.wait_outcomes(GENERAL, &[hushed]).await;
     rig.wait_outcomes(LOBBIES, &[elsewhere]).await;
     assert_eq!(rig.outcome(GENERAL, hushed).as_deref(), Some("silent"));
@@ -212,7 +236,9 @@ async fn slash_quiet_5_makes_a_channel_silent_for_five_minutes_and_others_still_
         .into_iter()
         .any(|r| r.kind == "captain.outcome" && r.delivery_id == hushed.to_string() && r.codes.contains(&"quiet".to_owned()));
     assert!(quiet_code, "the silent outcome carries the quiet code");
-    assert!(rig.standin.requests().iter().all(|r| r.count("are you there?") <= 1), "the quiet room reached the model");
+    let requests = rig.standin.requests();
+    assert!(requests.iter().all(|r| r.count("is the quiet room hearing this?") == 0), "the quiet room reached the model");
+    assert!(requests.iter().any(|r| r.count("is the lobby channel hearing this?") > 0), "the other room never reached the model");
     let status = run(&rig, LOBBIES, "ada", "status", &[]).await;
     assert!(status.content.contains(&format!("Quiet in room:100:{GENERAL}")), "{}", status.content);
 
@@ -222,6 +248,8 @@ async fn slash_quiet_5_makes_a_channel_silent_for_five_minutes_and_others_still_
         assert!(tokio::time::Instant::now() < deadline, "the quiet never ended");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+    let ended_at = clankie_bus::now_ms();
+    assert!(ended_at >= commanded_at + 5 * MINUTE_MS, "the quiet ended {} ms after the command", ended_at - commanded_at);
     let again = rig.say(GENERAL, "bob", "@Clankie and now?");
     rig.wait_outcomes(GENERAL, &[again]).await;
     assert_eq!(rig.outcome(GENERAL, again).as_deref(), Some("replied"));

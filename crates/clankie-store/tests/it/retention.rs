@@ -30,17 +30,62 @@ async fn rows(pool: &sqlx::PgPool, table: &str) -> i64 {
     sqlx::query_scalar(sqlx::AssertSqlSafe(format!("SELECT count(*) FROM {table}"))).fetch_one(pool).await.unwrap()
 }
 
+/// What the sweep must keep however old: an open turn of its lane's current epoch, and an
+/// unsent outbox row; both seeded 20 days old, each with the table's guard expression.
+const GUARDED: [(&str, &str); 2] = [("turns", "turn_id = 'guard-open-turn'"), ("outbox", "id = 'guard-unsent-reply'")];
+
+fn guarded(table: &str) -> &'static str {
+    GUARDED.iter().find(|(t, _)| *t == table).map_or("false", |(_, g)| g)
+}
+
+/// Rows of `table` at or after `cutoff` (seconds since the epoch).
+async fn rows_since(pool: &sqlx::PgPool, table: &str, at: &str, cutoff: f64) -> i64 {
+    sqlx::query_scalar(sqlx::AssertSqlSafe(format!("SELECT count(*) FROM {table} WHERE {at} >= to_timestamp($1)")))
+        .bind(cutoff)
+        .fetch_one(pool)
+        .await
+        .unwrap()
+}
+
 #[tokio::test]
 async fn retention_30_days_swept_with_a_7_day_retention_leave_the_last_7_days_and_every_lane_its_session() {
     let (store, _db) = store().await;
     let pool = store.pool();
     let per_day = per_day();
     clankie_testkit::fill_aged_store(pool, DAYS, per_day, LANES).await;
-    let sample = "rooms/room:100:17";
-    let session_before = store.entries_since_compaction(sample).await.unwrap();
+    // The guarded rows, far older than the retention: an open turn of its lane's current epoch
+    // (the lanes are at epoch 1), and a reply the relay has not sent yet.
+    sqlx::query(
+        "INSERT INTO turns (turn_id, lane, epoch, mode, owner_delivery_id, started_at)
+         VALUES ('guard-open-turn', 'room:100:1', 1, 'durable', 'guard-m', now() - interval '20 days')",
+    )
+    .execute(pool)
+    .await
+    .unwrap();
+    sqlx::query(
+        "INSERT INTO outbox (id, lane, turn_id, subject, payload, created_at)
+         VALUES ('guard-unsent-reply', 'room:100:1', 'guard-open-turn', 'clankie.v1.body.send.200', NULL, now() - interval '20 days')",
+    )
+    .execute(pool)
+    .await
+    .unwrap();
+    let lanes: Vec<String> = (1..=LANES).map(|l| format!("rooms/room:100:{l}")).collect();
+    let mut sessions_before = Vec::new();
+    for tree in &lanes {
+        sessions_before.push(store.entries_since_compaction(tree).await.unwrap());
+    }
+    assert!(sessions_before.iter().all(|s| !s.is_empty()), "a lane had no session to keep");
+    // Everything newer than the retention, counted against one fixed instant a few minutes
+    // inside it (the sweep runs later, so its own boundary lies before this one).
+    let cutoff: f64 = sqlx::query_scalar("SELECT extract(epoch from now() - interval '7 days' + interval '5 minutes')::double precision")
+        .fetch_one(pool)
+        .await
+        .unwrap();
     let mut before = Vec::new();
-    for (table, _) in TABLES {
+    let mut recent_before = Vec::new();
+    for (table, at) in TABLES {
         before.push(rows(pool, table).await);
+        recent_before.push(rows_since(pool, table, at, cutoff).await);
     }
     let bytes_before: i64 = sqlx::query_scalar("SELECT pg_database_size(current_database())").fetch_one(pool).await.unwrap();
 
@@ -59,27 +104,42 @@ async fn retention_30_days_swept_with_a_7_day_retention_leave_the_last_7_days_an
         bytes_before / (1 << 20),
         bytes_after / (1 << 20)
     );
-    for ((table, at), before) in TABLES.iter().zip(&before) {
+    for (((table, at), before), recent_before) in TABLES.iter().zip(&before).zip(&recent_before) {
         let after = rows(pool, table).await;
+        let recent_after = rows_since(pool, table, at, cutoff).await;
         let oldest_days: Option<f64> = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
-            "SELECT (extract(epoch from now() - min({at})) / 86400)::double precision FROM {table}"
+            "SELECT (extract(epoch from now() - min({at})) / 86400)::double precision FROM {table} WHERE NOT ({})",
+            guarded(table)
         )))
         .fetch_one(pool)
         .await
         .unwrap();
-        println!("retention: {table}: {before} rows before, {after} after; the oldest {oldest_days:.2?} days old");
+        println!(
+            "retention: {table}: {before} rows before, {after} after; {recent_before} of the last 7 days before, {recent_after} after; the oldest unguarded {oldest_days:.2?} days old"
+        );
+        assert!(*recent_before > 0, "{table} had nothing of the last 7 days to keep");
+        if *table == "voice_ring" {
+            // The ring keeps its newest 2,000 lines a room however young the rest.
+            assert!(after <= 2_000, "the ring holds {after} lines, past its bound");
+            assert_eq!(recent_after, (*recent_before).min(2_000), "the ring lost lines of the last 7 days within its bound");
+        } else {
+            assert_eq!(recent_after, *recent_before, "{table} lost rows of the last 7 days");
+        }
         if *table == "session_entries" {
             // What a compaction kept stays however old; what it replaced goes once past the retention.
             assert!(after < *before, "nothing a compaction replaced was swept");
             continue;
         }
-        if *table == "voice_ring" {
-            assert!(after <= 2_000, "the ring holds {after} lines, past its bound");
-        }
         assert!(oldest_days.unwrap_or(0.0) <= 7.01, "{table} still holds rows {oldest_days:?} days old");
-        assert!(after > 0, "{table} lost its last 7 days");
     }
-    assert_eq!(store.entries_since_compaction(sample).await.unwrap(), session_before, "a lane's session lost what it needs");
+    for (table, guard) in GUARDED {
+        let kept: i64 =
+            sqlx::query_scalar(sqlx::AssertSqlSafe(format!("SELECT count(*) FROM {table} WHERE {guard}"))).fetch_one(pool).await.unwrap();
+        assert_eq!(kept, 1, "the sweep took the guarded row of {table} ({guard})");
+    }
+    for (tree, before) in lanes.iter().zip(&sessions_before) {
+        assert_eq!(&store.entries_since_compaction(tree).await.unwrap(), before, "{tree}'s session lost what it needs");
+    }
     let gone: i64 = sqlx::query_scalar(
         "SELECT count(*) FROM session_entries WHERE kind <> 'compaction' AND created_at < now() - interval '10 days 1 minute'",
     )
@@ -89,36 +149,99 @@ async fn retention_30_days_swept_with_a_7_day_retention_leave_the_last_7_days_an
     assert_eq!(gone, 0, "entries the compactions replaced are still stored");
 }
 
+/// The plans PostgreSQL's `auto_explain` sends back as notices, which sqlx hands to `tracing`
+/// under the `sqlx::postgres::notice` target: the plans of the statements the store ran.
+struct Plans(std::sync::Arc<std::sync::Mutex<Vec<String>>>);
+
+struct Message<'a>(&'a mut String);
+
+impl tracing::field::Visit for Message<'_> {
+    fn record_str(&mut self, field: &tracing::field::Field, value: &str) {
+        if field.name() == "message" {
+            self.0.push_str(value);
+        }
+    }
+
+    fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+        if field.name() == "message" {
+            self.0.push_str(&format!("{value:?}"));
+        }
+    }
+}
+
+impl tracing::Subscriber for Plans {
+    fn enabled(&self, metadata: &tracing::Metadata<'_>) -> bool {
+        metadata.target() == "sqlx::postgres::notice"
+    }
+
+    fn new_span(&self, _: &tracing::span::Attributes<'_>) -> tracing::span::Id {
+        tracing::span::Id::from_u64(1)
+    }
+
+    fn record(&self, _: &tracing::span::Id, _: &tracing::span::Record<'_>) {}
+
+    fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
+
+    fn event(&self, event: &tracing::Event<'_>) {
+        let mut text = String::new();
+        event.record(&mut Message(&mut text));
+        self.0.lock().unwrap().push(text);
+    }
+
+    fn enter(&self, _: &tracing::span::Id) {}
+
+    fn exit(&self, _: &tracing::span::Id) {}
+}
+
+/// One of the store's calls, to run while the plans are caught.
+type Call<'a> = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + 'a>>;
+
 /// The hot paths stay index lookups however old the store: a lane opening (its open turns, its
-/// session since the compaction), an admission, the relay's claim.
+/// session since the compaction), an admission, the relay's claim. The plans are those of the
+/// store's own statements, as it runs them, caught by `auto_explain`.
 #[tokio::test]
 async fn retention_the_hot_paths_use_indexes_on_an_aged_store() {
-    let (store, _db) = store().await;
+    let (store, db) = store().await;
     let pool = store.pool();
     clankie_testkit::fill_aged_store(pool, DAYS, per_day(), LANES).await;
-    let plans = [
-        (
-            "the open turns",
-            "SELECT t.epoch FROM turns t JOIN lanes l ON l.lane = t.lane WHERE t.lane = 'room:100:17' AND t.ended_at IS NULL AND t.epoch < l.epoch",
-        ),
-        ("an admission", "SELECT reason FROM admissions WHERE delivery_id = 'm12345'"),
-        ("a delivery's outcome", "SELECT outcome FROM deliveries WHERE delivery_id = 'm12345'"),
+    // Every new session of this database explains each statement it runs to its client.
+    let name: String = sqlx::query_scalar("SELECT current_database()").fetch_one(pool).await.unwrap();
+    for setting in ["session_preload_libraries = 'auto_explain'", "auto_explain.log_min_duration = 0", "auto_explain.log_level = 'notice'"]
+    {
+        sqlx::raw_sql(sqlx::AssertSqlSafe(format!("ALTER DATABASE {name} SET {setting}"))).execute(pool).await.unwrap();
+    }
+    let explained = clankie_store::Store::connect(db.url()).await.unwrap();
+    let plans = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let _subscriber = tracing::subscriber::set_default(Plans(plans.clone()));
+    let lane: clankie_proto::LaneKey = "room:100:17".parse().unwrap();
+    let relay = "retention-test";
+    let paths: [(&str, &str, Call<'_>); 6] = [
+        ("the open turns", "turns", Box::pin(async { explained.abandoned_epochs(&lane).await.map(drop).unwrap() })),
+        ("an admission", "admissions", Box::pin(async { explained.admission("m12345").await.map(drop).unwrap() })),
+        ("a delivery's outcome", "deliveries", Box::pin(async { explained.outcome("m12345").await.map(drop).unwrap() })),
         (
             "the session since its compaction",
-            "SELECT seq FROM session_entries WHERE tree = 'rooms/room:100:17' AND kind = 'compaction' ORDER BY seq DESC LIMIT 1",
+            "session_entries",
+            Box::pin(async { explained.entries_since_compaction("rooms/room:100:17").await.map(drop).unwrap() }),
         ),
         (
             "the relay's due rows",
-            "SELECT id FROM outbox WHERE sent_at IS NULL AND gave_up_at IS NULL AND created_at < now() - interval '5 seconds' ORDER BY created_at LIMIT 100",
+            "outbox",
+            Box::pin(async { explained.claim_unsent(Duration::from_secs(5), 100, relay).await.map(drop).unwrap() }),
         ),
-        ("a trail", "SELECT kind FROM receipts WHERE delivery_id = 'm12345' ORDER BY at"),
+        ("a trail", "receipts", Box::pin(async { explained.receipts_for_delivery("m12345").await.map(drop).unwrap() })),
     ];
-    for (what, sql) in plans {
-        let plan: Vec<String> = sqlx::query_scalar(sqlx::AssertSqlSafe(format!("EXPLAIN {sql}"))).fetch_all(pool).await.unwrap();
-        let plan = plan.join("\n");
-        println!("retention: {what}:\n{plan}");
+    for (what, reads, call) in paths {
+        plans.lock().unwrap().clear();
+        call.await;
+        let caught = plans.lock().unwrap().join("\n---\n");
+        println!("retention: {what}:\n{caught}");
+        assert!(
+            caught.contains("Query Text:") && caught.contains(reads),
+            "no plan of the store's statement reading {reads} was caught for {what}"
+        );
         for table in ["turns", "admissions", "deliveries", "session_entries", "outbox", "receipts"] {
-            assert!(!plan.contains(&format!("Seq Scan on {table}")), "{what} scans all of {table}:\n{plan}");
+            assert!(!caught.contains(&format!("Seq Scan on {table}")), "{what} scans all of {table}:\n{caught}");
         }
     }
 }
