@@ -841,7 +841,7 @@ async fn speech_pace(speech: &clankie_stack::SpeechServer) -> Result<(f64, f64, 
         whisper.transcribe(&audio).await?;
         stt_s += began.elapsed().as_secs_f64();
         let began = Instant::now();
-        turns.finished(&audio).await?;
+        turns.finished(&audio, None).await?;
         decisions.push(began.elapsed().as_secs_f64() * 1000.0);
     }
     decisions.sort_by(f64::total_cmp);

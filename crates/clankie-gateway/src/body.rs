@@ -30,6 +30,8 @@ const BODY_PREFETCH: usize = 64;
 /// (an hour), so a post redelivered after its removal never shows a card again.
 const CARD_REMOVED: &[u8] = b"removed";
 
+/// The longest a tenure's end spends naking what it held, in all.
+const HAND_BACK_NAKS: Duration = Duration::from_secs(3);
 /// How long a tenure's end waits for its posters to be dropped before it hands back what they held.
 const HAND_BACK_WAIT: Duration = Duration::from_secs(1);
 /// How long a channel's poster waits for more before it ends.
@@ -222,6 +224,8 @@ impl Gateway {
     /// channel never holds up another's. Every message pulled is kept alive (progress acks)
     /// from the moment it is pulled until it is acked, queued or posting.
     pub(crate) async fn run_body(&self) -> Result<(), GatewayError> {
+        // What a body that panicked held goes back first, in order, before newer messages are pulled.
+        self.hand_back_held().await;
         let spec = ConsumerSpec::durable("gateway-body", Family::BodySend).with_ack_wait(BODY_ACK_WAIT).with_prefetch(BODY_PREFETCH, 0);
         let back = self.inner.hand_back.clone();
         let mut pulled = Pulled { consumer: self.inner.bus.consumer::<v1::OutboundMessage>(spec).await?, back: back.clone() };
@@ -338,8 +342,16 @@ impl Gateway {
             }
         }
         back.sort_by_key(|d| d.stream_sequence);
+        // Bounded: with the bus away the rest are left to their ack wait (order is lost then anyway).
+        let deadline = tokio::time::Instant::now() + HAND_BACK_NAKS;
         for d in &back {
-            let _ = d.nak_confirmed().await;
+            match tokio::time::timeout_at(deadline, d.nak_confirmed()).await {
+                Ok(Ok(())) => {}
+                _ => {
+                    tracing::warn!("handing outbound messages back failed; the rest come back after their ack wait");
+                    break;
+                }
+            }
         }
         if !back.is_empty() {
             let sequences: Vec<u64> = back.iter().map(|d| d.stream_sequence).collect();

@@ -213,7 +213,7 @@ impl Gateway {
         let rest = clankie_http::supervise("gateway.rest", parts, |p| self.after_rest_panic(p), || self.run_rest());
         let ingest = async {
             tokio::select! {
-                r = clankie_http::supervise("gateway.shards", parts, |_| {}, || self.run_shards()) => r,
+                r = clankie_http::supervise("gateway.shards", parts, |p| self.after_rest_panic(p), || self.run_shards()) => r,
                 r = clankie_http::supervise("gateway.voice_sessions", parts, |_| {}, || self.run_voice_sessions()) => r,
                 r = clankie_http::supervise("gateway.voice_commands", parts, |_| {}, || self.run_voice_commands()) => r,
             }

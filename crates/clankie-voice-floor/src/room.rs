@@ -192,7 +192,8 @@ struct RoomActor {
     rules: watch::Receiver<FloorRules>,
     _lease_keeping: clankie_http::Aborting,
     _transcriber: clankie_http::Aborting,
-    _publishing: clankie_http::Aborting,
+    /// Not aborted with the room: it ends once the room is gone and what it queued is sent.
+    _publishing: tokio::task::JoinHandle<()>,
     _rules: clankie_http::Aborting,
 }
 
@@ -246,7 +247,7 @@ impl RoomActor {
             rules,
             _lease_keeping: clankie_http::Aborting(lease_keeping),
             _transcriber: clankie_http::Aborting(transcriber),
-            _publishing: clankie_http::Aborting(publishing),
+            _publishing: publishing,
             _rules: clankie_http::Aborting(rules_task),
         }
     }
@@ -530,9 +531,13 @@ impl RoomActor {
         let Some(line) = self.ring.iter_mut().rev().find(|l| l.is_him && l.delivery_id == answer) else { return };
         line.text.clone_from(&kept);
         line.cut_off = true;
-        if let Err(e) = self.store.cut_ring(&self.lease, answer, &kept).await {
-            tracing::warn!(error = %e, "the cut-off line was not stored");
-        }
+        // After the line's own row, through the same ordered publisher.
+        let (store, lease, answer) = (self.store.clone(), self.lease.clone(), answer.to_owned());
+        self.publisher.send("ring", async move {
+            if let Err(e) = store.cut_ring(&lease, &answer, &kept).await {
+                tracing::warn!(error = %e, "the cut-off line was not stored");
+            }
+        });
     }
 
     /// Adds a line to the ring, and to the store under the room's lease, so the conversation

@@ -463,9 +463,11 @@ impl RoomKeeper {
         let Some(owned) = self.owned.remove(&key) else { return };
         let (guild, channel) = key;
         let epoch = owned.room.lease.epoch;
-        // Moving within the guild: the op 4 into the other room already took him out of this
-        // one, and a leave now would take him out of that one too.
-        let moving = self.owned.keys().any(|k| k.0 == guild);
+        // Moving within the guild (another room here is ours, or he is already in another one,
+        // kept by another replica): the op 4 into it took him out of this one, and a leave now
+        // would take him out of that one too.
+        let moving =
+            self.owned.keys().any(|k| k.0 == guild) || matches!(self.known.him.get(&guild), Some((Some(c), _, _)) if *c != channel);
         if !moving {
             self.command(guild, None, reason, epoch).await;
         }
