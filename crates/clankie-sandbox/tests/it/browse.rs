@@ -35,8 +35,10 @@ async fn browse_with_a_screenshot_posts_the_reply_with_the_picture() {
     let pages = pages().await;
     let rig = rig(&pages, &[]).await;
     let sent = clankie_testkit::record::<v1::OutboundMessage>(&rig.bus().await, Family::BodySend).await;
-    rig.standin.script(Script::any(browse(&pages.url("/bracket"), true)));
-    rig.standin.script(Script::any(Reply::text("Here is the bracket page.")));
+    // Each script bound to the request it answers: the turn's first call browses, the call that
+    // read the page answers (another request of the stack must not take the browse).
+    rig.standin.script(Script::when("show me the bracket page", browse(&pages.url("/bracket"), true)));
+    rig.standin.script(Script::when("untrusted_page", Reply::text("Here is the bracket page.")));
     let asked = rig.say(GENERAL, "ada", "@Clankie show me the bracket page");
     rig.wait_outcomes(GENERAL, &[asked]).await;
     assert_eq!(rig.outcome(GENERAL, asked).as_deref(), Some("replied"));
@@ -45,7 +47,9 @@ async fn browse_with_a_screenshot_posts_the_reply_with_the_picture() {
     until("the reply", Duration::from_secs(20), || rig.sandbox.discord.posts(GENERAL).iter().any(|p| p.reply_to == Some(asked))).await;
     let posts = rig.sandbox.discord.posts(GENERAL);
     let reply = posts.iter().find(|p| p.reply_to == Some(asked) && p.content == "Here is the bracket page.").expect("the reply");
-    assert_eq!(reply.attachments, ["127.0.0.1.png"], "the picture rides the reply");
+    let asked_of_model: Vec<(usize, bool)> =
+        rig.standin.requests().iter().map(|r| (r.count("show me the bracket page"), r.count("untrusted_page") > 0)).collect();
+    assert_eq!(reply.attachments, ["127.0.0.1.png"], "the picture rides the reply (model requests: {asked_of_model:?})");
     // The tool result the model read: the phrase, inside an untrusted block.
     let second = &rig.standin.requests()[1];
     let text = second.all_text();

@@ -375,12 +375,7 @@ async fn erase_from_the_console_forgets_a_person_and_answers_what_it_removed() {
     rig.wait_outcomes(GENERAL, &[said]).await;
     store.add_memory("Ada's nickname is quokkaface.", MemoryStatus::Approved, "cli").await.unwrap();
     let ada = rig.sandbox.discord.messages(GENERAL).into_iter().find(|m| m.id == said).unwrap().author_id;
-    let held = || async {
-        sqlx::query_scalar::<_, i64>("SELECT count(*) FROM session_entries WHERE body::text ILIKE '%quokkaface%'")
-            .fetch_one(store.pool())
-            .await
-            .unwrap()
-    };
+    let held = || crate::entries_holding(&store, "quokkaface");
     assert!(held().await > 0, "ada's words were never stored, so erasing them proves nothing");
     assert!(store.memories(MemoryStatus::Approved, 10).await.unwrap().iter().any(|m| m.fact.contains("quokkaface")));
 

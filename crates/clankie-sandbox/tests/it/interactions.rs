@@ -98,12 +98,7 @@ async fn slash_each_command_is_answered_within_the_deadline_and_says_what_it_sho
     until("him out of voice", Duration::from_secs(20), || rig.sandbox.gateway.live_voice_channel(100).is_none()).await;
 
     // `forget-me` is anyone's.
-    let bobs_words = || async {
-        sqlx::query_scalar::<_, i64>("SELECT count(*) FROM session_entries WHERE body::text LIKE '%is the lobby up?%'")
-            .fetch_one(store.pool())
-            .await
-            .unwrap()
-    };
+    let bobs_words = || crate::entries_holding(&store, "is the lobby up?");
     assert!(bobs_words().await > 0, "bob's words were never stored, so forgetting them proves nothing");
     let forgot = run(&rig, GENERAL, "bob", "forget-me", &[]).await;
     assert!(forgot.content.starts_with("Done"), "{}", forgot.content);
