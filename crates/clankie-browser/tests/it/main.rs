@@ -117,7 +117,9 @@ async fn browse_sends_every_connection_the_page_makes_through_the_guard() {
 #[tokio::test]
 async fn browse_of_a_page_that_never_loads_ends_at_its_deadline_and_kills_the_browser() {
     let pages = TestPages::start("127.0.0.1", vec![("/forever", Answer::Hang)]).await.unwrap();
-    let deadline = Duration::from_secs(3);
+    // Long enough for chromedriver and Chromium to start and ask for the page on a loaded 2-core
+    // machine (3 s once ran out before the page was asked for).
+    let deadline = Duration::from_secs(8);
     let host = host(&pages, 1, deadline).await;
     let started = Instant::now();
     let result = host.browse(&pages.url("/forever"), true, &no_alive()).await;
