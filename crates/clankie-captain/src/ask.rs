@@ -59,6 +59,7 @@ impl Captain {
         let system = clankie_self::assemble(&snapshot, &lane, clankie_self::Surface::Text { privileged: false });
         let run = inner.agent.start_with_tools(session, system, first, tools);
         let result = run.finish_keeping(&inner.store, &lease, config.lease_ttl).await;
+        self.record_proposals(&lease, &room, &req.delivery_id).await;
         let _ = inner.store.release_lease(&lease).await;
         // Pictures it shared or took cannot be spoken: they go to the voice channel's chat.
         let pictures = room.artifacts();
@@ -94,5 +95,40 @@ impl Captain {
             }
         }
         reply
+    }
+
+    /// A handoff's proposals, recorded under its lease (it settles no turn) with the owner's DM
+    /// for each new one, then published.
+    async fn record_proposals(&self, lease: &clankie_store::Lease, room: &crate::tools::Room, delivery_id: &str) {
+        let facts = room.proposals();
+        if facts.is_empty() {
+            return;
+        }
+        let asking = self.owner_ask(&facts, room).await;
+        let asked = std::sync::Mutex::new(Vec::new());
+        let ask_row = asking.map(|a| {
+            let asked = &asked;
+            move |id: i64, fact: &str| {
+                let row = a.row(id, fact);
+                asked.lock().unwrap_or_else(|p| p.into_inner()).push(row.clone());
+                row
+            }
+        });
+        let proposed_in = room.lane.to_string();
+        let proposals = clankie_store::Proposals {
+            facts: &facts,
+            proposed_in: &proposed_in,
+            proposed_for: delivery_id,
+            ask: ask_row.as_ref().map(|f| f as &(dyn Fn(i64, &str) -> clankie_store::OutboxRow + Send + Sync)),
+        };
+        if let Err(e) = self.inner.store.propose_memories(lease, &proposals).await {
+            tracing::warn!(lane = %room.lane, error = %e, "a handoff's proposals were not recorded");
+            return;
+        }
+        for row in asked.into_inner().unwrap_or_else(|p| p.into_inner()) {
+            if let Err(e) = self.inner.outbox.relay(&row).await {
+                tracing::warn!(outbox = %row.id, error = %e, "the owner's DM committed but not published yet; the outbox relay will publish it");
+            }
+        }
     }
 }

@@ -31,6 +31,35 @@ pub fn memory_buttons(memory: i64, expires_ms: i64) -> Vec<v1::CommandButton> {
     ]
 }
 
+/// A memory button's decision, proposal and expiry; `None` for any other custom id.
+fn parse_memory_button(custom_id: &str) -> Option<(&str, i64, i64)> {
+    let mut parts = custom_id.split(':');
+    let (Some("memory"), Some(decision), Some(id), Some(expires), None) =
+        (parts.next(), parts.next(), parts.next(), parts.next(), parts.next())
+    else {
+        return None;
+    };
+    Some((decision, id.parse().ok()?, expires.parse().ok()?))
+}
+
+/// The answer to a memory button press: the pressed message again with only proposal `id`'s
+/// line changed (`note` after it) and only the buttons `keep` allows, so the other proposals on
+/// it stay decidable. A press whose message came without its words gets the note alone.
+fn pressed(req: &v1::CommandRequest, id: i64, note: &str, code: &str, keep: impl Fn(&v1::CommandButton) -> bool) -> v1::CommandReply {
+    let line_of = format!("#{id} ");
+    if !req.message_text.lines().any(|l| l.starts_with(&line_of)) {
+        return v1::CommandReply { text: format!("Memory #{id}: {note}."), code: code.to_owned(), ..Default::default() };
+    }
+    let text = req
+        .message_text
+        .lines()
+        .map(|l| if l.starts_with(&line_of) { format!("{l} — {note}") } else { l.to_owned() })
+        .collect::<Vec<_>>()
+        .join("\n");
+    let buttons = req.message_buttons.iter().filter(|b| keep(b)).cloned().collect();
+    v1::CommandReply { text, buttons, code: code.to_owned() }
+}
+
 fn refused(code: &str, text: &str) -> v1::CommandReply {
     v1::CommandReply { text: text.to_owned(), code: code.to_owned(), ..Default::default() }
 }
@@ -83,7 +112,7 @@ impl Captain {
             "voice join" => self.voice(req, true).await,
             "voice leave" => self.voice(req, false).await,
             "quiet" => self.quiet(req).await,
-            "button" => self.button(&req.custom_id).await,
+            "button" => self.button(req).await,
             _ => refused("unknown_command", "I don't know that command."),
         }
     }
@@ -124,23 +153,23 @@ impl Captain {
         v1::CommandReply { text: format!("Waiting for a decision:\n{text}"), buttons, ..Default::default() }
     }
 
-    async fn button(&self, custom_id: &str) -> v1::CommandReply {
-        let parts: Vec<&str> = custom_id.split(':').collect();
-        let ["memory", decision, id, expires] = parts.as_slice() else { return refused("unknown_button", "I don't know that button.") };
-        let (Ok(id), Ok(expires)) = (id.parse::<i64>(), expires.parse::<i64>()) else {
+    async fn button(&self, req: &v1::CommandRequest) -> v1::CommandReply {
+        let Some((decision, id, expires)) = parse_memory_button(&req.custom_id) else {
             return refused("unknown_button", "I don't know that button.");
         };
         if now_ms() > expires {
-            return refused("expired", "This button has expired; use `/clankie memory` for fresh ones.");
+            let note = "this button has expired; use `/clankie memory` for fresh ones";
+            return pressed(req, id, note, "expired", |b| parse_memory_button(&b.custom_id).is_some_and(|(_, _, e)| e >= now_ms()));
         }
-        let to = match *decision {
+        let to = match decision {
             "approve" => MemoryStatus::Approved,
             "reject" => MemoryStatus::Rejected,
             _ => return refused("unknown_button", "I don't know that button."),
         };
+        let theirs = |b: &v1::CommandButton| parse_memory_button(&b.custom_id).is_none_or(|(_, other, _)| other != id);
         match self.inner.store.decide_memory(id, MemoryStatus::Proposed, to).await {
-            Ok(true) => said(format!("Memory #{id} {}.", if to == MemoryStatus::Approved { "approved" } else { "rejected" })),
-            Ok(false) => refused("already_decided", &format!("Memory #{id} was already decided; nothing changed.")),
+            Ok(true) => pressed(req, id, if to == MemoryStatus::Approved { "approved" } else { "rejected" }, "", theirs),
+            Ok(false) => pressed(req, id, "already decided; nothing changed", "already_decided", theirs),
             Err(_) => store_unavailable(),
         }
     }
@@ -195,33 +224,29 @@ impl Captain {
     }
 }
 
-/// Where a memory proposal is put to the owner: in a DM with Approve and Reject buttons.
-#[derive(Clone)]
+/// Where a memory proposal is put to the owner: in a DM with Approve and Reject buttons, an
+/// outbox row that commits with the turn that proposed it.
 pub struct OwnerAsk {
-    pub bus: clankie_bus::Bus,
-    pub store: clankie_store::Store,
+    pub owner: u64,
+    pub thread: LaneKey,
+    pub turn_id: String,
     pub button_lifetime: std::time::Duration,
 }
 
 impl OwnerAsk {
-    /// Asks the owner about a memory he just proposed; nothing when no owner is set.
-    pub async fn about(&self, memory: i64, fact: &str, thread: &LaneKey) {
-        let Ok(settings) = self.store.owner_settings().await else { return };
-        let Some(owner) = settings.owner_id else { return };
+    /// The DM about proposal `memory`; its id (`memory:<id>`) is also its nonce, so it posts once.
+    pub fn row(&self, memory: i64, fact: &str) -> clankie_store::OutboxRow {
         let expires = now_ms() + self.button_lifetime.as_millis() as i64;
         let out = v1::OutboundMessage {
             idempotency_key: format!("memory:{memory}"),
             kind: v1::OutboundKind::Direct as i32,
-            text: format!("I'd like to remember this (proposed in {thread}):\n#{memory} {fact}"),
+            text: format!("I'd like to remember this (proposed in {}):\n#{memory} {fact}", self.thread),
             delivery_id: format!("memory:{memory}"),
-            direct_user_id: owner,
+            direct_user_id: self.owner,
             buttons: memory_buttons(memory, expires),
             ..Default::default()
         };
-        let id = clankie_bus::MsgId::new(format!("memory:{memory}"));
-        if let Err(e) = self.bus.publish(&Subject::BodySend { channel: 0 }, &out, Some(&id)).await {
-            tracing::warn!(error = %e, "the owner's memory DM was not published");
-        }
+        crate::outbox::Outbox::post(&self.turn_id, &out)
     }
 }
 

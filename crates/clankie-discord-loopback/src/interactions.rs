@@ -47,7 +47,7 @@ pub struct InteractionRecord {
     pub components: Vec<Value>,
     /// Follow-up messages, in order.
     pub followups: Vec<Value>,
-    /// The message the answer made, when it made one (types 4 and 5).
+    /// The message the answer made (types 4 and 5), or for a button the message it is on.
     pub message_id: Option<u64>,
 }
 
@@ -155,7 +155,7 @@ impl State {
         }
         let data = json!({ "custom_id": p.custom_id, "component_type": 2 });
         let json = crate::model::message_json(self, &message, None);
-        Ok(self.interaction(3, message.channel_id, message.guild_id, &p.author, data, Some(json)))
+        Ok(self.interaction(3, message.channel_id, message.guild_id, &p.author, data, Some((p.message_id, json))))
     }
 
     fn interaction(
@@ -165,7 +165,7 @@ impl State {
         guild: Option<u64>,
         author: &str,
         data: Value,
-        message: Option<Value>,
+        message: Option<(u64, Value)>,
     ) -> InteractionRecord {
         let id = self.fresh_id();
         let token = format!("itok-{id:x}");
@@ -192,10 +192,14 @@ impl State {
                 d["user"] = user;
             }
         }
-        if let Some(m) = message {
+        // A component's interaction answers on the message it is on: that message is its
+        // original, which an update (type 6 or 7, then edits of `@original`) changes.
+        let mut on = None;
+        if let Some((message_id, m)) = message {
             d["message"] = m;
+            on = Some(message_id);
         }
-        let record = InteractionRecord { id, token, channel_id: channel, user_id, kind, ..Default::default() };
+        let record = InteractionRecord { id, token, channel_id: channel, user_id, kind, message_id: on, ..Default::default() };
         self.interactions.lock().open.insert(id, Open { record: record.clone(), created: Instant::now() });
         self.dispatch_event("INTERACTION_CREATE", d);
         record
@@ -308,6 +312,14 @@ async fn callback(AxState(state): AxState<Arc<State>>, Path((id, token)): Path<(
         open.record.answered_after_ms = open.created.elapsed().as_millis() as i64;
         if let Some(data) = body.get("data") {
             answer_of(data, &mut open.record);
+        }
+        if kind == 7
+            && let Some(on) = open.record.message_id
+        {
+            let (content, components) = (open.record.content.clone(), open.record.components.clone());
+            drop(k);
+            state.edit_interaction_message(on, content, components);
+            return StatusCode::NO_CONTENT.into_response();
         }
         (matches!(kind, 4 | 5), open.record.channel_id, open.record.components.clone())
     };

@@ -10,6 +10,7 @@ use serde_json::{Value, json};
 use twilight_model::application::command::Command;
 use twilight_model::application::interaction::application_command::{CommandDataOption, CommandOptionValue};
 use twilight_model::application::interaction::{Interaction, InteractionData, InteractionType};
+use twilight_model::channel::message::component::ButtonStyle;
 use twilight_model::channel::message::{Component, MessageFlags};
 use twilight_model::http::interaction::{InteractionResponse, InteractionResponseData, InteractionResponseType};
 use twilight_model::id::Id;
@@ -91,6 +92,10 @@ pub fn request_of(interaction: &Interaction) -> Option<v1::CommandRequest> {
         (InteractionType::MessageComponent, InteractionData::MessageComponent(data)) => {
             request.command = "button".into();
             request.custom_id.clone_from(&data.custom_id);
+            if let Some(message) = &interaction.message {
+                request.message_text.clone_from(&message.content);
+                request.message_buttons = buttons_of(&message.components);
+            }
         }
         _ => return None,
     }
@@ -112,6 +117,23 @@ fn integer_option(options: &[CommandDataOption], name: &str) -> Option<i64> {
         CommandOptionValue::String(s) => s.parse().ok(),
         _ => None,
     })
+}
+
+/// The buttons of a message's action rows, in order, as the captain gave them.
+pub fn buttons_of(components: &[Component]) -> Vec<v1::CommandButton> {
+    let mut out = Vec::new();
+    for c in components {
+        match c {
+            Component::ActionRow(row) => out.extend(buttons_of(&row.components)),
+            Component::Button(b) => out.push(v1::CommandButton {
+                custom_id: b.custom_id.clone().unwrap_or_default(),
+                label: b.label.clone().unwrap_or_default(),
+                danger: b.style == ButtonStyle::Danger,
+            }),
+            _ => {}
+        }
+    }
+    out
 }
 
 /// Buttons as Discord's components: one action row per two (Approve, Reject of one fact).
@@ -246,5 +268,12 @@ mod tests {
         let json = serde_json::to_value(&rows).unwrap();
         assert_eq!(json[0]["components"].as_array().unwrap().len(), 2);
         assert_eq!(json[0]["components"][1]["style"], 4);
+    }
+
+    #[test]
+    fn button_a_messages_rows_read_back_as_the_buttons_they_were_made_from() {
+        let buttons: Vec<v1::CommandButton> =
+            (0..6).map(|i| v1::CommandButton { custom_id: format!("b{i}"), label: format!("L{i}"), danger: i % 2 == 1 }).collect();
+        assert_eq!(buttons_of(&components(&buttons)), buttons);
     }
 }

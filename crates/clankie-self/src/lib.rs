@@ -133,11 +133,6 @@ impl SelfSource {
         let persona = Persona { name: self.bot_name.clone(), aliases: self.aliases.clone(), ..Default::default() };
         Snapshot { persona, read_at_ms: self.clock.now_ms(), ..Default::default() }
     }
-
-    /// Records a memory he proposed in `thread`; it reaches no prompt until approved.
-    pub async fn propose_memory(&self, thread: &LaneKey, fact: &str) -> Result<i64, SelfError> {
-        Ok(self.store.add_memory(fact, MemoryStatus::Proposed, &thread.to_string()).await?)
-    }
 }
 
 #[cfg(test)]

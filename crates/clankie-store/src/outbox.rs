@@ -54,6 +54,56 @@ pub struct Settlement<'a> {
     pub exchange: Option<&'a str>,
     /// What the turn posts, if anything.
     pub post: Option<&'a OutboxRow>,
+    /// The memories the run proposed, recorded (and put to the owner) with the turn.
+    pub proposals: Option<Proposals<'a>>,
+}
+
+/// Memories a run proposed, recorded when its turn settles: each fact once per message the
+/// turn answered, so a retried run of the same turn adds no second proposal and no second DM.
+#[derive(Clone, Copy)]
+pub struct Proposals<'a> {
+    pub facts: &'a [String],
+    /// The lane they were proposed in.
+    pub proposed_in: &'a str,
+    /// The delivery the turn answered.
+    pub proposed_for: &'a str,
+    /// The owner's DM about a newly recorded proposal (its id and fact), queued in the same
+    /// transaction; `None` when nobody is asked.
+    pub ask: Option<&'a (dyn Fn(i64, &str) -> OutboxRow + Send + Sync)>,
+}
+
+impl std::fmt::Debug for Proposals<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Proposals")
+            .field("facts", &self.facts.len())
+            .field("proposed_in", &self.proposed_in)
+            .field("proposed_for", &self.proposed_for)
+            .field("ask", &self.ask.is_some())
+            .finish()
+    }
+}
+
+/// Records each proposal not yet recorded for its delivery, and queues its DM; returns the
+/// ids recorded by this call.
+async fn insert_proposals(tx: &mut Transaction<'_, Postgres>, lease: &Lease, p: &Proposals<'_>) -> Result<Vec<i64>, StoreError> {
+    let mut recorded = Vec::new();
+    for fact in p.facts {
+        let id: Option<i64> = sqlx::query_scalar(
+            "INSERT INTO self_memory (fact, status, proposed_in, proposed_for) VALUES ($1, 'proposed', $2, $3)
+             ON CONFLICT (proposed_for, fact) WHERE proposed_for IS NOT NULL DO NOTHING RETURNING id",
+        )
+        .bind(fact)
+        .bind(p.proposed_in)
+        .bind(p.proposed_for)
+        .fetch_optional(&mut **tx)
+        .await?;
+        let Some(id) = id else { continue };
+        if let Some(ask) = p.ask {
+            insert_row(tx, lease, &ask(id, fact)).await?;
+        }
+        recorded.push(id);
+    }
+    Ok(recorded)
 }
 
 impl Store {
@@ -102,8 +152,21 @@ impl Store {
         if let Some(row) = s.post {
             insert_row(&mut tx, lease, row).await?;
         }
+        if let Some(p) = &s.proposals {
+            insert_proposals(&mut tx, lease, p).await?;
+        }
         tx.commit().await?;
         Ok(new)
+    }
+
+    /// Records a run's proposals outside a turn's settlement (a voice handoff), under the
+    /// lease's fence; returns the ids this call recorded.
+    pub async fn propose_memories(&self, lease: &Lease, p: &Proposals<'_>) -> Result<Vec<i64>, StoreError> {
+        let mut tx = self.pool.begin().await?;
+        fence(&mut tx, lease).await?;
+        let recorded = insert_proposals(&mut tx, lease, p).await?;
+        tx.commit().await?;
+        Ok(recorded)
     }
 
     /// Queues a post of a live run (a text update) under the lease's fence: a run that lost

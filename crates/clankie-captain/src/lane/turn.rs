@@ -285,12 +285,7 @@ impl Captain {
                 config.bounds.picture_bytes,
             )),
         ];
-        let ask = config.memory_dm.then(|| crate::commands::OwnerAsk {
-            bus: inner.bus.clone(),
-            store: inner.store.clone(),
-            button_lifetime: config.button_lifetime,
-        });
-        tools.push(Arc::new(ProposeMemory { source: inner.selfhood.clone(), thread: lease.lane, ask }));
+        tools.push(Arc::new(ProposeMemory { room: room.clone() }));
         if let Some(host) = &config.browser {
             tools.push(Arc::new(Browse::new(host.clone(), inner.bus.clone(), room.clone())));
         }
@@ -560,14 +555,34 @@ impl Captain {
         // The reply, the outcomes, the turn's end and the room's exchange commit together or not at all.
         let exchange = refresh.then(|| settled.iter().map(|(h, _, _)| h).max_by_key(|h| h.message_id()).map_or("", |h| h.delivery_id()));
         let events: Vec<OutboxRow> = outcomes.iter().map(|o| Outbox::outcome(&turn.turn_id, lane, &outcome_event(&lane, o))).collect();
-        let settlement = Settlement { end: &end, outcomes: &outcomes, outcome_events: &events, exchange, post: post.as_ref() };
+        let facts = turn.room.proposals();
+        let asking = self.owner_ask(&facts, &turn.room).await;
+        let asked = std::sync::Mutex::new(Vec::new());
+        let ask_row = asking.map(|a| {
+            let asked = &asked;
+            move |id: i64, fact: &str| {
+                let row = a.row(id, fact);
+                asked.lock().unwrap_or_else(|p| p.into_inner()).push(row.clone());
+                row
+            }
+        });
+        let answered = turn.owner.delivery_id().to_owned();
+        let proposed_in = lane.to_string();
+        let proposals = (!facts.is_empty()).then(|| clankie_store::Proposals {
+            facts: &facts,
+            proposed_in: &proposed_in,
+            proposed_for: &answered,
+            ask: ask_row.as_ref().map(|f| f as &(dyn Fn(i64, &str) -> OutboxRow + Send + Sync)),
+        });
+        let settlement = Settlement { end: &end, outcomes: &outcomes, outcome_events: &events, exchange, post: post.as_ref(), proposals };
         let recorded = match inner.store.settle_turn(&turn.lease, &settlement).await {
             Ok(recorded) => recorded,
             Err(e) => return self.unsettled(turn, e).await,
         };
         clankie_settings::fault::point("captain.after_settle");
-        // The reply goes out before the outcome events the body reacts to.
-        let committed = post.iter().chain(events.iter().zip(&recorded).filter(|(_, new)| **new).map(|(row, _)| row));
+        let asked = asked.into_inner().unwrap_or_else(|p| p.into_inner());
+        // The reply goes out before the outcome events the body reacts to, and the owner's DM after both.
+        let committed = post.iter().chain(events.iter().zip(&recorded).filter(|(_, new)| **new).map(|(row, _)| row)).chain(asked.iter());
         for row in committed {
             if let Err(e) = inner.outbox.relay(row).await {
                 tracing::warn!(%lane, outbox = %row.id, error = %e, "committed but not published yet; the outbox relay will publish it");
@@ -595,6 +610,23 @@ impl Captain {
         if let Err(e) = inner.store.release_lease(&turn.lease).await {
             tracing::warn!(%lane, error = %e, "lease not released; it will expire");
         }
+    }
+
+    /// Who is asked about this turn's proposals: the owner, when there are proposals, the
+    /// memory DM is on and an owner is set.
+    pub(crate) async fn owner_ask(&self, facts: &[String], room: &Room) -> Option<crate::commands::OwnerAsk> {
+        let config = &self.inner.config;
+        if facts.is_empty() || !config.memory_dm {
+            return None;
+        }
+        let owner = match self.inner.store.owner_settings().await {
+            Ok(s) => s.owner_id?,
+            Err(e) => {
+                tracing::warn!(lane = %room.lane, error = %e, "owner settings unreadable; the proposals are kept without a DM");
+                return None;
+            }
+        };
+        Some(crate::commands::OwnerAsk { owner, thread: room.lane, turn_id: room.turn_id.clone(), button_lifetime: config.button_lifetime })
     }
 
     /// A settle transaction that did not commit: fenced (the new owner answers), settled

@@ -1,20 +1,17 @@
 use clankie_agent::provider::ToolSpec;
 use clankie_agent::{Tool, ToolContext, ToolError};
-use clankie_proto::LaneKey;
-use clankie_self::SelfSource;
 use futures::future::BoxFuture;
 use serde_json::json;
 
 /// The longest fact he may propose.
 pub const MAX_FACT_CHARS: usize = 300;
 
-/// `propose_memory`: he suggests a fact for the shared self. It reaches no
-/// prompt until the owner or an operator approves it with `clankie self approve`.
+/// `propose_memory`: he suggests a fact for the shared self. The proposal is recorded, and
+/// put to the owner in a DM, in the transaction that settles the turn: a run that dies
+/// before settling proposes nothing, and its retry's proposal is the one the owner sees, once.
+/// It reaches no prompt until the owner or an operator approves it.
 pub struct ProposeMemory {
-    pub source: SelfSource,
-    pub thread: LaneKey,
-    /// Where the owner is asked about it (a DM with buttons); `None` when that is turned off.
-    pub ask: Option<crate::commands::OwnerAsk>,
+    pub room: super::Room,
 }
 
 impl Tool for ProposeMemory {
@@ -42,12 +39,11 @@ confidence."
             if fact.chars().count() > MAX_FACT_CHARS {
                 return Err(ToolError::Invalid(format!("a fact is at most {MAX_FACT_CHARS} characters")));
             }
-            let id = self.source.propose_memory(&self.thread, fact).await.map_err(|e| ToolError::Failed(e.to_string()))?;
-            tracing::info!(memory = id, lane = %self.thread, "memory proposed");
-            if let Some(ask) = &self.ask {
-                ask.about(id, fact, &self.thread).await;
+            if !self.room.propose(fact) {
+                return Ok("you already proposed that in this turn".into());
             }
-            Ok(format!("proposed as memory #{id}; it becomes yours once your owner approves it"))
+            tracing::info!(lane = %self.room.lane, turn = %self.room.turn_id, "memory proposed");
+            Ok("proposed; your owner is asked when this turn ends, and it becomes yours once approved".into())
         })
     }
 }

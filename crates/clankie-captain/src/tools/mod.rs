@@ -30,12 +30,21 @@ pub struct Room {
     artifacts: Arc<std::sync::Mutex<Vec<clankie_proto::v1::ArtifactRef>>>,
     /// Pictures a tool made but could not save; the reply says so in a short note.
     lost: Arc<std::sync::Mutex<Vec<String>>>,
+    /// Memories the run proposed: recorded, and put to the owner, only when the turn settles.
+    proposals: Arc<std::sync::Mutex<Vec<String>>>,
 }
 
 impl Room {
     /// A room answering `message_id`.
     pub fn new(lane: LaneKey, turn_id: String, message_id: u64) -> Room {
-        Room { lane, turn_id, answering: Arc::new(AtomicU64::new(message_id)), artifacts: Arc::default(), lost: Arc::default() }
+        Room {
+            lane,
+            turn_id,
+            answering: Arc::new(AtomicU64::new(message_id)),
+            artifacts: Arc::default(),
+            lost: Arc::default(),
+            proposals: Arc::default(),
+        }
     }
 
     /// The message replies and updates thread onto.
@@ -51,6 +60,22 @@ impl Room {
     /// The pictures the reply carries.
     pub fn artifacts(&self) -> Vec<clankie_proto::v1::ArtifactRef> {
         self.artifacts.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Keeps a memory the run proposed for the turn's settlement; `false` when this run
+    /// already proposed the same fact.
+    pub fn propose(&self, fact: &str) -> bool {
+        let mut proposals = self.proposals.lock().unwrap_or_else(|p| p.into_inner());
+        if proposals.iter().any(|f| f == fact) {
+            return false;
+        }
+        proposals.push(fact.to_owned());
+        true
+    }
+
+    /// The memories the run proposed, in order.
+    pub fn proposals(&self) -> Vec<String> {
+        self.proposals.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
     /// Notes a picture that was made but could not be saved.

@@ -168,14 +168,18 @@ async fn button_a_proposed_memory_reaches_the_owners_dm_and_approve_works_once_a
     let buttons = custom_ids(&asked.components);
     assert_eq!(buttons.len(), 2, "{buttons:?}");
     let approve = buttons.iter().find(|c| c.starts_with("memory:approve")).unwrap().clone();
-    let press = |author: &str, custom_id: &str| {
-        rig.sandbox.discord.press_button(PressButton { message_id: asked.id, custom_id: custom_id.into(), author: author.into() }).unwrap()
+    // The same proposal listed by `/clankie memory`: a second message with its own buttons.
+    let listed = run(&rig, GENERAL, "ada", "memory", &[]).await;
+    let approve_listed = custom_ids(&listed.components).into_iter().find(|c| c.starts_with("memory:approve")).unwrap();
+    let press = |message_id: u64, author: &str, custom_id: &str| {
+        rig.sandbox.discord.press_button(PressButton { message_id, custom_id: custom_id.into(), author: author.into() }).unwrap()
     };
-    let approved = answered(&rig, press("ada", &approve).id).await;
+    let approved = answered(&rig, press(asked.id, "ada", &approve).id).await;
     assert_eq!(approved.answered_with, 6, "a button's answer updates its message");
-    assert!(approved.content.contains("approved"), "{approved:?}");
+    assert!(approved.content.contains("kestrel).") && approved.content.contains("approved"), "{approved:?}");
+    assert!(custom_ids(&approved.components).is_empty(), "the decided proposal's buttons stay: {:?}", approved.components);
     assert!(store.memories(MemoryStatus::Approved, 10).await.unwrap().iter().any(|m| m.fact.contains("kestrel")));
-    let again = answered(&rig, press("ada", &approve).id).await;
+    let again = answered(&rig, press(listed.message_id.unwrap(), "ada", &approve_listed).id).await;
     assert!(again.content.contains("already decided"), "{again:?}");
 
     // The next request of the warm lane holds the fact once.
@@ -199,6 +203,56 @@ async fn button_a_proposed_memory_reaches_the_owners_dm_and_approve_works_once_a
     let expired = answered(&rig, pressed.id).await;
     assert!(expired.content.contains("expired"), "{expired:?}");
     assert!(store.memories(MemoryStatus::Proposed, 10).await.unwrap().iter().any(|m| m.fact.contains("heron")), "a late press decided");
+}
+
+#[tokio::test]
+async fn button_approving_one_of_three_proposals_leaves_the_other_two_buttons_working() {
+    let rig = Rig::new().await;
+    let store = owned_by(&rig, "ada").await;
+    for fact in ["Lobby nights are Fridays (wren).", "Gil mains support (finch).", "The server resets at dawn (lark)."] {
+        rig.standin.script(Script::when("remember", Reply::tool("propose_memory", json!({ "fact": fact }))));
+    }
+    rig.standin.script(Script::when("remember", Reply::text("I'll ask about all three.")));
+    let asked = rig.say(GENERAL, "gil", "@Clankie remember three things");
+    rig.wait_outcomes(GENERAL, &[asked]).await;
+    let ids: Vec<i64> = store.memories(MemoryStatus::Proposed, 10).await.unwrap().iter().map(|m| m.id).collect();
+    assert_eq!(ids.len(), 3, "one turn, three proposals");
+    let (first, second, third) = (ids[0], ids[1], ids[2]);
+
+    let list = run(&rig, GENERAL, "ada", "memory", &[]).await;
+    let message_id = list.message_id.expect("the list is a message");
+    assert_eq!(custom_ids(&list.components).len(), 6, "{:?}", list.components);
+    let button = |record: &InteractionRecord, decision: &str, id: i64| {
+        custom_ids(&record.components).into_iter().find(|c| c.starts_with(&format!("memory:{decision}:{id}:")))
+    };
+    let press = |custom_id: String| {
+        rig.sandbox.discord.press_button(PressButton { message_id, custom_id, author: "ada".into() }).expect("the button is on the message")
+    };
+    let line = |content: &str, id: i64| content.lines().find(|l| l.starts_with(&format!("#{id} "))).map(str::to_owned);
+
+    let approved = answered(&rig, press(button(&list, "approve", second).expect("#2's approve")).id).await;
+    println!("after approving #{second}: {:?}", approved.content);
+    assert!(line(&approved.content, second).is_some_and(|l| l.ends_with("— approved")), "{}", approved.content);
+    for id in [first, third] {
+        assert_eq!(line(&approved.content, id), line(&list.content, id), "another proposal's line changed");
+        assert!(button(&approved, "approve", id).is_some() && button(&approved, "reject", id).is_some(), "#{id}'s buttons went");
+    }
+    assert!(button(&approved, "approve", second).is_none() && button(&approved, "reject", second).is_none(), "#{second}'s buttons stayed");
+    assert_eq!(custom_ids(&approved.components).len(), 4);
+
+    // The two left work, on the message as it now stands.
+    let rejected = answered(&rig, press(button(&approved, "reject", third).expect("#3's reject")).id).await;
+    assert!(line(&rejected.content, third).is_some_and(|l| l.ends_with("— rejected")), "{}", rejected.content);
+    assert!(line(&rejected.content, second).is_some_and(|l| l.ends_with("— approved")), "{}", rejected.content);
+    let last = answered(&rig, press(button(&rejected, "approve", first).expect("#1's approve")).id).await;
+    assert!(custom_ids(&last.components).is_empty(), "{:?}", last.components);
+    let status = |status| {
+        let store = store.clone();
+        async move { store.memories(status, 10).await.unwrap().iter().map(|m| m.id).collect::<Vec<i64>>() }
+    };
+    assert_eq!(status(MemoryStatus::Approved).await, [first, second]);
+    assert_eq!(status(MemoryStatus::Rejected).await, [third]);
+    assert!(status(MemoryStatus::Proposed).await.is_empty());
 }
 
 #[tokio::test]

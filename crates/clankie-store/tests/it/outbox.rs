@@ -36,7 +36,8 @@ async fn a_settled_turn_commits_its_reply_outcomes_and_events_together_and_the_r
     let outcomes = [outcome("1", v1::OutcomeKind::Replied), outcome("2", v1::OutcomeKind::Absorbed)];
     let events = [row("outcome:1"), row("outcome:2")];
     let reply = row("reply:t");
-    let s = Settlement { end: &end(), outcomes: &outcomes, outcome_events: &events, exchange: Some("2"), post: Some(&reply) };
+    let s =
+        Settlement { end: &end(), outcomes: &outcomes, outcome_events: &events, exchange: Some("2"), post: Some(&reply), proposals: None };
     assert_eq!(store.settle_turn(&lease, &s).await.unwrap(), [true, true]);
     let unsent: Vec<String> = store.unsent(Duration::ZERO, 10).await.unwrap().into_iter().map(|r| r.id).collect();
     assert_eq!(unsent.len(), 3, "{unsent:?}");
@@ -56,7 +57,8 @@ async fn a_turn_answering_a_delivery_settled_elsewhere_commits_nothing() {
     let outcomes = [outcome("1", v1::OutcomeKind::Replied), outcome("2", v1::OutcomeKind::Absorbed)];
     let events = [row("outcome:1"), row("outcome:2")];
     let reply = row("reply:t");
-    let s = Settlement { end: &end(), outcomes: &outcomes, outcome_events: &events, exchange: Some("2"), post: Some(&reply) };
+    let s =
+        Settlement { end: &end(), outcomes: &outcomes, outcome_events: &events, exchange: Some("2"), post: Some(&reply), proposals: None };
     assert!(matches!(store.settle_turn(&lease, &s).await, Err(StoreError::AlreadySettled(id)) if id == "1"));
     assert!(store.unsent(Duration::ZERO, 10).await.unwrap().is_empty(), "no second answer queued");
     assert!(store.outcome("2").await.unwrap().is_none(), "the rest comes back for a turn of its own");
@@ -66,7 +68,7 @@ async fn a_turn_answering_a_delivery_settled_elsewhere_commits_nothing() {
     store.acquire_lease(&LANE, "b", Duration::ZERO).await.unwrap();
     sqlx::query("UPDATE lanes SET epoch = epoch + 1").execute(store.pool()).await.unwrap();
     let outcomes = [outcome("2", v1::OutcomeKind::Replied)];
-    let s = Settlement { end: &end(), outcomes: &outcomes, outcome_events: &[], exchange: None, post: Some(&reply) };
+    let s = Settlement { end: &end(), outcomes: &outcomes, outcome_events: &[], exchange: None, post: Some(&reply), proposals: None };
     assert!(matches!(store.settle_turn(&lease, &s).await, Err(StoreError::Fenced { .. })));
     assert!(store.unsent(Duration::ZERO, 10).await.unwrap().is_empty());
 }
