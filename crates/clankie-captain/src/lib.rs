@@ -73,6 +73,8 @@ pub(crate) struct Inner {
     pub draining: std::sync::atomic::AtomicBool,
     /// Publishes what turns committed to post.
     pub outbox: outbox::Outbox,
+    /// The replica's supervised parts (the recorders, relay, sweeper, keep-alive, admitters).
+    pub parts: clankie_http::Parts,
 }
 
 /// A delivery decided "not admitted", whose receipt and ack wait for the rest of its batch.
@@ -122,8 +124,14 @@ impl Captain {
                 live: AtomicUsize::new(0),
                 in_hand: held::InHand::default(),
                 draining: std::sync::atomic::AtomicBool::new(false),
+                parts: clankie_http::Parts::default(),
             }),
         }
+    }
+
+    /// The replica's supervised parts, for its readiness.
+    pub fn parts(&self) -> clankie_http::Parts {
+        self.inner.parts.clone()
     }
 
     /// Runs this replica live on this replica right now.
@@ -190,14 +198,27 @@ impl Captain {
             self.inner.bus.consumer::<v1::Steer>(ConsumerSpec::durable("captain-steer", Family::LaneSteer).with_ack_wait(ack_wait)).await?;
         let mut asks = self.inner.bus.serve(Family::RpcAsk.wildcard(), "captain").await?;
         let mut commands = self.inner.bus.serve(Family::RpcCommand.wildcard(), "captain").await?;
+        let parts = self.inner.parts.clone();
         // Every service's receipts land in PostgreSQL through whichever captain takes them, in
         // batches, on a task of their own: never on the loop that admits ingress.
-        let receipts = self
-            .inner
-            .bus
-            .consumer::<v1::Receipt>(ConsumerSpec::durable("receipts-recorder", Family::Receipt).with_prefetch(1_024, 20_000))
-            .await?;
-        let _receipts = clankie_http::Aborting(tokio::spawn(self.clone().record_receipts(receipts)));
+        let spec = ConsumerSpec::durable("receipts-recorder", Family::Receipt).with_prefetch(1_024, 20_000);
+        let receipts = self.inner.bus.consumer::<v1::Receipt>(spec.clone()).await?;
+        let mut first = Some(receipts);
+        let captain = self.clone();
+        let _receipts =
+            clankie_http::Aborting(tokio::spawn(clankie_http::supervise::keep_running("captain.receipts", parts.clone(), move || {
+                let (captain, spec, ready) = (captain.clone(), spec.clone(), first.take());
+                async move {
+                    let receipts = match ready {
+                        Some(r) => r,
+                        None => match captain.inner.bus.consumer::<v1::Receipt>(spec).await {
+                            Ok(r) => r,
+                            Err(e) => return tracing::warn!(error = %e, "the receipts consumer is unavailable"),
+                        },
+                    };
+                    captain.record_receipts(receipts).await
+                }
+            })));
         // Likewise every thread's experiences land in the shared self.
         let mut experiences =
             self.inner.bus.consumer::<v1::Experience>(ConsumerSpec::durable("experiences-recorder", Family::SelfExperience)).await?;
@@ -206,40 +227,55 @@ impl Captain {
         let typing = self.inner.bus.signals::<v1::TypingSignal>(Family::SignalTyping).await?;
         tokio::pin!(typing);
         // Held deliveries are kept alive, and committed posts published, on tasks of their own.
-        let _keep_alive = clankie_http::Aborting(tokio::spawn(self.inner.in_hand.clone().keep_alive(ack_wait / 3)));
+        let in_hand = self.inner.in_hand.clone();
+        let _keep_alive =
+            clankie_http::Aborting(tokio::spawn(clankie_http::supervise::keep_running("captain.keep_alive", parts.clone(), move || {
+                in_hand.clone().keep_alive(ack_wait / 3)
+            })));
         // Nothing grows forever: every replica sweeps (batched deletes are safe side by side).
         let (store, retention, every) = (self.inner.store.clone(), self.inner.config.retention, self.inner.config.sweep_every);
-        let _sweeper = clankie_http::Aborting(tokio::spawn(async move {
-            let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + every.min(std::time::Duration::from_secs(60)), every);
-            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            loop {
-                tick.tick().await;
-                match store.sweep(&retention).await {
-                    Ok(swept) if swept.total() > 0 => tracing::info!(
-                        receipts = swept.receipts,
-                        outbox = swept.outbox,
-                        deliveries = swept.deliveries,
-                        admissions = swept.admissions,
-                        turns = swept.turns,
-                        session_entries = swept.session_entries,
-                        "swept what aged past its retention"
-                    ),
-                    Ok(_) => {}
-                    Err(e) => tracing::warn!(error = %e, "the sweep failed; it runs again next time"),
+        let _sweeper =
+            clankie_http::Aborting(tokio::spawn(clankie_http::supervise::keep_running("captain.sweeper", parts.clone(), move || {
+                let store = store.clone();
+                let retention = retention.clone();
+                async move {
+                    let mut tick =
+                        tokio::time::interval_at(tokio::time::Instant::now() + every.min(std::time::Duration::from_secs(60)), every);
+                    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+                    loop {
+                        tick.tick().await;
+                        match store.sweep(&retention).await {
+                            Ok(swept) if swept.total() > 0 => tracing::info!(
+                                receipts = swept.receipts,
+                                outbox = swept.outbox,
+                                deliveries = swept.deliveries,
+                                admissions = swept.admissions,
+                                turns = swept.turns,
+                                session_entries = swept.session_entries,
+                                "swept what aged past its retention"
+                            ),
+                            Ok(_) => {}
+                            Err(e) => tracing::warn!(error = %e, "the sweep failed; it runs again next time"),
+                        }
+                    }
                 }
-            }
-        }));
+            })));
         let relay = self.inner.outbox.clone();
         let relay_after = self.inner.config.outbox_relay_after;
         let (max_age, replica) = (self.inner.config.outbox_max_age, self.inner.config.replica.clone());
-        let _relay = clankie_http::Aborting(tokio::spawn(async move {
-            let mut tick = tokio::time::interval((relay_after / 2).max(std::time::Duration::from_millis(50)));
-            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            loop {
-                tick.tick().await;
-                relay.relay_unsent(relay_after, max_age, &replica).await;
-            }
-        }));
+        let _relay =
+            clankie_http::Aborting(tokio::spawn(clankie_http::supervise::keep_running("captain.relay", parts.clone(), move || {
+                let (relay, replica) = (relay.clone(), replica.clone());
+                async move {
+                    let mut tick = tokio::time::interval((relay_after / 2).max(std::time::Duration::from_millis(50)));
+                    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+                    loop {
+                        tick.tick().await;
+                        clankie_settings::fault::panic_once("captain.relay");
+                        relay.relay_unsent(relay_after, max_age, &replica).await;
+                    }
+                }
+            })));
         tracing::info!(replica = %self.inner.config.replica, "captain consuming ingress");
         loop {
             tokio::select! {
@@ -582,7 +618,14 @@ impl Admitters {
                                 Err(_) => break,
                             }
                         }
-                        captain.decide(batch).await;
+                        // A batch whose decision panicked comes back after its ack wait; the
+                        // admitter goes on, or every later delivery of its lanes would be refused.
+                        let decided = futures::FutureExt::catch_unwind(std::panic::AssertUnwindSafe(captain.decide(batch))).await;
+                        if let Err(payload) = decided {
+                            metrics::counter!("clankie_part_restarts_total", "part" => "captain.admitter").increment(1);
+                            let panic = clankie_http::supervise::panic_message(payload.as_ref());
+                            tracing::error!(part = "captain.admitter", panic, "an admission batch panicked; the admitter goes on");
+                        }
                     }
                 });
                 (tx, task)

@@ -20,13 +20,10 @@ pub async fn run_from_env() -> Result<()> {
         tracing::warn!("no CLANKIE_MODEL_BASE_URL: running the offline rehearsal model; every answer is labelled [rehearsal]");
     }
     let agent = clankie_agent::Agent::new(model, clankie_agent::config_from_settings(&settings));
-    clankie_http::spawn_endpoints(
-        settings.http_addr,
-        clankie_http::Readiness { bus: bus.clone(), store: Some(store.clone()), parts: Default::default() },
-    );
     let mut config = CaptainConfig::from_settings(&settings);
     config.browser = clankie_browser::host_from_settings(&settings, config.egress.clone()).await.context("starting the browser host")?;
-    let captain = Captain::new(bus, store, agent, config);
+    let captain = Captain::new(bus.clone(), store.clone(), agent, config);
+    clankie_http::spawn_endpoints(settings.http_addr, clankie_http::Readiness { bus, store: Some(store), parts: captain.parts() });
     captain.run_until_drained(stopped, settings.shutdown_grace).await.context("captain stopped")?;
     tracing::info!("drained; exiting");
     Ok(())

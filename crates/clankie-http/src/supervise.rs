@@ -120,6 +120,30 @@ where
     }
 }
 
+/// Runs a part that never has anything to return (a relay, a sweeper, a recorder): a panic
+/// starts it again as [`supervise`] does, and so does an end, logged by name, counted and
+/// marked down through the same backoff, so nothing that should run stops quietly.
+pub async fn keep_running<F, Fut>(name: &'static str, parts: Parts, mut make: F)
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = ()>,
+{
+    let mut backoff = FIRST_BACKOFF;
+    loop {
+        let started = tokio::time::Instant::now();
+        supervise(name, &parts, |_| {}, &mut make).await;
+        if started.elapsed() >= HEALTHY_RUN {
+            backoff = FIRST_BACKOFF;
+        }
+        parts.set_down(name, true);
+        metrics::counter!("clankie_part_restarts_total", "part" => name).increment(1);
+        tracing::error!(part = name, restart_in_ms = backoff.as_millis() as u64, "a part of this process ended; starting it again");
+        let _up = Up { parts: &parts, name };
+        tokio::time::sleep(backoff).await;
+        backoff = (backoff * 2).min(MAX_BACKOFF);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -181,6 +205,31 @@ mod tests {
         let _ = tokio::time::timeout(FIRST_BACKOFF / 2, running).await;
         assert_eq!(parts.restarts("dropped"), 1);
         assert_eq!(parts.first_down(), None, "a part nobody runs any more is not down");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn supervise_a_part_kept_running_is_started_again_after_it_panics_and_after_it_ends() {
+        let parts = Parts::default();
+        let starts = Arc::new(AtomicU32::new(0));
+        let s = starts.clone();
+        let running = tokio::spawn(keep_running("relay", parts.clone(), move || {
+            let n = s.fetch_add(1, Ordering::SeqCst);
+            async move {
+                match n {
+                    0 => panic!("injected"),
+                    1 => {}
+                    _ => std::future::pending().await,
+                }
+            }
+        }));
+        while starts.load(Ordering::SeqCst) < 3 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert_eq!(parts.restarts("relay"), 2, "one panic and one end, each a restart");
+        tokio::time::sleep(MAX_BACKOFF).await;
+        assert_eq!(parts.first_down(), None, "running again");
+        assert!(!running.is_finished());
+        running.abort();
     }
 
     #[test]

@@ -129,3 +129,74 @@ async fn chaos_postgres_restarted_mid_run_loses_and_doubles_nothing() {
     assert_eq!(replies.len(), replied, "one reply per replied turn: {replies:?}");
     assert_eq!(answered.len(), replies.len(), "no message answered twice: {replies:?}");
 }
+
+/// A run proposes a memory and its captain dies before the turn settles; the retried run on
+/// another captain proposes the same fact. The owner gets one DM, about the one proposal.
+#[tokio::test]
+async fn button_a_retried_runs_proposal_makes_one_dm() {
+    let rig = Rig::new().await;
+    let _dump = DumpLogsOnPanic(rig.dir.path().to_owned());
+    const OWNER: u64 = 4242;
+    let settings = clankie_store::OwnerSettings { owner_id: Some(OWNER), ..rig.store.owner_settings().await.unwrap() };
+    rig.store.set_owner_settings(&settings).await.unwrap();
+    const FACT: &str = "Raids start at nine (plover).";
+    for _ in 0..2 {
+        rig.standin.script(Script::when("remember", Reply::tool("propose_memory", serde_json::json!({ "fact": FACT }))));
+        rig.standin.script(Script::when("remember", Reply::text("I'll ask my owner.")));
+    }
+    let mut a = spawn_captain_with(&rig, "captain-a", &[("CLANKIE_FAULT", "captain.before_settle")]);
+    let asked = rig.say("ada", "@Clankie remember raids start at nine", true).await;
+    let status = tokio::time::timeout(Duration::from_secs(30), a.wait()).await.expect("the fault fired").unwrap();
+    assert_eq!(status.code(), Some(clankie_settings::fault::EXIT_CODE), "captain-a died before settling");
+    let mut b = spawn_captain(&rig, "captain-b");
+    rig.wait_outcomes_within(&[asked], Duration::from_secs(40)).await;
+    // A later turn is the barrier: once it is answered, a second DM would be in.
+    rig.standin.script(Script::any(Reply::text("Later.")));
+    let later = rig.say("bob", "@Clankie later", true).await;
+    rig.wait_outcomes(&[later]).await;
+    until("the later reply", Duration::from_secs(10), || rig.replies().iter().any(|r| r.reply_to_message_id == Some(later))).await;
+
+    // Each run's second request carries its proposal's tool result.
+    let proposing = rig.standin.requests().iter().filter(|r| r.messages().iter().any(|m| m["role"] == "tool")).count();
+    assert!(proposing >= 2, "both runs proposed the fact ({proposing} requests carried the proposal)");
+    let proposed: Vec<i64> = rig
+        .store
+        .memories(clankie_store::MemoryStatus::Proposed, 10)
+        .await
+        .unwrap()
+        .iter()
+        .filter(|m| m.fact == FACT)
+        .map(|m| m.id)
+        .collect();
+    assert_eq!(proposed.len(), 1, "one proposal for one fact of one turn: {proposed:?}");
+    let dms: Vec<v1::OutboundMessage> = rig.sent.all().into_iter().filter(|m| m.kind == v1::OutboundKind::Direct as i32).collect();
+    let keys: Vec<&str> = dms.iter().map(|m| m.idempotency_key.as_str()).collect();
+    println!("retried proposal: runs 2, proposals {}, DMs {keys:?}", proposed.len());
+    assert_eq!(keys, [format!("memory:{}", proposed[0])], "the owner is asked once, about the recorded proposal");
+    assert_eq!(dms[0].direct_user_id, OWNER);
+    assert!(dms[0].text.contains(&format!("#{} {FACT}", proposed[0])), "{}", dms[0].text);
+    let _ = b.start_kill();
+}
+
+/// The replica that would relay a dead replica's committed reply has its relay panic on its
+/// first pass: the relay is started again (logged by name) and the reply still goes out once.
+#[tokio::test]
+async fn supervise_a_relay_that_panics_is_started_again_and_posts_what_a_dead_replica_committed() {
+    let rig = Rig::new().await;
+    let _dump = DumpLogsOnPanic(rig.dir.path().to_owned());
+    rig.standin.script(Script::any(Reply::text("Committed by a.")));
+    let mut a = spawn_captain_with(&rig, "captain-a", &[("CLANKIE_FAULT", "captain.after_settle")]);
+    let asked = rig.say("ada", "@Clankie one", true).await;
+    let status = tokio::time::timeout(Duration::from_secs(30), a.wait()).await.expect("the fault fired").unwrap();
+    assert_eq!(status.code(), Some(clankie_settings::fault::EXIT_CODE), "captain-a died after its commit");
+    let mut b = spawn_captain_with(&rig, "captain-b", &[("CLANKIE_FAULT_PANIC", "captain.relay")]);
+    until("the relayed reply", Duration::from_secs(20), || !rig.replies().is_empty()).await;
+    let log = std::fs::read_to_string(rig.dir.path().join("captain-b.log")).unwrap();
+    assert!(log.contains("fault injected at captain.relay"), "the relay's panic never fired");
+    assert!(log.contains("a part of this process panicked") && log.contains("captain.relay"), "the restart was not logged by name");
+    rig.wait_outcomes(&[asked]).await;
+    let texts: Vec<String> = rig.replies().iter().map(|r| r.text.clone()).collect();
+    assert_eq!(texts, ["Committed by a."]);
+    assert!(b.try_wait().unwrap().is_none(), "captain-b is still running");
+    let _ = b.start_kill();
+}
