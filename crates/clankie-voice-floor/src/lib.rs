@@ -128,6 +128,8 @@ pub struct VoiceFloor {
     model: Model,
     selfhood: SelfSource,
     config: VoiceConfig,
+    /// The supervised parts of this process's rooms (each room's transcriber and rules).
+    parts: clankie_http::Parts,
 }
 
 const ASK: &str = "ask_clankie";
@@ -137,7 +139,12 @@ const MAX_ROUNDS: usize = 6;
 impl VoiceFloor {
     /// A floor over `bus`, answering with `model` as the shared self `selfhood` describes him.
     pub fn new(bus: Bus, model: Model, selfhood: SelfSource, config: VoiceConfig) -> VoiceFloor {
-        VoiceFloor { bus, model, selfhood, config }
+        VoiceFloor { bus, model, selfhood, config, parts: clankie_http::Parts::default() }
+    }
+
+    /// The supervised parts of this process's rooms, for its readiness.
+    pub fn parts(&self) -> clankie_http::Parts {
+        self.parts.clone()
     }
 
     /// A room's conversation as the store has it (what its owners heard and said), oldest first.

@@ -208,17 +208,26 @@ impl RoomActor {
         let (reports, body_events) = mpsc::unbounded_channel();
         tokio::spawn(body_task(body, tts, turns, commands, speech, reports));
         let ears = Ears::new(EARS_HELD);
-        let transcriber = tokio::spawn(transcriber(bus.clone(), stt, key, transcriptions, ears.clone()));
+        // A transcriber that panicked is started again on the same ears: the room never goes deaf.
+        let (t_bus, t_ears, parts) = (bus.clone(), ears.clone(), floor.parts.clone());
+        let transcriber = tokio::spawn(async move {
+            let make = || transcriber(t_bus.clone(), stt.clone(), key, transcriptions, t_ears.clone());
+            clankie_http::supervise("voice.transcriber", &parts, |_| {}, make).await
+        });
         let (run_tx, run_rx) = mpsc::unbounded_channel();
         let (publisher, publishing) = Publisher::start();
         let (rules_tx, rules) = watch::channel(floor.config.rules.clone());
         let rules_floor = floor.clone();
-        let rules_task = tokio::spawn(async move {
-            loop {
-                let _ = rules_tx.send(rules_floor.rules().await);
-                tokio::time::sleep(RULES_REFRESH).await;
+        let parts = floor.parts.clone();
+        let rules_task = tokio::spawn(clankie_http::supervise::keep_running("voice.rules", parts, move || {
+            let (rules_tx, rules_floor) = (rules_tx.clone(), rules_floor.clone());
+            async move {
+                loop {
+                    let _ = rules_tx.send(rules_floor.rules().await);
+                    tokio::time::sleep(RULES_REFRESH).await;
+                }
             }
-        });
+        }));
         RoomActor {
             key,
             lease,
@@ -729,6 +738,7 @@ async fn transcriber(bus: Bus, stt: Arc<dyn SpeechToText>, key: Key, limit: usiz
         tokio::select! {
             next = heard.next(), if running.len() < limit.max(1) => {
                 let Some(u) = next else { break };
+                clankie_settings::fault::panic_once("voice.transcriber");
                 let stt = stt.clone();
                 running.push_back(async move {
                     let began = Instant::now();

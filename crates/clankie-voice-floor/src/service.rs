@@ -19,10 +19,6 @@ pub async fn run_from_env() -> Result<()> {
     bus.ensure_streams().await.context("declaring streams")?;
     let model = clankie_agent::model_from_settings(&settings).context("configuring the model")?;
     let store = clankie_store::Store::connect(&settings.database_url).await.context("connecting to PostgreSQL")?;
-    clankie_http::spawn_endpoints(
-        settings.http_addr,
-        clankie_http::Readiness { bus: bus.clone(), store: Some(store.clone()), parts: Default::default() },
-    );
     let selfhood = clankie_self::SelfSource::new(
         store.clone(),
         Some(bus.clone()),
@@ -31,12 +27,20 @@ pub async fn run_from_env() -> Result<()> {
         settings.exchange_window,
     );
     let floor = std::sync::Arc::new(VoiceFloor::new(bus.clone(), model, selfhood, VoiceConfig::from_settings(&settings)));
+    clankie_http::spawn_endpoints(
+        settings.http_addr,
+        clankie_http::Readiness { bus: bus.clone(), store: Some(store.clone()), parts: floor.parts() },
+    );
     let ring = clankie_store::RingRetention {
         age: settings.voice_ring_retention,
         lines_per_room: i64::try_from(settings.voice_ring_max_lines).unwrap_or(i64::MAX),
         batch: 5_000,
     };
-    let _sweeper = clankie_http::Aborting(tokio::spawn(crate::rooms::sweep_ring(store.clone(), ring, settings.retention_sweep_every)));
+    let (sweep_store, sweep_every) = (store.clone(), settings.retention_sweep_every);
+    let _sweeper =
+        clankie_http::Aborting(tokio::spawn(clankie_http::supervise::keep_running("voice.ring_sweeper", floor.parts(), move || {
+            crate::rooms::sweep_ring(sweep_store.clone(), ring.clone(), sweep_every)
+        })));
     let mut rooms = RoomKeeper::new(bus, store, floor, RoomConfig::from_settings(&settings)).context("setting up the speech engines")?;
     tokio::select! {
         result = rooms.run() => result.context("voice rooms stopped")?,

@@ -376,3 +376,26 @@ async fn voice_transcription_a_slow_first_utterance_still_enters_the_room_before
     assert!(heard[0].contains("morning") && heard[1].contains("time"), "the room heard them out of order: {heard:?}");
     assert!(took[0] >= 2_000 && took[1] < took[0], "the first was not the slow one: {took:?}");
 }
+
+/// The room's transcriber panics on the first line it takes: it is started again on the same
+/// ears (logged by name), and the next line ada says is transcribed and reaches the floor.
+#[tokio::test]
+async fn supervise_a_transcriber_that_panics_is_started_again_and_the_next_line_is_heard() {
+    let rig = Rig::new().await;
+    let file = rig.dir.path().join("room.gram");
+    std::fs::write(&file, clankie_speech::offline::grammar(&PHRASES)).unwrap();
+    let settings = [("CLANKIE_STT_GRAMMAR", file.display().to_string()), ("CLANKIE_FAULT_PANIC", "voice.transcriber".to_owned())];
+    let _floor = super::live_room_with(&rig, &settings).await;
+    let (first, rate) = clip("good morning everyone").await;
+    rig.discord.voice_speak(VOICE, "ada", &first, rate).await.unwrap();
+    until("the transcriber's panic", Duration::from_secs(20), || rig.log("floor-a").contains("fault injected at voice.transcriber")).await;
+    let (second, rate) = clip("the train leaves at nine").await;
+    let said_at = clankie_bus::now_ms();
+    rig.discord.voice_speak(VOICE, "ada", &second, rate).await.unwrap();
+    until("the second line transcribed", Duration::from_secs(30), || {
+        rig.receipts("voice.transcribed").iter().any(|r| super::has_code(r, "transcribed") && r.at_ms > said_at)
+    })
+    .await;
+    let log = rig.log("floor-a");
+    assert!(log.contains("a part of this process panicked") && log.contains("voice.transcriber"), "the restart was not logged by name");
+}
