@@ -552,7 +552,9 @@ async fn hot_paths(store: &clankie_store::Store, n: usize, tag: &str) -> Result<
         store.entries_since_compaction(&format!("rooms/{lane}")).await?;
         opens.push(started.elapsed().as_secs_f64() * 1000.0);
         let started = Instant::now();
-        store.admit_within_flood(&format!("bench-{tag}-{i}"), &lane, "mentioned", 7 + i as u64, 20, i as u64).await?;
+        store
+            .admit_within_flood(&format!("bench-{tag}-{i}"), &lane, "mentioned", 7 + i as u64, 20, i as u64, clankie_bus::now_ms())
+            .await?;
         admits.push(started.elapsed().as_secs_f64() * 1000.0);
     }
     opens.sort_by(f64::total_cmp);

@@ -475,7 +475,9 @@ impl Captain {
                 let author = d.event.author_id;
                 let limit = if admission::flood_guarded(&owner, &config.grants, author) { config.bounds.flood_per_minute } else { 0 };
                 let id = &d.event.delivery_id;
-                match self.inner.store.admit_within_flood(id, &lane, why.code(), author, limit, d.stream_sequence).await {
+                // When the person wrote it (the gateway's receipt of it), not when this captain got to it.
+                let written = if d.event.received_at_ms > 0 { d.event.received_at_ms } else { clankie_bus::now_ms() };
+                match self.inner.store.admit_within_flood(id, &lane, why.code(), author, limit, d.stream_sequence, written).await {
                     Ok(true) => {}
                     // Not inserted: either another replica admitted it meanwhile (the decision stands) or the flood guard held it.
                     Ok(false) if matches!(self.inner.store.admission(id).await, Ok(Some(_))) => {}

@@ -251,8 +251,10 @@ impl Store {
         Ok(TurnTotals { turns: row.try_get("turns")?, input_tokens: row.try_get("input")?, cached_input_tokens: row.try_get("cached")? })
     }
 
-    /// Admits a delivery unless its author already has `per_minute` admissions in the last
-    /// minute across all lanes (0 means no limit). Returns whether this call admitted it;
+    /// Admits a delivery unless its author already has `per_minute` admissions written within a
+    /// minute of this one (`written_at_ms`, the message's own time; either side, as admitters
+    /// deciding side by side take an author's messages out of order) across all lanes (0 means
+    /// no limit): a backlog a slow captain admits in a burst is not a flood. Returns whether this call admitted it;
     /// `false` with [`Store::admission`] still `None` means the flood guard held it back.
     /// Admissions of one author are counted and inserted under a transaction lock on the author
     /// (`pg_advisory_xact_lock`, keyed `(FLOOD_LOCK, author)`), so admitters deciding side by
@@ -266,6 +268,7 @@ impl Store {
         author_id: u64,
         per_minute: u32,
         stream_seq: u64,
+        written_at_ms: i64,
     ) -> Result<bool, StoreError> {
         let mut tx = self.pool.begin().await?;
         if per_minute > 0 {
@@ -277,9 +280,10 @@ impl Store {
                 .await?;
         }
         let row = sqlx::query(
-            "INSERT INTO admissions (delivery_id, lane, reason, author_id, stream_seq) \
-             SELECT $1, $2, $3, $4, $6 WHERE $5 = 0 OR (SELECT count(*) FROM admissions \
-                 WHERE author_id = $4 AND admitted_at > now() - interval '60 seconds') < $5 \
+            "INSERT INTO admissions (delivery_id, lane, reason, author_id, stream_seq, written_at) \
+             SELECT $1, $2, $3, $4, $6, to_timestamp($7 / 1000.0) WHERE $5 = 0 OR (SELECT count(*) FROM admissions \
+                 WHERE author_id = $4 AND written_at > to_timestamp($7 / 1000.0) - interval '60 seconds' \
+                 AND written_at < to_timestamp($7 / 1000.0) + interval '60 seconds') < $5 \
              ON CONFLICT (delivery_id) DO NOTHING RETURNING 1 AS admitted",
         )
         .bind(delivery_id)
@@ -288,6 +292,7 @@ impl Store {
         .bind(author_id as i64)
         .bind(i64::from(per_minute))
         .bind(i64::try_from(stream_seq).unwrap_or(i64::MAX))
+        .bind(written_at_ms as f64)
         .fetch_optional(&mut *tx)
         .await?;
         tx.commit().await?;

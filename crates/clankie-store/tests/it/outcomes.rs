@@ -131,10 +131,35 @@ async fn ingest_concurrency_facts_for_a_batch_come_back_in_its_order_from_one_st
     let quiet = LaneKey::Room { guild: 1, channel: 99 };
     let window = Duration::from_secs(60);
     let _lease = store.acquire_lease(&LANE, "c", window).await.unwrap().unwrap();
-    assert!(store.admit_within_flood("admitted", &LANE, "mention", 7, 0, 1).await.unwrap());
+    assert!(store.admit_within_flood("admitted", &LANE, "mention", 7, 0, 1, 1_700_000_000_000).await.unwrap());
     let facts = store.ingress_facts(&[("fresh", &quiet), ("admitted", &LANE), ("fresh", &LANE)], window).await.unwrap();
     let seen: Vec<(bool, bool, bool)> = facts.iter().map(|f| (f.settled, f.admitted, f.in_conversation)).collect();
     assert_eq!(seen, [(false, false, false), (false, true, true), (false, false, true)], "a run holds LANE's lease");
     assert_eq!(facts[0].owner, store.owner_settings().await.unwrap());
     assert!(store.ingress_facts(&[], window).await.unwrap().is_empty());
+}
+
+/// The flood guard counts by when a message was written: 25 messages written 3 s apart and
+/// admitted in one burst (a captain catching up on a backlog) are no flood, while 21 written
+/// within 10 s are, however late they are admitted.
+#[tokio::test]
+async fn flood_guard_a_backlog_admitted_in_one_burst_is_counted_by_when_it_was_written() {
+    let (store, _db) = super::store().await;
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as i64;
+    let start = now - 120_000;
+    let mut admitted = 0;
+    for i in 0..25i64 {
+        admitted += usize::from(
+            store.admit_within_flood(&format!("steady-{i}"), &LANE, "mention", 77, 20, i as u64, start + i * 3_000).await.unwrap(),
+        );
+    }
+    let mut flooded = 0;
+    for i in 0..21i64 {
+        flooded += usize::from(
+            store.admit_within_flood(&format!("flood-{i}"), &LANE, "mention", 78, 20, 100 + i as u64, start + i * 500).await.unwrap(),
+        );
+    }
+    println!("flood guard: a 75 s backlog admitted {admitted} of 25; 21 written within 10 s admitted {flooded}");
+    assert_eq!(admitted, 25, "a backlog written at 20 a minute was taken for a flood");
+    assert_eq!(flooded, 20, "the 21st message of a 10 s burst was admitted");
 }
