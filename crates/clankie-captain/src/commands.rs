@@ -157,6 +157,10 @@ impl Captain {
         let Some((decision, id, expires)) = parse_memory_button(&req.custom_id) else {
             return refused("unknown_button", "I don't know that button.");
         };
+        // The custom id comes back from the client: its expiry is only believed up to the
+        // lifetime counted from the message's own snowflake time.
+        let made_ms = (req.message_id != 0).then(|| clankie_proto::time::snowflake_ms(req.message_id));
+        let expires = made_ms.map_or(expires, |m| expires.min(m + self.inner.config.button_lifetime.as_millis() as i64));
         if now_ms() > expires {
             let note = "this button has expired; use `/clankie memory` for fresh ones";
             return pressed(req, id, note, "expired", |b| parse_memory_button(&b.custom_id).is_some_and(|(_, _, e)| e >= now_ms()));

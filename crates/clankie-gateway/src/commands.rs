@@ -93,6 +93,7 @@ pub fn request_of(interaction: &Interaction) -> Option<v1::CommandRequest> {
             request.command = "button".into();
             request.custom_id.clone_from(&data.custom_id);
             if let Some(message) = &interaction.message {
+                request.message_id = message.id.get();
                 request.message_text.clone_from(&message.content);
                 request.message_buttons = buttons_of(&message.components);
             }
