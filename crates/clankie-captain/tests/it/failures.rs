@@ -81,3 +81,61 @@ async fn chaos_a_poison_delivery_fails_after_bounded_retries_and_the_lane_goes_o
     assert_eq!(kind(&rig.outcome_of(next)[0]), v1::OutcomeKind::Replied);
     assert_eq!(rig.replies().len(), 1);
 }
+
+/// The server holds the captain's durable consumer with another deliver policy (an operator
+/// made it by hand, or an older release did): the captain refuses to start, naming the
+/// consumer, the field and the command that clears it, rather than consuming from the wrong place.
+#[tokio::test]
+async fn consumer_whose_deliver_policy_changed_is_refused_by_name_at_start() {
+    let rig = Rig::new().await;
+    let held = clankie_bus::ConsumerSpec::durable("captain", clankie_proto::Family::IngressText).deliver_new();
+    drop(rig.bus.consumer::<v1::Ingress>(held).await.unwrap());
+    let mut captain = super::spawn_captain(&rig, "captain-a");
+    let status = tokio::time::timeout(std::time::Duration::from_secs(30), captain.wait()).await.expect("the captain gave up").unwrap();
+    let log = std::fs::read_to_string(rig.dir.path().join("captain-a.log")).unwrap();
+    println!("consumer refused: exit {:?}; {}", status.code(), log.lines().rev().find(|l| l.contains("consumer")).unwrap_or_default());
+    assert!(!status.success(), "the captain started on a consumer it cannot change");
+    assert!(
+        log.contains("consumer captain of CLANKIE_INGRESS") && log.contains("deliver_policy") && log.contains("nats consumer rm"),
+        "the refusal does not name the consumer, the field and the fix:\n{log}"
+    );
+}
+
+/// A memory button whose custom id was altered to expire next year, on a message made longer
+/// ago than a button lives: the press is refused as expired, and nothing is decided. The same
+/// button on a message made now is the control.
+#[tokio::test]
+async fn button_a_custom_id_altered_to_live_longer_is_refused_by_its_messages_age() {
+    let rig = Rig::new().await;
+    const OWNER: u64 = 4343;
+    let settings = clankie_store::OwnerSettings { owner_id: Some(OWNER), ..rig.store.owner_settings().await.unwrap() };
+    rig.store.set_owner_settings(&settings).await.unwrap();
+    let (_captain, _task) = rig.captain_with("captain-a", &[("CLANKIE_BUTTON_LIFETIME_MS", "60000".into())]).await;
+    let memory = rig.store.add_memory("Raids are on Fridays.", clankie_store::MemoryStatus::Proposed, "cli").await.unwrap();
+    let next_year = clankie_bus::now_ms() + 365 * 86_400_000;
+    let snowflake = |at_ms: i64| ((at_ms as u64) - clankie_proto::time::DISCORD_EPOCH_MS) << 22;
+    let press = |message_id: u64| v1::CommandRequest {
+        interaction_id: format!("press-{message_id}"),
+        command: "button".into(),
+        custom_id: clankie_captain::commands::memory_button("approve", memory, next_year),
+        user_id: OWNER,
+        channel_id: 900,
+        message_id,
+        ..Default::default()
+    };
+    let ask = |req: v1::CommandRequest| {
+        let bus = rig.bus.clone();
+        async move {
+            bus.request::<_, v1::CommandReply>(&clankie_proto::Subject::RpcCommand, &req, std::time::Duration::from_secs(20)).await.unwrap()
+        }
+    };
+    // Made two minutes ago: its buttons lived one.
+    let old = ask(press(snowflake(clankie_bus::now_ms() - 120_000))).await;
+    assert_eq!(old.code, "expired", "{old:?}");
+    let proposed = rig.store.memories(clankie_store::MemoryStatus::Proposed, 10).await.unwrap();
+    assert!(proposed.iter().any(|m| m.id == memory), "an expired press decided the memory");
+    let fresh = ask(press(snowflake(clankie_bus::now_ms() - 1_000))).await;
+    assert_eq!(fresh.code, "", "{fresh:?}");
+    let approved = rig.store.memories(clankie_store::MemoryStatus::Approved, 10).await.unwrap();
+    assert!(approved.iter().any(|m| m.id == memory));
+}
