@@ -411,6 +411,7 @@ impl Gateway {
             let request = if last && !files.is_empty() { request.attachments(&files) } else { request };
             clankie_settings::fault::point("gateway.before_post");
             let posted = request.await.map_err(|e| classify(&e))?;
+            clankie_settings::fault::point("gateway.after_accept");
             if i == 0 {
                 first_message = posted.model().await.map(|m| m.id.get()).unwrap_or(0);
             }

@@ -94,6 +94,28 @@ async fn long_reply_a_40_piece_reply_whose_poster_is_sigkilled_after_piece_10_po
     assert_eq!((limits.rate_limited_global, limits.invalid_total), (0, 0), "{limits:?}");
 }
 
+/// The REST holder dies after Discord accepted a reply and before it remembered posting it:
+/// the next holder posts it again under the same enforced nonce, and Discord keeps one message.
+#[tokio::test]
+async fn chaos_a_poster_killed_between_discord_accepting_a_reply_and_recording_it_leaves_one_message() {
+    let rig = Rig::new().await;
+    let receipts = record::<v1::Receipt>(&rig.bus, Family::Receipt).await;
+    let mut dying = gateway_process(&rig, "gateway-a", &[("CLANKIE_FAULT", "gateway.after_accept")]);
+    assert_eq!(rest_owner(&rig).await, "gateway-a");
+    let _next = gateway_process(&rig, "gateway-b", &[]);
+    let channel = super::GENERAL;
+    rig.bus.publish(&Subject::BodySend { channel }, &reply(channel, "reply:accepted", "posted before the crash"), None).await.unwrap();
+    let status = tokio::time::timeout(Duration::from_secs(30), dying.wait()).await.expect("the fault fired").unwrap();
+    assert_eq!(status.code(), Some(clankie_settings::fault::EXIT_CODE), "gateway-a died after Discord accepted the reply");
+    assert_eq!(rig.discord.posts(channel).len(), 1, "Discord accepted the reply before the crash");
+    // gateway-a died before its receipt: the one `gateway.posted` is the next holder's repeat.
+    let reposted = || receipts.all().iter().any(|r| r.kind == "gateway.posted" && r.ids.get("key").is_some_and(|k| k == "reply:accepted"));
+    until("the next holder's repeat", Duration::from_secs(60), reposted).await;
+    let posted: Vec<String> = rig.discord.posts(channel).iter().map(|p| p.content.clone()).collect();
+    println!("accepted then killed: the channel holds {posted:?}");
+    assert_eq!(posted, ["posted before the crash"], "the repeat was kept once by its nonce");
+}
+
 #[tokio::test]
 async fn long_reply_a_long_reply_in_one_channel_does_not_delay_a_one_line_reply_in_another_by_more_than_1_s() {
     let rig = Rig::new().await;
