@@ -342,6 +342,8 @@ impl RoomKeeper {
     }
 
     async fn reconcile(&mut self) {
+        // Read before `wanted` lets go of dismissals whose rooms are empty.
+        let dismissed = self.known.dismissed.clone();
         let (wanted, clear) = self.wanted();
         for key in wanted.iter().copied().filter(|k| !self.owned.contains_key(k)).collect::<Vec<_>>() {
             self.try_take(key).await;
@@ -358,6 +360,8 @@ impl RoomKeeper {
             }
             if wanted.contains(&key) {
                 self.keep(key).await;
+            } else if dismissed.contains(&key) {
+                self.leave(key, "dismissed").await;
             } else {
                 self.leave(key, "empty").await;
             }
@@ -468,7 +472,8 @@ impl RoomKeeper {
         // would take him out of that one too.
         let moving =
             self.owned.keys().any(|k| k.0 == guild) || matches!(self.known.him.get(&guild), Some((Some(c), _, _)) if *c != channel);
-        if !moving {
+        // The owner's leave went out as op 4 from the gateway at once: a second would be noise.
+        if !moving && reason != "dismissed" {
             self.command(guild, None, reason, epoch).await;
         }
         if owned.live {

@@ -332,3 +332,31 @@ async fn slash_voice_join_checks_the_room_list_before_op_4_and_a_second_listed_c
     assert_eq!(moves, [(100, Some(301))], "the move is one op 4 and he never went back: {after:?}");
     assert!(after.iter().all(|u| u.1 != Some(VOICE)), "he flipped back to the first channel: {after:?}");
 }
+
+#[tokio::test]
+async fn slash_a_non_owners_voice_join_and_leave_are_refused_and_an_operators_are_done() {
+    let stage = clankie_discord_loopback::ChannelSpec { id: 301, name: "Stage".into(), voice: true, guild: None };
+    let rig = Rig::with_channels(&[("CLANKIE_VOICE_ROOMS", "100:300,100:301")], vec![stage]).await;
+    let store = owned_by(&rig, "ada").await;
+    let olive = clankie_discord_loopback::Loopback::user_id("olive");
+    store.set_owner_settings(&OwnerSettings { operators: vec![olive], ..store.owner_settings().await.unwrap() }).await.unwrap();
+    let discord = &rig.sandbox.discord;
+    let refused = run(&rig, GENERAL, "mallory", "voice join", &[("channel", json!(VOICE.to_string()))]).await;
+    assert!(refused.ephemeral && refused.content.starts_with("Only my owner"), "{refused:?}");
+    // The operator's join is the barrier: had mallory's gone out, its op 4 would be before it.
+    let joined = run(&rig, GENERAL, "olive", "voice join", &[("channel", json!("301"))]).await;
+    assert!(joined.content.starts_with("Joining voice channel"), "{joined:?}");
+    until("him in the operator's channel", Duration::from_secs(20), || rig.sandbox.gateway.live_voice_channel(100) == Some(301)).await;
+    assert_eq!(discord.bot_voice_updates(), [(100, Some(301))], "one op 4, the operator's");
+
+    let refused = run(&rig, GENERAL, "mallory", "voice leave", &[]).await;
+    assert!(refused.content.starts_with("Only my owner"), "{refused:?}");
+    // The operator moves him next: had mallory's leave gone out, a leave would come before the move.
+    run(&rig, GENERAL, "olive", "voice join", &[("channel", json!(VOICE.to_string()))]).await;
+    until("him moved", Duration::from_secs(20), || rig.sandbox.gateway.live_voice_channel(100) == Some(VOICE)).await;
+    let left = run(&rig, GENERAL, "olive", "voice leave", &[]).await;
+    assert!(left.content.starts_with("Leaving voice"), "{left:?}");
+    until("his leave", Duration::from_secs(20), || discord.bot_voice_updates().iter().any(|u| u.1.is_none())).await;
+    let updates = discord.bot_voice_updates();
+    assert_eq!(updates, [(100, Some(301)), (100, Some(VOICE)), (100, None)], "only the operator's join, move and leave reached Discord");
+}
