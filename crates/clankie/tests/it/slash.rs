@@ -52,3 +52,47 @@ async fn slash_with_3_gateway_replicas_the_command_set_is_registered_once_and_ev
     assert_eq!(overwrites, 1, "three replicas started and the set was registered {overwrites} times");
     assert_eq!(sets.get(&None).map(Vec::len), Some(1));
 }
+
+/// The captain is killed while the gateway runs: a command is still deferred within Discord's
+/// 3 s and an error is edited in (not "thinking…" forever); once a captain is back, the next
+/// command is answered.
+#[tokio::test]
+async fn slash_with_the_captain_down_the_deferral_is_within_3_s_and_an_error_is_edited_in() {
+    let cast = Cast::start(a_guild_per_shard(1, 1)).await;
+    let _dump = DumpLogsOnPanic(cast.dir.path().to_owned(), &["captain", "gateway-a"]);
+    let ada = clankie_discord_loopback::Loopback::user_id("ada");
+    let settings = OwnerSettings { owner_id: Some(ada), ..cast.store.owner_settings().await.unwrap() };
+    cast.store.set_owner_settings(&settings).await.unwrap();
+    let mut captain = cast.service("captain", "captain", None, &[]);
+    let _gateway = cast.service("gateway", "gateway-a", None, &[]);
+    until("the shard attached", Duration::from_secs(60), || cast.discord.attached_shards().len() == 1).await;
+    let status = || RunCommand { channel_id: 700, author: "ada".into(), subcommand: "status".into(), options: BTreeMap::new() };
+    let answered = |id: u64, what: &'static str| {
+        let discord = &cast.discord;
+        async move {
+            until(what, Duration::from_secs(60), || discord.interaction(id).is_some_and(|r| !r.content.is_empty())).await;
+            discord.interaction(id).unwrap()
+        }
+    };
+    let first = answered(cast.discord.run_command(status()).unwrap().id, "the first answer").await;
+    assert!(first.content.starts_with("Running:"), "{first:?}");
+
+    captain.start_kill().unwrap();
+    captain.wait().await.unwrap();
+    let down = answered(cast.discord.run_command(status()).unwrap().id, "the error edited in").await;
+    println!("captain down: deferred after {} ms, answer {:?}", down.answered_after_ms, down.content);
+    assert!(down.answered_after_ms < 3_000 && down.refused_answers == 0, "{down:?}");
+    assert!(down.content.contains("can't do that right now"), "{down:?}");
+
+    let _back = cast.service("captain", "captain-b", None, &[]);
+    // Until the new captain listens, each command gets the error at once; then the answer.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let again = answered(cast.discord.run_command(status()).unwrap().id, "an answer").await;
+        if again.content.starts_with("Running:") {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "no captain answered again: {again:?}");
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
