@@ -93,6 +93,10 @@ pub struct LoopbackConfig {
     /// DAVE end-to-end encryption on the voice server (on by default, as on Discord).
     #[serde(default)]
     pub dave: DaveConfig,
+    /// The newest messages kept per channel, older ones let go; 0 keeps every message, as
+    /// Discord does. The sandbox bounds it, so a sandbox left running for hours does not grow.
+    #[serde(default)]
+    pub messages_kept_per_channel: usize,
 }
 
 fn one() -> u32 {
@@ -140,6 +144,7 @@ impl Default for LoopbackConfig {
             max_concurrency: 1,
             limits: Limits::default(),
             dave: DaveConfig::default(),
+            messages_kept_per_channel: 0,
         }
     }
 }

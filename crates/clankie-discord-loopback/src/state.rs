@@ -108,7 +108,9 @@ pub struct Post {
 #[derive(Default)]
 struct GatewaySession {
     seq: u64,
-    log: Vec<(u64, String)>,
+    /// The frames dispatched to it, newest last: what a live connection sends next and a resume
+    /// replays, kept to the last [`RESUME_BUFFER`] as Discord keeps a bounded buffer.
+    log: std::collections::VecDeque<(u64, String)>,
     /// The shard it identified as: only its guilds' events reach it.
     shard: u32,
 }
@@ -119,6 +121,8 @@ struct Inner {
     /// Each DM channel opened (`POST /users/@me/channels`), as (recipient, channel), in order.
     dms_opened: Vec<(u64, u64)>,
     messages: BTreeMap<u64, StoredMessage>,
+    /// Each channel's message ids, oldest first, for `messages_kept_per_channel`.
+    per_channel: HashMap<u64, std::collections::VecDeque<u64>>,
     typing: HashMap<u64, Vec<i64>>,
     nonces: HashMap<(u64, String), (u64, i64)>,
     sessions: HashMap<String, GatewaySession>,
@@ -158,6 +162,26 @@ const IDENTIFY_SPACING_MS: i64 = 5_000;
 
 /// How long a nonce is remembered for enforcement.
 const NONCE_WINDOW_MS: i64 = 5 * 60 * 1000;
+/// Frames a session keeps for resuming; a resume from before them is refused (op 9), as
+/// Discord refuses one it can no longer replay.
+const RESUME_BUFFER: usize = 1024;
+/// Typing calls kept per channel, newest last.
+const TYPING_KEPT: usize = 4096;
+
+impl GatewaySession {
+    fn push(&mut self, frame: String) {
+        self.seq += 1;
+        self.log.push_back((self.seq, frame));
+        while self.log.len() > RESUME_BUFFER {
+            self.log.pop_front();
+        }
+    }
+
+    /// Whether every frame after `seq` is still kept.
+    fn holds_after(&self, seq: u64) -> bool {
+        self.log.front().is_none_or(|(first, _)| *first <= seq + 1)
+    }
+}
 
 impl State {
     pub fn new(config: LoopbackConfig, addr: SocketAddr, voice: std::sync::Arc<crate::voice::VoiceServer>) -> State {
@@ -210,7 +234,7 @@ impl State {
             ..StoredMessage::new(id, channel, guild_id, content, None, Vec::new(), now_ms())
         });
         if ephemeral {
-            inner.messages.insert(id, message);
+            self.keep(&mut inner, message);
         } else {
             self.store_and_dispatch(&mut inner, message);
         }
@@ -227,8 +251,10 @@ impl State {
         }
     }
 
+    /// A snowflake: its time is now, as Discord's ids are, and each is above the last.
     fn next_id(inner: &mut Inner) -> u64 {
-        inner.next_id += 1 << 12;
+        let now = ((now_ms() as u64).saturating_sub(DISCORD_EPOCH_MS)) << 22;
+        inner.next_id = (inner.next_id + (1 << 12)).max(now);
         inner.next_id
     }
 
@@ -291,9 +317,8 @@ impl State {
         let shard = crate::shard_of(guild, self.config.shards);
         let mut inner = self.lock();
         for session in inner.sessions.values_mut().filter(|s| s.shard == shard) {
-            session.seq += 1;
-            let frame = serde_json::json!({ "op": 0, "t": t, "s": session.seq, "d": d }).to_string();
-            session.log.push((session.seq, frame));
+            let frame = serde_json::json!({ "op": 0, "t": t, "s": session.seq + 1, "d": d }).to_string();
+            session.push(frame);
         }
         drop(inner);
         let _ = self.dispatched.send(());
@@ -398,7 +423,7 @@ impl State {
         let id = State::next_id(&mut inner);
         let line = self
             .from_bot(StoredMessage { spoken: true, ..StoredMessage::new(id, channel, guild_id, text, answering, Vec::new(), now_ms()) });
-        inner.messages.insert(id, line);
+        self.keep(&mut inner, line);
     }
 
     /// Creates a bot message, or returns the one an earlier request with the same nonce created.
@@ -423,6 +448,10 @@ impl State {
         }
         let id = State::next_id(&mut inner);
         if let Some((nonce, _)) = nonce {
+            // A nonce is enforced only within its window: older ones are let go.
+            if inner.nonces.len() >= 4096 {
+                inner.nonces.retain(|_, (_, at)| now - *at < NONCE_WINDOW_MS);
+            }
             inner.nonces.insert((channel, nonce), (id, now));
         }
         let attachments = State::store_files(&mut inner, files);
@@ -432,15 +461,30 @@ impl State {
         message
     }
 
+    /// Stores a message, letting the channel's oldest go past `messages_kept_per_channel`.
+    fn keep(&self, inner: &mut Inner, message: StoredMessage) {
+        let (id, channel) = (message.id, message.channel_id);
+        inner.messages.insert(id, message);
+        let kept = self.config.messages_kept_per_channel;
+        if kept == 0 {
+            return;
+        }
+        let ids = inner.per_channel.entry(channel).or_default();
+        ids.push_back(id);
+        let gone: Vec<u64> = if ids.len() > kept { ids.drain(..ids.len() - kept).collect() } else { Vec::new() };
+        for id in gone {
+            inner.messages.remove(&id);
+        }
+    }
+
     fn store_and_dispatch(&self, inner: &mut Inner, message: StoredMessage) {
         let referenced = message.reply_to.and_then(|r| inner.messages.get(&r).cloned());
         let json = model::message_json(self, &message, referenced.as_ref());
         let shard = crate::shard_of(message.guild_id, self.config.shards);
-        inner.messages.insert(message.id, message);
+        self.keep(inner, message);
         for session in inner.sessions.values_mut().filter(|s| s.shard == shard) {
-            session.seq += 1;
-            let frame = serde_json::json!({ "op": 0, "t": "MESSAGE_CREATE", "s": session.seq, "d": json }).to_string();
-            session.log.push((session.seq, frame));
+            let frame = serde_json::json!({ "op": 0, "t": "MESSAGE_CREATE", "s": session.seq + 1, "d": json }).to_string();
+            session.push(frame);
         }
         let _ = self.dispatched.send(());
     }
@@ -517,7 +561,12 @@ impl State {
     }
 
     pub fn trigger_typing(&self, channel: u64) {
-        self.lock().typing.entry(channel).or_default().push(now_ms());
+        let mut inner = self.lock();
+        let calls = inner.typing.entry(channel).or_default();
+        calls.push(now_ms());
+        if calls.len() > TYPING_KEPT {
+            calls.drain(..calls.len() - TYPING_KEPT);
+        }
     }
 
     /// Messages of a channel, newest first, as Discord lists them.
@@ -586,7 +635,7 @@ impl State {
         let id = format!("loopback-session-{}-{}", inner.identifies, now);
         let ready = model::ready_json(self, &id, shard);
         let frame = serde_json::json!({ "op": 0, "t": "READY", "s": 1, "d": ready }).to_string();
-        inner.sessions.insert(id.clone(), GatewaySession { seq: 1, log: vec![(1, frame.clone())], shard });
+        inner.sessions.insert(id.clone(), GatewaySession { seq: 1, log: [(1, frame.clone())].into(), shard });
         (id, frame)
     }
 
@@ -612,9 +661,11 @@ impl State {
         let extra = std::mem::take(&mut inner.replay_extra);
         let seq = seq.saturating_sub(extra);
         let s = inner.sessions.get_mut(session)?;
-        s.seq += 1;
-        let resumed = serde_json::json!({ "op": 0, "t": "RESUMED", "s": s.seq, "d": {} }).to_string();
-        s.log.push((s.seq, resumed));
+        if !s.holds_after(seq) {
+            return None;
+        }
+        let resumed = serde_json::json!({ "op": 0, "t": "RESUMED", "s": s.seq + 1, "d": {} }).to_string();
+        s.push(resumed);
         let frames = s.log.iter().filter(|(n, _)| *n > seq).cloned().collect();
         inner.resumes += 1;
         Some(frames)

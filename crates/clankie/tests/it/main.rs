@@ -11,6 +11,7 @@ mod run_voice;
 mod secrets;
 mod self_cli;
 mod slash;
+mod soak;
 mod tap;
 mod trail;
 mod voice_cli;

@@ -1,0 +1,245 @@
+//! `clankie run` under steady traffic, as a newcomer's sandbox gets it on a busy evening: a
+//! debug build, the model answering in 300 ms, a message every 250 ms over the sandbox's text
+//! rooms and its DM from sixteen authors (fifteen a minute each, under the flood guard's 20).
+//! `CLANKIE_SOAK_SECS` sets how long it writes (600, ten minutes; 3600 in its long mode).
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use clankie_model_standin::{Reply, Script, StandIn};
+use clankie_proto::{Family, v1};
+use clankie_testkit::{TestDb, TestDir, TestNats};
+use futures::StreamExt as _;
+use prost::Message as _;
+use serde_json::{Value, json};
+use tokio::io::{AsyncBufReadExt, BufReader};
+
+const AUTHORS: usize = 16;
+const EVERY: Duration = Duration::from_millis(250);
+/// How long the last admitted message may wait for its outcome once writing stops.
+const DRAIN: Duration = Duration::from_secs(90);
+
+/// What the bus said about one delivery: when it was admitted, and whether it has its outcome.
+#[derive(Default)]
+struct Seen {
+    admitted: HashMap<String, i64>,
+    refused: BTreeMap<String, usize>,
+    outcomes: HashSet<String>,
+}
+
+/// One line of `/proc/<pid>/status` in KiB: `VmRSS` (all it holds in memory) or `RssAnon`
+/// (what it allocated, without the pages of its own binary it has read so far).
+fn status_kib(pid: u32, field: &str) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status.lines().find_map(|l| l.strip_prefix(field)?.strip_prefix(':')).and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+}
+
+#[tokio::test]
+async fn soak_clankie_run_answers_a_message_every_250_ms_from_sixteen_authors_with_no_panic_and_flat_memory() {
+    let secs: u64 = std::env::var("CLANKIE_SOAK_SECS").ok().and_then(|v| v.parse().ok()).unwrap_or(600);
+    let (nats, db, dir) = (TestNats::start().unwrap(), TestDb::create().await, TestDir::new());
+    let standin = StandIn::start().await.unwrap();
+    let settings = clankie_testkit::settings(&nats, &db, &dir);
+    let bus = clankie_bus::Bus::connect(&settings, "soak").await.unwrap();
+    let seen = Arc::new(Mutex::new(Seen::default()));
+    let mut receipts = bus.client().subscribe(Family::Receipt.wildcard()).await.unwrap();
+    let mut outcomes = bus.client().subscribe(Family::LaneOutcome.wildcard()).await.unwrap();
+    let sink = seen.clone();
+    tokio::spawn(async move {
+        loop {
+            tokio::select! {
+                Some(m) = receipts.next() => {
+                    let Ok(r) = v1::Receipt::decode(m.payload) else { continue };
+                    let mut seen = sink.lock().unwrap();
+                    match r.kind.as_str() {
+                        "captain.admitted" => { seen.admitted.entry(r.delivery_id).or_insert(r.at_ms); }
+                        "captain.not_admitted" => *seen.refused.entry(r.codes.join(",")).or_default() += 1,
+                        _ => {}
+                    }
+                }
+                Some(m) = outcomes.next() => {
+                    let Ok(o) = v1::DeliveryOutcome::decode(m.payload) else { continue };
+                    sink.lock().unwrap().outcomes.insert(o.delivery_id);
+                }
+                else => return,
+            }
+        }
+    });
+
+    let mut run = tokio::process::Command::new(env!("CARGO_BIN_EXE_clankie"))
+        .arg("run")
+        .env("CLANKIE_NATS_URL", nats.url())
+        .env("CLANKIE_DATABASE_URL", db.url())
+        .env("CLANKIE_STATE_DIR", dir.path())
+        .env("CLANKIE_SANDBOX_ADDR", "127.0.0.1:0")
+        .env("CLANKIE_CONSOLE_ADDR", "127.0.0.1:0")
+        .env("CLANKIE_MODEL_BASE_URL", standin.base_url())
+        // The shard's "identified" line says when the gateway is attached and hears messages.
+        .env("CLANKIE_LOG", "warn,clankie_gateway::shard=info")
+        .env("NO_COLOR", "1")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let pid = run.id().unwrap();
+    let mut lines = BufReader::new(run.stderr.take().unwrap()).lines();
+    let printed = Arc::new(Mutex::new(Vec::<String>::new()));
+    let mut sandbox = None;
+    // The first run on a machine installs the speech engines from PyPI.
+    let started = tokio::time::timeout(Duration::from_secs(240), async {
+        while let Ok(Some(line)) = lines.next_line().await {
+            if let Some(url) = line.strip_prefix("Open the sandbox room: ") {
+                sandbox = Some(url.trim_end_matches('/').to_owned());
+            }
+            let up = line.contains("shard identified");
+            printed.lock().unwrap().push(line);
+            if up {
+                return;
+            }
+        }
+    })
+    .await;
+    let shown = |printed: &Mutex<Vec<String>>| printed.lock().unwrap().iter().rev().take(60).rev().cloned().collect::<Vec<_>>().join("\n");
+    assert!(started.is_ok() && sandbox.is_some(), "clankie run did not start:\n{}", shown(&printed));
+    let sandbox = sandbox.unwrap();
+    let sink = printed.clone();
+    tokio::spawn(async move {
+        while let Ok(Some(line)) = lines.next_line().await {
+            sink.lock().unwrap().push(line);
+        }
+    });
+
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let http = reqwest::Client::builder().timeout(Duration::from_secs(10)).build().unwrap();
+    let rooms: Value = http.get(format!("{sandbox}/control/rooms")).send().await.unwrap().json().await.unwrap();
+    let mut channels: Vec<u64> =
+        rooms["channels"].as_array().unwrap().iter().filter(|c| c["voice"] != true).filter_map(|c| c["id"].as_u64()).collect();
+    channels.extend(rooms["dm_channels"].as_array().unwrap().iter().filter_map(Value::as_u64));
+    assert!(channels.len() >= 3, "the sandbox's text rooms and DM: {rooms}");
+
+    // The first message waits for its outcome: the whole path is up.
+    let answer = || Reply::Text { text: "Heard.".into(), chunk_chars: 40, chunk_delay_ms: 0, first_delay_ms: 300, tail_delay_ms: 0 };
+    standin.script(Script::any(answer()));
+    let first = json!({ "channel_id": channels[0], "author": "soak-0", "content": "@Clankie are you there?", "mention": true });
+    http.post(format!("{sandbox}/control/messages")).json(&first).send().await.unwrap();
+    let attached = Instant::now() + Duration::from_secs(120);
+    while seen.lock().unwrap().outcomes.is_empty() {
+        assert!(Instant::now() < attached, "no first outcome within 2 minutes:\n{}", shown(&printed));
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+
+    let began = Instant::now();
+    let began_ms = clankie_bus::now_ms();
+    let mut tick = tokio::time::interval(EVERY);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    // (seconds in, RSS, anonymous RSS) every 10 s.
+    let (mut sent, mut refused_posts, mut rss) = (0u64, 0u64, Vec::<(u64, u64, u64)>::new());
+    let mut next_sample = Duration::ZERO;
+    while began.elapsed() < Duration::from_secs(secs) {
+        tick.tick().await;
+        let n = sent as usize;
+        // One script per message: a burst that a run absorbs leaves some over, never too few.
+        standin.script(Script::any(answer()));
+        let message = json!({
+            "channel_id": channels[n % channels.len()],
+            "author": format!("soak-{}", n % AUTHORS),
+            "content": format!("@Clankie soak line {n}"),
+            "mention": true,
+        });
+        match http.post(format!("{sandbox}/control/messages")).json(&message).send().await {
+            Ok(r) if r.status().is_success() => sent += 1,
+            _ => refused_posts += 1,
+        }
+        if began.elapsed() >= next_sample {
+            rss.push((began.elapsed().as_secs(), status_kib(pid, "VmRSS").unwrap_or(0), status_kib(pid, "RssAnon").unwrap_or(0)));
+            next_sample += Duration::from_secs(10);
+            // What the stand-in keeps of each request is the test's memory, not his.
+            standin.forget_requests();
+        }
+        if let Ok(Some(status)) = run.try_wait() {
+            panic!("clankie run exited with {status} after {} s:\n{}", began.elapsed().as_secs(), shown(&printed));
+        }
+    }
+    let wrote_for = began.elapsed();
+    rss.push((wrote_for.as_secs(), status_kib(pid, "VmRSS").unwrap_or(0), status_kib(pid, "RssAnon").unwrap_or(0)));
+
+    // Every admitted message gets its outcome.
+    let drained = Instant::now() + DRAIN;
+    let missing = loop {
+        let missing: Vec<String> = {
+            let seen = seen.lock().unwrap();
+            seen.admitted.keys().filter(|id| !seen.outcomes.contains(*id)).cloned().collect()
+        };
+        if missing.is_empty() || Instant::now() > drained {
+            break missing;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    };
+    let seen = seen.lock().unwrap();
+    let ended_ms = began_ms + wrote_for.as_millis() as i64;
+    // Admissions by minute of the writing: none may stop before the end.
+    let minutes = wrote_for.as_secs().div_ceil(60).max(1) as usize;
+    let mut per_minute = vec![0usize; minutes];
+    for at in seen.admitted.values().filter(|at| **at >= began_ms && **at <= ended_ms) {
+        per_minute[(((at - began_ms) / 60_000) as usize).min(minutes - 1)] += 1;
+    }
+    let last_30_s = seen.admitted.values().filter(|at| **at > ended_ms - 30_000 && **at <= ended_ms).count();
+    let log = printed.lock().unwrap().clone();
+    let panics = log.iter().filter(|l| l.contains("panicked")).count();
+    let mib = |kib: u64| (kib as f64 / 1024.0 * 10.0).round() / 10.0;
+    // Flat is judged on anonymous memory: a debug binary's own pages come in as code runs for
+    // the first time, which is no growth of what it holds.
+    // Each figure the mean of three samples (30 s), so the allocator's own jitter decides nothing.
+    let mean = |samples: Vec<u64>| samples.iter().sum::<u64>() / samples.len().max(1) as u64;
+    let baseline = mean(rss.iter().filter(|(s, _, _)| (60..90).contains(s)).map(|(_, _, anon)| *anon).collect());
+    let last = mean(rss.iter().rev().skip(1).take(3).map(|(_, _, anon)| *anon).collect());
+    let after_first_minute: Vec<u64> = rss.iter().filter(|(s, _, _)| *s >= 60).map(|(_, _, anon)| *anon).collect();
+    let peak = after_first_minute.iter().copied().max().unwrap_or(0);
+    println!(
+        "soak: wrote {sent} messages in {} s ({refused_posts} not taken by the sandbox), admitted {}, refused {:?}, outcomes for all \
+but {} of the admitted; admissions per minute {per_minute:?}, in the last 30 s {last_30_s}; panics in the log {panics}; \
+anonymous RSS {} MiB at 1 min, {} MiB peak after it, {} MiB at the end; samples (s, RSS MiB, anonymous MiB) {:?}",
+        wrote_for.as_secs(),
+        seen.admitted.len(),
+        seen.refused,
+        missing.len(),
+        mib(baseline),
+        mib(peak),
+        mib(last),
+        rss.iter().map(|(s, all, anon)| (*s, mib(*all), mib(*anon))).collect::<Vec<_>>(),
+    );
+    assert_eq!(
+        panics,
+        0,
+        "the log has a panic:\n{}",
+        log.iter().filter(|l| l.contains("panicked")).cloned().collect::<Vec<_>>().join("\n")
+    );
+    assert!(
+        missing.is_empty(),
+        "{} admitted messages never got an outcome (of {}): {:?}",
+        missing.len(),
+        seen.admitted.len(),
+        &missing[..missing.len().min(10)]
+    );
+    assert!(
+        seen.admitted.len() as u64 >= sent * 9 / 10,
+        "only {} of {sent} messages were admitted: {:?}",
+        seen.admitted.len(),
+        seen.refused
+    );
+    assert!(per_minute.iter().all(|n| *n > 0) && last_30_s > 0, "admissions stopped: per minute {per_minute:?}, last 30 s {last_30_s}");
+    if secs >= 120 {
+        // Flat: what it allocated after the first minute grows by less than a fifth. What does
+        // grow is bounded: sessions up to their compaction budget, the sandbox's rooms up to
+        // their kept messages, the gateway's resume buffer.
+        assert!(
+            baseline > 0 && (last as f64) < baseline as f64 * 1.2,
+            "anonymous RSS grew from {} MiB to {} MiB",
+            mib(baseline),
+            mib(last)
+        );
+    }
+    let _ = run.start_kill();
+}
