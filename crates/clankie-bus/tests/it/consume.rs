@@ -271,4 +271,18 @@ async fn barrier_a_new_subscription_hears_what_another_connection_publishes_righ
         let heard = tokio::time::timeout(Duration::from_secs(2), sub.next()).await;
         assert!(matches!(heard, Ok(Some(_))), "round {round}: a publish right after the barrier was missed");
     }
+    // The control: the same rounds with no barrier miss publishes, so the rounds above could
+    // have failed had the barrier not held.
+    let mut missed = 0;
+    for round in 0..50 {
+        let subject = format!("clankie.signal.typing.control.{round}");
+        let mut sub = listener.client().subscribe(subject.clone()).await.unwrap();
+        talker.client().publish(subject, Bytes::from_static(b"x")).await.unwrap();
+        talker.client().flush().await.unwrap();
+        if !matches!(tokio::time::timeout(Duration::from_millis(250), sub.next()).await, Ok(Some(_))) {
+            missed += 1;
+        }
+    }
+    println!("barrier: {} rounds heard with the barrier; without it {missed} of 50 missed", barrier_rounds());
+    assert!(missed > 0, "without the barrier no publish was missed: the rounds above prove nothing");
 }

@@ -76,6 +76,11 @@ async fn open_speech_the_spoken_round_trip_is_heard_answered_and_his_answer_tran
     // The segment is whole once the loopback has heard the end of it.
     until("the end of his answer", Duration::from_secs(30), || rig.receipts("voice.playback").iter().any(|r| super::has_code(r, "played")))
         .await;
+    // The answer was to the question as Whisper heard it: the persona's request holds its words.
+    let asked = rig.standin.requests().into_iter().find(|r| r.all_text().contains("spoken aloud")).expect("a voice persona request");
+    let heard = asked.all_text().to_lowercase();
+    let missing: Vec<&str> = ["cook", "dinner", "yesterday"].into_iter().filter(|w| !heard.contains(w)).collect();
+    assert!(missing.is_empty(), "the persona's request lacks the question's words {missing:?}");
     let spoken = his().expect("his answer");
     let whisper = clankie_speech::openai::OpenAiTranscriber::new(&speech.base_url(), "whisper", None, Duration::from_secs(30)).unwrap();
     let back = whisper.transcribe(&clankie_speech::Audio { pcm: spoken.pcm.clone(), rate: spoken.rate }).await.unwrap();

@@ -34,7 +34,7 @@ async fn smart_turn_a_finished_question_ends_its_turn_at_the_detector_before_the
     let (question, rate) = piper_clip(&speech, "Clankie, what time is it?").await;
     let tail = quiet_tail_ms(&question, rate);
     let voice = rig.discord.voice();
-    let mut first_audio = Vec::new();
+    let (mut first_audio, mut ends) = (Vec::new(), Vec::new());
     for n in 0..clips() {
         rig.standin.script(Script::when("spoken aloud", Reply::text("It is nine.")));
         let before = voice.heard(VOICE).len();
@@ -42,6 +42,7 @@ async fn smart_turn_a_finished_question_ends_its_turn_at_the_detector_before_the
         // The loopback sends five 20 ms silence frames after a clip; her speech ended before
         // them and the clip's own quiet tail.
         let ended = clankie_bus::now_ms() - 100 - tail;
+        ends.push(ended);
         until("his answer aloud", Duration::from_secs(20), || {
             voice.speaking_since(VOICE).is_some_and(|s| s > ended) || voice.heard(VOICE).len() > before
         })
@@ -70,9 +71,14 @@ async fn smart_turn_a_finished_question_ends_its_turn_at_the_detector_before_the
         heard.len()
     );
     assert_eq!(finished, heard.len(), "a turn ended on the silence bound: {heard:?}");
-    // How soon is the voice bench's to measure (`voice_first_audio_ms_p50`, target 1000 ms);
-    // here, that he spoke at all and the detector, not the 800 ms bound, ended each turn.
-    assert_eq!(first_audio.len(), clips());
+    // Seen from outside the floor's own label: each turn's heard receipt came sooner after the
+    // end of speech than the silence bound (`CLANKIE_VOICE_END_OF_TURN_MS`, 800 ms) would end it.
+    // The median, so one slow inference on a loaded machine does not decide it.
+    let mut after: Vec<i64> = heard.iter().zip(&ends).map(|(r, ended)| r.at_ms - ended).collect();
+    after.sort_unstable();
+    let median = after[after.len() / 2];
+    println!("smart_turn: heard receipts {after:?} ms after the end of speech, median {median} ms");
+    assert!(median < 800, "the turns ended {after:?} ms after speech, not before the 800 ms silence bound");
 }
 
 #[tokio::test]
