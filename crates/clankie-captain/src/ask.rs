@@ -105,27 +105,18 @@ impl Captain {
             return;
         }
         let asking = self.owner_ask(&facts, room).await;
-        let asked = std::sync::Mutex::new(Vec::new());
-        let ask_row = asking.map(|a| {
-            let asked = &asked;
-            move |id: i64, fact: &str| {
-                let row = a.row(id, fact);
-                asked.lock().unwrap_or_else(|p| p.into_inner()).push(row.clone());
-                row
-            }
-        });
         let proposed_in = room.lane.to_string();
         let proposals = clankie_store::Proposals {
             facts: &facts,
             proposed_in: &proposed_in,
             proposed_for: delivery_id,
-            ask: ask_row.as_ref().map(|f| f as &(dyn Fn(i64, &str) -> clankie_store::OutboxRow + Send + Sync)),
+            ask: asking.as_ref().map(|a| a as &dyn clankie_store::AskOwner),
         };
         if let Err(e) = self.inner.store.propose_memories(lease, &proposals).await {
             tracing::warn!(lane = %room.lane, error = %e, "a handoff's proposals were not recorded");
             return;
         }
-        for row in asked.into_inner().unwrap_or_else(|p| p.into_inner()) {
+        for row in asking.map(crate::commands::OwnerAsk::asked).unwrap_or_default() {
             if let Err(e) = self.inner.outbox.relay(&row).await {
                 tracing::warn!(outbox = %row.id, error = %e, "the owner's DM committed but not published yet; the outbox relay will publish it");
             }

@@ -229,17 +229,31 @@ impl Captain {
 }
 
 /// Where a memory proposal is put to the owner: in a DM with Approve and Reject buttons, an
-/// outbox row that commits with the turn that proposed it.
+/// outbox row that commits with the turn that proposed it. Keeps the rows it built, to be
+/// relayed once that commit is made.
 pub struct OwnerAsk {
     pub owner: u64,
     pub thread: LaneKey,
     pub turn_id: String,
     pub button_lifetime: std::time::Duration,
+    asked: std::sync::Mutex<Vec<clankie_store::OutboxRow>>,
 }
 
 impl OwnerAsk {
+    /// Asks `owner` about proposals made in `thread` by turn `turn_id`.
+    pub fn new(owner: u64, thread: LaneKey, turn_id: String, button_lifetime: std::time::Duration) -> OwnerAsk {
+        OwnerAsk { owner, thread, turn_id, button_lifetime, asked: Default::default() }
+    }
+
+    /// The DMs built so far, in order.
+    pub fn asked(self) -> Vec<clankie_store::OutboxRow> {
+        self.asked.into_inner().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+impl clankie_store::AskOwner for OwnerAsk {
     /// The DM about proposal `memory`; its id (`memory:<id>`) is also its nonce, so it posts once.
-    pub fn row(&self, memory: i64, fact: &str) -> clankie_store::OutboxRow {
+    fn row(&self, memory: i64, fact: &str) -> clankie_store::OutboxRow {
         let expires = now_ms() + self.button_lifetime.as_millis() as i64;
         let out = v1::OutboundMessage {
             idempotency_key: format!("memory:{memory}"),
@@ -250,7 +264,9 @@ impl OwnerAsk {
             buttons: memory_buttons(memory, expires),
             ..Default::default()
         };
-        crate::outbox::Outbox::post(&self.turn_id, &out)
+        let row = crate::outbox::Outbox::post(&self.turn_id, &out);
+        self.asked.lock().unwrap_or_else(|p| p.into_inner()).push(row.clone());
+        row
     }
 }
 

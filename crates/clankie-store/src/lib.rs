@@ -26,7 +26,7 @@ use sqlx::postgres::PgPoolOptions;
 
 pub use audit::Audit;
 pub use lease::{LaneRow, Lease};
-pub use outbox::{ClaimedRow, OutboxRow, Proposals, Settlement};
+pub use outbox::{AskOwner, ClaimedRow, OutboxRow, Proposals, Settlement};
 pub use receipts::StoredReceipt;
 pub use retention::{Retention, RingRetention, Swept};
 pub use rewrite::{ForgottenRows, HeldWords, REWRITE_KIND, Rewritten};

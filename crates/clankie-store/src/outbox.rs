@@ -67,9 +67,14 @@ pub struct Proposals<'a> {
     pub proposed_in: &'a str,
     /// The delivery the turn answered.
     pub proposed_for: &'a str,
-    /// The owner's DM about a newly recorded proposal (its id and fact), queued in the same
+    /// Who builds the owner's DM about a newly recorded proposal, queued in the same
     /// transaction; `None` when nobody is asked.
-    pub ask: Option<&'a (dyn Fn(i64, &str) -> OutboxRow + Send + Sync)>,
+    pub ask: Option<&'a dyn AskOwner>,
+}
+
+/// Builds the owner's DM about a proposal this settlement recorded (its id and fact).
+pub trait AskOwner: Send + Sync {
+    fn row(&self, memory: i64, fact: &str) -> OutboxRow;
 }
 
 impl std::fmt::Debug for Proposals<'_> {
@@ -99,7 +104,7 @@ async fn insert_proposals(tx: &mut Transaction<'_, Postgres>, lease: &Lease, p: 
         .await?;
         let Some(id) = id else { continue };
         if let Some(ask) = p.ask {
-            insert_row(tx, lease, &ask(id, fact)).await?;
+            insert_row(tx, lease, &ask.row(id, fact)).await?;
         }
         recorded.push(id);
     }

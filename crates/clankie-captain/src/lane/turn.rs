@@ -557,22 +557,13 @@ impl Captain {
         let events: Vec<OutboxRow> = outcomes.iter().map(|o| Outbox::outcome(&turn.turn_id, lane, &outcome_event(&lane, o))).collect();
         let facts = turn.room.proposals();
         let asking = self.owner_ask(&facts, &turn.room).await;
-        let asked = std::sync::Mutex::new(Vec::new());
-        let ask_row = asking.map(|a| {
-            let asked = &asked;
-            move |id: i64, fact: &str| {
-                let row = a.row(id, fact);
-                asked.lock().unwrap_or_else(|p| p.into_inner()).push(row.clone());
-                row
-            }
-        });
         let answered = turn.owner.delivery_id().to_owned();
         let proposed_in = lane.to_string();
         let proposals = (!facts.is_empty()).then(|| clankie_store::Proposals {
             facts: &facts,
             proposed_in: &proposed_in,
             proposed_for: &answered,
-            ask: ask_row.as_ref().map(|f| f as &(dyn Fn(i64, &str) -> OutboxRow + Send + Sync)),
+            ask: asking.as_ref().map(|a| a as &dyn clankie_store::AskOwner),
         });
         let settlement = Settlement { end: &end, outcomes: &outcomes, outcome_events: &events, exchange, post: post.as_ref(), proposals };
         let recorded = match inner.store.settle_turn(&turn.lease, &settlement).await {
@@ -580,7 +571,7 @@ impl Captain {
             Err(e) => return self.unsettled(turn, e).await,
         };
         clankie_settings::fault::point("captain.after_settle");
-        let asked = asked.into_inner().unwrap_or_else(|p| p.into_inner());
+        let asked = asking.map(crate::commands::OwnerAsk::asked).unwrap_or_default();
         // The reply goes out before the outcome events the body reacts to, and the owner's DM after both.
         let committed = post.iter().chain(events.iter().zip(&recorded).filter(|(_, new)| **new).map(|(row, _)| row)).chain(asked.iter());
         for row in committed {
@@ -626,7 +617,7 @@ impl Captain {
                 return None;
             }
         };
-        Some(crate::commands::OwnerAsk { owner, thread: room.lane, turn_id: room.turn_id.clone(), button_lifetime: config.button_lifetime })
+        Some(crate::commands::OwnerAsk::new(owner, room.lane, room.turn_id.clone(), config.button_lifetime))
     }
 
     /// A settle transaction that did not commit: fenced (the new owner answers), settled
