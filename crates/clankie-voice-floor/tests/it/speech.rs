@@ -414,3 +414,80 @@ async fn supervise_a_transcriber_that_panics_is_started_again_and_the_next_line_
     let log = rig.log("floor-a");
     assert!(log.contains("a part of this process panicked") && log.contains("voice.transcriber"), "the restart was not logged by name");
 }
+
+/// A transcriber at a quarter of real time (each line takes four times its length) under a
+/// person who keeps talking: the room's ears hold at most their bound, the oldest lines are
+/// dropped with a receipt each, every line heard is either transcribed or dropped, and the
+/// floor's memory stays flat. `CLANKIE_VOICE_CLIPS` × 4 lines (20 by default).
+#[tokio::test]
+async fn voice_actor_a_transcriber_at_4x_real_time_keeps_the_ears_under_their_bound_and_memory_flat() {
+    use clankie_model_standin::audio::{AudioReply, AudioRoute, AudioScript};
+    const EARS_HELD: i64 = 8;
+    let lines = super::voice_clips(100) * 4;
+    let rig = Rig::new().await;
+    rig.standin.audio().set_phrases(&PHRASES);
+    let (line, rate) = clip("good morning everyone").await;
+    let line_ms = line.len() as u64 * 1000 / u64::from(rate);
+    for _ in 0..lines + 5 {
+        rig.standin.audio().script(AudioScript { route: AudioRoute::Transcriptions, reply: AudioReply::Delay { ms: 4 * line_ms } });
+    }
+    let base = rig.standin.base_url();
+    let floor = rig.voice_floor_with(
+        "floor-a",
+        &[
+            ("CLANKIE_STT_BASE_URL", base.clone()),
+            ("CLANKIE_TTS_BASE_URL", base),
+            ("CLANKIE_VOICE_TRANSCRIPTIONS", "1".into()),
+            // Her pauses end her turns sooner, so she gets far ahead of the transcriber quickly.
+            ("CLANKIE_VOICE_END_OF_TURN_MS", "300".into()),
+            ("CLANKIE_SPEECH_TIMEOUT_MS", (8 * line_ms).to_string()),
+        ],
+    );
+    let pid = floor.id().expect("the floor runs");
+    keeping(&rig, "floor-a").await;
+    rig.discord.voice_join(VOICE, "ada").unwrap();
+    until("the room live", Duration::from_secs(10), || rig.live() == Some(VOICE)).await;
+    rig.connected(Duration::from_secs(10)).await;
+    let anon = || {
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+        status.lines().find_map(|l| l.strip_prefix("RssAnon:")).and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+    };
+    let mut memory = Vec::new();
+    for n in 0..lines {
+        rig.discord.voice_speak(VOICE, "ada", &line, rate).await.unwrap();
+        // She pauses past the end of a turn before her next line.
+        tokio::time::sleep(Duration::from_millis(600)).await;
+        if n == 4 || n + 1 == lines {
+            memory.push(anon().unwrap_or(0));
+        }
+    }
+    until("every line heard", Duration::from_secs(30), || rig.receipts("voice.heard").len() >= lines).await;
+    let settled = || rig.receipts("voice.transcribed").len() + rig.receipts("voice.heard_dropped").len();
+    until("every line transcribed or dropped", Duration::from_secs(120), || settled() >= rig.receipts("voice.heard").len()).await;
+    let (heard, transcribed, dropped) =
+        (rig.receipts("voice.heard"), rig.receipts("voice.transcribed"), rig.receipts("voice.heard_dropped"));
+    // Waiting at each moment a line was heard: heard so far less transcribed and dropped so far.
+    let waiting: Vec<i64> = heard
+        .iter()
+        .map(|h| {
+            let by = |rs: &[clankie_proto::v1::Receipt]| rs.iter().filter(|r| r.at_ms <= h.at_ms).count() as i64;
+            by(&heard) - by(&transcribed) - by(&dropped)
+        })
+        .collect();
+    let most = waiting.iter().copied().max().unwrap_or(0);
+    println!(
+        "voice_actor: {} lines of {line_ms} ms, each transcribed in {} ms: heard {}, transcribed {}, dropped {}; at most {most} waiting; \
+floor anonymous RSS {:?} KiB (after line 5, at the end)",
+        lines,
+        4 * line_ms,
+        heard.len(),
+        transcribed.len(),
+        dropped.len(),
+        memory
+    );
+    assert!(!dropped.is_empty(), "the transcriber kept up: the bound was never reached");
+    assert_eq!(transcribed.len() + dropped.len(), heard.len(), "a line was neither transcribed nor dropped");
+    // The ears' bound, plus the one line being transcribed and the one just handed over.
+    assert!(most <= EARS_HELD + 2, "{most} lines waited at once: {waiting:?}");
+    assert!(memory[1] < memory[0] + memory[0] / 5, "the floor's memory grew from {} to {} KiB", memory[0], memory[1]);
+}

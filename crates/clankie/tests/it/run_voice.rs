@@ -20,6 +20,24 @@ fn native_roots_with(file: &str) -> Vec<Vec<u8>> {
     loaded.certs.into_iter().map(|c| c.to_vec()).collect()
 }
 
+/// `clankie run` on the test's NATS and PostgreSQL, every address its own, saying when its
+/// shard is attached (the "shard identified" line), its log piped back.
+pub(crate) fn clankie_run_command(nats: &TestNats, db: &TestDb, dir: &TestDir) -> tokio::process::Command {
+    let mut run = tokio::process::Command::new(env!("CARGO_BIN_EXE_clankie"));
+    run.arg("run")
+        .env("CLANKIE_NATS_URL", nats.url())
+        .env("CLANKIE_DATABASE_URL", db.url())
+        .env("CLANKIE_STATE_DIR", dir.path())
+        .env("CLANKIE_SANDBOX_ADDR", "127.0.0.1:0")
+        .env("CLANKIE_CONSOLE_ADDR", "127.0.0.1:0")
+        .env("CLANKIE_LOG", "warn,clankie_gateway::shard=info")
+        .env("NO_COLOR", "1")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true);
+    run
+}
+
 /// `clankie run` up to its shard's attachment: the process, the sandbox URL, what it printed so
 /// far, and what it prints later (kept, so it never blocks on a full pipe).
 async fn clankie_run(
@@ -27,22 +45,7 @@ async fn clankie_run(
     db: &TestDb,
     dir: &TestDir,
 ) -> (tokio::process::Child, String, Vec<String>, std::sync::Arc<std::sync::Mutex<Vec<String>>>) {
-    let mut run = tokio::process::Command::new(env!("CARGO_BIN_EXE_clankie"))
-        .arg("run")
-        .env("CLANKIE_NATS_URL", nats.url())
-        .env("CLANKIE_DATABASE_URL", db.url())
-        .env("CLANKIE_STATE_DIR", dir.path())
-        .env("CLANKIE_SANDBOX_ADDR", "127.0.0.1:0")
-        .env("CLANKIE_CONSOLE_ADDR", "127.0.0.1:0")
-        // The shard's "identified" line says when the gateway is attached and hears voice states.
-        .env("CLANKIE_LOG", "warn,clankie_gateway::shard=info")
-        .env("NO_COLOR", "1")
-        .env("SSL_CERT_FILE", SYSTEM_ROOTS)
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
+    let mut run = clankie_run_command(nats, db, dir).env("SSL_CERT_FILE", SYSTEM_ROOTS).spawn().unwrap();
     let mut lines = BufReader::new(run.stderr.take().unwrap()).lines();
     let (mut printed, mut sandbox) = (Vec::new(), None);
     // The first run on a machine installs the speech engines from PyPI.
@@ -142,7 +145,8 @@ async fn open_speech_clankie_run_hears_with_whisper_what_the_sandbox_says_aloud_
     assert!(spoken.status().is_success(), "{}", spoken.text().await.unwrap_or_default());
     clankie_testkit::until("the line's transcript", Duration::from_secs(30), || !transcripts.all().is_empty()).await;
     let heard = transcripts.all()[0].text.clone();
-    let words = |s: &str| s.to_lowercase().split(|c: char| !c.is_alphanumeric()).filter(|w| !w.is_empty()).map(str::to_owned).collect::<Vec<_>>();
+    let words =
+        |s: &str| s.to_lowercase().split(|c: char| !c.is_alphanumeric()).filter(|w| !w.is_empty()).map(str::to_owned).collect::<Vec<_>>();
     assert_eq!(words(&heard), words(line), "Whisper heard the line as {heard:?}");
     let served = std::fs::read_to_string(&log).unwrap();
     println!(
