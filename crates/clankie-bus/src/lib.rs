@@ -22,6 +22,8 @@ use clankie_proto::{Event, Family, ReceiptKind, Subject, SubjectError, v1};
 use clankie_settings::{Settings, redact_url};
 
 pub use async_nats::Message as Request;
+/// A core NATS subscription, for taps that read every message of a subject as it passes.
+pub use async_nats::Subscriber;
 pub use async_nats::connection::State as ConnectionState;
 pub use async_nats::jetstream::consumer::DeliverPolicy;
 pub use async_nats::jetstream::kv::{Operation as KeyValueOperation, Store as KeyValue, UpdateErrorKind as KeyValueUpdateErrorKind};

@@ -120,6 +120,10 @@ struct Inner {
     lease_ttl: std::time::Duration,
     lanes: tokio::sync::broadcast::Sender<clankie_store::LaneView>,
     voice: live::VoiceState,
+    /// Which of the console's parts are down, for readiness.
+    parts: clankie_http::supervise::Parts,
+    /// The bus followers, ended with the console (they hold it weakly).
+    followers: std::sync::Mutex<Vec<clankie_http::Aborting>>,
 }
 
 /// The console's own settings.
@@ -157,6 +161,8 @@ impl Console {
                 lease_ttl: config.lease_ttl,
                 lanes,
                 voice,
+                parts: Default::default(),
+                followers: Default::default(),
             }),
         };
         live::follow(console.clone()).await?;
@@ -172,6 +178,11 @@ impl Console {
         let selfhood =
             SelfSource::new(store.clone(), Some(bus.clone()), &settings.bot_name, &settings.bot_aliases, settings.exchange_window);
         Console::start(store, bus, agent, selfhood, ConsoleConfig::from_settings(settings, token)).await
+    }
+
+    /// The console's supervised parts (its bus followers), for readiness.
+    pub fn parts(&self) -> clankie_http::supervise::Parts {
+        self.inner.parts.clone()
     }
 
     /// Every route, each behind the token.

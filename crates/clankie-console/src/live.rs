@@ -98,69 +98,124 @@ impl VoiceState {
 
 /// Starts following the bus for `console`: receipts become lane updates; voice members and
 /// floor decisions are read from their streams (the last of each first, then as they come).
+///
+/// The first subscriptions are made here, so a console that cannot reach the bus does not start.
+/// Each follower then runs as a supervised part (`console.receipts`, `console.voice`): one that
+/// panics or whose subscription ends is logged by name and follows again, so the page never goes
+/// quietly stale. They hold the console weakly and end with it.
 pub(crate) async fn follow(console: Console) -> Result<(), ConsoleError> {
-    let inner = &console.inner;
-    let mut receipts =
-        inner.bus.client().subscribe(Family::Receipt.wildcard()).await.map_err(|e| {
-            ConsoleError::Bus(clankie_bus::BusError::Consumer { consumer: "console receipts".into(), detail: e.to_string() })
-        })?;
-    let c = console.clone();
-    tokio::spawn(async move {
-        while let Some(msg) = receipts.next().await {
-            let Ok(receipt) = v1::Receipt::decode(msg.payload) else { continue };
-            if receipt.kind == "voice.connection" && receipt.codes.iter().any(|c| c == "dave") {
-                c.inner.voice.connection(&receipt);
-                continue;
-            }
-            if receipt.lane.is_empty() || !receipt.kind.starts_with("captain.") {
-                continue;
-            }
-            if c.inner.lanes.receiver_count() == 0 {
-                continue;
-            }
-            match c.inner.store.lane_view(&receipt.lane).await {
-                Ok(Some(mut view)) => {
-                    // The receipt can overtake its own stored copy: what it says of the run wins.
-                    if receipt.kind == "captain.run" {
-                        view.cold = receipt.flags.get("cold").copied();
-                        view.replica = receipt.ids.get("replica").cloned().or(view.replica);
+    let receipts = subscribe_receipts(&console.inner).await?;
+    let voice = voice_consumers(&console.inner).await?;
+    let parts = console.inner.parts.clone();
+    let weak = Arc::downgrade(&console.inner);
+    let first = Arc::new(Mutex::new(Some(receipts)));
+    let w = weak.clone();
+    let following_receipts = tokio::spawn(clankie_http::supervise::keep_running("console.receipts", parts.clone(), move || {
+        let (weak, first) = (w.clone(), first.lock().unwrap_or_else(|p| p.into_inner()).take());
+        async move {
+            let mut receipts = match first {
+                Some(receipts) => receipts,
+                None => {
+                    let Some(inner) = weak.upgrade() else { return std::future::pending().await };
+                    match subscribe_receipts(&inner).await {
+                        Ok(receipts) => receipts,
+                        Err(e) => return tracing::warn!(error = %e, "receipts not followed yet; trying again"),
                     }
-                    let _ = c.inner.lanes.send(view);
                 }
-                Ok(None) => {}
-                Err(e) => tracing::warn!(lane = %receipt.lane, error = %e, "lane view unavailable"),
+            };
+            while let Some(msg) = receipts.next().await {
+                clankie_settings::fault::panic_once("console.receipts");
+                let Some(inner) = weak.upgrade() else { return std::future::pending().await };
+                lane_change(&Console { inner }, &msg.payload).await;
+            }
+            tracing::warn!("receipts no longer followed; following again");
+        }
+    }));
+    let first = Arc::new(Mutex::new(Some(voice)));
+    let following_voice = tokio::spawn(clankie_http::supervise::keep_running("console.voice", parts, move || {
+        let (weak, first) = (weak.clone(), first.lock().unwrap_or_else(|p| p.into_inner()).take());
+        async move {
+            let (mut members, mut decisions) = match first {
+                Some(consumers) => consumers,
+                None => {
+                    let Some(inner) = weak.upgrade() else { return std::future::pending().await };
+                    match voice_consumers(&inner).await {
+                        Ok(consumers) => consumers,
+                        Err(e) => return tracing::warn!(error = %e, "voice not followed yet; trying again"),
+                    }
+                }
+            };
+            loop {
+                let Some(voice) = weak.upgrade().map(|inner| inner.voice.clone()) else { return std::future::pending().await };
+                tokio::select! {
+                    d = members.next() => match d {
+                        Ok(d) => { voice.member(d.event.clone()); let _ = d.ack().await; }
+                        Err(e) => return tracing::warn!(error = %e, "voice members no longer followed; following again"),
+                    },
+                    d = decisions.next() => match d {
+                        Ok(d) => { voice.decision(d.event.clone()); let _ = d.ack().await; }
+                        Err(e) => return tracing::warn!(error = %e, "floor decisions no longer followed; following again"),
+                    },
+                }
             }
         }
-    });
+    }));
+    let mut followers = console.inner.followers.lock().unwrap_or_else(|p| p.into_inner());
+    followers.push(clankie_http::Aborting(following_receipts));
+    followers.push(clankie_http::Aborting(following_voice));
+    Ok(())
+}
+
+async fn subscribe_receipts(inner: &crate::Inner) -> Result<clankie_bus::Subscriber, ConsoleError> {
+    inner
+        .bus
+        .client()
+        .subscribe(Family::Receipt.wildcard())
+        .await
+        .map_err(|e| ConsoleError::Bus(clankie_bus::BusError::Consumer { consumer: "console receipts".into(), detail: e.to_string() }))
+}
+
+type VoiceConsumers = (clankie_bus::Consumer<v1::VoiceMember>, clankie_bus::Consumer<v1::FloorDecision>);
+
+async fn voice_consumers(inner: &crate::Inner) -> Result<VoiceConsumers, ConsoleError> {
     let replica = &inner.replica;
-    let mut members = inner
+    let members = inner
         .bus
         .consumer::<v1::VoiceMember>(
             ConsumerSpec::durable(format!("console-members-{replica}"), Family::VoiceMember).last_per_subject().fresh(),
         )
         .await?;
-    let mut decisions = inner
+    let decisions = inner
         .bus
         .consumer::<v1::FloorDecision>(
             ConsumerSpec::durable(format!("console-floor-{replica}"), Family::VoiceFloor).last_per_subject().fresh(),
         )
         .await?;
-    let voice = inner.voice.clone();
-    tokio::spawn(async move {
-        loop {
-            tokio::select! {
-                d = members.next() => match d {
-                    Ok(d) => { voice.member(d.event.clone()); let _ = d.ack().await; }
-                    Err(e) => { tracing::warn!(error = %e, "voice members no longer followed"); break; }
-                },
-                d = decisions.next() => match d {
-                    Ok(d) => { voice.decision(d.event.clone()); let _ = d.ack().await; }
-                    Err(e) => { tracing::warn!(error = %e, "floor decisions no longer followed"); break; }
-                },
+    Ok((members, decisions))
+}
+
+/// One receipt: a voice connection's DAVE state, or the lane view a captain receipt changed.
+async fn lane_change(c: &Console, payload: &[u8]) {
+    let Ok(receipt) = v1::Receipt::decode(payload) else { return };
+    if receipt.kind == "voice.connection" && receipt.codes.iter().any(|c| c == "dave") {
+        c.inner.voice.connection(&receipt);
+        return;
+    }
+    if receipt.lane.is_empty() || !receipt.kind.starts_with("captain.") || c.inner.lanes.receiver_count() == 0 {
+        return;
+    }
+    match c.inner.store.lane_view(&receipt.lane).await {
+        Ok(Some(mut view)) => {
+            // The receipt can overtake its own stored copy: what it says of the run wins.
+            if receipt.kind == "captain.run" {
+                view.cold = receipt.flags.get("cold").copied();
+                view.replica = receipt.ids.get("replica").cloned().or(view.replica);
             }
+            let _ = c.inner.lanes.send(view);
         }
-    });
-    Ok(())
+        Ok(None) => {}
+        Err(e) => tracing::warn!(lane = %receipt.lane, error = %e, "lane view unavailable"),
+    }
 }
 
 /// `GET /api/lanes/events`: every lane change as a `lane` event carrying the lane's view.

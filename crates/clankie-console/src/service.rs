@@ -26,7 +26,7 @@ pub async fn run_from_env() -> Result<()> {
     let console = start(&settings, token).await?;
     clankie_http::spawn_endpoints(
         settings.http_addr,
-        clankie_http::Readiness { bus: console.inner.bus.clone(), store: Some(console.inner.store.clone()), parts: Default::default() },
+        clankie_http::Readiness { bus: console.inner.bus.clone(), store: Some(console.inner.store.clone()), parts: console.parts() },
     );
     let listener = tokio::net::TcpListener::bind(settings.console_addr)
         .await

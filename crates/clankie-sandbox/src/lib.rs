@@ -77,6 +77,8 @@ pub struct Sandbox {
     pub voice: std::sync::Arc<VoiceFloor>,
     /// The operator console's address and its token.
     pub console: (SocketAddr, String),
+    /// The console's supervised parts (its bus followers).
+    pub console_parts: clankie_http::supervise::Parts,
     tasks: Vec<tokio::task::JoinHandle<()>>,
     ended: tokio::sync::Mutex<tokio::sync::mpsc::UnboundedReceiver<(&'static str, String)>>,
 }
@@ -225,12 +227,15 @@ impl Sandbox {
         tasks.watch("gateway", async move { g.run().await });
         let c = captain.clone();
         tasks.watch("captain", async move { c.run().await });
-        let console = Self::console(settings, &mut tasks).await?;
-        Ok(Sandbox { discord, gateway, captain, voice, console, tasks: tasks.tasks, ended: tokio::sync::Mutex::new(ended) })
+        let (console, console_parts) = Self::console(settings, &mut tasks).await?;
+        Ok(Sandbox { discord, gateway, captain, voice, console, console_parts, tasks: tasks.tasks, ended: tokio::sync::Mutex::new(ended) })
     }
 
     /// The operator console, with the configured token or a fresh one.
-    async fn console(settings: &Settings, tasks: &mut Services) -> Result<(SocketAddr, String), SandboxError> {
+    async fn console(
+        settings: &Settings,
+        tasks: &mut Services,
+    ) -> Result<((SocketAddr, String), clankie_http::supervise::Parts), SandboxError> {
         let addr = settings.console_addr;
         let token = match &settings.console_token {
             Some(t) => t.clone(),
@@ -239,8 +244,9 @@ impl Sandbox {
         let console = clankie_console::Console::from_settings(settings, token.clone()).await?;
         let listener = tokio::net::TcpListener::bind(addr).await.map_err(|source| SandboxError::ConsoleListen { addr, source })?;
         let bound = listener.local_addr().map_err(|source| SandboxError::ConsoleListen { addr, source })?;
+        let parts = console.parts();
         tasks.watch("console", async move { console.serve(listener).await });
-        Ok((bound, token))
+        Ok(((bound, token), parts))
     }
 
     /// The operator console's page, token included.

@@ -112,6 +112,13 @@ impl RoomHandle {
     pub fn named(&self, user: u64, name: String) {
         let _ = self.mailbox.send(RoomMsg::Named(user, name));
     }
+
+    /// Whether a part of the room ended without being told to: its actor (a panic, or its body
+    /// gone) or its lease keeping (a panic, not a fence). Such a room hears nobody; the keeper
+    /// lets go of it and takes it again.
+    pub fn broken(&self) -> bool {
+        self._actor.0.is_finished() || (self.fenced.has_changed().is_err() && !*self.fenced.borrow())
+    }
 }
 
 /// What a persona run tells its room.
@@ -287,7 +294,13 @@ impl RoomActor {
                         tokio::time::sleep(Duration::from_secs(1)).await;
                     }
                 },
-                Some(report) = self.body_events.recv() => self.body_report(report).await,
+                report = self.body_events.recv() => match report {
+                    Some(report) => self.body_report(report).await,
+                    None => {
+                        tracing::error!(part = "voice.body", guild = self.key.0, channel = self.key.1, "the voice room's body ended; the room ends and is taken again");
+                        break;
+                    }
+                },
                 Some(msg) = self.run_rx.recv() => match msg {
                     RunMsg::RoomBlock(reply) => {
                         let _ = reply.send(self.room_block());
@@ -385,6 +398,7 @@ impl RoomActor {
     /// The one room-input path, whatever body heard the line. It decides and hands on; it never
     /// waits for an answer, so the room keeps hearing while its persona thinks or asks.
     async fn hear(&mut self, input: v1::RoomInput) {
+        clankie_settings::fault::panic_once("voice.room");
         let floor = self.floor.clone();
         if !self.first_sighting(&input.delivery_id) {
             let dup = input.clone();
@@ -1006,6 +1020,9 @@ async fn body_task(
                 busy = false;
             }
             Some(event) = heard.recv() => {
+                if matches!(event, BodyEvent::Heard(_)) {
+                    clankie_settings::fault::panic_once("voice.body");
+                }
                 match &event {
                     BodyEvent::Disconnected { .. } => body.forget(),
                     BodyEvent::SpeechStarted { .. } => {

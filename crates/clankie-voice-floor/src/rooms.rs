@@ -400,6 +400,10 @@ impl RoomKeeper {
     /// Whether the room is still this replica's: false once its lease keeper saw it fenced.
     async fn renew(&mut self, key: Key) -> bool {
         let Some(owned) = self.owned.get(&key) else { return false };
+        if owned.room.broken() {
+            self.restart(key).await;
+            return false;
+        }
         if !*owned.room.fenced.borrow() {
             return true;
         }
@@ -408,6 +412,20 @@ impl RoomKeeper {
         self.lose(key).await;
         self.receipt("voice.room", key, epoch, |r| r.with_code("fenced")).await;
         false
+    }
+
+    /// Lets go of a room a part of which ended (no half-alive room): its lease is released and
+    /// the next reconcile takes the room again, a fresh actor and body with the ring read back.
+    async fn restart(&mut self, key: Key) {
+        let Some(owned) = self.owned.remove(&key) else { return };
+        let epoch = owned.room.lease.epoch;
+        metrics::counter!("clankie_part_restarts_total", "part" => "voice.room").increment(1);
+        tracing::error!(part = "voice.room", guild = key.0, channel = key.1, epoch, "a part of a voice room ended; taking the room again");
+        if let Err(e) = self.store.release_room(&owned.room.lease).await {
+            tracing::warn!(error = %e, "voice room lease not released; it runs out before the room is taken again");
+        }
+        drop(owned);
+        self.receipt("voice.room", key, epoch, |r| r.with_code("restarted")).await;
     }
 
     /// Forgets a room without asking the gateway for anything: the new owner holds it now. Its

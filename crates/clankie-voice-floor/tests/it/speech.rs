@@ -415,6 +415,56 @@ async fn supervise_a_transcriber_that_panics_is_started_again_and_the_next_line_
     assert!(log.contains("a part of this process panicked") && log.contains("voice.transcriber"), "the restart was not logged by name");
 }
 
+/// A room one part of which panics at `point` on the first line she says is let go and taken
+/// again: the keeper logs it by name and writes a `restarted` receipt, the new room reconnects
+/// its body, and the next line she says is transcribed and decided by the floor.
+async fn a_room_that_panics_at(point: &str) {
+    let rig = Rig::new().await;
+    let file = rig.dir.path().join("room.gram");
+    std::fs::write(&file, clankie_speech::offline::grammar(&PHRASES)).unwrap();
+    let settings = [("CLANKIE_STT_GRAMMAR", file.display().to_string()), ("CLANKIE_FAULT_PANIC", point.to_owned())];
+    let _floor = super::live_room_with(&rig, &settings).await;
+    let (first, rate) = clip("good morning everyone").await;
+    rig.discord.voice_speak(VOICE, "ada", &first, rate).await.unwrap();
+    until("the injected panic", Duration::from_secs(20), || rig.log("floor-a").contains(&format!("fault injected at {point}"))).await;
+    until("the room let go of", Duration::from_secs(10), || rig.receipts("voice.room").iter().any(|r| super::has_code(r, "restarted")))
+        .await;
+    let restarted_at = rig.receipts("voice.room").iter().find(|r| super::has_code(r, "restarted")).map(|r| r.at_ms).unwrap();
+    until("the room taken again", Duration::from_secs(10), || {
+        rig.receipts("voice.room").iter().any(|r| super::has_code(r, "live") && r.at_ms >= restarted_at)
+    })
+    .await;
+    rig.connected(Duration::from_secs(10)).await;
+    // Her second line, said until the new room hears one (the new body's connection may still be
+    // settling when the first of them is said).
+    let (second, rate) = clip("the train leaves at nine").await;
+    let said_at = clankie_bus::now_ms();
+    let decided = || rig.receipts("voice.floor").iter().any(|r| r.at_ms > said_at);
+    for _ in 0..3 {
+        rig.discord.voice_speak(VOICE, "ada", &second, rate).await.unwrap();
+        let deadline = std::time::Instant::now() + Duration::from_secs(15);
+        while !decided() && std::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        if decided() {
+            break;
+        }
+    }
+    assert!(decided(), "the room taken again after a panic at {point} never decided her next line");
+    let log = rig.log("floor-a");
+    assert!(log.contains("a part of a voice room ended") && log.contains("voice.room"), "the restart was not logged by name");
+}
+
+#[tokio::test]
+async fn supervise_a_voice_body_that_panics_is_taken_again_and_the_next_line_is_heard() {
+    a_room_that_panics_at("voice.body").await;
+}
+
+#[tokio::test]
+async fn supervise_a_voice_room_actor_that_panics_is_taken_again_and_the_next_line_is_heard() {
+    a_room_that_panics_at("voice.room").await;
+}
+
 /// A transcriber at a quarter of real time (each line takes four times its length) under a
 /// person who keeps talking: the room's ears hold at most their bound, the oldest lines are
 /// dropped with a receipt each, every line heard is either transcribed or dropped, and the
