@@ -125,11 +125,32 @@ pub fn route(ingress: v1::Ingress, live_voice_channel: Option<u64>) -> Route {
                 text: ingress.content.clone(),
                 mentions_him: ingress.mentions_him,
                 received_at_ms: ingress.received_at_ms,
+                ..Default::default()
             };
             Route::Room(Subject::IngressRoom { guild, channel: ingress.channel_id }, input)
         }
         _ => Route::Text(Subject::ingress_text(ingress.guild_id, ingress.channel_id), ingress),
     }
+}
+
+/// A change to a typed line in a live voice room's chat, as the room hears it: only ids for a
+/// deletion, the new words for an edit.
+pub fn room_change(change: &v1::Ingress) -> Option<(Subject, v1::RoomInput)> {
+    let guild = change.guild_id?;
+    let input = v1::RoomInput {
+        delivery_id: change.delivery_id.clone(),
+        guild_id: guild,
+        channel_id: change.channel_id,
+        author_id: change.author_id,
+        author_name: change.author_name.clone(),
+        source: v1::RoomInputSource::Text as i32,
+        text: change.content.clone(),
+        received_at_ms: change.received_at_ms,
+        change: change.change,
+        changed_message_id: change.changed_message_id,
+        ..Default::default()
+    };
+    Some((Subject::IngressRoom { guild, channel: change.channel_id }, input))
 }
 
 #[cfg(test)]

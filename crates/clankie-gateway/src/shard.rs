@@ -553,6 +553,16 @@ impl Gateway {
             tracing::error!("a change could not be stored; Discord replays it when the shard resumes");
             return false;
         };
+        // A line typed in a live voice room's chat lives in the room's ring too: the room's owner
+        // rewrites or drops it there (the text lane above corrects what the store keeps).
+        let live = event.guild_id.and_then(|g| self.live_voice_channel(g));
+        if live == Some(event.channel_id)
+            && let Some((room, input)) = normalise::room_change(&event)
+            && self.publish_patiently(&room, &input, &MsgId::new(format!("room:{}", event.delivery_id))).await.is_none()
+        {
+            tracing::error!("a change could not be passed to the voice room; Discord replays it when the shard resumes");
+            return false;
+        }
         self.receipt("gateway.change", &event.delivery_id, |r| {
             r.with_id("channel", event.channel_id)
                 .with_id("message", event.changed_message_id)

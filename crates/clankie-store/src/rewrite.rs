@@ -155,6 +155,16 @@ impl Store {
         Ok(sqlx::query("DELETE FROM voice_ring WHERE delivery_id = $1").bind(delivery_id).execute(&self.pool).await?.rows_affected())
     }
 
+    /// Gives the voice ring's lines of typed message `delivery_id` its edited `text`; how many.
+    pub async fn edit_ring_lines(&self, delivery_id: &str, text: &str) -> Result<u64, StoreError> {
+        Ok(sqlx::query("UPDATE voice_ring SET text = $2 WHERE delivery_id = $1")
+            .bind(delivery_id)
+            .bind(text)
+            .execute(&self.pool)
+            .await?
+            .rows_affected())
+    }
+
     /// Records that `author_id` was forgotten (their id only) and removes what of theirs lives
     /// outside the session trees: their ring lines, memory whose fact `quotes` says quotes them,
     /// and experiences they took part in under one of `names`.

@@ -313,6 +313,40 @@ impl RoomActor {
         let _ = self.body.send(BodyCommand::Leave);
     }
 
+    /// An edit or a deletion of a line typed in the room's chat: the ring's line is rewritten or
+    /// dropped here, by the room's owner, and its stored copy with it, so the next room block
+    /// says what the chat says now. A change never reaches the floor's rules.
+    fn change_line(&mut self, change: v1::RoomInput) {
+        let target = change.changed_message_id.to_string();
+        let delete = change.change() == v1::MessageChange::Delete;
+        let lines = if delete {
+            let before = self.ring.len();
+            self.ring.retain(|l| l.delivery_id != target);
+            before - self.ring.len()
+        } else {
+            let mut n = 0;
+            for line in self.ring.iter_mut().filter(|l| l.delivery_id == target) {
+                line.text = change.text.clone();
+                n += 1;
+            }
+            n
+        };
+        let (store, floor) = (self.store.clone(), self.floor.clone());
+        self.publisher.send("ring", async move {
+            let stored = if delete { store.withdraw_ring_lines(&target).await } else { store.edit_ring_lines(&target, &change.text).await };
+            if let Err(e) = stored {
+                tracing::warn!(error = %e, "a changed line's stored copy was not changed; the room's ring has it right");
+            }
+            floor
+                .receipt("voice.changed", &change, |r| {
+                    r.with_code(if delete { "delete" } else { "edit" })
+                        .with_id("message", change.changed_message_id)
+                        .with_count("ring_lines", lines as i64)
+                })
+                .await;
+        });
+    }
+
     async fn go_live(&mut self) -> Result<(), VoiceError> {
         if self.inputs.is_some() {
             return Ok(());
@@ -404,6 +438,9 @@ impl RoomActor {
             let dup = input.clone();
             self.publisher.send("receipt", async move { floor.receipt("voice.duplicate", &dup, |r| r).await });
             return;
+        }
+        if input.change() != v1::MessageChange::None {
+            return self.change_line(input);
         }
         let source = v1::RoomInputSource::try_from(input.source).unwrap_or(v1::RoomInputSource::Unspecified);
         // His names as the persona has them now (an alias added a moment ago wakes him), read

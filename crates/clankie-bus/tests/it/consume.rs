@@ -68,6 +68,7 @@ async fn every_event_type_round_trips_through_the_typed_api() {
         text: "say something in vc clankie".into(),
         mentions_him: false,
         received_at_ms: 1,
+        ..Default::default()
     };
     round_trip(&bus, Subject::ingress_text(Some(10), 20), ingress(1)).await;
     round_trip(&bus, Subject::ingress_text(None, 20), v1::Ingress { guild_id: None, ..ingress(2) }).await;

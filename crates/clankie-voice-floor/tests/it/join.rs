@@ -101,3 +101,53 @@ async fn voice_join_a_human_back_within_the_grace_keeps_him_and_the_owner_can_su
     // Nobody comes: he leaves after the grace.
     until("the summoned room let go", Duration::from_secs(15), || rig.live().is_none()).await;
 }
+
+/// An edit and a deletion in the live voice room's chat reach the room's ring through its owner:
+/// the next room block holds the edited words, and neither the deleted line nor the words the
+/// edit replaced.
+#[tokio::test]
+async fn message_edit_and_delete_in_the_live_voice_chat_change_the_next_room_block() {
+    use clankie_model_standin::{Reply, Script};
+    let rig = Rig::new().await;
+    let decisions = record::<v1::FloorDecision>(&rig.bus, Family::VoiceFloor).await;
+    let _floor = rig.keeping_floor("floor-a").await;
+    rig.discord.voice_join(VOICE, "ada").unwrap();
+    until("the room live", Duration::from_secs(10), || rig.live() == Some(VOICE)).await;
+    rig.connected(Duration::from_secs(10)).await;
+    let typed = |author: &str, content: &str| {
+        rig.discord.user_message(NewMessage { channel_id: VOICE, author: author.into(), content: content.into(), ..Default::default() })
+    };
+    let heard = |id: u64| decisions.all().iter().any(|d| d.delivery_id == id.to_string());
+    let secret = typed("ada", "the gate code is heron-33");
+    let lunch = typed("bob", "lunch is at noon");
+    until("both lines in the room", Duration::from_secs(10), || heard(secret) && heard(lunch)).await;
+    let asked = |requests: Vec<clankie_model_standin::RecordedRequest>| {
+        requests.into_iter().filter(|r| r.all_text().contains("spoken aloud")).collect::<Vec<_>>()
+    };
+
+    // The control: before the changes, the room block holds both lines as typed.
+    rig.standin.script(Script::when("spoken aloud", Reply::text("Noted.")));
+    typed("ada", "Clankie, what did we say?");
+    until("the first answer's request", Duration::from_secs(30), || !asked(rig.standin.requests()).is_empty()).await;
+    let before = asked(rig.standin.requests()).remove(0);
+    assert!(before.count("heron-33") >= 1 && before.count("lunch is at noon") >= 1, "the room block lacked the typed lines");
+
+    assert!(rig.discord.user_delete(secret));
+    assert!(rig.discord.user_edit(lunch, "lunch is at one".into()));
+    let changed = || rig.receipts("voice.changed");
+    until("both changes in the room", Duration::from_secs(10), || changed().len() >= 2).await;
+    rig.standin.script(Script::when("spoken aloud", Reply::text("Noted again.")));
+    typed("bob", "Clankie, and now?");
+    until("the second answer's request", Duration::from_secs(30), || asked(rig.standin.requests()).len() >= 2).await;
+    let after = asked(rig.standin.requests()).remove(1);
+    println!(
+        "voice chat changes: {:?}; the next room block holds the deleted line {} time(s), the old words {}, the edit {}",
+        changed().iter().map(|r| (r.codes.clone(), r.counts.get("ring_lines").copied())).collect::<Vec<_>>(),
+        after.count("heron-33"),
+        after.count("lunch is at noon"),
+        after.count("lunch is at one")
+    );
+    assert_eq!(after.count("heron-33"), 0, "the deleted line is still in the room block");
+    assert_eq!(after.count("lunch is at noon"), 0, "the words the edit replaced are still in the room block");
+    assert!(after.count("lunch is at one") >= 1, "the edit never reached the room block");
+}
