@@ -288,6 +288,18 @@ impl Loopback {
         self.state.limits.counts()
     }
 
+    /// When each REST request the global budget counts (the bot's, interaction endpoints aside)
+    /// arrived, oldest first (ms since the epoch), for checking Discord's limits from what was observed.
+    pub fn request_arrivals(&self) -> Vec<i64> {
+        self.state.limits.arrivals()
+    }
+
+    /// When each message-create request into `channel` arrived, oldest first (ms since the
+    /// epoch): what the bot sent, whether or not it became a post.
+    pub fn create_requests(&self, channel: u64) -> Vec<i64> {
+        self.state.limits.create_requests(channel)
+    }
+
     /// How many resumes succeeded.
     pub fn resumes(&self) -> u64 {
         self.state.resumes()
@@ -407,7 +419,8 @@ fn router(state: Arc<state::State>) -> Router {
         .merge(ws::routes())
         .merge(rest::routes().route_layer(axum::middleware::from_fn_with_state(state.clone(), limits::enforce)))
         .merge(control::routes())
-        .merge(interactions::routes())
+        // Its control routes pass the limits untouched (they are not under `/api/v10`).
+        .merge(interactions::routes().route_layer(axum::middleware::from_fn_with_state(state.clone(), limits::enforce)))
         // Uploads as big as Discord takes from a bot in a boosted guild, and a test's big attachments.
         .layer(axum::extract::DefaultBodyLimit::max(MAX_UPLOAD))
         .with_state(state)

@@ -128,7 +128,19 @@ struct Kept {
     last_answer: HashMap<(String, Route), (Instant, Duration)>,
     invalid: VecDeque<Instant>,
     counts: LimitCounts,
+    /// When each request the global budget counts arrived (ms since the epoch), the last
+    /// [`ARRIVALS_KEPT`]: what a test checks Discord's limits against, not these counters.
+    arrivals: VecDeque<i64>,
+    /// When each message-create request arrived, by channel, the last [`CREATES_KEPT`] of each:
+    /// requests, not posts (a create an enforced nonce answered with the earlier message is here too).
+    creates: HashMap<u64, VecDeque<i64>>,
 }
+
+/// Message-create requests kept per channel for tests.
+const CREATES_KEPT: usize = 1_000;
+
+/// Request arrivals kept for tests: over half an hour at Discord's 50 a second.
+const ARRIVALS_KEPT: usize = 100_000;
 
 impl Keeper {
     fn lock(&self) -> std::sync::MutexGuard<'_, Kept> {
@@ -142,6 +154,16 @@ impl Keeper {
         let mut counts = kept.counts;
         counts.invalid_recent = kept.invalid.len() as u64;
         counts
+    }
+
+    /// When each request with the bot's token arrived, oldest first (ms since the epoch).
+    pub(crate) fn arrivals(&self) -> Vec<i64> {
+        self.lock().arrivals.iter().copied().collect()
+    }
+
+    /// When each message-create request into `channel` arrived, oldest first (ms since the epoch).
+    pub(crate) fn create_requests(&self, channel: u64) -> Vec<i64> {
+        self.lock().creates.get(&channel).map(|c| c.iter().copied().collect()).unwrap_or_default()
     }
 
     /// Counts a gateway connection closed for its command rate.
@@ -177,9 +199,35 @@ fn route_of(limits: &Limits, method: &Method, path: &str) -> Option<(Route, u32,
         (&Method::PUT, ["channels", c, "messages", _, "reactions", _, "@me"]) => ("reaction", *c, 1, Duration::from_millis(250)),
         (&Method::POST, ["channels", c, "typing"]) => ("typing", *c, limits.typing_per_5s, five),
         (_, ["gateway", ..] | ["users", "@me"]) => ("bot", "0", 5, five),
+        // Not documented; assumed at the message bucket's rate.
+        (&Method::POST, ["users", "@me", "channels"]) => ("dm-open", "0", 5, five),
+        // Registered once per command set; assumed tight, as command writes are.
+        (&Method::PUT, ["applications", app, "commands"]) => ("commands-overwrite", *app, 5, Duration::from_secs(20)),
+        (&Method::PUT, ["applications", _, "guilds", guild, "commands"]) => ("commands-overwrite", *guild, 5, Duration::from_secs(20)),
+        // The interaction endpoints: buckets of their own, outside the global budget.
+        (&Method::POST, ["interactions", id, _, "callback"]) => ("interaction-callback", *id, 5, five),
+        (_, ["webhooks", _, token, ..]) => {
+            let route = Route { bucket: "interaction-webhook", resource: resource_of_token(token) };
+            return Some((route, 5, Duration::from_secs(2)));
+        }
         _ => return None,
     };
     Some((Route { bucket, resource: resource.parse().ok()? }, limit, window))
+}
+
+/// A webhook's top-level resource is its id and token together; the token names it here.
+fn resource_of_token(token: &str) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    token.hash(&mut h);
+    h.finish()
+}
+
+/// Whether `path` is an interaction endpoint: answered with the interaction's token, and not
+/// counted toward the global budget (Discord's rule).
+fn interaction_endpoint(path: &str) -> bool {
+    let rest = path.trim_start_matches("/api/v10/");
+    rest.starts_with("interactions/") || rest.starts_with("webhooks/")
 }
 
 fn seconds(d: Duration) -> String {
@@ -237,22 +285,36 @@ async fn limit(state: &Arc<State>, request: Request, next: Next, latency: Durati
     let token = request.headers().get("authorization").and_then(|v| v.to_str().ok()).unwrap_or_default().to_owned();
     // A request without the bot's token is answered 401 by its route and counted invalid; it
     // spends no bucket of the bot's.
-    let route = if token.strip_prefix("Bot ") == Some(state.config.token.as_str()) {
-        route_of(limits, request.method(), request.uri().path())
-    } else {
-        None
-    };
+    let bot = token.strip_prefix("Bot ") == Some(state.config.token.as_str());
+    let interaction = interaction_endpoint(request.uri().path());
+    let route = if bot || interaction { route_of(limits, request.method(), request.uri().path()) } else { None };
     let now = Instant::now();
     let admitted = {
         let mut kept = state.limits.lock();
+        if bot && !interaction {
+            if kept.arrivals.len() >= ARRIVALS_KEPT {
+                kept.arrivals.pop_front();
+            }
+            kept.arrivals.push_back(crate::state::now_ms());
+        }
+        if let Some((Route { bucket: "message-create", resource }, _, _)) = route {
+            let creates = kept.creates.entry(resource).or_default();
+            if creates.len() >= CREATES_KEPT {
+                creates.pop_front();
+            }
+            creates.push_back(crate::state::now_ms());
+        }
         kept.expire_invalid(now);
         if kept.invalid.len() as u64 >= u64::from(limits.invalid_per_10_min) {
             kept.counts.banned_refusals += 1;
             // Cloudflare's temporary ban: not Discord's JSON, not its headers.
             return (StatusCode::FORBIDDEN, "error code: 1015").into_response();
         }
-        let global =
-            kept.global.entry(token.clone()).or_insert(Window { started: now, used: 0 }).take(limits.global_per_second, GLOBAL_WINDOW, now);
+        let global = if interaction {
+            Ok(())
+        } else {
+            kept.global.entry(token.clone()).or_insert(Window { started: now, used: 0 }).take(limits.global_per_second, GLOBAL_WINDOW, now)
+        };
         match (global, route) {
             (Err(wait), _) => {
                 kept.counts.rate_limited_global += 1;

@@ -203,7 +203,7 @@ fn card_text(tools: &[String]) -> String {
 }
 
 /// What a failed post means for the outbound message.
-enum PostError {
+pub(crate) enum PostError {
     /// Worth another try later (5xx, rate limit, network).
     Retry,
     /// Discord refused it for good.
@@ -410,6 +410,10 @@ impl Gateway {
             let request = http.create_message(channel).payload_json(&bytes);
             let request = if last && !files.is_empty() { request.attachments(&files) } else { request };
             clankie_settings::fault::point("gateway.before_post");
+            if let Some(held) = clankie_settings::fault::hold("gateway.before_post") {
+                tokio::time::sleep(held).await;
+            }
+            self.fence()?;
             let posted = request.await.map_err(|e| classify(&e))?;
             clankie_settings::fault::point("gateway.after_accept");
             if i == 0 {
@@ -496,6 +500,7 @@ impl Gateway {
             return Err(PostError::Retry);
         }
         self.inner.budget.pace().await;
+        self.fence()?;
         match (v1::ToolCardOp::try_from(out.tool_card_op), existing) {
             (Ok(v1::ToolCardOp::Post), None) => {
                 let body = json!({ "content": card_text(&out.tool_names), "nonce": nonce(&out.idempotency_key, 0), "enforce_nonce": true });
@@ -544,6 +549,7 @@ impl Gateway {
             return Err(PostError::Retry);
         }
         self.inner.budget.pace().await;
+        self.fence()?;
         let opened = self.inner.http.get().create_private_channel(user).await.map_err(|e| classify(&e))?;
         let channel = opened.model().await.map_err(|_| PostError::Retry)?.id;
         let body = json!({
@@ -554,6 +560,7 @@ impl Gateway {
         });
         let bytes = serde_json::to_vec(&body).map_err(|_| PostError::Refused(0))?;
         self.inner.budget.pace().await;
+        self.fence()?;
         self.inner.http.get().create_message(channel).payload_json(&bytes).await.map_err(|e| classify(&e))?;
         self.receipt("gateway.direct", &out.delivery_id, |r| {
             r.with_id("user", out.direct_user_id).with_id("channel", channel.get()).with_count("buttons", out.buttons.len() as i64)
@@ -716,6 +723,13 @@ impl Gateway {
                 continue;
             }
             clankie_settings::fault::point("gateway.before_reaction");
+            if let Some(held) = clankie_settings::fault::hold("gateway.before_reaction") {
+                tokio::time::sleep(held).await;
+            }
+            if self.fence().is_err() {
+                let _ = d.nak_after(Duration::from_millis(500)).await;
+                continue;
+            }
             match self.inner.http.get().create_reaction(channel, message, &emoji).await {
                 Ok(_) => {
                     clankie_settings::fault::point("gateway.after_reaction");

@@ -100,6 +100,18 @@ impl Gateway {
         now_ms() < self.inner.rest_until_ms.load(Ordering::SeqCst)
     }
 
+    /// The last check before a REST request goes out, after every wait: a holder paused past its
+    /// lease (SIGSTOP, a frozen VM) finds it gone here and sends nothing; the next holder has
+    /// the message. The lease's end is kept in wall time, so a pause counts against it.
+    pub(crate) fn fence(&self) -> Result<(), crate::body::PostError> {
+        if self.speaks_rest() {
+            return Ok(());
+        }
+        metrics::counter!("clankie_gateway_fenced_requests_total").increment(1);
+        tracing::warn!("the REST lease ran out before a request went out; it is handed back unsent");
+        Err(crate::body::PostError::Retry)
+    }
+
     /// Renews the lease every third of its life; returns when it is lost, when it could not be
     /// renewed before its own expiry (a bus away that long, or this process paused), or, with
     /// the lease to hand back once the body's messages are, when the replica is stopping.

@@ -2,9 +2,11 @@
 
 use std::time::{Duration, Instant};
 
+use clankie_discord_loopback::interactions::RunCommand;
 use clankie_discord_loopback::{Limits, Loopback, LoopbackConfig, NewMessage};
 use twilight_http::Client;
 use twilight_http::request::channel::reaction::RequestReactionType;
+use twilight_model::http::interaction::{InteractionResponse, InteractionResponseType};
 use twilight_model::id::Id;
 
 use super::GENERAL;
@@ -81,11 +83,64 @@ async fn discord_limits_every_route_the_gateway_uses_announces_its_bucket() {
     seen.push(("current user", rate_headers(r.headers())));
     let r = http.delete_message(channel, posted.id).await.unwrap();
     seen.push(("delete message", rate_headers(r.headers())));
+    let r = http.gateway().authed().await.unwrap();
+    seen.push(("gateway bot", rate_headers(r.headers())));
+    let r = http.create_private_channel(Id::new(42)).await.unwrap();
+    seen.push(("open DM", rate_headers(r.headers())));
+    let app = Id::new(discord.config().bot_user_id);
+    let r = http.interaction(app).set_global_commands(&[]).await.unwrap();
+    seen.push(("overwrite commands", rate_headers(r.headers())));
+    // The interaction endpoints, answered with the interaction's token.
+    let asked = discord
+        .run_command(RunCommand { channel_id: GENERAL, author: "ada".into(), subcommand: "status".into(), ..Default::default() })
+        .unwrap();
+    let deferred = InteractionResponse { kind: InteractionResponseType::DeferredChannelMessageWithSource, data: None };
+    let global_before = discord.request_arrivals().len();
+    let r = http.interaction(app).create_response(Id::new(asked.id), &asked.token, &deferred).await.unwrap();
+    seen.push(("interaction callback", rate_headers(r.headers())));
+    let r = http.interaction(app).update_response(&asked.token).content(Some("done")).await.unwrap();
+    seen.push(("edit original", rate_headers(r.headers())));
+    assert_eq!(discord.request_arrivals().len(), global_before, "the interaction endpoints counted toward the global budget");
+    assert_eq!(seen.len(), 12, "every route the gateway uses");
     for (route, headers) in &seen {
         println!("discord limits: {route}: {headers:?}");
         assert_eq!(headers, &want, "{route} announces its bucket");
     }
     assert_eq!(discord.limit_counts().rate_limited_user, 0, "twilight kept inside the buckets");
+}
+
+/// The four routes the loopback once let through unlimited (open DM, overwrite commands, the
+/// interaction callback and the edit of its original) each refuse past their bucket with a 429.
+#[tokio::test]
+async fn discord_limits_the_dm_command_and_interaction_routes_refuse_past_their_bucket() {
+    let discord = loopback(Limits::default()).await;
+    let token = discord.config().token.clone();
+    let app = discord.config().bot_user_id;
+    let asked = discord
+        .run_command(RunCommand { channel_id: GENERAL, author: "ada".into(), subcommand: "status".into(), ..Default::default() })
+        .unwrap();
+    let routes: [(&str, String, &str); 4] = [
+        ("POST", "/api/v10/users/@me/channels".into(), r#"{"recipient_id":"42"}"#),
+        ("PUT", format!("/api/v10/applications/{app}/commands"), "[]"),
+        ("POST", format!("/api/v10/interactions/{}/{}/callback", asked.id, asked.token), r#"{"type":5}"#),
+        ("PATCH", format!("/api/v10/webhooks/{app}/{}/messages/@original", asked.token), r#"{"content":"done"}"#),
+    ];
+    for (method, path, body) in &routes {
+        let mut answers = Vec::new();
+        loop {
+            let (status, headers, _) = raw(&discord, method, path, &token, body).await;
+            answers.push(status);
+            if status == 429 {
+                assert_eq!(header(&headers, "x-ratelimit-scope"), Some("user"), "{method} {path}");
+                break;
+            }
+            let limit: usize = header(&headers, "x-ratelimit-limit").and_then(|l| l.parse().ok()).expect("a bucket announced");
+            assert!(answers.len() <= limit, "{method} {path} took {} requests past its limit of {limit}", answers.len());
+        }
+        println!("discord limits: {method} {path}: {answers:?}");
+    }
+    let counts = discord.limit_counts();
+    assert_eq!((counts.rate_limited_user, counts.rate_limited_global), (4, 0), "{counts:?}");
 }
 
 #[tokio::test]

@@ -148,6 +148,20 @@ fn flood_seconds() -> u64 {
     std::env::var("CLANKIE_REST_BUDGET_SECS").ok().and_then(|v| v.parse().ok()).unwrap_or(4)
 }
 
+/// The most of `sorted` (ms, ascending) that fall within any `span` ms: a sliding window.
+fn most_within(sorted: &[i64], span: i64) -> usize {
+    let mut first = 0;
+    (0..sorted.len())
+        .map(|last| {
+            while sorted[last] - sorted[first] >= span {
+                first += 1;
+            }
+            last - first + 1
+        })
+        .max()
+        .unwrap_or(0)
+}
+
 fn percentile(sorted: &[i64], q: f64) -> i64 {
     sorted[((sorted.len() as f64 - 1.0) * q).round() as usize]
 }
@@ -200,9 +214,15 @@ async fn rest_budget_three_gateways_posting_150_replies_a_second_into_60_channel
     let mut delays: Vec<i64> = posts.iter().filter_map(|p| Some(p.at_ms - sent_at.get(&p.content)?)).collect();
     delays.sort_unstable();
     let limits = rig.discord.limit_counts();
+    // Discord's limits from what arrived, in sliding windows, whatever the loopback's own
+    // windows counted: the most create requests one channel took in any 5 s, the most requests
+    // in any second.
+    let creates_in_5s = (0..60).map(|n| most_within(&rig.discord.create_requests(1_000 + n), 5_000)).max().unwrap_or(0);
+    let requests_in_1s = most_within(&rig.discord.request_arrivals(), 1_000);
     println!(
         "rest budget: {total} replies offered over {:.1} s by 3 gateways (REST owner {owner}) into 60 channels, \
-         all posted after {:.1} s ({:.1} a second); delay p50 {} ms, p99 {} ms; loopback: {} user 429s, {} global 429s, {} invalid requests",
+         all posted after {:.1} s ({:.1} a second); delay p50 {} ms, p99 {} ms; most creates in one channel in any 5 s \
+         {creates_in_5s}, most requests in any second {requests_in_1s}; loopback: {} user 429s, {} global 429s, {} invalid requests",
         offered.as_secs_f64(),
         drained.as_secs_f64(),
         total as f64 / drained.as_secs_f64(),
@@ -214,6 +234,8 @@ async fn rest_budget_three_gateways_posting_150_replies_a_second_into_60_channel
     );
     assert!(twice.is_empty(), "replies posted twice: {twice:?}");
     assert_eq!(seen.len(), total, "every reply posted");
+    assert!(creates_in_5s <= 5, "a channel took {creates_in_5s} creates within 5 s");
+    assert!(requests_in_1s <= 50, "{requests_in_1s} requests arrived within one second");
     assert_eq!((limits.rate_limited_user, limits.rate_limited_global, limits.invalid_total), (0, 0, 0), "{limits:?}");
     drop(replicas);
 }
@@ -284,4 +306,56 @@ async fn handover_a_rest_holder_stopped_mid_reply_hands_its_messages_back_in_ord
         posts.iter().filter(|p| p.at_ms < took_ms && p.content.starts_with("[piece")).count()
     );
     assert!(gap < 1_000, "the successor began posting {gap} ms after taking the lease (the ack wait is 10 s)");
+}
+
+/// The REST holder is SIGSTOPped on its way to post a reply (past its last lease check before
+/// the pacing), loses the lease while stopped, and is resumed after its successor posted the
+/// reply: it sends nothing (no create request reaches Discord after the resume), and says why.
+#[tokio::test]
+async fn handover_a_rest_holder_sigstopped_past_its_lease_and_resumed_sends_nothing() {
+    let rig = Rig::new().await;
+    let channel = super::GENERAL;
+    let holder = gateway_process(&rig, "gateway-a", &[("CLANKIE_FAULT_HOLD", "gateway.before_post=1500")]);
+    assert_eq!(rest_owner(&rig).await, "gateway-a");
+    let _successor = gateway_process(&rig, "gateway-b", &[]);
+    let kv = rig.bus.key_value(clankie_gateway::leases::SHARDS_BUCKET, Duration::from_secs(3600)).await.unwrap();
+    let probe = clankie_gateway::leases::ShardLeases::new(kv, "probe", Duration::from_secs(1));
+    until_async_replicas(&probe, 2).await;
+    let log = || std::fs::read_to_string(rig.dir.path().join("gateway-a.log")).unwrap_or_default();
+
+    rig.bus.publish(&Subject::BodySend { channel }, &reply(channel, "reply:stopped", "posted once, by the successor"), None).await.unwrap();
+    until("the holder on its way to post", Duration::from_secs(20), || log().contains("fault injected at gateway.before_post: holding"))
+        .await;
+    let pid = holder.id().expect("the holder runs").to_string();
+    assert!(std::process::Command::new("kill").args(["-STOP", &pid]).status().unwrap().success());
+    let stopped = clankie_bus::now_ms();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while rig.rest_owner().await.as_deref() != Some("gateway-b") {
+        assert!(tokio::time::Instant::now() < deadline, "the successor never took the REST lease");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    until("the reply posted by the successor", Duration::from_secs(30), || {
+        rig.discord.posts(channel).iter().any(|p| p.content == "posted once, by the successor")
+    })
+    .await;
+    let resumed = clankie_bus::now_ms();
+    assert!(std::process::Command::new("kill").args(["-CONT", &pid]).status().unwrap().success());
+    // On waking, its hold and its lease keeping are both due at once: either the last check
+    // before the request (the fence) or the lease keeping finds the lease gone, and each says so;
+    // or the request goes out.
+    let (fenced, lost) = ("the REST lease ran out before a request went out", "the REST lease was lost");
+    let creates_after = || rig.discord.create_requests(channel).into_iter().filter(|at| *at >= resumed).count();
+    until("the resumed holder's next step", Duration::from_secs(20), || {
+        log().contains(fenced) || log().contains(lost) || creates_after() > 0
+    })
+    .await;
+    let posts = rig.discord.posts(channel);
+    println!(
+        "handover: the holder stopped {} ms on its way to post; after its resume: {} create requests, stopped by {}",
+        resumed - stopped,
+        creates_after(),
+        if log().contains(fenced) { "the fence" } else { "its lease keeping" }
+    );
+    assert_eq!(creates_after(), 0, "the resumed holder sent a create after losing the lease");
+    assert_eq!(posts.iter().filter(|p| p.content == "posted once, by the successor").count(), 1);
 }
