@@ -154,11 +154,16 @@ async fn browse_dismisses_dialogs_and_refuses_downloads() {
     let alert = Answer::html(format!("<!doctype html><body><h1>{PHRASE}</h1><script>alert('hello'); confirm('sure?');</script></body>"));
     let file = Answer::Download { content_type: "application/octet-stream".into(), body: b"MZ not a program".to_vec() };
     let pages = TestPages::start("127.0.0.1", vec![("/alert", alert), ("/payload", file)]).await.unwrap();
+    // The control: the same Chromium, driven without the host's refusal, saves the download
+    // there; so an empty folder after the host's browse is the host's doing.
+    let saved_by_plain_chromium = plain_chromium_download(&pages.url("/payload"), &downloads).await;
+    assert!(!saved_by_plain_chromium.is_empty(), "plain Chromium saved nothing under {}: the check below would prove nothing", downloads.display());
+    std::fs::remove_dir_all(&downloads).unwrap();
     let host = host(&pages, 1, Duration::from_secs(20)).await;
     let page = host.browse(&pages.url("/alert"), false, &no_alive()).await.unwrap();
     assert!(page.text.contains(PHRASE), "the dialogs did not hold the page: {:?}", page.text);
     let fetched = host.browse(&pages.url("/payload"), false, &no_alive()).await;
-    assert_eq!(pages.hits("/payload"), 1, "the browser asked for the download");
+    assert_eq!(pages.hits("/payload"), 2, "the browser asked for the download (after the control)");
     if let Ok(page) = &fetched {
         assert!(!page.text.contains("MZ"), "the download's bytes reached the page text: {:?}", page.text);
     }
@@ -167,4 +172,40 @@ async fn browse_dismisses_dialogs_and_refuses_downloads() {
     let saved: Vec<_> =
         std::fs::read_dir(&downloads).map(|d| d.filter_map(Result::ok).map(|e| e.file_name()).collect()).unwrap_or_default();
     assert!(saved.is_empty(), "a download was saved: {saved:?}");
+}
+
+/// Chromium through chromedriver with the host's flags but none of its refusals: what it saves
+/// of `url` under `downloads` within 15 s (names of finished files).
+async fn plain_chromium_download(url: &str, downloads: &std::path::Path) -> Vec<std::ffi::OsString> {
+    let config = BrowserConfig::debian();
+    let driver = clankie_browser::Driver::start(&config.chromedriver).await.unwrap();
+    let mut caps = serde_json::Map::new();
+    caps.insert(
+        "goog:chromeOptions".into(),
+        serde_json::json!({
+            "binary": config.chromium,
+            "args": ["--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--no-first-run",
+                     format!("--user-data-dir={}", driver.profile().display())],
+        }),
+    );
+    let client = fantoccini::ClientBuilder::new(hyper_util::client::legacy::connect::HttpConnector::new())
+        .capabilities(caps)
+        .connect(&format!("http://127.0.0.1:{}", driver.port()))
+        .await
+        .unwrap();
+    let _ = client.goto(url).await;
+    let finished = || -> Vec<std::ffi::OsString> {
+        std::fs::read_dir(downloads)
+            .map(|d| {
+                d.filter_map(Result::ok).map(|e| e.file_name()).filter(|n| !n.to_string_lossy().ends_with(".crdownload")).collect()
+            })
+            .unwrap_or_default()
+    };
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while finished().is_empty() && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let _ = client.close().await;
+    drop(driver);
+    finished()
 }

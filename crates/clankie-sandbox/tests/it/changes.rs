@@ -97,19 +97,68 @@ async fn message_delete_after_the_turn_is_absent_from_the_next_cold_open_and_the
         receipts.all().into_iter().find(|r| r.kind == "captain.run" && r.delivery_id == next.to_string()).expect("the next run's receipt");
     assert!(run.flags.get("from_store").copied().unwrap_or(false), "the next run used a warm copy of the old words");
 
-    // Cold, on a fresh tree: a new lane's history block leaves out what was deleted.
-    let mut fresh = rig.standin.requests().len();
-    let deleted_before_anyone_asked = rig.say(201, "ada", "the vault pin is ocelot-55");
+    // Cold, on a fresh tree: a new lane's first turn reads a line from Discord's history, and the
+    // line is deleted while that turn runs. (Discord leaves a deleted message out of any later
+    // fetch, so only what the lane itself keeps can bring it back.) What the lane stored of it
+    // goes, and its next turn, opened from what it keeps rather than a fresh fetch, reads none of it.
+    rig.standin.script(Script::when("ocelot-55", slow("Hi.", 6_000)));
+    let fresh = rig.standin.requests().len();
+    let deleted_during_the_turn = rig.say(201, "ada", "the vault pin is ocelot-55");
     let there = rig.say(201, "bob", "and the snacks");
-    assert!(rig.sandbox.discord.user_delete(deleted_before_anyone_asked));
-    changed(&receipts, "delete:", 3).await;
     let cold = rig.say(201, "bob", "@Clankie hi");
+    let requests = rig.standin.wait_for_requests(fresh + 1, Duration::from_secs(30)).await;
+    assert_eq!(requests[fresh].count("ocelot-55"), 1, "the cold open's history block carried the line");
+    assert!(rig.sandbox.discord.user_delete(deleted_during_the_turn));
+    changed(&receipts, "delete:", 3).await;
     rig.wait_outcomes(201, &[cold]).await;
-    let request = rig.standin.requests().into_iter().nth(fresh).expect("the cold request");
-    fresh += 1;
-    assert_eq!(request.count("ocelot-55"), 0);
-    assert_eq!(request.count("and the snacks"), 1, "the history block is there, without the deleted line");
-    let _ = (there, fresh);
+    assert_eq!(stored_anywhere(&store, "ocelot-55").await, 0, "the line deleted during the cold turn is still stored");
+    assert!(stored_anywhere(&store, "and the snacks").await > 0, "the other line of the history block went too");
+    let before = rig.standin.requests().len();
+    let later = rig.say(201, "bob", "@Clankie anything new?");
+    rig.wait_outcomes(201, &[later]).await;
+    let request = rig.standin.requests().into_iter().nth(before).expect("the later request");
+    assert_eq!(request.count("ocelot-55"), 0, "the deleted line reached the lane's next request");
+    assert_eq!(request.count("and the snacks"), 1, "the lane's next request reads its kept history");
+    let run = receipts.all().into_iter().find(|r| r.kind == "captain.run" && r.delivery_id == later.to_string()).expect("the later run");
+    assert_eq!(
+        run.flags.get("cold").copied(),
+        Some(false),
+        "the later run fetched the room afresh: it proves nothing of what the lane kept"
+    );
+    let _ = there;
+}
+
+/// A message deleted after he answered it: its words leave what the lane keeps, while his reply
+/// stays posted, its outcome stays `replied` (not `withdrawn`), and nothing is asked of the
+/// model again; the room goes on answering.
+#[tokio::test]
+async fn message_delete_of_a_message_already_answered_keeps_his_reply_and_its_outcome_and_asks_nothing_again() {
+    let rig = Rig::new().await;
+    let bus = rig.bus().await;
+    let receipts = clankie_testkit::record::<v1::Receipt>(&bus, Family::Receipt).await;
+    rig.standin.script(Script::any(Reply::text("Lobby 4, at eight.")));
+    let asked = rig.say(GENERAL, "ada", "@Clankie where is the lobby? my door code is tapir-19");
+    rig.wait_outcomes(GENERAL, &[asked]).await;
+    until("his reply", Duration::from_secs(20), || rig.sandbox.discord.posts(GENERAL).iter().any(|p| p.reply_to == Some(asked))).await;
+    let store = Store::connect(&rig.settings.database_url).await.unwrap();
+    assert!(stored_anywhere(&store, "tapir-19").await > 0, "the answered message was stored");
+    let asked_model = rig.standin.requests().len();
+
+    assert!(rig.sandbox.discord.user_delete(asked));
+    changed(&receipts, "delete:", 1).await;
+    assert_eq!(stored_anywhere(&store, "tapir-19").await, 0, "the deleted message is still stored");
+    assert_eq!(rig.outcome(GENERAL, asked).as_deref(), Some("replied"), "the answered message's outcome changed");
+    let replies: Vec<_> = rig.sandbox.discord.posts(GENERAL).into_iter().filter(|p| p.reply_to == Some(asked)).collect();
+    assert_eq!(replies.len(), 1, "his reply was posted again or removed: {replies:?}");
+    assert!(!replies[0].deleted, "his reply was deleted with the message");
+    // The lane's next turn is the barrier: had the delete set off a run, it would come first.
+    rig.standin.script(Script::any(Reply::text("You're welcome.")));
+    let thanks = rig.say(GENERAL, "bob", "@Clankie thanks");
+    rig.wait_outcomes(GENERAL, &[thanks]).await;
+    let requests = rig.standin.requests();
+    assert_eq!(requests.len(), asked_model + 1, "the delete asked the model again");
+    assert_eq!(requests[asked_model].count("tapir-19"), 0, "the deleted words reached the next request");
+    assert_eq!(rig.outcome(GENERAL, thanks).as_deref(), Some("replied"));
 }
 
 #[tokio::test]

@@ -188,3 +188,75 @@ async fn smart_turn_with_the_detector_down_turns_end_on_the_silence_bound_and_th
     // And the room goes on: the question is answered.
     until("his answer", Duration::from_secs(20), || rig.receipts("voice.outcome").iter().any(|r| has_code(r, "replied"))).await;
 }
+
+/// A turn detector that is up but slow: it answers every `/v1/turn` with "finished", after
+/// `delay`. Counts what it was asked.
+struct SlowDetector {
+    addr: std::net::SocketAddr,
+    asked: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    _serving: clankie_http::Aborting,
+}
+
+impl SlowDetector {
+    async fn start(delay: Duration) -> SlowDetector {
+        use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let asked = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let counted = asked.clone();
+        let serving = tokio::spawn(async move {
+            while let Ok((mut socket, _)) = listener.accept().await {
+                let counted = counted.clone();
+                tokio::spawn(async move {
+                    let mut buf = vec![0u8; 1 << 16];
+                    // The request's head is enough to count it; the WAV body is not read whole.
+                    if socket.read(&mut buf).await.unwrap_or(0) == 0 {
+                        return;
+                    }
+                    counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                    tokio::time::sleep(delay).await;
+                    let body = r#"{"complete":true,"probability":0.99}"#;
+                    let answer = format!(
+                        "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                        body.len()
+                    );
+                    let _ = socket.write_all(answer.as_bytes()).await;
+                });
+            }
+        });
+        SlowDetector { addr, asked, _serving: clankie_http::Aborting(serving) }
+    }
+
+    fn base_url(&self) -> String {
+        format!("http://{}/v1", self.addr)
+    }
+}
+
+#[tokio::test]
+async fn smart_turn_with_the_detector_slow_turns_end_on_the_silence_bound_and_the_room_answers() {
+    let rig = Rig::new().await;
+    // Slower than the floor waits for it (2 s), and far slower than the silence bound (800 ms).
+    let slow = SlowDetector::start(Duration::from_secs(10)).await;
+    let file = rig.dir.path().join("room.gram");
+    std::fs::write(&file, clankie_speech::offline::grammar(&["Clankie, what time is it"])).unwrap();
+    let settings = [("CLANKIE_STT_GRAMMAR", file.display().to_string()), ("CLANKIE_TURN_BASE_URL", slow.base_url())];
+    let _floor = live_room_with(&rig, &settings).await;
+    rig.standin.script(Script::when("spoken aloud", Reply::text("It is nine.")));
+    let (question, rate) = super::clip("Clankie, what time is it").await;
+    let tail = quiet_tail_ms(&question, rate);
+    rig.discord.voice_speak(VOICE, "ada", &question, rate).await.unwrap();
+    let ended = clankie_bus::now_ms() - 100 - tail;
+    until("the turn's receipt", Duration::from_secs(20), || !rig.receipts("voice.heard").is_empty()).await;
+    let heard = rig.receipts("voice.heard");
+    let after = heard[0].at_ms - ended;
+    println!(
+        "smart_turn: with the detector 10 s slow the turn ended by {:?}, {after} ms after the end of speech; the detector was asked {} time(s)",
+        heard[0].codes,
+        slow.asked.load(std::sync::atomic::Ordering::SeqCst)
+    );
+    assert!(slow.asked.load(std::sync::atomic::Ordering::SeqCst) >= 1, "the detector was never asked: it was down, not slow");
+    assert!(has_code(&heard[0], "turn_detector_unavailable"), "{heard:?}");
+    // The silence bound (800 ms) ended it, not the detector's answer (10 s) nor the floor's wait for it (2 s).
+    assert!(after < 2_000, "the turn ended {after} ms after speech: it waited on the slow detector");
+    until("his answer", Duration::from_secs(20), || rig.receipts("voice.outcome").iter().any(|r| has_code(r, "replied"))).await;
+}

@@ -340,8 +340,24 @@ async fn ring_fidelity_a_cut_3_s_into_a_12_sentence_answer_leaves_only_what_he_p
     }
     let (interruption, rate) = clip("good morning everyone").await;
     rig.discord.voice_speak(VOICE, "ada", &interruption, rate).await.unwrap();
+    let she_ended = clankie_bus::now_ms();
     let requests = rig.standin.wait_for_requests(2, Duration::from_secs(30)).await;
     let played = rig.receipts("voice.playback").iter().filter(|r| super::has_code(r, "played")).count();
+    // Counted apart from the floor: how much of the story the loopback heard him say, against
+    // each sentence's length as the same engine says it. Sentences whose whole length fits in it
+    // were said whole.
+    let story_ms: i64 = rig.discord.voice().heard(VOICE).iter().filter(|s| s.start_ms < she_ended).map(|s| s.duration_ms()).sum();
+    let espeak = clankie_speech::offline::Espeak::new(Duration::from_secs(30));
+    let (mut said_whole, mut through) = (0, 0i64);
+    for sentence in &sentences {
+        use clankie_speech::TextToSpeech as _;
+        through += i64::try_from(espeak.synthesize(sentence).await.unwrap().duration().as_millis()).unwrap();
+        // A margin for the frames that carry the audio (20 ms each) at either end.
+        if through > story_ms + 100 {
+            break;
+        }
+        said_whole += 1;
+    }
     let next = requests[1].all_text();
     let line = next
         .lines()
@@ -351,9 +367,13 @@ async fn ring_fidelity_a_cut_3_s_into_a_12_sentence_answer_leaves_only_what_he_p
     let kept = numbers.len();
     // What he said is the answer's beginning: the first sentences, none skipped.
     assert_eq!(numbers, (1..=kept).collect::<Vec<_>>(), "the ring kept sentences other than the first ones: {line}");
-    println!("ring_fidelity: {played} sentence(s) played whole; the ring kept {kept} of 12 (partly or whole): {line}");
+    println!(
+        "ring_fidelity: the loopback heard {story_ms} ms of the story, {said_whole} sentence(s) whole; the floor counted {played} \
+played; the ring kept {kept} of 12 (partly or whole): {line}"
+    );
     assert!(line.contains("cut off"), "not marked cut off: {line}");
-    assert!(kept >= played && kept <= played + 1, "the ring kept {kept} sentences of which {played} played");
+    assert!(said_whole >= 1, "he was cut before a sentence was said whole ({story_ms} ms heard)");
+    assert!(kept >= said_whole && kept <= said_whole + 1, "the ring kept {kept} sentences of which {said_whole} were heard whole");
     assert!(!line.contains("sentence number 12 "), "the ring says he said what nobody heard: {line}");
 }
 

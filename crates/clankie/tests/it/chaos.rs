@@ -426,14 +426,27 @@ async fn chaos_outcomes_the_gateway_killed_while_outcomes_are_in_flight_shows_ev
     let (mut outcomes, mut replies, mut slowest) = (0, 0, Duration::ZERO);
     for round in 0..rounds {
         let death = DEATHS[round % DEATHS.len()];
-        if let Some(point) = death {
-            // This round's gateway carries the fault point: the one before it stops for good first.
-            let resumes = discord.resumes();
-            gateway.start_kill().unwrap();
-            gateway.wait().await.unwrap();
-            gateway = cast.service("gateway", "gateway", Some(point), &[]);
-            until("the faulty gateway's resume", Duration::from_secs(20), || discord.resumes() > resumes).await;
-        }
+        // This round's gateway carries the fault point (or, for the SIGKILL, holds each reaction
+        // on its way to the room, so the kill finds one in flight): the one before it stops first.
+        let (resumes, identifies) = (discord.resumes(), discord.identifies());
+        gateway.start_kill().unwrap();
+        gateway.wait().await.unwrap();
+        gateway = match death {
+            Some(point) => cast.service("gateway", "gateway", Some(point), &[]),
+            None => cast.service("gateway", "gateway", None, &[("CLANKIE_FAULT_HOLD", "gateway.before_reaction=60000")]),
+        };
+        // It resumes the session the one before saved, or identifies if that one saved none yet.
+        until("this round's gateway attached", Duration::from_secs(20), || {
+            discord.resumes() > resumes || discord.identifies() > identifies
+        })
+        .await;
+        let holds = || {
+            std::fs::read_to_string(cast.dir.path().join("gateway.log"))
+                .unwrap_or_default()
+                .matches("fault injected at gateway.before_reaction: holding")
+                .count()
+        };
+        let held_before = holds();
         standin.script(Script::any(thinking(format!("Round {round}, heard you all."), 2_000)));
         let asked = standin.requests().len();
         let guest = format!("guest{round}");
@@ -443,12 +456,14 @@ async fn chaos_outcomes_the_gateway_killed_while_outcomes_are_in_flight_shows_ev
         let ids = [first, say("I can bring snacks", false), say("and a lamp", false)];
         let how = match death {
             None => {
-                // The answer lands about 2 s after the request and its outcomes within milliseconds
-                // of it: the kill falls just before (they are published while no gateway lives) or after.
-                let kill_at = Duration::from_millis(1_800 + random.below(500));
-                tokio::time::sleep(kill_at).await;
+                // Killed while an outcome is on its way: settled in the store, taken by the
+                // gateway, not yet shown in the room. A moment later, so others may be too.
+                until("an outcome held on its way to the room", Duration::from_secs(30), || holds() > held_before).await;
+                tokio::time::sleep(Duration::from_millis(random.below(300))).await;
+                let in_flight = unshown_outcomes(&cast, &ids, Duration::ZERO).await.iter().filter(|(_, stored)| *stored != "none").count();
+                assert!(in_flight >= 1, "round {round}: no outcome was in flight when the gateway was killed");
                 sigkill(&mut gateway).await;
-                format!("SIGKILL {kill_at:?} after the request")
+                format!("SIGKILL with {in_flight} outcome(s) settled and not yet shown")
             }
             Some(point) => {
                 let status = tokio::time::timeout(Duration::from_secs(30), gateway.wait()).await.expect("the fault fired").unwrap();
