@@ -136,11 +136,11 @@ struct Kept {
     creates: HashMap<u64, VecDeque<i64>>,
 }
 
-/// Message-create requests kept per channel for tests.
-const CREATES_KEPT: usize = 1_000;
+/// Message-create requests kept per channel for tests (over a minute at 5 a second).
+const CREATES_KEPT: usize = 400;
 
-/// Request arrivals kept for tests: over half an hour at Discord's 50 a second.
-const ARRIVALS_KEPT: usize = 100_000;
+/// Request arrivals kept for tests: a few minutes at Discord's 50 a second, 80 KB at most.
+const ARRIVALS_KEPT: usize = 10_000;
 
 impl Keeper {
     fn lock(&self) -> std::sync::MutexGuard<'_, Kept> {
