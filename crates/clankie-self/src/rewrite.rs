@@ -87,8 +87,12 @@ pub struct Forgotten {
     pub messages: u64,
     /// Blocks of other messages (history, a voice room) their lines were dropped from.
     pub blocks: u64,
-    /// His own entries (answers, tool calls, summaries) a quote of theirs was taken out of.
-    pub quotes: u64,
+    /// His own entries (answers, tool calls and results) of turns that answered only them,
+    /// withdrawn with their messages.
+    pub answers: u64,
+    /// His entries of turns that answered them and others too: kept as they are, since they
+    /// answered the others as well.
+    pub answers_kept: u64,
     pub ring_lines: u64,
     pub memories: u64,
     pub experiences: u64,
@@ -107,31 +111,26 @@ pub enum ForgetError {
 const FORGET_LEASE_OWNER: &str = "forget-user";
 const FORGET_LEASE_TTL: Duration = Duration::from_secs(30);
 
-/// Forgets `author_id`: their words leave every lane's stored session, the voice ring,
-/// memory that quotes them and experiences they took part in; receipts, outcomes and counts
-/// stay (they hold no words). A lane a live run holds is waited for up to `wait`;
-/// `progress` hears of each lane done.
+/// Forgets `author_id` by provenance, never by the words they used: their messages and their
+/// lines in other blocks leave every lane's stored session; his answers to turns whose input
+/// was only theirs go with them (the whole turn, so no tool call is left without its result);
+/// his answers to turns they shared with others stay; their voice ring lines, the memory
+/// proposed from their messages or lines, and experiences they took part in go. Every other
+/// row stays as it was. Receipts, outcomes and counts stay (they hold no words). A lane a live
+/// run holds is waited for up to `wait`; `progress` hears of each lane done.
 pub async fn forget_user(store: &Store, author_id: u64, wait: Duration, mut progress: impl FnMut(&str)) -> Result<Forgotten, ForgetError> {
     let entries = store.entries_attributed_to(author_id).await?;
-    let mut words = BTreeSet::new();
     let mut names = BTreeSet::new();
-    for e in &entries {
-        collect(e, author_id, &mut words, &mut names);
-    }
-    for (name, text) in store.ring_texts_of(author_id).await? {
-        names.insert(name);
-        words.extend(long_words(&text));
-    }
-    // Words of theirs nobody else in those entries used: what a quote of them looks like.
-    for e in &entries {
-        for word in others_words(e, author_id) {
-            words.remove(&word);
-        }
-    }
-    let quoted: Vec<String> = words.iter().cloned().collect();
+    let mut deliveries = Vec::new();
     let mut forgotten = Forgotten::default();
     let mut by_lane: std::collections::BTreeMap<String, Vec<Rewritten>> = std::collections::BTreeMap::new();
     for e in &entries {
+        collect_names(e, author_id, &mut names);
+        if let Ok(EntryBody::User { text, delivery_id, .. }) = serde_json::from_value::<EntryBody>(e.body.clone())
+            && blocks::message_author(&text) == Some(author_id)
+        {
+            deliveries.push(delivery_id);
+        }
         if let Some(r) = without_author(e, author_id) {
             if r.kind == clankie_agent::WITHDRAWN_KIND {
                 forgotten.messages += 1;
@@ -141,21 +140,14 @@ pub async fn forget_user(store: &Store, author_id: u64, wait: Duration, mut prog
             by_lane.entry(e.lane.clone()).or_default().push(r);
         }
     }
-    // His own entries that quote them (an answer, a tool call's arguments, a summary) lose the quoted words.
-    let lanes: Vec<String> = by_lane.keys().cloned().collect();
-    for lane in lanes {
-        for e in store.his_entries_quoting(&lane, &quoted).await? {
-            let mut body = e.body.clone();
-            redact(&mut body, &words);
-            forgotten.quotes += 1;
-            by_lane.entry(lane.clone()).or_default().push(Rewritten {
-                seq: e.seq,
-                tree: e.tree,
-                kind: e.kind,
-                body,
-                in_context: e.in_context,
-            });
-        }
+    // His entries, by whom each turn answered: a turn is the messages that start it and the
+    // entries he wrote before the next message.
+    let trees: BTreeSet<(String, String)> = entries.iter().map(|e| (e.lane.clone(), e.tree.clone())).collect();
+    for (lane, tree) in trees {
+        let (answers, kept) = his_answers_to(&store.tree_entries(&tree).await?, author_id);
+        forgotten.answers += answers.len() as u64;
+        forgotten.answers_kept += kept;
+        by_lane.entry(lane).or_default().extend(answers);
     }
     for (lane, rewrites) in by_lane {
         let lane = lane.as_str();
@@ -172,15 +164,67 @@ pub async fn forget_user(store: &Store, author_id: u64, wait: Duration, mut prog
         }
     }
     let names: Vec<String> = names.into_iter().collect();
-    let quotes = |fact: &str| {
-        let id = author_id.to_string();
-        fact.contains(&id) || long_words(fact).any(|w| words.contains(&w)) || names.iter().any(|n| mentions(fact, n))
-    };
-    let rows = store.forget_rows(author_id, &names, quotes).await?;
+    let rows = store.forget_rows(author_id, &names, &deliveries).await?;
     forgotten.ring_lines = rows.ring_lines;
     forgotten.memories = rows.memories;
     forgotten.experiences = rows.experiences;
     Ok(forgotten)
+}
+
+/// His entries in one tree (in order) that answered only `author_id`'s messages, each
+/// rewritten as withdrawn, and how many of his entries answered them with others. A turn runs
+/// from the messages that start it to his answer without a tool call; a message steered in
+/// meanwhile joins it, and the whole turn is judged by everyone it answered.
+fn his_answers_to(tree: &[HeldWords], author_id: u64) -> (Vec<Rewritten>, u64) {
+    struct Turn<'a> {
+        asked_by: BTreeSet<u64>,
+        answered: String,
+        his: Vec<&'a HeldWords>,
+        done: bool,
+    }
+    let (mut answers, mut kept) = (Vec::new(), 0u64);
+    let mut settle = |turn: &Turn<'_>| {
+        if !turn.asked_by.contains(&author_id) {
+            return;
+        }
+        if turn.asked_by.len() > 1 {
+            kept += turn.his.len() as u64;
+            return;
+        }
+        answers.extend(turn.his.iter().filter_map(|e| rewritten(e, EntryBody::Withdrawn { delivery_id: turn.answered.clone() })));
+    };
+    let mut turn = Turn { asked_by: BTreeSet::new(), answered: String::new(), his: Vec::new(), done: false };
+    for e in tree {
+        let Ok(body) = serde_json::from_value::<EntryBody>(e.body.clone()) else { continue };
+        let (author, delivery_id) = match body {
+            EntryBody::User { text, delivery_id, .. } => (blocks::message_author(&text), delivery_id),
+            // A message withdrawn before (deleted, or its author forgotten once already) still
+            // started its turn; whose it was is no longer known.
+            EntryBody::Withdrawn { delivery_id } => (None, delivery_id),
+            EntryBody::Assistant { tool_calls, .. } => {
+                turn.his.push(e);
+                turn.done = tool_calls.is_empty();
+                continue;
+            }
+            EntryBody::ToolResult { .. } => {
+                turn.his.push(e);
+                continue;
+            }
+            _ => continue,
+        };
+        if turn.done {
+            settle(&turn);
+            turn = Turn { asked_by: BTreeSet::new(), answered: String::new(), his: Vec::new(), done: false };
+        }
+        if let Some(author) = author {
+            turn.asked_by.insert(author);
+        }
+        if turn.answered.is_empty() && !delivery_id.is_empty() {
+            turn.answered = delivery_id;
+        }
+    }
+    settle(&turn);
+    (answers, kept)
 }
 
 async fn lease_within(store: &Store, lane: &LaneKey, wait: Duration) -> Result<Option<Lease>, StoreError> {
@@ -196,72 +240,16 @@ async fn lease_within(store: &Store, lane: &LaneKey, wait: Duration) -> Result<O
     }
 }
 
-/// The words and names of `author_id` an entry holds, for finding quotes of them elsewhere.
-fn collect(entry: &HeldWords, author_id: u64, words: &mut BTreeSet<String>, names: &mut BTreeSet<String>) {
+/// The names `author_id` went by in an entry's blocks, for the experiences they took part in.
+fn collect_names(entry: &HeldWords, author_id: u64, names: &mut BTreeSet<String>) {
     let Ok(EntryBody::User { text, .. }) = serde_json::from_value::<EntryBody>(entry.body.clone()) else { return };
     for p in blocks::parse(&text).unwrap_or_default() {
-        if p.attr("author_id").and_then(|a| a.parse::<u64>().ok()) == Some(author_id) {
-            if let Some(name) = p.attr("from") {
-                names.insert(name.to_owned());
-            }
-            words.extend(long_words(&p.content));
+        if p.attr("author_id").and_then(|a| a.parse::<u64>().ok()) == Some(author_id)
+            && let Some(name) = p.attr("from")
+        {
+            names.insert(name.to_owned());
         }
     }
-}
-
-/// The long words other people's blocks in an entry hold.
-fn others_words(entry: &HeldWords, author_id: u64) -> Vec<String> {
-    let Ok(EntryBody::User { text, .. }) = serde_json::from_value::<EntryBody>(entry.body.clone()) else { return Vec::new() };
-    blocks::parse(&text)
-        .unwrap_or_default()
-        .iter()
-        .filter(|p| p.attr("author_id").and_then(|a| a.parse::<u64>().ok()).is_some_and(|a| a != author_id))
-        .flat_map(|p| long_words(&p.content).collect::<Vec<_>>())
-        .collect()
-}
-
-/// Takes `words` out of every string in `value`, whole words only, whatever their case.
-fn redact(value: &mut serde_json::Value, words: &BTreeSet<String>) {
-    match value {
-        serde_json::Value::String(s) => {
-            let mut out = String::with_capacity(s.len());
-            let mut word = String::new();
-            let flush = |word: &mut String, out: &mut String| {
-                if words.contains(&word.to_lowercase()) {
-                    out.push_str("[forgotten]");
-                } else {
-                    out.push_str(word);
-                }
-                word.clear();
-            };
-            for c in s.chars() {
-                if c.is_alphanumeric() {
-                    word.push(c);
-                } else {
-                    flush(&mut word, &mut out);
-                    out.push(c);
-                }
-            }
-            flush(&mut word, &mut out);
-            *s = out;
-        }
-        serde_json::Value::Array(items) => items.iter_mut().for_each(|v| redact(v, words)),
-        serde_json::Value::Object(map) => map.values_mut().for_each(|v| redact(v, words)),
-        _ => {}
-    }
-}
-
-/// A fact quotes a person when it shares a word of theirs this long: short words are everyone's.
-const QUOTED_WORD_CHARS: usize = 6;
-
-fn long_words(text: &str) -> impl Iterator<Item = String> + '_ {
-    text.split(|c: char| !c.is_alphanumeric()).filter(|w| w.chars().count() >= QUOTED_WORD_CHARS).map(str::to_lowercase)
-}
-
-/// Whether `text` names `name` as a word of its own.
-fn mentions(text: &str, name: &str) -> bool {
-    let name = name.trim().to_lowercase();
-    !name.is_empty() && text.to_lowercase().split(|c: char| !c.is_alphanumeric()).any(|w| w == name)
 }
 
 #[cfg(test)]
@@ -330,5 +318,52 @@ mod tests {
         assert!(!text.contains("kept") && text.contains("old words"));
         assert_eq!(lines, [10]);
         assert!(changed(&history, 12, &Change::Delete).is_none());
+    }
+
+    fn his(text: &str, calls: usize) -> EntryBody {
+        let tool_calls = (0..calls)
+            .map(|n| clankie_agent::provider::ToolCall { id: format!("c{n}"), name: "read_page".into(), arguments: format!("{{\"q\":\"{text}\"}}") })
+            .collect();
+        EntryBody::Assistant { text: text.into(), tool_calls, stop_reason: "stop".into(), usage: Default::default(), provider_error: None }
+    }
+
+    fn message(name: &'static str, id: u64, delivery: &str, text: &'static str) -> EntryBody {
+        EntryBody::User {
+            author: name.into(),
+            delivery_id: delivery.into(),
+            text: blocks::message(&blocks::Said { author_name: name, author_id: id, text }, &[]),
+            images: vec![],
+            lines: vec![],
+        }
+    }
+
+    #[test]
+    fn erase_withdraws_his_answers_to_turns_only_they_started_and_keeps_shared_ones() {
+        let tree: Vec<HeldWords> = [
+            // bob alone, with a tool call: the whole turn goes.
+            message("bob", 8, "1", "the meeting tomorrow?"),
+            his("looking", 1),
+            EntryBody::ToolResult { call_id: "c0".into(), name: "read_page".into(), content: "page".into(), is_error: false },
+            his("The meeting tomorrow is at noon.", 0),
+            // ada alone, in the same words: kept.
+            message("ada", 7, "2", "the meeting tomorrow?"),
+            his("Yes, the meeting tomorrow.", 0),
+            // ada, with bob steered in mid-turn: shared, kept.
+            message("ada", 7, "3", "and lunch?"),
+            his("checking", 1),
+            EntryBody::ToolResult { call_id: "c0".into(), name: "read_page".into(), content: "menu".into(), is_error: false },
+            message("bob", 8, "4", "me too"),
+            his("Lunch for you both.", 0),
+        ]
+        .into_iter()
+        .enumerate()
+        .map(|(n, b)| HeldWords { seq: n as i64, ..entry(b) })
+        .collect();
+        let (answers, kept) = his_answers_to(&tree, 8);
+        assert_eq!(answers.iter().map(|r| r.seq).collect::<Vec<_>>(), [1, 2, 3], "bob's own turn, tool call and result together");
+        assert!(answers.iter().all(|r| r.kind == "withdrawn" && !r.in_context && !r.body.to_string().contains("meeting")));
+        assert_eq!(kept, 3, "the turn he shared with ada stays");
+        let (answers, kept) = his_answers_to(&tree, 7);
+        assert_eq!((answers.iter().map(|r| r.seq).collect::<Vec<_>>(), kept), (vec![5], 3));
     }
 }

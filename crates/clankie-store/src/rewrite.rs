@@ -88,21 +88,13 @@ impl Store {
         held_words(rows)
     }
 
-    /// The entries of `lane` that are not someone's message (his answers, tool calls and
-    /// results, summaries) holding any of `words` as a whole word, case-insensitively.
-    pub async fn his_entries_quoting(&self, lane: &str, words: &[String]) -> Result<Vec<HeldWords>, StoreError> {
-        let words: Vec<&String> = words.iter().filter(|w| !w.is_empty() && w.chars().all(char::is_alphanumeric)).collect();
-        if words.is_empty() {
-            return Ok(Vec::new());
-        }
-        let pattern = format!("\\m({})\\M", words.iter().map(|w| w.as_str()).collect::<Vec<_>>().join("|"));
-        let rows = sqlx::query(
-            "SELECT seq, lane, tree, kind, body, in_context FROM session_entries WHERE lane = $1 AND kind <> 'user' AND body::text ~* $2 ORDER BY seq",
-        )
-        .bind(lane)
-        .bind(pattern)
-        .fetch_all(&self.pool)
-        .await?;
+    /// Every entry of session tree `tree`, in the order it was written: what a forget walks to
+    /// learn which of his entries answered whom.
+    pub async fn tree_entries(&self, tree: &str) -> Result<Vec<HeldWords>, StoreError> {
+        let rows = sqlx::query("SELECT seq, lane, tree, kind, body, in_context FROM session_entries WHERE tree = $1 ORDER BY seq")
+            .bind(tree)
+            .fetch_all(&self.pool)
+            .await?;
         held_words(rows)
     }
 
@@ -166,19 +158,26 @@ impl Store {
     }
 
     /// Records that `author_id` was forgotten (their id only) and removes what of theirs lives
-    /// outside the session trees: their ring lines, memory whose fact `quotes` says quotes them,
-    /// and experiences they took part in under one of `names`.
-    pub async fn forget_rows(&self, author_id: u64, names: &[String], quotes: impl Fn(&str) -> bool) -> Result<ForgottenRows, StoreError> {
+    /// outside the session trees, by provenance: their ring lines, memory proposed from one of
+    /// `deliveries` (their messages) or from a line they spoke, and experiences they took part
+    /// in under one of `names`. Memory of anyone else's making stays, whatever words it shares.
+    pub async fn forget_rows(&self, author_id: u64, names: &[String], deliveries: &[String]) -> Result<ForgottenRows, StoreError> {
         let mut tx = self.pool.begin().await?;
         sqlx::query("INSERT INTO forgotten_users (author_id) VALUES ($1) ON CONFLICT (author_id) DO UPDATE SET forgotten_at = now()")
             .bind(author_id as i64)
             .execute(&mut *tx)
             .await?;
+        let memories = sqlx::query(
+            "DELETE FROM self_memory WHERE proposed_for = ANY($1)
+                OR proposed_for IN (SELECT delivery_id FROM voice_ring WHERE author_id = $2)",
+        )
+        .bind(deliveries)
+        .bind(author_id.to_string())
+        .execute(&mut *tx)
+        .await?
+        .rows_affected();
         let ring_lines =
             sqlx::query("DELETE FROM voice_ring WHERE author_id = $1").bind(author_id.to_string()).execute(&mut *tx).await?.rows_affected();
-        let facts: Vec<(i64, String)> = sqlx::query_as("SELECT id, fact FROM self_memory").fetch_all(&mut *tx).await?;
-        let quoting: Vec<i64> = facts.into_iter().filter(|(_, fact)| quotes(fact)).map(|(id, _)| id).collect();
-        let memories = sqlx::query("DELETE FROM self_memory WHERE id = ANY($1)").bind(&quoting).execute(&mut *tx).await?.rows_affected();
         let experiences =
             sqlx::query("DELETE FROM self_experiences WHERE participants && $1").bind(names).execute(&mut *tx).await?.rows_affected();
         tx.commit().await?;

@@ -189,11 +189,12 @@ pub async fn run(settings: &Settings, action: SelfAction) -> Result<()> {
                 .await
                 .with_context(|| format!("forgetting user {user_id}"))?;
             println!(
-                "forgot user {user_id}: lanes {}, messages {}, blocks {}, quotes {}, ring lines {}, memories {}, experiences {}",
+                "forgot user {user_id}: lanes {}, messages {}, blocks {}, answers {} (kept {} that answered others too), ring lines {}, memories {}, experiences {}",
                 forgotten.lanes,
                 forgotten.messages,
                 forgotten.blocks,
-                forgotten.quotes,
+                forgotten.answers,
+                forgotten.answers_kept,
                 forgotten.ring_lines,
                 forgotten.memories,
                 forgotten.experiences

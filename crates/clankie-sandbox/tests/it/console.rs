@@ -373,7 +373,14 @@ async fn erase_from_the_console_forgets_a_person_and_answers_what_it_removed() {
     rig.standin.script(Script::any(Reply::text("Noted.")));
     let said = rig.say(GENERAL, "ada", "@Clankie my nickname is quokkaface");
     rig.wait_outcomes(GENERAL, &[said]).await;
-    store.add_memory("Ada's nickname is quokkaface.", MemoryStatus::Approved, "cli").await.unwrap();
+    // A fact proposed from her message (its provenance), approved.
+    let fact = store.add_memory("Ada's nickname is quokkaface.", MemoryStatus::Approved, "cli").await.unwrap();
+    sqlx::query("UPDATE self_memory SET proposed_for = $2 WHERE id = $1")
+        .bind(fact)
+        .bind(said.to_string())
+        .execute(store.pool())
+        .await
+        .unwrap();
     let ada = rig.sandbox.discord.messages(GENERAL).into_iter().find(|m| m.id == said).unwrap().author_id;
     let held = || crate::entries_holding(&store, "quokkaface");
     assert!(held().await > 0, "ada's words were never stored, so erasing them proves nothing");

@@ -360,3 +360,71 @@ async fn slash_a_non_owners_voice_join_and_leave_are_refused_and_an_operators_ar
     let updates = discord.bot_voice_updates();
     assert_eq!(updates, [(100, Some(301)), (100, Some(VOICE)), (100, None)], "only the operator's join, move and leave reached Discord");
 }
+
+/// Bob runs `/clankie forget-me` in a room where ada used the same everyday words: bob's
+/// messages, his answers to them and the memory proposed from them go; ada's messages, his
+/// answers to her (in those same words), the memory proposed from hers and the owner's own
+/// fact (sharing a word with bob's) stay byte for byte; and the room answers bob at once.
+#[tokio::test]
+async fn erase_bobs_forget_me_leaves_adas_words_the_owners_fact_and_his_answers_to_her() {
+    let rig = Rig::new().await;
+    let store = owned_by(&rig, "owner").await;
+    // The same long words on both sides: "meeting", "tomorrow", "cancelled".
+    rig.standin.script(Script::when("bob-quokka", Reply::tool("propose_memory", json!({ "fact": "Bob's meeting tomorrow is cancelled." }))));
+    rig.standin.script(Script::when("bob-quokka", Reply::text("Noted: your meeting tomorrow is cancelled.")));
+    let bobs = rig.say(GENERAL, "bob", "@Clankie my meeting tomorrow is cancelled, bob-quokka");
+    rig.wait_outcomes(GENERAL, &[bobs]).await;
+    rig.standin.script(Script::when("ada-heron", Reply::tool("propose_memory", json!({ "fact": "Ada's meeting tomorrow was cancelled too." }))));
+    rig.standin.script(Script::when("ada-heron", Reply::text("Your meeting tomorrow is cancelled as well, then.")));
+    let adas = rig.say(GENERAL, "ada", "@Clankie was the meeting tomorrow cancelled? ada-heron");
+    rig.wait_outcomes(GENERAL, &[adas]).await;
+    store.add_memory("Water the plants tomorrow before the meeting.", MemoryStatus::Approved, "cli").await.unwrap();
+    for m in store.memories(MemoryStatus::Proposed, 10).await.unwrap() {
+        store.decide_memory(m.id, MemoryStatus::Proposed, MemoryStatus::Approved).await.unwrap();
+    }
+    // Everything not bob's, as stored before: it must come out of the forget byte for byte.
+    // The lane's entries from ada's message on are hers and his answer to her.
+    let not_bobs = || async {
+        let entries: Vec<(i64, String)> = sqlx::query_as(
+            "SELECT seq, body::text FROM session_entries
+             WHERE seq >= (SELECT min(seq) FROM session_entries WHERE strpos(body::text, 'ada-heron') > 0) AND body->>'type' <> 'note'
+             ORDER BY seq",
+        )
+        .fetch_all(store.pool())
+        .await
+        .unwrap();
+        let memory: Vec<(i64, String)> = sqlx::query_as("SELECT id, fact FROM self_memory WHERE fact NOT LIKE 'Bob%' ORDER BY id")
+            .fetch_all(store.pool())
+            .await
+            .unwrap();
+        (entries, memory)
+    };
+    let (entries_before, memory_before) = not_bobs().await;
+    assert!(crate::entries_holding(&store, "bob-quokka").await > 0, "bob's words were never stored");
+    assert!(crate::entries_holding(&store, "Your meeting tomorrow is cancelled as well").await > 0, "his answer to ada was never stored");
+    assert_eq!(memory_before.len(), 2, "ada's fact and the owner's: {memory_before:?}");
+    assert!(entries_before.len() >= 4, "ada's message and his answer to her: {entries_before:?}");
+
+    let forgot = run(&rig, GENERAL, "bob", "forget-me", &[]).await;
+    assert!(forgot.content.starts_with("Done"), "{}", forgot.content);
+    println!("erase: bob's forget-me answered {:?}", forgot.content);
+    assert_eq!(crate::entries_holding(&store, "bob-quokka").await, 0, "bob's message is still stored");
+    assert_eq!(crate::entries_holding(&store, "Noted: your meeting").await, 0, "his answer to bob alone is still stored");
+    assert_eq!(crate::entries_holding(&store, "Bob's meeting").await, 0, "his tool call proposing bob's fact is still stored");
+    let bobs_memory: i64 = sqlx::query_scalar("SELECT count(*) FROM self_memory WHERE fact LIKE 'Bob%'").fetch_one(store.pool()).await.unwrap();
+    assert_eq!(bobs_memory, 0, "the memory proposed from bob's message is still kept");
+    let (entries_after, memory_after) = not_bobs().await;
+    assert_eq!(memory_after, memory_before, "ada's or the owner's memory changed");
+    assert_eq!(entries_after, entries_before, "an entry that was not bob's changed");
+
+    // The room answers bob at once, with ada's words still in it.
+    let from = rig.standin.requests().len();
+    rig.standin.script(Script::when("anything else", Reply::text("That's all I have.")));
+    let again = rig.say(GENERAL, "bob", "@Clankie anything else?");
+    rig.wait_outcomes(GENERAL, &[again]).await;
+    assert_eq!(rig.outcome(GENERAL, again).as_deref(), Some("replied"), "the room no longer answers bob");
+    let request = rig.standin.requests().into_iter().nth(from).expect("the next request");
+    assert_eq!(request.count("bob-quokka"), 0, "bob's words reached the next request");
+    assert_eq!(request.count("ada-heron"), 1, "ada's words left the next request");
+    assert_eq!(request.count("Your meeting tomorrow is cancelled as well, then."), 1, "his answer to ada left the next request");
+}

@@ -81,7 +81,9 @@ async fn erase_forget_user_leaves_no_word_of_theirs_in_postgres_and_none_in_the_
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     assert!(out.status.success(), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
     println!("{stdout}");
-    assert!(stdout.contains("lanes 1, messages 1, blocks 1, quotes 1"), "{stdout}");
+    // Her message and his whole answer to it (the tool call proposing the memory, its result,
+    // his reply) go; her line leaves bob's opener's history block, and his answer to bob stays.
+    assert!(stdout.contains("lanes 1, messages 1, blocks 1, answers 3 (kept 0 that answered others too)"), "{stdout}");
     assert!(stdout.contains("ring lines 1, memories 1"), "{stdout}");
 
     assert_eq!(rows_holding(&store, CANARY).await, [], "her word is still stored");
