@@ -279,6 +279,22 @@ impl Session {
         }
     }
 
+    /// Lets go of the entries the newest summary replaced, as [`Session::open`] never reads
+    /// them: a warm copy of a long-lived lane then stays near its context budget instead of
+    /// holding every word the lane ever had. The store keeps them all. Called between runs
+    /// (a run counts its entries by position).
+    pub fn let_go_of_summarised(&mut self) {
+        let first_kept = self.entries.iter().rev().find_map(|e| match &e.body {
+            EntryBody::Compaction { first_kept_id, .. } => Some(first_kept_id.clone()),
+            _ => None,
+        });
+        if let Some(start) = first_kept.and_then(|id| self.entries.iter().position(|e| e.id == id))
+            && start > 0
+        {
+            self.entries.drain(..start);
+        }
+    }
+
     /// The texts of the user messages from `author` the model still sees (after the last
     /// compaction), oldest first: e.g. the self-context notes a lane was sent, so the next one
     /// carries only what changed.

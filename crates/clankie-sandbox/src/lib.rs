@@ -24,10 +24,6 @@ pub fn voice_dir(settings: &Settings) -> std::path::PathBuf {
 #[cfg(feature = "rig")]
 pub mod rig;
 
-/// The newest messages the sandbox's Discord keeps per channel: a sandbox left running for hours
-/// holds a bounded room, not every line ever written.
-pub const SANDBOX_MESSAGES_KEPT: usize = 200;
-
 /// Why the sandbox could not start.
 #[derive(Debug, thiserror::Error)]
 pub enum SandboxError {
@@ -155,7 +151,7 @@ impl Sandbox {
             say_aloud_tts,
             limits: limits.unwrap_or_default(),
             dave: dave.unwrap_or_default(),
-            messages_kept_per_channel: SANDBOX_MESSAGES_KEPT,
+            messages_kept_per_channel: settings.sandbox_messages_kept,
             ..LoopbackConfig::default()
         };
         let discord = Loopback::serve(addr, config).await.map_err(|source| SandboxError::Loopback { addr, source })?;

@@ -136,6 +136,11 @@ pub const SETTINGS: &[Setting] = &[
         doc: "Where `clankie run` serves the loopback Discord and its sandbox page.",
     },
     Setting {
+        name: "CLANKIE_SANDBOX_MESSAGES_KEPT",
+        default: "200",
+        doc: "Messages each sandbox room keeps (the newest); older ones leave its page and history.",
+    },
+    Setting {
         name: "CLANKIE_CONSOLE_ADDR",
         default: "127.0.0.1:8790",
         doc: "Where the operator console listens (`clankie console`, and `clankie run`'s embedded one).",
@@ -511,6 +516,8 @@ pub struct Settings {
     pub typing_interval: Duration,
     /// Where the embedded default serves the loopback Discord.
     pub sandbox_addr: std::net::SocketAddr,
+    /// Messages each sandbox room keeps, the newest.
+    pub sandbox_messages_kept: usize,
     /// The captain's warm-session budget, in MiB.
     pub warm_cache_mib: usize,
     /// Where the operator console listens.
@@ -666,6 +673,7 @@ impl fmt::Debug for Settings {
             .field("outcome_reactions", &self.outcome_reactions)
             .field("typing_interval", &self.typing_interval)
             .field("sandbox_addr", &self.sandbox_addr)
+            .field("sandbox_messages_kept", &self.sandbox_messages_kept)
             .field("warm_cache_mib", &self.warm_cache_mib)
             .field("console_addr", &self.console_addr)
             .field("console_token", &self.console_token.as_ref().map(|_| "***"))
@@ -868,6 +876,8 @@ impl Settings {
             var("CLANKIE_SANDBOX_ADDR").unwrap_or_else(|| "127.0.0.1:8700".into()).trim().parse::<std::net::SocketAddr>().map_err(
                 |_| SettingsError::Invalid { var: "CLANKIE_SANDBOX_ADDR", reason: "expected host:port, e.g. 127.0.0.1:8700".into() },
             )?;
+        let sandbox_messages_kept =
+            number(var("CLANKIE_SANDBOX_MESSAGES_KEPT"), "CLANKIE_SANDBOX_MESSAGES_KEPT", 200, 1, 100_000)? as usize;
         let console_addr =
             var("CLANKIE_CONSOLE_ADDR").unwrap_or_else(|| "127.0.0.1:8790".into()).trim().parse::<std::net::SocketAddr>().map_err(
                 |_| SettingsError::Invalid { var: "CLANKIE_CONSOLE_ADDR", reason: "expected host:port, e.g. 127.0.0.1:8790".into() },
@@ -1042,6 +1052,7 @@ impl Settings {
             floor_continuation,
             floor_offer_interval,
             sandbox_addr,
+            sandbox_messages_kept,
             console_addr,
             console_token,
             warm_cache_mib,

@@ -183,4 +183,15 @@ async fn a_steer_arriving_mid_compaction_is_answered() {
     assert!(
         !reloaded.entries().iter().any(|e| matches!(&e.body, clankie_agent::EntryBody::User { text, .. } if text.contains("number 0")))
     );
+
+    // cache_budget: the warm copy lets go of what the summary replaced and is then the fresh
+    // open, entry for entry, with the same context and fewer bytes.
+    let mut warm = result.session;
+    let (held, context) = (warm.approx_bytes(), warm.context());
+    warm.let_go_of_summarised();
+    let ids = |s: &clankie_agent::Session| s.entries().iter().map(|e| e.id.clone()).collect::<Vec<_>>();
+    assert_eq!(ids(&warm), ids(&reloaded), "the warm copy is not what a fresh open reads");
+    assert_eq!(warm.context(), context, "letting go changed what the model sees");
+    println!("cache_budget: the warm copy held {held} bytes, {} after letting go of the summarised turns", warm.approx_bytes());
+    assert!(warm.approx_bytes() < held);
 }

@@ -645,13 +645,15 @@ impl Captain {
         }
     }
 
-    /// Keeps the run's session for the lane's next turn on this replica (its pictures dropped).
+    /// Keeps the run's session for the lane's next turn on this replica (its pictures and what
+    /// a summary replaced dropped).
     /// A turn apart never touched the social session, so the copy this replica holds of that
     /// stays current.
     fn keep_warm(&self, turn: &Turn, mut session: Session) {
         let mut warm = self.inner.warm.lock().unwrap_or_else(|p| p.into_inner());
         if !turn.apart {
             session.forget_pictures();
+            session.let_go_of_summarised();
             let evicted = warm.put(turn.lease.lane, Warm { session, epoch: turn.lease.epoch });
             if evicted > 0 {
                 metrics::counter!("clankie_captain_warm_evictions_total").increment(evicted as u64);
