@@ -222,6 +222,11 @@ impl Loopback {
         self.state.user_delete(id)
     }
 
+    /// A moderator purges messages of a guild channel (MESSAGE_DELETE_BULK); the ids deleted.
+    pub fn bulk_delete(&self, channel: u64, ids: &[u64]) -> Vec<u64> {
+        self.state.bulk_delete(channel, ids)
+    }
+
     /// A user runs `/clankie <subcommand>` (INTERACTION_CREATE).
     pub fn run_command(
         &self,
@@ -258,7 +263,7 @@ impl Loopback {
         self.state.posts(channel)
     }
 
-    /// When the bot triggered typing in a channel (ms since the epoch).
+    /// When the bot triggered typing in a channel in the last two minutes (ms since the epoch).
     pub fn typing(&self, channel: u64) -> Vec<i64> {
         self.state.typing(channel)
     }

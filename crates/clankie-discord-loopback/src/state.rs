@@ -125,6 +125,8 @@ struct Inner {
     per_channel: HashMap<u64, std::collections::VecDeque<u64>>,
     typing: HashMap<u64, Vec<i64>>,
     nonces: HashMap<(u64, String), (u64, i64)>,
+    /// When `nonces` last let go of those past their window.
+    nonces_swept_at: i64,
     sessions: HashMap<String, GatewaySession>,
     /// Uploaded bytes with their content type, served as Discord's CDN would.
     files: HashMap<u64, (String, Vec<u8>)>,
@@ -165,8 +167,11 @@ const NONCE_WINDOW_MS: i64 = 5 * 60 * 1000;
 /// Frames a session keeps for resuming; a resume from before them is refused (op 9), as
 /// Discord refuses one it can no longer replay.
 const RESUME_BUFFER: usize = 1024;
-/// Typing calls kept per channel, newest last.
+/// Typing calls kept per channel, newest last: those of the last [`TYPING_KEPT_MS`], at most
+/// this many, so a channel's record stops growing within minutes.
 const TYPING_KEPT: usize = 4096;
+/// How long a typing call is kept for tests to read.
+const TYPING_KEPT_MS: i64 = 2 * 60 * 1000;
 
 impl GatewaySession {
     fn push(&mut self, frame: String) {
@@ -448,9 +453,11 @@ impl State {
         }
         let id = State::next_id(&mut inner);
         if let Some((nonce, _)) = nonce {
-            // A nonce is enforced only within its window: older ones are let go.
-            if inner.nonces.len() >= 4096 {
+            // A nonce is enforced only within its window: older ones are let go once a window,
+            // so the map holds at most two windows' nonces however long the loopback runs.
+            if now - inner.nonces_swept_at >= NONCE_WINDOW_MS {
                 inner.nonces.retain(|_, (_, at)| now - *at < NONCE_WINDOW_MS);
+                inner.nonces_swept_at = now;
             }
             inner.nonces.insert((channel, nonce), (id, now));
         }
@@ -536,6 +543,32 @@ impl State {
         true
     }
 
+    /// A moderator purges messages of a guild channel (bulk delete, or a ban that deletes
+    /// history): each still there leaves it, anyone's, and one MESSAGE_DELETE_BULK names them
+    /// all, as Discord sends it. Returns the ids deleted; none in a DM, where Discord has no
+    /// bulk delete.
+    pub fn bulk_delete(&self, channel: u64, ids: &[u64]) -> Vec<u64> {
+        let mut inner = self.lock();
+        let mut guild = None;
+        let mut deleted = Vec::new();
+        for id in ids {
+            if let Some(m) = inner.messages.get_mut(id).filter(|m| m.channel_id == channel && !m.deleted && m.guild_id.is_some()) {
+                m.deleted = true;
+                guild = m.guild_id;
+                deleted.push(*id);
+            }
+        }
+        drop(inner);
+        if let Some(guild) = guild {
+            let ids: Vec<String> = deleted.iter().map(u64::to_string).collect();
+            self.dispatch(
+                "MESSAGE_DELETE_BULK",
+                serde_json::json!({ "ids": ids, "channel_id": channel.to_string(), "guild_id": guild.to_string() }),
+            );
+        }
+        deleted
+    }
+
     pub fn delete(&self, channel: u64, id: u64) -> bool {
         let mut inner = self.lock();
         match inner.messages.get_mut(&id).filter(|m| m.channel_id == channel && !m.deleted) {
@@ -563,10 +596,10 @@ impl State {
     pub fn trigger_typing(&self, channel: u64) {
         let mut inner = self.lock();
         let calls = inner.typing.entry(channel).or_default();
-        calls.push(now_ms());
-        if calls.len() > TYPING_KEPT {
-            calls.drain(..calls.len() - TYPING_KEPT);
-        }
+        let now = now_ms();
+        calls.push(now);
+        let old = calls.iter().take_while(|at| now - **at > TYPING_KEPT_MS).count().max(calls.len().saturating_sub(TYPING_KEPT));
+        calls.drain(..old);
     }
 
     /// Messages of a channel, newest first, as Discord lists them.

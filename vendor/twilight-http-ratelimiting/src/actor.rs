@@ -94,7 +94,11 @@ impl From<VecDeque<Message>> for Queue {
 }
 
 /// Interval at which to prune stale queues.
-const GC_INTERVAL: Duration = Duration::from_secs(60 * 60 * 6);
+///
+/// Patched (upstream: 6 hours): `buckets` is keyed by the full path, so every message a bot
+/// reacts to or edits adds an entry that only this prune removes; at 6 hours a busy bot's
+/// memory climbs for hours. A minute keeps it to a minute's paths.
+const GC_INTERVAL: Duration = Duration::from_secs(60);
 
 /// Rate limiter actor runner.
 #[allow(clippy::too_many_lines)]
