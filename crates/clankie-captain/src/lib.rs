@@ -252,6 +252,9 @@ impl Captain {
                                 admissions = swept.admissions,
                                 turns = swept.turns,
                                 session_entries = swept.session_entries,
+                                abandoned_entries = swept.abandoned_entries,
+                                one_shot_entries = swept.one_shot_entries,
+                                message_changes = swept.message_changes,
                                 "swept what aged past its retention"
                             ),
                             Ok(_) => {}

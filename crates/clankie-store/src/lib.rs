@@ -32,7 +32,7 @@ pub use retention::{Retention, RingRetention, Swept};
 pub use rewrite::{ForgottenRows, HeldWords, REWRITE_KIND, Rewritten};
 pub use session::{Entry, NewEntry};
 pub use shared_self::{Memory, MemoryStatus, OwnerSettings, Persona, SelfVersion, Sharing};
-pub use turns::{Exchange, IngressFacts, Outcome, Recorded, TurnEnd, TurnMode, TurnStart, TurnTotals};
+pub use turns::{Exchange, IngressFacts, Outcome, Recorded, StoredChange, TurnEnd, TurnMode, TurnStart, TurnTotals};
 pub use views::{HourFigures, LaneView, RoomView};
 pub use voice_room::{RingRow, RoomLease};
 

@@ -4,7 +4,9 @@
 //! so no sweep holds long locks or competes with the hot paths for more than a moment; a sweep
 //! repeats the statement until a batch comes back short. What a lane still needs is never
 //! swept: an open turn of the current epoch, the entries its newest compaction kept, an
-//! unsent outbox row younger than its age bound.
+//! unsent outbox row younger than its age bound. What reading relies on goes together: an
+//! abandoned turn's epoch keeps its entries out of every session open only while the turn is
+//! stored, so those entries are swept before the turn is.
 
 use std::time::Duration;
 
@@ -31,13 +33,28 @@ pub struct Swept {
     pub deliveries: u64,
     pub admissions: u64,
     pub turns: u64,
+    /// Entries a compaction replaced.
     pub session_entries: u64,
+    /// Entries of an abandoned epoch, swept before the open turn that hides them.
+    pub abandoned_entries: u64,
+    /// Entries of one-shot turn trees (`turns/…`), read only by their own turn.
+    pub one_shot_entries: u64,
+    /// Stored edits and deletions of messages, past the age a copy of them could still arrive.
+    pub message_changes: u64,
 }
 
 impl Swept {
     /// All rows deleted.
     pub fn total(&self) -> u64 {
-        self.receipts + self.outbox + self.deliveries + self.admissions + self.turns + self.session_entries
+        self.receipts
+            + self.outbox
+            + self.deliveries
+            + self.admissions
+            + self.turns
+            + self.session_entries
+            + self.abandoned_entries
+            + self.one_shot_entries
+            + self.message_changes
     }
 }
 
@@ -57,7 +74,37 @@ impl Store {
     /// One sweep of the text tables by `retention`.
     pub async fn sweep(&self, retention: &Retention) -> Result<Swept, StoreError> {
         let (records, batch) = (secs(retention.records), retention.batch.max(1));
+        // Before the turns: once its open turn is gone, an abandoned epoch's entries would read
+        // as conversation (a dead run's input and unposted answer).
+        let abandoned_entries = self
+            .sweep_with(
+                "DELETE FROM session_entries WHERE seq IN (
+                   SELECT e.seq FROM turns t JOIN lanes l ON l.lane = t.lane
+                   JOIN session_entries e ON e.lane = t.lane AND e.epoch = t.epoch
+                   WHERE t.started_at < now() - make_interval(secs => $1) AND t.ended_at IS NULL AND t.epoch < l.epoch
+                   LIMIT $2)",
+                records,
+                batch,
+            )
+            .await?;
         Ok(Swept {
+            abandoned_entries,
+            message_changes: self
+                .sweep_with(
+                    "DELETE FROM message_changes WHERE delivery_id IN (SELECT delivery_id FROM message_changes
+                       WHERE changed_at < now() - make_interval(secs => $1) LIMIT $2)",
+                    records,
+                    batch,
+                )
+                .await?,
+            one_shot_entries: self
+                .sweep_with(
+                    "DELETE FROM session_entries WHERE seq IN (SELECT seq FROM session_entries
+                       WHERE tree LIKE 'turns/%' AND created_at < now() - make_interval(secs => $1) LIMIT $2)",
+                    records,
+                    batch,
+                )
+                .await?,
             receipts: self
                 .sweep_with(
                     "DELETE FROM receipts WHERE id IN (SELECT id FROM receipts WHERE at < now() - make_interval(secs => $1) LIMIT $2)",

@@ -64,7 +64,8 @@ impl Store {
     pub async fn entries_holding_message(&self, lane: &str, message_id: u64) -> Result<Vec<HeldWords>, StoreError> {
         let rows = sqlx::query(
             "SELECT seq, lane, tree, kind, body, in_context FROM session_entries
-             WHERE lane = $1 AND kind = 'user' AND (body->>'delivery_id' = $2 OR body->'lines' @> $3::jsonb)
+             WHERE lane = $1 AND kind = 'user'
+               AND (body->>'delivery_id' = $2 OR body->>'delivery_id' LIKE 'edit:' || $2 || ':%' OR body->'lines' @> $3::jsonb)
              ORDER BY seq",
         )
         .bind(lane)
@@ -180,6 +181,12 @@ impl Store {
             sqlx::query("DELETE FROM voice_ring WHERE author_id = $1").bind(author_id.to_string()).execute(&mut *tx).await?.rows_affected();
         let experiences =
             sqlx::query("DELETE FROM self_experiences WHERE participants && $1").bind(names).execute(&mut *tx).await?.rows_affected();
+        // Their edits waiting for a message's outcome hold their words too; a deletion holds none
+        // and stays, so a copy of the message is still withdrawn.
+        sqlx::query("UPDATE message_changes SET edit = NULL WHERE author_id = $1 AND edit IS NOT NULL")
+            .bind(author_id as i64)
+            .execute(&mut *tx)
+            .await?;
         tx.commit().await?;
         Ok(ForgottenRows { ring_lines, memories, experiences })
     }

@@ -6,6 +6,14 @@ use sqlx::{Postgres, Row, Transaction};
 use crate::lease::fence;
 use crate::{Lease, Store, StoreError};
 
+/// An edit or a deletion of a message, as the store keeps it until the message is settled.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StoredChange {
+    Delete,
+    /// The edit's ingress event, encoded.
+    Edit(Vec<u8>),
+}
+
 /// Whether a turn runs in the lane's durable session or a one-shot one.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum TurnMode {
@@ -217,6 +225,81 @@ impl Store {
     pub async fn settled_among(&self, delivery_ids: &[&str]) -> Result<Vec<String>, StoreError> {
         let ids: Vec<String> = delivery_ids.iter().map(|s| (*s).to_owned()).collect();
         Ok(sqlx::query_scalar("SELECT delivery_id FROM deliveries WHERE delivery_id = ANY($1)").bind(&ids).fetch_all(&self.pool).await?)
+    }
+
+    /// Stores an edit or a deletion of message `delivery_id` (by `author_id`, at `changed_ms`)
+    /// before its change is acked. A deletion wins over every edit and drops the edited words;
+    /// of two edits the later one is kept.
+    pub async fn record_change(
+        &self,
+        lane: &LaneKey,
+        delivery_id: &str,
+        author_id: u64,
+        change: &StoredChange,
+        changed_ms: i64,
+    ) -> Result<(), StoreError> {
+        let (deleted, edit) = match change {
+            StoredChange::Delete => (true, None),
+            StoredChange::Edit(bytes) => (false, Some(bytes.as_slice())),
+        };
+        sqlx::query(
+            "INSERT INTO message_changes (delivery_id, lane, author_id, deleted, edit, changed_ms) VALUES ($1, $2, $3, $4, $5, $6)
+             ON CONFLICT (delivery_id) DO UPDATE SET deleted = true, edit = NULL
+               WHERE EXCLUDED.deleted AND NOT message_changes.deleted
+             ",
+        )
+        .bind(delivery_id)
+        .bind(lane.to_string())
+        .bind(author_id as i64)
+        .bind(deleted)
+        .bind(edit)
+        .bind(changed_ms)
+        .execute(&self.pool)
+        .await?;
+        if !deleted {
+            sqlx::query(
+                "UPDATE message_changes SET edit = $2, changed_ms = $3
+                 WHERE delivery_id = $1 AND NOT deleted AND changed_ms < $3",
+            )
+            .bind(delivery_id)
+            .bind(edit)
+            .bind(changed_ms)
+            .execute(&self.pool)
+            .await?;
+        }
+        Ok(())
+    }
+
+    /// The stored changes of those of `delivery_ids` that have no outcome yet.
+    pub async fn changes_among(&self, delivery_ids: &[&str]) -> Result<Vec<(String, StoredChange)>, StoreError> {
+        let ids: Vec<String> = delivery_ids.iter().map(|s| (*s).to_owned()).collect();
+        let rows: Vec<(String, bool, Option<Vec<u8>>)> = sqlx::query_as(
+            "SELECT m.delivery_id, m.deleted, m.edit FROM message_changes m WHERE m.delivery_id = ANY($1)
+               AND NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.delivery_id = m.delivery_id)",
+        )
+        .bind(&ids)
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(rows
+            .into_iter()
+            .filter_map(|(id, deleted, edit)| match (deleted, edit) {
+                (true, _) => Some((id, StoredChange::Delete)),
+                (false, Some(edit)) => Some((id, StoredChange::Edit(edit))),
+                (false, None) => None,
+            })
+            .collect())
+    }
+
+    /// Whether a delivery was admitted and has no outcome yet: some replica holds it, waiting
+    /// or in a run, so a change to it is not a no-op.
+    pub async fn awaits_outcome(&self, delivery_id: &str) -> Result<bool, StoreError> {
+        Ok(sqlx::query_scalar(
+            "SELECT EXISTS (SELECT 1 FROM admissions a WHERE a.delivery_id = $1
+               AND NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.delivery_id = $1))",
+        )
+        .bind(delivery_id)
+        .fetch_one(&self.pool)
+        .await?)
     }
 
     /// The recorded outcome of a delivery, if any.

@@ -161,3 +161,56 @@ async fn warm_across_replicas_a_refreshed_copy_equals_the_tree_opened_afresh() {
     let again = Session::open(rig.store.clone(), kept.lease().clone(), TREE).await.unwrap();
     assert_eq!(again.entries(), kept.entries());
 }
+
+/// The retention sweep takes an abandoned turn once it is older than the retention; the entries
+/// its epoch hid go with it, so the next open still reads none of a dead run's words.
+#[tokio::test]
+async fn retention_an_abandoned_turn_aged_past_retention_still_keeps_its_epoch_out_of_the_next_session_open() {
+    use clankie_agent::EntryBody;
+    use clankie_store::{Retention, TurnMode, TurnStart};
+    let rig = Rig::new().await;
+    let ttl = std::time::Duration::from_secs(60);
+    let said = |text: &str, id: &str| EntryBody::User {
+        author: "ada".into(),
+        delivery_id: id.into(),
+        text: text.into(),
+        images: vec![],
+        lines: vec![],
+    };
+    let mut first = rig.session().await;
+    first.append(said("an early question", "1")).await.unwrap();
+    rig.store.release_lease(first.lease()).await.unwrap();
+    let dead = rig.store.acquire_lease(&rig.lane, "dead", ttl).await.unwrap().unwrap();
+    rig.store
+        .start_turn(&dead, &TurnStart { turn_id: "dead-turn".into(), mode: TurnMode::Durable, owner_delivery_id: "2".into() })
+        .await
+        .unwrap();
+    let mut dying = Session::open(rig.store.clone(), dead.clone(), TREE).await.unwrap();
+    dying.append(said("words of a run that died", "2")).await.unwrap();
+    rig.store.release_lease(&dead).await.unwrap();
+    let next = rig.store.acquire_lease(&rig.lane, "next", ttl).await.unwrap().unwrap();
+    let mut answered = Session::open(rig.store.clone(), next.clone(), TREE).await.unwrap();
+    answered.append(said("a later question", "3")).await.unwrap();
+    rig.store.release_lease(&next).await.unwrap();
+
+    // Twenty days on, the dead run and what it wrote are older than a week's retention.
+    let pool = rig.store.pool();
+    sqlx::query("UPDATE turns SET started_at = now() - interval '20 days' WHERE turn_id = 'dead-turn'").execute(pool).await.unwrap();
+    sqlx::query("UPDATE session_entries SET created_at = now() - interval '20 days' WHERE epoch = $1")
+        .bind(dead.epoch)
+        .execute(pool)
+        .await
+        .unwrap();
+    let week = std::time::Duration::from_secs(7 * 86_400);
+    let swept = rig.store.sweep(&Retention { receipts: week, records: week, replaced_entries: week, batch: 100 }).await.unwrap();
+    println!("retention: swept {swept:?}");
+    let open_turns: i64 = sqlx::query_scalar("SELECT count(*) FROM turns WHERE turn_id = 'dead-turn'").fetch_one(pool).await.unwrap();
+    assert_eq!(open_turns, 0, "the abandoned turn was not swept, so this test shows nothing");
+
+    let lease = rig.store.acquire_lease(&rig.lane, "test", ttl).await.unwrap().unwrap();
+    let opened = Session::open(rig.store.clone(), lease, TREE).await.unwrap();
+    let texts: Vec<String> = opened.context().iter().map(|m| format!("{m:?}")).collect();
+    assert!(texts.iter().all(|t| !t.contains("a run that died")), "the dead run's words read as conversation: {texts:?}");
+    assert!(texts.iter().any(|t| t.contains("an early question")) && texts.iter().any(|t| t.contains("a later question")), "{texts:?}");
+    assert_eq!(swept.abandoned_entries, 1, "{swept:?}");
+}

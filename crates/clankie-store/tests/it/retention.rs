@@ -245,3 +245,32 @@ async fn retention_the_hot_paths_use_indexes_on_an_aged_store() {
         }
     }
 }
+
+/// A one-shot turn's tree (`turns/<lane>~<delivery>`) is read by its own turn only; past the
+/// retention it goes whole, while a young one and the lane's durable tree stay.
+#[tokio::test]
+async fn retention_one_shot_turn_trees_are_swept_by_age() {
+    let (store, _db) = store().await;
+    let pool = store.pool();
+    sqlx::query("INSERT INTO lanes (lane, epoch) VALUES ('room:1:2', 1)").execute(pool).await.unwrap();
+    for (tree, id, age_days) in
+        [("turns/room:1:2~m1", "a", 20), ("turns/room:1:2~m1", "b", 20), ("turns/room:1:2~m2", "a", 1), ("rooms/room:1:2", "a", 20)]
+    {
+        sqlx::query(
+            "INSERT INTO session_entries (tree, lane, id, kind, body, epoch, created_at)
+             VALUES ($1, 'room:1:2', $2, 'message', '{}'::jsonb, 1, now() - make_interval(days => $3))",
+        )
+        .bind(tree)
+        .bind(id)
+        .bind(age_days)
+        .execute(pool)
+        .await
+        .unwrap();
+    }
+    let week = Duration::from_secs(7 * 86_400);
+    let swept = store.sweep(&Retention { receipts: week, records: week, replaced_entries: week, batch: 1 }).await.unwrap();
+    let left: Vec<(String, String)> =
+        sqlx::query_as("SELECT tree, id FROM session_entries ORDER BY tree, id").fetch_all(pool).await.unwrap();
+    assert_eq!(left, vec![("rooms/room:1:2".to_owned(), "a".to_owned()), ("turns/room:1:2~m2".to_owned(), "a".to_owned())], "{swept:?}");
+    assert_eq!(swept.one_shot_entries, 2);
+}
