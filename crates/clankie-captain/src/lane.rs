@@ -4,7 +4,7 @@
 use clankie_agent::{Session, UserMessage};
 use clankie_bus::{MsgId, now_ms};
 use clankie_proto::{LaneKey, ReceiptKind, Subject, v1};
-use clankie_store::{Lease, Outcome, StoreError, TurnEnd, TurnMode};
+use clankie_store::{Lease, Outcome, StoreError, StoredChange, TurnEnd, TurnMode};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
@@ -85,6 +85,9 @@ impl Captain {
             }
             other => other,
         };
+        if let Ok(Some(lease)) = &lease {
+            self.apply_stored_changes(lease, &mut burst).await;
+        }
         match lease {
             Ok(Some(lease)) if !self.drop_settled(&lease, &mut burst).await => {}
             Ok(Some(lease)) if config.one_shot => {
@@ -253,6 +256,23 @@ impl Captain {
         absorbed: &mut Vec<Held>,
         pending: &mut Vec<Held>,
     ) -> bool {
+        // A change stored before this copy arrived (consumed on another replica, say): an edit
+        // is read as edited; a deleted message waits for the next burst, which withdraws it.
+        let mut held = held;
+        if let Ok(stored) = self.inner.store.changes_among(&[held.delivery_id()]).await {
+            match stored.into_iter().next().map(|(_, c)| c) {
+                Some(StoredChange::Delete) => {
+                    pending.push(held);
+                    return false;
+                }
+                Some(StoredChange::Edit(bytes)) => {
+                    if let Ok(change) = <v1::Ingress as prost::Message>::decode(bytes.as_slice()) {
+                        changes::edit(&mut held.ingress, &change);
+                    }
+                }
+                None => {}
+            }
+        }
         match steerer.steer(self.user_message(&held).await) {
             Ok(()) => {
                 answering.wrote(&held.ingress);

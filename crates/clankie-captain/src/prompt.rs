@@ -55,11 +55,12 @@ pub fn history(messages: &[v1::HistoryMessage], max_chars: usize) -> (Option<Str
     (blocks::history(&lines, left_out), left_out, ids)
 }
 
-/// A message its author edited while his run held it, steered in as a correction.
+/// A message its author edited while his run held it, steered in as a correction. The block
+/// comes first, so the stored entry is attributed to its author like any message of theirs.
 pub fn correction(ingress: &v1::Ingress) -> String {
     let said = Said { author_name: &ingress.author_name, author_id: ingress.author_id, text: &ingress.content };
     format!(
-        "(A correction: its author edited an earlier message; it now reads as below.)\n{}",
+        "{}\n(A correction: its author edited an earlier message, which now reads as above.)",
         blocks::message(&said, &[("edited", "true")])
     )
 }

@@ -10,6 +10,7 @@ use clankie_proto::{Place, ReceiptKind, Subject, v1};
 use tracing::Instrument;
 use twilight_gateway::{ConfigBuilder, Event, EventTypeFlags, Intents, Session, Shard, ShardId, StreamExt};
 use twilight_model::channel::Message;
+use twilight_model::gateway::payload::incoming::MessageDelete;
 
 use crate::leases::{self, LeaseError, ShardLeases, SharedIdentifyQueue};
 use crate::normalise::{self, Route};
@@ -290,6 +291,21 @@ impl Gateway {
                         saver.save(mark);
                     }
                 }
+                // A moderator's purge or a ban with history: each id is a deletion of its own
+                // (the same delivery id a MESSAGE_DELETE of it would have, so a replay is one).
+                Event::MessageDeleteBulk(bulk) => {
+                    for id in &bulk.ids {
+                        let deleted = MessageDelete { channel_id: bulk.channel_id, guild_id: bulk.guild_id, id: *id };
+                        let span = tracing::info_span!("delivery", delivery_id = id.get());
+                        if !self.ingest_change(Change::Delete(&deleted)).instrument(span).await {
+                            let _ = unstored.send(true);
+                            return;
+                        }
+                    }
+                    if let Some(mark) = &mark {
+                        saver.save(mark);
+                    }
+                }
                 // Not worth a session save: a resume that replays a typing signal costs nothing.
                 Event::TypingStart(typing) => self.typing_signal(&typing).await,
                 Event::VoiceStateUpdate(state) => self.voice_state(&state.0).await,
@@ -368,6 +384,7 @@ impl Gateway {
             | EventTypeFlags::MESSAGE_CREATE
             | EventTypeFlags::MESSAGE_UPDATE
             | EventTypeFlags::MESSAGE_DELETE
+            | EventTypeFlags::MESSAGE_DELETE_BULK
             | EventTypeFlags::INTERACTION_CREATE
             | EventTypeFlags::TYPING_START
             | EventTypeFlags::VOICE_STATE_UPDATE
@@ -445,12 +462,16 @@ impl Gateway {
                     event @ (Event::MessageCreate(_)
                     | Event::MessageUpdate(_)
                     | Event::MessageDelete(_)
+                    | Event::MessageDeleteBulk(_)
                     | Event::TypingStart(_)
                     | Event::VoiceStateUpdate(_)
                     | Event::VoiceServerUpdate(_)),
                 ) => {
                     pending.fetch_add(1, Ordering::SeqCst);
-                    let stored = matches!(event, Event::MessageCreate(_) | Event::MessageUpdate(_) | Event::MessageDelete(_));
+                    let stored = matches!(
+                        event,
+                        Event::MessageCreate(_) | Event::MessageUpdate(_) | Event::MessageDelete(_) | Event::MessageDeleteBulk(_)
+                    );
                     let mark = stored.then(|| mark(&shard)).flatten();
                     if queue.send((event, mark)).await.is_err() {
                         // The publisher stopped at an unstored message; the resume replays this too.
@@ -609,7 +630,7 @@ impl Gateway {
 #[derive(Clone, Copy)]
 pub(crate) enum Change<'a> {
     Edit(&'a Message),
-    Delete(&'a twilight_model::gateway::payload::incoming::MessageDelete),
+    Delete(&'a MessageDelete),
 }
 
 fn error_kind(kind: &twilight_gateway::error::ReceiveMessageErrorType) -> &'static str {

@@ -25,7 +25,7 @@ pub enum Change {
 pub fn changed(entry: &HeldWords, message_id: u64, change: &Change) -> Option<Rewritten> {
     let body: EntryBody = serde_json::from_value(entry.body.clone()).ok()?;
     let EntryBody::User { author, delivery_id, text, images, lines } = body else { return None };
-    let new = if delivery_id == message_id.to_string() {
+    let new = if delivery_id == message_id.to_string() || is_correction_of(&delivery_id, message_id) {
         match change {
             Change::Delete => EntryBody::Withdrawn { delivery_id },
             Change::Edit { block, .. } => EntryBody::User { author, delivery_id, text: block.clone(), images, lines },
@@ -44,6 +44,12 @@ pub fn changed(entry: &HeldWords, message_id: u64, change: &Change) -> Option<Re
         EntryBody::User { author, delivery_id, text, images, lines }
     };
     rewritten(entry, new)
+}
+
+/// Whether `delivery_id` is an edit of `message_id` (`edit:<id>:<ms>`): the correction a run
+/// heard when the message was edited while the run held it.
+pub fn is_correction_of(delivery_id: &str, message_id: u64) -> bool {
+    delivery_id.strip_prefix("edit:").and_then(|rest| rest.split_once(':')).is_some_and(|(id, _)| id == message_id.to_string())
 }
 
 /// What a stored entry becomes when `author_id` is forgotten: their own message withdrawn,
@@ -320,9 +326,34 @@ mod tests {
         assert!(changed(&history, 12, &Change::Delete).is_none());
     }
 
+    /// The correction a run heard (an entry under the edit's delivery id, its block first) is
+    /// found by the message it edits and by its author, like the message itself.
+    #[test]
+    fn message_edit_correction_is_found_by_a_later_delete_and_by_a_forget() {
+        let block = blocks::message(&blocks::Said { author_name: "ada", author_id: 7, text: "at 9pm" }, &[("edited", "true")]);
+        let correction = entry(EntryBody::User {
+            author: "ada".into(),
+            delivery_id: "edit:42:1796148300000".into(),
+            text: format!("{block}\n(A correction: its author edited an earlier message, which now reads as above.)"),
+            images: vec![],
+            lines: vec![],
+        });
+        let gone = serde_json::from_value::<EntryBody>(changed(&correction, 42, &Change::Delete).unwrap().body).unwrap();
+        assert_eq!(gone, EntryBody::Withdrawn { delivery_id: "edit:42:1796148300000".into() });
+        assert!(changed(&correction, 4, &Change::Delete).is_none(), "an id that only starts the same is another message");
+        let forgotten = serde_json::from_value::<EntryBody>(without_author(&correction, 7).unwrap().body).unwrap();
+        assert!(matches!(forgotten, EntryBody::Withdrawn { .. }));
+        assert!(without_author(&correction, 8).is_none());
+        assert!(is_correction_of("edit:42:1", 42) && !is_correction_of("edit:421:1", 42) && !is_correction_of("42", 42));
+    }
+
     fn his(text: &str, calls: usize) -> EntryBody {
         let tool_calls = (0..calls)
-            .map(|n| clankie_agent::provider::ToolCall { id: format!("c{n}"), name: "read_page".into(), arguments: format!("{{\"q\":\"{text}\"}}") })
+            .map(|n| clankie_agent::provider::ToolCall {
+                id: format!("c{n}"),
+                name: "read_page".into(),
+                arguments: format!("{{\"q\":\"{text}\"}}"),
+            })
             .collect();
         EntryBody::Assistant { text: text.into(), tool_calls, stop_reason: "stop".into(), usage: Default::default(), provider_error: None }
     }

@@ -5,25 +5,82 @@
 
 use clankie_proto::{LaneKey, v1};
 use clankie_self::rewrite::{self, Change};
-use clankie_store::{Lease, Outcome, StoreError};
+use clankie_store::{Lease, Outcome, StoreError, StoredChange};
 
 use crate::{Captain, Held, prompt};
 
 impl Captain {
-    /// Settles the changes of `burst` that need no lease: their message is not waiting here
-    /// and the lane stored nothing of it. What is left needs the lease.
+    /// Stores each change of `burst` (so a copy of its message admitted later, here or on
+    /// another replica, is read as changed), then settles those that need no lease: their
+    /// message is not waiting here, nobody holds it, and the lane stored nothing of it. What
+    /// is left needs the lease, or goes to the replica that holds the lane.
     pub(super) async fn settle_unheld_changes(&self, lane: &LaneKey, burst: &mut Vec<Held>) {
         let waiting: Vec<u64> = burst.iter().filter(|h| !h.is_change()).map(Held::message_id).collect();
         let mut left = Vec::with_capacity(burst.len());
         for h in std::mem::take(burst) {
             let target = h.ingress.changed_message_id;
-            if !h.is_change() || waiting.contains(&target) {
+            if !h.is_change() {
                 left.push(h);
                 continue;
             }
-            match self.inner.store.entries_holding_message(&lane.to_string(), target).await {
-                Ok(held) if held.is_empty() => self.changed(lane, h, 0, false).await,
+            if let Err(e) = self.store_change(lane, &h).await {
+                tracing::warn!(%lane, error = %e, "a change could not be stored; it will come back");
+                let _ = h.nak_after(self.inner.config.backoff(h.delivered())).await;
+                continue;
+            }
+            if waiting.contains(&target) {
+                left.push(h);
+                continue;
+            }
+            let store = &self.inner.store;
+            match store.entries_holding_message(&lane.to_string(), target).await {
+                Ok(held) if held.is_empty() => match store.awaits_outcome(&target.to_string()).await {
+                    Ok(false) => self.changed(lane, h, 0, false).await,
+                    // Admitted and not settled: a replica holds it, waiting or in a run.
+                    Ok(true) | Err(_) => left.push(h),
+                },
                 Ok(_) | Err(_) => left.push(h),
+            }
+        }
+        *burst = left;
+    }
+
+    /// Keeps `change` in the store until its message is settled.
+    pub(super) async fn store_change(&self, lane: &LaneKey, change: &Held) -> Result<(), StoreError> {
+        let stored = match change.ingress.change() {
+            v1::MessageChange::Delete => StoredChange::Delete,
+            _ => StoredChange::Edit(prost::Message::encode_to_vec(&change.ingress)),
+        };
+        let target = change.ingress.changed_message_id.to_string();
+        self.inner.store.record_change(lane, &target, change.ingress.author_id, &stored, change.ingress.received_at_ms).await
+    }
+
+    /// Reads the stored changes of the messages of `burst` (taken under `lease`): an edit
+    /// consumed before this copy arrived (another replica, or before a crash) changes it, and
+    /// a deleted one is withdrawn. A lookup that fails leaves the burst as it came.
+    pub(super) async fn apply_stored_changes(&self, lease: &Lease, burst: &mut Vec<Held>) {
+        let ids: Vec<&str> = burst.iter().filter(|h| !h.is_change()).map(Held::delivery_id).collect();
+        let stored = match self.inner.store.changes_among(&ids).await {
+            Ok(stored) if !stored.is_empty() => stored,
+            _ => return,
+        };
+        let mut left = Vec::with_capacity(burst.len());
+        for mut h in std::mem::take(burst) {
+            match stored.iter().find(|(id, _)| id == h.delivery_id()).map(|(_, c)| c) {
+                Some(StoredChange::Delete) if !h.is_change() => match self.withdraw(lease, &h).await {
+                    Ok(()) => {}
+                    Err(e) => {
+                        tracing::warn!(lane = %lease.lane, error = %e, "a deleted message could not be withdrawn; it is answered");
+                        left.push(h);
+                    }
+                },
+                Some(StoredChange::Edit(bytes)) if !h.is_change() => {
+                    if let Ok(change) = <v1::Ingress as prost::Message>::decode(bytes.as_slice()) {
+                        edit(&mut h.ingress, &change);
+                    }
+                    left.push(h);
+                }
+                _ => left.push(h),
             }
         }
         *burst = left;
@@ -40,7 +97,7 @@ impl Captain {
                 (v1::MessageChange::Delete, Some(at)) => {
                     let message = messages.remove(at);
                     match self.withdraw(lease, &message).await {
-                        Ok(()) => self.changed(&lease.lane, c, 0, true).await,
+                        Ok(()) => self.changed_waiting(lease, c).await,
                         Err(e) => {
                             tracing::warn!(lane = %lease.lane, error = %e, "a deleted message could not be withdrawn; it is answered");
                             messages.insert(at, message);
@@ -50,9 +107,14 @@ impl Captain {
                 }
                 (_, Some(at)) => {
                     edit(&mut messages[at].ingress, &c.ingress);
-                    self.changed(&lease.lane, c, 0, true).await;
+                    self.changed_waiting(lease, c).await;
                 }
                 (_, None) => match self.rewrite_stored(lease, &c).await {
+                    // Nothing stored, and the message waits for its outcome elsewhere (another
+                    // replica between its turns): it comes back until it can be applied.
+                    Ok(0) if self.inner.store.awaits_outcome(&target.to_string()).await.unwrap_or(false) => {
+                        let _ = c.nak_after(self.inner.config.backoff(c.delivered())).await;
+                    }
                     Ok(n) => self.changed(&lease.lane, c, n, false).await,
                     Err(e) => {
                         tracing::warn!(lane = %lease.lane, error = %e, "a change could not be applied; it will come back");
@@ -62,6 +124,19 @@ impl Captain {
             }
         }
         messages
+    }
+
+    /// A change to a message that waited here, applied: the copies of its words a run that
+    /// died stored (an abandoned epoch's entries, hidden from every session but still kept)
+    /// are rewritten too, so the old words leave the store.
+    async fn changed_waiting(&self, lease: &Lease, c: Held) {
+        match self.rewrite_stored(lease, &c).await {
+            Ok(n) => self.changed(&lease.lane, c, n, true).await,
+            Err(e) => {
+                tracing::warn!(lane = %lease.lane, error = %e, "a change's stored copies could not be rewritten; it will come back");
+                let _ = c.nak_after(self.inner.config.backoff(c.delivered())).await;
+            }
+        }
     }
 
     /// A message deleted before his turn read it: its outcome is `withdrawn`.
@@ -120,7 +195,7 @@ impl Captain {
 }
 
 /// A waiting message as its author edited it.
-fn edit(message: &mut v1::Ingress, change: &v1::Ingress) {
+pub(super) fn edit(message: &mut v1::Ingress, change: &v1::Ingress) {
     message.content.clone_from(&change.content);
     message.author_name.clone_from(&change.author_name);
     message.mentions_him = change.mentions_him;

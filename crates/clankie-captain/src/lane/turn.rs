@@ -440,6 +440,11 @@ impl Captain {
     async fn change_live(&self, turn: &mut Turn, steerer: &Steerer, change: Held, pending: &mut Vec<Held>) {
         let target = change.ingress.changed_message_id;
         let lane = turn.lease.lane;
+        // Stored first: a copy of the message that reaches this run later (forwarded by another
+        // replica), or the run's replacement after a crash, reads it as changed.
+        if let Err(e) = self.store_change(&lane, &change).await {
+            tracing::warn!(%lane, error = %e, "a change could not be stored; it is applied to this run only");
+        }
         match change.ingress.change() {
             v1::MessageChange::Delete => {
                 let unread = turn.absorbed.iter().position(|h| h.message_id() == target);
@@ -463,7 +468,10 @@ impl Captain {
             v1::MessageChange::Edit => {
                 let holds = std::iter::once(&turn.owner).chain(turn.absorbed.iter()).any(|h| h.message_id() == target);
                 if holds && !turn.apart {
-                    let correction = UserMessage::new(change.ingress.author_name.clone(), "", prompt::correction(&change.ingress));
+                    // The edit's own delivery id, which names the message it edits: a later edit,
+                    // delete or forget of that message finds the correction too.
+                    let correction =
+                        UserMessage::new(change.ingress.author_name.clone(), change.delivery_id(), prompt::correction(&change.ingress));
                     let steered = steerer.steer(correction).is_ok();
                     self.receipt("captain.correction", change.delivery_id(), &lane, |r| {
                         r.with_id("message", target).with_id("turn", &turn.turn_id).with_flag("steered", steered)

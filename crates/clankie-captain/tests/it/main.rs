@@ -6,6 +6,7 @@
 //! gateway's history responder does, with the room's messages so far.
 
 mod burst;
+mod changes;
 mod failures;
 mod ingest;
 mod metrics;
@@ -223,6 +224,45 @@ impl Rig {
             ..Default::default()
         });
         id
+    }
+
+    /// The author of message `id` edits it to `content` (MESSAGE_UPDATE), as the gateway publishes it.
+    pub async fn edit(&self, id: u64, author: &str, content: &str, mention: bool) {
+        let at = clankie_bus::now_ms();
+        // The body's history shows what Discord shows: the message as edited.
+        if let Some(m) = self.history.lock().unwrap().iter_mut().find(|m| m.message_id == id) {
+            m.content = content.into();
+        }
+        self.change(v1::Ingress {
+            delivery_id: format!("edit:{id}:{at}"),
+            change: v1::MessageChange::Edit as i32,
+            author_id: author_id(author),
+            author_name: author.into(),
+            content: content.into(),
+            mentions_him: mention,
+            ..self.change_of(id, at)
+        })
+        .await;
+    }
+
+    /// Message `id` is deleted (MESSAGE_DELETE: ids only), as the gateway publishes it.
+    pub async fn delete(&self, id: u64) {
+        let at = clankie_bus::now_ms();
+        self.change(v1::Ingress {
+            delivery_id: format!("delete:{id}"),
+            change: v1::MessageChange::Delete as i32,
+            ..self.change_of(id, at)
+        })
+        .await;
+    }
+
+    fn change_of(&self, id: u64, at: i64) -> v1::Ingress {
+        v1::Ingress { guild_id: Some(GUILD), channel_id: CHANNEL, changed_message_id: id, received_at_ms: at, ..Default::default() }
+    }
+
+    async fn change(&self, ingress: v1::Ingress) {
+        let id = MsgId::new(ingress.delivery_id.clone());
+        self.bus.publish(&Subject::ingress_text(Some(GUILD), CHANNEL), &ingress, Some(&id)).await.unwrap();
     }
 
     pub fn replies(&self) -> Vec<v1::OutboundMessage> {

@@ -60,6 +60,36 @@ async fn message_delete_before_the_turn_reads_it_never_reaches_the_model() {
     assert_eq!(rig.outcome(GENERAL, first).as_deref(), Some("replied"));
 }
 
+/// A moderator's purge (MESSAGE_DELETE_BULK) of five messages waiting on a live run withdraws
+/// each of them, as five deletions would.
+#[tokio::test]
+async fn message_delete_bulk_of_5_messages_withdraws_all_5() {
+    let rig = Rig::new().await;
+    let bus = rig.bus().await;
+    let receipts = clankie_testkit::record::<v1::Receipt>(&bus, Family::Receipt).await;
+    rig.standin.script(Script::any(slow("Lobby 4 at eight.", 8_000)));
+    let first = rig.say(GENERAL, "ada", "@Clankie is the lobby up tonight?");
+    ran(&receipts, first).await;
+    let purged: Vec<u64> = (0..5).map(|n| rig.say(GENERAL, "ada", &format!("spam-canary-{n} and another thing"))).collect();
+    assert_eq!(rig.sandbox.discord.bulk_delete(GENERAL, &purged), purged, "the loopback purges all five");
+    rig.wait_outcomes(GENERAL, &[first]).await;
+    changed(&receipts, "delete:", 5).await;
+
+    let store = Store::connect(&rig.settings.database_url).await.unwrap();
+    for id in &purged {
+        assert_eq!(
+            store.outcome(&id.to_string()).await.unwrap().map(|o| o.kind),
+            Some(v1::OutcomeKind::Withdrawn),
+            "purged message {id} was not withdrawn"
+        );
+    }
+    let requests = rig.standin.requests();
+    assert!(requests.iter().all(|r| r.count("spam-canary") == 0), "a purged message reached the model");
+    assert_eq!(requests.len(), 1, "the withdrawn messages cost no model call");
+    assert_eq!(stored_anywhere(&store, "spam-canary").await, 0);
+    assert_eq!(rig.sandbox.discord.posts(GENERAL).len(), 1);
+}
+
 #[tokio::test]
 async fn message_delete_after_the_turn_is_absent_from_the_next_cold_open_and_the_next_history_block() {
     let rig = Rig::new().await;
@@ -208,4 +238,31 @@ async fn message_edit_after_the_turn_is_what_the_next_request_shows() {
     assert_eq!(request.count("alpha-one"), 0, "the old words are still in the lane");
     let edits = receipts.all().iter().filter(|r| r.kind == "gateway.change").count();
     assert_eq!(edits, 1);
+}
+
+/// An edit the run heard as a correction, then the message deleted: after the run neither the
+/// first words nor the edited ones are stored anywhere (the correction carries the edit's
+/// delivery id and its author's block, so the deletion finds it too).
+#[tokio::test]
+async fn message_edit_then_delete_during_a_run_leaves_no_trace_of_either_text() {
+    let rig = Rig::new().await;
+    let bus = rig.bus().await;
+    let receipts = clankie_testkit::record::<v1::Receipt>(&bus, Family::Receipt).await;
+    rig.standin.script(Script::any(slow("The lobby opens at eight, ", 8_000)));
+    rig.standin.script(Script::any(Reply::text("Noted.")));
+    let asked = rig.say(GENERAL, "ada", "@Clankie is the lobby at 8pm? my code is walrus-1");
+    ran(&receipts, asked).await;
+    assert!(rig.sandbox.discord.user_edit(asked, "@Clankie is the lobby at 9pm? my code is narwhal-2".into()));
+    until("the correction steered", Duration::from_secs(10), || receipts.all().iter().any(|r| r.kind == "captain.correction")).await;
+    assert!(rig.sandbox.discord.user_delete(asked));
+    // Both are applied to the stored entries once the run is over (its outcome's reaction has
+    // no message left to go on).
+    changed(&receipts, "edit:", 1).await;
+    changed(&receipts, "delete:", 1).await;
+
+    let requests = rig.standin.requests();
+    assert!(requests.iter().any(|r| r.count("narwhal-2") == 1), "the run never heard the correction, so this shows nothing");
+    let store = Store::connect(&rig.settings.database_url).await.unwrap();
+    assert_eq!(stored_anywhere(&store, "walrus-1").await, 0, "the first words are still stored");
+    assert_eq!(stored_anywhere(&store, "narwhal-2").await, 0, "the edited words (the correction) are still stored");
 }

@@ -1,0 +1,121 @@
+//! Edits and deletions that must not be lost between replicas or across a crash: each change
+//! is stored before it is acked, and a change consumed where its message is not held goes to
+//! the replica that holds it.
+
+use std::time::Duration;
+
+use clankie_model_standin::{Reply, Script};
+use clankie_proto::v1;
+
+use super::{DumpLogsOnPanic, Rig, kind, spawn_captain, spawn_captain_with, until};
+
+fn slow(text: &str, first_delay_ms: u64) -> Reply {
+    Reply::Text { text: text.into(), chunk_chars: 40, chunk_delay_ms: 0, first_delay_ms, tail_delay_ms: 0 }
+}
+
+async fn stored_anywhere(rig: &Rig, needle: &str) -> i64 {
+    sqlx::query_scalar("SELECT count(*) FROM session_entries WHERE body::text LIKE '%' || $1 || '%'")
+        .bind(needle)
+        .fetch_one(rig.store.pool())
+        .await
+        .unwrap()
+}
+
+/// Five messages wait on a live run and are deleted; with two captains sharing the ingress
+/// consumer some deletions are consumed by the replica that does not hold the lane. Each
+/// message is withdrawn all the same: not answered, not stored, never sent to the model.
+#[tokio::test]
+async fn message_delete_consumed_on_the_replica_not_holding_the_lane_withdraws_the_message() {
+    let rig = Rig::new().await;
+    let _dump = DumpLogsOnPanic(rig.dir.path().to_owned());
+    let (_a, _ta) = rig.captain("captain-a").await;
+    let (_b, _tb) = rig.captain("captain-b").await;
+    let mut forwarded = 0;
+    let mut rounds = 0;
+    while forwarded == 0 && rounds < 4 {
+        rounds += 1;
+        rig.standin.script(Script::any(slow("Lobby 4 at eight.", 4_000)));
+        let asked = rig.say("ada", &format!("@Clankie round {rounds}: is the lobby up?"), true).await;
+        until("the run", Duration::from_secs(10), || {
+            rig.receipts.all().iter().any(|r| r.kind == "captain.run" && r.delivery_id == asked.to_string())
+        })
+        .await;
+        let mut waiting = Vec::new();
+        for n in 0..5 {
+            waiting.push(rig.say("ada", &format!("canary-{rounds}-{n} one more thing"), false).await);
+        }
+        for id in &waiting {
+            rig.delete(*id).await;
+        }
+        let mut all = vec![asked];
+        all.extend(&waiting);
+        rig.wait_outcomes(&all).await;
+        for id in &waiting {
+            let outcomes: Vec<v1::OutcomeKind> = rig.outcome_of(*id).iter().map(kind).collect();
+            assert_eq!(outcomes, [v1::OutcomeKind::Withdrawn], "deleted message {id} in round {rounds}");
+        }
+        forwarded += rig
+            .receipts
+            .all()
+            .iter()
+            .filter(|r| r.kind == "captain.forwarded" && waiting.iter().any(|id| r.delivery_id == format!("delete:{id}")))
+            .count();
+    }
+    println!("message delete across replicas: {rounds} round(s), {forwarded} deletion(s) consumed where the lane was not held");
+    assert!(forwarded > 0, "in {rounds} rounds no deletion was consumed by the replica not holding the lane; this showed nothing");
+    assert!(rig.standin.requests().iter().all(|r| r.count("canary-") == 0), "a deleted message reached the model");
+    assert_eq!(stored_anywhere(&rig, "canary-").await, 0, "a deleted message is stored");
+    assert_eq!(rig.replies().len(), rounds, "one reply a round");
+}
+
+/// A message is edited while the run that read it is live, and the captain dies before
+/// settling that run (`captain.before_settle`). The replacement run reads the edited words, and
+/// they are what is stored: the edit was stored when it was consumed, before any ack.
+#[tokio::test]
+async fn message_edit_during_a_run_then_a_crash_before_settle_reaches_the_replacement_run_and_the_store() {
+    let rig = Rig::new().await;
+    let _dump = DumpLogsOnPanic(rig.dir.path().to_owned());
+    rig.standin.script(Script::any(slow("First try.", 3_000)));
+    let mut a = spawn_captain_with(&rig, "captain-a", &[("CLANKIE_FAULT", "captain.before_settle")]);
+    let asked = rig.say("ada", "@Clankie is the lobby at 8pm? (walrus)", true).await;
+    until("the run", Duration::from_secs(10), || {
+        rig.receipts.all().iter().any(|r| r.kind == "captain.run" && r.delivery_id == asked.to_string())
+    })
+    .await;
+    rig.edit(asked, "ada", "@Clankie is the lobby at 9pm? (narwhal)", true).await;
+    let status = tokio::time::timeout(Duration::from_secs(20), a.wait()).await.expect("the fault fired").unwrap();
+    assert_eq!(status.code(), Some(clankie_settings::fault::EXIT_CODE));
+    // The dead run read the first words (and heard the edit as a correction at its next call).
+    let dead = rig.standin.requests().len();
+    assert_eq!(rig.standin.requests()[0].count("walrus"), 1, "the dead run read the first words");
+
+    rig.standin.script(Script::any(Reply::text("Second try.")));
+    let mut b = spawn_captain(&rig, "captain-b");
+    rig.wait_outcomes(&[asked]).await;
+    // The edit is applied to what is stored (its copy of a dead run's entries too) by the time
+    // it is acked, which may be after the message's outcome.
+    until("the edit applied", Duration::from_secs(10), || {
+        rig.receipts.all().iter().any(|r| r.kind == "captain.changed" && r.delivery_id.starts_with("edit:"))
+    })
+    .await;
+    let requests = rig.standin.requests();
+    assert!(requests.len() > dead, "no replacement run");
+    let replacement = requests.last().expect("the replacement run's request");
+    println!(
+        "edit then crash: {} requests; the replacement's holds narwhal {} and walrus {}",
+        requests.len(),
+        replacement.count("narwhal"),
+        replacement.count("walrus")
+    );
+    assert!(replacement.count("narwhal") >= 1, "the replacement run did not read the edit");
+    assert!(requests[dead..].iter().all(|r| r.count("walrus") == 0), "the replacement run read the old words");
+    let old: Vec<(String, i64, String)> =
+        sqlx::query_as("SELECT tree, epoch, body::text FROM session_entries WHERE body::text LIKE '%walrus%'")
+            .fetch_all(rig.store.pool())
+            .await
+            .unwrap();
+    assert!(old.is_empty(), "the old words are stored: {old:?}");
+    assert!(stored_anywhere(&rig, "narwhal").await >= 1, "the edited words are not stored");
+    assert_eq!(rig.outcome_of(asked).iter().map(kind).collect::<Vec<_>>(), [v1::OutcomeKind::Replied]);
+    let _ = b.start_kill();
+}
