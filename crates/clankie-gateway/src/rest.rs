@@ -189,7 +189,8 @@ fn build(token: &str, api: Option<&str>) -> twilight_http::Client {
 /// and Discord's own window starts when that request arrives: when twilight's window resets it
 /// sends a burst that can land in the end of Discord's, and twilight retries a global 429 at
 /// once. So every request first takes a slot at most [`PACED_PER_SECOND`] a second, evenly
-/// spaced, which no window of a second can hold more than that of, whatever its phase.
+/// spaced, and is sent only while the last second (a sliding one, of sends) holds fewer, which
+/// no window of a second can hold more than that of, whatever its phase.
 /// Twilight still keeps the per-route buckets. And while the last second used most of the
 /// budget, typing triggers and outcome reactions wait, so a reply never queues behind them.
 #[derive(Debug)]
@@ -219,12 +220,23 @@ impl RestBudget {
             slot
         };
         tokio::time::sleep_until(slot).await;
-        let now = tokio::time::Instant::now();
-        let mut recent = self.recent.lock().unwrap_or_else(|p| p.into_inner());
-        while recent.front().is_some_and(|t| now.duration_since(*t) >= Duration::from_secs(1)) {
-            recent.pop_front();
+        // Slots are spaced when they are taken; a process held up (a loaded machine) wakes
+        // several late ones at once. So the send itself also keeps to a sliding second.
+        loop {
+            let free_at = {
+                let now = tokio::time::Instant::now();
+                let mut recent = self.recent.lock().unwrap_or_else(|p| p.into_inner());
+                while recent.front().is_some_and(|t| now.duration_since(*t) >= Duration::from_secs(1)) {
+                    recent.pop_front();
+                }
+                if recent.len() < PACED_PER_SECOND as usize {
+                    recent.push_back(now);
+                    return;
+                }
+                recent.front().map(|t| *t + Duration::from_secs(1)).unwrap_or(now)
+            };
+            tokio::time::sleep_until(free_at).await;
         }
-        recent.push_back(now);
     }
 
     /// Whether the last second used most of the budget.
