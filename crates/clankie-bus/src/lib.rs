@@ -312,11 +312,24 @@ impl Bus {
     /// While nobody serves the subject yet (a responder starting or restarting), it
     /// asks again until `timeout` runs out.
     pub async fn request<Q: Event, A: Event>(&self, subject: &Subject, request: &Q, timeout: Duration) -> Result<A, BusError> {
+        self.request_within(subject, request, timeout, timeout).await
+    }
+
+    /// [`Bus::request`], asking again while nobody serves the subject for at most
+    /// `no_responders_for` (a responder restarting): past it, no responders is the answer.
+    pub async fn request_within<Q: Event, A: Event>(
+        &self,
+        subject: &Subject,
+        request: &Q,
+        timeout: Duration,
+        no_responders_for: Duration,
+    ) -> Result<A, BusError> {
         subject.check_payload::<Q>()?;
         let name = subject.to_string();
         let fail = |detail: String| BusError::Request { subject: name.clone(), detail };
         let payload = Bytes::from(request.encode_to_vec());
         let deadline = tokio::time::Instant::now() + timeout;
+        let patience = tokio::time::Instant::now() + no_responders_for.min(timeout);
         let mut pause = Duration::from_millis(20);
         let reply = loop {
             // The client's own request timeout (10 s) would cut a longer wait short: this one's is the caller's.
@@ -326,7 +339,7 @@ impl Bus {
             match attempt {
                 Err(_) => return Err(fail(format!("no reply within {timeout:?}"))),
                 Ok(Ok(reply)) => break reply,
-                Ok(Err(e)) if e.kind() == async_nats::RequestErrorKind::NoResponders && tokio::time::Instant::now() + pause < deadline => {
+                Ok(Err(e)) if e.kind() == async_nats::RequestErrorKind::NoResponders && tokio::time::Instant::now() + pause < patience => {
                     tokio::time::sleep(pause).await;
                     pause = (pause * 2).min(Duration::from_millis(500));
                 }

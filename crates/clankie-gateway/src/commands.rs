@@ -23,6 +23,9 @@ pub const COMMAND: &str = "clankie";
 const COMMANDS_BUCKET: &str = "clankie-commands";
 /// How long a captain may take over a command (forgetting a person waits for busy lanes).
 const ANSWER_WITHIN: Duration = Duration::from_secs(60);
+/// How long a command waits for some captain to listen (one restarting) before the person is
+/// told none can answer now, instead of watching "thinking…" for the whole minute.
+const NO_CAPTAIN_FOR: Duration = Duration::from_secs(10);
 
 /// The command set as Discord's bulk overwrite takes it.
 pub fn command_set() -> Value {
@@ -219,7 +222,8 @@ impl Gateway {
             self.receipt("gateway.interaction", &id, |r| r.with_code("defer_failed")).await;
             return;
         }
-        let reply = match self.inner.bus.request::<_, v1::CommandReply>(&Subject::RpcCommand, &request, ANSWER_WITHIN).await {
+        let asked = self.inner.bus.request_within::<_, v1::CommandReply>(&Subject::RpcCommand, &request, ANSWER_WITHIN, NO_CAPTAIN_FOR);
+        let reply = match asked.await {
             Ok(reply) => reply,
             Err(e) => {
                 tracing::warn!(error = %e, "no captain answered a command");
