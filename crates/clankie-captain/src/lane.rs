@@ -262,6 +262,7 @@ impl Captain {
         if let Ok(stored) = self.inner.store.changes_among(&[held.delivery_id()]).await {
             match stored.into_iter().next().map(|(_, c)| c) {
                 Some(StoredChange::Delete) => {
+                    self.receipt("captain.withheld", held.delivery_id(), &held.lane, |r| r.with_code("deleted")).await;
                     pending.push(held);
                     return false;
                 }

@@ -92,6 +92,10 @@ pub enum Reply {
     Status { status: u16 },
     /// A finished stream with no text and no tool calls.
     Empty,
+    /// Holds the request, saying nothing, until the test opens `gate` ([`StandIn::open_gate`]),
+    /// then answers `then`: a run kept in its model call exactly until the test has done what
+    /// it must do meanwhile, however busy the machine.
+    Gated { gate: String, then: Box<Reply> },
 }
 
 fn default_chunk() -> usize {
@@ -183,6 +187,8 @@ pub struct Shared {
     unbound: Arc<tokio::sync::Notify>,
     /// The audio routes' scripts and grammar.
     pub audio: audio::AudioShared,
+    /// The gates opened so far ([`Reply::Gated`]).
+    gates: Arc<tokio::sync::watch::Sender<std::collections::BTreeSet<String>>>,
 }
 
 impl Shared {
@@ -249,6 +255,13 @@ impl StandIn {
     /// The audio routes: scripted failures, the transcription grammar, counts.
     pub fn audio(&self) -> &audio::AudioShared {
         &self.shared.audio
+    }
+
+    /// Opens `gate`: a [`Reply::Gated`] waiting on it (or arriving later) answers.
+    pub fn open_gate(&self, gate: &str) {
+        self.shared.gates.send_modify(|open| {
+            open.insert(gate.to_owned());
+        });
     }
 
     /// Queues a script.
@@ -411,6 +424,13 @@ async fn completions(State(shared): State<Shared>, headers: HeaderMap, body: Byt
     if abandoned {
         return std::future::pending().await;
     }
+    let reply = match reply {
+        Reply::Gated { gate, then } => {
+            let _ = shared.gates.subscribe().wait_for(|open| open.contains(&gate)).await;
+            *then
+        }
+        reply => reply,
+    };
 
     match reply {
         Reply::RateLimited { retry_after_secs } => {
@@ -517,7 +537,7 @@ fn stream_reply(reply: Reply, prompt_tokens: u64, cached_tokens: u64) -> Respons
                 return;
             }
             Reply::Empty => Some("stop"),
-            Reply::RateLimited { .. } | Reply::InsufficientQuota | Reply::Status { .. } => None,
+            Reply::RateLimited { .. } | Reply::InsufficientQuota | Reply::Status { .. } | Reply::Gated { .. } => None,
         };
         let Some(finish) = finish else { return };
         send(chunk(json!({}), Some(finish))).await;

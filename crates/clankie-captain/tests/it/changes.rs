@@ -9,8 +9,27 @@ use clankie_proto::v1;
 
 use super::{DumpLogsOnPanic, Rig, kind, spawn_captain, spawn_captain_with, until};
 
-fn slow(text: &str, first_delay_ms: u64) -> Reply {
-    Reply::Text { text: text.into(), chunk_chars: 40, chunk_delay_ms: 0, first_delay_ms, tail_delay_ms: 0 }
+/// The run's first answer, held until the test opens `gate`, however busy the machine.
+fn held(gate: &str, text: &str) -> Reply {
+    Reply::Gated { gate: gate.into(), then: Box::new(Reply::text(text)) }
+}
+
+/// Waits until the captains have stored a change of each of `ids` (they do so as they consume it).
+async fn changes_stored(rig: &Rig, ids: &[u64]) {
+    let ids: Vec<String> = ids.iter().map(u64::to_string).collect();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let n: i64 = sqlx::query_scalar("SELECT count(*) FROM message_changes WHERE delivery_id = ANY($1)")
+            .bind(&ids)
+            .fetch_one(rig.store.pool())
+            .await
+            .unwrap();
+        if n as usize == ids.len() {
+            return;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "{n} of {} changes stored", ids.len());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
 
 async fn stored_anywhere(rig: &Rig, needle: &str) -> i64 {
@@ -34,7 +53,8 @@ async fn message_delete_consumed_on_the_replica_not_holding_the_lane_withdraws_t
     let mut rounds = 0;
     while forwarded == 0 && rounds < 4 {
         rounds += 1;
-        rig.standin.script(Script::any(slow("Lobby 4 at eight.", 4_000)));
+        let gate = format!("round {rounds}");
+        rig.standin.script(Script::any(held(&gate, "Lobby 4 at eight.")));
         let asked = rig.say("ada", &format!("@Clankie round {rounds}: is the lobby up?"), true).await;
         until("the run", Duration::from_secs(10), || {
             rig.receipts.all().iter().any(|r| r.kind == "captain.run" && r.delivery_id == asked.to_string())
@@ -47,6 +67,20 @@ async fn message_delete_consumed_on_the_replica_not_holding_the_lane_withdraws_t
         for id in &waiting {
             rig.delete(*id).await;
         }
+        // Each deletion reached whoever holds its message before the run reads on: withdrawn
+        // from the live run's queue (or acked where nothing of it was admitted yet), or its
+        // message, forwarded later, held back from the run by the stored deletion.
+        until("every deletion applied or its message held back", Duration::from_secs(20), || {
+            let receipts = rig.receipts.all();
+            waiting.iter().all(|id| {
+                receipts.iter().any(|r| {
+                    (r.kind == "captain.changed" && r.delivery_id == format!("delete:{id}"))
+                        || (r.kind == "captain.withheld" && r.delivery_id == id.to_string())
+                })
+            })
+        })
+        .await;
+        rig.standin.open_gate(&gate);
         let mut all = vec![asked];
         all.extend(&waiting);
         rig.wait_outcomes(&all).await;
@@ -75,7 +109,7 @@ async fn message_delete_consumed_on_the_replica_not_holding_the_lane_withdraws_t
 async fn message_edit_during_a_run_then_a_crash_before_settle_reaches_the_replacement_run_and_the_store() {
     let rig = Rig::new().await;
     let _dump = DumpLogsOnPanic(rig.dir.path().to_owned());
-    rig.standin.script(Script::any(slow("First try.", 3_000)));
+    rig.standin.script(Script::any(held("edited", "First try.")));
     let mut a = spawn_captain_with(&rig, "captain-a", &[("CLANKIE_FAULT", "captain.before_settle")]);
     let asked = rig.say("ada", "@Clankie is the lobby at 8pm? (walrus)", true).await;
     until("the run", Duration::from_secs(10), || {
@@ -83,6 +117,8 @@ async fn message_edit_during_a_run_then_a_crash_before_settle_reaches_the_replac
     })
     .await;
     rig.edit(asked, "ada", "@Clankie is the lobby at 9pm? (narwhal)", true).await;
+    changes_stored(&rig, &[asked]).await;
+    rig.standin.open_gate("edited");
     let status = tokio::time::timeout(Duration::from_secs(20), a.wait()).await.expect("the fault fired").unwrap();
     assert_eq!(status.code(), Some(clankie_settings::fault::EXIT_CODE));
     // The dead run read the first words (and heard the edit as a correction at its next call).

@@ -14,9 +14,42 @@ fn slow(text: &str, first_delay_ms: u64) -> Reply {
     Reply::Text { text: text.into(), chunk_chars: 40, chunk_delay_ms: 0, first_delay_ms, tail_delay_ms: 0 }
 }
 
+/// The run's first answer, held until the test opens the gate: the run stays in its first call
+/// while the test changes the room, however busy the machine.
+fn held(text: &str) -> Reply {
+    Reply::Gated { gate: GATE.into(), then: Box::new(Reply::text(text)) }
+}
+
+const GATE: &str = "the room changed";
+
 async fn changed(receipts: &clankie_testkit::Recorder<v1::Receipt>, delivery_prefix: &str, n: usize) {
     until("the changes applied", Duration::from_secs(20), || {
         receipts.all().iter().filter(|r| r.kind == "captain.changed" && r.delivery_id.starts_with(delivery_prefix)).count() >= n
+    })
+    .await;
+}
+
+/// Waits until the captain has stored a change of message `id` (it does so as it consumes it).
+async fn change_stored(store: &Store, id: u64) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let n: i64 = sqlx::query_scalar("SELECT count(*) FROM message_changes WHERE delivery_id = $1")
+            .bind(id.to_string())
+            .fetch_one(store.pool())
+            .await
+            .expect("message changes");
+        if n > 0 {
+            return;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "the change of {id} was never stored");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Waits until an edit reached the live run as a correction.
+async fn steered_correction(receipts: &clankie_testkit::Recorder<v1::Receipt>) {
+    until("the correction steered", Duration::from_secs(20), || {
+        receipts.all().iter().any(|r| r.kind == "captain.correction" && r.flags.get("steered") == Some(&true))
     })
     .await;
 }
@@ -40,15 +73,15 @@ async fn message_delete_before_the_turn_reads_it_never_reaches_the_model() {
     let rig = Rig::new().await;
     let bus = rig.bus().await;
     let receipts = clankie_testkit::record::<v1::Receipt>(&bus, Family::Receipt).await;
-    // Long enough that the deletion reaches the run before its first call ends, however busy the machine.
-    rig.standin.script(Script::any(slow("Lobby 4 at eight.", 8_000)));
+    rig.standin.script(Script::any(held("Lobby 4 at eight.")));
     let first = rig.say(GENERAL, "ada", "@Clankie is the lobby up tonight?");
     ran(&receipts, first).await;
     // Steered into the live run, then deleted before the run's next boundary reads it.
     let second = rig.say(GENERAL, "ada", "my locker code is quetzal-4471");
     rig.sandbox.discord.user_delete(second).then_some(()).expect("the loopback deletes it");
-    rig.wait_outcomes(GENERAL, &[first]).await;
     changed(&receipts, "delete:", 1).await;
+    rig.standin.open_gate(GATE);
+    rig.wait_outcomes(GENERAL, &[first]).await;
 
     let store = Store::connect(&rig.settings.database_url).await.unwrap();
     assert_eq!(store.outcome(&second.to_string()).await.unwrap().map(|o| o.kind), Some(v1::OutcomeKind::Withdrawn));
@@ -67,13 +100,14 @@ async fn message_delete_bulk_of_5_messages_withdraws_all_5() {
     let rig = Rig::new().await;
     let bus = rig.bus().await;
     let receipts = clankie_testkit::record::<v1::Receipt>(&bus, Family::Receipt).await;
-    rig.standin.script(Script::any(slow("Lobby 4 at eight.", 8_000)));
+    rig.standin.script(Script::any(held("Lobby 4 at eight.")));
     let first = rig.say(GENERAL, "ada", "@Clankie is the lobby up tonight?");
     ran(&receipts, first).await;
     let purged: Vec<u64> = (0..5).map(|n| rig.say(GENERAL, "ada", &format!("spam-canary-{n} and another thing"))).collect();
     assert_eq!(rig.sandbox.discord.bulk_delete(GENERAL, &purged), purged, "the loopback purges all five");
-    rig.wait_outcomes(GENERAL, &[first]).await;
     changed(&receipts, "delete:", 5).await;
+    rig.standin.open_gate(GATE);
+    rig.wait_outcomes(GENERAL, &[first]).await;
 
     let store = Store::connect(&rig.settings.database_url).await.unwrap();
     for id in &purged {
@@ -131,7 +165,7 @@ async fn message_delete_after_the_turn_is_absent_from_the_next_cold_open_and_the
     // line is deleted while that turn runs. (Discord leaves a deleted message out of any later
     // fetch, so only what the lane itself keeps can bring it back.) What the lane stored of it
     // goes, and its next turn, opened from what it keeps rather than a fresh fetch, reads none of it.
-    rig.standin.script(Script::when("ocelot-55", slow("Hi.", 6_000)));
+    rig.standin.script(Script::when("ocelot-55", held("Hi.")));
     let fresh = rig.standin.requests().len();
     let deleted_during_the_turn = rig.say(201, "ada", "the vault pin is ocelot-55");
     let there = rig.say(201, "bob", "and the snacks");
@@ -139,6 +173,10 @@ async fn message_delete_after_the_turn_is_absent_from_the_next_cold_open_and_the
     let requests = rig.standin.wait_for_requests(fresh + 1, Duration::from_secs(30)).await;
     assert_eq!(requests[fresh].count("ocelot-55"), 1, "the cold open's history block carried the line");
     assert!(rig.sandbox.discord.user_delete(deleted_during_the_turn));
+    // The run holds the line in its history block, so the deletion is applied once it is over:
+    // the run goes on once the captain has the deletion.
+    change_stored(&store, deleted_during_the_turn).await;
+    rig.standin.open_gate(GATE);
     changed(&receipts, "delete:", 3).await;
     rig.wait_outcomes(201, &[cold]).await;
     assert_eq!(stored_anywhere(&store, "ocelot-55").await, 0, "the line deleted during the cold turn is still stored");
@@ -196,12 +234,13 @@ async fn message_edit_during_the_run_reaches_the_same_run_as_a_correction_and_th
     let rig = Rig::new().await;
     let bus = rig.bus().await;
     let receipts = clankie_testkit::record::<v1::Receipt>(&bus, Family::Receipt).await;
-    // Long enough that the edit reaches the run before its first call ends, however busy the machine.
-    rig.standin.script(Script::any(slow("The lobby opens at eight, ", 8_000)));
+    rig.standin.script(Script::any(held("The lobby opens at eight, ")));
     rig.standin.script(Script::any(Reply::text("Nine it is: lobby 4 at nine.")));
     let asked = rig.say(GENERAL, "ada", "@Clankie is the lobby at 8pm?");
     ran(&receipts, asked).await;
     assert!(rig.sandbox.discord.user_edit(asked, "@Clankie is the lobby at 9pm?".into()));
+    steered_correction(&receipts).await;
+    rig.standin.open_gate(GATE);
     rig.wait_outcomes(GENERAL, &[asked]).await;
 
     let posts = rig.sandbox.discord.posts(GENERAL);
@@ -248,12 +287,13 @@ async fn message_edit_then_delete_during_a_run_leaves_no_trace_of_either_text() 
     let rig = Rig::new().await;
     let bus = rig.bus().await;
     let receipts = clankie_testkit::record::<v1::Receipt>(&bus, Family::Receipt).await;
-    rig.standin.script(Script::any(slow("The lobby opens at eight, ", 8_000)));
+    rig.standin.script(Script::any(held("The lobby opens at eight, ")));
     rig.standin.script(Script::any(Reply::text("Noted.")));
     let asked = rig.say(GENERAL, "ada", "@Clankie is the lobby at 8pm? my code is walrus-1");
     ran(&receipts, asked).await;
     assert!(rig.sandbox.discord.user_edit(asked, "@Clankie is the lobby at 9pm? my code is narwhal-2".into()));
-    until("the correction steered", Duration::from_secs(10), || receipts.all().iter().any(|r| r.kind == "captain.correction")).await;
+    steered_correction(&receipts).await;
+    rig.standin.open_gate(GATE);
     assert!(rig.sandbox.discord.user_delete(asked));
     // Both are applied to the stored entries once the run is over (its outcome's reaction has
     // no message left to go on).
