@@ -247,7 +247,8 @@ impl Captain {
     }
 
     /// Steers `held` into the live run (it ends absorbed), or leaves it for a turn of its own
-    /// when the run takes no more. Whether it was steered.
+    /// when the run takes no more or a stored deletion holds it back (the next burst withdraws
+    /// it); a stored edit is applied first. Whether it was steered.
     async fn steer_in(
         &self,
         held: Held,

@@ -263,7 +263,8 @@ impl Loopback {
         self.state.posts(channel)
     }
 
-    /// When the bot triggered typing in a channel in the last two minutes (ms since the epoch).
+    /// When the bot triggered typing in a channel (ms since the epoch): those of the two minutes
+    /// before its last trigger there.
     pub fn typing(&self, channel: u64) -> Vec<i64> {
         self.state.typing(channel)
     }

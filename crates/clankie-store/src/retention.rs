@@ -136,11 +136,17 @@ impl Store {
                     batch,
                 )
                 .await?,
-            // An open turn that old died with its run long ago; its lane's epoch has moved on.
+            // An open turn that old died with its run long ago; its lane's epoch has moved on. It
+            // goes only once no entry of its epoch is left (a turn that aged past the cutoff
+            // after the entries' sweep above waits for the next sweep).
             turns: self
                 .sweep_with(
                     "DELETE FROM turns WHERE turn_id IN (SELECT t.turn_id FROM turns t JOIN lanes l ON l.lane = t.lane
-                       WHERE t.started_at < now() - make_interval(secs => $1) AND (t.ended_at IS NOT NULL OR t.epoch < l.epoch) LIMIT $2)",
+                       WHERE t.started_at < now() - make_interval(secs => $1)
+                         AND (t.ended_at IS NOT NULL
+                              OR (t.epoch < l.epoch
+                                  AND NOT EXISTS (SELECT 1 FROM session_entries e WHERE e.lane = t.lane AND e.epoch = t.epoch)))
+                       LIMIT $2)",
                     records,
                     batch,
                 )

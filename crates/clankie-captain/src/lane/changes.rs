@@ -45,7 +45,8 @@ impl Captain {
         *burst = left;
     }
 
-    /// Keeps `change` in the store until its message is settled.
+    /// Keeps `change` in the store, for any copy of its message that arrives later (until the
+    /// retention sweep takes it, at the records' age).
     pub(super) async fn store_change(&self, lane: &LaneKey, change: &Held) -> Result<(), StoreError> {
         let stored = match change.ingress.change() {
             v1::MessageChange::Delete => StoredChange::Delete,
@@ -129,7 +130,7 @@ impl Captain {
     /// A change to a message that waited here, applied: the copies of its words a run that
     /// died stored (an abandoned epoch's entries, hidden from every session but still kept)
     /// are rewritten too, so the old words leave the store.
-    async fn changed_waiting(&self, lease: &Lease, c: Held) {
+    pub(super) async fn changed_waiting(&self, lease: &Lease, c: Held) {
         match self.rewrite_stored(lease, &c).await {
             Ok(n) => self.changed(&lease.lane, c, n, true).await,
             Err(e) => {
@@ -164,7 +165,9 @@ impl Captain {
         let rewrites: Vec<_> = held.iter().filter_map(|e| rewrite::changed(e, target, &change)).collect();
         let n = self.inner.store.rewrite_entries(lease, &rewrites).await?;
         // This replica's copy holds the old words; other replicas' copies reopen on the store's mark.
-        self.inner.warm.lock().unwrap_or_else(|p| p.into_inner()).take(&lease.lane);
+        if n > 0 {
+            self.inner.warm.lock().unwrap_or_else(|p| p.into_inner()).take(&lease.lane);
+        }
         Ok(n)
     }
 

@@ -14,7 +14,7 @@ use std::sync::Arc;
 use clankie_agent::{AgentEvent, RunReply, RunResult, Session, Steerer, Tool, UserMessage};
 use clankie_bus::now_ms;
 use clankie_proto::v1;
-use clankie_self::{Snapshot, Surface, experience, policy};
+use clankie_self::{Snapshot, Surface, experience, policy, rewrite};
 use clankie_store::{Lease, OutboxRow, Outcome, Settlement, StoreError, TurnEnd, TurnMode, TurnStart};
 use futures::FutureExt;
 use tokio::sync::{mpsc, watch};
@@ -51,6 +51,9 @@ pub(super) struct Turn {
     mode: TurnMode,
     turn_id: String,
     room: Room,
+    /// The delivery ids of the corrections steered into this run: a deletion of their message
+    /// takes back those not yet read.
+    corrections: Vec<String>,
 }
 
 impl Turn {
@@ -122,7 +125,10 @@ impl Captain {
         let owner = burst.next()?;
         let mut absorbed: Vec<Held> = burst.collect();
         if !config.one_shot {
-            absorbed.extend(self.gather(&lane, owner.delivery_id()).await);
+            // What a dead run held may have been changed since: read as changed, or withdrawn.
+            let mut gathered = self.gather(&lane, owner.delivery_id()).await;
+            self.apply_stored_changes(&lease, &mut gathered).await;
+            absorbed.extend(gathered);
         }
         // The shared self is read afresh for every turn: an edit reaches a warm lane without a restart.
         let snapshot = match inner.selfhood.snapshot(&lane).await {
@@ -175,7 +181,7 @@ impl Captain {
         let system = clankie_self::assemble(&snapshot, &lane, surface);
         metrics::counter!("clankie_captain_turns_total", "mode" => if kind.one_shot { "one_shot" } else { "durable" }).increment(1);
         tracing::debug!(%lane, epoch = lease.epoch, cold, deliveries = 1 + absorbed.len(), "run starts");
-        let turn = Turn { lease, owner, absorbed, grants, apart, mode, turn_id, room };
+        let turn = Turn { lease, owner, absorbed, grants, apart, mode, turn_id, room, corrections: Vec::new() };
         Some((turn, Start { session, system, first, tools }))
     }
 
@@ -447,13 +453,22 @@ impl Captain {
         }
         match change.ingress.change() {
             v1::MessageChange::Delete => {
+                let unread_corrections =
+                    turn.corrections.iter().filter(|id| rewrite::is_correction_of(id, target) && steerer.withdraw(id)).count();
+                if unread_corrections > 0 {
+                    self.receipt("captain.correction", change.delivery_id(), &lane, |r| {
+                        r.with_id("message", target).with_id("turn", &turn.turn_id).with_flag("withdrawn", true)
+                    })
+                    .await;
+                }
                 let unread = turn.absorbed.iter().position(|h| h.message_id() == target);
                 if let Some(at) = unread
                     && steerer.withdraw(turn.absorbed[at].delivery_id())
                 {
                     let message = turn.absorbed.remove(at);
                     match self.withdraw(&turn.lease, &message).await {
-                        Ok(()) => return self.changed(&lane, change, 0, true).await,
+                        // A dead run may have stored a copy of it: that goes too.
+                        Ok(()) => return self.changed_waiting(&turn.lease, change).await,
                         Err(e) => {
                             tracing::warn!(%lane, error = %e, "a deleted message could not be withdrawn; it is answered");
                             if steerer.steer(self.user_message(&message).await).is_ok() {
@@ -473,6 +488,9 @@ impl Captain {
                     let correction =
                         UserMessage::new(change.ingress.author_name.clone(), change.delivery_id(), prompt::correction(&change.ingress));
                     let steered = steerer.steer(correction).is_ok();
+                    if steered {
+                        turn.corrections.push(change.delivery_id().to_owned());
+                    }
                     self.receipt("captain.correction", change.delivery_id(), &lane, |r| {
                         r.with_id("message", target).with_id("turn", &turn.turn_id).with_flag("steered", steered)
                     })

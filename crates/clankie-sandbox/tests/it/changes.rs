@@ -294,6 +294,8 @@ async fn message_edit_then_delete_during_a_run_leaves_no_trace_of_either_text() 
     assert!(rig.sandbox.discord.user_edit(asked, "@Clankie is the lobby at 9pm? my code is narwhal-2".into()));
     steered_correction(&receipts).await;
     rig.standin.open_gate(GATE);
+    // The run reads the correction at its next call; deleted only after that.
+    rig.standin.wait_for_requests(2, Duration::from_secs(20)).await;
     assert!(rig.sandbox.discord.user_delete(asked));
     // Both are applied to the stored entries once the run is over (its outcome's reaction has
     // no message left to go on).
@@ -305,4 +307,31 @@ async fn message_edit_then_delete_during_a_run_leaves_no_trace_of_either_text() 
     let store = Store::connect(&rig.settings.database_url).await.unwrap();
     assert_eq!(stored_anywhere(&store, "walrus-1").await, 0, "the first words are still stored");
     assert_eq!(stored_anywhere(&store, "narwhal-2").await, 0, "the edited words (the correction) are still stored");
+}
+
+/// Edited, then deleted before the run read the correction: the correction is taken back from
+/// the run's queue, so the model never sees the edited words, and neither text is stored.
+#[tokio::test]
+async fn message_edit_then_delete_before_the_run_reads_the_correction_takes_the_correction_back() {
+    let rig = Rig::new().await;
+    let bus = rig.bus().await;
+    let receipts = clankie_testkit::record::<v1::Receipt>(&bus, Family::Receipt).await;
+    rig.standin.script(Script::any(held("The lobby opens at eight, ")));
+    let asked = rig.say(GENERAL, "ada", "@Clankie is the lobby at 8pm? my code is walrus-1");
+    ran(&receipts, asked).await;
+    assert!(rig.sandbox.discord.user_edit(asked, "@Clankie is the lobby at 9pm? my code is narwhal-2".into()));
+    steered_correction(&receipts).await;
+    assert!(rig.sandbox.discord.user_delete(asked));
+    until("the correction taken back", Duration::from_secs(20), || {
+        receipts.all().iter().any(|r| r.kind == "captain.correction" && r.flags.get("withdrawn") == Some(&true))
+    })
+    .await;
+    rig.standin.open_gate(GATE);
+    changed(&receipts, "edit:", 1).await;
+    changed(&receipts, "delete:", 1).await;
+
+    assert!(rig.standin.requests().iter().all(|r| r.count("narwhal-2") == 0), "the model read the correction of a deleted message");
+    let store = Store::connect(&rig.settings.database_url).await.unwrap();
+    assert_eq!(stored_anywhere(&store, "walrus-1").await, 0, "the first words are still stored");
+    assert_eq!(stored_anywhere(&store, "narwhal-2").await, 0, "the edited words are still stored");
 }
