@@ -25,6 +25,7 @@ async fn migrations_apply_to_an_empty_database_and_rerun_as_a_no_op() {
             "exchanges",
             "forgotten_users",
             "lanes",
+            "message_changes",
             "outbox",
             "receipts",
             "self_experiences",
