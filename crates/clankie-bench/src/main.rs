@@ -570,6 +570,9 @@ struct Aged {
     mib_aged: f64,
     mib_swept: f64,
     sweep_s: f64,
+    /// One person forgotten on the 30-day store: how long it took and what it touched.
+    forget_ms: f64,
+    forgotten: clankie_self::rewrite::Forgotten,
     empty: (f64, f64),
     swept: (f64, f64),
 }
@@ -595,6 +598,9 @@ async fn retention(per_day: i64) -> Result<Aged> {
     eprintln!("retention: filling 30 days of {per_day} messages a day over 200 lanes");
     clankie_testkit::fill_aged_store(store.pool(), 30, per_day, 200).await;
     let mib_aged = size(store.pool().clone()).await?;
+    let started = Instant::now();
+    let forgotten = clankie_self::rewrite::forget_user(&store, 42, Duration::from_secs(5), |_| {}).await?;
+    let forget_ms = started.elapsed().as_secs_f64() * 1e3;
     let week = Duration::from_secs(7 * 86_400);
     let started = Instant::now();
     store.sweep(&clankie_store::Retention { receipts: week, records: week, replaced_entries: week, batch: 5_000 }).await?;
@@ -611,6 +617,8 @@ async fn retention(per_day: i64) -> Result<Aged> {
         mib_aged,
         mib_swept,
         sweep_s,
+        forget_ms,
+        forgotten,
         empty: empty_paths,
         swept: swept_paths,
     })
@@ -1033,6 +1041,10 @@ async fn run() -> Result<()> {
         println!("pg_mib_30_days: {:.1}", aged.mib_aged);
         println!("pg_mib_swept_to_7_days: {:.1}", aged.mib_swept);
         println!("sweep_seconds: {:.1}", aged.sweep_s);
+        println!("forget_one_person_ms_30_days: {:.0}", aged.forget_ms);
+        println!("forget_one_person_lanes: {}", aged.forgotten.lanes);
+        println!("forget_one_person_messages: {}", aged.forgotten.messages);
+        println!("forget_one_person_answers_withdrawn: {}", aged.forgotten.answers);
         println!("lane_open_p50_ms_fresh_10_days: {:.3}", aged.empty.0);
         println!("lane_open_p50_ms_swept_30_days: {:.3}", aged.swept.0);
         println!("admit_p50_ms_fresh_10_days: {:.3}", aged.empty.1);

@@ -282,6 +282,39 @@ impl Bus {
             .map_err(|e| BusError::Publish { subject: name, detail: e.to_string() })
     }
 
+    /// Publishes a later answer on a request/reply subject (core NATS, no request to reply
+    /// to): the final answer of a command answered at once, for whoever [`Bus::listen`]s.
+    pub async fn answer_later<E: Event>(&self, subject: &Subject, event: &E) -> Result<(), BusError> {
+        subject.check_payload::<E>()?;
+        let name = subject.to_string();
+        if subject.family().area() != clankie_proto::Area::Rpc {
+            return Err(BusError::Publish { subject: name, detail: "not a request/reply subject".into() });
+        }
+        self.client
+            .publish(name.clone(), Bytes::from(event.encode_to_vec()))
+            .await
+            .map_err(|e| BusError::Publish { subject: name.clone(), detail: e.to_string() })?;
+        self.client.flush().await.map_err(|e| BusError::Publish { subject: name, detail: e.to_string() })
+    }
+
+    /// Listens on one concrete subject for answers published with [`Bus::answer_later`];
+    /// taken before the request is sent, so the answer cannot come first. Undecodable
+    /// messages are skipped with a warning.
+    pub async fn listen<E: Event>(&self, subject: &Subject) -> Result<impl futures::Stream<Item = E> + Send + Unpin + 'static, BusError> {
+        subject.check_payload::<E>()?;
+        let name = subject.to_string();
+        let sub = self.client.subscribe(name.clone()).await.map_err(|e| BusError::Consumer { consumer: name, detail: e.to_string() })?;
+        Ok(Box::pin(futures::StreamExt::filter_map(sub, |m| async move {
+            match E::decode(m.payload) {
+                Ok(e) => Some(e),
+                Err(_) => {
+                    tracing::warn!(subject = %m.subject, "undecodable answer skipped");
+                    None
+                }
+            }
+        })))
+    }
+
     /// Every signal of `family` from now on, decoded; undecodable ones are skipped with a warning.
     pub async fn signals<E: Event>(&self, family: Family) -> Result<impl futures::Stream<Item = E> + Send + 'static, BusError> {
         let filter = family.wildcard();

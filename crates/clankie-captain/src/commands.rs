@@ -57,7 +57,7 @@ fn pressed(req: &v1::CommandRequest, id: i64, note: &str, code: &str, keep: impl
         .collect::<Vec<_>>()
         .join("\n");
     let buttons = req.message_buttons.iter().filter(|b| keep(b)).cloned().collect();
-    v1::CommandReply { text, buttons, code: code.to_owned() }
+    v1::CommandReply { text, buttons, code: code.to_owned(), more: false }
 }
 
 fn refused(code: &str, text: &str) -> v1::CommandReply {
@@ -97,7 +97,7 @@ impl Captain {
     async fn command(&self, req: &v1::CommandRequest) -> v1::CommandReply {
         let store = &self.inner.store;
         if req.command == "forget-me" {
-            return self.forget_me(req.user_id).await;
+            return self.forget_me(req).await;
         }
         let settings = match store.owner_settings().await {
             Ok(s) => s,
@@ -216,17 +216,73 @@ impl Captain {
         }
     }
 
-    async fn forget_me(&self, user: u64) -> v1::CommandReply {
-        match clankie_self::rewrite::forget_user(&self.inner.store, user, std::time::Duration::from_secs(20), |_| {}).await {
-            Ok(f) if f.lanes_busy > 0 => refused("lanes_busy", "Some rooms were busy; run it again in a minute to finish."),
-            Ok(f) => said(format!(
-                "Done: I no longer hold your words ({} message(s) and lines in {} conversation(s); {} memory fact(s)).",
-                f.messages, f.lanes, f.memories
-            )),
-            Err(_) => store_unavailable(),
+    /// Anyone's `/clankie forget-me`: answered at once ("forgetting…"), carried out in the
+    /// background (a lane a live run holds is waited for), and the counts edited in over the
+    /// first answer. One forget per person at a time: asking again meanwhile is told so and
+    /// scans nothing.
+    async fn forget_me(&self, req: &v1::CommandRequest) -> v1::CommandReply {
+        let store = &self.inner.store;
+        let run = match clankie_self::rewrite::begin(store, req.user_id).await {
+            Ok(run) => run,
+            Err(clankie_self::rewrite::ForgetError::Running) => {
+                return refused(
+                    "forget_running",
+                    "I'm already forgetting you: the first answer will show what was removed once it's done.",
+                );
+            }
+            Err(_) => return store_unavailable(),
+        };
+        let captain = self.clone();
+        let (user, interaction, lane) = (req.user_id, req.interaction_id.clone(), lane_of(req));
+        let span = tracing::info_span!("forget", interaction_id = %interaction);
+        let work = async move {
+            let forgotten = run.run(&captain.inner.store, FORGET_WAIT_PER_LANE, |_| {}).await;
+            let done = match &forgotten {
+                Ok(f) if f.lanes_busy > 0 => refused("lanes_busy", "Some rooms stayed busy; run it again in a minute to finish."),
+                Ok(f) => said(format!(
+                    "Done: I no longer hold your words ({} message(s) and lines in {} conversation(s); {} memory fact(s)).",
+                    f.messages, f.lanes, f.memories
+                )),
+                Err(_) => store_unavailable(),
+            };
+            captain
+                .receipt("captain.forget", &interaction, &lane, |r| {
+                    let r = r.with_id("user", user).with_code(clankie_proto::command_reply_code(&done.code));
+                    match &forgotten {
+                        Ok(f) => r
+                            .with_count("lanes", f.lanes as i64)
+                            .with_count("messages", f.messages as i64)
+                            .with_count("blocks", f.blocks as i64)
+                            .with_count("answers", f.answers as i64)
+                            .with_count("answers_kept", f.answers_kept as i64)
+                            .with_count("memories", f.memories as i64)
+                            .with_count("experiences", f.experiences as i64)
+                            .with_count("ring_lines", f.ring_lines as i64)
+                            .with_count("lanes_busy", f.lanes_busy as i64),
+                        Err(_) => r,
+                    }
+                })
+                .await;
+            match interaction.parse::<u64>() {
+                Ok(id) => {
+                    if let Err(e) = captain.inner.bus.answer_later(&Subject::RpcCommandDone { interaction: id }, &done).await {
+                        tracing::warn!(error = %e, "a forget's counts could not be sent to the gateway");
+                    }
+                }
+                Err(_) => tracing::warn!("a forget's interaction id is not a snowflake; its counts are in its receipt only"),
+            }
+        };
+        tokio::spawn(tracing::Instrument::instrument(work, span));
+        v1::CommandReply {
+            text: "Forgetting you now: every room and memory that holds your words. I'll edit this with what was removed.".into(),
+            more: true,
+            ..Default::default()
         }
     }
 }
+
+/// How long a forget waits for a live run to let go of each lane it must rewrite.
+const FORGET_WAIT_PER_LANE: std::time::Duration = std::time::Duration::from_secs(120);
 
 /// Where a memory proposal is put to the owner: in a DM with Approve and Reject buttons, an
 /// outbox row that commits with the turn that proposed it. Keeps the rows it built, to be

@@ -77,6 +77,7 @@ impl ConsoleError {
             ConsoleError::Store(_) => "store_unavailable",
             ConsoleError::Bus(_) => "bus_unavailable",
             ConsoleError::Selfhood(_) => "self_unavailable",
+            ConsoleError::Forget(clankie_self::rewrite::ForgetError::Running) => "forget_running",
             ConsoleError::Forget(_) => "store_unavailable",
             ConsoleError::Session(_) => "session_unavailable",
             ConsoleError::Model(_) => "model_unconfigured",
@@ -92,7 +93,7 @@ impl IntoResponse for ConsoleError {
         let status = match self {
             ConsoleError::BadRequest(_) => StatusCode::BAD_REQUEST,
             ConsoleError::NotFound => StatusCode::NOT_FOUND,
-            ConsoleError::Busy => StatusCode::CONFLICT,
+            ConsoleError::Busy | ConsoleError::Forget(clankie_self::rewrite::ForgetError::Running) => StatusCode::CONFLICT,
             _ => StatusCode::SERVICE_UNAVAILABLE,
         };
         // The detail of a store or bus failure stays in the log; the page gets the code.

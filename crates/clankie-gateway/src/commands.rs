@@ -222,6 +222,14 @@ impl Gateway {
             self.receipt("gateway.interaction", &id, |r| r.with_code("defer_failed")).await;
             return;
         }
+        // A command that goes on after its first answer (a forget) sends its last one here;
+        // listened to before asking, so it cannot come first.
+        let done = match request.interaction_id.parse::<u64>() {
+            Ok(interaction) if request.command == "forget-me" => {
+                self.inner.bus.listen::<v1::CommandReply>(&Subject::RpcCommandDone { interaction }).await.ok()
+            }
+            _ => None,
+        };
         let asked = self.inner.bus.request_within::<_, v1::CommandReply>(&Subject::RpcCommand, &request, ANSWER_WITHIN, NO_CAPTAIN_FOR);
         let reply = match asked.await {
             Ok(reply) => reply,
@@ -248,8 +256,35 @@ impl Gateway {
         if let Err(e) = edited {
             tracing::warn!(error = %e, "an interaction's answer could not be edited in");
         }
+        let (true, Some(mut done)) = (reply.more, done) else { return };
+        let last = match tokio::time::timeout(FINAL_ANSWER_WITHIN, futures::StreamExt::next(&mut done)).await {
+            Ok(Some(last)) => last,
+            _ => {
+                tracing::warn!("a command's final answer did not come while its interaction could still be edited");
+                self.receipt("gateway.interaction", &id, |r| r.with_code("command").with_code("final_answer_missing")).await;
+                return;
+            }
+        };
+        let edited =
+            client.update_response(&interaction.token).content(Some(&last.text)).components(Some(&components(&last.buttons))).await;
+        let code = clankie_proto::command_reply_code(&last.code);
+        self.receipt("gateway.interaction", &id, |r| {
+            r.with_code("command")
+                .with_code(code)
+                .with_id("user", request.user_id)
+                .with_flag("edited", edited.is_ok())
+                .with_flag("final", true)
+        })
+        .await;
+        if let Err(e) = edited {
+            tracing::warn!(error = %e, "a command's final answer could not be edited in");
+        }
     }
 }
+
+/// How long a command answered "working on it" may take to send its final answer: the
+/// interaction's token, and so its answer, can be edited for 15 minutes.
+const FINAL_ANSWER_WITHIN: Duration = Duration::from_secs(14 * 60);
 
 #[cfg(test)]
 mod tests {

@@ -141,6 +141,7 @@ pub const COMMAND_REPLY_CODES: &[&str] = &[
     "bad_minutes",
     "not_in_guild",
     "lanes_busy",
+    "forget_running",
     "request_undecodable",
     "captain_unavailable",
 ];

@@ -94,6 +94,9 @@ pub enum Subject {
     RpcMediaRegister,
     /// `clankie.rpc.command`: a slash command or button press, answered by a captain (no stream).
     RpcCommand,
+    /// `clankie.rpc.command.done.<interaction>`: the final answer of a command answered at once
+    /// and finished later (a forget), for the gateway that holds the interaction (no stream).
+    RpcCommandDone { interaction: u64 },
 }
 
 /// A kind of subject, independent of its ids: what wildcards and payload types hang off.
@@ -122,6 +125,7 @@ pub enum Family {
     RpcMediaAttachment,
     RpcMediaRegister,
     RpcCommand,
+    RpcCommandDone,
 }
 
 /// The second token of a subject: what JetStream streams are cut along.
@@ -161,7 +165,7 @@ fn truncate(s: &str) -> String {
 
 impl Family {
     /// Every family, in catalogue order.
-    pub const ALL: [Family; 23] = [
+    pub const ALL: [Family; 24] = [
         Family::IngressText,
         Family::IngressRoom,
         Family::LaneSteer,
@@ -185,6 +189,7 @@ impl Family {
         Family::RpcMediaAttachment,
         Family::RpcMediaRegister,
         Family::RpcCommand,
+        Family::RpcCommandDone,
     ];
 
     /// A NATS wildcard matching every subject of this family.
@@ -213,6 +218,7 @@ impl Family {
             Family::RpcMediaAttachment => format!("{ROOT}.rpc.media.attachment"),
             Family::RpcMediaRegister => format!("{ROOT}.rpc.media.register"),
             Family::RpcCommand => format!("{ROOT}.rpc.command"),
+            Family::RpcCommandDone => format!("{ROOT}.rpc.command.done.*"),
         }
     }
 
@@ -241,6 +247,7 @@ impl Family {
             Family::RpcMediaAttachment => "clankie.v1.MediaAttachmentRequest",
             Family::RpcMediaRegister => "clankie.v1.MediaRegisterRequest",
             Family::RpcCommand => "clankie.v1.CommandRequest",
+            Family::RpcCommandDone => "clankie.v1.CommandReply",
         }
     }
 
@@ -266,7 +273,8 @@ impl Family {
             | Family::RpcMediaResolve
             | Family::RpcMediaAttachment
             | Family::RpcMediaRegister
-            | Family::RpcCommand => Area::Rpc,
+            | Family::RpcCommand
+            | Family::RpcCommandDone => Area::Rpc,
         }
     }
 }
@@ -344,6 +352,7 @@ impl Subject {
             Subject::RpcMediaAttachment => Family::RpcMediaAttachment,
             Subject::RpcMediaRegister => Family::RpcMediaRegister,
             Subject::RpcCommand => Family::RpcCommand,
+            Subject::RpcCommandDone { .. } => Family::RpcCommandDone,
         }
     }
 
@@ -403,6 +412,7 @@ impl Subject {
             ["rpc", "media", "attachment"] => Ok(Subject::RpcMediaAttachment),
             ["rpc", "media", "register"] => Ok(Subject::RpcMediaRegister),
             ["rpc", "command"] => Ok(Subject::RpcCommand),
+            ["rpc", "command", "done", _] => Ok(Subject::RpcCommandDone { interaction: id(4)? }),
             ["rpc", "history", _] => Ok(Subject::RpcHistory { channel: id(3)? }),
             ["receipt", ..] if tokens.len() > 2 => Ok(Subject::Receipt { kind: ReceiptKind::new(&tokens[2..].join("."))? }),
             _ => Err(unknown()),
@@ -433,6 +443,7 @@ impl fmt::Display for Subject {
             Subject::RpcMediaAttachment => write!(f, "{ROOT}.rpc.media.attachment"),
             Subject::RpcMediaRegister => write!(f, "{ROOT}.rpc.media.register"),
             Subject::RpcCommand => write!(f, "{ROOT}.rpc.command"),
+            Subject::RpcCommandDone { interaction } => write!(f, "{ROOT}.rpc.command.done.{interaction}"),
             Subject::SelfExperience { place: Place::Guild(g) } => write!(f, "{ROOT}.self.experience.{g}"),
             Subject::SelfExperience { place: Place::Dm } => write!(f, "{ROOT}.self.experience.{DM}"),
             Subject::Receipt { kind } => write!(f, "{ROOT}.receipt.{kind}"),
@@ -473,6 +484,7 @@ mod tests {
             Subject::RpcMediaAttachment,
             Subject::RpcMediaRegister,
             Subject::RpcCommand,
+            Subject::RpcCommandDone { interaction: 25 },
             Subject::SelfExperience { place: Place::Guild(23) },
             Subject::SelfExperience { place: Place::Dm },
             Subject::SignalTyping { place: Place::Guild(24), channel: 25 },

@@ -111,27 +111,93 @@ pub struct Forgotten {
 pub enum ForgetError {
     #[error(transparent)]
     Store(#[from] StoreError),
+    /// Another forget of the same person is running (asked twice, or on another replica).
+    #[error("a forget of this person is already running")]
+    Running,
 }
 
 /// The lease a forget takes on each lane it rewrites.
 const FORGET_LEASE_OWNER: &str = "forget-user";
 const FORGET_LEASE_TTL: Duration = Duration::from_secs(30);
+/// A forget marked running for longer than this is taken to have died with its process.
+pub const FORGET_STALE_AFTER: Duration = Duration::from_secs(15 * 60);
+
+/// The one forget of a person running now, begun with [`begin`]; [`ForgetRun::run`] carries it out.
+#[derive(Debug)]
+pub struct ForgetRun {
+    author_id: u64,
+}
+
+/// Takes the single forget of `author_id`: `Err(Running)` while another one runs, whichever
+/// replica or tool began it, so asking twenty times scans once.
+pub async fn begin(store: &Store, author_id: u64) -> Result<ForgetRun, ForgetError> {
+    if store.begin_forget(author_id, FORGET_STALE_AFTER).await? { Ok(ForgetRun { author_id }) } else { Err(ForgetError::Running) }
+}
+
+impl ForgetRun {
+    /// Forgets the person and marks the forget over, however it ended.
+    pub async fn run(self, store: &Store, wait: Duration, progress: impl FnMut(&str)) -> Result<Forgotten, ForgetError> {
+        let result = forget_lanes(store, self.author_id, wait, progress).await;
+        let ended = store.end_forget(self.author_id).await;
+        let forgotten = result?;
+        ended?;
+        Ok(forgotten)
+    }
+}
 
 /// Forgets `author_id` by provenance, never by the words they used: their messages and their
 /// lines in other blocks leave every lane's stored session; his answers to turns whose input
 /// was only theirs go with them (the whole turn, so no tool call is left without its result);
 /// his answers to turns they shared with others stay; their voice ring lines, the memory
 /// proposed from their messages or lines, and experiences they took part in go. Every other
-/// row stays as it was. Receipts, outcomes and counts stay (they hold no words). A lane a live
-/// run holds is waited for up to `wait`; `progress` hears of each lane done.
-pub async fn forget_user(store: &Store, author_id: u64, wait: Duration, mut progress: impl FnMut(&str)) -> Result<Forgotten, ForgetError> {
-    let entries = store.entries_attributed_to(author_id).await?;
+/// row stays as it was. Receipts, outcomes and counts stay (they hold no words).
+///
+/// Each lane is read and rewritten under its lease, so a live run is waited for (up to
+/// `wait` a lane) and what it stored is forgotten too, and an edit or deletion made
+/// meanwhile is not undone. `progress` hears of each lane done. `Err(Running)` while
+/// another forget of the same person runs.
+pub async fn forget_user(store: &Store, author_id: u64, wait: Duration, progress: impl FnMut(&str)) -> Result<Forgotten, ForgetError> {
+    begin(store, author_id).await?.run(store, wait, progress).await
+}
+
+async fn forget_lanes(store: &Store, author_id: u64, wait: Duration, mut progress: impl FnMut(&str)) -> Result<Forgotten, ForgetError> {
     let mut names = BTreeSet::new();
     let mut deliveries = Vec::new();
     let mut forgotten = Forgotten::default();
-    let mut by_lane: std::collections::BTreeMap<String, Vec<Rewritten>> = std::collections::BTreeMap::new();
+    for lane in store.lanes_of_author(author_id).await? {
+        let Ok(key) = lane.parse::<LaneKey>() else { continue };
+        let Some(lease) = lease_within(store, &key, wait).await? else {
+            forgotten.lanes_busy += 1;
+            continue;
+        };
+        let result = forget_in_lane(store, &lease, author_id, &mut names, &mut deliveries, &mut forgotten).await;
+        let _ = store.release_lease(&lease).await;
+        if result? {
+            forgotten.lanes += 1;
+            progress(&lane);
+        }
+    }
+    let names: Vec<String> = names.into_iter().collect();
+    let rows = store.forget_rows(author_id, &names, &deliveries).await?;
+    forgotten.ring_lines = rows.ring_lines;
+    forgotten.memories = rows.memories;
+    forgotten.experiences = rows.experiences;
+    Ok(forgotten)
+}
+
+/// Reads and rewrites one lane under `lease`; true when it held anything of theirs.
+async fn forget_in_lane(
+    store: &Store,
+    lease: &Lease,
+    author_id: u64,
+    names: &mut BTreeSet<String>,
+    deliveries: &mut Vec<String>,
+    forgotten: &mut Forgotten,
+) -> Result<bool, StoreError> {
+    let entries = store.entries_attributed_to(&lease.lane.to_string(), author_id).await?;
+    let mut rewrites = Vec::new();
     for e in &entries {
-        collect_names(e, author_id, &mut names);
+        collect_names(e, author_id, names);
         if let Ok(EntryBody::User { text, delivery_id, .. }) = serde_json::from_value::<EntryBody>(e.body.clone())
             && blocks::message_author(&text) == Some(author_id)
         {
@@ -143,38 +209,23 @@ pub async fn forget_user(store: &Store, author_id: u64, wait: Duration, mut prog
             } else {
                 forgotten.blocks += 1;
             }
-            by_lane.entry(e.lane.clone()).or_default().push(r);
+            rewrites.push(r);
         }
     }
     // His entries, by whom each turn answered: a turn is the messages that start it and the
     // entries he wrote before the next message.
-    let trees: BTreeSet<(String, String)> = entries.iter().map(|e| (e.lane.clone(), e.tree.clone())).collect();
-    for (lane, tree) in trees {
-        let (answers, kept) = his_answers_to(&store.tree_entries(&tree).await?, author_id);
+    let trees: BTreeSet<&str> = entries.iter().map(|e| e.tree.as_str()).collect();
+    for tree in trees {
+        let (answers, kept) = his_answers_to(&store.tree_entries(tree).await?, author_id);
         forgotten.answers += answers.len() as u64;
         forgotten.answers_kept += kept;
-        by_lane.entry(lane).or_default().extend(answers);
+        rewrites.extend(answers);
     }
-    for (lane, rewrites) in by_lane {
-        let lane = lane.as_str();
-        let Ok(key) = lane.parse::<LaneKey>() else { continue };
-        match lease_within(store, &key, wait).await? {
-            Some(lease) => {
-                let result = store.rewrite_entries(&lease, &rewrites).await;
-                let _ = store.release_lease(&lease).await;
-                result?;
-                forgotten.lanes += 1;
-                progress(lane);
-            }
-            None => forgotten.lanes_busy += 1,
-        }
+    if rewrites.is_empty() {
+        return Ok(false);
     }
-    let names: Vec<String> = names.into_iter().collect();
-    let rows = store.forget_rows(author_id, &names, &deliveries).await?;
-    forgotten.ring_lines = rows.ring_lines;
-    forgotten.memories = rows.memories;
-    forgotten.experiences = rows.experiences;
-    Ok(forgotten)
+    store.rewrite_entries(lease, &rewrites).await?;
+    Ok(true)
 }
 
 /// His entries in one tree (in order) that answered only `author_id`'s messages, each

@@ -76,17 +76,59 @@ impl Store {
         held_words(rows)
     }
 
-    /// Every user entry, in any lane, with a block attributed to `author_id` (a message of
-    /// theirs, or a history block holding a line of theirs).
-    pub async fn entries_attributed_to(&self, author_id: u64) -> Result<Vec<HeldWords>, StoreError> {
+    /// The lanes that may hold `author_id`'s words: those with a stored entry attributed to
+    /// them, and those they were admitted to (a message of theirs a run holds is stored only
+    /// when the run settles). Both lookups are indexed.
+    pub async fn lanes_of_author(&self, author_id: u64) -> Result<Vec<String>, StoreError> {
+        let rows: Vec<(String,)> = sqlx::query_as(
+            "SELECT lane FROM session_entries WHERE authors @> ARRAY[$1::BIGINT]
+             UNION SELECT lane FROM admissions WHERE author_id = $1 ORDER BY lane",
+        )
+        .bind(author_id as i64)
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(rows.into_iter().map(|(l,)| l).collect())
+    }
+
+    /// The user entries of `lane` with a block attributed to `author_id` (a message of theirs,
+    /// or a history or room block holding a line of theirs), through the authors index.
+    pub async fn entries_attributed_to(&self, lane: &str, author_id: u64) -> Result<Vec<HeldWords>, StoreError> {
         let rows = sqlx::query(
             "SELECT seq, lane, tree, kind, body, in_context FROM session_entries
-             WHERE kind = 'user' AND strpos(body->>'text', $1) > 0 ORDER BY seq",
+             WHERE authors @> ARRAY[$1::BIGINT] AND lane = $2 ORDER BY seq",
         )
-        .bind(format!("author_id=\"{author_id}\""))
+        .bind(author_id as i64)
+        .bind(lane)
         .fetch_all(&self.pool)
         .await?;
         held_words(rows)
+    }
+
+    /// Marks a forget of `author_id` as running, unless one started less than `stale_after`
+    /// ago is: true when this caller is the one to run it. Their id is recorded as forgotten
+    /// from now on, so their messages stay out of history blocks while it runs.
+    pub async fn begin_forget(&self, author_id: u64, stale_after: std::time::Duration) -> Result<bool, StoreError> {
+        let taken = sqlx::query(
+            "INSERT INTO forgotten_users (author_id, running_since) VALUES ($1, now())
+             ON CONFLICT (author_id) DO UPDATE SET running_since = now(), forgotten_at = now()
+             WHERE forgotten_users.running_since IS NULL
+                OR forgotten_users.running_since < now() - make_interval(secs => $2)
+             RETURNING author_id",
+        )
+        .bind(author_id as i64)
+        .bind(stale_after.as_secs_f64())
+        .fetch_optional(&self.pool)
+        .await?;
+        Ok(taken.is_some())
+    }
+
+    /// Marks the forget of `author_id` begun with [`Store::begin_forget`] as over.
+    pub async fn end_forget(&self, author_id: u64) -> Result<(), StoreError> {
+        sqlx::query("UPDATE forgotten_users SET running_since = NULL WHERE author_id = $1")
+            .bind(author_id as i64)
+            .execute(&self.pool)
+            .await?;
+        Ok(())
     }
 
     /// Every entry of session tree `tree`, in the order it was written: what a forget walks to

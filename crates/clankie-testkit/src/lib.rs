@@ -187,7 +187,7 @@ mod tests {
 }
 
 /// Fills a migrated store's tables as `days` days of `per_day` messages over `lanes` lanes would: each message
-/// an admission, a delivery and two receipts; every third one a turn with its sent outbox row
+/// an admission (from one of a thousand people, author ids 1 to 1000), a delivery and two receipts; every third one a turn with its sent outbox row
 /// and two session entries; each lane compacted 10 days ago, keeping what followed; a voice
 /// room's ring of a tenth as many lines. For the retention tests and the bench.
 pub async fn fill_aged_store(pool: &sqlx::PgPool, days: i64, per_day: i64, lanes: i64) {
@@ -195,8 +195,8 @@ pub async fn fill_aged_store(pool: &sqlx::PgPool, days: i64, per_day: i64, lanes
     let statements = [
         "INSERT INTO lanes (lane, epoch) SELECT 'room:100:' || l, 1 FROM generate_series(1, $2) l",
         // Message n of the simulation is (n / per_day) days old, spread over that day.
-        "INSERT INTO admissions (delivery_id, lane, reason, admitted_at)
-         SELECT 'm' || n, 'room:100:' || (1 + n % $2), 'mentioned',
+        "INSERT INTO admissions (delivery_id, lane, reason, author_id, admitted_at)
+         SELECT 'm' || n, 'room:100:' || (1 + n % $2), 'mentioned', 1 + n % 1000,
                 now() - make_interval(secs => (n::double precision / $1) * 86400) FROM generate_series(0, $3 - 1) n",
         "INSERT INTO deliveries (delivery_id, lane, turn_id, outcome, recorded_at)
          SELECT 'm' || n, 'room:100:' || (1 + n % $2), 't' || (n / 3), CASE WHEN n % 3 = 0 THEN 'replied' ELSE 'absorbed' END,
@@ -217,7 +217,10 @@ pub async fn fill_aged_store(pool: &sqlx::PgPool, days: i64, per_day: i64, lanes
          FROM generate_series(0, $3 - 1, 3) n",
         "INSERT INTO session_entries (tree, lane, id, kind, body, epoch, created_at)
          SELECT 'rooms/room:100:' || (1 + n % $2), 'room:100:' || (1 + n % $2), 'e' || n || '-' || k,
-                CASE WHEN k = 0 THEN 'user' ELSE 'assistant' END, jsonb_build_object('text', 'a line of the room ' || n), 1,
+                CASE WHEN k = 0 THEN 'user' ELSE 'assistant' END,
+                jsonb_build_object('text', CASE WHEN k = 0
+                    THEN '<message from=\"p' || (1 + n % 1000) || '\" author_id=\"' || (1 + n % 1000) || '\">a line of the room ' || n || '</message>'
+                    ELSE 'a line of the room ' || n END), 1,
                 now() - make_interval(secs => (n::double precision / $1) * 86400)
          FROM generate_series($3 - 1 - ($3 - 1) % 3, 0, -3) n, generate_series(0, 1) k ORDER BY n DESC, k",
         // Each lane's compaction, written 10 days ago, keeps its first entry from then on.

@@ -10,10 +10,6 @@ use clankie_store::Store;
 
 use crate::{GENERAL, Rig, until};
 
-fn slow(text: &str, first_delay_ms: u64) -> Reply {
-    Reply::Text { text: text.into(), chunk_chars: 40, chunk_delay_ms: 0, first_delay_ms, tail_delay_ms: 0 }
-}
-
 /// The run's first answer, held until the test opens the gate: the run stays in its first call
 /// while the test changes the room, however busy the machine.
 fn held(text: &str) -> Reply {

@@ -45,6 +45,16 @@ async fn answered(rig: &Rig, id: u64) -> InteractionRecord {
     record
 }
 
+/// Waits for a forget's final answer, edited over its first ("Forgetting you now").
+async fn forgot(rig: &Rig, first: &InteractionRecord, within: Duration) -> InteractionRecord {
+    assert!(first.content.starts_with("Forgetting you now"), "not the forget's first answer: {}", first.content);
+    until("the forget's counts edited in", within, || {
+        rig.sandbox.discord.interaction(first.id).is_some_and(|r| !r.content.starts_with("Forgetting you now"))
+    })
+    .await;
+    rig.sandbox.discord.interaction(first.id).expect("the interaction")
+}
+
 fn custom_ids(components: &[Value]) -> Vec<String> {
     components
         .iter()
@@ -100,7 +110,8 @@ async fn slash_each_command_is_answered_within_the_deadline_and_says_what_it_sho
     // `forget-me` is anyone's.
     let bobs_words = || crate::entries_holding(&store, "is the lobby up?");
     assert!(bobs_words().await > 0, "bob's words were never stored, so forgetting them proves nothing");
-    let forgot = run(&rig, GENERAL, "bob", "forget-me", &[]).await;
+    let first = run(&rig, GENERAL, "bob", "forget-me", &[]).await;
+    let forgot = forgot(&rig, &first, Duration::from_secs(20)).await;
     assert!(forgot.content.starts_with("Done"), "{}", forgot.content);
     assert_eq!(bobs_words().await, 0, "bob's words are still stored");
 
@@ -370,14 +381,23 @@ async fn erase_bobs_forget_me_leaves_adas_words_the_owners_fact_and_his_answers_
     let rig = Rig::new().await;
     let store = owned_by(&rig, "owner").await;
     // The same long words on both sides: "meeting", "tomorrow", "cancelled".
-    rig.standin.script(Script::when("bob-quokka", Reply::tool("propose_memory", json!({ "fact": "Bob's meeting tomorrow is cancelled." }))));
+    rig.standin
+        .script(Script::when("bob-quokka", Reply::tool("propose_memory", json!({ "fact": "Bob's meeting tomorrow is cancelled." }))));
     rig.standin.script(Script::when("bob-quokka", Reply::text("Noted: your meeting tomorrow is cancelled.")));
     let bobs = rig.say(GENERAL, "bob", "@Clankie my meeting tomorrow is cancelled, bob-quokka");
     rig.wait_outcomes(GENERAL, &[bobs]).await;
-    rig.standin.script(Script::when("ada-heron", Reply::tool("propose_memory", json!({ "fact": "Ada's meeting tomorrow was cancelled too." }))));
+    rig.standin
+        .script(Script::when("ada-heron", Reply::tool("propose_memory", json!({ "fact": "Ada's meeting tomorrow was cancelled too." }))));
     rig.standin.script(Script::when("ada-heron", Reply::text("Your meeting tomorrow is cancelled as well, then.")));
     let adas = rig.say(GENERAL, "ada", "@Clankie was the meeting tomorrow cancelled? ada-heron");
     rig.wait_outcomes(GENERAL, &[adas]).await;
+    // In another room mallory has him read a page whose address holds bob's words: his
+    // stored tool call and its result must come out of bob's forget untouched.
+    let url = "http://127.0.0.1:9/intranet/meeting-tomorrow-cancelled";
+    rig.standin.script(Script::when("mallory-ibis", Reply::tool("read_page", json!({ "url": url }))));
+    rig.standin.script(Script::when("mallory-ibis", Reply::text("That page would not open.")));
+    let mallorys = rig.say(LOBBIES, "mallory", &format!("@Clankie read {url} for me, mallory-ibis"));
+    rig.wait_outcomes(LOBBIES, &[mallorys]).await;
     store.add_memory("Water the plants tomorrow before the meeting.", MemoryStatus::Approved, "cli").await.unwrap();
     for m in store.memories(MemoryStatus::Proposed, 10).await.unwrap() {
         store.decide_memory(m.id, MemoryStatus::Proposed, MemoryStatus::Approved).await.unwrap();
@@ -403,15 +423,24 @@ async fn erase_bobs_forget_me_leaves_adas_words_the_owners_fact_and_his_answers_
     assert!(crate::entries_holding(&store, "bob-quokka").await > 0, "bob's words were never stored");
     assert!(crate::entries_holding(&store, "Your meeting tomorrow is cancelled as well").await > 0, "his answer to ada was never stored");
     assert_eq!(memory_before.len(), 2, "ada's fact and the owner's: {memory_before:?}");
+    let mallorys_call: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM session_entries WHERE body->>'type' = 'assistant' AND strpos(body::text, 'intranet/meeting-tomorrow-cancelled') > 0",
+    )
+    .fetch_one(store.pool())
+    .await
+    .unwrap();
+    assert_eq!(mallorys_call, 1, "his tool call reading mallory's page was never stored");
     assert!(entries_before.len() >= 4, "ada's message and his answer to her: {entries_before:?}");
 
-    let forgot = run(&rig, GENERAL, "bob", "forget-me", &[]).await;
+    let first = run(&rig, GENERAL, "bob", "forget-me", &[]).await;
+    let forgot = forgot(&rig, &first, Duration::from_secs(20)).await;
     assert!(forgot.content.starts_with("Done"), "{}", forgot.content);
     println!("erase: bob's forget-me answered {:?}", forgot.content);
     assert_eq!(crate::entries_holding(&store, "bob-quokka").await, 0, "bob's message is still stored");
     assert_eq!(crate::entries_holding(&store, "Noted: your meeting").await, 0, "his answer to bob alone is still stored");
     assert_eq!(crate::entries_holding(&store, "Bob's meeting").await, 0, "his tool call proposing bob's fact is still stored");
-    let bobs_memory: i64 = sqlx::query_scalar("SELECT count(*) FROM self_memory WHERE fact LIKE 'Bob%'").fetch_one(store.pool()).await.unwrap();
+    let bobs_memory: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM self_memory WHERE fact LIKE 'Bob%'").fetch_one(store.pool()).await.unwrap();
     assert_eq!(bobs_memory, 0, "the memory proposed from bob's message is still kept");
     let (entries_after, memory_after) = not_bobs().await;
     assert_eq!(memory_after, memory_before, "ada's or the owner's memory changed");
@@ -427,4 +456,128 @@ async fn erase_bobs_forget_me_leaves_adas_words_the_owners_fact_and_his_answers_
     assert_eq!(request.count("bob-quokka"), 0, "bob's words reached the next request");
     assert_eq!(request.count("ada-heron"), 1, "ada's words left the next request");
     assert_eq!(request.count("Your meeting tomorrow is cancelled as well, then."), 1, "his answer to ada left the next request");
+}
+
+/// Bob asks to be forgotten twenty times at once: one forget runs (one `captain.forget`
+/// receipt), every command gets its first answer within 3 s, the other nineteen are told one
+/// is running, and once it is done asking again runs anew.
+#[tokio::test]
+async fn erase_twenty_forget_mes_at_once_by_one_person_run_one_forget_and_each_is_answered_within_3_s() {
+    let rig = Rig::new().await;
+    let bus = rig.bus().await;
+    let receipts = clankie_testkit::record::<v1::Receipt>(&bus, Family::Receipt).await;
+    let store = owned_by(&rig, "owner").await;
+    rig.standin.script(Script::any(Reply::text("Noted.")));
+    let said = rig.say(GENERAL, "bob", "@Clankie my locker code is puffin-77");
+    rig.wait_outcomes(GENERAL, &[said]).await;
+    assert!(crate::entries_holding(&store, "puffin-77").await > 0, "bob's words were never stored");
+
+    let discord = &rig.sandbox.discord;
+    let asked_at = std::time::Instant::now();
+    let started: Vec<u64> = (0..20)
+        .map(|_| {
+            let c = RunCommand { channel_id: GENERAL, author: "bob".into(), subcommand: "forget-me".into(), options: BTreeMap::new() };
+            discord.run_command(c).expect("a command").id
+        })
+        .collect();
+    let mut first_answer_ms = Vec::new();
+    let mut pending: Vec<u64> = started.clone();
+    while !pending.is_empty() {
+        assert!(asked_at.elapsed() < Duration::from_secs(20), "commands never answered: {pending:?}");
+        pending.retain(|id| match discord.interaction(*id) {
+            Some(r) if !r.content.is_empty() => {
+                first_answer_ms.push(asked_at.elapsed().as_millis());
+                false
+            }
+            _ => true,
+        });
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let slowest = first_answer_ms.iter().max().copied().unwrap_or_default();
+    println!("erase: 20 forget-me's answered, the slowest first answer after {slowest} ms");
+    assert!(slowest < 3_000, "a forget-me's first answer took {slowest} ms");
+    let records: Vec<InteractionRecord> = started.iter().map(|id| discord.interaction(*id).expect("the interaction")).collect();
+    assert!(records.iter().all(|r| r.answered_with == 5 && r.answered_after_ms < 3_000 && r.refused_answers == 0), "{records:?}");
+    // The one that runs says "Forgetting you now", then its counts (by now, maybe, already).
+    let (told, running): (Vec<&InteractionRecord>, Vec<&InteractionRecord>) =
+        records.iter().partition(|r| r.content.starts_with("I'm already forgetting you"));
+    assert_eq!((running.len(), told.len()), (1, 19), "{:?}", records.iter().map(|r| &r.content).collect::<Vec<_>>());
+    let id = running[0].id;
+    until("the forget's counts", Duration::from_secs(30), || discord.interaction(id).is_some_and(|r| r.content.starts_with("Done"))).await;
+    let done = discord.interaction(id).expect("the interaction");
+    assert!(done.content.starts_with("Done") && done.content.contains("1 message(s)"), "{}", done.content);
+    assert_eq!(crate::entries_holding(&store, "puffin-77").await, 0, "bob's words are still stored");
+    let forgets = || receipts.all().into_iter().filter(|r| r.kind == "captain.forget").count();
+    until("the forget's receipt", Duration::from_secs(10), || forgets() >= 1).await;
+    assert_eq!(forgets(), 1, "more than one forget ran");
+
+    // Done, it can be asked again, and runs again.
+    let again = run(&rig, GENERAL, "bob", "forget-me", &[]).await;
+    let again = forgot(&rig, &again, Duration::from_secs(30)).await;
+    assert!(again.content.starts_with("Done") && again.content.contains("0 message(s)"), "{}", again.content);
+    until("the second forget's receipt", Duration::from_secs(10), || forgets() == 2).await;
+}
+
+const GATE: &str = "the forget is waiting";
+
+async fn until_stored(store: &Store, words: &str) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while crate::entries_holding(store, words).await == 0 {
+        assert!(tokio::time::Instant::now() < deadline, "{words:?} was never stored");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Ada's forget-me while a run holds her message: the forget answers at once, waits for the
+/// run to let go of the lane (its counts come only after), and then nothing attributed to her
+/// is stored, her message and his answer to it included; bob's edit of his own message, made
+/// meanwhile, is kept.
+#[tokio::test]
+async fn erase_while_a_run_holds_her_message_forgets_it_once_the_run_settles_and_keeps_bobs_edit() {
+    let rig = Rig::new().await;
+    let bus = rig.bus().await;
+    let receipts = clankie_testkit::record::<v1::Receipt>(&bus, Family::Receipt).await;
+    let store = owned_by(&rig, "owner").await;
+    rig.standin.script(Script::when("bob-otter-seven", Reply::text("Seven, noted.")));
+    let bobs = rig.say(GENERAL, "bob", "@Clankie the raid starts at seven, bob-otter-seven");
+    rig.wait_outcomes(GENERAL, &[bobs]).await;
+    rig.standin.script(Script::when(
+        "ada-lynx",
+        Reply::Gated { gate: GATE.into(), then: Box::new(Reply::text("The raid is at seven, ada-lynx-answer.")) },
+    ));
+    let adas = rig.say(GENERAL, "ada", "@Clankie when does the raid start? ada-lynx");
+    until("her run", Duration::from_secs(10), || {
+        receipts.all().iter().any(|r| r.kind == "captain.run" && r.delivery_id == adas.to_string())
+    })
+    .await;
+    // Her message is in the lane already; his answer to it comes only once the gate opens.
+    until_stored(&store, "when does the raid start? ada-lynx").await;
+    assert_eq!(crate::entries_holding(&store, "ada-lynx-answer").await, 0, "his answer came before the gate opened");
+
+    let first = run(&rig, GENERAL, "ada", "forget-me", &[]).await;
+    assert!(first.content.starts_with("Forgetting you now"), "{}", first.content);
+    assert!(rig.sandbox.discord.user_edit(bobs, "@Clankie the raid starts at eight, bob-otter-eight".into()));
+    until("bob's edit consumed", Duration::from_secs(20), || receipts.all().iter().any(|r| r.kind == "gateway.change")).await;
+    // The run still holds the lane: the forget has not finished.
+    let waiting = rig.sandbox.discord.interaction(first.id).expect("the interaction");
+    assert!(waiting.content.starts_with("Forgetting you now"), "the forget finished while the run held her message: {}", waiting.content);
+    rig.standin.open_gate(GATE);
+    rig.wait_outcomes(GENERAL, &[adas]).await;
+    let done = forgot(&rig, &first, Duration::from_secs(60)).await;
+    println!("erase: ada's forget during her run answered {:?}", done.content);
+    assert!(done.content.starts_with("Done") && done.content.contains("1 message(s)"), "{}", done.content);
+    until("bob's edit applied", Duration::from_secs(20), || {
+        receipts.all().iter().any(|r| r.kind == "captain.changed" && r.delivery_id.starts_with("edit:"))
+    })
+    .await;
+
+    assert_eq!(crate::entries_holding(&store, "ada-lynx").await, 0, "her message or his answer to her is still stored");
+    let hers: i64 = sqlx::query_scalar("SELECT count(*) FROM session_entries WHERE authors @> ARRAY[$1::BIGINT]")
+        .bind(clankie_discord_loopback::Loopback::user_id("ada") as i64)
+        .fetch_one(store.pool())
+        .await
+        .unwrap();
+    assert_eq!(hers, 0, "an entry attributed to her remains");
+    assert!(crate::entries_holding(&store, "bob-otter-eight").await > 0, "bob's edit made meanwhile was lost");
+    assert_eq!(crate::entries_holding(&store, "bob-otter-seven").await, 0, "bob's edit was reverted");
 }

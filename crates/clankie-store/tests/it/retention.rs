@@ -197,7 +197,8 @@ impl tracing::Subscriber for Plans {
 type Call<'a> = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + 'a>>;
 
 /// The hot paths stay index lookups however old the store: a lane opening (its open turns, its
-/// session since the compaction), an admission, the relay's claim. The plans are those of the
+/// session since the compaction), an admission, the relay's claim, and a forget's lookups of
+/// one person's lanes and entries (by author id, not a scan of every entry's text). The plans are those of the
 /// store's own statements, as it runs them, caught by `auto_explain`.
 #[tokio::test]
 async fn retention_the_hot_paths_use_indexes_on_an_aged_store() {
@@ -215,7 +216,7 @@ async fn retention_the_hot_paths_use_indexes_on_an_aged_store() {
     let _subscriber = tracing::subscriber::set_default(Plans(plans.clone()));
     let lane: clankie_proto::LaneKey = "room:100:17".parse().unwrap();
     let relay = "retention-test";
-    let paths: [(&str, &str, Call<'_>); 6] = [
+    let paths: [(&str, &str, Call<'_>); 8] = [
         ("the open turns", "turns", Box::pin(async { explained.abandoned_epochs(&lane).await.map(drop).unwrap() })),
         ("an admission", "admissions", Box::pin(async { explained.admission("m12345").await.map(drop).unwrap() })),
         ("a delivery's outcome", "deliveries", Box::pin(async { explained.outcome("m12345").await.map(drop).unwrap() })),
@@ -230,6 +231,12 @@ async fn retention_the_hot_paths_use_indexes_on_an_aged_store() {
             Box::pin(async { explained.claim_unsent(Duration::from_secs(5), 100, relay).await.map(drop).unwrap() }),
         ),
         ("a trail", "receipts", Box::pin(async { explained.receipts_for_delivery("m12345").await.map(drop).unwrap() })),
+        ("a person's lanes, to forget them", "admissions", Box::pin(async { explained.lanes_of_author(42).await.map(drop).unwrap() })),
+        (
+            "a person's entries in a lane, to forget them",
+            "session_entries",
+            Box::pin(async { explained.entries_attributed_to("room:100:17", 42).await.map(drop).unwrap() }),
+        ),
     ];
     for (what, reads, call) in paths {
         plans.lock().unwrap().clear();
