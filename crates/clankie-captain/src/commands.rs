@@ -237,18 +237,50 @@ impl Captain {
         let span = tracing::info_span!("forget", interaction_id = %interaction);
         let work = async move {
             let forgotten = run.run(&captain.inner.store, FORGET_WAIT_PER_LANE, |_| {}).await;
-            let done = match &forgotten {
-                Ok(f) if f.lanes_busy > 0 => refused("lanes_busy", "Some rooms stayed busy; run it again in a minute to finish."),
-                Ok(f) => said(format!(
-                    "Done: I no longer hold your words ({} message(s) and lines in {} conversation(s); {} memory fact(s)).",
-                    f.messages, f.lanes, f.memories
+            // The streams keep what was said for days after it was handled: theirs goes too.
+            let erased = captain.inner.bus.erase_author(user).await;
+            if let Err(e) = &erased {
+                tracing::warn!(error = %e, "a forget could not erase the person's messages from the streams");
+            }
+            // Their attachments, named by the messages just erased, leave the media root.
+            let media = match &erased {
+                Ok(b) if !b.attachments.is_empty() => {
+                    let ask = v1::MediaForgetRequest { attachment_ids: b.attachments.clone() };
+                    let asked = captain.inner.bus.request::<_, v1::MediaForgetReply>(&Subject::RpcMediaForget, &ask, MEDIA_FORGET_WITHIN);
+                    match asked.await {
+                        Ok(reply) if reply.error.is_empty() => Ok(reply),
+                        Ok(reply) => Err(reply.error),
+                        Err(e) => Err(e.to_string()),
+                    }
+                }
+                _ => Ok(v1::MediaForgetReply::default()),
+            };
+            if let Err(e) = &media {
+                tracing::warn!(error = %e, "a forget could not drop the person's attachments from media");
+            }
+            let done = match (&forgotten, &erased) {
+                (Ok(f), _) if f.lanes_busy > 0 => refused("lanes_busy", "Some rooms stayed busy; run it again in a minute to finish."),
+                (Ok(_), Err(_)) => refused(
+                    "bus_unavailable",
+                    "Your stored words are gone, but I couldn't reach the message bus; run it again in a minute to finish.",
+                ),
+                (Ok(_), Ok(_)) if media.is_err() => refused(
+                    "media_unavailable",
+                    "Your words are gone, but I couldn't reach media to drop your attachments; run it again in a minute to finish.",
+                ),
+                (Ok(f), Ok(b)) => said(format!(
+                    "Done: I no longer hold your words ({} message(s) and lines in {} conversation(s); {} memory fact(s); {} event(s) erased from the message bus).",
+                    f.messages,
+                    f.lanes,
+                    f.memories,
+                    b.total()
                 )),
-                Err(_) => store_unavailable(),
+                (Err(_), _) => store_unavailable(),
             };
             captain
                 .receipt("captain.forget", &interaction, &lane, |r| {
                     let r = r.with_id("user", user).with_code(clankie_proto::command_reply_code(&done.code));
-                    match &forgotten {
+                    let r = match &forgotten {
                         Ok(f) => r
                             .with_count("lanes", f.lanes as i64)
                             .with_count("messages", f.messages as i64)
@@ -260,7 +292,16 @@ impl Captain {
                             .with_count("ring_lines", f.ring_lines as i64)
                             .with_count("lanes_busy", f.lanes_busy as i64),
                         Err(_) => r,
+                    };
+                    let erased = erased.as_ref().map(|b| b.by_stream.clone()).unwrap_or_default();
+                    let mut r = match &media {
+                        Ok(m) => r.with_count("attachments", m.attachments as i64).with_count("attachment_files", m.files as i64),
+                        Err(_) => r,
+                    };
+                    for (stream, n) in erased {
+                        r.counts.insert(format!("erased_{}", stream.to_lowercase()), n as i64);
                     }
+                    r
                 })
                 .await;
             match interaction.parse::<u64>() {
@@ -280,6 +321,9 @@ impl Captain {
         }
     }
 }
+
+/// How long a forget waits for media to drop the person's attachments.
+const MEDIA_FORGET_WITHIN: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// How long a forget waits for a live run to let go of each lane it must rewrite.
 const FORGET_WAIT_PER_LANE: std::time::Duration = std::time::Duration::from_secs(120);

@@ -93,11 +93,18 @@ pub async fn reject(State(console): State<Console>, Path(id): Path<i64>) -> Resu
 }
 
 /// `POST /api/people/{id}/forget`: the person's words leave every stored session, history
-/// block, the voice ring, memory and experiences; the answer counts what went. A lane a live
+/// block, the voice ring, memory, experiences and the streams; the answer counts what went. A lane a live
 /// run holds is waited for a while; `lanes_busy` says how many were not.
 pub async fn forget_user(State(console): State<Console>, Path(id): Path<u64>) -> Result<Json<Value>, ConsoleError> {
     let f = clankie_self::rewrite::forget_user(&console.inner.store, id, std::time::Duration::from_secs(20), |_| {}).await?;
-    tracing::info!(lanes = f.lanes, messages = f.messages, lanes_busy = f.lanes_busy, "a person forgotten in the console");
+    let erased = console.inner.bus.erase_author(id).await?;
+    tracing::info!(
+        lanes = f.lanes,
+        messages = f.messages,
+        lanes_busy = f.lanes_busy,
+        erased = erased.total(),
+        "a person forgotten in the console"
+    );
     Ok(Json(json!({
         "lanes": f.lanes,
         "messages": f.messages,
@@ -108,6 +115,7 @@ pub async fn forget_user(State(console): State<Console>, Path(id): Path<u64>) ->
         "memories": f.memories,
         "experiences": f.experiences,
         "lanes_busy": f.lanes_busy,
+        "bus_events_erased": erased.total(),
     })))
 }
 

@@ -75,11 +75,12 @@ impl Media {
         &self.root
     }
 
-    /// Answers attachment, resolve and register requests and sweeps, until the bus fails.
+    /// Answers attachment, resolve, register and forget requests and sweeps, until the bus fails.
     pub async fn run(&self) -> Result<(), BusError> {
         let mut resolves = self.bus.serve(Family::RpcMediaResolve.wildcard(), "media").await?;
         let mut attachments = self.bus.serve(Family::RpcMediaAttachment.wildcard(), "media").await?;
         let mut registers = self.bus.serve(Family::RpcMediaRegister.wildcard(), "media").await?;
+        let mut forgets = self.bus.serve(Family::RpcMediaForget.wildcard(), "media").await?;
         let mut sweep = tokio::time::interval(self.config.sweep_every);
         loop {
             tokio::select! {
@@ -113,6 +114,16 @@ impl Media {
                             Err(_) => v1::MediaRegisterReply { artifact: None, error: "bad_request".into() },
                         };
                         media.answer(&msg, &reply, |error| v1::MediaRegisterReply { artifact: None, error }).await;
+                    });
+                }
+                Some(msg) = forgets.next() => {
+                    let media = self.clone();
+                    tokio::spawn(async move {
+                        let reply = match v1::MediaForgetRequest::decode(msg.payload.clone()) {
+                            Ok(req) => media.forget(req.attachment_ids).await,
+                            Err(_) => v1::MediaForgetReply { error: "bad_request".into(), ..Default::default() },
+                        };
+                        media.answer(&msg, &reply, |error| v1::MediaForgetReply { error, ..Default::default() }).await;
                     });
                 }
                 _ = sweep.tick() => {
@@ -173,6 +184,20 @@ impl Media {
                 tracing::warn!(code = e.code(), "inbound attachment refused");
                 self.receipt("media.refused", delivery_id, |r| r.with_id("attachment", a.id).with_code(e.code())).await;
                 Err(e)
+            }
+        }
+    }
+
+    /// A forgotten person's attachments leave the root (see [`Root::forget_attachments`]).
+    pub async fn forget(&self, ids: Vec<u64>) -> v1::MediaForgetReply {
+        match self.on_disk(move |root| root.forget_attachments(&ids)).await {
+            Ok((attachments, files)) => {
+                tracing::info!(attachments, files, "a forgotten person's attachments dropped");
+                v1::MediaForgetReply { attachments, files, error: String::new() }
+            }
+            Err(e) => {
+                tracing::warn!(code = e.code(), "a forgotten person's attachments could not be dropped");
+                v1::MediaForgetReply { error: e.code().into(), ..Default::default() }
             }
         }
     }

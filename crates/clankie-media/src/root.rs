@@ -175,6 +175,43 @@ impl Root {
         std::fs::read_to_string(path).ok()
     }
 
+    /// Forgets inbound attachments `ids` (a forgotten person's): their index entries go, and
+    /// each stored file with them once no other attachment's entry refers to it. Returns how
+    /// many entries and files went.
+    pub fn forget_attachments(&self, ids: &[u64]) -> Result<(u64, u64), MediaError> {
+        let mut artifacts = std::collections::BTreeSet::new();
+        let mut entries = 0;
+        for id in ids {
+            let path = self.safe_path(&format!("attachments/{id}"))?;
+            if let Ok(artifact) = std::fs::read_to_string(&path) {
+                std::fs::remove_file(&path)?;
+                artifacts.insert(artifact);
+                entries += 1;
+            }
+        }
+        if artifacts.is_empty() {
+            return Ok((0, 0));
+        }
+        let index = self.dir.join("attachments");
+        for entry in std::fs::read_dir(&index).into_iter().flatten().filter_map(Result::ok) {
+            if let Ok(still) = std::fs::read_to_string(entry.path()) {
+                artifacts.remove(&still);
+            }
+        }
+        let mut files = 0;
+        for artifact in artifacts {
+            let Ok(hex) = hex_of(&artifact) else { continue };
+            for name in [Root::blob_name(hex), Root::meta_name(hex)] {
+                let path = self.safe_path(&name)?;
+                if path.is_file() {
+                    std::fs::remove_file(&path)?;
+                    files += 1;
+                }
+            }
+        }
+        Ok((entries, files))
+    }
+
     /// Deletes blobs older than `max_age`, then the oldest until the total fits `max_total`,
     /// never touching one used (stored or resolved) within `pinned_for`.
     pub fn sweep(&self, max_age: Duration, max_total: u64, pinned_for: Duration) -> Result<SweepReport, MediaError> {
@@ -226,6 +263,24 @@ mod tests {
 
     fn rand_suffix() -> u128 {
         std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos()
+    }
+
+    /// A forgotten person's attachment goes with its file; the same bytes sent by someone else
+    /// keep theirs.
+    #[test]
+    fn erase_drops_their_attachments_and_keeps_a_file_another_attachment_refers_to() {
+        let (r, dir) = root();
+        let (theirs, _) = r.store(b"only theirs", "a.png", "image/png").unwrap();
+        let (shared, _) = r.store(b"sent by both", "b.png", "image/png").unwrap();
+        r.index_attachment(1, &theirs).unwrap();
+        r.index_attachment(2, &shared).unwrap();
+        r.index_attachment(3, &shared).unwrap();
+        assert_eq!(r.forget_attachments(&[1, 2, 99]).unwrap(), (2, 2), "two entries, and the blob and meta of theirs alone");
+        assert!(r.attachment(1).is_none() && r.attachment(2).is_none());
+        assert!(matches!(r.resolve(&theirs, u64::MAX), Err(MediaError::NotFound(_))));
+        assert_eq!(r.attachment(3).as_deref(), Some(shared.as_str()));
+        assert!(r.resolve(&shared, u64::MAX).is_ok(), "a file someone else's attachment refers to was dropped");
+        let _ = std::fs::remove_dir_all(dir);
     }
 
     #[test]

@@ -122,6 +122,8 @@ mod tests {
                 v1::MediaAttachmentRequest,
                 v1::MediaRegisterRequest,
                 v1::MediaRegisterReply,
+                v1::MediaForgetRequest,
+                v1::MediaForgetReply,
                 v1::CommandRequest,
                 v1::CommandReply,
             );

@@ -54,6 +54,8 @@ impl Event for v1::MediaResolveReply {}
 impl Event for v1::MediaAttachmentRequest {}
 impl Event for v1::MediaRegisterRequest {}
 impl Event for v1::MediaRegisterReply {}
+impl Event for v1::MediaForgetRequest {}
+impl Event for v1::MediaForgetReply {}
 
 impl v1::FailureCode {
     /// The stable snake-case code written to outcomes, receipts and metrics.
@@ -142,6 +144,7 @@ pub const COMMAND_REPLY_CODES: &[&str] = &[
     "not_in_guild",
     "lanes_busy",
     "forget_running",
+    "media_unavailable",
     "request_undecodable",
     "captain_unavailable",
 ];

@@ -92,6 +92,8 @@ pub enum Subject {
     RpcMediaAttachment,
     /// `clankie.rpc.media.register`: store an artifact a tool produced (no stream).
     RpcMediaRegister,
+    /// `clankie.rpc.media.forget`: drop a forgotten person's attachments from the root (no stream).
+    RpcMediaForget,
     /// `clankie.rpc.command`: a slash command or button press, answered by a captain (no stream).
     RpcCommand,
     /// `clankie.rpc.command.done.<interaction>`: the final answer of a command answered at once
@@ -124,6 +126,7 @@ pub enum Family {
     RpcMediaResolve,
     RpcMediaAttachment,
     RpcMediaRegister,
+    RpcMediaForget,
     RpcCommand,
     RpcCommandDone,
 }
@@ -165,7 +168,7 @@ fn truncate(s: &str) -> String {
 
 impl Family {
     /// Every family, in catalogue order.
-    pub const ALL: [Family; 24] = [
+    pub const ALL: [Family; 25] = [
         Family::IngressText,
         Family::IngressRoom,
         Family::LaneSteer,
@@ -188,6 +191,7 @@ impl Family {
         Family::RpcMediaResolve,
         Family::RpcMediaAttachment,
         Family::RpcMediaRegister,
+        Family::RpcMediaForget,
         Family::RpcCommand,
         Family::RpcCommandDone,
     ];
@@ -217,6 +221,7 @@ impl Family {
             Family::RpcMediaResolve => format!("{ROOT}.rpc.media.resolve"),
             Family::RpcMediaAttachment => format!("{ROOT}.rpc.media.attachment"),
             Family::RpcMediaRegister => format!("{ROOT}.rpc.media.register"),
+            Family::RpcMediaForget => format!("{ROOT}.rpc.media.forget"),
             Family::RpcCommand => format!("{ROOT}.rpc.command"),
             Family::RpcCommandDone => format!("{ROOT}.rpc.command.done.*"),
         }
@@ -246,6 +251,7 @@ impl Family {
             Family::RpcMediaResolve => "clankie.v1.MediaResolveRequest",
             Family::RpcMediaAttachment => "clankie.v1.MediaAttachmentRequest",
             Family::RpcMediaRegister => "clankie.v1.MediaRegisterRequest",
+            Family::RpcMediaForget => "clankie.v1.MediaForgetRequest",
             Family::RpcCommand => "clankie.v1.CommandRequest",
             Family::RpcCommandDone => "clankie.v1.CommandReply",
         }
@@ -273,6 +279,7 @@ impl Family {
             | Family::RpcMediaResolve
             | Family::RpcMediaAttachment
             | Family::RpcMediaRegister
+            | Family::RpcMediaForget
             | Family::RpcCommand
             | Family::RpcCommandDone => Area::Rpc,
         }
@@ -351,6 +358,7 @@ impl Subject {
             Subject::RpcMediaResolve => Family::RpcMediaResolve,
             Subject::RpcMediaAttachment => Family::RpcMediaAttachment,
             Subject::RpcMediaRegister => Family::RpcMediaRegister,
+            Subject::RpcMediaForget => Family::RpcMediaForget,
             Subject::RpcCommand => Family::RpcCommand,
             Subject::RpcCommandDone { .. } => Family::RpcCommandDone,
         }
@@ -411,6 +419,7 @@ impl Subject {
             ["rpc", "media", "resolve"] => Ok(Subject::RpcMediaResolve),
             ["rpc", "media", "attachment"] => Ok(Subject::RpcMediaAttachment),
             ["rpc", "media", "register"] => Ok(Subject::RpcMediaRegister),
+            ["rpc", "media", "forget"] => Ok(Subject::RpcMediaForget),
             ["rpc", "command"] => Ok(Subject::RpcCommand),
             ["rpc", "command", "done", _] => Ok(Subject::RpcCommandDone { interaction: id(4)? }),
             ["rpc", "history", _] => Ok(Subject::RpcHistory { channel: id(3)? }),
@@ -442,6 +451,7 @@ impl fmt::Display for Subject {
             Subject::RpcMediaResolve => write!(f, "{ROOT}.rpc.media.resolve"),
             Subject::RpcMediaAttachment => write!(f, "{ROOT}.rpc.media.attachment"),
             Subject::RpcMediaRegister => write!(f, "{ROOT}.rpc.media.register"),
+            Subject::RpcMediaForget => write!(f, "{ROOT}.rpc.media.forget"),
             Subject::RpcCommand => write!(f, "{ROOT}.rpc.command"),
             Subject::RpcCommandDone { interaction } => write!(f, "{ROOT}.rpc.command.done.{interaction}"),
             Subject::SelfExperience { place: Place::Guild(g) } => write!(f, "{ROOT}.self.experience.{g}"),
@@ -483,6 +493,7 @@ mod tests {
             Subject::RpcMediaResolve,
             Subject::RpcMediaAttachment,
             Subject::RpcMediaRegister,
+            Subject::RpcMediaForget,
             Subject::RpcCommand,
             Subject::RpcCommandDone { interaction: 25 },
             Subject::SelfExperience { place: Place::Guild(23) },

@@ -1,0 +1,119 @@
+//! Forgetting a person on the bus. The streams keep what was said for days after it was
+//! handled (limits retention): a person's messages, typed room lines, steers carrying their
+//! messages and their transcribed speech are found by the author id each event carries (never
+//! by their words) and erased from their stream by sequence.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use async_nats::jetstream::consumer::{DeliverPolicy, pull};
+use clankie_proto::{Family, v1};
+use futures::StreamExt;
+use prost::Message as _;
+
+use crate::{Bus, BusError, stream_for};
+
+/// What forgetting a person erased from the streams.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ErasedMessages {
+    /// Messages erased, by stream name (a stream with none of theirs is absent).
+    pub by_stream: BTreeMap<&'static str, u64>,
+    /// The Discord attachment ids their erased messages carried, for media to drop.
+    pub attachments: Vec<u64>,
+}
+
+impl ErasedMessages {
+    /// Messages erased from every stream together.
+    pub fn total(&self) -> u64 {
+        self.by_stream.values().sum()
+    }
+}
+
+/// The families whose events carry a person's words, each with the author id it names.
+const AUTHORED: [Family; 5] = [Family::IngressText, Family::IngressRoom, Family::LaneSteer, Family::VoiceInput, Family::VoiceTranscript];
+
+/// How long a read of a stream may wait for its next message before it gives up.
+const NEXT_WITHIN: Duration = Duration::from_secs(10);
+
+/// Whose event this is, and the attachments it carries; `None` when it does not decode.
+fn author_of(family: Family, payload: &[u8]) -> Option<(u64, Vec<u64>)> {
+    let ingress = |i: v1::Ingress| (i.author_id, i.attachments.iter().map(|a| a.id).collect());
+    match family {
+        Family::IngressText => v1::Ingress::decode(payload).ok().map(ingress),
+        Family::IngressRoom | Family::VoiceInput => v1::RoomInput::decode(payload).ok().map(|r| (r.author_id, Vec::new())),
+        Family::LaneSteer => v1::Steer::decode(payload).ok().and_then(|s| s.ingress).map(ingress),
+        Family::VoiceTranscript => v1::Transcript::decode(payload).ok().map(|t| (t.speaker_id, Vec::new())),
+        _ => None,
+    }
+}
+
+impl Bus {
+    /// Erases every event of `author_id`'s from the streams that keep them (their messages
+    /// and edits, typed room lines, steers of their messages, their transcribed speech),
+    /// reading each stream once with an ordered consumer and deleting by sequence, with the
+    /// server overwriting what it deletes. Events of anyone else stay.
+    pub async fn erase_author(&self, author_id: u64) -> Result<ErasedMessages, BusError> {
+        let mut erased = ErasedMessages::default();
+        for family in AUTHORED {
+            let Some(spec) = stream_for(family) else { continue };
+            let fail = |detail: String| BusError::Stream { stream: spec.name, detail };
+            let mut found = Vec::new();
+            self.read_family(family, |sequence, payload| {
+                if let Some((author, attachments)) = author_of(family, payload)
+                    && author == author_id
+                {
+                    found.push(sequence);
+                    erased.attachments.extend(attachments);
+                }
+            })
+            .await?;
+            if found.is_empty() {
+                continue;
+            }
+            let stream = self.js.get_stream(spec.name).await.map_err(|e| fail(e.to_string()))?;
+            let mut n = 0;
+            for sequence in found {
+                match stream.delete_message(sequence).await {
+                    Ok(_) => n += 1,
+                    // Gone already (aged out, or erased by a forget before this one).
+                    Err(e) if e.to_string().contains("no message found") => {}
+                    Err(e) => return Err(fail(format!("erasing sequence {sequence}: {e}"))),
+                }
+            }
+            *erased.by_stream.entry(spec.name).or_default() += n;
+        }
+        erased.attachments.sort_unstable();
+        erased.attachments.dedup();
+        Ok(erased)
+    }
+
+    /// Hands `seen` (stream sequence, payload) for every stored message of `family`, oldest
+    /// first, up to the newest there was when the read began; nothing for a family no stream
+    /// keeps.
+    pub async fn read_family(&self, family: Family, mut seen: impl FnMut(u64, &[u8])) -> Result<(), BusError> {
+        let Some(spec) = stream_for(family) else { return Ok(()) };
+        let stream = spec.name;
+        let fail = |detail: String| BusError::Stream { stream, detail };
+        let js_stream = self.js.get_stream(stream).await.map_err(|e| fail(e.to_string()))?;
+        let config = pull::OrderedConfig { filter_subject: family.wildcard(), deliver_policy: DeliverPolicy::All, ..Default::default() };
+        let mut consumer = js_stream.create_consumer(config).await.map_err(|e| fail(e.to_string()))?;
+        let pending = consumer.info().await.map_err(|e| fail(e.to_string()))?.num_pending;
+        if pending == 0 {
+            return Ok(());
+        }
+        let mut messages = consumer.messages().await.map_err(|e| fail(e.to_string()))?;
+        loop {
+            let message = match tokio::time::timeout(NEXT_WITHIN, messages.next()).await {
+                Ok(Some(Ok(m))) => m,
+                Ok(Some(Err(e))) => return Err(fail(e.to_string())),
+                Ok(None) => return Ok(()),
+                Err(_) => return Err(fail(format!("no message within {NEXT_WITHIN:?} while reading"))),
+            };
+            let info = message.info().map_err(|e| fail(e.to_string()))?;
+            seen(info.stream_sequence, &message.payload);
+            if info.pending == 0 {
+                return Ok(());
+            }
+        }
+    }
+}
