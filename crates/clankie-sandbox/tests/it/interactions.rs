@@ -55,27 +55,6 @@ async fn forgot(rig: &Rig, first: &InteractionRecord, within: Duration) -> Inter
     rig.sandbox.discord.interaction(first.id).expect("the interaction")
 }
 
-/// How many files under `dir` hold `bytes`.
-fn files_holding(dir: &std::path::Path, bytes: &[u8]) -> usize {
-    let Ok(entries) = std::fs::read_dir(dir) else { return 0 };
-    entries
-        .filter_map(Result::ok)
-        .map(|e| match e.file_type() {
-            Ok(t) if t.is_dir() => files_holding(&e.path(), bytes),
-            _ => usize::from(std::fs::read(e.path()).is_ok_and(|b| b.windows(bytes.len()).any(|w| w == bytes))),
-        })
-        .sum()
-}
-
-/// How many events kept in any stream hold `words`.
-async fn on_the_bus(bus: &clankie_bus::Bus, words: &str) -> usize {
-    let mut n = 0;
-    for family in Family::ALL {
-        bus.read_family(family, |_, payload| n += usize::from(payload.windows(words.len()).any(|w| w == words.as_bytes()))).await.unwrap();
-    }
-    n
-}
-
 fn custom_ids(components: &[Value]) -> Vec<String> {
     components
         .iter()
@@ -466,18 +445,18 @@ async fn erase_bobs_forget_me_leaves_adas_words_the_owners_fact_and_his_answers_
     assert!(entries_before.len() >= 4, "ada's message and his answer to her: {entries_before:?}");
 
     let bus = rig.bus().await;
-    let (bobs_before, adas_before) = (on_the_bus(&bus, "bob-quokka").await, on_the_bus(&bus, "ada-heron").await);
+    let (bobs_before, adas_before) = (crate::on_the_bus(&bus, "bob-quokka").await, crate::on_the_bus(&bus, "ada-heron").await);
     assert!(bobs_before > 0 && adas_before > 0, "their messages were never on the bus ({bobs_before}, {adas_before})");
-    assert_eq!(files_holding(&rig.attachment_root, b"bob-pixels"), 1, "bob's picture was never stored by media");
+    assert_eq!(crate::files_holding(&rig.attachment_root, b"bob-pixels"), 1, "bob's picture was never stored by media");
     let first = run(&rig, GENERAL, "bob", "forget-me", &[]).await;
     let forgot = forgot(&rig, &first, Duration::from_secs(20)).await;
     assert!(forgot.content.starts_with("Done"), "{}", forgot.content);
     println!("erase: bob's forget-me answered {:?}", forgot.content);
-    let (bobs_after, adas_after) = (on_the_bus(&bus, "bob-quokka").await, on_the_bus(&bus, "ada-heron").await);
+    let (bobs_after, adas_after) = (crate::on_the_bus(&bus, "bob-quokka").await, crate::on_the_bus(&bus, "ada-heron").await);
     println!("erase: events holding bob's words on the bus {bobs_before} -> {bobs_after}; ada's {adas_before} -> {adas_after}");
     assert_eq!(bobs_after, 0, "bob's words are still in a stream");
     assert_eq!(adas_after, adas_before, "ada's events left the streams");
-    assert_eq!(files_holding(&rig.attachment_root, b"bob-pixels"), 0, "bob's picture is still in the media root");
+    assert_eq!(crate::files_holding(&rig.attachment_root, b"bob-pixels"), 0, "bob's picture is still in the media root");
     assert_eq!(crate::entries_holding(&store, "bob-quokka").await, 0, "bob's message is still stored");
     assert_eq!(crate::entries_holding(&store, "Noted: your meeting").await, 0, "his answer to bob alone is still stored");
     assert_eq!(crate::entries_holding(&store, "Bob's meeting").await, 0, "his tool call proposing bob's fact is still stored");

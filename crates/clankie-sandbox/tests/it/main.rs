@@ -7,6 +7,7 @@ mod browser;
 mod changes;
 mod cluster;
 mod console;
+mod erase;
 mod interactions;
 mod media;
 mod scenarios;
@@ -23,4 +24,25 @@ pub async fn entries_holding(store: &clankie_store::Store, words: &str) -> i64 {
         .fetch_one(store.pool())
         .await
         .expect("session entries are readable")
+}
+
+/// How many files under `dir` hold `bytes`.
+pub fn files_holding(dir: &std::path::Path, bytes: &[u8]) -> usize {
+    let Ok(entries) = std::fs::read_dir(dir) else { return 0 };
+    entries
+        .filter_map(Result::ok)
+        .map(|e| match e.file_type() {
+            Ok(t) if t.is_dir() => files_holding(&e.path(), bytes),
+            _ => usize::from(std::fs::read(e.path()).is_ok_and(|b| b.windows(bytes.len()).any(|w| w == bytes))),
+        })
+        .sum()
+}
+
+/// How many events kept in any stream hold `words`.
+pub async fn on_the_bus(bus: &clankie_bus::Bus, words: &str) -> usize {
+    let mut n = 0;
+    for family in clankie_proto::Family::ALL {
+        bus.read_family(family, |_, payload| n += usize::from(payload.windows(words.len()).any(|w| w == words.as_bytes()))).await.unwrap();
+    }
+    n
 }
