@@ -17,9 +17,30 @@ pub struct Driver {
     profile: PathBuf,
 }
 
+/// How many times a start whose IPv6 port was taken is tried.
+const START_ATTEMPTS: usize = 5;
+
 impl Driver {
     /// Starts chromedriver on a port it picks itself, in a new process group.
+    ///
+    /// With `--port=0` chromedriver takes a free IPv4 port and then the same port on IPv6; when
+    /// another process holds that one it says "IPv6 port not available" and exits. That
+    /// collision is started again, a few times; any other failure is reported with what
+    /// chromedriver said.
     pub async fn start(chromedriver: &Path) -> Result<Driver, BrowseError> {
+        let mut said = Vec::new();
+        for _ in 0..START_ATTEMPTS {
+            match Driver::start_once(chromedriver).await? {
+                Ok(driver) => return Ok(driver),
+                Err(lines) if lines.iter().any(|l| l.contains("port not available")) => said = lines,
+                Err(lines) => return Err(BrowseError::Start(format!("chromedriver did not listen: {}", lines.join(" | ")))),
+            }
+        }
+        Err(BrowseError::Start(format!("chromedriver's port was taken {START_ATTEMPTS} times: {}", said.join(" | "))))
+    }
+
+    /// One start: the driver, or what chromedriver printed before it exited or gave up.
+    async fn start_once(chromedriver: &Path) -> Result<Result<Driver, Vec<String>>, BrowseError> {
         let profile = std::env::temp_dir().join(format!("clankie-browser-{}-{}", std::process::id(), unique()));
         std::fs::create_dir_all(&profile).map_err(|e| BrowseError::Start(format!("profile: {e}")))?;
         let mut child = tokio::process::Command::new(chromedriver)
@@ -35,22 +56,24 @@ impl Driver {
         let stdout = child.stdout.take().ok_or_else(|| BrowseError::Start("no output from chromedriver".into()))?;
         let mut driver = Driver { child, pgid, port: 0, profile };
         let mut lines = tokio::io::BufReader::new(stdout).lines();
+        let mut said = Vec::new();
         let port = tokio::time::timeout(Duration::from_secs(20), async {
             while let Ok(Some(line)) = lines.next_line().await {
                 if let Some(port) = line.split("started successfully on port ").nth(1) {
                     return port.trim().trim_end_matches('.').parse::<u16>().ok();
                 }
+                said.push(line);
             }
             None
         })
         .await
         .ok()
-        .flatten()
-        .ok_or_else(|| BrowseError::Start("chromedriver did not listen".into()))?;
+        .flatten();
+        let Some(port) = port else { return Ok(Err(said)) };
         // Keep reading so a full pipe never blocks it.
         tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
         driver.port = port;
-        Ok(driver)
+        Ok(Ok(driver))
     }
 
     /// The port its WebDriver endpoint listens on.

@@ -8,8 +8,9 @@ use clankie_proto::v1;
 
 use super::{DumpLogsOnPanic, Rig, kind, spawn_captain, spawn_captain_with, until};
 
-/// Runs `captain-a` with `fault` until it dies there, then `captain-b`; returns the burst's ids.
-async fn die_at(rig: &Rig, fault: &str) -> (Vec<u64>, tokio::process::Child) {
+/// Runs `captain-a` with `fault` until it dies there, then `captain-b`, whose model answers
+/// `then` (scripted before it starts, so its first call cannot come first); returns the burst's ids.
+async fn die_at(rig: &Rig, fault: &str, then: Option<Reply>) -> (Vec<u64>, tokio::process::Child) {
     // Slow enough that "two" is steered into the run before its answer ends, however busy the
     // machine: the burst is one turn, as the outcomes below expect.
     rig.standin.script(Script::any(Reply::Text {
@@ -24,6 +25,9 @@ async fn die_at(rig: &Rig, fault: &str) -> (Vec<u64>, tokio::process::Child) {
     let two = rig.say("ada", "two", false).await;
     let status = tokio::time::timeout(Duration::from_secs(20), a.wait()).await.expect("the fault fired").unwrap();
     assert_eq!(status.code(), Some(clankie_settings::fault::EXIT_CODE), "captain-a died at {fault}");
+    if let Some(then) = then {
+        rig.standin.script(Script::any(then));
+    }
     (vec![one, two], spawn_captain(rig, "captain-b"))
 }
 
@@ -31,8 +35,7 @@ async fn die_at(rig: &Rig, fault: &str) -> (Vec<u64>, tokio::process::Child) {
 async fn chaos_a_captain_killed_between_its_answer_and_its_outcomes_posts_nothing_and_the_burst_is_answered_once() {
     let rig = Rig::new().await;
     let _dump = DumpLogsOnPanic(rig.dir.path().to_owned());
-    let (ids, mut b) = die_at(&rig, "captain.before_settle").await;
-    rig.standin.script(Script::any(Reply::text("Second try.")));
+    let (ids, mut b) = die_at(&rig, "captain.before_settle", Some(Reply::text("Second try."))).await;
     rig.wait_outcomes(&ids).await;
     until("the reply", Duration::from_secs(10), || !rig.replies().is_empty()).await;
     // A later message is the barrier: once it is answered, a doubled reply to the burst would be in.
@@ -54,7 +57,7 @@ async fn chaos_a_captain_killed_between_its_answer_and_its_outcomes_posts_nothin
 async fn chaos_a_captain_killed_after_its_commit_before_publishing_the_relay_posts_the_reply_once() {
     let rig = Rig::new().await;
     let _dump = DumpLogsOnPanic(rig.dir.path().to_owned());
-    let (ids, mut b) = die_at(&rig, "captain.after_settle").await;
+    let (ids, mut b) = die_at(&rig, "captain.after_settle", None).await;
     // The outcomes were committed with the reply; captain-b's relay publishes the row.
     until("the relayed reply", Duration::from_secs(15), || !rig.replies().is_empty()).await;
     rig.wait_outcomes(&ids).await;

@@ -1,6 +1,5 @@
 //! A person's view: headless Chromium, driven over WebDriver, chats in the sandbox page.
 
-use std::process::Stdio;
 use std::time::Duration;
 
 use clankie_model_standin::{Reply, Script};
@@ -9,35 +8,17 @@ use hyper_util::client::legacy::connect::HttpConnector;
 
 use super::{GENERAL, Rig};
 
-/// chromedriver, killed when dropped.
-pub(crate) struct Driver(#[allow(dead_code)] tokio::process::Child, u16);
+/// chromedriver, killed when dropped: the browse tool's own, which starts it on a port it
+/// picks itself and starts it again when that port was taken on IPv6.
+pub(crate) struct Driver(#[allow(dead_code)] clankie_browser::Driver, u16);
 
 impl Driver {
-    /// chromedriver on a port it picks itself (`--port=0`) and prints: no window between
-    /// choosing a free port and binding it for another test to take it.
     pub(crate) async fn start() -> Driver {
-        use tokio::io::AsyncBufReadExt;
-        let mut child = tokio::process::Command::new("chromedriver")
-            .arg("--port=0")
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .kill_on_drop(true)
-            .spawn()
-            .expect("chromedriver is installed (deploy/local/lib.sh installs chromium-driver)");
-        let mut lines = tokio::io::BufReader::new(child.stdout.take().expect("piped stdout")).lines();
-        let port = tokio::time::timeout(Duration::from_secs(20), async {
-            while let Some(line) = lines.next_line().await.expect("chromedriver's output") {
-                if let Some(port) = line.split("started successfully on port ").nth(1) {
-                    return port.trim().trim_end_matches('.').parse::<u16>().expect("a port number");
-                }
-            }
-            panic!("chromedriver exited before it listened");
-        })
-        .await
-        .expect("chromedriver did not listen");
-        // Keep draining its output so a full pipe never blocks it.
-        tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
-        Driver(child, port)
+        let driver = clankie_browser::Driver::start(std::path::Path::new("chromedriver"))
+            .await
+            .expect("chromedriver is installed (deploy/local/lib.sh installs chromium-driver) and listens");
+        let port = driver.port();
+        Driver(driver, port)
     }
 }
 

@@ -50,10 +50,14 @@ async fn steered_correction(receipts: &clankie_testkit::Recorder<v1::Receipt>) {
     .await;
 }
 
-/// Waits until the run answering `id` has started.
-async fn ran(receipts: &clankie_testkit::Recorder<v1::Receipt>, id: u64) {
+/// Waits until the run answering `id` is in its first model call (held at the gate): the run
+/// receipt comes before the request is built, and a change made in between would be read by
+/// the first call itself instead of reaching the run as a change.
+async fn in_its_first_call(rig: &Rig, receipts: &clankie_testkit::Recorder<v1::Receipt>, id: u64) {
     until("the run", Duration::from_secs(10), || receipts.all().iter().any(|r| r.kind == "captain.run" && r.delivery_id == id.to_string()))
         .await;
+    let first = rig.standin.wait_for_requests(1, Duration::from_secs(20)).await;
+    assert!(!first.is_empty(), "the run's first call never reached the model");
 }
 
 async fn stored_anywhere(store: &Store, needle: &str) -> i64 {
@@ -71,7 +75,7 @@ async fn message_delete_before_the_turn_reads_it_never_reaches_the_model() {
     let receipts = clankie_testkit::record::<v1::Receipt>(&bus, Family::Receipt).await;
     rig.standin.script(Script::any(held("Lobby 4 at eight.")));
     let first = rig.say(GENERAL, "ada", "@Clankie is the lobby up tonight?");
-    ran(&receipts, first).await;
+    in_its_first_call(&rig, &receipts, first).await;
     // Steered into the live run, then deleted before the run's next boundary reads it.
     let second = rig.say(GENERAL, "ada", "my locker code is quetzal-4471");
     rig.sandbox.discord.user_delete(second).then_some(()).expect("the loopback deletes it");
@@ -98,7 +102,7 @@ async fn message_delete_bulk_of_5_messages_withdraws_all_5() {
     let receipts = clankie_testkit::record::<v1::Receipt>(&bus, Family::Receipt).await;
     rig.standin.script(Script::any(held("Lobby 4 at eight.")));
     let first = rig.say(GENERAL, "ada", "@Clankie is the lobby up tonight?");
-    ran(&receipts, first).await;
+    in_its_first_call(&rig, &receipts, first).await;
     let purged: Vec<u64> = (0..5).map(|n| rig.say(GENERAL, "ada", &format!("spam-canary-{n} and another thing"))).collect();
     assert_eq!(rig.sandbox.discord.bulk_delete(GENERAL, &purged), purged, "the loopback purges all five");
     changed(&receipts, "delete:", 5).await;
@@ -233,7 +237,7 @@ async fn message_edit_during_the_run_reaches_the_same_run_as_a_correction_and_th
     rig.standin.script(Script::any(held("The lobby opens at eight, ")));
     rig.standin.script(Script::any(Reply::text("Nine it is: lobby 4 at nine.")));
     let asked = rig.say(GENERAL, "ada", "@Clankie is the lobby at 8pm?");
-    ran(&receipts, asked).await;
+    in_its_first_call(&rig, &receipts, asked).await;
     assert!(rig.sandbox.discord.user_edit(asked, "@Clankie is the lobby at 9pm?".into()));
     steered_correction(&receipts).await;
     rig.standin.open_gate(GATE);
@@ -286,7 +290,7 @@ async fn message_edit_then_delete_during_a_run_leaves_no_trace_of_either_text() 
     rig.standin.script(Script::any(held("The lobby opens at eight, ")));
     rig.standin.script(Script::any(Reply::text("Noted.")));
     let asked = rig.say(GENERAL, "ada", "@Clankie is the lobby at 8pm? my code is walrus-1");
-    ran(&receipts, asked).await;
+    in_its_first_call(&rig, &receipts, asked).await;
     assert!(rig.sandbox.discord.user_edit(asked, "@Clankie is the lobby at 9pm? my code is narwhal-2".into()));
     steered_correction(&receipts).await;
     rig.standin.open_gate(GATE);
@@ -314,7 +318,7 @@ async fn message_edit_then_delete_before_the_run_reads_the_correction_takes_the_
     let receipts = clankie_testkit::record::<v1::Receipt>(&bus, Family::Receipt).await;
     rig.standin.script(Script::any(held("The lobby opens at eight, ")));
     let asked = rig.say(GENERAL, "ada", "@Clankie is the lobby at 8pm? my code is walrus-1");
-    ran(&receipts, asked).await;
+    in_its_first_call(&rig, &receipts, asked).await;
     assert!(rig.sandbox.discord.user_edit(asked, "@Clankie is the lobby at 9pm? my code is narwhal-2".into()));
     steered_correction(&receipts).await;
     assert!(rig.sandbox.discord.user_delete(asked));
