@@ -192,7 +192,7 @@ impl Root {
         if artifacts.is_empty() {
             return Ok((0, 0));
         }
-        let index = self.dir.join("attachments");
+        let index = self.safe_path("attachments")?;
         for entry in std::fs::read_dir(&index).into_iter().flatten().filter_map(Result::ok) {
             if let Ok(still) = std::fs::read_to_string(entry.path()) {
                 artifacts.remove(&still);

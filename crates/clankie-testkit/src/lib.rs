@@ -218,15 +218,18 @@ pub async fn fill_aged_store(pool: &sqlx::PgPool, days: i64, per_day: i64, lanes
         "INSERT INTO session_entries (tree, lane, id, kind, body, epoch, created_at)
          SELECT 'rooms/room:100:' || (1 + n % $2), 'room:100:' || (1 + n % $2), 'e' || n || '-' || k,
                 CASE WHEN k = 0 THEN 'user' ELSE 'assistant' END,
-                jsonb_build_object('text', CASE WHEN k = 0
-                    THEN '<message from=\"p' || (1 + n % 1000) || '\" author_id=\"' || (1 + n % 1000) || '\">a line of the room ' || n || '</message>'
-                    ELSE 'a line of the room ' || n END), 1,
+                CASE WHEN k = 0
+                    THEN jsonb_build_object('type', 'user', 'author', 'p' || (1 + n % 1000), 'delivery_id', 'm' || n,
+                        'text', '<message from=\"p' || (1 + n % 1000) || '\" author_id=\"' || (1 + n % 1000) || '\">a line of the room ' || n || '</message>')
+                    ELSE jsonb_build_object('type', 'assistant', 'text', 'a line of the room ' || n, 'tool_calls', '[]'::jsonb,
+                        'stop_reason', 'stop', 'usage', jsonb_build_object('input_tokens', 1500, 'output_tokens', 40), 'provider_error', NULL)
+                END, 1,
                 now() - make_interval(secs => (n::double precision / $1) * 86400)
          FROM generate_series($3 - 1 - ($3 - 1) % 3, 0, -3) n, generate_series(0, 1) k ORDER BY n DESC, k",
         // Each lane's compaction, written 10 days ago, keeps its first entry from then on.
         "INSERT INTO session_entries (tree, lane, id, kind, body, epoch, created_at)
          SELECT l.tree, l.lane, 'compaction-' || l.lane, 'compaction',
-                jsonb_build_object('summary', 'what came before', 'first_kept_id',
+                jsonb_build_object('type', 'compaction', 'summary', 'what came before', 'first_kept_id',
                   (SELECT id FROM session_entries e WHERE e.tree = l.tree AND e.created_at >= now() - interval '10 days' ORDER BY seq LIMIT 1)),
                 1, now() - interval '10 days'
          FROM (SELECT DISTINCT tree, lane FROM session_entries) l",
