@@ -269,6 +269,13 @@ impl StandIn {
         self.shared.lock().scripts.push(script);
     }
 
+    /// Drops the scripts no request took, so a test that queued one for a call that may or
+    /// may not come (a steer's second call) answers what comes next with what it scripts
+    /// next; returns how many there were.
+    pub fn clear_scripts(&self) -> usize {
+        std::mem::take(&mut self.shared.lock().scripts).len()
+    }
+
     /// Forgets the requests recorded so far (a long bench would otherwise count their bodies
     /// as the memory of whatever it measures); returns how many there were.
     pub fn forget_requests(&self) -> usize {
