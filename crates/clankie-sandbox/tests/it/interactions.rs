@@ -479,7 +479,10 @@ async fn erase_bobs_forget_me_leaves_adas_words_the_owners_fact_and_his_answers_
     assert_eq!(request.count("Your meeting tomorrow is cancelled as well, then."), 1, "his answer to ada left the next request");
 }
 
-/// Bob asks to be forgotten twenty times at once: one forget runs (one `captain.forget`
+const TWENTY_GATE: &str = "the twenty have arrived";
+
+/// Bob asks to be forgotten twenty times at once, while a run of his holds his lane (so the
+/// forget is still running when the last arrives): one forget runs (one `captain.forget`
 /// receipt), every command gets its first answer within 3 s, the other nineteen are told one
 /// is running, and once it is done asking again runs anew.
 #[tokio::test]
@@ -492,6 +495,12 @@ async fn erase_twenty_forget_mes_at_once_by_one_person_run_one_forget_and_each_i
     let said = rig.say(GENERAL, "bob", "@Clankie my locker code is puffin-77");
     rig.wait_outcomes(GENERAL, &[said]).await;
     assert!(crate::entries_holding(&store, "puffin-77").await > 0, "bob's words were never stored");
+    // A run of bob's held at a gate keeps the forget waiting for his lane, so all twenty arrive
+    // while it runs, however slowly a busy machine hands them over (one finished already would
+    // rightly let the next run anew).
+    rig.standin.script(Script::when("hold-on", Reply::Gated { gate: TWENTY_GATE.into(), then: Box::new(Reply::text("Held.")) }));
+    let held = rig.say(GENERAL, "bob", "@Clankie hold-on a moment");
+    assert_eq!(rig.standin.wait_for_requests(2, Duration::from_secs(20)).await.len(), 2, "the held run never reached the model");
 
     let discord = &rig.sandbox.discord;
     let asked_at = std::time::Instant::now();
@@ -524,9 +533,12 @@ async fn erase_twenty_forget_mes_at_once_by_one_person_run_one_forget_and_each_i
         records.iter().partition(|r| r.content.starts_with("I'm already forgetting you"));
     assert_eq!((running.len(), told.len()), (1, 19), "{:?}", records.iter().map(|r| &r.content).collect::<Vec<_>>());
     let id = running[0].id;
+    assert!(running[0].content.starts_with("Forgetting you now"), "the forget ended while bob's run held his lane: {}", running[0].content);
+    rig.standin.open_gate(TWENTY_GATE);
+    rig.wait_outcomes(GENERAL, &[held]).await;
     until("the forget's counts", Duration::from_secs(30), || discord.interaction(id).is_some_and(|r| r.content.starts_with("Done"))).await;
     let done = discord.interaction(id).expect("the interaction");
-    assert!(done.content.starts_with("Done") && done.content.contains("1 message(s)"), "{}", done.content);
+    assert!(done.content.starts_with("Done") && done.content.contains("2 message(s)"), "{}", done.content);
     assert_eq!(crate::entries_holding(&store, "puffin-77").await, 0, "bob's words are still stored");
     let forgets = || receipts.all().into_iter().filter(|r| r.kind == "captain.forget").count();
     until("the forget's receipt", Duration::from_secs(10), || forgets() >= 1).await;
