@@ -4,209 +4,112 @@
 //! refuses it), and the interaction webhook for editing the original answer and following up
 //! within 15 minutes. None of these routes count toward the bot's global rate limit.
 
-use std::collections::{BTreeMap, HashMap};
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::sync::Arc;
+use std::time::Instant;
 
-use axum::extract::{Path, State as AxState};
+use axum::extract::{FromRef, Path, State as AxState};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{patch, post, put};
 use axum::{Json, Router};
-use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
-use crate::model::{error_json, user_json};
-use crate::state::{State, now_ms};
+use crate::state::State;
+pub use crate::state::interactions::{
+    ANSWER_DEADLINE, InteractionError, InteractionRecord, Interactions, PressButton, RunCommand, TOKEN_LIFETIME,
+};
+use crate::state::interactions::{Open, by_token};
+pub use crate::state::shapes::EPHEMERAL;
+use crate::state::shapes::{error_json, user_json};
 
-/// How long Discord waits for an interaction's first answer.
-pub const ANSWER_DEADLINE: Duration = Duration::from_secs(3);
-/// How long an interaction's token works for follow-ups and edits.
-pub const TOKEN_LIFETIME: Duration = Duration::from_secs(15 * 60);
-/// The flag that shows an answer to the invoker alone.
-pub const EPHEMERAL: u64 = 1 << 6;
-
-/// One interaction as the control API reports it.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
-pub struct InteractionRecord {
-    pub id: u64,
-    pub token: String,
-    pub channel_id: u64,
-    pub user_id: u64,
-    /// 2 for a command, 3 for a button.
-    pub kind: u8,
-    /// The callback type of the accepted first answer (4, 5, 6, 7), 0 while unanswered.
-    pub answered_with: u8,
-    /// Milliseconds from dispatch to the accepted first answer.
-    pub answered_after_ms: i64,
-    /// First answers refused: too late, or after one was accepted.
-    pub refused_answers: u32,
-    /// The answer as it stands: the callback's data, then any edit of the original.
-    pub content: String,
-    pub ephemeral: bool,
-    pub components: Vec<Value>,
-    /// Follow-up messages, in order.
-    pub followups: Vec<Value>,
-    /// The message the answer made (types 4 and 5), or for a button the message it is on.
-    pub message_id: Option<u64>,
+/// A user runs `/clankie <subcommand>`: dispatches INTERACTION_CREATE (type 2). Returns the interaction.
+pub(crate) fn run_command(state: &State, c: RunCommand) -> Result<InteractionRecord, InteractionError> {
+    let guild = state.guild_of(c.channel_id).map_err(|()| InteractionError::UnknownChannel)?;
+    let options: Vec<Value> = c
+        .options
+        .iter()
+        .map(|(name, value)| json!({ "name": name, "type": if value.is_number() { 4 } else { 3 }, "value": value }))
+        .collect();
+    let (name, options) = match c.subcommand.split_once(' ') {
+        // A subcommand group's member, as `voice join`.
+        Some((group, sub)) => (group.to_owned(), vec![json!({ "name": sub, "type": 1, "options": options })]),
+        None => (c.subcommand.clone(), options),
+    };
+    let data = json!({
+        "id": state.fresh_id().to_string(), "name": "clankie", "type": 1,
+        "options": [{ "name": name, "type": if name == "voice" { 2 } else { 1 }, "options": options }],
+    });
+    Ok(interaction(state, 2, c.channel_id, guild, &c.author, data, None))
 }
 
-struct Open {
-    record: InteractionRecord,
-    created: Instant,
-}
-
-#[derive(Default)]
-struct Kept {
-    /// The registered command sets: `None` is the global one.
-    commands: BTreeMap<Option<u64>, Vec<Value>>,
-    overwrites: u64,
-    open: HashMap<u64, Open>,
-}
-
-/// The loopback's interactions.
-#[derive(Default)]
-pub struct Interactions(Mutex<Kept>);
-
-impl Interactions {
-    fn lock(&self) -> std::sync::MutexGuard<'_, Kept> {
-        self.0.lock().unwrap_or_else(|p| p.into_inner())
+/// A user presses a button on a message: dispatches INTERACTION_CREATE (type 3).
+pub(crate) fn press_button(state: &State, p: PressButton) -> Result<InteractionRecord, InteractionError> {
+    let message = state.any_message(p.message_id).ok_or(InteractionError::UnknownMessage)?;
+    let has = message
+        .components
+        .iter()
+        .flat_map(|row| row["components"].as_array().cloned().unwrap_or_default())
+        .any(|b| b["custom_id"].as_str() == Some(p.custom_id.as_str()));
+    if !has {
+        return Err(InteractionError::UnknownButton);
     }
-
-    /// How many bulk overwrites were made, and the command names registered per scope.
-    pub fn registered(&self) -> (u64, BTreeMap<Option<u64>, Vec<String>>) {
-        let k = self.lock();
-        let names = k
-            .commands
-            .iter()
-            .map(|(scope, set)| (*scope, set.iter().filter_map(|c| c["name"].as_str().map(str::to_owned)).collect()))
-            .collect();
-        (k.overwrites, names)
-    }
-
-    /// The interaction as it stands.
-    pub fn record(&self, id: u64) -> Option<InteractionRecord> {
-        self.lock().open.get(&id).map(|o| o.record.clone())
-    }
+    let data = json!({ "custom_id": p.custom_id, "component_type": 2 });
+    let json = state.message_json(&message, None);
+    Ok(interaction(state, 3, message.channel_id, message.guild_id, &p.author, data, Some((p.message_id, json))))
 }
 
-/// A slash command a user runs (`POST /control/interactions/command`).
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
-pub struct RunCommand {
-    pub channel_id: u64,
-    pub author: String,
-    /// The subcommand of `/clankie`: `status`, `memory`, `voice`, `quiet`, `forget-me`.
-    pub subcommand: String,
-    /// Its options, by name: strings and integers.
-    #[serde(default)]
-    pub options: BTreeMap<String, Value>,
-}
-
-/// A button a user presses (`POST /control/interactions/button`).
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct PressButton {
-    pub message_id: u64,
-    pub custom_id: String,
-    pub author: String,
-}
-
-/// Why a control request could not become an interaction.
-#[derive(Debug, thiserror::Error)]
-pub enum InteractionError {
-    #[error("unknown channel")]
-    UnknownChannel,
-    #[error("no such message")]
-    UnknownMessage,
-    #[error("the message has no button with that custom id")]
-    UnknownButton,
-}
-
-impl State {
-    /// A user runs `/clankie <subcommand>`: dispatches INTERACTION_CREATE (type 2). Returns the interaction.
-    pub fn run_command(&self, c: RunCommand) -> Result<InteractionRecord, InteractionError> {
-        let guild = self.guild_of(c.channel_id).map_err(|()| InteractionError::UnknownChannel)?;
-        let options: Vec<Value> = c
-            .options
-            .iter()
-            .map(|(name, value)| json!({ "name": name, "type": if value.is_number() { 4 } else { 3 }, "value": value }))
-            .collect();
-        let (name, options) = match c.subcommand.split_once(' ') {
-            // A subcommand group's member, as `voice join`.
-            Some((group, sub)) => (group.to_owned(), vec![json!({ "name": sub, "type": 1, "options": options })]),
-            None => (c.subcommand.clone(), options),
-        };
-        let data = json!({
-            "id": self.fresh_id().to_string(), "name": "clankie", "type": 1,
-            "options": [{ "name": name, "type": if name == "voice" { 2 } else { 1 }, "options": options }],
-        });
-        Ok(self.interaction(2, c.channel_id, guild, &c.author, data, None))
-    }
-
-    /// A user presses a button on a message: dispatches INTERACTION_CREATE (type 3).
-    pub fn press_button(&self, p: PressButton) -> Result<InteractionRecord, InteractionError> {
-        let message = self.any_message(p.message_id).ok_or(InteractionError::UnknownMessage)?;
-        let has = message
-            .components
-            .iter()
-            .flat_map(|row| row["components"].as_array().cloned().unwrap_or_default())
-            .any(|b| b["custom_id"].as_str() == Some(p.custom_id.as_str()));
-        if !has {
-            return Err(InteractionError::UnknownButton);
+fn interaction(
+    state: &State,
+    kind: u8,
+    channel: u64,
+    guild: Option<u64>,
+    author: &str,
+    data: Value,
+    message: Option<(u64, Value)>,
+) -> InteractionRecord {
+    let id = state.fresh_id();
+    let token = format!("itok-{id:x}");
+    let user_id = State::user_id(author);
+    let user = user_json(user_id, author, false);
+    let mut d = json!({
+        "id": id.to_string(), "application_id": state.config.bot_user_id.to_string(), "type": kind,
+        "token": token, "version": 1, "channel_id": channel.to_string(), "data": data,
+        "entitlements": [], "locale": "en-US", "app_permissions": "0",
+    });
+    match guild {
+        Some(g) => {
+            d["guild_id"] = json!(g.to_string());
+            d["authorizing_integration_owners"] = json!({ "0": g.to_string() });
+            d["context"] = json!(0);
+            d["member"] = json!({
+                "user": user, "roles": [], "joined_at": null, "deaf": false, "mute": false, "flags": 0,
+                "nick": null, "communication_disabled_until": null,
+            });
         }
-        let data = json!({ "custom_id": p.custom_id, "component_type": 2 });
-        let json = crate::model::message_json(self, &message, None);
-        Ok(self.interaction(3, message.channel_id, message.guild_id, &p.author, data, Some((p.message_id, json))))
-    }
-
-    fn interaction(
-        &self,
-        kind: u8,
-        channel: u64,
-        guild: Option<u64>,
-        author: &str,
-        data: Value,
-        message: Option<(u64, Value)>,
-    ) -> InteractionRecord {
-        let id = self.fresh_id();
-        let token = format!("itok-{id:x}");
-        let user_id = State::user_id(author);
-        let user = user_json(user_id, author, false);
-        let mut d = json!({
-            "id": id.to_string(), "application_id": self.config.bot_user_id.to_string(), "type": kind,
-            "token": token, "version": 1, "channel_id": channel.to_string(), "data": data,
-            "entitlements": [], "locale": "en-US", "app_permissions": "0",
-        });
-        match guild {
-            Some(g) => {
-                d["guild_id"] = json!(g.to_string());
-                d["authorizing_integration_owners"] = json!({ "0": g.to_string() });
-                d["context"] = json!(0);
-                d["member"] = json!({
-                    "user": user, "roles": [], "joined_at": null, "deaf": false, "mute": false, "flags": 0,
-                    "nick": null, "communication_disabled_until": null,
-                });
-            }
-            None => {
-                d["authorizing_integration_owners"] = json!({ "0": "0" });
-                d["context"] = json!(1);
-                d["user"] = user;
-            }
+        None => {
+            d["authorizing_integration_owners"] = json!({ "0": "0" });
+            d["context"] = json!(1);
+            d["user"] = user;
         }
-        // A component's interaction answers on the message it is on: that message is its
-        // original, which an update (type 6 or 7, then edits of `@original`) changes.
-        let mut on = None;
-        if let Some((message_id, m)) = message {
-            d["message"] = m;
-            on = Some(message_id);
-        }
-        let record = InteractionRecord { id, token, channel_id: channel, user_id, kind, message_id: on, ..Default::default() };
-        self.interactions.lock().open.insert(id, Open { record: record.clone(), created: Instant::now() });
-        self.dispatch_event("INTERACTION_CREATE", d);
-        record
     }
+    // A component's interaction answers on the message it is on: that message is its
+    // original, which an update (type 6 or 7, then edits of `@original`) changes.
+    let mut on = None;
+    if let Some((message_id, m)) = message {
+        d["message"] = m;
+        on = Some(message_id);
+    }
+    let record = InteractionRecord { id, token, channel_id: channel, user_id, kind, message_id: on, ..Default::default() };
+    state.interactions.lock().open.insert(id, Open { record: record.clone(), created: Instant::now() });
+    state.dispatch_event("INTERACTION_CREATE", d);
+    record
 }
 
-pub(crate) fn routes() -> Router<Arc<State>> {
+pub(crate) fn routes<S>() -> Router<S>
+where
+    S: Clone + Send + Sync + 'static,
+    Arc<State>: FromRef<S>,
+{
     Router::new()
         .route("/api/v10/applications/{app}/commands", put(overwrite_global))
         .route("/api/v10/applications/{app}/guilds/{guild}/commands", put(overwrite_guild))
@@ -214,10 +117,6 @@ pub(crate) fn routes() -> Router<Arc<State>> {
         .route("/api/v10/webhooks/{app}/{token}/messages/@original", patch(edit_original))
         .route("/api/v10/webhooks/{app}/{token}", post(follow_up))
         .route("/api/v10/users/@me/channels", post(open_dm))
-        .route("/control/interactions/command", post(control_command))
-        .route("/control/interactions/button", post(control_button))
-        .route("/control/interactions/{id}", axum::routing::get(control_record))
-        .route("/control/commands", axum::routing::get(control_commands))
 }
 
 fn authorised(state: &State, headers: &HeaderMap) -> bool {
@@ -334,11 +233,6 @@ async fn callback(AxState(state): AxState<Arc<State>>, Path((id, token)): Path<(
     StatusCode::NO_CONTENT.into_response()
 }
 
-/// The interaction a webhook token belongs to, while its token lives.
-fn by_token<'a>(k: &'a mut Kept, token: &str) -> Option<&'a mut Open> {
-    k.open.values_mut().find(|o| o.record.token == token && o.created.elapsed() < TOKEN_LIFETIME)
-}
-
 async fn edit_original(AxState(state): AxState<Arc<State>>, Path((_app, token)): Path<(u64, String)>, Json(body): Json<Value>) -> Response {
     let (message, content, components) = {
         let mut k = state.interactions.lock();
@@ -381,36 +275,4 @@ async fn open_dm(AxState(state): AxState<Arc<State>>, headers: HeaderMap, Json(b
         "recipients": [user_json(recipient, "user", false)],
     }))
     .into_response()
-}
-
-fn control_refusal(e: InteractionError) -> Response {
-    (StatusCode::NOT_FOUND, Json(json!({ "error": e.to_string() }))).into_response()
-}
-
-async fn control_command(AxState(state): AxState<Arc<State>>, Json(c): Json<RunCommand>) -> Response {
-    match state.run_command(c) {
-        Ok(r) => Json(json!(r)).into_response(),
-        Err(e) => control_refusal(e),
-    }
-}
-
-async fn control_button(AxState(state): AxState<Arc<State>>, Json(p): Json<PressButton>) -> Response {
-    match state.press_button(p) {
-        Ok(r) => Json(json!(r)).into_response(),
-        Err(e) => control_refusal(e),
-    }
-}
-
-async fn control_record(AxState(state): AxState<Arc<State>>, Path(id): Path<u64>) -> Response {
-    match state.interactions.record(id) {
-        Some(r) => Json(json!(r)).into_response(),
-        None => (StatusCode::NOT_FOUND, Json(json!({ "error": "no such interaction" }))).into_response(),
-    }
-}
-
-async fn control_commands(AxState(state): AxState<Arc<State>>) -> Json<Value> {
-    let (overwrites, sets) = state.interactions.registered();
-    let sets: BTreeMap<String, Vec<String>> =
-        sets.into_iter().map(|(scope, names)| (scope.map_or("global".to_owned(), |g| g.to_string()), names)).collect();
-    Json(json!({ "overwrites": overwrites, "sets": sets, "at_ms": now_ms() }))
 }

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use axum::body::Bytes;
-use axum::extract::{FromRequest, Multipart, Path, Query, Request, State as AxState};
+use axum::extract::{FromRef, FromRequest, Multipart, Path, Query, Request, State as AxState};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, patch, post, put};
@@ -11,13 +11,20 @@ use axum::{Json, Router};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use crate::model::{error_json, message_json};
-use crate::state::State;
+use crate::state::shapes::error_json;
+use crate::state::{State, Upload};
 
 /// Discord's limit on message content.
 const MAX_CONTENT: usize = 2000;
 
-pub(crate) fn routes() -> Router<Arc<State>> {
+/// The largest request body the loopback takes: a message with its files.
+pub const MAX_UPLOAD: usize = 50 * 1024 * 1024;
+
+pub(crate) fn routes<S>() -> Router<S>
+where
+    S: Clone + Send + Sync + 'static,
+    Arc<State>: FromRef<S>,
+{
     Router::new()
         .route("/api/v10/gateway", get(gateway))
         .route("/api/v10/gateway/bot", get(gateway))
@@ -66,15 +73,12 @@ async fn me(AxState(state): AxState<Arc<State>>, headers: HeaderMap) -> Response
     .into_response()
 }
 
-/// A file uploaded with a message: name, content type, bytes.
-pub(crate) type Upload = (String, String, Vec<u8>);
-
 /// Reads a create-message body: JSON, or multipart with `payload_json` and `files[n]` parts.
 async fn message_body(state: &Arc<State>, req: Request) -> Result<(Bytes, Vec<Upload>), Response> {
     let multipart = req.headers().get("content-type").and_then(|v| v.to_str().ok()).is_some_and(|t| t.starts_with("multipart/form-data"));
     let bad = |what: &str| (StatusCode::BAD_REQUEST, Json(error_json(50035, what))).into_response();
     if !multipart {
-        return axum::body::to_bytes(req.into_body(), crate::MAX_UPLOAD).await.map(|b| (b, Vec::new())).map_err(|_| bad("body too large"));
+        return axum::body::to_bytes(req.into_body(), MAX_UPLOAD).await.map(|b| (b, Vec::new())).map_err(|_| bad("body too large"));
     }
     let mut form = Multipart::from_request(req, state).await.map_err(|_| bad("malformed multipart body"))?;
     let (mut json, mut files) = (Bytes::new(), Vec::new());
@@ -130,7 +134,7 @@ async fn create_message(AxState(state): AxState<Arc<State>>, Path(channel): Path
     let components = body["components"].as_array().cloned().unwrap_or_default();
     let message = state.bot_message(channel, content, reply_to, nonce.map(|n| (n, enforce)), files, components);
     let referenced = message.reply_to.and_then(|r| state.message(r));
-    Json(message_json(&state, &message, referenced.as_ref())).into_response()
+    Json(state.message_json(&message, referenced.as_ref())).into_response()
 }
 
 #[derive(Deserialize)]
@@ -152,7 +156,7 @@ async fn list_messages(
         return unknown_channel();
     }
     let limit = q.limit.unwrap_or(50).clamp(1, 100);
-    let list: Vec<Value> = state.channel_messages(channel, q.before, limit).iter().map(|m| message_json(&state, m, None)).collect();
+    let list: Vec<Value> = state.channel_messages(channel, q.before, limit).iter().map(|m| state.message_json(m, None)).collect();
     Json(Value::Array(list)).into_response()
 }
 
@@ -167,7 +171,7 @@ async fn edit_message(
     }
     let content = serde_json::from_slice::<Value>(&body).ok().and_then(|v| v["content"].as_str().map(str::to_owned)).unwrap_or_default();
     match state.edit(channel, message, content) {
-        Some(m) => Json(message_json(&state, &m, None)).into_response(),
+        Some(m) => Json(state.message_json(&m, None)).into_response(),
         None => unknown_message(),
     }
 }

@@ -7,6 +7,7 @@ mod erase;
 mod healthcheck;
 mod invariants;
 mod manifests;
+mod modules;
 mod run_voice;
 mod secrets;
 mod self_cli;

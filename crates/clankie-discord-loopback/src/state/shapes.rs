@@ -1,10 +1,15 @@
-//! Discord's JSON shapes, as twilight-model reads them.
+//! Discord's JSON shapes, as twilight-model reads them: users, messages, READY, voice states
+//! and error bodies, rendered from the loopback's data.
 
 use std::time::{Duration, UNIX_EPOCH};
 
 use serde_json::{Value, json};
 
-use crate::state::{State, StoredMessage};
+use crate::state::config::{Site, shard_of};
+use crate::state::messages::StoredMessage;
+
+/// The flag that shows an answer to the invoker alone.
+pub const EPHEMERAL: u64 = 1 << 6;
 
 /// Discord's form, `2026-11-30T00:53:19.123000+00:00`.
 fn timestamp(ms: i64) -> String {
@@ -16,7 +21,7 @@ pub(crate) fn user_json(id: u64, name: &str, bot: bool) -> Value {
     json!({ "id": id.to_string(), "username": name, "discriminator": "0", "avatar": null, "bot": bot, "global_name": name, "public_flags": 0 })
 }
 
-pub(crate) fn message_json(state: &State, m: &StoredMessage, referenced: Option<&StoredMessage>) -> Value {
+pub(crate) fn message_json(state: &Site, m: &StoredMessage, referenced: Option<&StoredMessage>) -> Value {
     let c = &state.config;
     let mentions: Vec<Value> = if m.mentions_bot { vec![user_json(c.bot_user_id, &c.bot_name, true)] } else { vec![] };
     let attachments: Vec<Value> = m
@@ -48,7 +53,7 @@ pub(crate) fn message_json(state: &State, m: &StoredMessage, referenced: Option<
         v["guild_id"] = json!(guild.to_string());
     }
     if m.ephemeral {
-        v["flags"] = json!(crate::interactions::EPHEMERAL);
+        v["flags"] = json!(EPHEMERAL);
     }
     if let Some(r) = m.reply_to {
         v["message_reference"] = json!({ "message_id": r.to_string(), "channel_id": m.channel_id.to_string() });
@@ -59,7 +64,7 @@ pub(crate) fn message_json(state: &State, m: &StoredMessage, referenced: Option<
     v
 }
 
-pub(crate) fn ready_json(state: &State, session_id: &str, shard: u32) -> Value {
+pub(crate) fn ready_json(state: &Site, session_id: &str, shard: u32) -> Value {
     let c = &state.config;
     json!({
         "v": 10,
@@ -70,7 +75,7 @@ pub(crate) fn ready_json(state: &State, session_id: &str, shard: u32) -> Value {
         "guilds": c
             .guilds()
             .iter()
-            .filter(|g| crate::shard_of(Some(**g), c.shards) == shard)
+            .filter(|g| shard_of(Some(**g), c.shards) == shard)
             .map(|g| json!({ "id": g.to_string(), "unavailable": true }))
             .collect::<Vec<_>>(),
         "session_id": session_id,
@@ -84,15 +89,31 @@ pub(crate) fn error_json(code: u64, message: &str) -> Value {
     json!({ "code": code, "message": message })
 }
 
+/// A member's VOICE_STATE_UPDATE, as the gateway dispatches it.
+pub(crate) fn voice_state_json(guild: u64, channel: Option<u64>, user: u64, name: &str, session_id: &str) -> serde_json::Value {
+    serde_json::json!({
+        "member": {
+            "user": user_json(user, name, false),
+            "nick": null, "roles": [], "joined_at": null, "deaf": false, "mute": false, "flags": 0,
+            "communication_disabled_until": null,
+        },
+        "guild_id": guild.to_string(),
+        "channel_id": channel.map(|c| c.to_string()),
+        "user_id": user.to_string(),
+        "session_id": session_id,
+        "deaf": false, "mute": false, "self_deaf": false, "self_mute": false,
+        "self_stream": false, "self_video": false, "suppress": false,
+        "request_to_speak_timestamp": null,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::LoopbackConfig;
+    use crate::state::config::LoopbackConfig;
 
-    async fn state() -> State {
-        let dir = std::env::temp_dir().join(format!("clankie-loopback-model-test-{}", std::process::id()));
-        let voice = crate::voice::VoiceServer::start(&dir, None, crate::voice::DaveConfig::default()).await.unwrap();
-        State::new(LoopbackConfig::default(), "127.0.0.1:1".parse().unwrap(), voice)
+    async fn state() -> Site {
+        Site { config: LoopbackConfig::default(), addr: "127.0.0.1:1".parse().unwrap() }
     }
 
     fn stored(reply_to: Option<u64>) -> StoredMessage {

@@ -1,119 +1,28 @@
-//! Everything the loopback Discord remembers.
+//! Everything the loopback Discord remembers, as data: the bottom layer, owning no protocol.
+//!
+//! [`State`] holds the guild's messages, files and typing, the gateway sessions' event logs,
+//! the interactions and the limits' counters. The wire layers above (gateway, REST, rate
+//! limits, interactions, voice) read and change it; it imports nothing of theirs.
+
+pub mod config;
+pub mod interactions;
+pub mod limits;
+pub mod messages;
+pub mod sessions;
+pub mod shapes;
 
 use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
 use std::sync::Mutex;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
-
-use serde::Serialize;
-use tokio::sync::{Notify, broadcast};
-
-use crate::control::NewMessage;
-use crate::{LoopbackConfig, model};
 
 /// Discord's epoch, 2015-01-01, in ms since the Unix epoch.
 use clankie_proto::time::DISCORD_EPOCH_MS;
 
-pub(crate) fn now_ms() -> i64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0)
-}
-
-/// A stored attachment's metadata; bytes live in `State::files`.
-#[derive(Debug, Clone, Serialize)]
-pub struct AttachmentMeta {
-    pub id: u64,
-    pub filename: String,
-    pub content_type: String,
-    pub size: u64,
-}
-
-/// A message in a channel, by a user or the bot.
-#[derive(Debug, Clone, Serialize)]
-pub struct StoredMessage {
-    pub id: u64,
-    pub channel_id: u64,
-    pub guild_id: Option<u64>,
-    pub author_id: u64,
-    pub author_name: String,
-    pub bot: bool,
-    pub content: String,
-    pub mentions_bot: bool,
-    pub reply_to: Option<u64>,
-    pub attachments: Vec<AttachmentMeta>,
-    pub at_ms: i64,
-    pub edited: bool,
-    /// When it was last edited; 0 when never.
-    #[serde(default)]
-    pub edited_at_ms: i64,
-    pub deleted: bool,
-    /// Reactions the bot added (how the sandbox shows each delivery's outcome).
-    pub reactions: Vec<String>,
-    /// Said aloud in the voice channel, not posted: the sandbox's stand-in for hearing him.
-    #[serde(default)]
-    pub spoken: bool,
-    /// Its action rows of buttons, as Discord's `components`.
-    #[serde(default)]
-    pub components: Vec<serde_json::Value>,
-    /// An ephemeral interaction answer: only its invoker sees it, so it is in no channel listing.
-    #[serde(default)]
-    pub ephemeral: bool,
-}
-
-impl StoredMessage {
-    /// A fresh, unedited message with no author yet; callers set who wrote it.
-    fn new(
-        id: u64,
-        channel_id: u64,
-        guild_id: Option<u64>,
-        content: String,
-        reply_to: Option<u64>,
-        attachments: Vec<AttachmentMeta>,
-        at_ms: i64,
-    ) -> Self {
-        StoredMessage {
-            id,
-            channel_id,
-            guild_id,
-            author_id: 0,
-            author_name: String::new(),
-            bot: false,
-            content,
-            mentions_bot: false,
-            reply_to,
-            attachments,
-            at_ms,
-            edited: false,
-            edited_at_ms: 0,
-            deleted: false,
-            reactions: Vec::new(),
-            spoken: false,
-            components: Vec::new(),
-            ephemeral: false,
-        }
-    }
-}
-
-/// What the bot posted, as the control API reports it.
-#[derive(Debug, Clone, Serialize)]
-pub struct Post {
-    pub id: u64,
-    pub at_ms: i64,
-    pub reply_to: Option<u64>,
-    pub content: String,
-    pub attachments: Vec<String>,
-    pub edited: bool,
-    pub deleted: bool,
-}
-
-#[derive(Default)]
-struct GatewaySession {
-    seq: u64,
-    /// The frames dispatched to it, newest last: what a live connection sends next and a resume
-    /// replays, kept to the last [`RESUME_BUFFER`] as Discord keeps a bounded buffer.
-    log: std::collections::VecDeque<(u64, String)>,
-    /// The shard it identified as: only its guilds' events reach it.
-    shard: u32,
-}
+pub use config::LoopbackConfig;
+use config::{Site, shard_of};
+pub use messages::{AttachmentMeta, NewAttachment, NewMessage, Post, StoredMessage};
+pub(crate) use messages::{Upload, now_ms};
+use sessions::Sessions;
 
 #[derive(Default)]
 struct Inner {
@@ -127,81 +36,55 @@ struct Inner {
     nonces: HashMap<(u64, String), (u64, i64)>,
     /// When `nonces` last let go of those past their window.
     nonces_swept_at: i64,
-    sessions: HashMap<String, GatewaySession>,
     /// Uploaded bytes with their content type, served as Discord's CDN would.
     files: HashMap<u64, (String, Vec<u8>)>,
     /// How often each file was fetched, so a test can tell a second download from a cached one.
     downloads: HashMap<u64, u64>,
-    identifies: u64,
-    /// Identifies that came sooner than 5 s after the last one of their bucket.
-    identifies_too_fast: u64,
-    /// When each identify bucket last identified.
-    identified_at: HashMap<u32, i64>,
-    resumes: u64,
-    attached: usize,
-    /// Connections attached per shard.
-    attached_shards: HashMap<u32, usize>,
-    /// Frames the next resume replays beyond what the client asked for.
-    replay_extra: u64,
 }
 
+/// The loopback's state. Reads as its [`Site`] (what it contains, where it is) too.
 pub(crate) struct State {
-    pub config: LoopbackConfig,
-    pub addr: SocketAddr,
-    pub voice: std::sync::Arc<crate::voice::VoiceServer>,
+    site: Site,
     inner: Mutex<Inner>,
-    pub dispatched: broadcast::Sender<()>,
-    pub drop_all: broadcast::Sender<()>,
-    pub attached_changed: Notify,
+    /// The gateway sessions and the signals their connections wait on.
+    pub sessions: Sessions,
     /// Discord's limits as they stand for this loopback's clients.
-    pub limits: crate::limits::Keeper,
+    pub limits: limits::Keeper,
     /// Registered commands and the interactions dispatched.
-    pub interactions: crate::interactions::Interactions,
+    pub interactions: interactions::Interactions,
 }
 
-/// Discord's spacing of identifies within one `max_concurrency` bucket.
-const IDENTIFY_SPACING_MS: i64 = 5_000;
+impl std::ops::Deref for State {
+    type Target = Site;
+
+    fn deref(&self) -> &Site {
+        &self.site
+    }
+}
 
 /// How long a nonce is remembered for enforcement.
 const NONCE_WINDOW_MS: i64 = 5 * 60 * 1000;
-/// Frames a session keeps for resuming; a resume from before them is refused (op 9), as
-/// Discord refuses one it can no longer replay.
-const RESUME_BUFFER: usize = 1024;
 /// Typing calls kept per channel, newest last: those of the last [`TYPING_KEPT_MS`], at most
 /// this many, so a channel's record stops growing within minutes.
 const TYPING_KEPT: usize = 4096;
 /// How long a typing call is kept for tests to read.
 const TYPING_KEPT_MS: i64 = 2 * 60 * 1000;
 
-impl GatewaySession {
-    fn push(&mut self, frame: String) {
-        self.seq += 1;
-        self.log.push_back((self.seq, frame));
-        while self.log.len() > RESUME_BUFFER {
-            self.log.pop_front();
-        }
-    }
-
-    /// Whether every frame after `seq` is still kept.
-    fn holds_after(&self, seq: u64) -> bool {
-        self.log.front().is_none_or(|(first, _)| *first <= seq + 1)
-    }
-}
-
 impl State {
-    pub fn new(config: LoopbackConfig, addr: SocketAddr, voice: std::sync::Arc<crate::voice::VoiceServer>) -> State {
+    pub fn new(config: LoopbackConfig, addr: SocketAddr) -> State {
         let first = ((now_ms() as u64).saturating_sub(DISCORD_EPOCH_MS)) << 22;
         State {
-            config,
-            addr,
-            voice,
+            site: Site { config, addr },
             inner: Mutex::new(Inner { next_id: first, ..Default::default() }),
-            dispatched: broadcast::channel(1024).0,
-            drop_all: broadcast::channel(4).0,
-            attached_changed: Notify::new(),
-            limits: crate::limits::Keeper::default(),
-            interactions: crate::interactions::Interactions::default(),
+            sessions: Sessions::default(),
+            limits: limits::Keeper::default(),
+            interactions: interactions::Interactions::default(),
         }
+    }
+
+    /// A message as the gateway and REST render it.
+    pub(crate) fn message_json(&self, m: &StoredMessage, referenced: Option<&StoredMessage>) -> serde_json::Value {
+        shapes::message_json(&self.site, m, referenced)
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
@@ -317,94 +200,15 @@ impl State {
     }
 
     /// Dispatches one gateway event to every session of the shard its guild is on.
-    fn dispatch(&self, t: &str, d: serde_json::Value) {
+    pub(crate) fn dispatch(&self, t: &str, d: serde_json::Value) {
         let guild = d["guild_id"].as_str().and_then(|g| g.parse().ok());
-        let shard = crate::shard_of(guild, self.config.shards);
-        let mut inner = self.lock();
-        for session in inner.sessions.values_mut().filter(|s| s.shard == shard) {
-            let frame = serde_json::json!({ "op": 0, "t": t, "s": session.seq + 1, "d": d }).to_string();
-            session.push(frame);
-        }
-        drop(inner);
-        let _ = self.dispatched.send(());
-    }
-
-    fn voice_state_json(guild: u64, channel: Option<u64>, user: u64, name: &str, session_id: &str) -> serde_json::Value {
-        serde_json::json!({
-            "member": {
-                "user": crate::model::user_json(user, name, false),
-                "nick": null, "roles": [], "joined_at": null, "deaf": false, "mute": false, "flags": 0,
-                "communication_disabled_until": null,
-            },
-            "guild_id": guild.to_string(),
-            "channel_id": channel.map(|c| c.to_string()),
-            "user_id": user.to_string(),
-            "session_id": session_id,
-            "deaf": false, "mute": false, "self_deaf": false, "self_mute": false,
-            "self_stream": false, "self_video": false, "suppress": false,
-            "request_to_speak_timestamp": null,
-        })
-    }
-
-    /// The voice channels of the guild a channel belongs to, and that guild; `Err` unless
-    /// `channel` is a voice channel.
-    pub(crate) fn voice_guild(&self, channel: u64) -> Result<(u64, Vec<u64>), crate::voice::VoiceError> {
-        let spec =
-            self.config.channels.iter().find(|c| c.id == channel && c.voice).ok_or(crate::voice::VoiceError::UnknownChannel(channel))?;
-        let guild = spec.guild.unwrap_or(self.config.guild_id);
-        let channels =
-            self.config.channels.iter().filter(|c| c.voice && c.guild.unwrap_or(self.config.guild_id) == guild).map(|c| c.id).collect();
-        Ok((guild, channels))
-    }
-
-    /// A user joins (or leaves) a voice channel: dispatches their VOICE_STATE_UPDATE.
-    pub fn voice_member(&self, channel: u64, author: &str, join: bool) -> Result<u64, crate::voice::VoiceError> {
-        let (guild, channels) = self.voice_guild(channel)?;
-        let user = State::user_id(author);
-        self.voice.set_member(guild, &channels, user, author, join.then_some(channel));
-        let session = format!("user-voice-{user}");
-        self.dispatch("VOICE_STATE_UPDATE", State::voice_state_json(guild, join.then_some(channel), user, author, &session));
-        Ok(user)
-    }
-
-    /// `author` says `pcm` (mono, `rate` Hz) aloud in a voice channel; returns the frames that
-    /// reached his connection.
-    pub async fn voice_speak(&self, channel: u64, author: &str, pcm: &[i16], rate: u32) -> Result<u32, crate::voice::VoiceError> {
-        let (guild, _) = self.voice_guild(channel)?;
-        self.voice.speak(guild, channel, State::user_id(author), author, pcm, rate).await
-    }
-
-    /// Hostile traffic of `kind` toward his connection in a voice channel, as `author`'s stream.
-    pub async fn voice_inject(&self, channel: u64, author: &str, kind: &str) -> Result<(), crate::voice::VoiceError> {
-        let (guild, _) = self.voice_guild(channel)?;
-        self.voice.inject(guild, channel, State::user_id(author), kind).await
-    }
-
-    /// The bot's op 4: its VOICE_STATE_UPDATE with a fresh session, then (when it joins) a
-    /// VOICE_SERVER_UPDATE, as Discord sends them.
-    pub fn bot_voice(&self, guild: u64, channel: Option<u64>) -> (String, String) {
-        let (session, token) = self.voice.bot_moves(guild, channel);
-        self.dispatch(
-            "VOICE_STATE_UPDATE",
-            State::voice_state_json(guild, channel, self.config.bot_user_id, &self.config.bot_name, &session),
-        );
-        if channel.is_some() {
-            let d = serde_json::json!({ "guild_id": guild.to_string(), "token": token, "endpoint": self.voice.endpoint() });
-            self.dispatch("VOICE_SERVER_UPDATE", d);
-        }
-        (session, token)
-    }
-
-    /// A VOICE_SERVER_UPDATE on Discord's initiative: a new token (the call moved), or a null
-    /// endpoint (the voice server went away; another update follows).
-    pub fn voice_server_update(&self, guild: u64, gone: bool) {
-        let token = self.voice.rotate_token(guild);
-        let endpoint = if gone { serde_json::Value::Null } else { serde_json::json!(self.voice.endpoint()) };
-        self.dispatch("VOICE_SERVER_UPDATE", serde_json::json!({ "guild_id": guild.to_string(), "token": token, "endpoint": endpoint }));
+        let shard = shard_of(guild, self.config.shards);
+        self.sessions.push(shard, t, &d);
+        self.sessions.ring();
     }
 
     /// Keeps uploaded bytes, each under an id of its own, and returns their metadata.
-    fn store_files(inner: &mut Inner, files: impl IntoIterator<Item = crate::rest::Upload>) -> Vec<AttachmentMeta> {
+    fn store_files(inner: &mut Inner, files: impl IntoIterator<Item = Upload>) -> Vec<AttachmentMeta> {
         files
             .into_iter()
             .map(|(filename, content_type, bytes)| {
@@ -438,7 +242,7 @@ impl State {
         content: String,
         reply_to: Option<u64>,
         nonce: Option<(String, bool)>,
-        files: Vec<crate::rest::Upload>,
+        files: Vec<Upload>,
         components: Vec<serde_json::Value>,
     ) -> StoredMessage {
         let guild_id = self.guild_of(channel).unwrap_or(None);
@@ -486,14 +290,12 @@ impl State {
 
     fn store_and_dispatch(&self, inner: &mut Inner, message: StoredMessage) {
         let referenced = message.reply_to.and_then(|r| inner.messages.get(&r).cloned());
-        let json = model::message_json(self, &message, referenced.as_ref());
-        let shard = crate::shard_of(message.guild_id, self.config.shards);
+        let json = self.message_json(&message, referenced.as_ref());
+        let shard = shard_of(message.guild_id, self.config.shards);
         self.keep(inner, message);
-        for session in inner.sessions.values_mut().filter(|s| s.shard == shard) {
-            let frame = serde_json::json!({ "op": 0, "t": "MESSAGE_CREATE", "s": session.seq + 1, "d": json }).to_string();
-            session.push(frame);
-        }
-        let _ = self.dispatched.send(());
+        // Under the lock that stored it: no connection sends the event before the message is there.
+        self.sessions.push(shard, "MESSAGE_CREATE", &json);
+        self.sessions.ring();
     }
 
     pub fn message(&self, id: u64) -> Option<StoredMessage> {
@@ -522,7 +324,7 @@ impl State {
         m.edited_at_ms = now_ms().max(m.edited_at_ms + 1);
         let message = m.clone();
         let referenced = message.reply_to.and_then(|r| inner.messages.get(&r).cloned());
-        let json = model::message_json(self, &message, referenced.as_ref());
+        let json = self.message_json(&message, referenced.as_ref());
         drop(inner);
         self.dispatch("MESSAGE_UPDATE", json);
         true
@@ -652,106 +454,13 @@ impl State {
         self.lock().typing.get(&channel).cloned().unwrap_or_default()
     }
 
-    /// Starts a gateway session for `shard` (its id; the total was checked); returns its id
-    /// and the READY frame (sequence 1). An identify sooner than 5 s after the last one of its
-    /// bucket is counted as too fast, the limit Discord's `max_concurrency` sets.
+    /// Starts a gateway session for `shard`; returns its id and the READY frame.
     pub fn identify(&self, shard: u32) -> (String, String) {
-        let mut inner = self.lock();
-        inner.identifies += 1;
-        let now = now_ms();
-        let bucket = shard % self.config.max_concurrency.max(1);
-        if let Some(last) = inner.identified_at.insert(bucket, now)
-            && now - last < IDENTIFY_SPACING_MS
-        {
-            inner.identifies_too_fast += 1;
-        }
-        let id = format!("loopback-session-{}-{}", inner.identifies, now);
-        let ready = model::ready_json(self, &id, shard);
-        let frame = serde_json::json!({ "op": 0, "t": "READY", "s": 1, "d": ready }).to_string();
-        inner.sessions.insert(id.clone(), GatewaySession { seq: 1, log: [(1, frame.clone())].into(), shard });
-        (id, frame)
+        self.sessions.identify(shard, self.config.max_concurrency, |id| shapes::ready_json(&self.site, id, shard))
     }
 
-    /// The shard a session identified as.
-    pub fn session_shard(&self, session: &str) -> Option<u32> {
-        self.lock().sessions.get(session).map(|s| s.shard)
-    }
-
-    pub fn identifies_too_fast(&self) -> u64 {
-        self.lock().identifies_too_fast
-    }
-
-    /// Shards with a connection attached now, each once, in order.
-    pub fn attached_shards(&self) -> Vec<u32> {
-        let mut shards: Vec<u32> = self.lock().attached_shards.iter().filter(|(_, n)| **n > 0).map(|(s, _)| *s).collect();
-        shards.sort_unstable();
-        shards
-    }
-
-    /// Resumes a session: the frames after `seq`, ending with RESUMED; `None` for an unknown session.
-    pub fn resume(&self, session: &str, seq: u64) -> Option<Vec<(u64, String)>> {
-        let mut inner = self.lock();
-        let extra = std::mem::take(&mut inner.replay_extra);
-        let seq = seq.saturating_sub(extra);
-        let s = inner.sessions.get_mut(session)?;
-        if !s.holds_after(seq) {
-            return None;
-        }
-        let resumed = serde_json::json!({ "op": 0, "t": "RESUMED", "s": s.seq + 1, "d": {} }).to_string();
-        s.push(resumed);
-        let frames = s.log.iter().filter(|(n, _)| *n > seq).cloned().collect();
-        inner.resumes += 1;
-        Some(frames)
-    }
-
-    /// Frames of a session after `seq`.
-    pub fn frames_after(&self, session: &str, seq: u64) -> Vec<(u64, String)> {
-        self.lock().sessions.get(session).map(|s| s.log.iter().filter(|(n, _)| *n > seq).cloned().collect()).unwrap_or_default()
-    }
-
-    pub fn identifies(&self) -> u64 {
-        self.lock().identifies
-    }
-
-    pub fn resumes(&self) -> u64 {
-        self.lock().resumes
-    }
-
-    pub fn set_attached(&self, shard: u32, delta: isize) {
-        let mut inner = self.lock();
-        inner.attached = inner.attached.saturating_add_signed(delta);
-        let n = inner.attached_shards.entry(shard).or_default();
-        *n = n.saturating_add_signed(delta);
-        drop(inner);
-        self.attached_changed.notify_waiters();
-    }
-
-    pub fn drop_connections(&self) {
-        let _ = self.drop_all.send(());
-    }
-
-    /// Makes the next resume replay `frames` dispatches the client already had, as Discord may.
-    pub fn replay_on_resume(&self, frames: u64) {
-        self.lock().replay_extra = frames;
-    }
-
-    pub async fn wait_for_session(&self, timeout: Duration) -> bool {
-        let deadline = tokio::time::Instant::now() + timeout;
-        loop {
-            let notified = self.attached_changed.notified();
-            if self.lock().attached > 0 {
-                return true;
-            }
-            if tokio::time::timeout_at(deadline, notified).await.is_err() {
-                return self.lock().attached > 0;
-            }
-        }
-    }
-}
-
-impl crate::Loopback {
     /// Every DM channel the bot opened, as (recipient, channel), in order: whom each DM went to.
     pub fn dms_opened(&self) -> Vec<(u64, u64)> {
-        self.state.lock().dms_opened.clone()
+        self.lock().dms_opened.clone()
     }
 }

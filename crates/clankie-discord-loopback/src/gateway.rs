@@ -1,23 +1,32 @@
-//! The gateway WebSocket, v10, JSON encoding.
+//! The gateway WebSocket, v10, JSON encoding: Hello, Identify → READY (shards and the
+//! identify spacing), heartbeats, Resume with replay, the command cap (4008), and the bot's
+//! voice state updates (op 4), which the voice layer answers.
 
 use std::sync::Arc;
 
 use axum::Router;
-use axum::extract::State as AxState;
 use axum::extract::ws::{Message, WebSocket, WebSocketUpgrade};
+use axum::extract::{FromRef, State as AxState};
 use axum::response::Response;
 use axum::routing::get;
 use serde_json::{Value, json};
 
 use crate::state::State;
+use crate::state::limits::CommandWindow;
+use crate::voice::{VoiceServer, bot_voice};
 
-pub(crate) fn routes() -> Router<Arc<State>> {
+pub(crate) fn routes<S>() -> Router<S>
+where
+    S: Clone + Send + Sync + 'static,
+    Arc<State>: FromRef<S>,
+    Arc<VoiceServer>: FromRef<S>,
+{
     // twilight connects to `<url>/?v=10&encoding=json`, so both forms are served.
     Router::new().route("/gateway", get(upgrade)).route("/gateway/", get(upgrade))
 }
 
-async fn upgrade(ws: WebSocketUpgrade, AxState(state): AxState<Arc<State>>) -> Response {
-    ws.on_upgrade(move |socket| serve(socket, state))
+async fn upgrade(ws: WebSocketUpgrade, AxState(state): AxState<Arc<State>>, AxState(voice): AxState<Arc<VoiceServer>>) -> Response {
+    ws.on_upgrade(move |socket| serve(socket, state, voice))
 }
 
 fn token_ok(state: &State, token: &str) -> bool {
@@ -28,17 +37,17 @@ async fn send(socket: &mut WebSocket, frame: String) -> bool {
     socket.send(Message::Text(frame.into())).await.is_ok()
 }
 
-async fn serve(mut socket: WebSocket, state: Arc<State>) {
+async fn serve(mut socket: WebSocket, state: Arc<State>, voice: Arc<VoiceServer>) {
     let hello = json!({ "op": 10, "d": { "heartbeat_interval": state.config.heartbeat_interval_ms } }).to_string();
     if !send(&mut socket, hello).await {
         return;
     }
-    let mut dispatched = state.dispatched.subscribe();
-    let mut drop_all = state.drop_all.subscribe();
+    let mut dispatched = state.sessions.dispatched.subscribe();
+    let mut drop_all = state.sessions.drop_all.subscribe();
     let mut session: Option<String> = None;
     let mut shard = 0u32;
     let mut sent = 0u64;
-    let mut commands = crate::limits::CommandWindow::new(&state.config.limits);
+    let mut commands = CommandWindow::new(&state.config.limits);
     loop {
         tokio::select! {
             incoming = socket.recv() => {
@@ -74,27 +83,27 @@ async fn serve(mut socket: WebSocket, state: Arc<State>) {
                             let _ = socket.send(Message::Close(Some(axum::extract::ws::CloseFrame { code: 4010, reason: "Invalid shard.".into() }))).await;
                             break;
                         }
-                        if session.is_some() { state.set_attached(shard, -1); }
+                        if session.is_some() { state.sessions.set_attached(shard, -1); }
                         shard = id;
                         let (id, ready) = state.identify(shard);
                         if !send(&mut socket, ready).await { break; }
                         sent = 1;
                         session = Some(id);
-                        state.set_attached(shard, 1);
+                        state.sessions.set_attached(shard, 1);
                     }
                     Some(4) => {
                         // Update Voice State: join, move or leave a voice channel.
                         let d = &frame["d"];
                         let id = |v: &Value| v.as_str().and_then(|s| s.parse::<u64>().ok()).or_else(|| v.as_u64());
                         if session.is_some() && let Some(guild) = id(&d["guild_id"]) {
-                            let _ = state.bot_voice(guild, id(&d["channel_id"]));
+                            let _ = bot_voice(&state, &voice, guild, id(&d["channel_id"]));
                         }
                     }
                     Some(6) => {
                         let d = &frame["d"];
                         let sid = d["session_id"].as_str().unwrap_or_default().to_owned();
                         let seq = d["seq"].as_u64().unwrap_or(0);
-                        match (token_ok(&state, d["token"].as_str().unwrap_or_default()), state.resume(&sid, seq)) {
+                        match (token_ok(&state, d["token"].as_str().unwrap_or_default()), state.sessions.resume(&sid, seq)) {
                             (true, Some(frames)) => {
                                 let mut ok = true;
                                 for (n, f) in frames {
@@ -102,10 +111,10 @@ async fn serve(mut socket: WebSocket, state: Arc<State>) {
                                     sent = n;
                                 }
                                 if !ok { break; }
-                                if session.is_some() { state.set_attached(shard, -1); }
-                                shard = state.session_shard(&sid).unwrap_or(0);
+                                if session.is_some() { state.sessions.set_attached(shard, -1); }
+                                shard = state.sessions.session_shard(&sid).unwrap_or(0);
                                 session = Some(sid);
-                                state.set_attached(shard, 1);
+                                state.sessions.set_attached(shard, 1);
                             }
                             _ => {
                                 if !send(&mut socket, json!({ "op": 9, "d": false }).to_string()).await { break; }
@@ -118,7 +127,7 @@ async fn serve(mut socket: WebSocket, state: Arc<State>) {
             _ = dispatched.recv() => {
                 if let Some(sid) = &session {
                     let mut ok = true;
-                    for (n, f) in state.frames_after(sid, sent) {
+                    for (n, f) in state.sessions.frames_after(sid, sent) {
                         ok &= send(&mut socket, f).await;
                         sent = n;
                     }
@@ -132,6 +141,6 @@ async fn serve(mut socket: WebSocket, state: Arc<State>) {
         }
     }
     if session.is_some() {
-        state.set_attached(shard, -1);
+        state.sessions.set_attached(shard, -1);
     }
 }
