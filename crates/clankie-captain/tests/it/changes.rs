@@ -60,6 +60,10 @@ async fn message_delete_consumed_on_the_replica_not_holding_the_lane_withdraws_t
             rig.receipts.all().iter().any(|r| r.kind == "captain.run" && r.delivery_id == asked.to_string())
         })
         .await;
+        // Inside its first model call, held at the gate: a message that came before the call was
+        // made would be read by the call itself (the run's receipt comes first), not steered.
+        let round = format!("round {rounds}:");
+        until("the run's first call", Duration::from_secs(20), || rig.standin.requests().iter().any(|r| r.count(&round) > 0)).await;
         let mut waiting = Vec::new();
         for n in 0..5 {
             waiting.push(rig.say("ada", &format!("canary-{rounds}-{n} one more thing"), false).await);
@@ -116,6 +120,8 @@ async fn message_edit_during_a_run_then_a_crash_before_settle_reaches_the_replac
         rig.receipts.all().iter().any(|r| r.kind == "captain.run" && r.delivery_id == asked.to_string())
     })
     .await;
+    // Edited inside the run's first call (held at the gate), not before the call is made.
+    until("the run's first call", Duration::from_secs(20), || rig.standin.requests().iter().any(|r| r.count("walrus") > 0)).await;
     rig.edit(asked, "ada", "@Clankie is the lobby at 9pm? (narwhal)", true).await;
     changes_stored(&rig, &[asked]).await;
     rig.standin.open_gate("edited");
