@@ -175,12 +175,7 @@ impl RestClient {
 }
 
 fn build(token: &str, api: Option<&str>) -> twilight_http::Client {
-    // Twilight's limiter grants each request its permit just before sending it, after any wait
-    // for the route's bucket; so the global limit is kept there too, over a sliding second of
-    // grants (the vendored limiter's patch), at the paced rate: requests a bucket held back and
-    // released together at its reset cannot land on top of a second of paced ones.
-    let limiter = twilight_http_ratelimiting::RateLimiter::new(PACED_PER_SECOND as u16);
-    let mut builder = twilight_http::Client::builder().token(token.to_owned()).ratelimiter(Some(limiter));
+    let mut builder = twilight_http::Client::builder().token(token.to_owned());
     if let Some(api) = api {
         builder = builder.proxy(api.to_owned(), true);
     }

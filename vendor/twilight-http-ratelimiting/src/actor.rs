@@ -106,12 +106,7 @@ pub async fn runner(
     global_limit: u16,
     mut rx: mpsc::UnboundedReceiver<(Message, Option<crate::Predicate>)>,
 ) {
-    // When each of the last second's permits was granted: the global limit is kept over a sliding
-    // second of grants (clankie's patch; upstream counts a window from its first grant, so the
-    // end of one window and the start of the next can send twice the limit within a second).
-    let mut granted = VecDeque::<Instant>::with_capacity(usize::from(global_limit));
-    // A request waits for the global limit; the timer is set for when the oldest grant ages out.
-    let mut global_blocked = false;
+    let mut global_remaining = global_limit;
     let mut global_timer = pin!(sleep(Duration::ZERO));
 
     let mut buckets = HashMap::<Endpoint, Vec<u8>>::new();
@@ -123,35 +118,21 @@ pub async fn runner(
     let mut queues = HashTable::<(u64, Queue)>::new();
     let hasher = Hasher(RandomState::new());
 
-    /// Whether the last second's grants leave room for one more.
-    macro_rules! global_free {
-        () => {{
-            let now = Instant::now();
-            while granted.front().is_some_and(|at| now.saturating_duration_since(*at) >= GLOBAL_LIMIT_PERIOD) {
-                granted.pop_front();
-            }
-            granted.len() < usize::from(global_limit)
-        }};
-    }
-
     /// Updates global rate limit state.
     macro_rules! on_global {
         () => {
-            granted.push_back(Instant::now());
-            if granted.len() == usize::from(global_limit) {
-                tracing::info!("globally exhausted");
+            debug_assert_ne!(global_remaining, 0);
+            if global_remaining == global_limit {
+                global_timer
+                    .as_mut()
+                    .reset(Instant::now() + GLOBAL_LIMIT_PERIOD);
+            } else if global_remaining == 1 {
+                tracing::info!(
+                    reset_after = ?global_timer.deadline().saturating_duration_since(Instant::now()),
+                    "globally exhausted"
+                );
             }
-        };
-    }
-
-    /// Holds requests until the oldest of the last second's grants ages out.
-    macro_rules! hold_for_global {
-        () => {
-            if !global_blocked {
-                global_blocked = true;
-                let free_at = granted.front().map_or_else(Instant::now, |at| *at + GLOBAL_LIMIT_PERIOD);
-                global_timer.as_mut().reset(free_at);
-            }
+            global_remaining -= 1;
         };
     }
 
@@ -162,7 +143,7 @@ pub async fn runner(
             while let Some(req) = $queue
                 .pending
                 .front()
-                .is_some_and(|req| req.endpoint.is_interaction() || global_free!())
+                .is_some_and(|req| global_remaining != 0 || req.endpoint.is_interaction())
                 .then(|| $queue.pending.pop_front())
                 .flatten()
             {
@@ -178,9 +159,6 @@ pub async fn runner(
                     }
                     Err(recover) => tx = recover,
                 }
-            }
-            if !$queue.in_flight && $queue.pending.front().is_some_and(|req| !req.endpoint.is_interaction()) {
-                hold_for_global!();
             }
         };
     }
@@ -210,13 +188,8 @@ pub async fn runner(
                 });
                 gc_interval.as_mut().reset(Instant::now() + GC_INTERVAL);
             }
-            () = &mut global_timer, if global_blocked => {
-                if !global_free!() {
-                    let free_at = granted.front().map_or_else(Instant::now, |at| *at + GLOBAL_LIMIT_PERIOD);
-                    global_timer.as_mut().reset(free_at);
-                    continue;
-                }
-                global_blocked = false;
+            () = &mut global_timer, if global_remaining != global_limit => {
+                global_remaining = global_limit;
                 // Try resume all stopped queues.
                 for (_, queue) in queues.iter_mut().filter(|(_, queue)| {
                     !queue.in_flight && (!queue.is_exhasted() || queue.reset.is_none())
@@ -306,9 +279,8 @@ pub async fn runner(
                 } else {
                     if headers.is_err() {
                         tracing::debug!("cancelled");
-                        granted.pop_back();
-                        if global_blocked {
-                            global_timer.as_mut().reset(Instant::now());
+                        if global_remaining != global_limit {
+                            global_remaining += 1;
                         }
                     } else {
                         tracing::debug!(headers = "None");
@@ -351,10 +323,7 @@ pub async fn runner(
                 let queue_active = queue.in_flight || (queue.is_exhasted() && queue.reset.is_some());
                 if is_cancelled {
                     drop(msg);
-                } else if queue_active || (!msg.endpoint.is_interaction() && !global_free!()) {
-                    if !queue_active {
-                        hold_for_global!();
-                    }
+                } else if queue_active || (global_remaining == 0 && !msg.endpoint.is_interaction()) {
                     queue.pending.push_back(msg);
                 } else {
                     let (tx, rx) = oneshot::channel();
