@@ -101,7 +101,7 @@ fn interaction(
     }
     let record = InteractionRecord { id, token, channel_id: channel, user_id, kind, message_id: on, ..Default::default() };
     state.interactions.lock().open.insert(id, Open { record: record.clone(), created: Instant::now() });
-    state.dispatch_event("INTERACTION_CREATE", d);
+    state.dispatch("INTERACTION_CREATE", d);
     record
 }
 

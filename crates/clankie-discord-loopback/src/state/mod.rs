@@ -101,11 +101,6 @@ impl State {
         State::next_id(&mut self.lock())
     }
 
-    /// Dispatches one gateway event (`t`, `d`) to the sessions of its guild's shard.
-    pub(crate) fn dispatch_event(&self, t: &str, d: serde_json::Value) {
-        self.dispatch(t, d);
-    }
-
     /// A message by id, an ephemeral one included.
     pub(crate) fn any_message(&self, id: u64) -> Option<StoredMessage> {
         self.lock().messages.get(&id).cloned().filter(|m| !m.deleted)
