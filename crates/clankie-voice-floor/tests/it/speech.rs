@@ -103,14 +103,21 @@ async fn barge_in_ada_speaking_over_him_stops_his_audio() {
     let (interruption, rate) = clip("good morning everyone").await;
     let spoke_at = clankie_bus::now_ms();
     rig.discord.voice_speak(VOICE, "ada", &interruption, rate).await.unwrap();
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    until("the cut-off receipt", Duration::from_secs(10), || rig.receipts("voice.playback").iter().any(|r| super::has_code(r, "cut_off")))
+        .await;
+    // The loopback closes a stream of his once it has been quiet for its segment gap.
+    until("his story's end at the loopback", Duration::from_secs(10), || {
+        rig.discord.voice().heard(VOICE).iter().any(|s| s.start_ms > asked)
+    })
+    .await;
     let story = rig.discord.voice().heard(VOICE).into_iter().find(|s| s.start_ms > asked).expect("his story at the loopback");
     let stopped_after = story.end_ms - spoke_at;
     println!("barge_in: his audio stopped {stopped_after} ms after ada began ({} ms of the story played)", story.duration_ms());
-    assert!(stopped_after <= 700, "his audio went on {stopped_after} ms after she spoke");
+    // How soon is the bench's figure (`clankie-bench voice`, barge-in p50/p99); here, that she
+    // stopped him: the whole story runs past 9 s and she speaks 1.5 s into it, so a floor that
+    // let it play on goes seconds past this bound, and one that stopped him comes in well under.
+    assert!(stopped_after <= 3_000, "his audio went on {stopped_after} ms after she spoke");
     assert!(story.duration_ms() < 9_000, "the whole story played");
-    until("the cut-off receipt", Duration::from_secs(10), || rig.receipts("voice.playback").iter().any(|r| super::has_code(r, "cut_off")))
-        .await;
 }
 
 #[tokio::test]
