@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use async_nats::jetstream::consumer::{DeliverPolicy, pull};
-use clankie_proto::{Family, v1};
+use clankie_proto::{Family, Subject, v1};
 use futures::StreamExt;
 use prost::Message as _;
 
@@ -52,7 +52,12 @@ impl Bus {
     /// and edits, typed room lines, steers of their messages, their transcribed speech),
     /// reading each stream once with an ordered consumer and deleting by sequence, with the
     /// server overwriting what it deletes. Events of anyone else stay.
+    ///
+    /// First it tells every live voice room (`clankie.signal.forgotten`), which drops their lines
+    /// from the ring it holds in memory: the store's copy is gone by now, and a room holds lines
+    /// the store no longer has.
     pub async fn erase_author(&self, author_id: u64) -> Result<ErasedMessages, BusError> {
+        self.signal(&Subject::SignalForgotten, &v1::ForgottenSignal { user_id: author_id }).await?;
         let mut erased = ErasedMessages::default();
         for family in AUTHORED {
             let Some(spec) = stream_for(family) else { continue };

@@ -39,6 +39,7 @@ impl Event for v1::FloorDecision {}
 impl Event for v1::Receipt {}
 impl Event for v1::Experience {}
 impl Event for v1::TypingSignal {}
+impl Event for v1::ForgottenSignal {}
 impl Event for v1::HistoryRequest {}
 impl Event for v1::HistoryReply {}
 impl Event for v1::Speak {}

@@ -190,6 +190,16 @@ impl Store {
         Ok(sqlx::query("DELETE FROM voice_ring WHERE delivery_id = $1").bind(delivery_id).execute(&self.pool).await?.rows_affected())
     }
 
+    /// Removes a forgotten person's lines from every voice ring; how many went. A live room
+    /// calls it after its own pending writes, so a line it was still storing goes too.
+    pub async fn withdraw_ring_lines_of(&self, author_id: u64) -> Result<u64, StoreError> {
+        Ok(sqlx::query("DELETE FROM voice_ring WHERE author_id = $1 AND NOT is_him")
+            .bind(author_id.to_string())
+            .execute(&self.pool)
+            .await?
+            .rows_affected())
+    }
+
     /// Gives the voice ring's lines of typed message `delivery_id` its edited `text`; how many.
     pub async fn edit_ring_lines(&self, delivery_id: &str, text: &str) -> Result<u64, StoreError> {
         Ok(sqlx::query("UPDATE voice_ring SET text = $2 WHERE delivery_id = $1")

@@ -74,6 +74,7 @@ enum RoomMsg {
     Connect(Connection),
     Live(oneshot::Sender<Result<(), VoiceError>>),
     Named(u64, String),
+    Forgotten(u64),
 }
 
 /// The keeper's handle on one room actor. Dropping it ends the room, its body and its runs.
@@ -111,6 +112,11 @@ impl RoomHandle {
     /// A member's display name, for the utterances they speak.
     pub fn named(&self, user: u64, name: String) {
         let _ = self.mailbox.send(RoomMsg::Named(user, name));
+    }
+
+    /// A person was forgotten: the room drops their lines from its ring.
+    pub fn forgotten(&self, user: u64) {
+        let _ = self.mailbox.send(RoomMsg::Forgotten(user));
     }
 
     /// Whether a part of the room ended without being told to: its actor (a panic, or its body
@@ -281,6 +287,7 @@ impl RoomActor {
                     Some(RoomMsg::Named(user, name)) => {
                         self.names.insert(user, name);
                     }
+                    Some(RoomMsg::Forgotten(user)) => self.forget(user),
                     None => break,
                 },
                 d = next_input(&mut self.inputs) => match d {
@@ -344,6 +351,27 @@ impl RoomActor {
                         .with_count("ring_lines", lines as i64)
                 })
                 .await;
+        });
+    }
+
+    /// A forgotten person's lines leave the ring here, by the room's owner, so no later room
+    /// block holds them; their stored copies go after the room's pending writes (one of theirs
+    /// may still be on its way to the store). His own lines stay.
+    fn forget(&mut self, user: u64) {
+        let before = self.ring.len();
+        self.ring.retain(|l| l.is_him || l.author_id != user);
+        let dropped = before - self.ring.len();
+        let (store, bus, key) = (self.store.clone(), self.bus.clone(), self.key);
+        self.publisher.send("ring", async move {
+            let stored = store.withdraw_ring_lines_of(user).await;
+            if let Err(e) = &stored {
+                tracing::warn!(error = %e, "a forgotten person's stored ring lines were not removed; the room's ring has none");
+            }
+            room_receipt(&bus, &format!("forget:{user}"), "voice.forgotten", key, |r| {
+                r.with_id("user", user)
+                    .with_count("ring_lines", dropped as i64)
+                    .with_count("stored_lines", *stored.as_ref().unwrap_or(&0) as i64)
+            });
         });
     }
 

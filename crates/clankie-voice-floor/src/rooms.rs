@@ -202,6 +202,8 @@ impl RoomKeeper {
             .bus
             .consumer::<v1::VoiceServer>(ConsumerSpec::durable(servers_name, Family::VoiceServer).last_per_subject().fresh())
             .await?;
+        // A forget reaches the rooms live here now; a room taken later reads a ring without them.
+        let mut forgotten = std::pin::pin!(self.bus.signals::<v1::ForgottenSignal>(Family::SignalForgotten).await?);
         let mut tick = tokio::time::interval((self.config.lease_ttl / 4).max(Duration::from_millis(100)));
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
@@ -221,6 +223,11 @@ impl RoomKeeper {
                     let d = d?;
                     self.owner_command(&d.event);
                     let _ = d.ack().await;
+                }
+                Some(f) = futures::StreamExt::next(&mut forgotten) => {
+                    for owned in self.owned.values() {
+                        owned.room.forgotten(f.user_id);
+                    }
                 }
                 Some((key, epoch, link)) = self.links.recv() => self.link(key, epoch, link).await,
                 _ = tick.tick() => {}

@@ -151,3 +151,58 @@ async fn message_edit_and_delete_in_the_live_voice_chat_change_the_next_room_blo
     assert_eq!(after.count("lunch is at noon"), 0, "the words the edit replaced are still in the room block");
     assert!(after.count("lunch is at one") >= 1, "the edit never reached the room block");
 }
+
+/// A forget reaches a live voice room: the person's lines leave the ring it holds in memory, so
+/// the next room block has none of them, and everyone else's stay. Forgotten as `clankie self
+/// forget-user` does it: the store first, then the streams, whose erase tells the live rooms.
+#[tokio::test]
+async fn erase_a_forgotten_persons_lines_leave_the_live_voice_rooms_next_room_block() {
+    use clankie_model_standin::{Reply, Script};
+    let rig = Rig::new().await;
+    let decisions = record::<v1::FloorDecision>(&rig.bus, Family::VoiceFloor).await;
+    let _floor = rig.keeping_floor("floor-a").await;
+    rig.discord.voice_join(VOICE, "ada").unwrap();
+    until("the room live", Duration::from_secs(10), || rig.live() == Some(VOICE)).await;
+    rig.connected(Duration::from_secs(10)).await;
+    let typed = |author: &str, content: &str| {
+        rig.discord.user_message(NewMessage { channel_id: VOICE, author: author.into(), content: content.into(), ..Default::default() })
+    };
+    let heard = |id: u64| decisions.all().iter().any(|d| d.delivery_id == id.to_string());
+    let (secret, other, lunch) =
+        (typed("ada", "the gate code is heron-33"), typed("ada", "my cat is called pelican-9"), typed("bob", "lunch is at noon"));
+    until("the three lines in the room", Duration::from_secs(10), || heard(secret) && heard(other) && heard(lunch)).await;
+    let asked = |requests: Vec<clankie_model_standin::RecordedRequest>| {
+        requests.into_iter().filter(|r| r.all_text().contains("spoken aloud")).collect::<Vec<_>>()
+    };
+
+    // The control: before the forget, the room block holds all three lines.
+    rig.standin.script(Script::when("spoken aloud", Reply::text("Noted.")));
+    typed("bob", "Clankie, what did we say?");
+    until("the first answer's request", Duration::from_secs(30), || !asked(rig.standin.requests()).is_empty()).await;
+    let before = asked(rig.standin.requests()).remove(0);
+    assert!(before.count("heron-33") >= 1 && before.count("pelican-9") >= 1, "the room block lacked ada's lines");
+
+    let ada = clankie_discord_loopback::Loopback::user_id("ada");
+    let store = clankie_store::Store::connect(rig.db.url()).await.unwrap();
+    clankie_self::rewrite::forget_user(&store, ada, Duration::from_secs(20), |_| {}).await.unwrap();
+    rig.bus.erase_author(ada).await.unwrap();
+    let forgotten = || rig.receipts("voice.forgotten");
+    until("the room's forget", Duration::from_secs(10), || !forgotten().is_empty()).await;
+    rig.standin.script(Script::when("spoken aloud", Reply::text("Noted again.")));
+    typed("bob", "Clankie, and now?");
+    until("the second answer's request", Duration::from_secs(30), || asked(rig.standin.requests()).len() >= 2).await;
+    let after = asked(rig.standin.requests()).remove(1);
+    let ring = store.ring(GUILD, VOICE, 64).await.unwrap();
+    println!(
+        "voice forget: the room dropped {:?} ring line(s); the next room block holds ada's lines {} and {} time(s), bob's {}; stored ring lines of hers {}",
+        forgotten()[0].counts.get("ring_lines"),
+        after.count("heron-33"),
+        after.count("pelican-9"),
+        after.count("lunch is at noon"),
+        ring.iter().filter(|r| r.author_id == ada).count()
+    );
+    assert_eq!(forgotten()[0].counts.get("ring_lines"), Some(&2), "{:?}", forgotten());
+    assert_eq!((after.count("heron-33"), after.count("pelican-9")), (0, 0), "ada's lines are still in the room block");
+    assert!(after.count("lunch is at noon") >= 1, "bob's line left the room block with hers");
+    assert_eq!(ring.iter().filter(|r| r.author_id == ada).count(), 0, "her lines are still stored");
+}
