@@ -77,7 +77,7 @@ pub enum EntryBody {
 }
 
 /// How a compaction entry is stored (`session_entries.kind`).
-const COMPACTION_KIND: &str = "compaction";
+pub const COMPACTION_KIND: &str = "compaction";
 /// How a withdrawn message is stored.
 pub const WITHDRAWN_KIND: &str = "withdrawn";
 

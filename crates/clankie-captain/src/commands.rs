@@ -287,6 +287,7 @@ impl Captain {
                             .with_count("blocks", f.blocks as i64)
                             .with_count("answers", f.answers as i64)
                             .with_count("answers_kept", f.answers_kept as i64)
+                            .with_count("summaries", f.summaries as i64)
                             .with_count("memories", f.memories as i64)
                             .with_count("experiences", f.experiences as i64)
                             .with_count("ring_lines", f.ring_lines as i64)

@@ -111,6 +111,7 @@ pub async fn forget_user(State(console): State<Console>, Path(id): Path<u64>) ->
         "blocks": f.blocks,
         "answers": f.answers,
         "answers_kept": f.answers_kept,
+        "summaries": f.summaries,
         "ring_lines": f.ring_lines,
         "memories": f.memories,
         "experiences": f.experiences,

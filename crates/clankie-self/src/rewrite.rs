@@ -99,6 +99,8 @@ pub struct Forgotten {
     /// His entries of turns that answered them and others too: kept as they are, since they
     /// answered the others as well.
     pub answers_kept: u64,
+    /// Compaction summaries written after their words were in a session, withdrawn whole.
+    pub summaries: u64,
     pub ring_lines: u64,
     pub memories: u64,
     pub experiences: u64,
@@ -216,16 +218,33 @@ async fn forget_in_lane(
     // entries he wrote before the next message.
     let trees: BTreeSet<&str> = entries.iter().map(|e| e.tree.as_str()).collect();
     for tree in trees {
-        let (answers, kept) = his_answers_to(&store.tree_entries(tree).await?, author_id);
+        let held = store.tree_entries(tree).await?;
+        let (answers, kept) = his_answers_to(&held, author_id);
         forgotten.answers += answers.len() as u64;
         forgotten.answers_kept += kept;
         rewrites.extend(answers);
+        // A summary written after their words were in the tree was written from them too.
+        let first = entries.iter().filter(|e| e.tree == tree).map(|e| e.seq).min().unwrap_or(i64::MAX);
+        let summaries = summaries_after(&held, first);
+        forgotten.summaries += summaries.len() as u64;
+        rewrites.extend(summaries);
     }
     if rewrites.is_empty() {
         return Ok(false);
     }
     store.rewrite_entries(lease, &rewrites).await?;
     Ok(true)
+}
+
+/// The compaction summaries of one tree written after entry `first`, each rewritten as
+/// withdrawn. A summary is the model's own words about everything before it, so which of
+/// them came from whom cannot be told; it goes whole, and the tree opens again from the
+/// summary before it (or its start), from which the next run compacts afresh what is left.
+fn summaries_after(tree: &[HeldWords], first: i64) -> Vec<Rewritten> {
+    tree.iter()
+        .filter(|e| e.seq > first && e.kind == clankie_agent::COMPACTION_KIND)
+        .filter_map(|e| rewritten(e, EntryBody::Withdrawn { delivery_id: String::new() }))
+        .collect()
 }
 
 /// His entries in one tree (in order) that answered only `author_id`'s messages, each

@@ -195,12 +195,13 @@ pub async fn run(settings: &Settings, action: SelfAction) -> Result<()> {
                 println!("erased {n} of their event(s) from {stream}");
             }
             println!(
-                "forgot user {user_id}: lanes {}, messages {}, blocks {}, answers {} (kept {} that answered others too), ring lines {}, memories {}, experiences {}",
+                "forgot user {user_id}: lanes {}, messages {}, blocks {}, answers {} (kept {} that answered others too), summaries {}, ring lines {}, memories {}, experiences {}",
                 forgotten.lanes,
                 forgotten.messages,
                 forgotten.blocks,
                 forgotten.answers,
                 forgotten.answers_kept,
+                forgotten.summaries,
                 forgotten.ring_lines,
                 forgotten.memories,
                 forgotten.experiences

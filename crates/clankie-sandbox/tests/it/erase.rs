@@ -66,6 +66,11 @@ struct World {
     shared_picture: Vec<u8>,
     /// Who sent the picture both may send: (the target, anyone else).
     shared_sent_by: (bool, bool),
+    /// The trees the target's words were written into so far: a summary written after that
+    /// is written from them too.
+    target_in: BTreeSet<String>,
+    /// Summaries written with their words in them.
+    their_summaries: usize,
 }
 
 fn said<'a>(p: &'a Person, text: &'a str) -> blocks::Said<'a> {
@@ -105,6 +110,9 @@ impl Writer<'_> {
     }
 
     async fn write(&mut self, session: &mut Session, body: EntryBody, expect: Expect) -> usize {
+        if serde_json::to_string(&body).is_ok_and(|b| b.contains(&self.world.target_words)) {
+            self.world.target_in.insert(session.tree().to_owned());
+        }
         session.append(body).await.expect("an entry written");
         self.world.expected.push((session.tree().to_owned(), expect));
         self.world.expected.len() - 1
@@ -248,8 +256,15 @@ impl Writer<'_> {
         if turn > 0 && self.draw.chance(25) {
             let kept = session.entries().iter().find(|e| matches!(&e.body, EntryBody::User { delivery_id, .. } if *delivery_id == first));
             if let Some(kept) = kept.map(|e| e.id.clone()) {
-                let body = EntryBody::Compaction { summary: "What came before, in general terms.".into(), first_kept_id: kept };
-                self.write(session, body, Expect::Same).await;
+                // As a model writes it: from what was said, theirs too once they spoke here.
+                let (summary, expect) = if self.world.target_in.contains(session.tree()) {
+                    self.world.their_summaries += 1;
+                    (format!("What came before: {}summary{turn} asked about the weather.", self.world.target_words), Expect::Withdrawn)
+                } else {
+                    ("What came before, in general terms.".to_owned(), Expect::Same)
+                };
+                let body = EntryBody::Compaction { summary, first_kept_id: kept };
+                self.write(session, body, expect).await;
             }
         }
     }
@@ -270,6 +285,8 @@ async fn generate(case: u64, draw: Draw, rig: &Rig, store: &Store, bus: &clankie
         channels: Vec::new(),
         shared_picture: format!("a picture both sent, case {case}").into_bytes(),
         shared_sent_by: (false, false),
+        target_in: BTreeSet::new(),
+        their_summaries: 0,
     };
     let everyone = std::iter::once(target).chain(others).collect();
     let root = clankie_media::Root::open(rig.attachment_root.clone()).expect("the media root");
@@ -327,11 +344,12 @@ async fn erase_over_generated_lanes_forgets_one_person_and_leaves_every_other_ro
     // a channel he does not answer is, and stay in the stream for the forget to find.
     let owner = clankie_store::OwnerSettings { channels: vec![GENERAL], ..store.owner_settings().await.unwrap() };
     store.set_owner_settings(&owner).await.unwrap();
-    let (mut withdrawn, mut blocks_changed, mut unchanged) = (0usize, 0usize, 0usize);
+    let (mut withdrawn, mut blocks_changed, mut unchanged, mut summaries) = (0usize, 0usize, 0usize, 0usize);
     for case in 0..cases {
         let draw = Draw(seed ^ case.wrapping_mul(0x2545_f491_4f6c_dd1d));
         println!("erase: case {case} of {cases} (CLANKIE_ERASE_SEED={seed})");
         let world = generate(case, draw, &rig, &store, &bus).await;
+        summaries += world.their_summaries;
         let before = rows(&store).await;
         let theirs_before = in_postgres(&store, &world.target_words).await;
         assert!(theirs_before > 0, "case {case}: the target's words were never stored, so this shows nothing");
@@ -439,6 +457,6 @@ async fn erase_over_generated_lanes_forgets_one_person_and_leaves_every_other_ro
         }
     }
     println!(
-        "erase: {cases} case(s): {withdrawn} row(s) withdrawn, {blocks_changed} block(s) lost the target's lines, {unchanged} row checks byte for byte (rows of earlier cases checked again each case)"
+        "erase: {cases} case(s): {withdrawn} row(s) withdrawn ({summaries} of them summaries written after the target spoke), {blocks_changed} block(s) lost the target's lines, {unchanged} row checks byte for byte (rows of earlier cases checked again each case)"
     );
 }
