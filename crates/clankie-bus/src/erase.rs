@@ -1,9 +1,10 @@
 //! Forgetting a person on the bus. The streams keep what was said for days after it was
 //! handled (limits retention): a person's messages, typed room lines, steers carrying their
 //! messages and their transcribed speech are found by the author id each event carries (never
-//! by their words) and erased from their stream by sequence.
+//! by their words) and erased from their stream by sequence; his replies to turns only they
+//! started go from the egress stream by the turn they answered.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use async_nats::jetstream::consumer::{DeliverPolicy, pull};
@@ -51,22 +52,30 @@ impl Bus {
     /// Erases every event of `author_id`'s from the streams that keep them (their messages
     /// and edits, typed room lines, steers of their messages, their transcribed speech),
     /// reading each stream once with an ordered consumer and deleting by sequence, with the
-    /// server overwriting what it deletes. Events of anyone else stay.
+    /// server overwriting what it deletes. Events of anyone else stay. His replies on the
+    /// egress stream to the turns in `answered` go too: the turns only they started, whose
+    /// answers the store has withdrawn (by the turn's delivery id each reply carries).
     ///
     /// First it tells every live voice room (`clankie.signal.forgotten`), which drops their lines
     /// from the ring it holds in memory: the store's copy is gone by now, and a room holds lines
     /// the store no longer has.
-    pub async fn erase_author(&self, author_id: u64) -> Result<ErasedMessages, BusError> {
+    pub async fn erase_author(&self, author_id: u64, answered: &[String]) -> Result<ErasedMessages, BusError> {
         self.signal(&Subject::SignalForgotten, &v1::ForgottenSignal { user_id: author_id }).await?;
         let mut erased = ErasedMessages::default();
-        for family in AUTHORED {
+        let answered: BTreeSet<&str> = answered.iter().map(String::as_str).collect();
+        let families = AUTHORED.into_iter().chain((!answered.is_empty()).then_some(Family::BodySend));
+        for family in families {
             let Some(spec) = stream_for(family) else { continue };
             let fail = |detail: String| BusError::Stream { stream: spec.name, detail };
             let mut found = Vec::new();
             self.read_family(family, |sequence, payload| {
-                if let Some((author, attachments)) = author_of(family, payload)
-                    && author == author_id
-                {
+                let theirs = match family {
+                    Family::BodySend => {
+                        v1::OutboundMessage::decode(payload).ok().filter(|m| answered.contains(m.delivery_id.as_str())).map(|_| Vec::new())
+                    }
+                    _ => author_of(family, payload).filter(|(author, _)| *author == author_id).map(|(_, attachments)| attachments),
+                };
+                if let Some(attachments) = theirs {
                     found.push(sequence);
                     erased.attachments.extend(attachments);
                 }

@@ -85,7 +85,7 @@ fn rewritten(entry: &HeldWords, body: EntryBody) -> Option<Rewritten> {
 }
 
 /// What forgetting a person removed, as counts.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Forgotten {
     /// Lanes whose stored sessions held their words.
     pub lanes: u64,
@@ -101,6 +101,9 @@ pub struct Forgotten {
     pub answers_kept: u64,
     /// Compaction summaries written after their words were in a session, withdrawn whole.
     pub summaries: u64,
+    /// The turns only they started whose answers were withdrawn, by the delivery id that
+    /// began each: his replies to them leave the egress stream too.
+    pub answered: Vec<String>,
     pub ring_lines: u64,
     pub memories: u64,
     pub experiences: u64,
@@ -219,7 +222,7 @@ async fn forget_in_lane(
     let trees: BTreeSet<&str> = entries.iter().map(|e| e.tree.as_str()).collect();
     for tree in trees {
         let held = store.tree_entries(tree).await?;
-        let (answers, kept) = his_answers_to(&held, author_id);
+        let (answers, kept) = his_answers_to(&held, author_id, &mut forgotten.answered);
         forgotten.answers += answers.len() as u64;
         forgotten.answers_kept += kept;
         rewrites.extend(answers);
@@ -251,7 +254,7 @@ fn summaries_after(tree: &[HeldWords], first: i64) -> Vec<Rewritten> {
 /// rewritten as withdrawn, and how many of his entries answered them with others. A turn runs
 /// from the messages that start it to his answer without a tool call; a message steered in
 /// meanwhile joins it, and the whole turn is judged by everyone it answered.
-fn his_answers_to(tree: &[HeldWords], author_id: u64) -> (Vec<Rewritten>, u64) {
+fn his_answers_to(tree: &[HeldWords], author_id: u64, answered: &mut Vec<String>) -> (Vec<Rewritten>, u64) {
     struct Turn<'a> {
         asked_by: BTreeSet<u64>,
         answered: String,
@@ -268,6 +271,9 @@ fn his_answers_to(tree: &[HeldWords], author_id: u64) -> (Vec<Rewritten>, u64) {
             return;
         }
         answers.extend(turn.his.iter().filter_map(|e| rewritten(e, EntryBody::Withdrawn { delivery_id: turn.answered.clone() })));
+        if !turn.his.is_empty() && !turn.answered.is_empty() {
+            answered.push(turn.answered.clone());
+        }
     };
     let mut turn = Turn { asked_by: BTreeSet::new(), answered: String::new(), his: Vec::new(), done: false };
     for e in tree {
@@ -460,11 +466,14 @@ mod tests {
         .enumerate()
         .map(|(n, b)| HeldWords { seq: n as i64, ..entry(b) })
         .collect();
-        let (answers, kept) = his_answers_to(&tree, 8);
+        let mut answered = Vec::new();
+        let (answers, kept) = his_answers_to(&tree, 8, &mut answered);
         assert_eq!(answers.iter().map(|r| r.seq).collect::<Vec<_>>(), [1, 2, 3], "bob's own turn, tool call and result together");
         assert!(answers.iter().all(|r| r.kind == "withdrawn" && !r.in_context && !r.body.to_string().contains("meeting")));
         assert_eq!(kept, 3, "the turn he shared with ada stays");
-        let (answers, kept) = his_answers_to(&tree, 7);
-        assert_eq!((answers.iter().map(|r| r.seq).collect::<Vec<_>>(), kept), (vec![5], 3));
+        assert_eq!(answered, ["1"], "the turn whose replies leave the egress stream: bob's alone");
+        let mut answered = Vec::new();
+        let (answers, kept) = his_answers_to(&tree, 7, &mut answered);
+        assert_eq!((answers.iter().map(|r| r.seq).collect::<Vec<_>>(), kept, answered), (vec![5], 3, vec!["2".to_owned()]));
     }
 }

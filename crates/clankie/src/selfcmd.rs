@@ -190,7 +190,10 @@ pub async fn run(settings: &Settings, action: SelfAction) -> Result<()> {
                 .with_context(|| format!("forgetting user {user_id}"))?;
             let bus =
                 clankie_bus::Bus::connect(settings, "cli").await.context("connecting to NATS to erase their messages from the streams")?;
-            let erased = bus.erase_author(user_id).await.with_context(|| format!("erasing user {user_id}'s messages from the streams"))?;
+            let erased = bus
+                .erase_author(user_id, &forgotten.answered)
+                .await
+                .with_context(|| format!("erasing user {user_id}'s messages from the streams"))?;
             for (stream, n) in &erased.by_stream {
                 println!("erased {n} of their event(s) from {stream}");
             }

@@ -447,6 +447,10 @@ async fn erase_bobs_forget_me_leaves_adas_words_the_owners_fact_and_his_answers_
     let bus = rig.bus().await;
     let (bobs_before, adas_before) = (crate::on_the_bus(&bus, "bob-quokka").await, crate::on_the_bus(&bus, "ada-heron").await);
     assert!(bobs_before > 0 && adas_before > 0, "their messages were never on the bus ({bobs_before}, {adas_before})");
+    // His replies, kept a day on the egress stream: to bob alone, and to ada.
+    let (to_bob, to_ada) = ("Noted: your meeting tomorrow", "Your meeting tomorrow is cancelled as well");
+    let (to_bob_before, to_ada_before) = (crate::on_the_bus(&bus, to_bob).await, crate::on_the_bus(&bus, to_ada).await);
+    assert!(to_bob_before > 0 && to_ada_before > 0, "his replies were never on the bus ({to_bob_before}, {to_ada_before})");
     assert_eq!(crate::files_holding(&rig.attachment_root, b"bob-pixels"), 1, "bob's picture was never stored by media");
     let first = run(&rig, GENERAL, "bob", "forget-me", &[]).await;
     let forgot = forgot(&rig, &first, Duration::from_secs(20)).await;
@@ -456,6 +460,10 @@ async fn erase_bobs_forget_me_leaves_adas_words_the_owners_fact_and_his_answers_
     println!("erase: events holding bob's words on the bus {bobs_before} -> {bobs_after}; ada's {adas_before} -> {adas_after}");
     assert_eq!(bobs_after, 0, "bob's words are still in a stream");
     assert_eq!(adas_after, adas_before, "ada's events left the streams");
+    let (to_bob_after, to_ada_after) = (crate::on_the_bus(&bus, to_bob).await, crate::on_the_bus(&bus, to_ada).await);
+    println!("erase: his replies on the bus: to bob {to_bob_before} -> {to_bob_after}; to ada {to_ada_before} -> {to_ada_after}");
+    assert_eq!(to_bob_after, 0, "his reply to bob alone is still in the egress stream");
+    assert_eq!(to_ada_after, to_ada_before, "his reply to ada left the egress stream");
     assert_eq!(crate::files_holding(&rig.attachment_root, b"bob-pixels"), 0, "bob's picture is still in the media root");
     assert_eq!(crate::entries_holding(&store, "bob-quokka").await, 0, "bob's message is still stored");
     assert_eq!(crate::entries_holding(&store, "Noted: your meeting").await, 0, "his answer to bob alone is still stored");
