@@ -14,6 +14,17 @@ use prost::Message as _;
 
 use crate::{Bus, BusError, stream_for};
 
+/// Whom a forget erases from the streams, as the store's forget found them.
+#[derive(Debug, Clone, Copy)]
+pub struct Erasure<'a> {
+    /// The id their events carry.
+    pub author_id: u64,
+    /// The turns only they started, whose answers the store withdrew: his replies to them go.
+    pub answered: &'a [String],
+    /// The names they went by: the experiences they took part in go.
+    pub names: &'a [String],
+}
+
 /// What forgetting a person erased from the streams.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ErasedMessages {
@@ -54,16 +65,22 @@ impl Bus {
     /// reading each stream once with an ordered consumer and deleting by sequence, with the
     /// server overwriting what it deletes. Events of anyone else stay. His replies on the
     /// egress stream to the turns in `answered` go too: the turns only they started, whose
-    /// answers the store has withdrawn (by the turn's delivery id each reply carries).
+    /// answers the store has withdrawn (by the turn's delivery id each reply carries); and the
+    /// experiences on the self stream with one of their `names` among the participants, as the
+    /// store's went.
     ///
     /// First it tells every live voice room (`clankie.signal.forgotten`), which drops their lines
     /// from the ring it holds in memory: the store's copy is gone by now, and a room holds lines
     /// the store no longer has.
-    pub async fn erase_author(&self, author_id: u64, answered: &[String]) -> Result<ErasedMessages, BusError> {
+    pub async fn erase_author(&self, who: Erasure<'_>) -> Result<ErasedMessages, BusError> {
+        let author_id = who.author_id;
         self.signal(&Subject::SignalForgotten, &v1::ForgottenSignal { user_id: author_id }).await?;
         let mut erased = ErasedMessages::default();
-        let answered: BTreeSet<&str> = answered.iter().map(String::as_str).collect();
-        let families = AUTHORED.into_iter().chain((!answered.is_empty()).then_some(Family::BodySend));
+        let answered: BTreeSet<&str> = who.answered.iter().map(String::as_str).collect();
+        let families = AUTHORED
+            .into_iter()
+            .chain((!answered.is_empty()).then_some(Family::BodySend))
+            .chain((!who.names.is_empty()).then_some(Family::SelfExperience));
         for family in families {
             let Some(spec) = stream_for(family) else { continue };
             let fail = |detail: String| BusError::Stream { stream: spec.name, detail };
@@ -73,6 +90,10 @@ impl Bus {
                     Family::BodySend => {
                         v1::OutboundMessage::decode(payload).ok().filter(|m| answered.contains(m.delivery_id.as_str())).map(|_| Vec::new())
                     }
+                    Family::SelfExperience => v1::Experience::decode(payload)
+                        .ok()
+                        .filter(|x| x.participants.iter().any(|p| who.names.contains(p)))
+                        .map(|_| Vec::new()),
                     _ => author_of(family, payload).filter(|(author, _)| *author == author_id).map(|(_, attachments)| attachments),
                 };
                 if let Some(attachments) = theirs {

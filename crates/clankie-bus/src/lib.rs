@@ -30,7 +30,7 @@ pub use async_nats::jetstream::consumer::DeliverPolicy;
 pub use async_nats::jetstream::kv::{Operation as KeyValueOperation, Store as KeyValue, UpdateErrorKind as KeyValueUpdateErrorKind};
 pub use blobs::{BLOB_BUCKET, INLINE_MAX, blob_name};
 pub use consumer::{Consumer, ConsumerSpec, Delivery, Progress};
-pub use erase::ErasedMessages;
+pub use erase::{ErasedMessages, Erasure};
 pub use kv::kv_key;
 pub use streams::{STREAMS, StreamSpec, stream_for};
 

@@ -239,8 +239,8 @@ impl Captain {
             let forgotten = run.run(&captain.inner.store, FORGET_WAIT_PER_LANE, |_| {}).await;
             // The streams keep what was said for days after it was handled: theirs goes too, and
             // his replies to turns only they started.
-            let answered = forgotten.as_ref().map(|f| f.answered.as_slice()).unwrap_or_default();
-            let erased = captain.inner.bus.erase_author(user, answered).await;
+            let nothing = clankie_bus::Erasure { author_id: user, answered: &[], names: &[] };
+            let erased = captain.inner.bus.erase_author(forgotten.as_ref().map_or(nothing, |f| f.erasure(user))).await;
             if let Err(e) = &erased {
                 tracing::warn!(error = %e, "a forget could not erase the person's messages from the streams");
             }

@@ -104,11 +104,21 @@ pub struct Forgotten {
     /// The turns only they started whose answers were withdrawn, by the delivery id that
     /// began each: his replies to them leave the egress stream too.
     pub answered: Vec<String>,
+    /// The names they went by in the sessions: the experiences they took part in leave the
+    /// self stream by them, as they left the store.
+    pub names: Vec<String>,
     pub ring_lines: u64,
     pub memories: u64,
     pub experiences: u64,
     /// Lanes still held by a live run when the wait ran out: run the command again.
     pub lanes_busy: u64,
+}
+
+impl Forgotten {
+    /// What the streams' erase of `author_id` goes by, from what this forget found.
+    pub fn erasure(&self, author_id: u64) -> clankie_bus::Erasure<'_> {
+        clankie_bus::Erasure { author_id, answered: &self.answered, names: &self.names }
+    }
 }
 
 /// Why a person could not be forgotten.
@@ -182,8 +192,8 @@ async fn forget_lanes(store: &Store, author_id: u64, wait: Duration, mut progres
             progress(&lane);
         }
     }
-    let names: Vec<String> = names.into_iter().collect();
-    let rows = store.forget_rows(author_id, &names, &deliveries).await?;
+    forgotten.names = names.into_iter().collect();
+    let rows = store.forget_rows(author_id, &forgotten.names, &deliveries).await?;
     forgotten.ring_lines = rows.ring_lines;
     forgotten.memories = rows.memories;
     forgotten.experiences = rows.experiences;

@@ -191,7 +191,7 @@ pub async fn run(settings: &Settings, action: SelfAction) -> Result<()> {
             let bus =
                 clankie_bus::Bus::connect(settings, "cli").await.context("connecting to NATS to erase their messages from the streams")?;
             let erased = bus
-                .erase_author(user_id, &forgotten.answered)
+                .erase_author(forgotten.erasure(user_id))
                 .await
                 .with_context(|| format!("erasing user {user_id}'s messages from the streams"))?;
             for (stream, n) in &erased.by_stream {

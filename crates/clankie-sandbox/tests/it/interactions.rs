@@ -451,6 +451,22 @@ async fn erase_bobs_forget_me_leaves_adas_words_the_owners_fact_and_his_answers_
     let (to_bob, to_ada) = ("Noted: your meeting tomorrow", "Your meeting tomorrow is cancelled as well");
     let (to_bob_before, to_ada_before) = (crate::on_the_bus(&bus, to_bob).await, crate::on_the_bus(&bus, to_ada).await);
     assert!(to_bob_before > 0 && to_ada_before > 0, "his replies were never on the bus ({to_bob_before}, {to_ada_before})");
+    // The experiences each took part in, on the self stream.
+    let lived_with = |name: &'static str| {
+        let bus = &bus;
+        async move {
+            let mut n = 0;
+            bus.read_family(Family::SelfExperience, |_, payload| {
+                let x = <v1::Experience as prost::Message>::decode(payload).expect("an experience");
+                n += usize::from(x.participants.iter().any(|p| p == name));
+            })
+            .await
+            .unwrap();
+            n
+        }
+    };
+    let (with_bob_before, with_ada_before) = (lived_with("bob").await, lived_with("ada").await);
+    assert!(with_bob_before > 0 && with_ada_before > 0, "no experience with them on the bus ({with_bob_before}, {with_ada_before})");
     assert_eq!(crate::files_holding(&rig.attachment_root, b"bob-pixels"), 1, "bob's picture was never stored by media");
     let first = run(&rig, GENERAL, "bob", "forget-me", &[]).await;
     let forgot = forgot(&rig, &first, Duration::from_secs(20)).await;
@@ -464,6 +480,12 @@ async fn erase_bobs_forget_me_leaves_adas_words_the_owners_fact_and_his_answers_
     println!("erase: his replies on the bus: to bob {to_bob_before} -> {to_bob_after}; to ada {to_ada_before} -> {to_ada_after}");
     assert_eq!(to_bob_after, 0, "his reply to bob alone is still in the egress stream");
     assert_eq!(to_ada_after, to_ada_before, "his reply to ada left the egress stream");
+    let (with_bob_after, with_ada_after) = (lived_with("bob").await, lived_with("ada").await);
+    println!(
+        "erase: experiences on the bus with bob {with_bob_before} -> {with_bob_after}; with ada {with_ada_before} -> {with_ada_after}"
+    );
+    assert_eq!(with_bob_after, 0, "an experience bob took part in is still in the self stream");
+    assert_eq!(with_ada_after, with_ada_before, "an experience bob had no part in left the self stream");
     assert_eq!(crate::files_holding(&rig.attachment_root, b"bob-pixels"), 0, "bob's picture is still in the media root");
     assert_eq!(crate::entries_holding(&store, "bob-quokka").await, 0, "bob's message is still stored");
     assert_eq!(crate::entries_holding(&store, "Noted: your meeting").await, 0, "his answer to bob alone is still stored");
