@@ -2,7 +2,8 @@
 //! handled (limits retention): a person's messages, typed room lines, steers carrying their
 //! messages and their transcribed speech are found by the author id each event carries (never
 //! by their words) and erased from their stream by sequence; his replies to turns only they
-//! started go from the egress stream by the turn they answered.
+//! started go from the egress stream by the turn they answered, and the experiences they took
+//! part in from the self stream by the names they went by.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
@@ -69,9 +70,10 @@ impl Bus {
     /// experiences on the self stream with one of their `names` among the participants, as the
     /// store's went.
     ///
-    /// First it tells every live voice room (`clankie.signal.forgotten`), which drops their lines
-    /// from the ring it holds in memory: the store's copy is gone by now, and a room holds lines
-    /// the store no longer has.
+    /// It tells every live voice room (`clankie.signal.forgotten`), which drops their lines from
+    /// the ring it holds in memory: the store's copy is gone by now, and a room holds lines the
+    /// store no longer has. Once before the streams are read and once after, for a line of
+    /// theirs a room was still taking in from the stream meanwhile.
     pub async fn erase_author(&self, who: Erasure<'_>) -> Result<ErasedMessages, BusError> {
         let author_id = who.author_id;
         self.signal(&Subject::SignalForgotten, &v1::ForgottenSignal { user_id: author_id }).await?;
@@ -119,6 +121,7 @@ impl Bus {
         }
         erased.attachments.sort_unstable();
         erased.attachments.dedup();
+        self.signal(&Subject::SignalForgotten, &v1::ForgottenSignal { user_id: author_id }).await?;
         Ok(erased)
     }
 

@@ -239,8 +239,10 @@ impl Captain {
             let forgotten = run.run(&captain.inner.store, FORGET_WAIT_PER_LANE, |_| {}).await;
             // The streams keep what was said for days after it was handled: theirs goes too, and
             // his replies to turns only they started.
-            let nothing = clankie_bus::Erasure { author_id: user, answered: &[], names: &[] };
-            let erased = captain.inner.bus.erase_author(forgotten.as_ref().map_or(nothing, |f| f.erasure(user))).await;
+            let erased = match &forgotten {
+                Ok(f) => clankie_self::rewrite::erase_from_streams(&captain.inner.store, &captain.inner.bus, user, f).await,
+                Err(_) => captain.inner.bus.erase_author(clankie_bus::Erasure { author_id: user, answered: &[], names: &[] }).await,
+            };
             if let Err(e) = &erased {
                 tracing::warn!(error = %e, "a forget could not erase the person's messages from the streams");
             }

@@ -97,7 +97,7 @@ pub async fn reject(State(console): State<Console>, Path(id): Path<i64>) -> Resu
 /// run holds is waited for a while; `lanes_busy` says how many were not.
 pub async fn forget_user(State(console): State<Console>, Path(id): Path<u64>) -> Result<Json<Value>, ConsoleError> {
     let f = clankie_self::rewrite::forget_user(&console.inner.store, id, std::time::Duration::from_secs(20), |_| {}).await?;
-    let erased = console.inner.bus.erase_author(f.erasure(id)).await?;
+    let erased = clankie_self::rewrite::erase_from_streams(&console.inner.store, &console.inner.bus, id, &f).await?;
     tracing::info!(
         lanes = f.lanes,
         messages = f.messages,

@@ -34,10 +34,13 @@ impl Kind {
 }
 
 /// A display name made safe to quote: no markup, bounded.
-fn name(raw: &str) -> String {
+pub(crate) fn name(raw: &str) -> String {
     let clean: String = raw.chars().filter(|c| !matches!(c, '<' | '>' | '\n' | '\r' | '`')).take(40).collect();
-    if clean.trim().is_empty() { "someone".to_owned() } else { clean.trim().to_owned() }
+    if clean.trim().is_empty() { NOBODY.to_owned() } else { clean.trim().to_owned() }
 }
+
+/// The participant a name with nothing quotable left stands as: nobody's in particular.
+pub(crate) const NOBODY: &str = "someone";
 
 fn names(participants: &[String]) -> Vec<String> {
     let mut out: Vec<String> = Vec::new();

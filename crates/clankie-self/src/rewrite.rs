@@ -84,7 +84,7 @@ fn rewritten(entry: &HeldWords, body: EntryBody) -> Option<Rewritten> {
     Some(Rewritten { seq: entry.seq, tree: entry.tree.clone(), kind: kind.to_owned(), body: serde_json::to_value(&body).ok()?, in_context })
 }
 
-/// What forgetting a person removed, as counts.
+/// What forgetting a person removed, as counts, and what the streams' erase must find.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Forgotten {
     /// Lanes whose stored sessions held their words.
@@ -99,7 +99,7 @@ pub struct Forgotten {
     /// His entries of turns that answered them and others too: kept as they are, since they
     /// answered the others as well.
     pub answers_kept: u64,
-    /// Compaction summaries written after their words were in a session, withdrawn whole.
+    /// Compaction summaries that summarised their words, rewritten to [`SUMMARY_FORGOTTEN`].
     pub summaries: u64,
     /// The turns only they started whose answers were withdrawn, by the delivery id that
     /// began each: his replies to them leave the egress stream too.
@@ -119,6 +119,21 @@ impl Forgotten {
     pub fn erasure(&self, author_id: u64) -> clankie_bus::Erasure<'_> {
         clankie_bus::Erasure { author_id, answered: &self.answered, names: &self.names }
     }
+}
+
+/// Erases `author_id` from the streams by what `forgotten` found, then lets the store drop what
+/// it kept for that erase; after a failure it stays for the next forget of the same person.
+pub async fn erase_from_streams(
+    store: &Store,
+    bus: &clankie_bus::Bus,
+    author_id: u64,
+    forgotten: &Forgotten,
+) -> Result<clankie_bus::ErasedMessages, clankie_bus::BusError> {
+    let erased = bus.erase_author(forgotten.erasure(author_id)).await?;
+    if let Err(e) = store.erase_done(author_id).await {
+        tracing::warn!(error = %e, "the streams' erase is done but the store still lists it as pending; the next forget erases again");
+    }
+    Ok(erased)
 }
 
 /// Why a person could not be forgotten.
@@ -192,7 +207,10 @@ async fn forget_lanes(store: &Store, author_id: u64, wait: Duration, mut progres
             progress(&lane);
         }
     }
-    forgotten.names = names.into_iter().collect();
+    // With what an earlier forget found and the bus never erased: that forget withdrew the
+    // entries this one would learn it from.
+    let found: Vec<String> = names.into_iter().collect();
+    (forgotten.answered, forgotten.names) = store.pending_erase(author_id, &forgotten.answered, &found).await?;
     let rows = store.forget_rows(author_id, &forgotten.names, &deliveries).await?;
     forgotten.ring_lines = rows.ring_lines;
     forgotten.memories = rows.memories;
@@ -236,9 +254,9 @@ async fn forget_in_lane(
         forgotten.answers += answers.len() as u64;
         forgotten.answers_kept += kept;
         rewrites.extend(answers);
-        // A summary written after their words were in the tree was written from them too.
+        // A summary of what came before was written from their words too, once they were there.
         let first = entries.iter().filter(|e| e.tree == tree).map(|e| e.seq).min().unwrap_or(i64::MAX);
-        let summaries = summaries_after(&held, first);
+        let summaries = summaries_of(&held, first);
         forgotten.summaries += summaries.len() as u64;
         rewrites.extend(summaries);
     }
@@ -249,14 +267,29 @@ async fn forget_in_lane(
     Ok(true)
 }
 
-/// The compaction summaries of one tree written after entry `first`, each rewritten as
-/// withdrawn. A summary is the model's own words about everything before it, so which of
-/// them came from whom cannot be told; it goes whole, and the tree opens again from the
-/// summary before it (or its start), from which the next run compacts afresh what is left.
-fn summaries_after(tree: &[HeldWords], first: i64) -> Vec<Rewritten> {
+/// What a compaction summary that was written from a forgotten person's words says instead.
+pub const SUMMARY_FORGOTTEN: &str = "(The summary of what came before is withdrawn: someone in that conversation asked to be forgotten.)";
+
+/// The compaction summaries of one tree that summarised entry `first` or later (their first
+/// kept entry comes after it), each rewritten to [`SUMMARY_FORGOTTEN`]. A summary is the
+/// model's own words about everything before it, so which came from whom cannot be told; its
+/// words go whole. It stays a compaction with the same first kept entry, so the session opens
+/// where it did (the entries it stood for may be swept by age already).
+fn summaries_of(tree: &[HeldWords], first: i64) -> Vec<Rewritten> {
+    let seq_of = |id: &str| tree.iter().find(|e| e.id == id).map(|e| e.seq);
     tree.iter()
-        .filter(|e| e.seq > first && e.kind == clankie_agent::COMPACTION_KIND)
-        .filter_map(|e| rewritten(e, EntryBody::Withdrawn { delivery_id: String::new() }))
+        .filter(|e| e.kind == clankie_agent::COMPACTION_KIND && e.seq > first)
+        .filter_map(|e| {
+            let Ok(EntryBody::Compaction { summary, first_kept_id }) = serde_json::from_value::<EntryBody>(e.body.clone()) else {
+                return None;
+            };
+            // A first kept entry swept by age: the summary stood for everything up to itself.
+            if summary == SUMMARY_FORGOTTEN || seq_of(&first_kept_id).unwrap_or(e.seq) <= first {
+                return None;
+            }
+            let body = serde_json::to_value(EntryBody::Compaction { summary: SUMMARY_FORGOTTEN.into(), first_kept_id }).ok()?;
+            Some(Rewritten { seq: e.seq, tree: e.tree.clone(), kind: e.kind.clone(), body, in_context: e.in_context })
+        })
         .collect()
 }
 
@@ -268,6 +301,8 @@ fn his_answers_to(tree: &[HeldWords], author_id: u64, answered: &mut Vec<String>
     struct Turn<'a> {
         asked_by: BTreeSet<u64>,
         answered: String,
+        /// Every delivery that started the turn or joined it.
+        deliveries: Vec<String>,
         his: Vec<&'a HeldWords>,
         done: bool,
     }
@@ -281,11 +316,13 @@ fn his_answers_to(tree: &[HeldWords], author_id: u64, answered: &mut Vec<String>
             return;
         }
         answers.extend(turn.his.iter().filter_map(|e| rewritten(e, EntryBody::Withdrawn { delivery_id: turn.answered.clone() })));
-        if !turn.his.is_empty() && !turn.answered.is_empty() {
-            answered.push(turn.answered.clone());
+        // His replies carry one of the turn's deliveries: the owner's, or the newest for an
+        // update; a turn only they asked is theirs whole.
+        if !turn.his.is_empty() {
+            answered.extend(turn.deliveries.iter().cloned());
         }
     };
-    let mut turn = Turn { asked_by: BTreeSet::new(), answered: String::new(), his: Vec::new(), done: false };
+    let mut turn = Turn { asked_by: BTreeSet::new(), answered: String::new(), deliveries: Vec::new(), his: Vec::new(), done: false };
     for e in tree {
         let Ok(body) = serde_json::from_value::<EntryBody>(e.body.clone()) else { continue };
         let (author, delivery_id) = match body {
@@ -306,13 +343,16 @@ fn his_answers_to(tree: &[HeldWords], author_id: u64, answered: &mut Vec<String>
         };
         if turn.done {
             settle(&turn);
-            turn = Turn { asked_by: BTreeSet::new(), answered: String::new(), his: Vec::new(), done: false };
+            turn = Turn { asked_by: BTreeSet::new(), answered: String::new(), deliveries: Vec::new(), his: Vec::new(), done: false };
         }
         if let Some(author) = author {
             turn.asked_by.insert(author);
         }
-        if turn.answered.is_empty() && !delivery_id.is_empty() {
-            turn.answered = delivery_id;
+        if !delivery_id.is_empty() {
+            if turn.answered.is_empty() {
+                turn.answered = delivery_id.clone();
+            }
+            turn.deliveries.push(delivery_id);
         }
     }
     settle(&turn);
@@ -339,7 +379,11 @@ fn collect_names(entry: &HeldWords, author_id: u64, names: &mut BTreeSet<String>
         if p.attr("author_id").and_then(|a| a.parse::<u64>().ok()) == Some(author_id)
             && let Some(name) = p.attr("from")
         {
-            names.insert(name.to_owned());
+            // As an experience names its participants, where these names are looked for.
+            let name = crate::experience::name(name);
+            if name != crate::experience::NOBODY {
+                names.insert(name);
+            }
         }
     }
 }
@@ -350,7 +394,15 @@ mod tests {
 
     fn entry(body: EntryBody) -> HeldWords {
         let body = serde_json::to_value(body).unwrap();
-        HeldWords { seq: 1, lane: "room:1:2".into(), tree: "rooms/room:1:2".into(), kind: "user".into(), body, in_context: true }
+        HeldWords {
+            seq: 1,
+            id: "e1".into(),
+            lane: "room:1:2".into(),
+            tree: "rooms/room:1:2".into(),
+            kind: "user".into(),
+            body,
+            in_context: true,
+        }
     }
 
     fn said(name: &str, id: u64, text: &str) -> blocks::Line<'static> {
@@ -452,6 +504,40 @@ mod tests {
             images: vec![],
             lines: vec![],
         }
+    }
+
+    #[test]
+    fn erase_rewrites_only_the_summaries_that_stood_for_their_words() {
+        let summary = |kept: &str| EntryBody::Compaction { summary: "ada asked about heron-33".into(), first_kept_id: kept.into() };
+        let tree: Vec<HeldWords> = [
+            ("m0", message("bob", 7, "10", "hello")),
+            ("h1", his("hi", 0)),
+            ("m2", message("ada", 8, "12", "the code is heron-33")),
+            ("h3", his("noted", 0)),
+            // Keeps her message on: it summarised only what came before her.
+            ("c4", summary("m2")),
+            ("m5", message("bob", 7, "15", "and now?")),
+            // Stands for everything before bob's second message, hers included.
+            ("c6", summary("m5")),
+            // Its first kept entry swept by age: it stood for everything up to itself.
+            ("c7", summary("gone")),
+        ]
+        .into_iter()
+        .enumerate()
+        .map(|(n, (id, b))| {
+            let kind = if matches!(b, EntryBody::Compaction { .. }) { clankie_agent::COMPACTION_KIND } else { "user" };
+            HeldWords { seq: n as i64, id: id.into(), kind: kind.into(), ..entry(b) }
+        })
+        .collect();
+        let rewritten = summaries_of(&tree, 2);
+        assert_eq!(rewritten.iter().map(|r| r.seq).collect::<Vec<_>>(), [6, 7]);
+        for r in &rewritten {
+            let body: EntryBody = serde_json::from_value(r.body.clone()).unwrap();
+            let kept = if r.seq == 6 { "m5" } else { "gone" };
+            assert_eq!(body, EntryBody::Compaction { summary: SUMMARY_FORGOTTEN.into(), first_kept_id: kept.into() });
+            assert_eq!(r.kind, clankie_agent::COMPACTION_KIND, "still a compaction, so the session opens where it did");
+        }
+        assert!(summaries_of(&tree, 7).is_empty(), "nothing of hers before any summary");
     }
 
     #[test]

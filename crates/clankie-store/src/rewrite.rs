@@ -17,6 +17,8 @@ pub const REWRITE_KIND: &str = "rewrite";
 pub struct HeldWords {
     /// The entry's global sequence number.
     pub seq: i64,
+    /// Its id within its tree (what a compaction's `first_kept_id` names).
+    pub id: String,
     /// The lane it belongs to, as its key is written.
     pub lane: String,
     pub tree: String,
@@ -48,6 +50,7 @@ fn held_words(rows: Vec<sqlx::postgres::PgRow>) -> Result<Vec<HeldWords>, StoreE
         .map(|r| {
             Ok(HeldWords {
                 seq: r.try_get("seq")?,
+                id: r.try_get("id")?,
                 lane: r.try_get("lane")?,
                 tree: r.try_get("tree")?,
                 kind: r.try_get("kind")?,
@@ -63,7 +66,7 @@ impl Store {
     /// `delivery_id`) or a history block with a line of it (its `lines`).
     pub async fn entries_holding_message(&self, lane: &str, message_id: u64) -> Result<Vec<HeldWords>, StoreError> {
         let rows = sqlx::query(
-            "SELECT seq, lane, tree, kind, body, in_context FROM session_entries
+            "SELECT seq, id, lane, tree, kind, body, in_context FROM session_entries
              WHERE lane = $1 AND kind = 'user'
                AND (body->>'delivery_id' = $2 OR body->>'delivery_id' LIKE 'edit:' || $2 || ':%' OR body->'lines' @> $3::jsonb)
              ORDER BY seq",
@@ -94,7 +97,7 @@ impl Store {
     /// or a history or room block holding a line of theirs), through the authors index.
     pub async fn entries_attributed_to(&self, lane: &str, author_id: u64) -> Result<Vec<HeldWords>, StoreError> {
         let rows = sqlx::query(
-            "SELECT seq, lane, tree, kind, body, in_context FROM session_entries
+            "SELECT seq, id, lane, tree, kind, body, in_context FROM session_entries
              WHERE authors @> ARRAY[$1::BIGINT] AND lane = $2 ORDER BY seq",
         )
         .bind(author_id as i64)
@@ -122,6 +125,40 @@ impl Store {
         Ok(taken.is_some())
     }
 
+    /// Adds to what the streams' erase of `author_id` still has to find (the turns only they
+    /// started, the names they went by) and returns all of it, this forget's and any earlier
+    /// one's the bus never finished.
+    pub async fn pending_erase(
+        &self,
+        author_id: u64,
+        answered: &[String],
+        names: &[String],
+    ) -> Result<(Vec<String>, Vec<String>), StoreError> {
+        let (answered, names): (Vec<String>, Vec<String>) = sqlx::query_as(
+            "UPDATE forgotten_users
+             SET erase_answered = ARRAY(SELECT DISTINCT unnest(erase_answered || $2::TEXT[]) ORDER BY 1),
+                 erase_names = ARRAY(SELECT DISTINCT unnest(erase_names || $3::TEXT[]) ORDER BY 1)
+             WHERE author_id = $1
+             RETURNING erase_answered, erase_names",
+        )
+        .bind(author_id as i64)
+        .bind(answered)
+        .bind(names)
+        .fetch_optional(&self.pool)
+        .await?
+        .unwrap_or_else(|| (answered.to_vec(), names.to_vec()));
+        Ok((answered, names))
+    }
+
+    /// The streams' erase of `author_id` succeeded: nothing is pending for it any more.
+    pub async fn erase_done(&self, author_id: u64) -> Result<(), StoreError> {
+        sqlx::query("UPDATE forgotten_users SET erase_answered = '{}', erase_names = '{}' WHERE author_id = $1")
+            .bind(author_id as i64)
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
     /// Marks the forget of `author_id` begun with [`Store::begin_forget`] as over.
     pub async fn end_forget(&self, author_id: u64) -> Result<(), StoreError> {
         sqlx::query("UPDATE forgotten_users SET running_since = NULL WHERE author_id = $1")
@@ -134,7 +171,7 @@ impl Store {
     /// Every entry of session tree `tree`, in the order it was written: what a forget walks to
     /// learn which of his entries answered whom.
     pub async fn tree_entries(&self, tree: &str) -> Result<Vec<HeldWords>, StoreError> {
-        let rows = sqlx::query("SELECT seq, lane, tree, kind, body, in_context FROM session_entries WHERE tree = $1 ORDER BY seq")
+        let rows = sqlx::query("SELECT seq, id, lane, tree, kind, body, in_context FROM session_entries WHERE tree = $1 ORDER BY seq")
             .bind(tree)
             .fetch_all(&self.pool)
             .await?;

@@ -190,8 +190,7 @@ pub async fn run(settings: &Settings, action: SelfAction) -> Result<()> {
                 .with_context(|| format!("forgetting user {user_id}"))?;
             let bus =
                 clankie_bus::Bus::connect(settings, "cli").await.context("connecting to NATS to erase their messages from the streams")?;
-            let erased = bus
-                .erase_author(forgotten.erasure(user_id))
+            let erased = clankie_self::rewrite::erase_from_streams(&store, &bus, user_id, &forgotten)
                 .await
                 .with_context(|| format!("erasing user {user_id}'s messages from the streams"))?;
             for (stream, n) in &erased.by_stream {

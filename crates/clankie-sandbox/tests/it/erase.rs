@@ -53,6 +53,9 @@ enum Expect {
     Withdrawn,
     /// A history block with lines of theirs: those lines go, the others stay.
     Lines { kept: Vec<u64>, kept_words: Vec<String> },
+    /// A summary of what came before their turn, written from their words too: it says only
+    /// that it is withdrawn, and still keeps the same entries on.
+    Summary { first_kept_id: String },
 }
 
 /// One generated case: who is in it, and the canary words each used.
@@ -66,8 +69,8 @@ struct World {
     shared_picture: Vec<u8>,
     /// Who sent the picture both may send: (the target, anyone else).
     shared_sent_by: (bool, bool),
-    /// The trees the target's words were written into so far: a summary written after that
-    /// is written from them too.
+    /// The trees the target's words were written into so far: a summary of what came before
+    /// a later turn is written from them too.
     target_in: BTreeSet<String>,
     /// Summaries written with their words in them.
     their_summaries: usize,
@@ -203,6 +206,8 @@ impl Writer<'_> {
         if self.draw.chance(30) {
             self.history(session).await;
         }
+        // What a summary keeping this turn on would stand for: all before its first message.
+        let target_before = self.world.target_in.contains(session.tree());
         let (mut askers, mut messages) = (BTreeSet::new(), Vec::new());
         for _ in 0..1 + self.draw.below(2) {
             let p = self.pick();
@@ -257,9 +262,10 @@ impl Writer<'_> {
             let kept = session.entries().iter().find(|e| matches!(&e.body, EntryBody::User { delivery_id, .. } if *delivery_id == first));
             if let Some(kept) = kept.map(|e| e.id.clone()) {
                 // As a model writes it: from what was said, theirs too once they spoke here.
-                let (summary, expect) = if self.world.target_in.contains(session.tree()) {
+                let (summary, expect) = if target_before {
                     self.world.their_summaries += 1;
-                    (format!("What came before: {}summary{turn} asked about the weather.", self.world.target_words), Expect::Withdrawn)
+                    let expect = Expect::Summary { first_kept_id: kept.clone() };
+                    (format!("What came before: {}summary{turn} asked about the weather.", self.world.target_words), expect)
                 } else {
                     ("What came before, in general terms.".to_owned(), Expect::Same)
                 };
@@ -344,7 +350,7 @@ async fn erase_over_generated_lanes_forgets_one_person_and_leaves_every_other_ro
     // a channel he does not answer is, and stay in the stream for the forget to find.
     let owner = clankie_store::OwnerSettings { channels: vec![GENERAL], ..store.owner_settings().await.unwrap() };
     store.set_owner_settings(&owner).await.unwrap();
-    let (mut withdrawn, mut blocks_changed, mut unchanged, mut summaries) = (0usize, 0usize, 0usize, 0usize);
+    let (mut withdrawn, mut blocks_changed, mut unchanged, mut summaries, mut summaries_changed) = (0usize, 0usize, 0usize, 0usize, 0usize);
     for case in 0..cases {
         let draw = Draw(seed ^ case.wrapping_mul(0x2545_f491_4f6c_dd1d));
         println!("erase: case {case} of {cases} (CLANKIE_ERASE_SEED={seed})");
@@ -407,6 +413,14 @@ async fn erase_over_generated_lanes_forgets_one_person_and_leaves_every_other_ro
                     );
                     withdrawn += 1;
                 }
+                Expect::Summary { first_kept_id } => {
+                    let withdrawn = EntryBody::Compaction {
+                        summary: clankie_self::rewrite::SUMMARY_FORGOTTEN.into(),
+                        first_kept_id: first_kept_id.clone(),
+                    };
+                    assert!(parsed == withdrawn && now.2 == "compaction", "case {case}: summary {seq} kept their words: {}", now.3);
+                    summaries_changed += 1;
+                }
                 Expect::Lines { kept, kept_words } => {
                     let EntryBody::User { text, lines, .. } = parsed else { panic!("case {case}: row {seq} is no longer a block") };
                     assert_eq!(&lines, kept, "case {case}: row {seq}'s line ids");
@@ -457,6 +471,6 @@ async fn erase_over_generated_lanes_forgets_one_person_and_leaves_every_other_ro
         }
     }
     println!(
-        "erase: {cases} case(s): {withdrawn} row(s) withdrawn ({summaries} of them summaries written after the target spoke), {blocks_changed} block(s) lost the target's lines, {unchanged} row checks byte for byte (rows of earlier cases checked again each case)"
+        "erase: {cases} case(s): {withdrawn} row(s) withdrawn, {summaries} summaries written from the target's words rewritten ({summaries_changed} checks), {blocks_changed} block(s) lost the target's lines, {unchanged} row checks byte for byte (rows of earlier cases checked again each case)"
     );
 }

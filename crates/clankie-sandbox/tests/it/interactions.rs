@@ -376,6 +376,63 @@ async fn slash_a_non_owners_voice_join_and_leave_are_refused_and_an_operators_ar
 /// messages, his answers to them and the memory proposed from them go; ada's messages, his
 /// answers to her (in those same words), the memory proposed from hers and the owner's own
 /// fact (sharing a word with bob's) stay byte for byte; and the room answers bob at once.
+/// Experience events on the self stream with `name` among the participants.
+async fn experiences_with(bus: &clankie_bus::Bus, name: &str) -> usize {
+    let mut n = 0;
+    bus.read_family(Family::SelfExperience, |_, payload| {
+        let x = <v1::Experience as prost::Message>::decode(payload).expect("an experience");
+        n += usize::from(x.participants.iter().any(|p| p == name));
+    })
+    .await
+    .unwrap();
+    n
+}
+
+/// A forget whose process died after the store forgot the person and before the streams did
+/// (nothing erased from them): the store kept what the streams' erase had to find, so the
+/// person's next forget-me erases his replies to them and their experiences too, although
+/// the entries it would learn them from are withdrawn by then.
+#[tokio::test]
+async fn erase_a_forget_cut_off_before_the_streams_is_finished_by_the_next_one() {
+    let rig = Rig::new().await;
+    let store = owned_by(&rig, "owner").await;
+    rig.standin.script(Script::when("bob-quokka", Reply::text("Noted: the quokka ferry leaves at nine.")));
+    let bobs = rig.say(GENERAL, "bob", "@Clankie when does the ferry leave? bob-quokka");
+    rig.wait_outcomes(GENERAL, &[bobs]).await;
+    let bus = rig.bus().await;
+    let reply = "the quokka ferry leaves at nine";
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while experiences_with(&bus, "bob").await == 0 {
+        assert!(tokio::time::Instant::now() < deadline, "no experience with bob on the bus");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let (reply_before, lived_before) = (crate::on_the_bus(&bus, reply).await, experiences_with(&bus, "bob").await);
+    assert!(reply_before > 0 && lived_before > 0, "his reply and the experience were never on the bus");
+
+    // The first forget: the store's part only, as a process killed before its erase leaves it.
+    let bob = clankie_discord_loopback::Loopback::user_id("bob");
+    let first = clankie_self::rewrite::forget_user(&store, bob, Duration::from_secs(20), |_| {}).await.unwrap();
+    assert!(first.answers > 0 && !first.answered.is_empty() && !first.names.is_empty(), "{first:?}");
+    assert_eq!(crate::on_the_bus(&bus, reply).await, reply_before, "nothing was erased from the streams yet");
+
+    let again = run(&rig, GENERAL, "bob", "forget-me", &[]).await;
+    let done = forgot(&rig, &again, Duration::from_secs(20)).await;
+    let (reply_after, lived_after) = (crate::on_the_bus(&bus, reply).await, experiences_with(&bus, "bob").await);
+    println!(
+        "erase: after a forget cut off before the streams, the next one answered {:?}; his reply on the bus {reply_before} -> {reply_after}, experiences with bob {lived_before} -> {lived_after}",
+        done.content
+    );
+    assert_eq!(reply_after, 0, "his reply to bob is still in the egress stream");
+    assert_eq!(lived_after, 0, "an experience with bob is still in the self stream");
+    let pending: (Vec<String>, Vec<String>) =
+        sqlx::query_as("SELECT erase_answered, erase_names FROM forgotten_users WHERE author_id = $1")
+            .bind(bob as i64)
+            .fetch_one(store.pool())
+            .await
+            .unwrap();
+    assert_eq!(pending, (vec![], vec![]), "the store still lists an erase as pending");
+}
+
 #[tokio::test]
 async fn erase_bobs_forget_me_leaves_adas_words_the_owners_fact_and_his_answers_to_her() {
     let rig = Rig::new().await;
@@ -452,19 +509,7 @@ async fn erase_bobs_forget_me_leaves_adas_words_the_owners_fact_and_his_answers_
     let (to_bob_before, to_ada_before) = (crate::on_the_bus(&bus, to_bob).await, crate::on_the_bus(&bus, to_ada).await);
     assert!(to_bob_before > 0 && to_ada_before > 0, "his replies were never on the bus ({to_bob_before}, {to_ada_before})");
     // The experiences each took part in, on the self stream.
-    let lived_with = |name: &'static str| {
-        let bus = &bus;
-        async move {
-            let mut n = 0;
-            bus.read_family(Family::SelfExperience, |_, payload| {
-                let x = <v1::Experience as prost::Message>::decode(payload).expect("an experience");
-                n += usize::from(x.participants.iter().any(|p| p == name));
-            })
-            .await
-            .unwrap();
-            n
-        }
-    };
+    let lived_with = |name: &'static str| experiences_with(&bus, name);
     let (with_bob_before, with_ada_before) = (lived_with("bob").await, lived_with("ada").await);
     assert!(with_bob_before > 0 && with_ada_before > 0, "no experience with them on the bus ({with_bob_before}, {with_ada_before})");
     assert_eq!(crate::files_holding(&rig.attachment_root, b"bob-pixels"), 1, "bob's picture was never stored by media");

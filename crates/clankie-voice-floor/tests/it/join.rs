@@ -185,7 +185,7 @@ async fn erase_a_forgotten_persons_lines_leave_the_live_voice_rooms_next_room_bl
     let ada = clankie_discord_loopback::Loopback::user_id("ada");
     let store = clankie_store::Store::connect(rig.db.url()).await.unwrap();
     let forgotten = clankie_self::rewrite::forget_user(&store, ada, Duration::from_secs(20), |_| {}).await.unwrap();
-    rig.bus.erase_author(forgotten.erasure(ada)).await.unwrap();
+    clankie_self::rewrite::erase_from_streams(&store, &rig.bus, ada, &forgotten).await.unwrap();
     let forgotten = || rig.receipts("voice.forgotten");
     until("the room's forget", Duration::from_secs(10), || !forgotten().is_empty()).await;
     rig.standin.script(Script::when("spoken aloud", Reply::text("Noted again.")));
