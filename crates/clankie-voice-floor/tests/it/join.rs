@@ -102,6 +102,27 @@ async fn voice_join_a_human_back_within_the_grace_keeps_him_and_the_owner_can_su
     until("the summoned room let go", Duration::from_secs(15), || rig.live().is_none()).await;
 }
 
+/// A live voice room with ada in it, whose chat the floor hears: its floor, and what the floor
+/// decided of each line.
+async fn live_voice_chat(rig: &Rig) -> (tokio::process::Child, clankie_testkit::Recorder<v1::FloorDecision>) {
+    let decisions = record::<v1::FloorDecision>(&rig.bus, Family::VoiceFloor).await;
+    let floor = rig.keeping_floor("floor-a").await;
+    rig.discord.voice_join(VOICE, "ada").unwrap();
+    until("the room live", Duration::from_secs(10), || rig.live() == Some(VOICE)).await;
+    rig.connected(Duration::from_secs(10)).await;
+    (floor, decisions)
+}
+
+/// A line `author` types in the voice channel's chat; its message id.
+fn typed(rig: &Rig, author: &str, content: &str) -> u64 {
+    rig.discord.user_message(NewMessage { channel_id: VOICE, author: author.into(), content: content.into(), ..Default::default() })
+}
+
+/// The model requests of the room's answers so far (their prompt says the answer is spoken aloud).
+fn spoken_requests(rig: &Rig) -> Vec<clankie_model_standin::RecordedRequest> {
+    rig.standin.requests().into_iter().filter(|r| r.all_text().contains("spoken aloud")).collect()
+}
+
 /// An edit and a deletion in the live voice room's chat reach the room's ring through its owner:
 /// the next room block holds the edited words, and neither the deleted line nor the words the
 /// edit replaced.
@@ -109,27 +130,18 @@ async fn voice_join_a_human_back_within_the_grace_keeps_him_and_the_owner_can_su
 async fn message_edit_and_delete_in_the_live_voice_chat_change_the_next_room_block() {
     use clankie_model_standin::{Reply, Script};
     let rig = Rig::new().await;
-    let decisions = record::<v1::FloorDecision>(&rig.bus, Family::VoiceFloor).await;
-    let _floor = rig.keeping_floor("floor-a").await;
-    rig.discord.voice_join(VOICE, "ada").unwrap();
-    until("the room live", Duration::from_secs(10), || rig.live() == Some(VOICE)).await;
-    rig.connected(Duration::from_secs(10)).await;
-    let typed = |author: &str, content: &str| {
-        rig.discord.user_message(NewMessage { channel_id: VOICE, author: author.into(), content: content.into(), ..Default::default() })
-    };
+    let (_floor, decisions) = live_voice_chat(&rig).await;
+    let typed = |author: &str, content: &str| typed(&rig, author, content);
     let heard = |id: u64| decisions.all().iter().any(|d| d.delivery_id == id.to_string());
     let secret = typed("ada", "the gate code is heron-33");
     let lunch = typed("bob", "lunch is at noon");
     until("both lines in the room", Duration::from_secs(10), || heard(secret) && heard(lunch)).await;
-    let asked = |requests: Vec<clankie_model_standin::RecordedRequest>| {
-        requests.into_iter().filter(|r| r.all_text().contains("spoken aloud")).collect::<Vec<_>>()
-    };
 
     // The control: before the changes, the room block holds both lines as typed.
     rig.standin.script(Script::when("spoken aloud", Reply::text("Noted.")));
     typed("ada", "Clankie, what did we say?");
-    until("the first answer's request", Duration::from_secs(30), || !asked(rig.standin.requests()).is_empty()).await;
-    let before = asked(rig.standin.requests()).remove(0);
+    until("the first answer's request", Duration::from_secs(30), || !spoken_requests(&rig).is_empty()).await;
+    let before = spoken_requests(&rig).remove(0);
     assert!(before.count("heron-33") >= 1 && before.count("lunch is at noon") >= 1, "the room block lacked the typed lines");
 
     assert!(rig.discord.user_delete(secret));
@@ -138,8 +150,8 @@ async fn message_edit_and_delete_in_the_live_voice_chat_change_the_next_room_blo
     until("both changes in the room", Duration::from_secs(10), || changed().len() >= 2).await;
     rig.standin.script(Script::when("spoken aloud", Reply::text("Noted again.")));
     typed("bob", "Clankie, and now?");
-    until("the second answer's request", Duration::from_secs(30), || asked(rig.standin.requests()).len() >= 2).await;
-    let after = asked(rig.standin.requests()).remove(1);
+    until("the second answer's request", Duration::from_secs(30), || spoken_requests(&rig).len() >= 2).await;
+    let after = spoken_requests(&rig).remove(1);
     println!(
         "voice chat changes: {:?}; the next room block holds the deleted line {} time(s), the old words {}, the edit {}",
         changed().iter().map(|r| (r.codes.clone(), r.counts.get("ring_lines").copied())).collect::<Vec<_>>(),
@@ -159,27 +171,18 @@ async fn message_edit_and_delete_in_the_live_voice_chat_change_the_next_room_blo
 async fn erase_a_forgotten_persons_lines_leave_the_live_voice_rooms_next_room_block() {
     use clankie_model_standin::{Reply, Script};
     let rig = Rig::new().await;
-    let decisions = record::<v1::FloorDecision>(&rig.bus, Family::VoiceFloor).await;
-    let _floor = rig.keeping_floor("floor-a").await;
-    rig.discord.voice_join(VOICE, "ada").unwrap();
-    until("the room live", Duration::from_secs(10), || rig.live() == Some(VOICE)).await;
-    rig.connected(Duration::from_secs(10)).await;
-    let typed = |author: &str, content: &str| {
-        rig.discord.user_message(NewMessage { channel_id: VOICE, author: author.into(), content: content.into(), ..Default::default() })
-    };
+    let (_floor, decisions) = live_voice_chat(&rig).await;
+    let typed = |author: &str, content: &str| typed(&rig, author, content);
     let heard = |id: u64| decisions.all().iter().any(|d| d.delivery_id == id.to_string());
     let (secret, other, lunch) =
         (typed("ada", "the gate code is heron-33"), typed("ada", "my cat is called pelican-9"), typed("bob", "lunch is at noon"));
     until("the three lines in the room", Duration::from_secs(10), || heard(secret) && heard(other) && heard(lunch)).await;
-    let asked = |requests: Vec<clankie_model_standin::RecordedRequest>| {
-        requests.into_iter().filter(|r| r.all_text().contains("spoken aloud")).collect::<Vec<_>>()
-    };
 
     // The control: before the forget, the room block holds all three lines.
     rig.standin.script(Script::when("spoken aloud", Reply::text("Noted.")));
     typed("bob", "Clankie, what did we say?");
-    until("the first answer's request", Duration::from_secs(30), || !asked(rig.standin.requests()).is_empty()).await;
-    let before = asked(rig.standin.requests()).remove(0);
+    until("the first answer's request", Duration::from_secs(30), || !spoken_requests(&rig).is_empty()).await;
+    let before = spoken_requests(&rig).remove(0);
     assert!(before.count("heron-33") >= 1 && before.count("pelican-9") >= 1, "the room block lacked ada's lines");
 
     let ada = clankie_discord_loopback::Loopback::user_id("ada");
@@ -190,8 +193,8 @@ async fn erase_a_forgotten_persons_lines_leave_the_live_voice_rooms_next_room_bl
     until("the room's forget", Duration::from_secs(10), || !forgotten().is_empty()).await;
     rig.standin.script(Script::when("spoken aloud", Reply::text("Noted again.")));
     typed("bob", "Clankie, and now?");
-    until("the second answer's request", Duration::from_secs(30), || asked(rig.standin.requests()).len() >= 2).await;
-    let after = asked(rig.standin.requests()).remove(1);
+    until("the second answer's request", Duration::from_secs(30), || spoken_requests(&rig).len() >= 2).await;
+    let after = spoken_requests(&rig).remove(1);
     let ring = store.ring(GUILD, VOICE, 64).await.unwrap();
     println!(
         "voice forget: the room dropped {:?} ring line(s); the next room block holds ada's lines {} and {} time(s), bob's {}; stored ring lines of hers {}",
