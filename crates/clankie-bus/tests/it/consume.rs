@@ -258,6 +258,38 @@ fn barrier_rounds() -> usize {
     std::env::var("CLANKIE_BARRIER_ROUNDS").ok().and_then(|v| v.parse().ok()).unwrap_or(300)
 }
 
+/// A TCP path to `upstream` (`host:port`) whose client-to-server bytes arrive `delay` late, in
+/// order, and server-to-client bytes at once: a connection whose subscription reaches the server
+/// after what another connection publishes right then.
+async fn slow_path(upstream: String, delay: Duration) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((client, _)) = listener.accept().await {
+            let Ok(server) = tokio::net::TcpStream::connect(&upstream).await else { return };
+            let ((mut from_client, mut to_client), (mut from_server, mut to_server)) = (client.into_split(), server.into_split());
+            tokio::spawn(async move { tokio::io::copy(&mut from_server, &mut to_client).await });
+            let (late, mut due) = tokio::sync::mpsc::unbounded_channel::<(tokio::time::Instant, Vec<u8>)>();
+            tokio::spawn(async move {
+                while let Some((at, bytes)) = due.recv().await {
+                    tokio::time::sleep_until(at).await;
+                    if to_server.write_all(&bytes).await.is_err() {
+                        return;
+                    }
+                }
+            });
+            tokio::spawn(async move {
+                let mut buf = vec![0u8; 16 * 1024];
+                while let Ok(n @ 1..) = from_client.read(&mut buf).await {
+                    let _ = late.send((tokio::time::Instant::now() + delay, buf[..n].to_vec()));
+                }
+            });
+        }
+    });
+    format!("nats://{addr}")
+}
+
 #[tokio::test]
 async fn barrier_a_new_subscription_hears_what_another_connection_publishes_right_after() {
     use futures::StreamExt;
@@ -272,18 +304,40 @@ async fn barrier_a_new_subscription_hears_what_another_connection_publishes_righ
         let heard = tokio::time::timeout(Duration::from_secs(2), sub.next()).await;
         assert!(matches!(heard, Ok(Some(_))), "round {round}: a publish right after the barrier was missed");
     }
-    // The control: the same rounds with no barrier miss publishes, so the rounds above could
-    // have failed had the barrier not held.
-    let mut missed = 0;
-    for round in 0..50 {
-        let subject = format!("clankie.signal.typing.control.{round}");
-        let mut sub = listener.client().subscribe(subject.clone()).await.unwrap();
-        talker.client().publish(subject, Bytes::from_static(b"x")).await.unwrap();
-        talker.client().flush().await.unwrap();
-        if !matches!(tokio::time::timeout(Duration::from_millis(250), sub.next()).await, Ok(Some(_))) {
-            missed += 1;
+    // The same through a listener whose bytes reach the server 100 ms late, where a new
+    // subscription without the barrier is certain to come after the publish: with the barrier
+    // every publish is heard, without it they are missed, so the barrier is what holds.
+    let upstream = nats.url().trim_start_matches("nats://").to_owned();
+    let slow_url = slow_path(upstream, Duration::from_millis(100)).await;
+    let settings = clankie_settings::Settings::from_lookup(|k| match k {
+        "CLANKIE_NATS_URL" => Some(slow_url.clone()),
+        "CLANKIE_STATE_DIR" => Some(dir.path().display().to_string()),
+        _ => None,
+    })
+    .unwrap();
+    let slow = Bus::connect(&settings, "slow").await.unwrap();
+    let (mut heard_with, mut missed_without) = (0, 0);
+    for round in 0..10 {
+        for barrier in [true, false] {
+            let subject = format!("clankie.signal.typing.slow.{barrier}.{round}");
+            let mut sub = slow.client().subscribe(subject.clone()).await.unwrap();
+            if barrier {
+                slow.barrier().await.unwrap();
+            }
+            talker.client().publish(subject, Bytes::from_static(b"x")).await.unwrap();
+            talker.client().flush().await.unwrap();
+            let heard = matches!(tokio::time::timeout(Duration::from_millis(400), sub.next()).await, Ok(Some(_)));
+            match (barrier, heard) {
+                (true, true) => heard_with += 1,
+                (false, false) => missed_without += 1,
+                _ => {}
+            }
         }
     }
-    println!("barrier: {} rounds heard with the barrier; without it {missed} of 50 missed", barrier_rounds());
-    assert!(missed > 0, "without the barrier no publish was missed: the rounds above prove nothing");
+    println!(
+        "barrier: {} rounds heard with the barrier; on a path 100 ms slow, {heard_with} of 10 heard with it and {missed_without} of 10 missed without it",
+        barrier_rounds()
+    );
+    assert_eq!(heard_with, 10, "on the slow path a publish right after the barrier was missed");
+    assert!(missed_without > 0, "without the barrier no publish was missed: the rounds above prove nothing");
 }
