@@ -22,7 +22,7 @@ pub use clock::{BootClock, Clock, SuspendableClock, SystemWallClock, WallClock};
 pub use events::{AgentEvent, EventSink};
 pub use provider::{DEFAULT_RESPONSE_TIMEOUT, Model, ModelError, OpenAiClient, OpenAiConfig, RehearsalModel, StreamBounds};
 pub use run::{Agent, AgentConfig, RetryPolicy, Run, RunReply, RunResult, RunStats, Steerer, complete, complete_streaming};
-pub use session::{COMPACTION_KIND, EntryBody, Session, SessionEntry, UserMessage, WITHDRAWN_KIND};
+pub use session::{COMPACTION_KIND, EntryBody, FORGOTTEN_ASKER_NOTE, Session, SessionEntry, UserMessage, WITHDRAWN_KIND};
 pub use silence::{SILENT_TOKEN, SilenceGate};
 pub use tool::{Tool, ToolContext, ToolError};
 pub use watchdog::StallPolicy;

@@ -340,6 +340,7 @@ async fn run_loop(session: &mut Session, stats: &mut RunStats, ctx: &RunCtx, fir
                         stop_reason: "error".into(),
                         usage: Default::default(),
                         provider_error: Some(e.provider_message().to_owned()),
+                        forgotten_asker: false,
                     })
                     .await?;
                 ctx.sink.emit(AgentEvent::TurnEnd { n });
@@ -354,6 +355,7 @@ async fn run_loop(session: &mut Session, stats: &mut RunStats, ctx: &RunCtx, fir
                 stop_reason: turn.stop_reason.clone(),
                 usage: turn.usage,
                 provider_error: None,
+                forgotten_asker: false,
             })
             .await?;
         ctx.sink.emit(AgentEvent::TurnEnd { n });

@@ -58,6 +58,10 @@ pub enum EntryBody {
         usage: Usage,
         /// The provider's own message when the call failed; kept here, never in a receipt or log.
         provider_error: Option<String>,
+        /// Someone this answered has since been forgotten. It stays, since it answered others
+        /// too, and the model is told their words are gone, so it does not repeat them.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        forgotten_asker: bool,
     },
     ToolResult {
         call_id: String,
@@ -82,7 +86,8 @@ pub const COMPACTION_KIND: &str = "compaction";
 pub const WITHDRAWN_KIND: &str = "withdrawn";
 
 impl EntryBody {
-    fn kind(&self) -> &'static str {
+    /// How it is stored (`session_entries.kind`).
+    pub fn kind(&self) -> &'static str {
         match self {
             EntryBody::User { .. } => "user",
             EntryBody::Assistant { .. } => "assistant",
@@ -93,7 +98,8 @@ impl EntryBody {
         }
     }
 
-    fn in_context(&self) -> bool {
+    /// Whether the model sees it.
+    pub fn in_context(&self) -> bool {
         match self {
             EntryBody::Assistant { provider_error, .. } => provider_error.is_none(),
             EntryBody::Note { .. } | EntryBody::Compaction { .. } | EntryBody::Withdrawn { .. } => false,
@@ -112,6 +118,10 @@ pub struct SessionEntry {
 
 /// The prefix every summary is shown to the model with.
 pub const SUMMARY_PREFIX: &str = "Summary of the conversation before this point:\n";
+
+/// What the model is told after an answer of his to someone since forgotten.
+pub const FORGOTTEN_ASKER_NOTE: &str =
+    "(Someone the answer above also answered has since asked to be forgotten: their messages are withdrawn. Do not repeat what they said.)";
 
 /// A tool result from an earlier run longer than this is shown as a stub.
 pub const SETTLED_RESULT_MAX_CHARS: usize = 600;
@@ -369,8 +379,12 @@ impl Session {
                     push_user(&mut out, format!("{text}\n{}", picture_stub(images.len())), &[])
                 }
                 EntryBody::User { text, images, .. } => push_user(&mut out, text.clone(), images),
-                EntryBody::Assistant { text, tool_calls, .. } => {
+                EntryBody::Assistant { text, tool_calls, forgotten_asker, .. } => {
                     out.push(ChatMessage::Assistant { text: text.clone(), tool_calls: tool_calls.clone() });
+                    // After the turn's last word, not between a tool call and its result.
+                    if *forgotten_asker && tool_calls.is_empty() {
+                        push_user(&mut out, FORGOTTEN_ASKER_NOTE.to_owned(), &[]);
+                    }
                     for call in tool_calls {
                         let answered =
                             kept[i + 1..].iter().any(|e| matches!(&e.body, EntryBody::ToolResult { call_id, .. } if *call_id == call.id));

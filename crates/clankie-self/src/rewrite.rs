@@ -77,11 +77,19 @@ pub fn without_author(entry: &HeldWords, author_id: u64) -> Option<Rewritten> {
 }
 
 fn rewritten(entry: &HeldWords, body: EntryBody) -> Option<Rewritten> {
-    let (kind, in_context) = match &body {
-        EntryBody::Withdrawn { .. } => (clankie_agent::WITHDRAWN_KIND, false),
-        _ => ("user", true),
-    };
-    Some(Rewritten { seq: entry.seq, tree: entry.tree.clone(), kind: kind.to_owned(), body: serde_json::to_value(&body).ok()?, in_context })
+    let (kind, in_context) = (body.kind().to_owned(), body.in_context());
+    Some(Rewritten { seq: entry.seq, tree: entry.tree.clone(), kind, body: serde_json::to_value(&body).ok()?, in_context })
+}
+
+/// His answer marked as having answered someone since forgotten; `None` when it is not an
+/// answer or is marked already.
+fn marked(entry: &HeldWords) -> Option<Rewritten> {
+    match serde_json::from_value::<EntryBody>(entry.body.clone()).ok()? {
+        EntryBody::Assistant { text, tool_calls, stop_reason, usage, provider_error, forgotten_asker: false } => {
+            rewritten(entry, EntryBody::Assistant { text, tool_calls, stop_reason, usage, provider_error, forgotten_asker: true })
+        }
+        _ => None,
+    }
 }
 
 /// What forgetting a person removed, as counts, and what the streams' erase must find.
@@ -96,16 +104,16 @@ pub struct Forgotten {
     /// His own entries (answers, tool calls and results) of turns that answered only them,
     /// withdrawn with their messages.
     pub answers: u64,
-    /// His entries of turns that answered them and others too: kept as they are, since they
-    /// answered the others as well.
+    /// His entries of turns that answered them and others too: kept, since they answered the
+    /// others as well, his answers among them marked (`forgotten_asker`) so the model is told.
     pub answers_kept: u64,
     /// Compaction summaries that summarised their words, rewritten to [`SUMMARY_FORGOTTEN`].
     pub summaries: u64,
     /// The turns only they started whose answers were withdrawn, by the delivery id that
     /// began each: his replies to them leave the egress stream too.
     pub answered: Vec<String>,
-    /// The names they went by in the sessions: the experiences they took part in leave the
-    /// self stream by them, as they left the store.
+    /// The names they went by in the sessions: experiences recorded before ids were kept
+    /// (none carry `participant_ids`) leave the self stream and the store by them.
     pub names: Vec<String>,
     pub ring_lines: u64,
     pub memories: u64,
@@ -178,7 +186,7 @@ impl ForgetRun {
 /// Forgets `author_id` by provenance, never by the words they used: their messages and their
 /// lines in other blocks leave every lane's stored session; his answers to turns whose input
 /// was only theirs go with them (the whole turn, so no tool call is left without its result);
-/// his answers to turns they shared with others stay; their voice ring lines, the memory
+/// his answers to turns they shared with others stay, marked; their voice ring lines, the memory
 /// proposed from their messages or lines, and experiences they took part in go. Every other
 /// row stays as it was. Receipts, outcomes and counts stay (they hold no words).
 ///
@@ -250,10 +258,11 @@ async fn forget_in_lane(
     let trees: BTreeSet<&str> = entries.iter().map(|e| e.tree.as_str()).collect();
     for tree in trees {
         let held = store.tree_entries(tree).await?;
-        let (answers, kept) = his_answers_to(&held, author_id, &mut forgotten.answered);
+        let (answers, kept, marks) = his_answers_to(&held, author_id, &mut forgotten.answered);
         forgotten.answers += answers.len() as u64;
         forgotten.answers_kept += kept;
         rewrites.extend(answers);
+        rewrites.extend(marks);
         // A summary of what came before was written from their words too, once they were there.
         let first = entries.iter().filter(|e| e.tree == tree).map(|e| e.seq).min().unwrap_or(i64::MAX);
         let summaries = summaries_of(&held, first);
@@ -294,10 +303,11 @@ fn summaries_of(tree: &[HeldWords], first: i64) -> Vec<Rewritten> {
 }
 
 /// His entries in one tree (in order) that answered only `author_id`'s messages, each
-/// rewritten as withdrawn, and how many of his entries answered them with others. A turn runs
-/// from the messages that start it to his answer without a tool call; a message steered in
-/// meanwhile joins it, and the whole turn is judged by everyone it answered.
-fn his_answers_to(tree: &[HeldWords], author_id: u64, answered: &mut Vec<String>) -> (Vec<Rewritten>, u64) {
+/// rewritten as withdrawn; how many of his entries answered them with others; and his answers
+/// among those, marked. A turn runs from the messages that start it to his answer without a
+/// tool call; a message steered in meanwhile joins it, and the whole turn is judged by
+/// everyone it answered.
+fn his_answers_to(tree: &[HeldWords], author_id: u64, answered: &mut Vec<String>) -> (Vec<Rewritten>, u64, Vec<Rewritten>) {
     struct Turn<'a> {
         asked_by: BTreeSet<u64>,
         answered: String,
@@ -306,13 +316,14 @@ fn his_answers_to(tree: &[HeldWords], author_id: u64, answered: &mut Vec<String>
         his: Vec<&'a HeldWords>,
         done: bool,
     }
-    let (mut answers, mut kept) = (Vec::new(), 0u64);
+    let (mut answers, mut kept, mut marks) = (Vec::new(), 0u64, Vec::new());
     let mut settle = |turn: &Turn<'_>| {
         if !turn.asked_by.contains(&author_id) {
             return;
         }
         if turn.asked_by.len() > 1 {
             kept += turn.his.len() as u64;
+            marks.extend(turn.his.iter().filter_map(|e| marked(e)));
             return;
         }
         answers.extend(turn.his.iter().filter_map(|e| rewritten(e, EntryBody::Withdrawn { delivery_id: turn.answered.clone() })));
@@ -356,7 +367,7 @@ fn his_answers_to(tree: &[HeldWords], author_id: u64, answered: &mut Vec<String>
         }
     }
     settle(&turn);
-    (answers, kept)
+    (answers, kept, marks)
 }
 
 async fn lease_within(store: &Store, lane: &LaneKey, wait: Duration) -> Result<Option<Lease>, StoreError> {
@@ -493,7 +504,14 @@ mod tests {
                 arguments: format!("{{\"q\":\"{text}\"}}"),
             })
             .collect();
-        EntryBody::Assistant { text: text.into(), tool_calls, stop_reason: "stop".into(), usage: Default::default(), provider_error: None }
+        EntryBody::Assistant {
+            text: text.into(),
+            tool_calls,
+            stop_reason: "stop".into(),
+            usage: Default::default(),
+            provider_error: None,
+            forgotten_asker: false,
+        }
     }
 
     fn message(name: &'static str, id: u64, delivery: &str, text: &'static str) -> EntryBody {
@@ -541,7 +559,7 @@ mod tests {
     }
 
     #[test]
-    fn erase_withdraws_his_answers_to_turns_only_they_started_and_keeps_shared_ones() {
+    fn erase_withdraws_his_answers_to_turns_only_they_started_and_marks_shared_ones() {
         let tree: Vec<HeldWords> = [
             // bob alone, with a tool call: the whole turn goes.
             message("bob", 8, "1", "the meeting tomorrow?"),
@@ -563,13 +581,34 @@ mod tests {
         .map(|(n, b)| HeldWords { seq: n as i64, ..entry(b) })
         .collect();
         let mut answered = Vec::new();
-        let (answers, kept) = his_answers_to(&tree, 8, &mut answered);
+        let (answers, kept, marks) = his_answers_to(&tree, 8, &mut answered);
         assert_eq!(answers.iter().map(|r| r.seq).collect::<Vec<_>>(), [1, 2, 3], "bob's own turn, tool call and result together");
         assert!(answers.iter().all(|r| r.kind == "withdrawn" && !r.in_context && !r.body.to_string().contains("meeting")));
         assert_eq!(kept, 3, "the turn he shared with ada stays");
         assert_eq!(answered, ["1"], "the turn whose replies leave the egress stream: bob's alone");
+        // His words in the shared turn stay word for word; only the mark is new.
+        assert_eq!(marks.iter().map(|r| r.seq).collect::<Vec<_>>(), [7, 10], "his answers in the shared turn, marked");
+        for m in &marks {
+            let body: EntryBody = serde_json::from_value(m.body.clone()).unwrap();
+            let EntryBody::Assistant { forgotten_asker: true, .. } = &body else { panic!("not marked: {body:?}") };
+            let unmarked = serde_json::to_value(match body {
+                EntryBody::Assistant { forgotten_asker: _, text, tool_calls, stop_reason, usage, provider_error } => {
+                    EntryBody::Assistant { text, tool_calls, stop_reason, usage, provider_error, forgotten_asker: false }
+                }
+                other => other,
+            })
+            .unwrap();
+            assert_eq!((unmarked, m.kind.as_str(), m.in_context), (tree[m.seq as usize].body.clone(), "assistant", true));
+        }
         let mut answered = Vec::new();
-        let (answers, kept) = his_answers_to(&tree, 7, &mut answered);
+        let (answers, kept, marks) = his_answers_to(&tree, 7, &mut answered);
         assert_eq!((answers.iter().map(|r| r.seq).collect::<Vec<_>>(), kept, answered), (vec![5], 3, vec!["2".to_owned()]));
+        assert_eq!(marks.len(), 2);
+        // Marked once: a second forget of someone else in that turn finds it marked already.
+        let marked_tree: Vec<HeldWords> = tree
+            .iter()
+            .map(|e| marks.iter().find(|m| m.seq == e.seq).map_or(e.clone(), |m| HeldWords { body: m.body.clone(), ..e.clone() }))
+            .collect();
+        assert!(his_answers_to(&marked_tree, 8, &mut Vec::new()).2.is_empty());
     }
 }

@@ -214,3 +214,54 @@ async fn retention_an_abandoned_turn_aged_past_retention_still_keeps_its_epoch_o
     assert!(texts.iter().any(|t| t.contains("an early question")) && texts.iter().any(|t| t.contains("a later question")), "{texts:?}");
     assert_eq!(swept.abandoned_entries, 1, "{swept:?}");
 }
+
+/// A forget leaves his answer to a turn he shared with the forgotten person, marked: the model
+/// reads the answer as it was, then a note that someone it answered is gone, once per turn and
+/// never between a tool call and its result.
+#[tokio::test]
+async fn erase_an_answer_marked_for_someone_forgotten_is_followed_by_a_note_to_the_model() {
+    use clankie_agent::EntryBody;
+    use clankie_agent::provider::{ChatMessage, ToolCall};
+    let rig = Rig::new().await;
+    let mut session = rig.session().await;
+    let answer = |text: &str, tool_calls: Vec<ToolCall>, marked: bool| EntryBody::Assistant {
+        text: text.into(),
+        stop_reason: if tool_calls.is_empty() { "stop" } else { "tool_calls" }.into(),
+        tool_calls,
+        usage: Default::default(),
+        provider_error: None,
+        forgotten_asker: marked,
+    };
+    let call = ToolCall { id: "c1".into(), name: "read_page".into(), arguments: "{}".into() };
+    let entries = [
+        EntryBody::User { author: "ada".into(), delivery_id: "1".into(), text: "lunch?".into(), images: vec![], lines: vec![] },
+        answer("", vec![call], true),
+        EntryBody::ToolResult { call_id: "c1".into(), name: "read_page".into(), content: "menu".into(), is_error: false },
+        answer("Lunch for you both.", vec![], true),
+        EntryBody::User { author: "ada".into(), delivery_id: "2".into(), text: "and dinner?".into(), images: vec![], lines: vec![] },
+        answer("Dinner at eight.", vec![], false),
+    ];
+    for e in entries {
+        session.append(e).await.unwrap();
+    }
+    let roles: Vec<String> = session
+        .context()
+        .iter()
+        .map(|m| match m {
+            ChatMessage::User { text, .. } => format!("user: {text}"),
+            ChatMessage::Assistant { text, tool_calls } => format!("assistant: {text} ({} calls)", tool_calls.len()),
+            ChatMessage::Tool { content, .. } => format!("tool: {content}"),
+        })
+        .collect();
+    assert_eq!(
+        roles,
+        [
+            "user: lunch?".to_owned(),
+            "assistant:  (1 calls)".into(),
+            "tool: menu".into(),
+            "assistant: Lunch for you both. (0 calls)".into(),
+            format!("user: {}\nand dinner?", clankie_agent::FORGOTTEN_ASKER_NOTE),
+            "assistant: Dinner at eight. (0 calls)".into(),
+        ]
+    );
+}

@@ -133,6 +133,7 @@ async fn a_steer_arriving_mid_compaction_is_answered() {
                 stop_reason: "stop".into(),
                 usage: Default::default(),
                 provider_error: None,
+                forgotten_asker: false,
             })
             .await
             .unwrap();

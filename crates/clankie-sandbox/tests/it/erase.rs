@@ -47,8 +47,10 @@ struct Person {
 /// What forgetting the target must do to one stored entry.
 #[derive(Debug, Clone, PartialEq)]
 enum Expect {
-    /// Not theirs and not an answer to them alone: byte for byte as it was.
+    /// Not theirs and not an answer to them: byte for byte as it was.
     Same,
+    /// His answer to a turn they shared with others: word for word as it was, marked.
+    Marked,
     /// Their message or correction, or his entry of a turn only they asked: withdrawn.
     Withdrawn,
     /// A history block with lines of theirs: those lines go, the others stay.
@@ -82,7 +84,14 @@ fn said<'a>(p: &'a Person, text: &'a str) -> blocks::Said<'a> {
 
 fn his(text: String, calls: Vec<ToolCall>) -> EntryBody {
     let stop_reason = if calls.is_empty() { "stop" } else { "tool_calls" };
-    EntryBody::Assistant { text, tool_calls: calls, stop_reason: stop_reason.into(), usage: Default::default(), provider_error: None }
+    EntryBody::Assistant {
+        text,
+        tool_calls: calls,
+        stop_reason: stop_reason.into(),
+        usage: Default::default(),
+        provider_error: None,
+        forgotten_asker: false,
+    }
 }
 
 /// Writes one case: its lanes through the agent's own session writer, its messages onto the
@@ -218,7 +227,7 @@ impl Writer<'_> {
         let first = messages[0].1.to_string();
         // His answer: tool rounds, a message steered in or a correction now and then.
         // Who will be steered in is drawn first: he quotes the target only in a turn that stays
-        // theirs alone (his words in a turn shared with others stay as they are, quotes and all).
+        // theirs alone (his words in a turn shared with others stay, quotes and all, marked).
         let rounds = self.draw.below(3);
         let steered = (rounds > 0 && self.draw.chance(30)).then(|| self.pick());
         let mut answering = askers.clone();
@@ -231,9 +240,9 @@ impl Writer<'_> {
                 name: "read_page".into(),
                 arguments: serde_json::json!({ "url": format!("http://x/{q}") }).to_string(),
             };
-            his_entries.push(self.write(session, his(String::new(), vec![call.clone()]), Expect::Same).await);
+            his_entries.push((self.write(session, his(String::new(), vec![call.clone()]), Expect::Same).await, true));
             let result = EntryBody::ToolResult { call_id: call.id, name: call.name, content: format!("page about {q}"), is_error: false };
-            his_entries.push(self.write(session, result, Expect::Same).await);
+            his_entries.push((self.write(session, result, Expect::Same).await, false));
             if let (0, Some(p)) = (round, steered.clone()) {
                 let id = self.message(session, channel, &p, turn).await;
                 askers.insert(p.id);
@@ -251,10 +260,15 @@ impl Writer<'_> {
             }
         }
         let q = self.quote(&askers, &messages);
-        his_entries.push(self.write(session, his(q, vec![]), Expect::Same).await);
-        if askers.len() == 1 && askers.contains(&self.world.target.id) {
-            for at in his_entries {
-                self.world.expected[at].1 = Expect::Withdrawn;
+        his_entries.push((self.write(session, his(q, vec![]), Expect::Same).await, true));
+        if askers.contains(&self.world.target.id) {
+            let alone = askers.len() == 1;
+            for (at, answer) in his_entries {
+                if alone {
+                    self.world.expected[at].1 = Expect::Withdrawn;
+                } else if answer {
+                    self.world.expected[at].1 = Expect::Marked;
+                }
             }
         }
         // Now and then the room is compacted, keeping this turn on.
@@ -351,6 +365,7 @@ async fn erase_over_generated_lanes_forgets_one_person_and_leaves_every_other_ro
     let owner = clankie_store::OwnerSettings { channels: vec![GENERAL], ..store.owner_settings().await.unwrap() };
     store.set_owner_settings(&owner).await.unwrap();
     let (mut withdrawn, mut blocks_changed, mut unchanged, mut summaries, mut summaries_changed) = (0usize, 0usize, 0usize, 0usize, 0usize);
+    let mut marked = 0usize;
     for case in 0..cases {
         let draw = Draw(seed ^ case.wrapping_mul(0x2545_f491_4f6c_dd1d));
         println!("erase: case {case} of {cases} (CLANKIE_ERASE_SEED={seed})");
@@ -404,6 +419,20 @@ async fn erase_over_generated_lanes_forgets_one_person_and_leaves_every_other_ro
                 Expect::Same => {
                     assert_eq!((&now.2, &now.3, now.4), (kind, body, *in_context), "case {case}: row {seq} of {tree} changed");
                     unchanged += 1;
+                }
+                Expect::Marked => {
+                    let EntryBody::Assistant { text, tool_calls, stop_reason, usage, provider_error, forgotten_asker } = parsed else {
+                        panic!("case {case}: row {seq} is no longer his answer: {}", now.3)
+                    };
+                    assert!(forgotten_asker, "case {case}: his answer {seq} to a turn the target shared is not marked");
+                    let unmarked = EntryBody::Assistant { text, tool_calls, stop_reason, usage, provider_error, forgotten_asker: false };
+                    let was: EntryBody = serde_json::from_str(body).unwrap();
+                    assert_eq!(
+                        (&unmarked, now.2.as_str(), now.4),
+                        (&was, kind.as_str(), *in_context),
+                        "case {case}: row {seq} changed beyond its mark"
+                    );
+                    marked += 1;
                 }
                 Expect::Withdrawn => {
                     assert!(
@@ -470,7 +499,8 @@ async fn erase_over_generated_lanes_forgets_one_person_and_leaves_every_other_ro
             store.release_lease(&lease).await.unwrap();
         }
     }
+    assert!(marked > 0, "no case had a turn the target shared with others, so the mark was never checked");
     println!(
-        "erase: {cases} case(s): {withdrawn} row(s) withdrawn, {summaries} summaries written from the target's words rewritten ({summaries_changed} checks), {blocks_changed} block(s) lost the target's lines, {unchanged} row checks byte for byte (rows of earlier cases checked again each case)"
+        "erase: {cases} case(s): {withdrawn} row(s) withdrawn, {summaries} summaries written from the target's words rewritten ({summaries_changed} checks), {blocks_changed} block(s) lost the target's lines, {marked} answer(s) to shared turns marked, {unchanged} row checks byte for byte (rows of earlier cases checked again each case)"
     );
 }
