@@ -120,7 +120,7 @@ async fn economy(one_shot: bool, captains: usize, model: Option<&str>) -> Result
         bus.publish(&clankie_proto::Subject::VoiceSession { guild }, &session, None).await.context("voice session")?;
         let lived = clankie_self::experience::talked(
             &clankie_proto::LaneKey::Voice { guild, channel: voice },
-            &[format!("player{burst}")],
+            &[clankie_self::experience::Participant { id: burst as u64, name: &format!("player{burst}") }],
             &format!("bench-voice-{burst}"),
             clankie_bus::now_ms(),
         );

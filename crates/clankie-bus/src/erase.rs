@@ -3,7 +3,7 @@
 //! messages and their transcribed speech are found by the author id each event carries (never
 //! by their words) and erased from their stream by sequence; his replies to turns only they
 //! started go from the egress stream by the turn they answered, and the experiences they took
-//! part in from the self stream by the names they went by.
+//! part in from the self stream by their id.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
@@ -22,7 +22,8 @@ pub struct Erasure<'a> {
     pub author_id: u64,
     /// The turns only they started, whose answers the store withdrew: his replies to them go.
     pub answered: &'a [String],
-    /// The names they went by: the experiences they took part in go.
+    /// The names they went by: the experiences they took part in that carry no ids (recorded
+    /// before ids were kept) go by these; the others go by `author_id`.
     pub names: &'a [String],
 }
 
@@ -67,8 +68,8 @@ impl Bus {
     /// server overwriting what it deletes. Events of anyone else stay. His replies on the
     /// egress stream to the turns in `answered` go too: the turns only they started, whose
     /// answers the store has withdrawn (by the turn's delivery id each reply carries); and the
-    /// experiences on the self stream with one of their `names` among the participants, as the
-    /// store's went.
+    /// experiences on the self stream they took part in, by id (by one of their `names` for an
+    /// experience recorded before ids were kept), as the store's went.
     ///
     /// It tells every live voice room (`clankie.signal.forgotten`), which drops their lines from
     /// the ring it holds in memory: the store's copy is gone by now, and a room holds lines the
@@ -79,10 +80,8 @@ impl Bus {
         self.signal(&Subject::SignalForgotten, &v1::ForgottenSignal { user_id: author_id }).await?;
         let mut erased = ErasedMessages::default();
         let answered: BTreeSet<&str> = who.answered.iter().map(String::as_str).collect();
-        let families = AUTHORED
-            .into_iter()
-            .chain((!answered.is_empty()).then_some(Family::BodySend))
-            .chain((!who.names.is_empty()).then_some(Family::SelfExperience));
+        let families =
+            AUTHORED.into_iter().chain((!answered.is_empty()).then_some(Family::BodySend)).chain(std::iter::once(Family::SelfExperience));
         for family in families {
             let Some(spec) = stream_for(family) else { continue };
             let fail = |detail: String| BusError::Stream { stream: spec.name, detail };
@@ -94,7 +93,10 @@ impl Bus {
                     }
                     Family::SelfExperience => v1::Experience::decode(payload)
                         .ok()
-                        .filter(|x| x.participants.iter().any(|p| who.names.contains(p)))
+                        .filter(|x| {
+                            x.participant_ids.contains(&author_id)
+                                || (x.participant_ids.is_empty() && x.participants.iter().any(|p| who.names.contains(p)))
+                        })
                         .map(|_| Vec::new()),
                     _ => author_of(family, payload).filter(|(author, _)| *author == author_id).map(|(_, attachments)| attachments),
                 };
@@ -123,6 +125,20 @@ impl Bus {
         erased.attachments.dedup();
         self.signal(&Subject::SignalForgotten, &v1::ForgottenSignal { user_id: author_id }).await?;
         Ok(erased)
+    }
+
+    /// Erases one delivered message from its stream, by sequence: an event that must not be
+    /// kept (a forgotten person's edit of what they wrote before the forget). Gone already is
+    /// not an error.
+    pub async fn erase_delivered<E>(&self, d: &crate::Delivery<E>) -> Result<(), BusError> {
+        let Some(spec) = stream_for(d.subject.family()) else { return Ok(()) };
+        let fail = |detail: String| BusError::Stream { stream: spec.name, detail };
+        let stream = self.js.get_stream(spec.name).await.map_err(|e| fail(e.to_string()))?;
+        match stream.delete_message(d.stream_sequence).await {
+            Ok(_) => Ok(()),
+            Err(e) if e.to_string().contains("no message found") => Ok(()),
+            Err(e) => Err(fail(format!("erasing sequence {}: {e}", d.stream_sequence))),
+        }
     }
 
     /// Hands `seen` (stream sequence, payload) for every stored message of `family`, oldest

@@ -89,7 +89,12 @@ impl Captain {
         };
         self.receipt("captain.handoff", &req.delivery_id, &lane, |r| r.with_code(code)).await;
         if reply.failure_code.is_empty() {
-            let lived = clankie_self::experience::asked_to_act(&lane, &req.author_name, &req.delivery_id, clankie_bus::now_ms());
+            let lived = clankie_self::experience::asked_to_act(
+                &lane,
+                clankie_self::experience::Participant { id: req.author_id, name: &req.author_name },
+                &req.delivery_id,
+                clankie_bus::now_ms(),
+            );
             if let Err(e) = clankie_self::experience::publish(&inner.bus, &lived).await {
                 tracing::warn!(%lane, error = %e, "experience not published");
             }

@@ -543,7 +543,33 @@ impl Captain {
             let _ = d.ack().await;
             return;
         }
+        if d.event.change() == v1::MessageChange::Edit {
+            match self.inner.store.forgotten_at(d.event.author_id).await {
+                Ok(Some(at)) if clankie_proto::time::snowflake_ms(d.event.changed_message_id) < at => {
+                    return self.ignore_forgotten_edit(lane, d).await;
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    tracing::warn!(error = %e, "whether the editor was forgotten is unknown; the edit will come back");
+                    let _ = d.nak_after(self.inner.config.backoff(d.delivered)).await;
+                    return;
+                }
+            }
+        }
         self.dispatch(Held::from_ingress(lane, d));
+    }
+
+    /// An edit by someone forgotten of a message they wrote before the forget: the message is
+    /// withdrawn everywhere, so its new words have nowhere to go and are kept nowhere, not even
+    /// in the ingress stream.
+    async fn ignore_forgotten_edit(&self, lane: LaneKey, d: Delivery<v1::Ingress>) {
+        if let Err(e) = self.inner.bus.erase_delivered(&d).await {
+            tracing::warn!(error = %e, "a forgotten person's edit could not be erased from its stream; it will come back");
+            let _ = d.nak_after(self.inner.config.backoff(d.delivered)).await;
+            return;
+        }
+        self.receipt("captain.change_ignored", &d.event.delivery_id, &lane, |r| r.with_code("author_forgotten")).await;
+        let _ = d.ack().await;
     }
 
     async fn accept_steer(&self, d: Delivery<v1::Steer>) {

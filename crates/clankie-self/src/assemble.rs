@@ -276,10 +276,15 @@ mod tests {
     #[test]
     fn a_guild_room_sees_its_own_guild_only() {
         let exps = vec![
-            experience::talked(&LaneKey::Voice { guild: 1, channel: 11 }, &["ada".into()], "v", 9 * 60_000),
-            experience::talked(&ROOM_H, &["hal".into()], "h", 9 * 60_000),
-            experience::talked(&DM_A, &["dee".into()], "d", 9 * 60_000),
-            experience::talked(&ROOM_G, &["gil".into()], "g", 9 * 60_000),
+            experience::talked(
+                &LaneKey::Voice { guild: 1, channel: 11 },
+                &[experience::Participant { id: 1, name: "ada" }],
+                "v",
+                9 * 60_000,
+            ),
+            experience::talked(&ROOM_H, &[experience::Participant { id: 2, name: "hal" }], "h", 9 * 60_000),
+            experience::talked(&DM_A, &[experience::Participant { id: 3, name: "dee" }], "d", 9 * 60_000),
+            experience::talked(&ROOM_G, &[experience::Participant { id: 4, name: "gil" }], "g", 9 * 60_000),
         ];
         let snap = snapshot(exps);
         let c = self_context(&snap, &ROOM_G);
@@ -298,7 +303,12 @@ mod tests {
         let mut snap = snapshot(vec![]);
         let before = assemble(&snap, &ROOM_G, Surface::Text { privileged: false });
         let context_before = self_context(&snap, &ROOM_G);
-        snap.experiences.push(experience::talked(&LaneKey::Voice { guild: 1, channel: 11 }, &["ada".into()], "v", 9 * 60_000));
+        snap.experiences.push(experience::talked(
+            &LaneKey::Voice { guild: 1, channel: 11 },
+            &[experience::Participant { id: 1, name: "ada" }],
+            "v",
+            9 * 60_000,
+        ));
         snap.presence.voice.clear();
         snap.read_at_ms += 3_600_000;
         assert_eq!(assemble(&snap, &ROOM_G, Surface::Text { privileged: false }), before, "presence or experiences in the system prompt");
@@ -313,12 +323,12 @@ mod tests {
     #[test]
     fn prefix_stable_a_later_self_context_carries_only_what_changed() {
         let voice = LaneKey::Voice { guild: 1, channel: 11 };
-        let mut snap = snapshot(vec![experience::talked(&voice, &["ada".into()], "a", 60_000)]);
+        let mut snap = snapshot(vec![experience::talked(&voice, &[experience::Participant { id: 1, name: "ada" }], "a", 60_000)]);
         let first = self_context_due(&snap, &ROOM_G, &[]).expect("something to tell");
         assert!(first.contains("with ada.") && first.contains("voice channel 11"), "{first}");
         assert_eq!(self_context_due(&snap, &ROOM_G, &[&first]), None, "nothing changed");
 
-        snap.experiences.insert(0, experience::talked(&voice, &["bob".into()], "b", 120_000));
+        snap.experiences.insert(0, experience::talked(&voice, &[experience::Participant { id: 2, name: "bob" }], "b", 120_000));
         let second = self_context_due(&snap, &ROOM_G, &[&first]).expect("a new experience");
         assert!(second.contains("with bob.") && !second.contains("with ada."), "{second}");
         // The note is data only; the system prompt says once what a note is.
@@ -340,7 +350,7 @@ mod tests {
 
     #[test]
     fn an_untrusted_dm_sees_no_other_thread_and_a_trusted_one_sees_guilds() {
-        let exps = vec![experience::talked(&ROOM_G, &["gil".into()], "g", 0)];
+        let exps = vec![experience::talked(&ROOM_G, &[experience::Participant { id: 4, name: "gil" }], "g", 0)];
         let c = self_context(&snapshot(exps.clone()), &DM_A);
         assert!(!c.contains("gil") && c.contains(NOWHERE), "{c}");
         let mut s = snapshot(exps);
@@ -354,8 +364,12 @@ mod tests {
     #[test]
     fn the_digest_is_bounded_and_repeats_collapse() {
         let voice = LaneKey::Voice { guild: 1, channel: 11 };
-        let mut exps: Vec<v1::Experience> = (0..5).map(|i| experience::talked(&voice, &["ada".into()], &format!("same{i}"), 0)).collect();
-        exps.extend((0..20).map(|i| experience::talked(&voice, &[format!("p{i}")], &format!("d{i}"), 0)));
+        let mut exps: Vec<v1::Experience> =
+            (0..5).map(|i| experience::talked(&voice, &[experience::Participant { id: 1, name: "ada" }], &format!("same{i}"), 0)).collect();
+        exps.extend((0..20).map(|i| {
+            let name = format!("p{i}");
+            experience::talked(&voice, &[experience::Participant { id: 10 + i, name: &name }], &format!("d{i}"), 0)
+        }));
         let snap = snapshot(exps);
         let c = self_context(&snap, &ROOM_G);
         assert_eq!(c.matches("with ada.").count(), 1);
@@ -366,7 +380,7 @@ mod tests {
 
     #[test]
     fn an_experience_whose_guild_disagrees_with_its_thread_is_dropped() {
-        let mut forged = experience::talked(&ROOM_H, &["hal".into()], "h", 0);
+        let mut forged = experience::talked(&ROOM_H, &[experience::Participant { id: 2, name: "hal" }], "h", 0);
         forged.guild_id = Some(1);
         assert!(!self_context(&snapshot(vec![forged]), &ROOM_G).contains("hal"));
     }

@@ -42,14 +42,27 @@ pub(crate) fn name(raw: &str) -> String {
 /// The participant a name with nothing quotable left stands as: nobody's in particular.
 pub(crate) const NOBODY: &str = "someone";
 
-fn names(participants: &[String]) -> Vec<String> {
-    let mut out: Vec<String> = Vec::new();
-    for p in participants.iter().map(|p| name(p)) {
-        if !out.contains(&p) && out.len() < PARTICIPANTS_MAX {
-            out.push(p);
+/// Someone an experience involves: their id (what a forget goes by) and the display name the
+/// summary quotes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Participant<'a> {
+    pub id: u64,
+    pub name: &'a str,
+}
+
+/// The names to quote (distinct, at most [`PARTICIPANTS_MAX`]) and every distinct id.
+fn who(participants: &[Participant<'_>]) -> (Vec<String>, Vec<u64>) {
+    let (mut names, mut ids): (Vec<String>, Vec<u64>) = (Vec::new(), Vec::new());
+    for p in participants {
+        if !ids.contains(&p.id) {
+            ids.push(p.id);
+        }
+        let n = name(p.name);
+        if !names.contains(&n) && names.len() < PARTICIPANTS_MAX {
+            names.push(n);
         }
     }
-    out
+    (names, ids)
 }
 
 fn place(thread: &LaneKey) -> String {
@@ -61,7 +74,14 @@ fn place(thread: &LaneKey) -> String {
     }
 }
 
-fn build(kind: Kind, thread: &LaneKey, summary: String, participants: Vec<String>, delivery_id: &str, at_ms: i64) -> v1::Experience {
+fn build(
+    kind: Kind,
+    thread: &LaneKey,
+    summary: String,
+    (participants, participant_ids): (Vec<String>, Vec<u64>),
+    delivery_id: &str,
+    at_ms: i64,
+) -> v1::Experience {
     let key = if delivery_id.is_empty() { at_ms.to_string() } else { delivery_id.to_owned() };
     v1::Experience {
         experience_id: format!("{}:{thread}:{key}", kind.code()),
@@ -72,33 +92,34 @@ fn build(kind: Kind, thread: &LaneKey, summary: String, participants: Vec<String
         participants,
         at_ms,
         delivery_id: delivery_id.to_owned(),
+        participant_ids,
     }
 }
 
 /// He joined a voice room.
 pub fn voice_joined(guild: u64, channel: u64, at_ms: i64) -> v1::Experience {
     let thread = LaneKey::Voice { guild, channel };
-    build(Kind::VoiceJoined, &thread, format!("I joined {}.", place(&thread)), Vec::new(), "", at_ms)
+    build(Kind::VoiceJoined, &thread, format!("I joined {}.", place(&thread)), Default::default(), "", at_ms)
 }
 
 /// He left a voice room.
 pub fn voice_left(guild: u64, channel: u64, at_ms: i64) -> v1::Experience {
     let thread = LaneKey::Voice { guild, channel };
-    build(Kind::VoiceLeft, &thread, format!("I left {}.", place(&thread)), Vec::new(), "", at_ms)
+    build(Kind::VoiceLeft, &thread, format!("I left {}.", place(&thread)), Default::default(), "", at_ms)
 }
 
 /// He talked with people in a thread (a reply posted, or words said aloud).
-pub fn talked(thread: &LaneKey, participants: &[String], delivery_id: &str, at_ms: i64) -> v1::Experience {
-    let who = names(participants);
-    let with = if who.is_empty() { String::new() } else { format!(" with {}", who.join(", ")) };
-    build(Kind::Talked, thread, format!("I was talking in {}{with}.", place(thread)), who, delivery_id, at_ms)
+pub fn talked(thread: &LaneKey, participants: &[Participant<'_>], delivery_id: &str, at_ms: i64) -> v1::Experience {
+    let (names, ids) = who(participants);
+    let with = if names.is_empty() { String::new() } else { format!(" with {}", names.join(", ")) };
+    build(Kind::Talked, thread, format!("I was talking in {}{with}.", place(thread)), (names, ids), delivery_id, at_ms)
 }
 
 /// Someone in a thread asked him to do something, and he took it on.
-pub fn asked_to_act(thread: &LaneKey, asker: &str, delivery_id: &str, at_ms: i64) -> v1::Experience {
-    let who = name(asker);
+pub fn asked_to_act(thread: &LaneKey, asker: Participant<'_>, delivery_id: &str, at_ms: i64) -> v1::Experience {
+    let who = name(asker.name);
     let summary = format!("{who} asked me in {} to do something for them, and I took it on.", place(thread));
-    build(Kind::AskedToAct, thread, summary, vec![who], delivery_id, at_ms)
+    build(Kind::AskedToAct, thread, summary, (vec![who], vec![asker.id]), delivery_id, at_ms)
 }
 
 /// Publishes an experience on its thread's subject, once per experience id.
@@ -116,16 +137,22 @@ mod tests {
     #[test]
     fn summaries_carry_names_not_words_and_stay_bounded() {
         let thread = LaneKey::Voice { guild: 1, channel: 2 };
-        let e = talked(&thread, &["ada".into(), "<b>ob".into(), "ada".into(), "x".repeat(300)], "d1", 5);
+        let long = "x".repeat(300);
+        let p = |id, name| Participant { id, name };
+        let e = talked(&thread, &[p(1, "ada"), p(2, "<b>ob"), p(1, "ada"), p(3, &long), p(4, "ada")], "d1", 5);
         assert_eq!(e.summary, format!("I was talking in the voice channel 2 with ada, bob, {}.", "x".repeat(40)));
         assert_eq!(e.participants.len(), 3);
+        assert_eq!(e.participant_ids, [1, 2, 3, 4], "a namesake is still someone else");
         assert_eq!(e.guild_id, Some(1));
         assert_eq!(e.thread, "voice:1:2");
         assert_eq!(e.experience_id, "talked:voice:1:2:d1");
-        let dm = talked(&LaneKey::Dm { channel: 9 }, &["ada".into()], "d2", 5);
+        let dm = talked(&LaneKey::Dm { channel: 9 }, &[p(1, "ada")], "d2", 5);
         assert_eq!(dm.guild_id, None);
         assert_eq!(dm.summary, "I was talking in a DM with ada.");
-        assert!(asked_to_act(&thread, "", "d3", 1).summary.starts_with("someone asked me"));
-        assert!(talked(&thread, &vec!["n".repeat(40); 20], "d", 0).summary.chars().count() <= SUMMARY_MAX_CHARS);
+        let asked = asked_to_act(&thread, p(6, ""), "d3", 1);
+        assert!(asked.summary.starts_with("someone asked me"));
+        assert_eq!(asked.participant_ids, [6]);
+        let many: Vec<Participant<'_>> = (0..20).map(|i| p(i, &long[..40])).collect();
+        assert!(talked(&thread, &many, "d", 0).summary.chars().count() <= SUMMARY_MAX_CHARS);
     }
 }

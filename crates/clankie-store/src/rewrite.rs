@@ -250,7 +250,8 @@ impl Store {
     /// Records that `author_id` was forgotten (their id only) and removes what of theirs lives
     /// outside the session trees, by provenance: their ring lines, memory proposed from one of
     /// `deliveries` (their messages) or from a line they spoke, and experiences they took part
-    /// in under one of `names`. Memory of anyone else's making stays, whatever words it shares.
+    /// in (by id; one recorded before ids were kept, under one of `names`). Memory of anyone
+    /// else's making stays, whatever words it shares, and so do a namesake's experiences.
     pub async fn forget_rows(&self, author_id: u64, names: &[String], deliveries: &[String]) -> Result<ForgottenRows, StoreError> {
         let mut tx = self.pool.begin().await?;
         sqlx::query("INSERT INTO forgotten_users (author_id) VALUES ($1) ON CONFLICT (author_id) DO UPDATE SET forgotten_at = now()")
@@ -268,8 +269,15 @@ impl Store {
         .rows_affected();
         let ring_lines =
             sqlx::query("DELETE FROM voice_ring WHERE author_id = $1").bind(author_id.to_string()).execute(&mut *tx).await?.rows_affected();
-        let experiences =
-            sqlx::query("DELETE FROM self_experiences WHERE participants && $1").bind(names).execute(&mut *tx).await?.rows_affected();
+        let experiences = sqlx::query(
+            "DELETE FROM self_experiences
+             WHERE $2 = ANY(participant_ids) OR (participant_ids = '{}' AND participants && $1)",
+        )
+        .bind(names)
+        .bind(author_id as i64)
+        .execute(&mut *tx)
+        .await?
+        .rows_affected();
         // Their edits waiting for a message's outcome hold their words too; a deletion holds none
         // and stays, so a copy of the message is still withdrawn.
         sqlx::query("UPDATE message_changes SET edit = NULL WHERE author_id = $1 AND edit IS NOT NULL")
@@ -285,6 +293,14 @@ impl Store {
         Ok(sqlx::query_as("SELECT author_name, text FROM voice_ring WHERE author_id = $1")
             .bind(author_id.to_string())
             .fetch_all(&self.pool)
+            .await?)
+    }
+
+    /// When `author_id` was last forgotten (ms since the Unix epoch); `None` if never.
+    pub async fn forgotten_at(&self, author_id: u64) -> Result<Option<i64>, StoreError> {
+        Ok(sqlx::query_scalar("SELECT (extract(epoch from forgotten_at) * 1000)::bigint FROM forgotten_users WHERE author_id = $1")
+            .bind(author_id as i64)
+            .fetch_optional(&self.pool)
             .await?)
     }
 

@@ -271,12 +271,19 @@ impl Store {
             .collect()
     }
 
-    /// Stores an experience until `ttl` after it happened; a second copy of one id is ignored.
+    /// Stores an experience until `ttl` after it happened; a second copy of one id is ignored,
+    /// and so is one that happened before one of its participants was forgotten (a recorder
+    /// behind the stream would otherwise store again what the forget removed). False when not
+    /// stored.
     pub async fn insert_experience(&self, e: &v1::Experience, ttl: Duration) -> Result<bool, StoreError> {
+        let ids: Vec<i64> = e.participant_ids.iter().map(|&id| id as i64).collect();
         let done = sqlx::query(
-            "INSERT INTO self_experiences (experience_id, kind, thread, guild_id, summary, participants, delivery_id, at, expires_at)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, to_timestamp($8::double precision / 1000),
-                     to_timestamp($8::double precision / 1000) + make_interval(secs => $9))
+            "INSERT INTO self_experiences
+                 (experience_id, kind, thread, guild_id, summary, participants, delivery_id, at, expires_at, participant_ids)
+             SELECT $1, $2, $3, $4, $5, $6, $7, to_timestamp($8::double precision / 1000),
+                    to_timestamp($8::double precision / 1000) + make_interval(secs => $9), $10
+             WHERE NOT EXISTS (SELECT 1 FROM forgotten_users
+                               WHERE author_id = ANY($10) AND forgotten_at >= to_timestamp($8::double precision / 1000))
              ON CONFLICT (experience_id) DO NOTHING",
         )
         .bind(&e.experience_id)
@@ -288,6 +295,7 @@ impl Store {
         .bind(&e.delivery_id)
         .bind(e.at_ms)
         .bind(ttl.as_secs_f64())
+        .bind(&ids)
         .execute(&self.pool)
         .await?;
         Ok(done.rows_affected() == 1)
@@ -299,7 +307,7 @@ impl Store {
     /// experience's life is counted from `at_ms`, which the writer's clock stamped.
     pub async fn recent_experiences(&self, guild: Option<u64>, limit: i64, now_ms: i64) -> Result<Vec<v1::Experience>, StoreError> {
         let rows = sqlx::query(
-            "SELECT experience_id, kind, thread, guild_id, summary, participants, delivery_id,
+            "SELECT experience_id, kind, thread, guild_id, summary, participants, delivery_id, participant_ids,
                     (extract(epoch from at) * 1000)::bigint AS at_ms
              FROM self_experiences
              WHERE expires_at > to_timestamp($3::double precision / 1000)
@@ -322,6 +330,7 @@ impl Store {
                     participants: r.try_get("participants")?,
                     delivery_id: r.try_get("delivery_id")?,
                     at_ms: r.try_get("at_ms")?,
+                    participant_ids: r.try_get::<Vec<i64>, _>("participant_ids")?.into_iter().map(|id| id as u64).collect(),
                 })
             })
             .collect()

@@ -369,13 +369,9 @@ impl VoiceFloor {
         self.receipt("voice.outcome", first, |r| r.with_code("replied").with_count("heard", covered.len() as i64)).await;
         self.receipt("voice.playback", first, |r| r.with_code("queued")).await;
         let thread = LaneKey::Voice { guild: key.0, channel: key.1 };
-        let mut names: Vec<String> = Vec::new();
-        for input in covered {
-            if !names.contains(&input.author_name) {
-                names.push(input.author_name.clone());
-            }
-        }
-        self.experience(experience::talked(&thread, &names, &first.delivery_id, now_ms())).await;
+        let people: Vec<experience::Participant<'_>> =
+            covered.iter().map(|input| experience::Participant { id: input.author_id, name: &input.author_name }).collect();
+        self.experience(experience::talked(&thread, &people, &first.delivery_id, now_ms())).await;
     }
 
     async fn ask_clankie(&self, input: &v1::RoomInput, arguments: &str) -> String {

@@ -616,9 +616,11 @@ impl Captain {
             tracing::debug!(delivery_id = held.delivery_id(), outcome = outcome.kind.code(), new, "settled");
         }
         if owner_kind == v1::OutcomeKind::Replied {
-            let names: Vec<String> =
-                std::iter::once(&turn.owner).chain(turn.absorbed.iter()).map(|h| h.ingress.author_name.clone()).collect();
-            let lived = experience::talked(&lane, &names, turn.owner.delivery_id(), now_ms());
+            let people: Vec<experience::Participant<'_>> = std::iter::once(&turn.owner)
+                .chain(turn.absorbed.iter())
+                .map(|h| experience::Participant { id: h.ingress.author_id, name: &h.ingress.author_name })
+                .collect();
+            let lived = experience::talked(&lane, &people, turn.owner.delivery_id(), now_ms());
             if let Err(e) = experience::publish(&inner.bus, &lived).await {
                 tracing::warn!(%lane, error = %e, "experience not published");
             }

@@ -161,3 +161,54 @@ async fn message_edit_during_a_run_then_a_crash_before_settle_reaches_the_replac
     assert_eq!(rig.outcome_of(asked).iter().map(kind).collect::<Vec<_>>(), [v1::OutcomeKind::Replied]);
     let _ = b.start_kill();
 }
+
+/// Bob is forgotten, then edits a message he wrote before: the message is withdrawn
+/// everywhere, so the edit's words are stored nowhere (not in the store, not in the ingress
+/// stream). An edit of a message he writes after the forget is an edit like any other.
+#[tokio::test]
+async fn erase_a_forgotten_persons_edit_of_a_message_from_before_the_forget_is_kept_nowhere() {
+    let rig = Rig::new().await;
+    let _dump = DumpLogsOnPanic(rig.dir.path().to_owned());
+    let (_c, _t) = rig.captain("captain-a").await;
+    rig.standin.script(Script::any(Reply::text("Noon.")));
+    let before = rig.say("bob", "@Clankie canary-before when is lunch?", true).await;
+    rig.wait_outcomes(&[before]).await;
+    let bob = super::author_id("bob");
+    let forgotten = clankie_self::rewrite::forget_user(&rig.store, bob, Duration::from_secs(10), |_| {}).await.unwrap();
+    assert_eq!(forgotten.messages, 1);
+
+    rig.edit(before, "bob", "canary-edited-after-forget lunch at one", false).await;
+    // Made after the forget, so its snowflake says so.
+    let after_ms = clankie_bus::now_ms() + 1_000;
+    let after = ((after_ms as u64) - clankie_proto::time::DISCORD_EPOCH_MS) << 22;
+    rig.standin.script(Script::any(Reply::text("Hello again.")));
+    rig.say_as(after, "bob", "@Clankie canary-after I am back", true, Some(super::GUILD)).await;
+    rig.wait_outcomes(&[after]).await;
+    rig.edit(after, "bob", "canary-after-edited I am back, edited", false).await;
+
+    let handled = |id: u64, kinds: &[&str]| {
+        rig.receipts.all().into_iter().find(|r| kinds.contains(&r.kind.as_str()) && r.delivery_id.starts_with(&format!("edit:{id}:")))
+    };
+    let both = ["captain.change_ignored", "captain.changed"];
+    until("both edits handled", Duration::from_secs(20), || handled(before, &both).is_some() && handled(after, &both).is_some()).await;
+    assert_eq!(stored_anywhere(&rig, "canary-edited-after-forget").await, 0, "the edit's words are in a session");
+    let changes: i64 = sqlx::query_scalar("SELECT count(*) FROM message_changes WHERE delivery_id = $1")
+        .bind(before.to_string())
+        .fetch_one(rig.store.pool())
+        .await
+        .unwrap();
+    assert_eq!(changes, 0, "the edit of a forgotten message was kept for a copy of it arriving later");
+    let mut in_stream = 0;
+    let words = b"canary-edited-after-forget";
+    rig.bus
+        .read_family(clankie_proto::Family::IngressText, |_, payload| {
+            in_stream += usize::from(payload.windows(words.len()).any(|w| w == words))
+        })
+        .await
+        .unwrap();
+    assert_eq!(in_stream, 0, "the edit is still in the ingress stream");
+    assert_eq!(stored_anywhere(&rig, "canary-after-edited").await, 1, "the edit of his new message was not applied");
+    let ignored = handled(before, &both).unwrap();
+    assert_eq!((ignored.kind.as_str(), ignored.codes.as_slice()), ("captain.change_ignored", ["author_forgotten".to_owned()].as_slice()));
+    assert_eq!(handled(after, &both).unwrap().kind, "captain.changed");
+}

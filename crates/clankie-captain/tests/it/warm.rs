@@ -82,7 +82,12 @@ async fn prefix_stable_a_warm_lane_with_a_new_voice_presence_and_experience_betw
         live_until_ms: 0,
     };
     rig.bus.publish(&clankie_proto::Subject::VoiceSession { guild: GUILD }, &session, None).await.unwrap();
-    let lived = clankie_self::experience::talked(&voice, &["bob".into()], "v1", clankie_bus::now_ms());
+    let lived = clankie_self::experience::talked(
+        &voice,
+        &[clankie_self::experience::Participant { id: 2, name: "bob" }],
+        "v1",
+        clankie_bus::now_ms(),
+    );
     rig.store.insert_experience(&lived, std::time::Duration::from_secs(3600)).await.unwrap();
 
     rig.standin.script(Script::any(Reply::text("reply beta")));

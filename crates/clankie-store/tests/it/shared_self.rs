@@ -91,3 +91,32 @@ async fn experiences_are_stored_once_and_go_when_they_expire() {
     assert_eq!(store.expire_experiences(now).await.unwrap(), 0);
     assert_eq!(store.expire_experiences(now + 3_600_001).await.unwrap(), 3);
 }
+
+#[tokio::test]
+async fn erase_finds_experiences_by_id_so_a_namesake_keeps_theirs_and_one_recorded_late_is_refused() {
+    let (store, _db) = super::store().await;
+    let ttl = Duration::from_secs(3600);
+    let lived = |id: &str, name: &str, ids: &[u64], at_ms: i64| v1::Experience {
+        participants: vec![name.into()],
+        participant_ids: ids.to_vec(),
+        ..experience(id, Some(1), at_ms)
+    };
+    let before = now_ms() - 1_000;
+    store.insert_experience(&lived("with-bob", "bob", &[2], before), ttl).await.unwrap();
+    store.insert_experience(&lived("with-another-bob", "bob", &[9], before), ttl).await.unwrap();
+    store.insert_experience(&lived("from-before-ids", "bob", &[], before), ttl).await.unwrap();
+    store.insert_experience(&lived("with-ada", "ada", &[1], before), ttl).await.unwrap();
+
+    let rows = store.forget_rows(2, &["bob".into()], &[]).await.unwrap();
+    assert_eq!(rows.experiences, 2, "his own, and the one from before ids was kept that names him");
+    let mut left: Vec<String> = store.recent_experiences(None, 10, now_ms()).await.unwrap().into_iter().map(|e| e.experience_id).collect();
+    left.sort();
+    assert_eq!(left, ["with-ada", "with-another-bob"], "a stranger who is also called bob keeps theirs");
+
+    // A recorder behind the stream brings one from before the forget: it stays out.
+    let late = lived("with-bob-late", "bob", &[2, 1], before + 500);
+    assert!(!store.insert_experience(&late, ttl).await.unwrap(), "an experience from before his forget was stored again");
+    // Once forgotten he may come back: what happens with him afterwards is kept.
+    let later = lived("with-bob-again", "bob", &[2], now_ms() + 1_000);
+    assert!(store.insert_experience(&later, ttl).await.unwrap(), "what happened after the forget is refused");
+}
