@@ -6,13 +6,18 @@ use clankie_proto::{Event, Family, LaneKey, Subject, v1};
 use clankie_testkit::{TestDir, TestNats};
 
 async fn bus(nats: &TestNats, dir: &TestDir) -> Bus {
+    bus_at(nats.url(), dir, "test").await
+}
+
+/// A bus named `name` on the server at `url` (a path to it, say), its streams made.
+async fn bus_at(url: String, dir: &TestDir, name: &str) -> Bus {
     let settings = clankie_settings::Settings::from_lookup(|k| match k {
-        "CLANKIE_NATS_URL" => Some(nats.url()),
+        "CLANKIE_NATS_URL" => Some(url.clone()),
         "CLANKIE_STATE_DIR" => Some(dir.path().display().to_string()),
         _ => None,
     })
     .unwrap();
-    let bus = Bus::connect(&settings, "test").await.unwrap();
+    let bus = Bus::connect(&settings, name).await.unwrap();
     bus.ensure_streams().await.unwrap();
     bus
 }
@@ -309,13 +314,7 @@ async fn barrier_a_new_subscription_hears_what_another_connection_publishes_righ
     // every publish is heard, without it they are missed, so the barrier is what holds.
     let upstream = nats.url().trim_start_matches("nats://").to_owned();
     let slow_url = slow_path(upstream, Duration::from_millis(100)).await;
-    let settings = clankie_settings::Settings::from_lookup(|k| match k {
-        "CLANKIE_NATS_URL" => Some(slow_url.clone()),
-        "CLANKIE_STATE_DIR" => Some(dir.path().display().to_string()),
-        _ => None,
-    })
-    .unwrap();
-    let slow = Bus::connect(&settings, "slow").await.unwrap();
+    let slow = bus_at(slow_url, &dir, "slow").await;
     let (mut heard_with, mut missed_without) = (0, 0);
     for round in 0..10 {
         for barrier in [true, false] {

@@ -150,21 +150,11 @@ fn flood_seconds() -> u64 {
 
 /// The most of `sorted` (ms, ascending) that fall within any `span` ms: a sliding window.
 fn most_within(sorted: &[i64], span: i64) -> usize {
-    let mut first = 0;
-    (0..sorted.len())
-        .map(|last| {
-            while sorted[last] - sorted[first] >= span {
-                first += 1;
-            }
-            last - first + 1
-        })
-        .max()
-        .unwrap_or(0)
+    densest_window(sorted, span).0
 }
 
-/// The arrivals around the densest `span` ms of `sorted`, counted per 100 ms: whether they came
-/// bunched after a gap (a process held up) or evenly too fast.
-fn densest(sorted: &[i64], span: i64) -> String {
+/// The most of `sorted` inside any `span` ms (a sliding window), and when that window starts.
+fn densest_window(sorted: &[i64], span: i64) -> (usize, i64) {
     let mut first = 0;
     let (mut best, mut at) = (0, 0);
     for last in 0..sorted.len() {
@@ -175,6 +165,13 @@ fn densest(sorted: &[i64], span: i64) -> String {
             (best, at) = (last - first + 1, sorted[first]);
         }
     }
+    (best, at)
+}
+
+/// The arrivals around the densest `span` ms of `sorted`, counted per 100 ms: whether they came
+/// bunched after a gap (a process held up) or evenly too fast.
+fn densest(sorted: &[i64], span: i64) -> String {
+    let (_, at) = densest_window(sorted, span);
     let per_100ms: Vec<usize> =
         (-10..20).map(|k| sorted.iter().filter(|t| (at + k * 100..at + (k + 1) * 100).contains(*t)).count()).collect();
     format!("per 100 ms from 1 s before the densest second to 1 s after it: {per_100ms:?}")
