@@ -10,6 +10,7 @@ pub async fn run_from_env() -> Result<()> {
     // Installed first, so a stop that comes while the service is still starting is a clean one.
     let stopped = clankie_http::terminated();
     let settings = Settings::from_env().context("reading CLANKIE_* settings")?;
+    settings.check_model_for_real_discord()?;
     clankie_http::init_tracing(&settings.log);
     let bus = clankie_bus::Bus::connect(&settings, "captain").await?;
     bus.ensure_streams().await.context("declaring streams")?;

@@ -72,7 +72,7 @@ pub const SETTINGS: &[Setting] = &[
     Setting {
         name: "CLANKIE_MODEL_BASE_URL",
         default: "unset: the offline rehearsal model",
-        doc: "OpenAI-compatible endpoint, e.g. `https://api.openai.com/v1`. Unset runs the labelled rehearsal model.",
+        doc: "OpenAI-compatible endpoint, e.g. `https://api.openai.com/v1`. Unset runs the labelled rehearsal model, in the sandbox only: against Discord itself (`CLANKIE_DISCORD_API` unset) the captain and the voice floor refuse to start without it.",
     },
     Setting { name: "CLANKIE_MODEL_NAME", default: "gpt-4o-mini", doc: "Model name sent to the endpoint." },
     Setting { name: "CLANKIE_MODEL_API_KEY", default: "unset", doc: "Bearer token for the endpoint. Never logged." },
@@ -103,7 +103,7 @@ pub const SETTINGS: &[Setting] = &[
     Setting {
         name: "CLANKIE_DISCORD_TOKEN",
         default: "loopback-token",
-        doc: "The bot token. Never logged. The default is the loopback Discord's.",
+        doc: "The bot token. Never logged. The default is the loopback Discord's; against Discord itself (`CLANKIE_DISCORD_API` unset) the gateway refuses to start with it, unset, or `replace-me`.",
     },
     Setting {
         name: "CLANKIE_DISCORD_API",
@@ -1118,7 +1118,47 @@ impl Settings {
             _ => None,
         })
     }
+
+    /// Whether the services speak to Discord itself: no stand-in is named in
+    /// `CLANKIE_DISCORD_API`, so the token and the model meet real people.
+    pub fn against_real_discord(&self) -> bool {
+        self.discord_api.is_none()
+    }
+
+    /// Refuses a token that is no bot's (unset, the loopback's, or the example file's
+    /// placeholder) when the gateway would present it to Discord itself: Discord would close
+    /// the connection and the operator would learn only that from the log.
+    pub fn check_token_for_real_discord(&self) -> Result<(), SettingsError> {
+        if !self.against_real_discord() || !PLACEHOLDER_TOKENS.contains(&self.discord_token.trim()) {
+            return Ok(());
+        }
+        Err(SettingsError::Invalid {
+            var: "CLANKIE_DISCORD_TOKEN",
+            reason: "it is unset or a placeholder, and CLANKIE_DISCORD_API is unset, so it would go to Discord itself. \
+                     Put your bot's token in CLANKIE_DISCORD_TOKEN (Developer Portal, your application, Bot, Reset Token), \
+                     or set CLANKIE_DISCORD_API to the loopback (e.g. 127.0.0.1:8700) for a sandbox"
+                .into(),
+        })
+    }
+
+    /// Refuses the rehearsal model when Discord is the real one: it would answer "[rehearsal]"
+    /// into a real server. It stays the sandbox's default.
+    pub fn check_model_for_real_discord(&self) -> Result<(), SettingsError> {
+        if !self.against_real_discord() || self.model_base_url.is_some() {
+            return Ok(());
+        }
+        Err(SettingsError::Invalid {
+            var: "CLANKIE_MODEL_BASE_URL",
+            reason: "it is unset, so the offline rehearsal model would answer real people on Discord. \
+                     Set CLANKIE_MODEL_BASE_URL (e.g. https://api.openai.com/v1) and CLANKIE_MODEL_API_KEY, \
+                     or set CLANKIE_DISCORD_API to the loopback for a sandbox"
+                .into(),
+        })
+    }
 }
+
+/// Tokens that are never a bot's: unset, the loopback's default and `.env.example`'s placeholder.
+const PLACEHOLDER_TOKENS: [&str; 3] = ["", "loopback-token", "replace-me"];
 
 fn absolute(var: &'static str, value: &str) -> Result<PathBuf, SettingsError> {
     let path = PathBuf::from(value);

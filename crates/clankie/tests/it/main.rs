@@ -8,6 +8,7 @@ mod healthcheck;
 mod invariants;
 mod manifests;
 mod modules;
+mod operator;
 mod run_voice;
 mod secrets;
 mod self_cli;
