@@ -26,6 +26,7 @@ pub async fn trail(store: &Store, delivery_id: &str) -> Result<Option<Vec<Value>
     if receipts.is_empty() && outcome.is_none() {
         return Ok(None);
     }
+    let lanes: Vec<String> = receipts.iter().map(|r| r.receipt.lane.clone()).collect();
     let mut rows: Vec<Value> = receipts
         .into_iter()
         .map(|stored| {
@@ -45,7 +46,16 @@ pub async fn trail(store: &Store, delivery_id: &str) -> Result<Option<Vec<Value>
         })
         .collect();
     if let Some(o) = outcome {
-        rows.push(json!({ "outcome": o.kind.code(), "failure_code": o.failure_code.map(|c| c.code()), "turn": o.turn_id }));
+        let mut row = json!({ "outcome": o.kind.code(), "failure_code": o.failure_code.map(|c| c.code()), "turn": o.turn_id });
+        // A failed model call: the provider's own words say what to mend (a misspelt model, a
+        // bad key), and are shown here, to the operator, and nowhere else.
+        if o.kind == clankie_proto::v1::OutcomeKind::Failed
+            && let Some(lane) = lanes.iter().find(|l| !l.is_empty())
+            && let Some(message) = store.provider_message(lane, delivery_id).await?
+        {
+            row["provider_message"] = json!(message);
+        }
+        rows.push(row);
     }
     Ok(Some(rows))
 }

@@ -90,6 +90,9 @@ pub enum Reply {
     InsufficientQuota,
     /// An HTTP error status with an OpenAI-style error body.
     Status { status: u16 },
+    /// 404 as OpenAI answers a model name it does not serve (a typo in `CLANKIE_MODEL_NAME`),
+    /// naming the model the request asked for.
+    ModelNotFound,
     /// A finished stream with no text and no tool calls.
     Empty,
     /// Holds the request, saying nothing, until the test opens `gate` ([`StandIn::open_gate`]),
@@ -453,6 +456,11 @@ async fn completions(State(shared): State<Shared>, headers: HeaderMap, body: Byt
             "insufficient_quota",
             "You exceeded your current quota, please check your plan and billing details.",
         ),
+        Reply::ModelNotFound => {
+            let model = request.body.get("model").and_then(Value::as_str).unwrap_or_default();
+            let message = format!("The model `{model}` does not exist or you do not have access to it.");
+            error_body(StatusCode::NOT_FOUND, "invalid_request_error", "model_not_found", &message)
+        }
         Reply::Status { status } => {
             let status = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
             error_body(status, "server_error", "server_error", "The server had an error while processing your request.")
@@ -544,7 +552,9 @@ fn stream_reply(reply: Reply, prompt_tokens: u64, cached_tokens: u64) -> Respons
                 return;
             }
             Reply::Empty => Some("stop"),
-            Reply::RateLimited { .. } | Reply::InsufficientQuota | Reply::Status { .. } | Reply::Gated { .. } => None,
+            Reply::RateLimited { .. } | Reply::InsufficientQuota | Reply::Status { .. } | Reply::ModelNotFound | Reply::Gated { .. } => {
+                None
+            }
         };
         let Some(finish) = finish else { return };
         send(chunk(json!({}), Some(finish))).await;

@@ -97,6 +97,26 @@ impl Store {
         .await?;
         entries_of(rows)
     }
+
+    /// The provider's own message for the failed model call that answered message
+    /// `delivery_id` in `lane` (the first answer after it was its failure): what the operator
+    /// needs to mend a rejected model name or key. It lives only in the session tree, never in
+    /// a receipt or a log; the trail reads it from there.
+    pub async fn provider_message(&self, lane: &str, delivery_id: &str) -> Result<Option<String>, StoreError> {
+        Ok(sqlx::query_scalar(
+            "SELECT a.body->>'provider_error' FROM session_entries u
+             CROSS JOIN LATERAL (SELECT body FROM session_entries a
+                                 WHERE a.tree = u.tree AND a.seq > u.seq AND a.kind = 'assistant'
+                                 ORDER BY a.seq LIMIT 1) a
+             WHERE u.lane = $1 AND u.kind = 'user' AND u.body->>'delivery_id' = $2
+               AND a.body->>'provider_error' IS NOT NULL
+             ORDER BY u.seq DESC LIMIT 1",
+        )
+        .bind(lane)
+        .bind(delivery_id)
+        .fetch_optional(&self.pool)
+        .await?)
+    }
 }
 
 fn entries_of(rows: Vec<sqlx::postgres::PgRow>) -> Result<Vec<Entry>, StoreError> {

@@ -75,3 +75,75 @@ fn operator_against_discord_itself_the_rehearsal_model_refuses_to_start_with_its
         assert!(!says(&out), "{service} refused a real model: {out}");
     }
 }
+
+/// A misspelt model name: the provider answers 404 with its own message, the turn is `failed`,
+/// and the operator reads the provider's words where they look (`clankie trail`, the console's
+/// trail), while no log line of any service and no receipt holds them.
+#[tokio::test]
+async fn operator_a_provider_404_for_a_misspelt_model_is_shown_in_the_trail_and_the_console_and_nowhere_else() {
+    let cast = crate::chaos::Cast::start(clankie_discord_loopback::LoopbackConfig::default()).await;
+    cast.standin.script(clankie_model_standin::Script::any(clankie_model_standin::Reply::ModelNotFound));
+    let console_addr = std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).unwrap().to_string();
+    let debug = ("CLANKIE_LOG", "debug");
+    let _gateway = cast.service("gateway", "gateway-a", None, &[debug]);
+    let _captain = cast.service("captain", "captain-a", None, &[debug, ("CLANKIE_MODEL_NAME", "gpt-4o-mnii")]);
+    let _console = cast.service(
+        "console",
+        "console-a",
+        None,
+        &[debug, ("CLANKIE_CONSOLE_ADDR", &console_addr), ("CLANKIE_CONSOLE_TOKEN", "op-token")],
+    );
+    assert!(cast.discord.wait_for_session(Duration::from_secs(20)).await, "the gateway never attached");
+    let id = cast.mention("ada", "what is on today?");
+    let delivery = id.to_string();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let outcome = loop {
+        if let Some(outcome) = cast.store.outcome(&delivery).await.unwrap() {
+            break outcome;
+        }
+        assert!(Instant::now() < deadline, "no outcome for the message within 30 s");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(outcome.kind, clankie_proto::v1::OutcomeKind::Failed);
+    let said = "The model `gpt-4o-mnii` does not exist or you do not have access to it.";
+
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_clankie"))
+        .args(["trail", &delivery])
+        .env("CLANKIE_NATS_URL", cast.nats.url())
+        .env("CLANKIE_DATABASE_URL", cast.db.url())
+        .env("CLANKIE_STATE_DIR", cast.dir.path())
+        .output()
+        .await
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let from_cli: Vec<serde_json::Value> = text.lines().filter_map(|l| serde_json::from_str(l).ok()).collect();
+    let cli_said = from_cli.iter().find_map(|r| r["provider_message"].as_str());
+    assert_eq!(cli_said, Some(said), "clankie trail: {text}");
+
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let rows: Vec<serde_json::Value> = reqwest::Client::new()
+        .get(format!("http://{console_addr}/api/trail/{delivery}"))
+        .bearer_auth("op-token")
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let console_said = rows.iter().find_map(|r| r["provider_message"].as_str());
+    assert_eq!(console_said, Some(said), "the console's trail: {rows:?}");
+    println!("operator: a failed turn's trail row: {}", from_cli.iter().find(|r| r.get("outcome").is_some()).unwrap());
+
+    let receipts: i64 = sqlx::query_scalar("SELECT count(*) FROM receipts r WHERE r::text LIKE '%does not exist%'")
+        .fetch_one(cast.store.pool())
+        .await
+        .unwrap();
+    assert_eq!(receipts, 0, "a receipt holds the provider's message");
+    let mut logs = 0;
+    for entry in std::fs::read_dir(cast.dir.path()).unwrap().flatten().filter(|e| e.path().extension().is_some_and(|x| x == "log")) {
+        let log = std::fs::read_to_string(entry.path()).unwrap_or_default();
+        assert!(!log.contains("does not exist"), "{} holds the provider's message", entry.path().display());
+        logs += usize::from(log.contains("DEBUG"));
+    }
+    assert!(logs >= 2, "the services' logs were not written at debug level, so they prove nothing");
+}
