@@ -29,6 +29,7 @@ where
         .route("/api/v10/gateway", get(gateway))
         .route("/api/v10/gateway/bot", get(gateway))
         .route("/api/v10/users/@me", get(me))
+        .route("/api/v10/applications/@me", get(application))
         .route("/api/v10/channels/{channel}/messages", post(create_message).get(list_messages))
         .route("/api/v10/channels/{channel}/messages/{message}", patch(edit_message).delete(delete_message))
         .route("/api/v10/channels/{channel}/messages/{message}/reactions/{emoji}/@me", put(react))
@@ -69,6 +70,24 @@ async fn me(AxState(state): AxState<Arc<State>>, headers: HeaderMap) -> Response
     Json(json!({
         "id": c.bot_user_id.to_string(), "username": c.bot_name, "discriminator": "0", "avatar": null,
         "bot": true, "mfa_enabled": false, "accent_color": null, "banner": null,
+    }))
+    .into_response()
+}
+
+/// The bot's application, as Discord answers `GET /applications/@me`: its id is the bot
+/// user's, and its flags say Message Content is on for it (`GATEWAY_MESSAGE_CONTENT_LIMITED`,
+/// what the portal's switch gives an application in under 100 servers).
+async fn application(AxState(state): AxState<Arc<State>>, headers: HeaderMap) -> Response {
+    if let Err(r) = authorised(&state, &headers) {
+        return r;
+    }
+    let c = &state.config;
+    let id = c.bot_user_id.to_string();
+    Json(json!({
+        "id": id, "name": c.bot_name, "icon": null, "description": "", "summary": "",
+        "bot_public": true, "bot_require_code_grant": false, "verify_key": "0".repeat(64),
+        "flags": 1 << 19, "team": null, "rpc_origins": [],
+        "bot": { "id": id, "username": c.bot_name, "discriminator": "0", "avatar": null, "bot": true },
     }))
     .into_response()
 }

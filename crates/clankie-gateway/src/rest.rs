@@ -174,7 +174,7 @@ impl RestClient {
     }
 }
 
-fn build(token: &str, api: Option<&str>) -> twilight_http::Client {
+pub(crate) fn build(token: &str, api: Option<&str>) -> twilight_http::Client {
     let mut builder = twilight_http::Client::builder().token(token.to_owned());
     if let Some(api) = api {
         builder = builder.proxy(api.to_owned(), true);

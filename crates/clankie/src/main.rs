@@ -40,6 +40,8 @@ enum Command {
     },
     /// Print every setting with its default as a Markdown table.
     Settings,
+    /// Print the URL that invites the bot to a server, with the permissions it uses and why.
+    Invite,
     /// Print every receipt and the outcome of one delivery, across services, in time order (content-free).
     Trail {
         /// The delivery id (the Discord message id, or a voice utterance id).
@@ -246,6 +248,7 @@ async fn dispatch(cli: Cli, trust: Option<VoiceTrust>) -> Result<()> {
         | Command::Llama { .. }
         | Command::Speech { .. } => unreachable!("dispatched above"),
         Command::Trail { delivery_id } => trail(&settings, &delivery_id).await,
+        Command::Invite => invite(&settings).await,
         Command::Myself { action } => selfcmd::run(&settings, action).await,
     }
 }
@@ -314,6 +317,17 @@ async fn trail(settings: &Settings, delivery_id: &str) -> Result<()> {
     for row in rows {
         writeln!(out, "{row}")?;
     }
+    Ok(())
+}
+
+async fn invite(settings: &Settings) -> Result<()> {
+    let id = clankie_gateway::invite::application_id(&settings.discord_token, settings.discord_api.as_deref()).await?;
+    println!("{}", clankie_gateway::invite::invite_url(id));
+    eprintln!("It asks for these permissions ({}):", clankie_gateway::invite::permissions().bits());
+    for need in clankie_gateway::invite::NEEDS {
+        eprintln!("  {}: to {}", need.name, need.why);
+    }
+    eprintln!("Open it signed in as someone who may manage the server, pick the server, and authorise.");
     Ok(())
 }
 

@@ -147,3 +147,29 @@ async fn operator_a_provider_404_for_a_misspelt_model_is_shown_in_the_trail_and_
     }
     assert!(logs >= 2, "the services' logs were not written at debug level, so they prove nothing");
 }
+
+/// `clankie invite` asks the API for the application and prints the URL that invites it with
+/// the permissions the code lists; a token Discord refuses is named as such.
+#[tokio::test]
+async fn operator_clankie_invite_prints_the_url_with_the_applications_id_and_the_listed_permissions() {
+    let discord = clankie_discord_loopback::Loopback::serve("127.0.0.1:0".parse().unwrap(), Default::default()).await.unwrap();
+    let invite = |token: &str| {
+        let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_clankie"));
+        for (k, _) in std::env::vars().filter(|(k, _)| k.starts_with("CLANKIE_") || k.ends_with("BACKTRACE")) {
+            cmd.env_remove(k);
+        }
+        cmd.arg("invite").env("CLANKIE_DISCORD_API", discord.addr().to_string()).env("CLANKIE_DISCORD_TOKEN", token).output()
+    };
+    let out = invite(&discord.config().token).await.unwrap();
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "{stderr}");
+    assert_eq!(stdout.trim(), clankie_gateway::invite::invite_url(discord.config().bot_user_id), "{stderr}");
+    for need in clankie_gateway::invite::NEEDS {
+        assert!(stderr.contains(need.name), "{} is not explained: {stderr}", need.name);
+    }
+    println!("operator: clankie invite printed {}\n{stderr}", stdout.trim());
+
+    let out = invite("not-this-bots-token").await.unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && stderr.contains("Discord refused the token (401)"), "{stderr}");
+}

@@ -1,0 +1,135 @@
+//! What he asks a server for when he is invited: the permissions the code uses, each with why
+//! and where, and the invite URL built from them and the application's id.
+
+use twilight_model::guild::Permissions;
+
+/// One permission he needs: its name in Discord's server settings, what for, and the code that
+/// needs it (a file of the workspace and a call in it, which a test finds there).
+#[derive(Debug, Clone, Copy)]
+pub struct Need {
+    pub permission: Permissions,
+    pub name: &'static str,
+    pub why: &'static str,
+    pub file: &'static str,
+    pub uses: &'static str,
+}
+
+/// Every permission he uses, and no other: the invite asks for exactly these.
+pub static NEEDS: &[Need] = &[
+    Need {
+        permission: Permissions::VIEW_CHANNEL,
+        name: "View Channels",
+        why: "see the rooms he is admitted to and the messages in them",
+        file: "crates/clankie-gateway/src/shard.rs",
+        uses: "Intents::GUILD_MESSAGES",
+    },
+    Need {
+        permission: Permissions::SEND_MESSAGES,
+        name: "Send Messages",
+        why: "post his replies and show that he is typing",
+        file: "crates/clankie-gateway/src/body.rs",
+        uses: "create_message(channel)",
+    },
+    Need {
+        permission: Permissions::READ_MESSAGE_HISTORY,
+        name: "Read Message History",
+        why: "read a room's recent messages into a lane (its history block)",
+        file: "crates/clankie-gateway/src/body.rs",
+        uses: "channel_messages(channel)",
+    },
+    Need {
+        permission: Permissions::ATTACH_FILES,
+        name: "Attach Files",
+        why: "share a picture with a reply (share_picture)",
+        file: "crates/clankie-gateway/src/body.rs",
+        uses: "request.attachments(&files)",
+    },
+    Need {
+        permission: Permissions::ADD_REACTIONS,
+        name: "Add Reactions",
+        why: "show each message's outcome as a reaction (CLANKIE_OUTCOME_REACTIONS)",
+        file: "crates/clankie-gateway/src/body.rs",
+        uses: "create_reaction(channel, message, &emoji)",
+    },
+    Need {
+        permission: Permissions::CONNECT,
+        name: "Connect",
+        why: "join the voice rooms he keeps live (CLANKIE_VOICE_ROOMS)",
+        file: "crates/clankie-gateway/src/voice.rs",
+        uses: "UpdateVoiceState::new(guild, channel",
+    },
+    Need {
+        permission: Permissions::SPEAK,
+        name: "Speak",
+        why: "talk in them",
+        file: "crates/clankie-voice-body/src/speaking.rs",
+        uses: "driver.play_input(input)",
+    },
+];
+
+/// The permissions an invite asks for: every one in [`NEEDS`].
+pub fn permissions() -> Permissions {
+    NEEDS.iter().fold(Permissions::empty(), |all, need| all | need.permission)
+}
+
+/// The OAuth2 scopes an invite asks for: the bot itself and its `/clankie` command.
+pub const SCOPES: &str = "bot applications.commands";
+
+/// The URL that invites application `application_id` to a server the person picks, with the
+/// permissions in [`NEEDS`].
+pub fn invite_url(application_id: u64) -> String {
+    format!(
+        "https://discord.com/oauth2/authorize?client_id={application_id}&scope={}&permissions={}",
+        SCOPES.replace(' ', "%20"),
+        permissions().bits()
+    )
+}
+
+/// Why the application could not be read from Discord.
+#[derive(Debug, thiserror::Error)]
+pub enum InviteError {
+    #[error(
+        "Discord refused the token (401): copy the bot's token again from the Developer Portal (your application, Bot, Reset Token) into CLANKIE_DISCORD_TOKEN"
+    )]
+    Unauthorized,
+    #[error("reading the application from Discord: {0}")]
+    Discord(String),
+}
+
+/// The id of the application whose bot `token` is (`GET /applications/@me`), asked of `api`
+/// (a stand-in's host:port) or of Discord itself.
+pub async fn application_id(token: &str, api: Option<&str>) -> Result<u64, InviteError> {
+    let client = crate::rest::build(token, api);
+    let failed = |e: twilight_http::Error| match e.kind() {
+        twilight_http::error::ErrorType::Response { status, .. } if status.get() == 401 => InviteError::Unauthorized,
+        _ => InviteError::Discord(e.to_string()),
+    };
+    let response = client.current_user_application().await.map_err(failed)?;
+    let application = response.model().await.map_err(|e| InviteError::Discord(e.to_string()))?;
+    Ok(application.id.get())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn operator_the_invite_asks_for_exactly_the_permissions_listed_each_used_where_it_says() {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+        let mut seen = Permissions::empty();
+        for need in NEEDS {
+            assert_eq!(need.permission.bits().count_ones(), 1, "{} is one permission", need.name);
+            assert!(!seen.contains(need.permission), "{} is listed twice", need.name);
+            seen |= need.permission;
+            let source = std::fs::read_to_string(root.join(need.file)).unwrap_or_else(|e| panic!("{}: {e}", need.file));
+            assert!(source.contains(need.uses), "{} is needed for `{}` in {}, which is not there", need.name, need.uses, need.file);
+        }
+        assert_eq!(permissions(), seen);
+        let url = invite_url(42);
+        let asked: u64 = url.rsplit_once("permissions=").and_then(|(_, p)| p.parse().ok()).unwrap();
+        assert_eq!(Permissions::from_bits_truncate(asked), seen, "{url}");
+        assert!(url.starts_with("https://discord.com/oauth2/authorize?client_id=42&scope=bot%20applications.commands&"), "{url}");
+        // View, Send, Read History, Attach, Add Reactions, Connect, Speak.
+        assert_eq!(asked, 1024 | 2048 | 65536 | 32768 | 64 | 1_048_576 | 2_097_152, "{url}");
+    }
+}
