@@ -23,7 +23,10 @@ FROM debian:bookworm-slim AS base
 # hook does this too; a hand-made base may lack it).
 RUN apt-get update && apt-get install -y --no-install-recommends ca-certificates libopus0 \
  && rm -rf /var/lib/apt/lists/* /var/cache/apt/*.bin /var/cache/apt/archives/*.deb \
- && useradd --system --uid 10001 --home /var/lib/clankie --create-home clankie
+ && useradd --system --uid 10001 --home /var/lib/clankie --create-home clankie \
+ && install -d -o clankie -g clankie /var/lib/clankie/attachments
+# The attachment root exists in the image, owned by the service user, so a named volume mounted
+# there starts owned by it too (Docker copies the directory's owner into an empty volume).
 COPY --from=build /out/clankie /usr/local/bin/clankie
 USER clankie
 ENV CLANKIE_STATE_DIR=/var/lib/clankie CLANKIE_HTTP_ADDR=0.0.0.0:9470

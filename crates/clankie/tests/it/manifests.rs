@@ -100,3 +100,63 @@ for path in sys.argv[2:]:
     assert!(lines[0].starts_with("valid ") && lines[1].starts_with("valid "), "{report}");
     assert!(lines[2].starts_with("invalid "), "the schema check refuses a broken file: {report}");
 }
+
+/// What a person running the manifests meets first: a setting put in `.env` reaches every
+/// service, and a volume mounted for the service user starts writable by it (the image makes
+/// the attachments directory its user's; every pod that runs as a user and mounts a volume sets
+/// `fsGroup` to it).
+#[test]
+fn operator_compose_reads_env_on_every_service_and_volumes_start_writable_by_the_service_user() {
+    let check = r#"
+import sys, yaml
+compose = yaml.safe_load(open(sys.argv[1]))
+for name, service in compose["services"].items():
+    files = service.get("env_file")
+    files = [files] if isinstance(files, str) else (files or [])
+    print("compose", name, ".env" in files)
+    for volume in service.get("volumes", []):
+        print("mount", name, volume.split(":")[1])
+for path in sys.argv[2:]:
+    for doc in yaml.safe_load_all(open(path)):
+        pod = ((doc or {}).get("spec") or {}).get("template", {}).get("spec")
+        if not pod:
+            continue
+        user = (pod.get("securityContext") or {}).get("runAsUser")
+        volumes = pod.get("volumes") or doc["spec"].get("volumeClaimTemplates")
+        if user is not None and volumes:
+            print("pod", path.rsplit("/", 1)[1], doc["kind"], doc["metadata"]["name"], (pod.get("securityContext") or {}).get("fsGroup") == user)
+"#;
+    let dir = clankie_testkit::TestDir::new();
+    let mut rendered = Vec::new();
+    for overlay in ["dev", "prod", "speech"] {
+        let file = dir.path().join(format!("{overlay}.yaml"));
+        std::fs::write(&file, render(overlay)).unwrap();
+        rendered.push(file);
+    }
+    let out = Command::new("python3")
+        .args(["-c", check])
+        .arg(workspace().join("deploy/compose/docker-compose.yml"))
+        .args(&rendered)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let report = String::from_utf8_lossy(&out.stdout).into_owned();
+    let compose: Vec<&str> = report.lines().filter(|l| l.starts_with("compose ")).collect();
+    assert!(compose.len() >= 10, "{report}");
+    assert!(compose.iter().all(|l| l.ends_with(" True")), "a service does not read .env: {report}");
+    let pods: Vec<&str> = report.lines().filter(|l| l.starts_with("pod ")).collect();
+    assert!(pods.len() >= 15, "the overlays' pods that run as a user with a volume: {report}");
+    assert!(pods.iter().all(|l| l.ends_with(" True")), "a pod mounts a volume its user may not write: {report}");
+
+    // The image's user owns the directory compose mounts the attachments volume on.
+    let mounted = report.lines().find_map(|l| l.strip_prefix("mount media ")).expect("media mounts the attachments volume");
+    let dockerfile = std::fs::read_to_string(workspace().join("Dockerfile")).unwrap();
+    let base = dockerfile.split("FROM ").find(|stage| stage.starts_with("debian:bookworm-slim AS base")).expect("the base stage");
+    assert!(base.contains("useradd --system --uid 10001") && base.contains("USER clankie"), "{base}");
+    assert!(base.contains(&format!("install -d -o clankie -g clankie {mounted}")), "the image does not make {mounted} its user's: {base}");
+    println!(
+        "operator: {} compose services read .env; {} pods with a volume set fsGroup; {mounted} made by the image",
+        compose.len(),
+        pods.len()
+    );
+}
