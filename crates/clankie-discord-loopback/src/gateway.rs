@@ -29,6 +29,9 @@ async fn upgrade(ws: WebSocketUpgrade, AxState(state): AxState<Arc<State>>, AxSt
     ws.on_upgrade(move |socket| serve(socket, state, voice))
 }
 
+/// The Message Content intent's bit in an identify.
+const MESSAGE_CONTENT_INTENT: u64 = 1 << 15;
+
 fn token_ok(state: &State, token: &str) -> bool {
     token.trim_start_matches("Bot ") == state.config.token
 }
@@ -73,7 +76,15 @@ async fn serve(mut socket: WebSocket, state: Arc<State>, voice: Arc<VoiceServer>
                     }
                     Some(2) => {
                         if !token_ok(&state, frame["d"]["token"].as_str().unwrap_or_default()) {
+                            state.sessions.refuse_identify();
                             let _ = socket.send(Message::Close(Some(axum::extract::ws::CloseFrame { code: 4004, reason: "Authentication failed.".into() }))).await;
+                            break;
+                        }
+                        // Message Content is privileged: asked for while the application's switch
+                        // in the portal is off, Discord closes with 4014.
+                        if frame["d"]["intents"].as_u64().unwrap_or(0) & MESSAGE_CONTENT_INTENT != 0 && !state.config.message_content_intent {
+                            state.sessions.refuse_identify();
+                            let _ = socket.send(Message::Close(Some(axum::extract::ws::CloseFrame { code: 4014, reason: "Disallowed intent(s).".into() }))).await;
                             break;
                         }
                         // `shard: [id, total]`; a total other than ours is refused as Discord does (4010).

@@ -192,6 +192,13 @@ impl Loopback {
         self.state.sessions.identifies()
     }
 
+    /// Identifies refused with a fatal close code (4004 for a wrong token, 4014 for Message
+    /// Content asked while the application's switch is off): a client that keeps coming back
+    /// after one is looping.
+    pub fn identifies_refused(&self) -> u64 {
+        self.state.sessions.identifies_refused()
+    }
+
     /// Identifies that came sooner than `max_concurrency` allows (5 s apart per bucket).
     pub fn identifies_too_fast(&self) -> u64 {
         self.state.sessions.identifies_too_fast()

@@ -27,7 +27,7 @@ where
 {
     Router::new()
         .route("/api/v10/gateway", get(gateway))
-        .route("/api/v10/gateway/bot", get(gateway))
+        .route("/api/v10/gateway/bot", get(gateway_bot))
         .route("/api/v10/users/@me", get(me))
         .route("/api/v10/applications/@me", get(application))
         .route("/api/v10/channels/{channel}/messages", post(create_message).get(list_messages))
@@ -62,6 +62,15 @@ async fn gateway(AxState(state): AxState<Arc<State>>) -> Json<Value> {
     }))
 }
 
+/// `/gateway/bot` is the bot's own: Discord answers it only for a token it knows (401 else),
+/// unlike `/gateway`.
+async fn gateway_bot(AxState(state): AxState<Arc<State>>, headers: HeaderMap) -> Response {
+    if let Err(r) = authorised(&state, &headers) {
+        return r;
+    }
+    gateway(AxState(state)).await.into_response()
+}
+
 async fn me(AxState(state): AxState<Arc<State>>, headers: HeaderMap) -> Response {
     if let Err(r) = authorised(&state, &headers) {
         return r;
@@ -75,8 +84,9 @@ async fn me(AxState(state): AxState<Arc<State>>, headers: HeaderMap) -> Response
 }
 
 /// The bot's application, as Discord answers `GET /applications/@me`: its id is the bot
-/// user's, and its flags say Message Content is on for it (`GATEWAY_MESSAGE_CONTENT_LIMITED`,
-/// what the portal's switch gives an application in under 100 servers).
+/// user's, and its flags say whether Message Content is on for it
+/// (`GATEWAY_MESSAGE_CONTENT_LIMITED`, what the portal's switch gives an application in under
+/// 100 servers).
 async fn application(AxState(state): AxState<Arc<State>>, headers: HeaderMap) -> Response {
     if let Err(r) = authorised(&state, &headers) {
         return r;
@@ -86,7 +96,7 @@ async fn application(AxState(state): AxState<Arc<State>>, headers: HeaderMap) ->
     Json(json!({
         "id": id, "name": c.bot_name, "icon": null, "description": "", "summary": "",
         "bot_public": true, "bot_require_code_grant": false, "verify_key": "0".repeat(64),
-        "flags": 1 << 19, "team": null, "rpc_origins": [],
+        "flags": if c.message_content_intent { 1 << 19 } else { 0 }, "team": null, "rpc_origins": [],
         "bot": { "id": id, "username": c.bot_name, "discriminator": "0", "avatar": null, "bot": true },
     }))
     .into_response()

@@ -28,6 +28,29 @@ enum Connection {
     Ended,
     /// A message could not be stored: closed, to resume from the last stored one.
     Unstored,
+    /// Discord closed it with a code it will not take back (a wrong token, a privileged intent
+    /// not allowed): connecting again would be refused the same way.
+    Fatal(u16),
+}
+
+/// What a person does about a close Discord will not take back.
+pub(crate) fn fatal_close_advice(code: u16) -> &'static str {
+    match code {
+        4004 => {
+            "Discord refused the token (close 4004, authentication failed): copy the bot's token again from the Developer Portal (your application, Bot, Reset Token) into CLANKIE_DISCORD_TOKEN and restart the gateway"
+        }
+        4014 => {
+            "Discord refused the Message Content intent (close 4014, disallowed intents): turn on Message Content Intent in the Developer Portal (your application, Bot, Privileged Gateway Intents) and restart the gateway"
+        }
+        4013 => {
+            "Discord refused the intents asked for (close 4013, invalid intents): run a release of Clankie that matches Discord's gateway"
+        }
+        4010 | 4011 => {
+            "Discord refused the shard layout (close 4010 or 4011): leave CLANKIE_DISCORD_SHARDS unset, so the gateway runs as many shards as Discord asks"
+        }
+        4012 => "Discord refused the gateway version (close 4012): run a release of Clankie that speaks Discord's current gateway version",
+        _ => "Discord closed the gateway for good; look the close code up in Discord's gateway documentation",
+    }
 }
 
 /// The shard's session as of now: what a restart resumes from.
@@ -88,19 +111,30 @@ fn starting_session(claimed: Option<SavedSession>, file: Option<SavedSession>) -
 impl Gateway {
     /// How many shards there are and how many may identify per 5 s: from configuration, else
     /// as Discord recommends (`/gateway/bot`), asked until it answers.
-    async fn shard_plan(&self) -> (u32, u32) {
+    /// `None` when Discord refused the token (401): the gateway is marked stopped for good.
+    async fn shard_plan(&self) -> Option<(u32, u32)> {
         let configured = self.inner.config.shards;
         let mut pause = Duration::from_millis(500);
         loop {
-            let asked = async { self.inner.http.get().gateway().authed().await.ok()?.model().await.ok() }.await;
+            let asked = match self.inner.http.get().gateway().authed().await {
+                Ok(response) => response.model().await.ok(),
+                Err(e) if matches!(e.kind(), twilight_http::error::ErrorType::Response { status, .. } if status.get() == 401) => {
+                    tracing::error!(
+                        "Discord refused the token (401 on /gateway/bot): copy the bot's token again from the Developer Portal (your application, Bot, Reset Token) into CLANKIE_DISCORD_TOKEN and restart the gateway"
+                    );
+                    self.inner.parts.set_fatal("discord_401");
+                    return None;
+                }
+                Err(_) => None,
+            };
             match asked {
                 Some(info) => {
                     let total = if configured > 0 { configured } else { info.shards.max(1) };
-                    return (total, u32::from(info.session_start_limit.max_concurrency).max(1));
+                    return Some((total, u32::from(info.session_start_limit.max_concurrency).max(1)));
                 }
                 None if configured > 0 => {
                     tracing::warn!(shards = configured, "/gateway/bot unanswered; identifying one shard per 5 s");
-                    return (configured, 1);
+                    return Some((configured, 1));
                 }
                 None => {
                     tracing::warn!(retry_in_ms = pause.as_millis() as u64, "/gateway/bot unanswered; the shard count is not known yet");
@@ -118,7 +152,12 @@ impl Gateway {
     /// claim another replica took), says it is alive, and moves toward its fair share: it hands
     /// back one shard over it, or claims free and expired ones up to it.
     pub(crate) async fn run_shards(&self) -> Result<(), GatewayError> {
-        let (total, max_concurrency) = self.shard_plan().await;
+        let mut stopping = self.inner.stopping.subscribe();
+        let Some((total, max_concurrency)) = self.shard_plan().await else {
+            // Stays up and unready, saying why, rather than asking again and again.
+            let _ = stopping.wait_for(|s| *s).await;
+            return Ok(());
+        };
         self.inner.shard_total.store(total, Ordering::SeqCst);
         let config = &self.inner.config;
         let kv = self.inner.bus.key_value(leases::SHARDS_BUCKET, Duration::from_secs(7 * 24 * 3600)).await?;
@@ -129,7 +168,6 @@ impl Gateway {
         let mut running: BTreeMap<u32, Running> = BTreeMap::new();
         let mut tick = tokio::time::interval(config.shard_lease_ttl / 3);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        let mut stopping = self.inner.stopping.subscribe();
         let mut replicas = 1;
         loop {
             tokio::select! {
@@ -143,6 +181,14 @@ impl Gateway {
                 }
             }
             self.renew_all(&leases, &mut running).await;
+            if self.inner.parts.fatal().is_some() {
+                // Discord refused this gateway for good: no shard is claimed again here.
+                for (shard, r) in std::mem::take(&mut running) {
+                    self.hand_back(&leases, shard, r).await;
+                }
+                let _ = stopping.wait_for(|s| *s).await;
+                return Ok(());
+            }
             match leases.announce().await.and(leases.replicas_alive().await) {
                 Ok(alive) => replicas = alive.max(1),
                 Err(e) => tracing::warn!(error = %e, "replica presence not refreshed"),
@@ -330,6 +376,11 @@ impl Gateway {
             match self.connect_and_read(id, &saver, stop.clone(), queue.clone()).await? {
                 Connection::Stopped => return Ok(()),
                 Connection::Ended => return Err(GatewayError::Shard("the shard's event stream ended".into())),
+                Connection::Fatal(code) => {
+                    tracing::error!(code, "{}", fatal_close_advice(code));
+                    self.inner.parts.set_fatal(format!("discord_close_{code}"));
+                    return Ok(());
+                }
                 Connection::Unstored => {
                     // NATS stayed away past the publish patience. The session was saved before the
                     // message that could not be stored, so connecting again resumes from there and
@@ -389,6 +440,8 @@ impl Gateway {
             | EventTypeFlags::TYPING_START
             | EventTypeFlags::VOICE_STATE_UPDATE
             | EventTypeFlags::VOICE_SERVER_UPDATE;
+        // Twilight hands every close frame on; a fatal one's code says what to mend.
+        let mut closed_with = None;
         let close = |shard: &mut Shard<SharedIdentifyQueue>| {
             shard.close(twilight_gateway::CloseFrame::RESUME);
         };
@@ -435,8 +488,14 @@ impl Gateway {
                     return Ok(Connection::Stopped);
                 }
             };
-            let Some(item) = item else { return Ok(Connection::Ended) };
+            let Some(item) = item else {
+                if matches!(shard.state(), twilight_gateway::ShardState::FatallyClosed) {
+                    return Ok(Connection::Fatal(closed_with.unwrap_or(0)));
+                }
+                return Ok(Connection::Ended);
+            };
             match item {
+                Ok(Event::GatewayClose(frame)) => closed_with = frame.map(|f| f.code),
                 Err(e) => {
                     // The error can quote the payload; log its kind only.
                     tracing::warn!(kind = error_kind(e.kind()), "gateway event skipped");

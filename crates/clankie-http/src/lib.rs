@@ -53,6 +53,9 @@ pub struct Readiness {
 impl Readiness {
     /// The first failing check, or `None` when ready.
     pub async fn check(&self) -> Option<&'static str> {
+        if self.parts.fatal().is_some() {
+            return Some("fatal");
+        }
         if self.parts.first_down().is_some() {
             return Some("part_down");
         }
@@ -79,6 +82,10 @@ impl Readiness {
 async fn ready(State(readiness): State<Arc<Readiness>>) -> (StatusCode, String) {
     match readiness.check().await {
         None => (StatusCode::OK, "ready\n".into()),
+        Some("fatal") => {
+            let why = readiness.parts.fatal().unwrap_or_default();
+            (StatusCode::SERVICE_UNAVAILABLE, format!("unready: {why}\n"))
+        }
         Some("part_down") => {
             let part = readiness.parts.first_down().unwrap_or("?");
             (StatusCode::SERVICE_UNAVAILABLE, format!("unready: part_down ({part})\n"))

@@ -26,6 +26,9 @@ const HEALTHY_RUN: Duration = Duration::from_secs(60);
 #[derive(Clone, Default)]
 pub struct Parts {
     inner: Arc<Mutex<BTreeMap<&'static str, PartState>>>,
+    /// Why the process can no longer do its work and will not try again by itself (Discord
+    /// refused its token, say): it stays unready, saying so, until someone mends the cause.
+    fatal: Arc<Mutex<Option<String>>>,
 }
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -38,6 +41,16 @@ impl Parts {
     /// The first part that is down now, by name.
     pub fn first_down(&self) -> Option<&'static str> {
         self.lock().iter().find(|(_, s)| s.down).map(|(name, _)| *name)
+    }
+
+    /// Marks the process as stopped for good by `why` (a code, e.g. `discord_close_4004`).
+    pub fn set_fatal(&self, why: impl Into<String>) {
+        *self.fatal.lock().unwrap_or_else(|p| p.into_inner()) = Some(why.into());
+    }
+
+    /// What stopped the process for good, if anything did.
+    pub fn fatal(&self) -> Option<String> {
+        self.fatal.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
     /// How often `part` was restarted after a panic.

@@ -71,6 +71,14 @@ pub struct LoopbackConfig {
     /// Discord does. The sandbox bounds it, so a sandbox left running for hours does not grow.
     #[serde(default)]
     pub messages_kept_per_channel: usize,
+    /// The application's Message Content switch in the Developer Portal (on by default): off,
+    /// an identify asking for the intent is closed with 4014, as Discord closes it.
+    #[serde(default = "on")]
+    pub message_content_intent: bool,
+}
+
+fn on() -> bool {
+    true
 }
 
 fn one() -> u32 {
@@ -113,6 +121,7 @@ impl Default for LoopbackConfig {
             heartbeat_interval_ms: 41_250,
             voice_dir: None,
             voice_roots: None,
+            message_content_intent: true,
             say_aloud_tts: None,
             shards: 1,
             max_concurrency: 1,

@@ -47,6 +47,8 @@ struct Kept {
     identifies: u64,
     /// Identifies that came sooner than 5 s after the last one of their bucket.
     identifies_too_fast: u64,
+    /// Identifies closed with a fatal code (a wrong token, a privileged intent not allowed).
+    identifies_refused: u64,
     /// When each identify bucket last identified.
     identified_at: HashMap<u32, i64>,
     resumes: u64,
@@ -129,6 +131,15 @@ impl Sessions {
 
     pub fn identifies_too_fast(&self) -> u64 {
         self.lock().identifies_too_fast
+    }
+
+    /// Counts an identify refused with a fatal close code.
+    pub fn refuse_identify(&self) {
+        self.lock().identifies_refused += 1;
+    }
+
+    pub fn identifies_refused(&self) -> u64 {
+        self.lock().identifies_refused
     }
 
     pub fn resumes(&self) -> u64 {

@@ -5,6 +5,7 @@ mod body;
 mod ingest;
 mod limiter;
 mod limits;
+mod operator;
 mod rest;
 mod stack;
 mod voice;

@@ -1,0 +1,83 @@
+//! `operator_`: what Discord refuses for good stops the gateway's asking, and says so. A token
+//! Discord refuses and the Message Content intent asked for while the portal's switch is off
+//! leave the gateway up and unready, naming the cause on `/readyz` and once in its log with
+//! what to do, and it does not come back to Discord over the next 30 s.
+
+use std::time::Duration;
+
+use clankie_discord_loopback::LoopbackConfig;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use super::{Rig, gateway_process};
+
+/// How long a refused gateway is watched for asking again.
+const WATCH: Duration = Duration::from_secs(30);
+
+async fn readyz(addr: &str) -> Option<String> {
+    let mut stream = tokio::net::TcpStream::connect(addr).await.ok()?;
+    stream.write_all(b"GET /readyz HTTP/1.1\r\nHost: gateway\r\nConnection: close\r\n\r\n").await.ok()?;
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).await.ok()?;
+    Some(answer)
+}
+
+/// Starts a gateway with `extra` settings and waits until its `/readyz` names `cause`;
+/// returns the process, the address and its log's path.
+async fn refused(rig: &Rig, replica: &str, extra: &[(&str, &str)], cause: &str) -> (tokio::process::Child, std::path::PathBuf) {
+    let addr = std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).unwrap().to_string();
+    let mut settings = vec![("CLANKIE_HTTP_ADDR", addr.as_str())];
+    settings.extend_from_slice(extra);
+    let mut gateway = gateway_process(rig, replica, &settings);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Some(answer) = readyz(&addr).await
+            && answer.starts_with("HTTP/1.1 503")
+            && answer.contains(cause)
+        {
+            println!("operator: /readyz of {replica}: {}", answer.lines().last().unwrap_or_default());
+            break;
+        }
+        assert!(gateway.try_wait().unwrap().is_none(), "the gateway exited instead of staying up unready");
+        assert!(tokio::time::Instant::now() < deadline, "/readyz never named {cause}: {:?}", readyz(&addr).await);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    (gateway, rig.dir.path().join(format!("{replica}.log")))
+}
+
+#[tokio::test]
+async fn operator_a_wrong_token_leaves_the_gateway_unready_naming_it_and_it_does_not_ask_again() {
+    let rig = Rig::new().await;
+    let (mut gateway, log) = refused(&rig, "gateway-wrong", &[("CLANKIE_DISCORD_TOKEN", "not-this-bots-token")], "discord_401").await;
+    let asked = rig.discord.limit_counts().invalid_total;
+    tokio::time::sleep(WATCH).await;
+    assert!(gateway.try_wait().unwrap().is_none(), "the gateway exited");
+    assert_eq!(rig.discord.limit_counts().invalid_total, asked, "it kept presenting the refused token");
+    assert_eq!(rig.discord.identifies_refused(), 0, "it identified with a token REST had refused");
+    let log = std::fs::read_to_string(log).unwrap();
+    let said: Vec<&str> = log.lines().filter(|l| l.contains("Discord refused the token")).collect();
+    assert_eq!(said.len(), 1, "{log}");
+    assert!(said[0].contains("ERROR") && said[0].contains("Developer Portal"), "{}", said[0]);
+    println!("operator: a wrong token: {asked} request(s) refused, none more in {} s", WATCH.as_secs());
+}
+
+#[tokio::test]
+async fn operator_message_content_off_leaves_the_gateway_unready_with_4014_and_it_does_not_identify_again() {
+    let rig = Rig::with(LoopbackConfig { message_content_intent: false, ..LoopbackConfig::default() }).await;
+    let started = std::time::Instant::now();
+    let (mut gateway, log) = refused(&rig, "gateway-intent", &[], "discord_close_4014").await;
+    let to_unready = started.elapsed();
+    assert_eq!(rig.discord.identifies_refused(), 1);
+    tokio::time::sleep(WATCH).await;
+    assert!(gateway.try_wait().unwrap().is_none(), "the gateway exited");
+    assert_eq!(rig.discord.identifies_refused(), 1, "it identified again after 4014");
+    assert_eq!(rig.discord.identifies(), 0);
+    let log = std::fs::read_to_string(log).unwrap();
+    let said: Vec<&str> = log.lines().filter(|l| l.contains("close 4014")).collect();
+    assert_eq!(said.len(), 1, "{log}");
+    assert!(said[0].contains("ERROR") && said[0].contains("Privileged Gateway Intents"), "{}", said[0]);
+    println!(
+        "operator: Message Content off: unready with 4014 {} ms after start, no identify more in {} s",
+        to_unready.as_millis(),
+        WATCH.as_secs()
+    );
+}
