@@ -13,6 +13,7 @@ use serde_json::{Value, json};
 
 use crate::state::State;
 use crate::state::limits::CommandWindow;
+use crate::state::sessions::intent;
 use crate::voice::{VoiceServer, bot_voice};
 
 pub(crate) fn routes<S>() -> Router<S>
@@ -28,9 +29,6 @@ where
 async fn upgrade(ws: WebSocketUpgrade, AxState(state): AxState<Arc<State>>, AxState(voice): AxState<Arc<VoiceServer>>) -> Response {
     ws.on_upgrade(move |socket| serve(socket, state, voice))
 }
-
-/// The Message Content intent's bit in an identify.
-const MESSAGE_CONTENT_INTENT: u64 = 1 << 15;
 
 fn token_ok(state: &State, token: &str) -> bool {
     token.trim_start_matches("Bot ") == state.config.token
@@ -82,7 +80,7 @@ async fn serve(mut socket: WebSocket, state: Arc<State>, voice: Arc<VoiceServer>
                         }
                         // Message Content is privileged: asked for while the application's switch
                         // in the portal is off, Discord closes with 4014.
-                        if frame["d"]["intents"].as_u64().unwrap_or(0) & MESSAGE_CONTENT_INTENT != 0 && !state.config.message_content_intent {
+                        if frame["d"]["intents"].as_u64().unwrap_or(0) & intent::MESSAGE_CONTENT != 0 && !state.config.message_content_intent {
                             state.sessions.refuse_identify();
                             let _ = socket.send(Message::Close(Some(axum::extract::ws::CloseFrame { code: 4014, reason: "Disallowed intent(s).".into() }))).await;
                             break;
@@ -96,7 +94,7 @@ async fn serve(mut socket: WebSocket, state: Arc<State>, voice: Arc<VoiceServer>
                         }
                         if session.is_some() { state.sessions.set_attached(shard, -1); }
                         shard = id;
-                        let (id, ready) = state.identify(shard);
+                        let (id, ready) = state.identify(shard, frame["d"]["intents"].as_u64().unwrap_or(0));
                         if !send(&mut socket, ready).await { break; }
                         sent = 1;
                         session = Some(id);

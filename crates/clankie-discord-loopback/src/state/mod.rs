@@ -198,7 +198,7 @@ impl State {
     pub(crate) fn dispatch(&self, t: &str, d: serde_json::Value) {
         let guild = d["guild_id"].as_str().and_then(|g| g.parse().ok());
         let shard = shard_of(guild, self.config.shards);
-        self.sessions.push(shard, t, &d);
+        self.sessions.push(shard, t, &d, self.config.bot_user_id);
         self.sessions.ring();
     }
 
@@ -289,7 +289,7 @@ impl State {
         let shard = shard_of(message.guild_id, self.config.shards);
         self.keep(inner, message);
         // Under the lock that stored it: no connection sends the event before the message is there.
-        self.sessions.push(shard, "MESSAGE_CREATE", &json);
+        self.sessions.push(shard, "MESSAGE_CREATE", &json, self.config.bot_user_id);
         self.sessions.ring();
     }
 
@@ -449,9 +449,9 @@ impl State {
         self.lock().typing.get(&channel).cloned().unwrap_or_default()
     }
 
-    /// Starts a gateway session for `shard`; returns its id and the READY frame.
-    pub fn identify(&self, shard: u32) -> (String, String) {
-        self.sessions.identify(shard, self.config.max_concurrency, |id| shapes::ready_json(&self.site, id, shard))
+    /// Starts a gateway session for `shard` with `intents`; returns its id and the READY frame.
+    pub fn identify(&self, shard: u32, intents: u64) -> (String, String) {
+        self.sessions.identify(shard, intents, self.config.max_concurrency, |id| shapes::ready_json(&self.site, id, shard))
     }
 
     /// Every DM channel the bot opened, as (recipient, channel), in order: whom each DM went to.

@@ -24,6 +24,55 @@ struct GatewaySession {
     log: VecDeque<(u64, String)>,
     /// The shard it identified as: only its guilds' events reach it.
     shard: u32,
+    /// The intents it identified with: an event of an intent not asked for never reaches it.
+    intents: u64,
+}
+
+/// Gateway intents by bit, as Discord numbers them.
+pub mod intent {
+    pub const GUILDS: u64 = 1 << 0;
+    pub const GUILD_VOICE_STATES: u64 = 1 << 7;
+    pub const GUILD_MESSAGES: u64 = 1 << 9;
+    pub const GUILD_MESSAGE_TYPING: u64 = 1 << 11;
+    pub const DIRECT_MESSAGES: u64 = 1 << 12;
+    pub const DIRECT_MESSAGE_TYPING: u64 = 1 << 14;
+    pub const MESSAGE_CONTENT: u64 = 1 << 15;
+}
+
+/// The intent an event is dispatched under, as Discord gates it; `None` for those every
+/// session gets (READY, RESUMED, INTERACTION_CREATE, VOICE_SERVER_UPDATE).
+pub fn intent_of(t: &str, in_guild: bool) -> Option<u64> {
+    match t {
+        "MESSAGE_CREATE" | "MESSAGE_UPDATE" | "MESSAGE_DELETE" | "MESSAGE_DELETE_BULK" => {
+            Some(if in_guild { intent::GUILD_MESSAGES } else { intent::DIRECT_MESSAGES })
+        }
+        "TYPING_START" => Some(if in_guild { intent::GUILD_MESSAGE_TYPING } else { intent::DIRECT_MESSAGE_TYPING }),
+        "VOICE_STATE_UPDATE" => Some(intent::GUILD_VOICE_STATES),
+        t if t.starts_with("GUILD_") || t.starts_with("CHANNEL_") || t.starts_with("THREAD_") => Some(intent::GUILDS),
+        _ => None,
+    }
+}
+
+/// A guild message as a session without the Message Content intent receives it: Discord
+/// empties its content, embeds, attachments and components unless it mentions the bot or is
+/// the bot's own.
+fn without_content(t: &str, d: &serde_json::Value, bot: u64) -> Option<serde_json::Value> {
+    if !matches!(t, "MESSAGE_CREATE" | "MESSAGE_UPDATE") || d["guild_id"].is_null() {
+        return None;
+    }
+    let bot = bot.to_string();
+    let mentioned = d["mentions"].as_array().is_some_and(|m| m.iter().any(|u| u["id"] == bot.as_str()));
+    if mentioned || d["author"]["id"] == bot.as_str() {
+        return None;
+    }
+    let mut d = d.clone();
+    d["content"] = serde_json::json!("");
+    for field in ["embeds", "attachments", "components"] {
+        if !d[field].is_null() {
+            d[field] = serde_json::json!([]);
+        }
+    }
+    Some(d)
 }
 
 impl GatewaySession {
@@ -88,9 +137,18 @@ impl Sessions {
     /// Appends one dispatch (`t`, `d`) to every session of `shard`, each under its next sequence.
     /// Callers that store what the event announces hold their own lock across this, so a
     /// connection never sends an event before what it names is there.
-    pub fn push(&self, shard: u32, t: &str, d: &serde_json::Value) {
+    ///
+    /// Only to sessions that asked for its intent; a guild message reaches one without the
+    /// Message Content intent emptied, as Discord sends it (`bot` is the bot user's id).
+    pub fn push(&self, shard: u32, t: &str, d: &serde_json::Value, bot: u64) {
+        let needed = intent_of(t, !d["guild_id"].is_null());
+        let blank = without_content(t, d, bot);
         let mut kept = self.lock();
-        for session in kept.sessions.values_mut().filter(|s| s.shard == shard) {
+        for session in kept.sessions.values_mut().filter(|s| s.shard == shard && needed.is_none_or(|i| s.intents & i != 0)) {
+            let d = match &blank {
+                Some(blank) if session.intents & intent::MESSAGE_CONTENT == 0 => blank,
+                _ => d,
+            };
             let frame = serde_json::json!({ "op": 0, "t": t, "s": session.seq + 1, "d": d }).to_string();
             session.push(frame);
         }
@@ -104,7 +162,13 @@ impl Sessions {
     /// Starts a session for `shard` whose READY is `ready`; returns its id and the READY frame
     /// (sequence 1). An identify sooner than 5 s after the last one of its bucket (of
     /// `max_concurrency`) is counted as too fast.
-    pub fn identify(&self, shard: u32, max_concurrency: u32, ready: impl FnOnce(&str) -> serde_json::Value) -> (String, String) {
+    pub fn identify(
+        &self,
+        shard: u32,
+        intents: u64,
+        max_concurrency: u32,
+        ready: impl FnOnce(&str) -> serde_json::Value,
+    ) -> (String, String) {
         let mut kept = self.lock();
         kept.identifies += 1;
         let now = now_ms();
@@ -116,7 +180,7 @@ impl Sessions {
         }
         let id = format!("loopback-session-{}-{}", kept.identifies, now);
         let frame = serde_json::json!({ "op": 0, "t": "READY", "s": 1, "d": ready(&id) }).to_string();
-        kept.sessions.insert(id.clone(), GatewaySession { seq: 1, log: [(1, frame.clone())].into(), shard });
+        kept.sessions.insert(id.clone(), GatewaySession { seq: 1, log: [(1, frame.clone())].into(), shard, intents });
         (id, frame)
     }
 

@@ -81,3 +81,55 @@ async fn operator_message_content_off_leaves_the_gateway_unready_with_4014_and_i
         WATCH.as_secs()
     );
 }
+
+/// What one shard session receives, in order, after someone types, says something plain and
+/// then mentions him: its events up to the second message.
+async fn seen_with(discord: &clankie_discord_loopback::Loopback, intents: twilight_gateway::Intents) -> Vec<twilight_gateway::Event> {
+    use twilight_gateway::{ConfigBuilder, Event, EventTypeFlags, Shard, ShardId, StreamExt};
+    let config = ConfigBuilder::new(discord.config().token.clone(), intents).proxy_url(discord.gateway_url()).build();
+    let mut shard = Shard::with_config(ShardId::ONE, config);
+    let (mut seen, mut messages) = (Vec::new(), 0);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while messages < 2 {
+        let next = tokio::time::timeout_at(deadline, shard.next_event(EventTypeFlags::all())).await.expect("the events within 20 s");
+        match next {
+            Some(Ok(Event::Ready(_))) => {
+                discord.user_typing(super::GENERAL, "ada");
+                let say = |content: &str, mention: bool| clankie_discord_loopback::NewMessage {
+                    channel_id: super::GENERAL,
+                    author: "ada".into(),
+                    content: content.into(),
+                    mention,
+                    ..Default::default()
+                };
+                discord.user_message(say("plain words", false));
+                discord.user_message(say("words for him", true));
+            }
+            Some(Ok(event)) => {
+                messages += usize::from(matches!(event, Event::MessageCreate(_)));
+                seen.push(event);
+            }
+            Some(Err(e)) => panic!("{e}"),
+            None => panic!("the shard ended"),
+        }
+    }
+    seen
+}
+
+#[tokio::test]
+async fn operator_the_loopback_dispatches_nothing_for_an_intent_not_asked_for() {
+    use twilight_gateway::{Event, Intents};
+    let discord = clankie_discord_loopback::Loopback::serve("127.0.0.1:0".parse().unwrap(), LoopbackConfig::default()).await.unwrap();
+    let typing = |seen: &[Event]| seen.iter().filter(|e| matches!(e, Event::TypingStart(_))).count();
+    let contents = |seen: &[Event]| -> Vec<String> {
+        seen.iter().filter_map(|e| if let Event::MessageCreate(m) = e { Some(m.content.clone()) } else { None }).collect()
+    };
+    // Asked for, as the gateway asks: the typing and both messages' words.
+    let all = seen_with(&discord, Intents::GUILD_MESSAGES | Intents::GUILD_MESSAGE_TYPING | Intents::MESSAGE_CONTENT).await;
+    assert_eq!((typing(&all), contents(&all)), (1, vec!["plain words".to_owned(), "words for him".into()]));
+    // Not asked for: no TYPING_START, and without Message Content only the message that
+    // mentions him keeps its words.
+    let few = seen_with(&discord, Intents::GUILD_MESSAGES).await;
+    assert_eq!((typing(&few), contents(&few)), (0, vec![String::new(), "words for him".into()]));
+    println!("operator: with the typing and content intents {} event(s); with messages only {}", all.len(), few.len());
+}
