@@ -72,9 +72,10 @@ pub enum SelfAction {
     Forget { ids: Vec<i64> },
     /// List unexpired experiences, newest first.
     Experiences,
-    /// Forget a person: their words leave every lane's stored session, history blocks, the
-    /// voice ring, and memory and experiences that quote or name them. Receipts stay (they hold
-    /// no words). Prints what it removed, as counts.
+    /// Forget a person by provenance, never by their words: their messages leave every lane's
+    /// stored session, history blocks, the voice ring and the streams, with memory proposed from
+    /// them and experiences they took part in. Receipts stay (they hold no words). Prints what
+    /// it removed, as counts.
     ForgetUser {
         /// Their Discord user id.
         user_id: u64,
