@@ -33,6 +33,16 @@ enum Connection {
     Fatal(u16),
 }
 
+/// Whether Discord refused the token: a 401, or twilight's own refusal once any earlier
+/// request (a reply posted before this) met one, since it then refuses locally.
+fn token_refused(e: &twilight_http::Error) -> bool {
+    match e.kind() {
+        twilight_http::error::ErrorType::Unauthorized => true,
+        twilight_http::error::ErrorType::Response { status, .. } => status.get() == 401,
+        _ => false,
+    }
+}
+
 /// What a person does about a close Discord will not take back.
 pub(crate) fn fatal_close_advice(code: u16) -> &'static str {
     match code {
@@ -118,7 +128,7 @@ impl Gateway {
         loop {
             let asked = match self.inner.http.get().gateway().authed().await {
                 Ok(response) => response.model().await.ok(),
-                Err(e) if matches!(e.kind(), twilight_http::error::ErrorType::Response { status, .. } if status.get() == 401) => {
+                Err(e) if token_refused(&e) => {
                     tracing::error!(
                         "Discord refused the token (401 on /gateway/bot): copy the bot's token again from the Developer Portal (your application, Bot, Reset Token) into CLANKIE_DISCORD_TOKEN and restart the gateway"
                     );

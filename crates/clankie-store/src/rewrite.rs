@@ -271,7 +271,7 @@ impl Store {
             sqlx::query("DELETE FROM voice_ring WHERE author_id = $1").bind(author_id.to_string()).execute(&mut *tx).await?.rows_affected();
         let experiences = sqlx::query(
             "DELETE FROM self_experiences
-             WHERE $2 = ANY(participant_ids) OR (participant_ids = '{}' AND participants && $1)",
+             WHERE participant_ids @> ARRAY[$2::bigint] OR (participant_ids = '{}' AND participants && $1)",
         )
         .bind(names)
         .bind(author_id as i64)
