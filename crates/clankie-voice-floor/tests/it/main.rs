@@ -153,8 +153,11 @@ impl Rig {
     }
 
     /// The live channel the latest voice session of the guild announces.
+    ///
+    /// Read as every consumer reads it (`VoiceSession::live_channel`): a vouch published on its
+    /// own task can land after the room's end, and lapses at its `live_until_ms`.
     pub fn live(&self) -> Option<u64> {
-        self.sessions.all().last().and_then(|s| s.channel_id)
+        self.sessions.all().last().and_then(|s| s.live_channel(clankie_bus::now_ms()))
     }
 
     /// Receipts of a kind, in arrival order.

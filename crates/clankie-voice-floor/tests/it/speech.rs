@@ -407,6 +407,11 @@ async fn voice_transcription_a_slow_first_utterance_still_enters_the_room_before
     let (second, rate) = clip("what time is it").await;
     rig.discord.voice_speak(VOICE, "ada", &second, rate).await.unwrap();
     until("both heard", Duration::from_secs(20), || inputs.all().len() >= 2).await;
+    // The receipts travel on a stream of their own and may land after the room input.
+    until("both utterances' receipts", Duration::from_secs(10), || {
+        rig.receipts("voice.transcribed").len() >= 2 && rig.receipts("voice.heard").len() >= 2
+    })
+    .await;
     let heard: Vec<String> = inputs.all().iter().map(|i| i.text.to_lowercase()).collect();
     let took: Vec<i64> = rig.receipts("voice.transcribed").iter().filter_map(|r| super::count(r, "took_ms")).collect();
     println!("voice_transcription: heard {heard:?}, transcriptions took {took:?} ms");
