@@ -20,6 +20,7 @@ pub(crate) struct Cast {
     pub(crate) discord: Loopback,
     pub(crate) standin: StandIn,
     pub(crate) store: clankie_store::Store,
+    pub(crate) bus: clankie_bus::Bus,
 }
 
 impl Cast {
@@ -30,8 +31,30 @@ impl Cast {
         let settings = clankie_settings::Settings::for_endpoints(&nats.url(), db.url(), dir.path()).unwrap();
         let store = clankie_store::Store::connect(db.url()).await.unwrap();
         store.migrate().await.unwrap();
-        clankie_bus::Bus::connect(&settings, "test").await.unwrap().ensure_streams().await.unwrap();
-        Cast { nats, db, dir, discord, standin, store }
+        let bus = clankie_bus::Bus::connect(&settings, "test").await.unwrap();
+        bus.ensure_streams().await.unwrap();
+        Cast { nats, db, dir, discord, standin, store, bus }
+    }
+
+    /// Waits until the gateway's outcome and outbound consumers hold nothing undelivered and
+    /// nothing unacknowledged: the last round's work is done, so a fault point armed next is
+    /// reached by the next round's work and not by a leftover redelivered to it.
+    pub(crate) async fn gateway_settled(&self, within: Duration) {
+        let deadline = tokio::time::Instant::now() + within;
+        for (family, consumer) in
+            [(clankie_proto::Family::LaneOutcome, "gateway-outcomes"), (clankie_proto::Family::BodySend, "gateway-body")]
+        {
+            let name = clankie_bus::stream_for(family).unwrap().name;
+            let stream = self.bus.jetstream().get_stream(name).await.unwrap();
+            loop {
+                let info = stream.consumer_info(consumer).await.unwrap();
+                if (info.num_pending, info.num_ack_pending) == (0, 0) {
+                    break;
+                }
+                assert!(tokio::time::Instant::now() < deadline, "{consumer} still holds work after {within:?}: {info:?}");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
     }
 
     /// `clankie <which>` as replica `replica`, with a fault point and extra settings.
@@ -490,6 +513,9 @@ async fn chaos_outcomes_the_gateway_killed_while_outcomes_are_in_flight_shows_ev
         let answered = discord.posts(GENERAL).iter().filter(|p| p.reply_to.is_some_and(|r| ids.contains(&r))).count();
         assert_eq!(answered, replied, "round {round}: each replied delivery has exactly one reply");
         replies += answered;
+        // The reply's progress and acknowledgement land a moment after Discord shows it; a kill
+        // before then would hand the reply to the next round's gateway and its fault point.
+        cast.gateway_settled(Duration::from_secs(15)).await;
     }
     println!(
         "chaos outcomes gateway kill: rounds {rounds}, outcomes {outcomes}, shown {outcomes}, slowest shown {slowest:?} after the death, replies {replies}"
