@@ -641,7 +641,13 @@ async fn rest_flood(seconds: u64) -> Result<RestFlood> {
     use clankie_discord_loopback::{ChannelSpec, Loopback, LoopbackConfig};
     let (nats, dir) = (clankie_testkit::TestNats::start()?, clankie_testkit::TestDir::new());
     let mut config = LoopbackConfig::default();
-    config.channels.extend((0..60).map(|n| ChannelSpec { id: 1_000 + n, name: format!("room-{n}"), voice: false, guild: None }));
+    config.channels.extend((0..60).map(|n| ChannelSpec {
+        id: 1_000 + n,
+        name: format!("room-{n}"),
+        voice: false,
+        guild: None,
+        overwrites: vec![],
+    }));
     let discord = Loopback::serve("127.0.0.1:0".parse()?, config).await?;
     let settings = clankie_settings::Settings::for_endpoints(&nats.url(), "postgres://unused@127.0.0.1:1/x", dir.path())?;
     let bus = clankie_bus::Bus::connect(&settings, "bench").await?;

@@ -13,8 +13,9 @@ use serde_json::{Value, json};
 
 use crate::state::State;
 use crate::state::limits::CommandWindow;
+use crate::state::permissions::permission;
 use crate::state::sessions::intent;
-use crate::voice::{VoiceServer, bot_voice};
+use crate::voice::{VoiceServer, bot_voice, guild_voice_states};
 
 pub(crate) fn routes<S>() -> Router<S>
 where
@@ -80,7 +81,7 @@ async fn serve(mut socket: WebSocket, state: Arc<State>, voice: Arc<VoiceServer>
                         }
                         // Message Content is privileged: asked for while the application's switch
                         // in the portal is off, Discord closes with 4014.
-                        if frame["d"]["intents"].as_u64().unwrap_or(0) & intent::MESSAGE_CONTENT != 0 && !state.config.message_content_intent {
+                        if frame["d"]["intents"].as_u64().unwrap_or(0) & intent::MESSAGE_CONTENT != 0 && !state.message_content_intent() {
                             state.sessions.refuse_identify();
                             let _ = socket.send(Message::Close(Some(axum::extract::ws::CloseFrame { code: 4014, reason: "Disallowed intent(s).".into() }))).await;
                             break;
@@ -94,9 +95,18 @@ async fn serve(mut socket: WebSocket, state: Arc<State>, voice: Arc<VoiceServer>
                         }
                         if session.is_some() { state.sessions.set_attached(shard, -1); }
                         shard = id;
-                        let (id, ready) = state.identify(shard, frame["d"]["intents"].as_u64().unwrap_or(0));
+                        let voice_states = |guild| guild_voice_states(&state, &voice, guild);
+                        let (id, ready) = state.identify(shard, frame["d"]["intents"].as_u64().unwrap_or(0), &voice_states);
                         if !send(&mut socket, ready).await { break; }
                         sent = 1;
+                        // The GUILD_CREATEs that follow READY in the session's log, and anything
+                        // dispatched since.
+                        let mut ok = true;
+                        for (n, f) in state.sessions.frames_after(&id, sent) {
+                            ok &= send(&mut socket, f).await;
+                            sent = n;
+                        }
+                        if !ok { break; }
                         session = Some(id);
                         state.sessions.set_attached(shard, 1);
                     }
@@ -104,8 +114,13 @@ async fn serve(mut socket: WebSocket, state: Arc<State>, voice: Arc<VoiceServer>
                         // Update Voice State: join, move or leave a voice channel.
                         let d = &frame["d"];
                         let id = |v: &Value| v.as_str().and_then(|s| s.parse::<u64>().ok()).or_else(|| v.as_u64());
-                        if session.is_some() && let Some(guild) = id(&d["guild_id"]) {
-                            let _ = bot_voice(&state, &voice, guild, id(&d["channel_id"]));
+                        // Discord ignores a join it would refuse: a guild the bot is not in, or a
+                        // channel it may not connect to.
+                        let channel = id(&d["channel_id"]);
+                        let allowed = |guild| state.bot_in_guild(guild)
+                            && channel.is_none_or(|c| state.bot_permissions(c).is_some_and(|p| p & permission::CONNECT != 0));
+                        if session.is_some() && let Some(guild) = id(&d["guild_id"]) && allowed(guild) {
+                            let _ = bot_voice(&state, &voice, guild, channel);
                         }
                     }
                     Some(6) => {

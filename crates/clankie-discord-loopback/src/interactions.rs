@@ -111,8 +111,8 @@ where
     Arc<State>: FromRef<S>,
 {
     Router::new()
-        .route("/api/v10/applications/{app}/commands", put(overwrite_global))
-        .route("/api/v10/applications/{app}/guilds/{guild}/commands", put(overwrite_guild))
+        .route("/api/v10/applications/{app}/commands", put(overwrite_global).get(list_global))
+        .route("/api/v10/applications/{app}/guilds/{guild}/commands", put(overwrite_guild).get(list_guild))
         .route("/api/v10/interactions/{id}/{token}/callback", post(callback))
         .route("/api/v10/webhooks/{app}/{token}/messages/@original", patch(edit_original))
         .route("/api/v10/webhooks/{app}/{token}", post(follow_up))
@@ -132,7 +132,7 @@ fn overwrite(state: &State, scope: Option<u64>, headers: &HeaderMap, app: u64, b
     if !authorised(state, headers) {
         return refused(StatusCode::UNAUTHORIZED, 0, "401: Unauthorized");
     }
-    if app != state.config.bot_user_id {
+    if app != state.config.bot_user_id || scope.is_some_and(|g| !state.bot_in_guild(g)) {
         return refused(StatusCode::FORBIDDEN, 50001, "Missing Access");
     }
     let Some(set) = body.as_array() else { return refused(StatusCode::BAD_REQUEST, 50035, "Invalid Form Body") };
@@ -147,6 +147,7 @@ fn overwrite(state: &State, scope: Option<u64>, headers: &HeaderMap, app: u64, b
             c["type"] = c.get("type").cloned().unwrap_or(json!(1));
             c["description"] = c.get("description").cloned().unwrap_or(json!(""));
             c["options"] = c.get("options").cloned().unwrap_or(json!([]));
+            c["nsfw"] = c.get("nsfw").cloned().unwrap_or(json!(false));
             if let Some(g) = scope {
                 c["guild_id"] = json!(g.to_string());
             }
@@ -175,6 +176,27 @@ async fn overwrite_guild(
     Json(body): Json<Value>,
 ) -> Response {
     overwrite(&state, Some(guild), &headers, app, body)
+}
+
+/// The registered set of a scope as Discord lists it (`GET .../commands`): the application's own
+/// (50001 for another's, or in a guild the bot is not in), each as the overwrite answered it.
+fn list(state: &State, scope: Option<u64>, headers: &HeaderMap, app: u64) -> Response {
+    if !authorised(state, headers) {
+        return refused(StatusCode::UNAUTHORIZED, 0, "401: Unauthorized");
+    }
+    if app != state.config.bot_user_id || scope.is_some_and(|g| !state.bot_in_guild(g)) {
+        return refused(StatusCode::FORBIDDEN, 50001, "Missing Access");
+    }
+    let set = state.interactions.lock().commands.get(&scope).cloned().unwrap_or_default();
+    Json(Value::Array(set)).into_response()
+}
+
+async fn list_global(AxState(state): AxState<Arc<State>>, Path(app): Path<u64>, headers: HeaderMap) -> Response {
+    list(&state, None, &headers, app)
+}
+
+async fn list_guild(AxState(state): AxState<Arc<State>>, Path((app, guild)): Path<(u64, u64)>, headers: HeaderMap) -> Response {
+    list(&state, Some(guild), &headers, app)
 }
 
 fn answer_of(data: &Value, record: &mut InteractionRecord) {

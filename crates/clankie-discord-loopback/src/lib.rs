@@ -9,7 +9,11 @@
 //!   trigger typing, channel messages, edit and delete, reactions,
 //!   `gateway/bot`, `users/@me`, and attachment downloads, all under Discord's
 //!   rate limits ([`Limits`]: headers, 429s, the invalid-request ban, the
-//!   gateway's command cap).
+//!   gateway's command cap);
+//! - guild membership and permissions as Discord computes them ([`permission`], roles and
+//!   channel overwrites): its refusals (50001, 50013, 50007), the guild routes (`users/@me/guilds`,
+//!   `guilds/{id}`, its channels, roles and members, the registered commands), and a
+//!   GUILD_CREATE per guild after READY for a session with the GUILDS intent.
 //!
 //! A JSON control API on the same port drives it (`/control/...`), and `/`
 //! serves the sandbox room page where a person chats as several users.
@@ -36,9 +40,13 @@ use axum::extract::FromRef;
 
 pub use rest::MAX_UPLOAD;
 use state::State;
-pub use state::config::{ChannelSpec, DaveConfig, LoopbackConfig, OTHER_GUILD, shard_of};
+pub use state::config::{
+    BOT_ROLE, ChannelSpec, DaveConfig, GUILD_OWNER, LoopbackConfig, OTHER_BOT_ROLE, OTHER_GUILD, OverwriteSpec, RoleSpec, shard_of,
+};
 pub use state::limits::{LimitCounts, Limits};
+pub use state::permissions::{base_permissions, channel_permissions, permission};
 pub use state::{NewAttachment, NewMessage, Post, StoredMessage};
+pub use state::{OverwriteError, Refusal};
 use voice::VoiceServer;
 pub use voice::{DaveCounts, DaveView, Loss};
 
@@ -348,6 +356,33 @@ fn router(shared: Shared) -> Router {
 }
 
 impl Loopback {
+    /// The bot's permissions in a channel as Discord computes them now (a DM's are its own);
+    /// `None` for an unknown channel or one of a guild the bot is not in.
+    pub fn bot_permissions(&self, channel: u64) -> Option<u64> {
+        self.state.bot_permissions(channel)
+    }
+
+    /// The bot's guild-wide permissions (@everyone's and its roles'); `None` where it is not a member.
+    pub fn bot_guild_permissions(&self, guild: u64) -> Option<u64> {
+        self.state.bot_base_permissions(guild)
+    }
+
+    /// Sets (replaces) the bot's member overwrite on a guild channel (`allow` = `deny` = 0 removes
+    /// it) and dispatches CHANNEL_UPDATE; returns the bot's permissions there now.
+    pub fn set_bot_overwrite(&self, channel: u64, allow: u64, deny: u64) -> Result<Option<u64>, OverwriteError> {
+        self.state.set_bot_overwrite(channel, allow, deny)
+    }
+
+    /// Flips the application's Message Content switch, as the Developer Portal does.
+    pub fn set_message_content_intent(&self, on: bool) {
+        self.state.set_message_content_intent(on);
+    }
+
+    /// The application's Message Content switch as it stands.
+    pub fn message_content_intent(&self) -> bool {
+        self.state.message_content_intent()
+    }
+
     /// Every DM channel the bot opened, as (recipient, channel), in order: whom each DM went to.
     pub fn dms_opened(&self) -> Vec<(u64, u64)> {
         self.state.dms_opened()

@@ -31,6 +31,11 @@ fn route_of(limits: &Limits, method: &Method, path: &str) -> Option<(Route, u32,
         (&Method::PUT, ["channels", c, "messages", _, "reactions", _, "@me"]) => ("reaction", *c, 1, Duration::from_millis(250)),
         (&Method::POST, ["channels", c, "typing"]) => ("typing", *c, limits.typing_per_5s, five),
         (_, ["gateway", ..] | ["users", "@me"]) => ("bot", "0", 5, five),
+        // Not documented; assumed near what Discord announces for them.
+        (&Method::GET, ["users", "@me", "guilds"]) => ("guild-list", "0", 5, five),
+        (&Method::GET, ["guilds", g, ..]) => ("guild-read", *g, 5, Duration::from_secs(1)),
+        (&Method::GET, ["applications", app, "commands"]) => ("commands-read", *app, 5, five),
+        (&Method::GET, ["applications", _, "guilds", guild, "commands"]) => ("commands-read", *guild, 5, five),
         // Not documented; assumed at the message bucket's rate.
         (&Method::POST, ["users", "@me", "channels"]) => ("dm-open", "0", 5, five),
         // Registered once per command set; assumed tight, as command writes are.

@@ -1,4 +1,5 @@
-//! The REST routes under `/api/v10` that the gateway service uses.
+//! The REST routes under `/api/v10` that the gateway service uses, refused as Discord refuses
+//! them (membership, permissions, closed DMs), and the guild routes `clankie doctor` reads.
 
 use std::sync::Arc;
 
@@ -11,8 +12,9 @@ use axum::{Json, Router};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
+use crate::state::permissions::permission;
 use crate::state::shapes::error_json;
-use crate::state::{State, Upload};
+use crate::state::{Refusal, State, Upload};
 
 /// Discord's limit on message content.
 const MAX_CONTENT: usize = 2000;
@@ -34,6 +36,11 @@ where
         .route("/api/v10/channels/{channel}/messages/{message}", patch(edit_message).delete(delete_message))
         .route("/api/v10/channels/{channel}/messages/{message}/reactions/{emoji}/@me", put(react))
         .route("/api/v10/channels/{channel}/typing", post(typing))
+        .route("/api/v10/users/@me/guilds", get(my_guilds))
+        .route("/api/v10/guilds/{guild}", get(guild))
+        .route("/api/v10/guilds/{guild}/channels", get(guild_channels))
+        .route("/api/v10/guilds/{guild}/roles", get(guild_roles))
+        .route("/api/v10/guilds/{guild}/members/{user}", get(guild_member))
         .route("/attachments/{id}/{filename}", get(attachment))
 }
 
@@ -46,8 +53,20 @@ fn authorised(state: &State, headers: &HeaderMap) -> Result<(), Response> {
     }
 }
 
-fn unknown_channel() -> Response {
-    (StatusCode::NOT_FOUND, Json(error_json(10003, "Unknown Channel"))).into_response()
+/// A refusal as Discord words it: its status and `{"message", "code"}`.
+fn refused(r: Refusal) -> Response {
+    let status = StatusCode::from_u16(r.status()).unwrap_or(StatusCode::FORBIDDEN);
+    (status, Json(error_json(r.code(), &r.to_string()))).into_response()
+}
+
+/// The bot's permissions in a channel if every channel route may go on there (10003, 50001 else).
+fn access(state: &State, channel: u64) -> Result<u64, Response> {
+    state.channel_access(channel).map_err(refused)
+}
+
+/// Refuses with 50013 unless `perms` hold every bit of `needed`.
+fn need(perms: u64, needed: u64) -> Result<(), Response> {
+    if perms & needed == needed { Ok(()) } else { Err(refused(Refusal::MissingPermissions)) }
 }
 
 fn unknown_message() -> Response {
@@ -96,7 +115,7 @@ async fn application(AxState(state): AxState<Arc<State>>, headers: HeaderMap) ->
     Json(json!({
         "id": id, "name": c.bot_name, "icon": null, "description": "", "summary": "",
         "bot_public": true, "bot_require_code_grant": false, "verify_key": "0".repeat(64),
-        "flags": if c.message_content_intent { 1 << 19 } else { 0 }, "team": null, "rpc_origins": [],
+        "flags": if state.message_content_intent() { 1 << 19 } else { 0 }, "team": null, "rpc_origins": [],
         "bot": { "id": id, "username": c.bot_name, "discriminator": "0", "avatar": null, "bot": true },
     }))
     .into_response()
@@ -129,9 +148,10 @@ async fn create_message(AxState(state): AxState<Arc<State>>, Path(channel): Path
     if let Err(r) = authorised(&state, req.headers()) {
         return r;
     }
-    if state.guild_of(channel).is_err() {
-        return unknown_channel();
-    }
+    let perms = match access(&state, channel) {
+        Ok(p) => p,
+        Err(r) => return r,
+    };
     let (body, files) = match message_body(&state, req).await {
         Ok(b) => b,
         Err(r) => return r,
@@ -139,6 +159,24 @@ async fn create_message(AxState(state): AxState<Arc<State>>, Path(channel): Path
     let Ok(body) = serde_json::from_slice::<Value>(&body) else {
         return (StatusCode::BAD_REQUEST, Json(error_json(50109, "The request body contains invalid JSON."))).into_response();
     };
+    // What Discord refuses before anything is stored: posting at all, into a closed DM, files,
+    // and a reply (which reads history).
+    let mut needed = permission::SEND_MESSAGES;
+    if !files.is_empty() {
+        needed |= permission::ATTACH_FILES;
+    }
+    if !body["message_reference"].is_null() {
+        needed |= permission::READ_MESSAGE_HISTORY;
+    }
+    if let Err(r) = need(perms, permission::SEND_MESSAGES) {
+        return r;
+    }
+    if state.dm_closed(channel) {
+        return refused(Refusal::DmsClosed);
+    }
+    if let Err(r) = need(perms, needed) {
+        return r;
+    }
     let content = body["content"].as_str().unwrap_or_default().to_owned();
     if content.is_empty() && files.is_empty() {
         return (StatusCode::BAD_REQUEST, Json(error_json(50006, "Cannot send an empty message"))).into_response();
@@ -181,8 +219,13 @@ async fn list_messages(
     if let Err(r) = authorised(&state, &headers) {
         return r;
     }
-    if state.guild_of(channel).is_err() {
-        return unknown_channel();
+    let perms = match access(&state, channel) {
+        Ok(p) => p,
+        Err(r) => return r,
+    };
+    // Without Read Message History Discord answers, but with no messages.
+    if perms & permission::READ_MESSAGE_HISTORY == 0 {
+        return Json(Value::Array(Vec::new())).into_response();
     }
     let limit = q.limit.unwrap_or(50).clamp(1, 100);
     let list: Vec<Value> = state.channel_messages(channel, q.before, limit).iter().map(|m| state.message_json(m, None)).collect();
@@ -198,6 +241,9 @@ async fn edit_message(
     if let Err(r) = authorised(&state, &headers) {
         return r;
     }
+    if let Err(r) = known_access(&state, channel) {
+        return r;
+    }
     let content = serde_json::from_slice::<Value>(&body).ok().and_then(|v| v["content"].as_str().map(str::to_owned)).unwrap_or_default();
     match state.edit(channel, message, content) {
         Some(m) => Json(state.message_json(&m, None)).into_response(),
@@ -208,6 +254,20 @@ async fn edit_message(
 async fn delete_message(AxState(state): AxState<Arc<State>>, Path((channel, message)): Path<(u64, u64)>, headers: HeaderMap) -> Response {
     if let Err(r) = authorised(&state, &headers) {
         return r;
+    }
+    let perms = match known_access(&state, channel) {
+        Ok(p) => p,
+        Err(r) => return r,
+    };
+    // Someone else's message: Manage Messages in a guild, never in a DM.
+    if let Some(m) = state.message(message).filter(|m| m.channel_id == channel && !m.bot) {
+        let refusal = match m.guild_id {
+            None => Some(Refusal::InDm),
+            Some(_) => need(perms.unwrap_or(0), permission::MANAGE_MESSAGES).err().map(|_| Refusal::MissingPermissions),
+        };
+        if let Some(r) = refusal {
+            return refused(r);
+        }
     }
     if state.delete(channel, message) { StatusCode::NO_CONTENT.into_response() } else { unknown_message() }
 }
@@ -220,6 +280,16 @@ async fn react(
     if let Err(r) = authorised(&state, &headers) {
         return r;
     }
+    let perms = match access(&state, channel) {
+        Ok(p) => p,
+        Err(r) => return r,
+    };
+    // Read Message History always; Add Reactions unless the emoji is already on the message.
+    let existing = state.message(message).is_some_and(|m| m.reactions.contains(&emoji));
+    let needed = permission::READ_MESSAGE_HISTORY | if existing { 0 } else { permission::ADD_REACTIONS };
+    if let Err(r) = need(perms, needed) {
+        return r;
+    }
     if state.react(channel, message, emoji) { StatusCode::NO_CONTENT.into_response() } else { unknown_message() }
 }
 
@@ -227,8 +297,12 @@ async fn typing(AxState(state): AxState<Arc<State>>, Path(channel): Path<u64>, h
     if let Err(r) = authorised(&state, &headers) {
         return r;
     }
-    if state.guild_of(channel).is_err() {
-        return unknown_channel();
+    let perms = match access(&state, channel) {
+        Ok(p) => p,
+        Err(r) => return r,
+    };
+    if let Err(r) = need(perms, permission::SEND_MESSAGES) {
+        return r;
     }
     state.trigger_typing(channel);
     StatusCode::NO_CONTENT.into_response()
@@ -239,4 +313,69 @@ async fn attachment(AxState(state): AxState<Arc<State>>, Path((id, _filename)): 
         Some((content_type, bytes)) => ([(axum::http::header::CONTENT_TYPE, content_type)], bytes).into_response(),
         None => StatusCode::NOT_FOUND.into_response(),
     }
+}
+
+/// For the routes that answered an unknown channel with 10008 before: the access check only for
+/// a channel that exists (its permissions, `None` for an unknown one, whose message is unknown).
+fn known_access(state: &State, channel: u64) -> Result<Option<u64>, Response> {
+    match state.channel_access(channel) {
+        Ok(perms) => Ok(Some(perms)),
+        Err(Refusal::UnknownChannel) => Ok(None),
+        Err(r) => Err(refused(r)),
+    }
+}
+
+/// Where a guild route may go on: the bot's token (401), a guild that exists (404 10004 where
+/// `unknown_is_404`, as `GET /guilds/{id}` answers; 50001 for its sub-routes), and the bot a
+/// member of it (50001).
+fn guild_route(state: &State, headers: &HeaderMap, guild: u64, unknown_is_404: bool) -> Result<(), Response> {
+    authorised(state, headers)?;
+    if !state.guild_exists(guild) && unknown_is_404 {
+        return Err((StatusCode::NOT_FOUND, Json(error_json(10004, "Unknown Guild"))).into_response());
+    }
+    if !state.bot_in_guild(guild) {
+        return Err(refused(Refusal::MissingAccess));
+    }
+    Ok(())
+}
+
+/// `GET /users/@me/guilds`: the guilds the bot is in, never one it was not invited to.
+async fn my_guilds(AxState(state): AxState<Arc<State>>, headers: HeaderMap) -> Response {
+    if let Err(r) = authorised(&state, &headers) {
+        return r;
+    }
+    Json(state.partial_guilds_json()).into_response()
+}
+
+async fn guild(AxState(state): AxState<Arc<State>>, Path(guild): Path<u64>, headers: HeaderMap) -> Response {
+    match guild_route(&state, &headers, guild, true) {
+        Ok(()) => Json(state.guild_json(guild)).into_response(),
+        Err(r) => r,
+    }
+}
+
+/// `GET /guilds/{id}/channels`: those the bot can view, as Discord answers since 2026-11-16.
+async fn guild_channels(AxState(state): AxState<Arc<State>>, Path(guild): Path<u64>, headers: HeaderMap) -> Response {
+    match guild_route(&state, &headers, guild, false) {
+        Ok(()) => Json(state.guild_channels_json(guild)).into_response(),
+        Err(r) => r,
+    }
+}
+
+async fn guild_roles(AxState(state): AxState<Arc<State>>, Path(guild): Path<u64>, headers: HeaderMap) -> Response {
+    match guild_route(&state, &headers, guild, false) {
+        Ok(()) => Json(state.roles_json(guild)).into_response(),
+        Err(r) => r,
+    }
+}
+
+/// `GET /guilds/{id}/members/{user}`: the bot's own member; the loopback keeps no other (10007).
+async fn guild_member(AxState(state): AxState<Arc<State>>, Path((guild, user)): Path<(u64, u64)>, headers: HeaderMap) -> Response {
+    if let Err(r) = guild_route(&state, &headers, guild, false) {
+        return r;
+    }
+    if user != state.config.bot_user_id {
+        return (StatusCode::NOT_FOUND, Json(error_json(10007, "Unknown Member"))).into_response();
+    }
+    Json(state.bot_member_json(guild)).into_response()
 }

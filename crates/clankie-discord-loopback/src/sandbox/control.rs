@@ -15,7 +15,7 @@ use serde_json::{Value, json};
 
 use crate::interactions::{InteractionError, PressButton, RunCommand, press_button, run_command};
 use crate::state::limits::LimitCounts;
-use crate::state::{NewMessage, State, now_ms};
+use crate::state::{NewMessage, OverwriteError, State, now_ms};
 
 /// A query naming one channel.
 #[derive(Deserialize)]
@@ -42,6 +42,8 @@ where
         .route("/control/interactions/button", post(control_button))
         .route("/control/interactions/{id}", get(control_record))
         .route("/control/commands", get(control_commands))
+        .route("/control/permissions", post(set_permissions).get(permissions))
+        .route("/control/message_content", post(message_content))
 }
 
 async fn rooms(AxState(state): AxState<Arc<State>>) -> Json<Value> {
@@ -187,4 +189,42 @@ async fn control_commands(AxState(state): AxState<Arc<State>>) -> Json<Value> {
     let sets: BTreeMap<String, Vec<String>> =
         sets.into_iter().map(|(scope, names)| (scope.map_or("global".to_owned(), |g| g.to_string()), names)).collect();
     Json(json!({ "overwrites": overwrites, "sets": sets, "at_ms": now_ms() }))
+}
+
+/// The bot's member overwrite on a channel (`POST /control/permissions`); both 0 removes it.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+pub struct SetPermissions {
+    pub channel: u64,
+    #[serde(default)]
+    pub allow: u64,
+    #[serde(default)]
+    pub deny: u64,
+}
+
+/// Sets the bot's overwrite, so a refusal can be shown at run time; answers the bot's
+/// permissions there now (`null` in a guild it is not in).
+async fn set_permissions(AxState(state): AxState<Arc<State>>, Json(p): Json<SetPermissions>) -> Response {
+    match state.set_bot_overwrite(p.channel, p.allow, p.deny) {
+        Ok(permissions) => Json(json!({ "permissions": permissions })).into_response(),
+        Err(e @ OverwriteError::UnknownChannel(_)) => (StatusCode::NOT_FOUND, Json(json!({ "error": e.to_string() }))).into_response(),
+        Err(e @ OverwriteError::NotAGuildChannel(_)) => (StatusCode::BAD_REQUEST, Json(json!({ "error": e.to_string() }))).into_response(),
+    }
+}
+
+/// `GET /control/permissions?channel=`: the bot's permissions in a channel (`null` where it has none).
+async fn permissions(AxState(state): AxState<Arc<State>>, Query(q): Query<ChannelQuery>) -> Json<Value> {
+    Json(json!({ "permissions": state.bot_permissions(q.channel) }))
+}
+
+/// The application's Message Content switch (`POST /control/message_content`).
+#[derive(Debug, Clone, Deserialize, Serialize)]
+pub struct MessageContent {
+    pub on: bool,
+}
+
+/// Flips the switch as the Developer Portal does: later identifies asking for the intent are
+/// closed with 4014 while it is off, and `GET /applications/@me` shows it.
+async fn message_content(AxState(state): AxState<Arc<State>>, Json(m): Json<MessageContent>) -> Json<Value> {
+    state.set_message_content_intent(m.on);
+    Json(json!({ "on": state.message_content_intent() }))
 }

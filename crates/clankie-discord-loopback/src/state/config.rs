@@ -6,12 +6,13 @@ use std::net::SocketAddr;
 use serde::{Deserialize, Serialize};
 
 use crate::state::limits::Limits;
+use crate::state::permissions::permission;
 
 /// The DAVE protocol version the loopback speaks.
 pub const DAVE_VERSION: u16 = 1;
 
 /// A channel of the loopback guild.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct ChannelSpec {
     pub id: u64,
     pub name: String,
@@ -22,7 +23,44 @@ pub struct ChannelSpec {
     /// that nothing he lives in one guild reaches another.
     #[serde(default)]
     pub guild: Option<u64>,
+    /// Its permission overwrites as the loopback starts (the control API changes them); their
+    /// order does not matter, Discord's computation orders them.
+    #[serde(default)]
+    pub overwrites: Vec<OverwriteSpec>,
 }
+
+/// One permission overwrite of a channel: a role's (`member: false`, Discord's type 0; the
+/// guild's own id is @everyone's) or a member's (type 1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OverwriteSpec {
+    pub id: u64,
+    #[serde(default)]
+    pub member: bool,
+    #[serde(default)]
+    pub allow: u64,
+    #[serde(default)]
+    pub deny: u64,
+}
+
+/// A role of a guild. @everyone's id is the guild's own id, as on Discord.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RoleSpec {
+    pub id: u64,
+    pub name: String,
+    /// Its permission bits ([`permission`](crate::permission)).
+    pub permissions: u64,
+    /// The guild it belongs to; `None` is the main guild.
+    #[serde(default)]
+    pub guild: Option<u64>,
+}
+
+/// The bot's managed role in the main guild of the default loopback.
+pub const BOT_ROLE: u64 = 150;
+/// The bot's managed role in [`OTHER_GUILD`].
+pub const OTHER_BOT_ROLE: u64 = 151;
+/// The guild owner of the default loopback: a person, not the bot (the owner bypasses every
+/// permission, so a bot that owned its guild could never be refused anything).
+pub const GUILD_OWNER: u64 = 1_000;
 
 /// The second guild of the default loopback, with one text channel (210).
 pub const OTHER_GUILD: u64 = 110;
@@ -75,6 +113,28 @@ pub struct LoopbackConfig {
     /// an identify asking for the intent is closed with 4014, as Discord closes it.
     #[serde(default = "on")]
     pub message_content_intent: bool,
+    /// Every guild's roles. A guild none of these belongs to gets the defaults: @everyone with
+    /// a new server's permissions and a managed bot role with what the invite asks for, so a
+    /// config that adds a guild by its channels alone still lets the bot do what it does today.
+    #[serde(default)]
+    pub roles: Vec<RoleSpec>,
+    /// The roles the bot's member has (@everyone aside, which every member has).
+    #[serde(default)]
+    pub bot_roles: Vec<u64>,
+    /// Guilds whose channels exist but the bot was never invited to: Discord refuses it their
+    /// channels (50001), lists them nowhere and sends it none of their events.
+    #[serde(default)]
+    pub absent_guilds: Vec<u64>,
+    /// Users who closed their DMs to the bot: a post into a DM with one of them is refused (50007).
+    #[serde(default)]
+    pub closed_dms: Vec<u64>,
+    /// Every guild's owner, who bypasses permissions; a person, so the bot can be refused.
+    #[serde(default = "owner")]
+    pub owner_id: u64,
+}
+
+fn owner() -> u64 {
+    GUILD_OWNER
 }
 
 fn on() -> bool {
@@ -101,6 +161,41 @@ impl LoopbackConfig {
         }
         guilds
     }
+
+    /// The guild a role belongs to.
+    pub fn guild_of_role(&self, role: &RoleSpec) -> u64 {
+        role.guild.unwrap_or(self.guild_id)
+    }
+
+    /// The roles the loopback starts with and the bot's among them: those configured, and for
+    /// each guild with none configured, @everyone as a new server has it and a managed bot role
+    /// with the invite's permissions (its id the guild's plus 50, or the next free one).
+    pub fn roles_with_defaults(&self) -> (Vec<RoleSpec>, Vec<u64>) {
+        let (mut roles, mut bot_roles) = (self.roles.clone(), self.bot_roles.clone());
+        for guild in self.guilds() {
+            if self.roles.iter().any(|r| self.guild_of_role(r) == guild) {
+                continue;
+            }
+            let mut id = guild + 50;
+            while roles.iter().any(|r| r.id == id) || id == guild {
+                id += 1;
+            }
+            let (everyone, bot) = default_roles(guild, id, &self.bot_name, guild == self.guild_id);
+            roles.extend([everyone, bot]);
+            bot_roles.push(id);
+        }
+        (roles, bot_roles)
+    }
+}
+
+/// A guild's @everyone and the bot's managed role as Discord makes them when a server is made
+/// and the bot is invited with what `clankie invite` asks for.
+fn default_roles(guild: u64, bot_role: u64, bot_name: &str, main: bool) -> (RoleSpec, RoleSpec) {
+    let g = if main { None } else { Some(guild) };
+    (
+        RoleSpec { id: guild, name: "@everyone".into(), permissions: permission::DEFAULT_EVERYONE, guild: g },
+        RoleSpec { id: bot_role, name: bot_name.into(), permissions: permission::BOT_INVITE, guild: g },
+    )
 }
 
 impl Default for LoopbackConfig {
@@ -112,10 +207,10 @@ impl Default for LoopbackConfig {
             guild_id: 100,
             guild_name: "Loopback".into(),
             channels: vec![
-                ChannelSpec { id: 200, name: "general".into(), voice: false, guild: None },
-                ChannelSpec { id: 201, name: "lobbies".into(), voice: false, guild: None },
-                ChannelSpec { id: 300, name: "Hangout".into(), voice: true, guild: None },
-                ChannelSpec { id: 210, name: "town-square".into(), voice: false, guild: Some(OTHER_GUILD) },
+                ChannelSpec { id: 200, name: "general".into(), voice: false, guild: None, overwrites: vec![] },
+                ChannelSpec { id: 201, name: "lobbies".into(), voice: false, guild: None, overwrites: vec![] },
+                ChannelSpec { id: 300, name: "Hangout".into(), voice: true, guild: None, overwrites: vec![] },
+                ChannelSpec { id: 210, name: "town-square".into(), voice: false, guild: Some(OTHER_GUILD), overwrites: vec![] },
             ],
             dm_channels: vec![900],
             heartbeat_interval_ms: 41_250,
@@ -128,6 +223,15 @@ impl Default for LoopbackConfig {
             limits: Limits::default(),
             dave: DaveConfig::default(),
             messages_kept_per_channel: 0,
+            roles: {
+                let (main, main_bot) = default_roles(100, BOT_ROLE, "Clankie", true);
+                let (other, other_bot) = default_roles(OTHER_GUILD, OTHER_BOT_ROLE, "Clankie", false);
+                vec![main, main_bot, other, other_bot]
+            },
+            bot_roles: vec![BOT_ROLE, OTHER_BOT_ROLE],
+            absent_guilds: Vec::new(),
+            closed_dms: Vec::new(),
+            owner_id: GUILD_OWNER,
         }
     }
 }

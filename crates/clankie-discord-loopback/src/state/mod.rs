@@ -5,9 +5,11 @@
 //! limits, interactions, voice) read and change it; it imports nothing of theirs.
 
 pub mod config;
+mod guilds;
 pub mod interactions;
 pub mod limits;
 pub mod messages;
+pub mod permissions;
 pub mod sessions;
 pub mod shapes;
 
@@ -20,15 +22,19 @@ use clankie_proto::time::DISCORD_EPOCH_MS;
 
 pub use config::LoopbackConfig;
 use config::{Site, shard_of};
+pub use guilds::{OverwriteError, Refusal};
 pub use messages::{AttachmentMeta, NewAttachment, NewMessage, Post, StoredMessage};
 pub(crate) use messages::{Upload, now_ms};
-use sessions::Sessions;
+use sessions::{Sessions, intent};
 
 #[derive(Default)]
 struct Inner {
     next_id: u64,
     /// Each DM channel opened (`POST /users/@me/channels`), as (recipient, channel), in order.
     dms_opened: Vec<(u64, u64)>,
+    /// Whom each DM channel goes to now: the last recipient opened there, or the last user who
+    /// wrote in it (the loopback's users share its DM channels).
+    dm_recipients: HashMap<u64, u64>,
     messages: BTreeMap<u64, StoredMessage>,
     /// Each channel's message ids, oldest first, for `messages_kept_per_channel`.
     per_channel: HashMap<u64, std::collections::VecDeque<u64>>,
@@ -52,6 +58,10 @@ pub(crate) struct State {
     pub limits: limits::Keeper,
     /// Registered commands and the interactions dispatched.
     pub interactions: interactions::Interactions,
+    /// The roles, overwrites and Message Content switch as they stand (the control API changes them).
+    pub grants: permissions::Keeper,
+    /// When the loopback started: when the bot joined its guilds.
+    started_ms: i64,
 }
 
 impl std::ops::Deref for State {
@@ -74,11 +84,13 @@ impl State {
     pub fn new(config: LoopbackConfig, addr: SocketAddr) -> State {
         let first = ((now_ms() as u64).saturating_sub(DISCORD_EPOCH_MS)) << 22;
         State {
-            site: Site { config, addr },
             inner: Mutex::new(Inner { next_id: first, ..Default::default() }),
             sessions: Sessions::default(),
             limits: limits::Keeper::default(),
             interactions: interactions::Interactions::default(),
+            grants: permissions::Keeper::seeded(&config),
+            started_ms: now_ms(),
+            site: Site { config, addr },
         }
     }
 
@@ -93,7 +105,9 @@ impl State {
 
     /// Records a DM channel opened with `recipient`.
     pub fn opened_dm(&self, recipient: u64, channel: u64) {
-        self.lock().dms_opened.push((recipient, channel));
+        let mut inner = self.lock();
+        inner.dms_opened.push((recipient, channel));
+        inner.dm_recipients.insert(channel, recipient);
     }
 
     /// A new snowflake, later than every earlier one.
@@ -169,6 +183,9 @@ impl State {
             (a.filename, a.content_type, bytes)
         });
         let attachments = State::store_files(&mut inner, files);
+        if self.config.dm_channels.contains(&m.channel_id) {
+            inner.dm_recipients.insert(m.channel_id, State::user_id(&m.author));
+        }
         let message = StoredMessage {
             author_id: State::user_id(&m.author),
             author_name: m.author,
@@ -195,7 +212,11 @@ impl State {
     }
 
     /// Dispatches one gateway event to every session of the shard its guild is on.
+    /// Nothing reaches the bot of a guild it is not in or of a channel it cannot view.
     pub(crate) fn dispatch(&self, t: &str, d: serde_json::Value) {
+        if !self.bot_sees(t, &d) {
+            return;
+        }
         let guild = d["guild_id"].as_str().and_then(|g| g.parse().ok());
         let shard = shard_of(guild, self.config.shards);
         self.sessions.push(shard, t, &d, self.config.bot_user_id);
@@ -288,6 +309,9 @@ impl State {
         let json = self.message_json(&message, referenced.as_ref());
         let shard = shard_of(message.guild_id, self.config.shards);
         self.keep(inner, message);
+        if !self.bot_sees("MESSAGE_CREATE", &json) {
+            return;
+        }
         // Under the lock that stored it: no connection sends the event before the message is there.
         self.sessions.push(shard, "MESSAGE_CREATE", &json, self.config.bot_user_id);
         self.sessions.ring();
@@ -450,8 +474,12 @@ impl State {
     }
 
     /// Starts a gateway session for `shard` with `intents`; returns its id and the READY frame.
-    pub fn identify(&self, shard: u32, intents: u64) -> (String, String) {
-        self.sessions.identify(shard, intents, self.config.max_concurrency, |id| shapes::ready_json(&self.site, id, shard))
+    /// With the GUILDS intent a GUILD_CREATE per guild of the shard follows READY in the
+    /// session's log (`voice_states` gives each guild's), so a resume replays them in order.
+    pub fn identify(&self, shard: u32, intents: u64, voice_states: &dyn Fn(u64) -> Vec<serde_json::Value>) -> (String, String) {
+        let creates = if intents & intent::GUILDS != 0 { self.guild_creates(shard, voice_states) } else { Vec::new() };
+        let after = creates.into_iter().map(|d| ("GUILD_CREATE", d)).collect();
+        self.sessions.identify(shard, intents, self.config.max_concurrency, |id| shapes::ready_json(&self.site, id, shard), after)
     }
 
     /// Every DM channel the bot opened, as (recipient, channel), in order: whom each DM went to.

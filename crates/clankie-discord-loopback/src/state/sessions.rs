@@ -159,15 +159,16 @@ impl Sessions {
         let _ = self.dispatched.send(());
     }
 
-    /// Starts a session for `shard` whose READY is `ready`; returns its id and the READY frame
-    /// (sequence 1). An identify sooner than 5 s after the last one of its bucket (of
-    /// `max_concurrency`) is counted as too fast.
+    /// Starts a session for `shard` whose READY is `ready`, followed in its log by the dispatches
+    /// `after` (GUILD_CREATEs); returns its id and the READY frame (sequence 1). An identify
+    /// sooner than 5 s after the last one of its bucket (of `max_concurrency`) is counted as too fast.
     pub fn identify(
         &self,
         shard: u32,
         intents: u64,
         max_concurrency: u32,
         ready: impl FnOnce(&str) -> serde_json::Value,
+        after: Vec<(&str, serde_json::Value)>,
     ) -> (String, String) {
         let mut kept = self.lock();
         kept.identifies += 1;
@@ -180,7 +181,11 @@ impl Sessions {
         }
         let id = format!("loopback-session-{}-{}", kept.identifies, now);
         let frame = serde_json::json!({ "op": 0, "t": "READY", "s": 1, "d": ready(&id) }).to_string();
-        kept.sessions.insert(id.clone(), GatewaySession { seq: 1, log: [(1, frame.clone())].into(), shard, intents });
+        let mut session = GatewaySession { seq: 1, log: [(1, frame.clone())].into(), shard, intents };
+        for (t, d) in after {
+            session.push(serde_json::json!({ "op": 0, "t": t, "s": session.seq + 1, "d": d }).to_string());
+        }
+        kept.sessions.insert(id.clone(), session);
         (id, frame)
     }
 

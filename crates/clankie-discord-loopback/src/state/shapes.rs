@@ -5,14 +5,15 @@ use std::time::{Duration, UNIX_EPOCH};
 
 use serde_json::{Value, json};
 
-use crate::state::config::{Site, shard_of};
+use crate::state::config::{ChannelSpec, OverwriteSpec, RoleSpec, Site, shard_of};
 use crate::state::messages::StoredMessage;
+use crate::state::permissions::permission;
 
 /// The flag that shows an answer to the invoker alone.
 pub const EPHEMERAL: u64 = 1 << 6;
 
 /// Discord's form, `2026-11-30T00:53:19.123000+00:00`.
-fn timestamp(ms: i64) -> String {
+pub(crate) fn timestamp(ms: i64) -> String {
     let utc = clankie_proto::time::rfc3339(UNIX_EPOCH + Duration::from_millis(ms.max(0) as u64));
     format!("{}000+00:00", utc.trim_end_matches('Z'))
 }
@@ -64,6 +65,8 @@ pub(crate) fn message_json(state: &Site, m: &StoredMessage, referenced: Option<&
     v
 }
 
+/// READY: the bot, its session, and the guilds of `shard` it is in, each unavailable until its
+/// GUILD_CREATE follows.
 pub(crate) fn ready_json(state: &Site, session_id: &str, shard: u32) -> Value {
     let c = &state.config;
     json!({
@@ -75,13 +78,88 @@ pub(crate) fn ready_json(state: &Site, session_id: &str, shard: u32) -> Value {
         "guilds": c
             .guilds()
             .iter()
-            .filter(|g| shard_of(Some(**g), c.shards) == shard)
+            .filter(|g| shard_of(Some(**g), c.shards) == shard && !c.absent_guilds.contains(g))
             .map(|g| json!({ "id": g.to_string(), "unavailable": true }))
             .collect::<Vec<_>>(),
         "session_id": session_id,
         "resume_gateway_url": format!("ws://{}/gateway", state.addr),
         "shard": [shard, c.shards],
         "application": { "id": c.bot_user_id.to_string(), "flags": 0 },
+    })
+}
+
+/// The flag Discord sets on a channel it obfuscates for a bot that cannot view it.
+pub const CHANNEL_OBFUSCATED: u64 = 1 << 17;
+
+/// A permission overwrite: type 0 for a role, 1 for a member; bits as strings (API v8+).
+pub(crate) fn overwrite_json(o: &OverwriteSpec) -> Value {
+    json!({ "id": o.id.to_string(), "type": u8::from(o.member), "allow": o.allow.to_string(), "deny": o.deny.to_string() })
+}
+
+/// A guild channel (type 0 text, 2 voice) with its overwrites.
+pub(crate) fn channel_json(spec: &ChannelSpec, guild: u64, position: usize, overwrites: &[OverwriteSpec]) -> Value {
+    let mut v = json!({
+        "id": spec.id.to_string(), "type": if spec.voice { 2 } else { 0 }, "guild_id": guild.to_string(), "name": spec.name,
+        "position": position, "permission_overwrites": overwrites.iter().map(overwrite_json).collect::<Vec<_>>(),
+        "parent_id": null, "nsfw": false, "flags": 0, "last_message_id": null, "rate_limit_per_user": 0,
+    });
+    if spec.voice {
+        v["bitrate"] = json!(64_000);
+        v["user_limit"] = json!(0);
+        v["rtc_region"] = Value::Null;
+    } else {
+        v["topic"] = Value::Null;
+    }
+    v
+}
+
+/// A channel the bot cannot view, as the gateway sends it since channel obfuscation (2026-11-16):
+/// id, type, position and parent kept, the name hidden, the obfuscated flag set, and one
+/// overwrite denying @everyone VIEW_CHANNEL in place of the real ones.
+pub(crate) fn hidden_channel_json(spec: &ChannelSpec, guild: u64, position: usize) -> Value {
+    let everyone = OverwriteSpec { id: guild, member: false, allow: 0, deny: permission::VIEW_CHANNEL };
+    json!({
+        "id": spec.id.to_string(), "type": if spec.voice { 2 } else { 0 }, "guild_id": guild.to_string(),
+        "name": "___hidden___", "position": position, "parent_id": null, "flags": CHANNEL_OBFUSCATED,
+        "permission_overwrites": [overwrite_json(&everyone)],
+    })
+}
+
+/// A role; the bot's own managed role carries `tags.bot_id`, as Discord tags an integration's role.
+pub(crate) fn role_json(role: &RoleSpec, position: usize, managed_for: Option<u64>) -> Value {
+    let mut v = json!({
+        "id": role.id.to_string(), "name": role.name, "permissions": role.permissions.to_string(), "position": position,
+        "color": 0, "colors": { "primary_color": 0, "secondary_color": null, "tertiary_color": null },
+        "hoist": false, "icon": null, "unicode_emoji": null, "managed": managed_for.is_some(), "mentionable": false, "flags": 0,
+    });
+    if let Some(bot) = managed_for {
+        v["tags"] = json!({ "bot_id": bot.to_string() });
+    }
+    v
+}
+
+/// A guild member: the user, their roles (@everyone never listed) and when they joined.
+pub(crate) fn member_json(user: Value, roles: &[u64], joined_ms: i64) -> Value {
+    json!({
+        "user": user, "nick": null, "avatar": null, "banner": null,
+        "roles": roles.iter().map(u64::to_string).collect::<Vec<_>>(),
+        "joined_at": timestamp(joined_ms), "premium_since": null, "deaf": false, "mute": false, "flags": 0,
+        "pending": false, "communication_disabled_until": null,
+    })
+}
+
+/// A guild as `GET /guilds/{id}` answers it: every field twilight's `Guild` requires.
+pub(crate) fn guild_json(id: u64, name: &str, owner: u64, roles: Vec<Value>) -> Value {
+    json!({
+        "id": id.to_string(), "name": name, "icon": null, "icon_hash": null, "splash": null, "discovery_splash": null,
+        "owner_id": owner.to_string(), "afk_channel_id": null, "afk_timeout": 300, "widget_enabled": false,
+        "widget_channel_id": null, "verification_level": 0, "default_message_notifications": 0, "explicit_content_filter": 0,
+        "roles": roles, "emojis": [], "stickers": [], "features": [], "mfa_level": 0, "application_id": null,
+        "system_channel_id": null, "system_channel_flags": 0, "rules_channel_id": null, "max_presences": null,
+        "max_members": 500_000, "vanity_url_code": null, "description": null, "banner": null, "premium_tier": 0,
+        "premium_subscription_count": 0, "preferred_locale": "en-US", "public_updates_channel_id": null,
+        "max_video_channel_users": 25, "max_stage_video_channel_users": 50, "nsfw_level": 0,
+        "premium_progress_bar_enabled": false, "safety_alerts_channel_id": null,
     })
 }
 

@@ -97,6 +97,21 @@ pub(crate) fn voice_guild(state: &State, channel: u64) -> Result<(u64, Vec<u64>)
     Ok((guild, channels))
 }
 
+/// Who is in the guild's voice channels now, the bot included, as GUILD_CREATE's `voice_states`.
+pub(crate) fn guild_voice_states(state: &State, voice: &VoiceServer, guild: u64) -> Vec<serde_json::Value> {
+    let channels: Vec<u64> =
+        state.config.channels.iter().filter(|c| c.voice && c.guild.unwrap_or(state.config.guild_id) == guild).map(|c| c.id).collect();
+    let mut states: Vec<serde_json::Value> = voice
+        .room_members(&channels)
+        .into_iter()
+        .map(|(channel, user, name)| voice_state_json(guild, Some(channel), user, &name, &format!("user-voice-{user}")))
+        .collect();
+    if let Some((channel, session)) = voice.bot_state(guild) {
+        states.push(voice_state_json(guild, Some(channel), state.config.bot_user_id, &state.config.bot_name, &session));
+    }
+    states
+}
+
 /// A user joins (or leaves) a voice channel: dispatches their VOICE_STATE_UPDATE.
 pub(crate) fn voice_member(state: &State, voice: &VoiceServer, channel: u64, author: &str, join: bool) -> Result<u64, VoiceError> {
     let (guild, channels) = voice_guild(state, channel)?;

@@ -319,6 +319,21 @@ impl VoiceServer {
         before
     }
 
+    /// Who is in each of `channels` now: (channel, user id, name).
+    pub(crate) fn room_members(&self, channels: &[u64]) -> Vec<(u64, u64, String)> {
+        let inner = self.lock();
+        channels
+            .iter()
+            .filter_map(|c| inner.members.get(c).map(|m| (c, m)))
+            .flat_map(|(c, m)| m.iter().map(move |(user, name)| (*c, *user, name.clone())))
+            .collect()
+    }
+
+    /// The bot's voice state in a guild, set by its op 4: (channel, session id).
+    pub(crate) fn bot_state(&self, guild: u64) -> Option<(u64, String)> {
+        self.lock().bot_state.get(&guild).cloned()
+    }
+
     /// Who is in a voice channel, by name.
     pub fn members(&self, channel: u64) -> Vec<String> {
         self.lock().members.get(&channel).map(|m| m.values().cloned().collect()).unwrap_or_default()
