@@ -58,6 +58,37 @@ struct Posted {
     pieces: usize,
     /// The first piece's Discord message id.
     first_message: u64,
+    /// Discord refused it for good: nothing will be posted, so its outcome waits no longer.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    refused: bool,
+}
+
+/// Discord's bucket for messages created in one channel: this many in any [`CREATE_SPAN`].
+const CREATES_PER_SPAN: usize = 5;
+const CREATE_SPAN: Duration = Duration::from_secs(5);
+
+/// One channel's last creates, kept by its poster: a create waits until the one
+/// [`CREATES_PER_SPAN`] before it was answered [`CREATE_SPAN`] ago. Counted from answers, not
+/// sends, because a request reaches Discord before it is answered: however late a loaded
+/// machine sends one, or bunched twilight's bucket releases them, no span at Discord holds more.
+#[derive(Default)]
+struct CreateWindow {
+    answered: std::collections::VecDeque<tokio::time::Instant>,
+}
+
+impl CreateWindow {
+    async fn wait(&self) {
+        if self.answered.len() >= CREATES_PER_SPAN {
+            tokio::time::sleep_until(self.answered[self.answered.len() - CREATES_PER_SPAN] + CREATE_SPAN).await;
+        }
+    }
+
+    fn answered(&mut self) {
+        self.answered.push_back(tokio::time::Instant::now());
+        while self.answered.len() > CREATES_PER_SPAN {
+            self.answered.pop_front();
+        }
+    }
 }
 
 /// An outbound message waiting for its channel's poster; dropping it ends its progress acks.
@@ -208,14 +239,67 @@ pub(crate) enum PostError {
     Retry,
     /// Discord refused it for good.
     Refused(u16),
+    /// Discord refused it for a permission the bot lacks there (403 with 50001, 50007 or
+    /// 50013): an operator's mend in the server settings, named in the receipt.
+    Denied(Denied),
+}
+
+/// Discord's reasons for a 403 that an operator can mend, by its JSON error code.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Denied {
+    /// 50001: the bot cannot see the channel (View Channel, or not in the server).
+    MissingAccess,
+    /// 50013: a permission the request needs is missing in the channel.
+    MissingPermissions,
+    /// 50007: the person does not take DMs from the server's members.
+    CannotMessageUser,
+}
+
+impl Denied {
+    fn from_code(code: u64) -> Option<Denied> {
+        match code {
+            50001 => Some(Denied::MissingAccess),
+            50013 => Some(Denied::MissingPermissions),
+            50007 => Some(Denied::CannotMessageUser),
+            _ => None,
+        }
+    }
+
+    /// The receipt's codes: the refusal, then each permission the refused request needed
+    /// (Discord's 50013 does not say which one of them is missing).
+    pub(crate) fn codes(self, needs: &[&'static str]) -> Vec<&'static str> {
+        match self {
+            Denied::MissingAccess => vec!["missing_access", "needs_view_channel"],
+            Denied::MissingPermissions => std::iter::once("missing_permissions").chain(needs.iter().copied()).collect(),
+            Denied::CannotMessageUser => vec!["cannot_message_user"],
+        }
+    }
 }
 
 fn classify(e: &twilight_http::Error) -> PostError {
+    use twilight_http::api_error::ApiError;
     match e.kind() {
         twilight_http::error::ErrorType::Response { status, .. } if status.get() == 429 || status.get() >= 500 => PostError::Retry,
+        twilight_http::error::ErrorType::Response { status, error: ApiError::General(general), .. }
+            if status.get() == 403 && Denied::from_code(general.code).is_some() =>
+        {
+            Denied::from_code(general.code).map_or(PostError::Refused(403), PostError::Denied)
+        }
         twilight_http::error::ErrorType::Response { status, .. } => PostError::Refused(status.get()),
         _ => PostError::Retry,
     }
+}
+
+/// The permissions a reply or text update needs in its channel, as receipt codes.
+fn post_needs(out: &v1::OutboundMessage) -> Vec<&'static str> {
+    let mut needs = vec!["needs_send_messages"];
+    if out.reply_to_message_id.is_some() {
+        needs.push("needs_read_message_history");
+    }
+    if !out.artifacts.is_empty() {
+        needs.push("needs_attach_files");
+    }
+    needs
 }
 
 impl Gateway {
@@ -274,6 +358,7 @@ impl Gateway {
     /// One channel's poster: posts what its queue holds, in order, and ends once the queue
     /// has stayed empty for [`POSTER_IDLE`] (closing it first, so nothing sent is left behind).
     async fn post_in_channel(self, mut queue: mpsc::UnboundedReceiver<Queued>) {
+        let mut window = CreateWindow::default();
         loop {
             let queued = match tokio::time::timeout(POSTER_IDLE, queue.recv()).await {
                 Ok(Some(queued)) => queued,
@@ -288,19 +373,19 @@ impl Gateway {
             };
             let span = tracing::info_span!("delivery", delivery_id = %queued.d.delivery().event.delivery_id);
             let Queued { d, _done } = queued;
-            tracing::Instrument::instrument(self.deliver(d), span).await;
+            tracing::Instrument::instrument(self.deliver(d, &mut window), span).await;
         }
     }
 
-    async fn deliver(&self, mut held: Held) {
+    async fn deliver(&self, mut held: Held, window: &mut CreateWindow) {
         let out = &held.delivery().event;
         let result = match v1::OutboundKind::try_from(out.kind) {
-            Ok(v1::OutboundKind::ToolCard) => self.tool_card(out).await,
-            Ok(v1::OutboundKind::Reply | v1::OutboundKind::TextUpdate) => self.post(out).await,
+            Ok(v1::OutboundKind::ToolCard) => self.tool_card(out, window).await,
+            Ok(v1::OutboundKind::Reply | v1::OutboundKind::TextUpdate) => self.post(out, window).await,
             Ok(v1::OutboundKind::Direct) => self.direct(out).await,
             _ => Err(PostError::Refused(0)),
         };
-        let (delivery_id, channel) = (out.delivery_id.clone(), out.channel_id);
+        let (delivery_id, channel, key, needs) = (out.delivery_id.clone(), out.channel_id, out.idempotency_key.clone(), post_needs(out));
         // The tenure ended under it (the poster had not been dropped yet): it goes back with the
         // rest of the tenure's, in stream order, not a second later behind newer ones.
         if matches!(result, Err(PostError::Retry)) && !self.speaks_rest() {
@@ -317,12 +402,37 @@ impl Gateway {
             }
             Err(PostError::Refused(status)) => {
                 tracing::warn!(status, "Discord refused an outbound message; dropped");
+                self.remember_refused(&key).await;
                 self.receipt("gateway.post_refused", &delivery_id, |r| {
-                    r.with_id("channel", channel).with_count("status", i64::from(status))
+                    r.with_id("channel", channel).with_count("status", i64::from(status)).with_code("refused")
                 })
                 .await;
                 let _ = d.term().await;
             }
+            Err(PostError::Denied(denied)) => {
+                let codes = denied.codes(&needs);
+                tracing::error!(
+                    channel,
+                    ?codes,
+                    "Discord refused a post for a permission the bot lacks in the channel; dropped (give the bot's role the permission there, or run `clankie doctor`)"
+                );
+                self.remember_refused(&key).await;
+                self.receipt("gateway.post_refused", &delivery_id, |r| {
+                    codes.iter().fold(r.with_id("channel", channel).with_count("status", 403), |r, code| r.with_code(code))
+                })
+                .await;
+                let _ = d.term().await;
+            }
+        }
+    }
+
+    /// Marks a reply Discord refused, so its outcome's reaction stops waiting for it.
+    async fn remember_refused(&self, key: &str) {
+        let Ok(progress) = self.posted().await else { return };
+        let mut done = self.posted_so_far(key).await.unwrap_or_default();
+        done.refused = true;
+        if let Ok(value) = serde_json::to_vec(&done) {
+            let _ = progress.put(clankie_bus::kv_key(key).as_str(), value.into()).await;
         }
     }
 
@@ -359,7 +469,7 @@ impl Gateway {
         }
     }
 
-    async fn post(&self, out: &v1::OutboundMessage) -> Result<(), PostError> {
+    async fn post(&self, out: &v1::OutboundMessage, window: &mut CreateWindow) -> Result<(), PostError> {
         let channel = Id::new_checked(out.channel_id).ok_or(PostError::Refused(0))?;
         let mut text = out.text.clone();
         let mut missing = 0;
@@ -405,7 +515,8 @@ impl Gateway {
                 body["attachments"] = files.iter().map(|f| json!({ "id": f.id, "filename": f.filename })).collect();
             }
             let bytes = serde_json::to_vec(&body).map_err(|_| PostError::Refused(0))?;
-            self.inner.budget.pace().await;
+            window.wait().await;
+            let _slot = self.inner.budget.pace().await;
             let http = self.inner.http.get();
             let request = http.create_message(channel).payload_json(&bytes);
             let request = if last && !files.is_empty() { request.attachments(&files) } else { request };
@@ -414,12 +525,14 @@ impl Gateway {
                 tokio::time::sleep(held).await;
             }
             self.fence()?;
-            let posted = request.await.map_err(|e| classify(&e))?;
+            let posted = request.await;
+            window.answered();
+            let posted = posted.map_err(|e| classify(&e))?;
             clankie_settings::fault::point("gateway.after_accept");
             if i == 0 {
                 first_message = posted.model().await.map(|m| m.id.get()).unwrap_or(0);
             }
-            let now = Posted { pieces: i + 1, first_message };
+            let now = Posted { pieces: i + 1, first_message, refused: false };
             if let Ok(value) = serde_json::to_vec(&now)
                 && let Err(e) = progress.put(key.as_str(), value.into()).await
             {
@@ -479,7 +592,7 @@ impl Gateway {
     /// Posts, edits or removes a turn's tool card. The card's Discord message id lives in a
     /// shared bucket, so whichever gateway replica (or a restarted one) gets the edit or the
     /// removal finds the card another posted.
-    async fn tool_card(&self, out: &v1::OutboundMessage) -> Result<(), PostError> {
+    async fn tool_card(&self, out: &v1::OutboundMessage, window: &mut CreateWindow) -> Result<(), PostError> {
         let channel = Id::new_checked(out.channel_id).ok_or(PostError::Refused(0))?;
         let turn = out.idempotency_key.rsplit_once(':').map_or(out.idempotency_key.as_str(), |(turn, _)| turn);
         let turn = turn.strip_suffix(":edit").unwrap_or(turn);
@@ -499,13 +612,18 @@ impl Gateway {
         if !self.speaks_rest() {
             return Err(PostError::Retry);
         }
-        self.inner.budget.pace().await;
+        if matches!((v1::ToolCardOp::try_from(out.tool_card_op), existing), (Ok(v1::ToolCardOp::Post), None)) {
+            window.wait().await;
+        }
+        let _slot = self.inner.budget.pace().await;
         self.fence()?;
         match (v1::ToolCardOp::try_from(out.tool_card_op), existing) {
             (Ok(v1::ToolCardOp::Post), None) => {
                 let body = json!({ "content": card_text(&out.tool_names), "nonce": nonce(&out.idempotency_key, 0), "enforce_nonce": true });
                 let bytes = serde_json::to_vec(&body).map_err(|_| PostError::Refused(0))?;
-                let posted = self.inner.http.get().create_message(channel).payload_json(&bytes).await.map_err(|e| classify(&e))?;
+                let posted = self.inner.http.get().create_message(channel).payload_json(&bytes).await;
+                window.answered();
+                let posted = posted.map_err(|e| classify(&e))?;
                 let message = posted.model().await.map_err(|_| PostError::Retry)?;
                 if let Err(e) = cards.put(key.as_str(), message.id.get().to_string().into()).await {
                     // Posted but not remembered: the nonce makes the retry return this same message.
@@ -548,9 +666,10 @@ impl Gateway {
         if !self.speaks_rest() {
             return Err(PostError::Retry);
         }
-        self.inner.budget.pace().await;
+        let slot = self.inner.budget.pace().await;
         self.fence()?;
         let opened = self.inner.http.get().create_private_channel(user).await.map_err(|e| classify(&e))?;
+        drop(slot);
         let channel = opened.model().await.map_err(|_| PostError::Retry)?.id;
         let body = json!({
             "content": out.text,
@@ -559,9 +678,10 @@ impl Gateway {
             "enforce_nonce": true,
         });
         let bytes = serde_json::to_vec(&body).map_err(|_| PostError::Refused(0))?;
-        self.inner.budget.pace().await;
+        let slot = self.inner.budget.pace().await;
         self.fence()?;
         self.inner.http.get().create_message(channel).payload_json(&bytes).await.map_err(|e| classify(&e))?;
+        drop(slot);
         self.receipt("gateway.direct", &out.delivery_id, |r| {
             r.with_id("user", out.direct_user_id).with_id("channel", channel.get()).with_count("buttons", out.buttons.len() as i64)
         })
@@ -572,7 +692,7 @@ impl Gateway {
     /// Whether at least the first piece of the reply keyed `key` is posted; an unreadable
     /// bucket holds no outcome back.
     async fn reply_is_out(&self, key: &str) -> bool {
-        self.posted_so_far(key).await.map_or(true, |p| p.pieces > 0)
+        self.posted_so_far(key).await.map_or(true, |p| p.pieces > 0 || p.refused)
     }
 
     /// How far the posting of the outbound message keyed `key` got (nothing yet: the default).
@@ -621,7 +741,7 @@ impl Gateway {
             return v1::HistoryReply { messages: vec![], error: "bad_channel".into() };
         };
         let limit = req.limit.clamp(1, 100) as u16;
-        self.inner.budget.pace().await;
+        let _slot = self.inner.budget.pace().await;
         let fetched = match Id::new_checked(req.before_message_id) {
             Some(before) => self.inner.http.get().channel_messages(channel).before(before).limit(limit).await,
             None => self.inner.http.get().channel_messages(channel).limit(limit).await,
@@ -717,7 +837,7 @@ impl Gateway {
             }
             let emoji = RequestReactionType::Unicode { name: kind.reaction() };
             // Replies first: the outcome waits while the budget is crowded, well inside its ack wait.
-            self.inner.budget.give_way(OUTCOME_ACK_WAIT / 3).await;
+            let _slot = self.inner.budget.give_way(OUTCOME_ACK_WAIT / 3).await;
             if !self.speaks_rest() {
                 let _ = d.nak_after(Duration::from_millis(500)).await;
                 continue;
@@ -740,6 +860,19 @@ impl Gateway {
                         let _ = d.nak_after(Duration::from_secs(1)).await;
                     }
                     PostError::Refused(_) => {
+                        let _ = d.term().await;
+                    }
+                    PostError::Denied(denied) => {
+                        let codes = denied.codes(&["needs_read_message_history", "needs_add_reactions"]);
+                        tracing::error!(
+                            channel = channel.get(),
+                            ?codes,
+                            "Discord refused an outcome's reaction for a permission the bot lacks in the channel"
+                        );
+                        self.receipt("gateway.reaction_refused", &outcome.delivery_id, |r| {
+                            codes.iter().fold(r.with_id("channel", channel.get()).with_count("status", 403), |r, code| r.with_code(code))
+                        })
+                        .await;
                         let _ = d.term().await;
                     }
                 },

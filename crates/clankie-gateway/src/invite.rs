@@ -109,6 +109,17 @@ pub async fn application_id(token: &str, api: Option<&str>) -> Result<u64, Invit
     Ok(application.id.get())
 }
 
+/// The invite URL when he is in no server yet, or not in one of `admitted`
+/// (`CLANKIE_DISCORD_GUILDS`): what a first start prints so the person can invite him. `None`
+/// when he is everywhere he should be, or Discord could not be asked (the shards say why).
+pub async fn wanted_invite(token: &str, api: Option<&str>, admitted: &[u64]) -> Option<String> {
+    let client = crate::rest::build(token, api);
+    let application = client.current_user_application().await.ok()?.model().await.ok()?;
+    let guilds = client.current_user_guilds().await.ok()?.models().await.ok()?;
+    let absent = guilds.is_empty() || admitted.iter().any(|g| !guilds.iter().any(|have| have.id.get() == *g));
+    absent.then(|| invite_url(application.id.get()))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -18,6 +18,7 @@
 
 mod body;
 pub mod commands;
+pub mod doctor;
 pub mod invite;
 pub mod leases;
 pub mod normalise;

@@ -189,19 +189,50 @@ pub(crate) fn build(token: &str, api: Option<&str>) -> twilight_http::Client {
 /// and Discord's own window starts when that request arrives: when twilight's window resets it
 /// sends a burst that can land in the end of Discord's, and twilight retries a global 429 at
 /// once. So every request first takes a slot at most [`PACED_PER_SECOND`] a second, evenly
-/// spaced, and is sent only while the last second (a sliding one, of sends) holds fewer, which
-/// no window of a second can hold more than that of, whatever its phase.
+/// spaced, and is sent only while fewer than that are in flight or were answered within the
+/// last second. A request is counted from its slot until a second after its answer: it arrived
+/// at Discord before it was answered, so however late a loaded machine sends it (or twilight's
+/// route bucket holds it), no second at Discord can hold more than the budget.
 /// Twilight still keeps the per-route buckets. And while the last second used most of the
 /// budget, typing triggers and outcome reactions wait, so a reply never queues behind them.
 #[derive(Debug)]
 pub(crate) struct RestBudget {
-    recent: std::sync::Mutex<std::collections::VecDeque<tokio::time::Instant>>,
+    window: std::sync::Mutex<Window>,
     next_slot: std::sync::Mutex<tokio::time::Instant>,
+}
+
+/// The requests counted against the last second: those in flight, and when the others were answered.
+#[derive(Debug, Default)]
+struct Window {
+    in_flight: usize,
+    answered: std::collections::VecDeque<tokio::time::Instant>,
+}
+
+impl Window {
+    fn count(&mut self, now: tokio::time::Instant) -> usize {
+        while self.answered.front().is_some_and(|t| now.duration_since(*t) >= Duration::from_secs(1)) {
+            self.answered.pop_front();
+        }
+        self.in_flight + self.answered.len()
+    }
+}
+
+/// A request's place in the budget, held until its answer is in: dropping it starts the
+/// second the request still counts for.
+#[must_use = "hold the slot until the request is answered"]
+pub(crate) struct Slot<'a>(&'a RestBudget);
+
+impl Drop for Slot<'_> {
+    fn drop(&mut self) {
+        let mut window = self.0.window.lock().unwrap_or_else(|p| p.into_inner());
+        window.in_flight = window.in_flight.saturating_sub(1);
+        window.answered.push_back(tokio::time::Instant::now());
+    }
 }
 
 impl Default for RestBudget {
     fn default() -> RestBudget {
-        RestBudget { recent: Default::default(), next_slot: std::sync::Mutex::new(tokio::time::Instant::now()) }
+        RestBudget { window: Default::default(), next_slot: std::sync::Mutex::new(tokio::time::Instant::now()) }
     }
 }
 
@@ -211,8 +242,9 @@ pub const PACED_PER_SECOND: u32 = 45;
 const CROWDED_PER_SECOND: usize = 36;
 
 impl RestBudget {
-    /// Waits for the next free slot and takes it; every REST request calls this first.
-    pub(crate) async fn pace(&self) {
+    /// Waits for the next free slot and takes it; every REST request calls this first and
+    /// holds the slot until it is answered.
+    pub(crate) async fn pace(&self) -> Slot<'_> {
         let slot = {
             let mut next = self.next_slot.lock().unwrap_or_else(|p| p.into_inner());
             let slot = (*next).max(tokio::time::Instant::now());
@@ -220,20 +252,16 @@ impl RestBudget {
             slot
         };
         tokio::time::sleep_until(slot).await;
-        // Slots are spaced when they are taken; a process held up (a loaded machine) wakes
-        // several late ones at once. So the send itself also keeps to a sliding second.
         loop {
             let free_at = {
                 let now = tokio::time::Instant::now();
-                let mut recent = self.recent.lock().unwrap_or_else(|p| p.into_inner());
-                while recent.front().is_some_and(|t| now.duration_since(*t) >= Duration::from_secs(1)) {
-                    recent.pop_front();
+                let mut window = self.window.lock().unwrap_or_else(|p| p.into_inner());
+                if window.count(now) < PACED_PER_SECOND as usize {
+                    window.in_flight += 1;
+                    return Slot(self);
                 }
-                if recent.len() < PACED_PER_SECOND as usize {
-                    recent.push_back(now);
-                    return;
-                }
-                recent.front().map(|t| *t + Duration::from_secs(1)).unwrap_or(now)
+                // Full: the oldest answer leaves the second first (or an answer is awaited).
+                window.answered.front().map_or(now + Duration::from_millis(20), |t| *t + Duration::from_secs(1))
             };
             tokio::time::sleep_until(free_at).await;
         }
@@ -241,17 +269,16 @@ impl RestBudget {
 
     /// Whether the last second used most of the budget.
     pub(crate) fn crowded(&self) -> bool {
-        let now = tokio::time::Instant::now();
-        let recent = self.recent.lock().unwrap_or_else(|p| p.into_inner());
-        recent.iter().filter(|t| now.duration_since(**t) < Duration::from_secs(1)).count() >= CROWDED_PER_SECOND
+        let mut window = self.window.lock().unwrap_or_else(|p| p.into_inner());
+        window.count(tokio::time::Instant::now()) >= CROWDED_PER_SECOND
     }
 
     /// Waits, up to `at_most`, for the budget to be uncrowded, then for a slot.
-    pub(crate) async fn give_way(&self, at_most: Duration) {
+    pub(crate) async fn give_way(&self, at_most: Duration) -> Slot<'_> {
         let deadline = tokio::time::Instant::now() + at_most;
         while self.crowded() && tokio::time::Instant::now() < deadline {
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
-        self.pace().await;
+        self.pace().await
     }
 }

@@ -416,7 +416,10 @@ impl Gateway {
         queue: SharedIdentifyQueue,
     ) -> Result<Connection, GatewayError> {
         let config = &self.inner.config;
-        let intents = Intents::GUILD_MESSAGES
+        // GUILDS: the servers he is in (their channels, roles and his member) follow Ready
+        // under it, and thread events come under it; Discord's voice docs ask for it too.
+        let intents = Intents::GUILDS
+            | Intents::GUILD_MESSAGES
             | Intents::DIRECT_MESSAGES
             | Intents::MESSAGE_CONTENT
             | Intents::GUILD_VOICE_STATES

@@ -155,8 +155,10 @@ impl TypingLoops {
                 }
                 // Replies first: while the budget is crowded this beat waits (the indicator
                 // lasts 10 s, so a short wait costs nothing).
-                budget.give_way(interval).await;
-                match http.get().create_typing_trigger(channel_id).await {
+                let slot = budget.give_way(interval).await;
+                let triggered = http.get().create_typing_trigger(channel_id).await;
+                drop(slot);
+                match triggered {
                     Ok(_) => wait = interval,
                     Err(e) => {
                         let limited = matches!(e.kind(), twilight_http::error::ErrorType::Response { status, .. } if status.get() == 429);

@@ -60,7 +60,15 @@ async fn long_reply_a_40_piece_reply_whose_poster_is_sigkilled_after_piece_10_po
     let (replicas, owner) = two_slow_posters(&rig).await;
     let channel = super::GENERAL;
     rig.bus.publish(&Subject::BodySend { channel }, &reply(channel, "reply:forty", &numbered_reply(40)), None).await.unwrap();
-    until("ten pieces", Duration::from_secs(60), || rig.discord.posts(channel).len() >= 10).await;
+    // Killed in the hold after the tenth piece was posted and remembered (the hold is logged
+    // after the progress is written): Discord showing a piece is not yet its poster knowing it.
+    let holds = || {
+        std::fs::read_to_string(rig.dir.path().join(format!("{owner}.log")))
+            .unwrap_or_default()
+            .matches("fault injected at gateway.after_piece: holding")
+            .count()
+    };
+    until("ten pieces posted and remembered", Duration::from_secs(60), || holds() >= 10).await;
     sigkill(&replicas[&owner]);
     let at_kill = rig.discord.posts(channel).len();
     let killed = tokio::time::Instant::now();
@@ -139,7 +147,13 @@ async fn long_reply_a_long_reply_in_one_channel_does_not_delay_a_one_line_reply_
 /// 60 channels of the main guild, for the flood.
 fn flood_config() -> LoopbackConfig {
     let mut config = LoopbackConfig { heartbeat_interval_ms: 5_000, ..LoopbackConfig::default() };
-    config.channels.extend((0..60).map(|n| ChannelSpec { id: 1_000 + n, name: format!("room-{n}"), voice: false, guild: None }));
+    config.channels.extend((0..60).map(|n| ChannelSpec {
+        id: 1_000 + n,
+        name: format!("room-{n}"),
+        voice: false,
+        guild: None,
+        overwrites: vec![],
+    }));
     config
 }
 

@@ -1,0 +1,356 @@
+//! `clankie doctor`'s Discord half: what Discord itself says about the bot, read the way the
+//! gateway reads it (the token, the application's Message Content switch, the servers he is in,
+//! his permissions in every admitted channel, his slash command), each answered with a check and
+//! the one-line fix a person can act on.
+
+use std::collections::HashMap;
+
+use twilight_model::channel::ChannelType;
+use twilight_model::channel::permission_overwrite::{PermissionOverwrite, PermissionOverwriteType};
+use twilight_model::guild::{Permissions, Role};
+use twilight_model::id::Id;
+use twilight_model::id::marker::{GuildMarker, RoleMarker, UserMarker};
+use twilight_model::oauth::ApplicationFlags;
+
+use crate::invite::{NEEDS, invite_url};
+
+/// One line of the doctor's report.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Check {
+    /// What was checked, a word or two (`token`, `guilds`, `permissions`).
+    pub name: &'static str,
+    pub ok: bool,
+    /// What was found, in a sentence.
+    pub found: String,
+    /// What to do about it; empty when it passed.
+    pub fix: String,
+}
+
+impl Check {
+    pub fn pass(name: &'static str, found: impl Into<String>) -> Check {
+        Check { name, ok: true, found: found.into(), fix: String::new() }
+    }
+
+    pub fn fail(name: &'static str, found: impl Into<String>, fix: impl Into<String>) -> Check {
+        Check { name, ok: false, found: found.into(), fix: fix.into() }
+    }
+}
+
+/// What the Discord checks read besides the token: the servers and voice rooms he is admitted to.
+#[derive(Debug, Clone, Default)]
+pub struct Admitted {
+    /// `CLANKIE_DISCORD_GUILDS`; empty admits every server he is in.
+    pub guilds: Vec<u64>,
+    /// `CLANKIE_VOICE_ROOMS` as (guild, channel).
+    pub voice_rooms: Vec<(u64, u64)>,
+}
+
+const TOKEN_FIX: &str =
+    "copy the bot's token again from the Developer Portal (your application, Bot, Reset Token) into CLANKIE_DISCORD_TOKEN";
+const CONTENT_FIX: &str =
+    "turn on Message Content Intent in the Developer Portal (your application, Bot, Privileged Gateway Intents), then restart the gateway";
+
+/// The permissions a text channel he talks in needs, from the invite's list.
+fn text_needs() -> Permissions {
+    NEEDS
+        .iter()
+        .map(|n| n.permission)
+        .filter(|p| !p.intersects(Permissions::CONNECT | Permissions::SPEAK))
+        .fold(Permissions::empty(), |a, p| a | p)
+}
+
+/// The permissions a voice room he keeps live needs.
+fn voice_needs() -> Permissions {
+    Permissions::VIEW_CHANNEL | Permissions::CONNECT | Permissions::SPEAK
+}
+
+/// The names of `missing` as the server settings show them, in the invite's order.
+pub fn permission_names(missing: Permissions) -> Vec<&'static str> {
+    NEEDS.iter().filter(|n| missing.contains(n.permission)).map(|n| n.name).collect()
+}
+
+/// A member's permissions in a channel, as Discord computes them: the @everyone role's and
+/// his roles' together (everything for ADMINISTRATOR or the owner), then the channel's
+/// overwrites: @everyone's, his roles' (every deny, then every allow), his own.
+pub fn channel_permissions(
+    guild: Id<GuildMarker>,
+    owner: Id<UserMarker>,
+    member: Id<UserMarker>,
+    member_roles: &[Id<RoleMarker>],
+    roles: &[Role],
+    overwrites: &[PermissionOverwrite],
+) -> Permissions {
+    if member == owner {
+        return Permissions::all();
+    }
+    let everyone_id = guild.cast::<RoleMarker>();
+    let mut base = roles.iter().find(|r| r.id == everyone_id).map_or(Permissions::empty(), |r| r.permissions);
+    for role in roles.iter().filter(|r| member_roles.contains(&r.id)) {
+        base |= role.permissions;
+    }
+    if base.contains(Permissions::ADMINISTRATOR) {
+        return Permissions::all();
+    }
+    let mut permissions = base;
+    if let Some(o) = overwrites.iter().find(|o| o.kind == PermissionOverwriteType::Role && o.id.get() == guild.get()) {
+        permissions = (permissions - o.deny) | o.allow;
+    }
+    let (mut deny, mut allow) = (Permissions::empty(), Permissions::empty());
+    for o in overwrites.iter().filter(|o| o.kind == PermissionOverwriteType::Role && member_roles.iter().any(|r| r.get() == o.id.get())) {
+        deny |= o.deny;
+        allow |= o.allow;
+    }
+    permissions = (permissions - deny) | allow;
+    if let Some(o) = overwrites.iter().find(|o| o.kind == PermissionOverwriteType::Member && o.id.get() == member.get()) {
+        permissions = (permissions - o.deny) | o.allow;
+    }
+    if !permissions.contains(Permissions::VIEW_CHANNEL) {
+        return Permissions::empty();
+    }
+    permissions
+}
+
+/// Whether `e` is Discord refusing the token.
+fn unauthorized(e: &twilight_http::Error) -> bool {
+    matches!(e.kind(), twilight_http::error::ErrorType::Unauthorized)
+        || matches!(e.kind(), twilight_http::error::ErrorType::Response { status, .. } if status.get() == 401)
+}
+
+/// Every Discord check, in the order a person mends them: a refused token ends the list there,
+/// since nothing after it can be read.
+pub async fn discord_checks(token: &str, api: Option<&str>, admitted: &Admitted) -> Vec<Check> {
+    let client = crate::rest::build(token, api);
+    let mut checks = Vec::new();
+    let against = api.map_or_else(|| "Discord".to_owned(), |a| format!("the Discord API at {a}"));
+    let me = match client.current_user().await {
+        Ok(r) => match r.model().await {
+            Ok(me) => me,
+            Err(e) => {
+                checks.push(Check::fail(
+                    "token",
+                    format!("{against} answered /users/@me with what is not a user: {e}"),
+                    "point CLANKIE_DISCORD_API at Discord (or unset it)",
+                ));
+                return checks;
+            }
+        },
+        Err(e) if unauthorized(&e) => {
+            checks.push(Check::fail("token", format!("{against} refused the token (401)"), TOKEN_FIX));
+            return checks;
+        }
+        Err(e) => {
+            checks.push(Check::fail(
+                "token",
+                format!("{against} could not be asked: {e}"),
+                "check the machine reaches Discord (or CLANKIE_DISCORD_API)",
+            ));
+            return checks;
+        }
+    };
+    checks.push(Check::pass("token", format!("the bot user {} ({})", me.name, me.id)));
+
+    let application = match client.current_user_application().await {
+        Ok(r) => r.model().await.ok(),
+        Err(_) => None,
+    };
+    let Some(application) = application else {
+        checks.push(Check::fail("application", "the application could not be read (/applications/@me)", "check the token is a bot token"));
+        return checks;
+    };
+    let content = ApplicationFlags::GATEWAY_MESSAGE_CONTENT | ApplicationFlags::GATEWAY_MESSAGE_CONTENT_LIMITED;
+    if application.flags.is_some_and(|f| f.intersects(content)) {
+        checks.push(Check::pass("message content", "the Message Content intent is on"));
+    } else {
+        checks.push(Check::fail(
+            "message content",
+            "the Message Content intent is off (the gateway would be closed with 4014)",
+            CONTENT_FIX,
+        ));
+    }
+
+    let guilds = match client.current_user_guilds().await {
+        Ok(r) => r.models().await.unwrap_or_default(),
+        Err(e) => {
+            checks.push(Check::fail(
+                "guilds",
+                format!("the servers he is in could not be read: {e}"),
+                "run doctor again; Discord may be down",
+            ));
+            return checks;
+        }
+    };
+    let names: HashMap<u64, String> = guilds.iter().map(|g| (g.id.get(), g.name.clone())).collect();
+    let missing: Vec<u64> = admitted.guilds.iter().copied().filter(|g| !names.contains_key(g)).collect();
+    let checked: Vec<u64> = if admitted.guilds.is_empty() {
+        names.keys().copied().collect()
+    } else {
+        admitted.guilds.iter().copied().filter(|g| names.contains_key(g)).collect()
+    };
+    if !missing.is_empty() {
+        let list = missing.iter().map(u64::to_string).collect::<Vec<_>>().join(", ");
+        checks.push(Check::fail(
+            "guilds",
+            format!("he is not in {list}, listed in CLANKIE_DISCORD_GUILDS"),
+            format!("invite him with {} (a person with Manage Server picks the server)", invite_url(application.id.get())),
+        ));
+    } else if guilds.is_empty() {
+        checks.push(Check::fail("guilds", "he is in no server", format!("invite him with {}", invite_url(application.id.get()))));
+    } else {
+        checks.push(Check::pass("guilds", format!("he is in {} of them: {}", checked.len(), list_guilds(&checked, &names))));
+    }
+
+    let mut lacking = 0;
+    let (mut text_rooms, mut voice_rooms) = (0, 0);
+    for guild in checked.iter().copied().filter_map(Id::<GuildMarker>::new_checked) {
+        let guild_name = names.get(&guild.get()).cloned().unwrap_or_default();
+        let read = async {
+            let g = client.guild(guild).await.ok()?.model().await.ok()?;
+            let member = client.guild_member(guild, me.id).await.ok()?.model().await.ok()?;
+            let channels = client.guild_channels(guild).await.ok()?.models().await.ok()?;
+            Some((g, member, channels))
+        };
+        let Some((g, member, channels)) = read.await else {
+            checks.push(Check::fail(
+                "permissions",
+                format!("the roles and channels of {guild_name} ({guild}) could not be read"),
+                "run doctor again",
+            ));
+            lacking += 1;
+            continue;
+        };
+        for channel in &channels {
+            let voice_room = admitted.voice_rooms.iter().any(|(vg, vc)| *vg == guild.get() && *vc == channel.id.get());
+            let needs = match channel.kind {
+                ChannelType::GuildText | ChannelType::GuildAnnouncement => text_needs(),
+                ChannelType::GuildVoice | ChannelType::GuildStageVoice if voice_room => voice_needs(),
+                _ => continue,
+            };
+            let has = channel_permissions(
+                guild,
+                g.owner_id,
+                me.id,
+                &member.roles,
+                &g.roles,
+                channel.permission_overwrites.as_deref().unwrap_or(&[]),
+            );
+            let name = channel.name.clone().unwrap_or_default();
+            if has.is_empty() && !voice_room {
+                // A room hidden from him is a room he was not meant to be in: said, not failed.
+                checks.push(Check::pass(
+                    "permissions",
+                    format!("#{name} ({}) in {guild_name} is hidden from him; he will not answer there", channel.id),
+                ));
+                continue;
+            }
+            if voice_room {
+                voice_rooms += 1
+            } else {
+                text_rooms += 1
+            }
+            let missing = needs - has;
+            if !missing.is_empty() {
+                lacking += 1;
+                let names = permission_names(missing).join(", ");
+                checks.push(Check::fail(
+                    "permissions",
+                    format!("in #{name} ({}) of {guild_name} he lacks {names}", channel.id),
+                    format!("Server Settings, Roles (his role), or #{name}'s Edit Channel, Permissions: allow {names} for him"),
+                ));
+            }
+        }
+        for (vg, vc) in admitted.voice_rooms.iter().filter(|(vg, _)| *vg == guild.get()) {
+            if !channels.iter().any(|c| c.id.get() == *vc) {
+                lacking += 1;
+                checks.push(Check::fail(
+                    "permissions",
+                    format!("the voice room {vc} of CLANKIE_VOICE_ROOMS is not a channel of {vg}"),
+                    "copy the room's id again (Developer Mode, right-click the room, Copy Channel ID)",
+                ));
+            }
+        }
+    }
+    if lacking == 0 {
+        checks.push(Check::pass(
+            "permissions",
+            format!("every permission he needs in {text_rooms} text channel(s) and {voice_rooms} voice room(s)"),
+        ));
+    }
+
+    let registered = match client.interaction(application.id).global_commands().await {
+        Ok(r) => r.models().await.map(|c| c.iter().any(|c| c.name == crate::commands::COMMAND)).unwrap_or(false),
+        Err(_) => false,
+    };
+    if registered {
+        checks.push(Check::pass("slash command", format!("/{} is registered", crate::commands::COMMAND)));
+    } else {
+        checks.push(Check::fail(
+            "slash command",
+            format!("/{} is not registered", crate::commands::COMMAND),
+            "start the gateway once: it registers the command when it starts",
+        ));
+    }
+    checks
+}
+
+fn list_guilds(ids: &[u64], names: &HashMap<u64, String>) -> String {
+    let mut ids = ids.to_vec();
+    ids.sort_unstable();
+    ids.iter().map(|id| format!("{} ({id})", names.get(id).map_or("?", String::as_str))).collect::<Vec<_>>().join(", ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn role(id: u64, permissions: Permissions) -> Role {
+        serde_json::from_value(serde_json::json!({
+            "id": id.to_string(), "name": "r", "color": 0, "colors": { "primary_color": 0, "secondary_color": null, "tertiary_color": null }, "hoist": false, "managed": false, "mentionable": false,
+            "permissions": permissions.bits().to_string(), "position": 0, "flags": 0,
+        }))
+        .unwrap()
+    }
+
+    fn overwrite(id: u64, member: bool, allow: Permissions, deny: Permissions) -> PermissionOverwrite {
+        PermissionOverwrite {
+            id: Id::new(id),
+            kind: if member { PermissionOverwriteType::Member } else { PermissionOverwriteType::Role },
+            allow,
+            deny,
+        }
+    }
+
+    #[test]
+    fn permissions_apply_everyone_then_roles_then_the_member_as_discord_does() {
+        let (guild, owner, bot, bot_role) = (Id::new(100), Id::new(1), Id::new(4242), Id::new(150));
+        let roles = [role(100, Permissions::VIEW_CHANNEL | Permissions::SEND_MESSAGES), role(150, Permissions::ADD_REACTIONS)];
+        let has = |o: &[PermissionOverwrite]| channel_permissions(guild, owner, bot, &[bot_role], &roles, o);
+        assert_eq!(has(&[]), Permissions::VIEW_CHANNEL | Permissions::SEND_MESSAGES | Permissions::ADD_REACTIONS);
+        // His role's deny beats @everyone's allow; his own allow beats his role's deny.
+        let everyone_allows = overwrite(100, false, Permissions::ATTACH_FILES, Permissions::empty());
+        let role_denies = overwrite(150, false, Permissions::empty(), Permissions::SEND_MESSAGES | Permissions::ATTACH_FILES);
+        assert!(!has(&[everyone_allows, role_denies]).contains(Permissions::SEND_MESSAGES));
+        let member_allows = overwrite(4242, true, Permissions::SEND_MESSAGES, Permissions::empty());
+        assert!(has(&[everyone_allows, role_denies, member_allows]).contains(Permissions::SEND_MESSAGES));
+        assert!(!has(&[everyone_allows, role_denies, member_allows]).contains(Permissions::ATTACH_FILES));
+        // Without View Channel, nothing else counts.
+        let hidden = overwrite(100, false, Permissions::empty(), Permissions::VIEW_CHANNEL);
+        assert_eq!(has(&[hidden]), Permissions::empty());
+        // Administrator and the owner pass every overwrite.
+        let admin = [role(100, Permissions::ADMINISTRATOR)];
+        assert_eq!(channel_permissions(guild, owner, bot, &[], &admin, &[hidden]), Permissions::all());
+        assert_eq!(channel_permissions(guild, bot, bot, &[], &[], &[hidden]), Permissions::all());
+    }
+
+    #[test]
+    fn text_rooms_need_the_invites_text_permissions_and_voice_rooms_connect_and_speak() {
+        assert_eq!(
+            text_needs(),
+            Permissions::VIEW_CHANNEL
+                | Permissions::SEND_MESSAGES
+                | Permissions::READ_MESSAGE_HISTORY
+                | Permissions::ATTACH_FILES
+                | Permissions::ADD_REACTIONS
+        );
+        assert_eq!(permission_names(Permissions::SEND_MESSAGES | Permissions::SPEAK), ["Send Messages", "Speak"]);
+    }
+}
