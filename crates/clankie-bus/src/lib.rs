@@ -219,6 +219,24 @@ impl Bus {
         self.ensure_blobs().await
     }
 
+    /// The streams of [`STREAMS`] the server does not hold; an error when JetStream does not answer.
+    pub async fn missing_streams(&self) -> Result<Vec<&'static str>, BusError> {
+        let mut missing = Vec::new();
+        for spec in STREAMS {
+            match self.js.get_stream(spec.name).await {
+                Ok(_) => {}
+                Err(e)
+                    if matches!(e.kind(), jetstream::context::GetStreamErrorKind::JetStream(j)
+                        if j.error_code() == jetstream::ErrorCode::STREAM_NOT_FOUND) =>
+                {
+                    missing.push(spec.name)
+                }
+                Err(e) => return Err(BusError::Stream { stream: spec.name, detail: e.to_string() }),
+            }
+        }
+        Ok(missing)
+    }
+
     /// Publishes `event` on `subject` and waits for JetStream's ack.
     ///
     /// The subject must be one that carries `E`. With a `msg_id`, a second

@@ -64,6 +64,17 @@ pub struct MigrationReport {
     pub known: Vec<i64>,
 }
 
+/// The database's migrations against this build's.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MigrationGap {
+    /// This build's migrations the database has not had.
+    pub pending: Vec<i64>,
+    /// Migrations the database has had that this build does not know: a newer release ran.
+    pub unknown: Vec<i64>,
+    /// How many migrations the database has had.
+    pub applied: usize,
+}
+
 /// A pool on the Clankie database and the repository functions over it.
 #[derive(Clone, Debug)]
 pub struct Store {
@@ -104,6 +115,17 @@ impl Store {
     pub async fn is_current(&self) -> Result<bool, StoreError> {
         let applied = self.applied_versions().await?;
         Ok(MIGRATOR.iter().all(|m| applied.contains(&m.version)))
+    }
+
+    /// How the database's migrations stand against this build's: for `clankie doctor`.
+    pub async fn migration_gap(&self) -> Result<MigrationGap, StoreError> {
+        let applied = self.applied_versions().await?;
+        let known: Vec<i64> = MIGRATOR.iter().map(|m| m.version).collect();
+        Ok(MigrationGap {
+            pending: known.iter().copied().filter(|v| !applied.contains(v)).collect(),
+            unknown: applied.iter().copied().filter(|v| !known.contains(v)).collect(),
+            applied: applied.len(),
+        })
     }
 
     async fn applied_versions(&self) -> Result<Vec<i64>, StoreError> {

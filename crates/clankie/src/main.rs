@@ -1,6 +1,7 @@
 //! `clankie`: every service in one binary (`clankie gateway|captain|voice-floor|media|loopback|model-standin`),
 //! plus the operator's commands: the local stack, migrations, taps, trails, the shared self, health checks.
 
+mod doctor;
 mod health;
 mod selfcmd;
 
@@ -42,6 +43,10 @@ enum Command {
     Settings,
     /// Print the URL that invites the bot to a server, with the permissions it uses and why.
     Invite,
+    /// Check everything a deployment needs (NATS, PostgreSQL, the token, Message Content, the
+    /// servers, his permissions in each channel, the slash command, the model, speech, the
+    /// console), each ✓ or ✗ with its fix; exits 1 unless every check passes.
+    Doctor,
     /// Print every receipt and the outcome of one delivery, across services, in time order (content-free).
     Trail {
         /// The delivery id (the Discord message id, or a voice utterance id).
@@ -249,6 +254,12 @@ async fn dispatch(cli: Cli, trust: Option<VoiceTrust>) -> Result<()> {
         | Command::Speech { .. } => unreachable!("dispatched above"),
         Command::Trail { delivery_id } => trail(&settings, &delivery_id).await,
         Command::Invite => invite(&settings).await,
+        Command::Doctor => {
+            if !doctor::run(&settings).await {
+                std::process::exit(1);
+            }
+            Ok(())
+        }
         Command::Myself { action } => selfcmd::run(&settings, action).await,
     }
 }

@@ -3,6 +3,7 @@
 mod audit;
 mod chaos;
 mod chaos_model_server;
+mod doctor;
 mod erase;
 mod healthcheck;
 mod invariants;

@@ -1,0 +1,176 @@
+//! `clankie doctor` against the loopback Discord set up as a real server can be: a wrong token,
+//! Message Content off, a server he was never invited to, Send Messages denied in one channel,
+//! and all well. Each failure is a ✗ line with its fix, and the exit code says whether all passed.
+
+use std::time::{Duration, Instant};
+
+use clankie_discord_loopback::{LoopbackConfig, OverwriteSpec};
+use clankie_model_standin::{Reply, Script};
+
+use crate::chaos::{Cast, GENERAL};
+
+/// The loopback's second text channel of the main guild.
+const LOBBIES: u64 = 201;
+/// Send Messages, as Discord numbers it.
+const SEND_MESSAGES: u64 = 1 << 11;
+
+/// `clankie doctor` against the cast, as a person's shell runs it, with `env` on top; its exit
+/// status and what it printed.
+async fn doctor(cast: &Cast, env: &[(&str, &str)]) -> (bool, String) {
+    let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_clankie"));
+    for (k, _) in std::env::vars().filter(|(k, _)| k.starts_with("CLANKIE_") || k.ends_with("BACKTRACE")) {
+        cmd.env_remove(k);
+    }
+    cmd.arg("doctor")
+        .env("CLANKIE_NATS_URL", cast.nats.url())
+        .env("CLANKIE_DATABASE_URL", cast.db.url())
+        .env("CLANKIE_STATE_DIR", cast.dir.path())
+        .env("CLANKIE_DISCORD_API", cast.discord.addr().to_string())
+        .env("CLANKIE_DISCORD_TOKEN", &cast.discord.config().token)
+        .env("CLANKIE_MODEL_BASE_URL", cast.standin.base_url())
+        .env("CLANKIE_CONSOLE_TOKEN", "op-token")
+        .env("CLANKIE_DISCORD_GUILDS", "100")
+        .env("CLANKIE_VOICE_ROOMS", "100:300")
+        .env("CLANKIE_LOG", "warn");
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let out = tokio::time::timeout(Duration::from_secs(60), cmd.output()).await.expect("doctor finished within 60 s").unwrap();
+    let printed = String::from_utf8_lossy(&out.stdout).into_owned();
+    println!("clankie doctor {env:?} (exit {:?}):\n{printed}", out.status.code());
+    (out.status.success(), printed)
+}
+
+/// The lines of `printed` that failed, with their fix lines.
+fn failed(printed: &str) -> Vec<&str> {
+    printed.lines().filter(|l| l.starts_with('✗') || l.trim_start().starts_with("fix:")).collect()
+}
+
+/// Waits until the gateway has registered the slash command (it does so when it starts).
+async fn registered(cast: &Cast) {
+    clankie_testkit::until("the slash command registered", Duration::from_secs(30), || cast.discord.registered_commands().0 > 0).await;
+}
+
+#[tokio::test]
+async fn operator_doctor_all_well_every_line_passes_and_it_exits_0() {
+    let cast = Cast::start(LoopbackConfig::default()).await;
+    cast.standin.script(Script::any(Reply::text("OK")));
+    let _gateway = cast.service("gateway", "gateway", None, &[]);
+    registered(&cast).await;
+    let (passed, printed) = doctor(&cast, &[]).await;
+    assert!(passed, "doctor failed with everything well:\n{printed}");
+    let lines: Vec<&str> = printed.lines().filter(|l| !l.starts_with("all ")).collect();
+    assert!(lines.len() >= 8 && lines.iter().all(|l| l.starts_with('✓')), "a line is not ✓:\n{printed}");
+    for name in ["nats", "postgres", "token", "message content", "guilds", "permissions", "slash command", "model", "speech", "console"] {
+        assert!(lines.iter().any(|l| l.starts_with(&format!("✓ {name}:"))), "no {name} line:\n{printed}");
+    }
+    // The checks are real: the same run without the gateway's command, or the console token, fails.
+    let bare = Cast::start(LoopbackConfig::default()).await;
+    let (passed, printed) = doctor(&bare, &[("CLANKIE_CONSOLE_TOKEN", "")]).await;
+    assert!(!passed, "doctor passed with no command registered and no console token:\n{printed}");
+    assert!(printed.contains("✗ slash command") && printed.contains("✗ console"), "{printed}");
+}
+
+#[tokio::test]
+async fn operator_a_wrong_token_doctor_names_the_token_and_its_fix() {
+    let cast = Cast::start(LoopbackConfig::default()).await;
+    let (passed, printed) = doctor(&cast, &[("CLANKIE_DISCORD_TOKEN", "not-this-bots-token")]).await;
+    assert!(!passed);
+    let bad = failed(&printed);
+    assert!(bad.iter().any(|l| l.starts_with("✗ token:") && l.contains("401")), "{printed}");
+    assert!(bad.iter().any(|l| l.contains("fix:") && l.contains("Reset Token") && l.contains("CLANKIE_DISCORD_TOKEN")), "{printed}");
+    assert!(!printed.contains("not-this-bots-token"), "the token was printed:\n{printed}");
+}
+
+#[tokio::test]
+async fn operator_message_content_off_doctor_says_so_with_the_portal_switch() {
+    let cast = Cast::start(LoopbackConfig { message_content_intent: false, ..Default::default() }).await;
+    let (passed, printed) = doctor(&cast, &[]).await;
+    assert!(!passed);
+    assert!(printed.contains("✗ message content:") && printed.contains("4014"), "{printed}");
+    assert!(printed.contains("Privileged Gateway Intents"), "{printed}");
+    // Flipped in the portal (the loopback's control), the same check passes.
+    cast.discord.set_message_content_intent(true);
+    let (_, printed) = doctor(&cast, &[]).await;
+    assert!(printed.contains("✓ message content:"), "{printed}");
+}
+
+#[tokio::test]
+async fn operator_the_bot_not_in_a_configured_guild_doctor_prints_the_invite_url() {
+    let cast = Cast::start(LoopbackConfig { absent_guilds: vec![clankie_discord_loopback::OTHER_GUILD], ..Default::default() }).await;
+    let (passed, printed) = doctor(&cast, &[("CLANKIE_DISCORD_GUILDS", "100,110")]).await;
+    assert!(!passed);
+    let url = clankie_gateway::invite::invite_url(cast.discord.config().bot_user_id);
+    assert!(printed.lines().any(|l| l.starts_with("✗ guilds:") && l.contains("110")), "{printed}");
+    assert!(printed.contains(&url), "the invite URL {url} is not printed:\n{printed}");
+    // Admitting only the server he is in, the guild check passes.
+    let (_, printed) = doctor(&cast, &[]).await;
+    assert!(printed.contains("✓ guilds:"), "{printed}");
+}
+
+/// Send Messages denied to him in #general: doctor names the channel and the permission, a
+/// reply there is refused by Discord and settled `failed` with the permission's code (in the
+/// trail), and a reply in #lobbies still posts at once.
+#[tokio::test]
+async fn operator_send_messages_denied_in_one_channel_is_named_by_doctor_and_fails_only_that_channels_reply() {
+    let mut config = LoopbackConfig::default();
+    let bot = config.bot_user_id;
+    let general = config.channels.iter_mut().find(|c| c.id == GENERAL).unwrap();
+    general.overwrites.push(OverwriteSpec { id: bot, member: true, allow: 0, deny: SEND_MESSAGES });
+    let cast = Cast::start(config).await;
+    let (passed, printed) = doctor(&cast, &[]).await;
+    assert!(!passed);
+    let line = printed.lines().find(|l| l.starts_with("✗ permissions:")).unwrap_or_else(|| panic!("no permissions line:\n{printed}"));
+    assert!(line.contains("#general (200)") && line.contains("Send Messages"), "{line}");
+    assert!(!printed.lines().any(|l| l.starts_with('✗') && l.contains("#lobbies")), "{printed}");
+
+    let _gateway = cast.service("gateway", "gateway", None, &[]);
+    let _captain = cast.service("captain", "captain", None, &[]);
+    assert!(cast.discord.wait_for_session(Duration::from_secs(20)).await, "the gateway never attached");
+    cast.standin.script(Script::any(Reply::text("Noted.")));
+    let denied = cast.mention("ada", "can you hear me here?");
+    let key = |id: u64| id.to_string();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let refused = loop {
+        let receipts = cast.store.receipts_for_delivery(&key(denied)).await.unwrap();
+        if let Some(r) = receipts.into_iter().map(|s| s.receipt).find(|r| r.kind == "gateway.post_refused") {
+            break r;
+        }
+        assert!(Instant::now() < deadline, "the refused reply left no receipt within 30 s");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(refused.codes[..2], ["missing_permissions", "needs_send_messages"], "{refused:?}");
+    assert!(cast.discord.posts(GENERAL).is_empty(), "a post reached #general");
+
+    // The next channel's reply is not held behind it, and the refused one is not retried.
+    let asked = Instant::now();
+    let next = cast.discord.user_message(clankie_discord_loopback::NewMessage {
+        channel_id: LOBBIES,
+        author: "ada".into(),
+        content: "and here?".into(),
+        mention: true,
+        ..Default::default()
+    });
+    clankie_testkit::until("the reply in #lobbies", Duration::from_secs(15), || {
+        cast.discord.posts(LOBBIES).iter().any(|p| p.reply_to == Some(next))
+    })
+    .await;
+    println!(
+        "operator: the reply in #lobbies posted {:?} after its message; #general's was refused with {:?}",
+        asked.elapsed(),
+        refused.codes
+    );
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_clankie"))
+        .args(["trail", &key(denied)])
+        .env("CLANKIE_NATS_URL", cast.nats.url())
+        .env("CLANKIE_DATABASE_URL", cast.db.url())
+        .env("CLANKIE_STATE_DIR", cast.dir.path())
+        .output()
+        .await
+        .unwrap();
+    let trail = String::from_utf8_lossy(&out.stdout);
+    assert!(trail.contains("gateway.post_refused") && trail.contains("needs_send_messages"), "clankie trail:\n{trail}");
+    let refusals =
+        cast.store.receipts_for_delivery(&key(denied)).await.unwrap().iter().filter(|s| s.receipt.kind == "gateway.post_refused").count();
+    assert_eq!(refusals, 1, "the refused reply was tried again");
+}
