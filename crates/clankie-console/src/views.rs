@@ -27,6 +27,10 @@ pub async fn trail(store: &Store, delivery_id: &str) -> Result<Option<Vec<Value>
         return Ok(None);
     }
     let lanes: Vec<String> = receipts.iter().map(|r| r.receipt.lane.clone()).collect();
+    // How the reply ended at Discord: a refused post is the reply's failure, named by its
+    // codes, even though the turn itself replied.
+    let refused = receipts.iter().find(|r| r.receipt.kind == "gateway.post_refused").map(|r| r.receipt.codes.clone());
+    let posted = receipts.iter().any(|r| r.receipt.kind == "gateway.posted");
     let mut rows: Vec<Value> = receipts
         .into_iter()
         .map(|stored| {
@@ -47,6 +51,12 @@ pub async fn trail(store: &Store, delivery_id: &str) -> Result<Option<Vec<Value>
         .collect();
     if let Some(o) = outcome {
         let mut row = json!({ "outcome": o.kind.code(), "failure_code": o.failure_code.map(|c| c.code()), "turn": o.turn_id });
+        if let Some(codes) = refused {
+            row["reply"] = json!("failed");
+            row["reply_codes"] = json!(codes);
+        } else if posted {
+            row["reply"] = json!("posted");
+        }
         // A failed model call: the provider's own words say what to mend (a misspelt model, a
         // bad key), and are shown here, to the operator, and nowhere else.
         if o.kind == clankie_proto::v1::OutcomeKind::Failed

@@ -13,7 +13,7 @@ use serde_json::{Value, json};
 
 use crate::state::State;
 use crate::state::limits::CommandWindow;
-use crate::state::permissions::permission;
+use crate::state::permission;
 use crate::state::sessions::intent;
 use crate::voice::{VoiceServer, bot_voice, guild_voice_states};
 

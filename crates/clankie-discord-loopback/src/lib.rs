@@ -44,7 +44,8 @@ pub use state::config::{
     BOT_ROLE, ChannelSpec, DaveConfig, GUILD_OWNER, LoopbackConfig, OTHER_BOT_ROLE, OTHER_GUILD, OverwriteSpec, RoleSpec, shard_of,
 };
 pub use state::limits::{LimitCounts, Limits};
-pub use state::permissions::{base_permissions, channel_permissions, permission};
+pub use state::permission;
+pub use state::permissions::{base_permissions, channel_permissions};
 pub use state::{NewAttachment, NewMessage, Post, StoredMessage};
 pub use state::{OverwriteError, Refusal};
 use voice::VoiceServer;

@@ -12,7 +12,7 @@ use axum::{Json, Router};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use crate::state::permissions::permission;
+use crate::state::permission;
 use crate::state::shapes::error_json;
 use crate::state::{Refusal, State, Upload};
 
@@ -160,13 +160,10 @@ async fn create_message(AxState(state): AxState<Arc<State>>, Path(channel): Path
         return (StatusCode::BAD_REQUEST, Json(error_json(50109, "The request body contains invalid JSON."))).into_response();
     };
     // What Discord refuses before anything is stored: posting at all, into a closed DM, files,
-    // and a reply (which reads history).
+    // and a reply (which reads history, refused with a code of its own).
     let mut needed = permission::SEND_MESSAGES;
     if !files.is_empty() {
         needed |= permission::ATTACH_FILES;
-    }
-    if !body["message_reference"].is_null() {
-        needed |= permission::READ_MESSAGE_HISTORY;
     }
     if let Err(r) = need(perms, permission::SEND_MESSAGES) {
         return r;
@@ -176,6 +173,9 @@ async fn create_message(AxState(state): AxState<Arc<State>>, Path(channel): Path
     }
     if let Err(r) = need(perms, needed) {
         return r;
+    }
+    if !body["message_reference"].is_null() && perms & permission::READ_MESSAGE_HISTORY == 0 {
+        return refused(Refusal::ReplyWithoutHistory);
     }
     let content = body["content"].as_str().unwrap_or_default().to_owned();
     if content.is_empty() && files.is_empty() {

@@ -253,6 +253,8 @@ pub(crate) enum Denied {
     MissingPermissions,
     /// 50007: the person does not take DMs from the server's members.
     CannotMessageUser,
+    /// 160002: a reply without Read Message History in the channel.
+    CannotReply,
 }
 
 impl Denied {
@@ -261,6 +263,7 @@ impl Denied {
             50001 => Some(Denied::MissingAccess),
             50013 => Some(Denied::MissingPermissions),
             50007 => Some(Denied::CannotMessageUser),
+            160002 => Some(Denied::CannotReply),
             _ => None,
         }
     }
@@ -272,6 +275,7 @@ impl Denied {
             Denied::MissingAccess => vec!["missing_access", "needs_view_channel"],
             Denied::MissingPermissions => std::iter::once("missing_permissions").chain(needs.iter().copied()).collect(),
             Denied::CannotMessageUser => vec!["cannot_message_user"],
+            Denied::CannotReply => vec!["missing_permissions", "needs_read_message_history"],
         }
     }
 }
@@ -426,10 +430,12 @@ impl Gateway {
         }
     }
 
-    /// Marks a reply Discord refused, so its outcome's reaction stops waiting for it.
+    /// Marks an outbound message Discord refused in the posted-pieces bucket, so a reply's
+    /// outcome reaction stops waiting for it.
     async fn remember_refused(&self, key: &str) {
         let Ok(progress) = self.posted().await else { return };
-        let mut done = self.posted_so_far(key).await.unwrap_or_default();
+        // Unreadable progress is left alone rather than written over with none.
+        let Ok(mut done) = self.posted_so_far(key).await else { return };
         done.refused = true;
         if let Ok(value) = serde_json::to_vec(&done) {
             let _ = progress.put(clankie_bus::kv_key(key).as_str(), value.into()).await;
@@ -516,7 +522,7 @@ impl Gateway {
             }
             let bytes = serde_json::to_vec(&body).map_err(|_| PostError::Refused(0))?;
             window.wait().await;
-            let _slot = self.inner.budget.pace().await;
+            let slot = self.inner.budget.pace().await;
             let http = self.inner.http.get();
             let request = http.create_message(channel).payload_json(&bytes);
             let request = if last && !files.is_empty() { request.attachments(&files) } else { request };
@@ -526,6 +532,7 @@ impl Gateway {
             }
             self.fence()?;
             let posted = request.await;
+            drop(slot);
             window.answered();
             let posted = posted.map_err(|e| classify(&e))?;
             clankie_settings::fault::point("gateway.after_accept");
@@ -615,13 +622,14 @@ impl Gateway {
         if matches!((v1::ToolCardOp::try_from(out.tool_card_op), existing), (Ok(v1::ToolCardOp::Post), None)) {
             window.wait().await;
         }
-        let _slot = self.inner.budget.pace().await;
+        let slot = self.inner.budget.pace().await;
         self.fence()?;
         match (v1::ToolCardOp::try_from(out.tool_card_op), existing) {
             (Ok(v1::ToolCardOp::Post), None) => {
                 let body = json!({ "content": card_text(&out.tool_names), "nonce": nonce(&out.idempotency_key, 0), "enforce_nonce": true });
                 let bytes = serde_json::to_vec(&body).map_err(|_| PostError::Refused(0))?;
                 let posted = self.inner.http.get().create_message(channel).payload_json(&bytes).await;
+                drop(slot);
                 window.answered();
                 let posted = posted.map_err(|e| classify(&e))?;
                 let message = posted.model().await.map_err(|_| PostError::Retry)?;
@@ -633,10 +641,14 @@ impl Gateway {
             }
             (Ok(v1::ToolCardOp::Post | v1::ToolCardOp::Edit), Some(id)) => {
                 let text = card_text(&out.tool_names);
-                self.inner.http.get().update_message(channel, id).content(Some(&text)).await.map_err(|e| classify(&e))?;
+                let edited = self.inner.http.get().update_message(channel, id).content(Some(&text)).await;
+                drop(slot);
+                edited.map_err(|e| classify(&e))?;
             }
             (Ok(v1::ToolCardOp::Remove), Some(id)) => {
-                match self.inner.http.get().delete_message(channel, id).await {
+                let deleted = self.inner.http.get().delete_message(channel, id).await;
+                drop(slot);
+                match deleted {
                     Ok(_) => {}
                     // Already gone (a removal delivered twice): nothing left to do.
                     Err(e) if matches!(classify(&e), PostError::Refused(404)) => {}
@@ -837,7 +849,7 @@ impl Gateway {
             }
             let emoji = RequestReactionType::Unicode { name: kind.reaction() };
             // Replies first: the outcome waits while the budget is crowded, well inside its ack wait.
-            let _slot = self.inner.budget.give_way(OUTCOME_ACK_WAIT / 3).await;
+            let slot = self.inner.budget.give_way(OUTCOME_ACK_WAIT / 3).await;
             if !self.speaks_rest() {
                 let _ = d.nak_after(Duration::from_millis(500)).await;
                 continue;
@@ -850,7 +862,9 @@ impl Gateway {
                 let _ = d.nak_after(Duration::from_millis(500)).await;
                 continue;
             }
-            match self.inner.http.get().create_reaction(channel, message, &emoji).await {
+            let reacted = self.inner.http.get().create_reaction(channel, message, &emoji).await;
+            drop(slot);
+            match reacted {
                 Ok(_) => {
                     clankie_settings::fault::point("gateway.after_reaction");
                     let _ = d.ack().await;

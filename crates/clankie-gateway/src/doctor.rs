@@ -71,7 +71,8 @@ pub fn permission_names(missing: Permissions) -> Vec<&'static str> {
 
 /// A member's permissions in a channel, as Discord computes them: the @everyone role's and
 /// his roles' together (everything for ADMINISTRATOR or the owner), then the channel's
-/// overwrites: @everyone's, his roles' (every deny, then every allow), his own.
+/// overwrites: @everyone's, his roles' (every deny, then every allow), his own ([`implicit_denials`]
+/// follows; a member in timeout is not modelled).
 pub fn channel_permissions(
     guild: Id<GuildMarker>,
     owner: Id<UserMarker>,
@@ -106,6 +107,27 @@ pub fn channel_permissions(
     }
     if !permissions.contains(Permissions::VIEW_CHANNEL) {
         return Permissions::empty();
+    }
+    permissions
+}
+
+/// What Discord takes away implicitly once the overwrites are applied: without Send Messages
+/// the permissions that only go with a message; in a voice channel without Connect, the
+/// voice permissions.
+pub fn implicit_denials(permissions: Permissions, voice: bool) -> Permissions {
+    let mut permissions = permissions;
+    if !permissions.contains(Permissions::SEND_MESSAGES) {
+        permissions -=
+            Permissions::ATTACH_FILES | Permissions::EMBED_LINKS | Permissions::MENTION_EVERYONE | Permissions::SEND_TTS_MESSAGES;
+    }
+    if voice && !permissions.contains(Permissions::CONNECT) {
+        permissions -= Permissions::SPEAK
+            | Permissions::USE_VAD
+            | Permissions::STREAM
+            | Permissions::PRIORITY_SPEAKER
+            | Permissions::MUTE_MEMBERS
+            | Permissions::DEAFEN_MEMBERS
+            | Permissions::MOVE_MEMBERS;
     }
     permissions
 }
@@ -168,8 +190,8 @@ pub async fn discord_checks(token: &str, api: Option<&str>, admitted: &Admitted)
         ));
     }
 
-    let guilds = match client.current_user_guilds().await {
-        Ok(r) => r.models().await.unwrap_or_default(),
+    let guilds = match crate::invite::guilds_of(&client).await {
+        Ok(guilds) => guilds,
         Err(e) => {
             checks.push(Check::fail(
                 "guilds",
@@ -233,6 +255,7 @@ pub async fn discord_checks(token: &str, api: Option<&str>, admitted: &Admitted)
                 &g.roles,
                 channel.permission_overwrites.as_deref().unwrap_or(&[]),
             );
+            let has = implicit_denials(has, matches!(channel.kind, ChannelType::GuildVoice | ChannelType::GuildStageVoice));
             let name = channel.name.clone().unwrap_or_default();
             if has.is_empty() && !voice_room {
                 // A room hidden from him is a room he was not meant to be in: said, not failed.
@@ -269,7 +292,7 @@ pub async fn discord_checks(token: &str, api: Option<&str>, admitted: &Admitted)
             }
         }
     }
-    if lacking == 0 {
+    if lacking == 0 && !checked.is_empty() {
         checks.push(Check::pass(
             "permissions",
             format!("every permission he needs in {text_rooms} text channel(s) and {voice_rooms} voice room(s)"),
@@ -339,6 +362,16 @@ mod tests {
         let admin = [role(100, Permissions::ADMINISTRATOR)];
         assert_eq!(channel_permissions(guild, owner, bot, &[], &admin, &[hidden]), Permissions::all());
         assert_eq!(channel_permissions(guild, bot, bot, &[], &[], &[hidden]), Permissions::all());
+    }
+
+    #[test]
+    fn without_send_messages_files_go_too_and_without_connect_speak_goes() {
+        let text = Permissions::VIEW_CHANNEL | Permissions::ATTACH_FILES | Permissions::ADD_REACTIONS;
+        assert_eq!(implicit_denials(text, false), Permissions::VIEW_CHANNEL | Permissions::ADD_REACTIONS);
+        assert_eq!(implicit_denials(text | Permissions::SEND_MESSAGES, false), text | Permissions::SEND_MESSAGES);
+        let voice = Permissions::VIEW_CHANNEL | Permissions::SPEAK | Permissions::SEND_MESSAGES;
+        assert_eq!(implicit_denials(voice, true), Permissions::VIEW_CHANNEL | Permissions::SEND_MESSAGES);
+        assert_eq!(implicit_denials(voice, false), voice, "a text channel keeps what it was given");
     }
 
     #[test]

@@ -109,13 +109,30 @@ pub async fn application_id(token: &str, api: Option<&str>) -> Result<u64, Invit
     Ok(application.id.get())
 }
 
+/// Every server the bot is in, read 200 at a time as Discord pages them.
+pub(crate) async fn guilds_of(client: &twilight_http::Client) -> Result<Vec<twilight_model::user::CurrentUserGuild>, String> {
+    let mut all: Vec<twilight_model::user::CurrentUserGuild> = Vec::new();
+    loop {
+        let mut request = client.current_user_guilds().limit(200);
+        if let Some(last) = all.last() {
+            request = request.after(last.id);
+        }
+        let page = request.await.map_err(|e| e.to_string())?.models().await.map_err(|e| e.to_string())?;
+        let full = page.len() == 200;
+        all.extend(page);
+        if !full {
+            return Ok(all);
+        }
+    }
+}
+
 /// The invite URL when he is in no server yet, or not in one of `admitted`
 /// (`CLANKIE_DISCORD_GUILDS`): what a first start prints so the person can invite him. `None`
 /// when he is everywhere he should be, or Discord could not be asked (the shards say why).
 pub async fn wanted_invite(token: &str, api: Option<&str>, admitted: &[u64]) -> Option<String> {
     let client = crate::rest::build(token, api);
     let application = client.current_user_application().await.ok()?.model().await.ok()?;
-    let guilds = client.current_user_guilds().await.ok()?.models().await.ok()?;
+    let guilds = guilds_of(&client).await.ok()?;
     let absent = guilds.is_empty() || admitted.iter().any(|g| !guilds.iter().any(|have| have.id.get() == *g));
     absent.then(|| invite_url(application.id.get()))
 }

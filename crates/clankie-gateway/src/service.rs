@@ -14,12 +14,15 @@ pub async fn run_from_env() -> Result<()> {
     clankie_http::init_tracing(&settings.log);
     let bus = clankie_bus::Bus::connect(&settings, "gateway").await?;
     bus.ensure_streams().await.context("declaring streams")?;
-    let (token, api, admitted) = (settings.discord_token.clone(), settings.discord_api.clone(), settings.discord_guilds.clone());
-    tokio::spawn(async move {
-        if let Some(url) = crate::invite::wanted_invite(&token, api.as_deref(), &admitted).await {
-            tracing::warn!(%url, "he is not in every server he is meant for yet: open this invite URL as someone who manages the server (`clankie doctor` checks the rest)");
-        }
-    });
+    // Against Discord itself, a first start says how to invite him; a stand-in needs no invite.
+    if settings.discord_api.is_none() {
+        let (token, admitted) = (settings.discord_token.clone(), settings.discord_guilds.clone());
+        tokio::spawn(async move {
+            if let Some(url) = crate::invite::wanted_invite(&token, None, &admitted).await {
+                tracing::warn!(%url, "he is not in every server he is meant for yet: open this invite URL as someone who manages the server (`clankie doctor` checks the rest)");
+            }
+        });
+    }
     let gateway = Gateway::new(bus.clone(), GatewayConfig::from_settings(&settings));
     clankie_http::spawn_endpoints(settings.http_addr, clankie_http::Readiness { bus, store: None, parts: gateway.parts() });
     gateway.run_until(stopped).await.context("gateway stopped")

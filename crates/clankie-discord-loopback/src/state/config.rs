@@ -6,7 +6,7 @@ use std::net::SocketAddr;
 use serde::{Deserialize, Serialize};
 
 use crate::state::limits::Limits;
-use crate::state::permissions::permission;
+use crate::state::permission;
 
 /// The DAVE protocol version the loopback speaks.
 pub const DAVE_VERSION: u16 = 1;

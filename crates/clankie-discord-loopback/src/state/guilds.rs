@@ -6,7 +6,8 @@ use serde_json::{Value, json};
 
 use crate::state::State;
 use crate::state::config::{ChannelSpec, OverwriteSpec, shard_of};
-use crate::state::permissions::{Grants, base_permissions, channel_permissions, permission};
+use crate::state::permission;
+use crate::state::permissions::{Grants, base_permissions, channel_permissions};
 use crate::state::shapes::{self, user_json};
 
 /// Why Discord refuses the bot a channel route, with Discord's status and JSON code.
@@ -27,6 +28,9 @@ pub enum Refusal {
     /// 403, 50003: an action Discord allows only in guild channels.
     #[error("Cannot execute action on a DM channel")]
     InDm,
+    /// 403, 160002: a reply where the bot may not read the message history.
+    #[error("Cannot reply without permission to read message history")]
+    ReplyWithoutHistory,
 }
 
 impl Refusal {
@@ -38,6 +42,7 @@ impl Refusal {
             Refusal::MissingPermissions => 50013,
             Refusal::DmsClosed => 50007,
             Refusal::InDm => 50003,
+            Refusal::ReplyWithoutHistory => 160002,
         }
     }
 

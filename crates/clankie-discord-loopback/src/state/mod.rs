@@ -9,6 +9,7 @@ mod guilds;
 pub mod interactions;
 pub mod limits;
 pub mod messages;
+pub mod permission;
 pub mod permissions;
 pub mod sessions;
 pub mod shapes;

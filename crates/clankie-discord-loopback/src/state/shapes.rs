@@ -7,7 +7,7 @@ use serde_json::{Value, json};
 
 use crate::state::config::{ChannelSpec, OverwriteSpec, RoleSpec, Site, shard_of};
 use crate::state::messages::StoredMessage;
-use crate::state::permissions::permission;
+use crate::state::permission;
 
 /// The flag that shows an answer to the invoker alone.
 pub const EPHEMERAL: u64 = 1 << 6;

@@ -104,7 +104,7 @@ async fn a_dm_to_a_user_who_closed_their_dms_is_refused_50007() {
 }
 
 #[tokio::test]
-async fn files_without_attach_files_and_replies_without_history_are_refused_50013() {
+async fn files_without_attach_files_are_refused_50013_and_replies_without_history_160002() {
     let discord = loopback(LoopbackConfig::default()).await;
     let http = client(&discord);
     let asked = said(&discord, GENERAL, "show me");
@@ -116,7 +116,7 @@ async fn files_without_attach_files_and_replies_without_history_are_refused_5001
     http.create_message(id(GENERAL)).content("words only").await.unwrap();
 
     discord.set_bot_overwrite(GENERAL, 0, READ_MESSAGE_HISTORY).unwrap();
-    assert_eq!(refusal(http.create_message(id(GENERAL)).content("a reply").reply(id(asked)).await), (403, 50013));
+    assert_eq!(refusal(http.create_message(id(GENERAL)).content("a reply").reply(id(asked)).await), (403, 160002));
     assert_eq!(discord.posts(GENERAL).len(), 1, "only the words-only post was stored");
 }
 

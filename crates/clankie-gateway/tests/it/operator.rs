@@ -133,3 +133,24 @@ async fn operator_the_loopback_dispatches_nothing_for_an_intent_not_asked_for() 
     assert_eq!((typing(&few), contents(&few)), (0, vec![String::new(), "words for him".into()]));
     println!("operator: with the typing and content intents {} event(s); with messages only {}", all.len(), few.len());
 }
+
+/// What a first start against Discord logs: the invite URL while he is in no server or not in
+/// one he is admitted to, nothing once he is everywhere he should be.
+#[tokio::test]
+async fn operator_the_first_start_wants_an_invite_while_he_is_missing_from_an_admitted_server() {
+    let config = LoopbackConfig { absent_guilds: vec![clankie_discord_loopback::OTHER_GUILD], ..LoopbackConfig::default() };
+    let discord = clankie_discord_loopback::Loopback::serve("127.0.0.1:0".parse().unwrap(), config).await.unwrap();
+    let (token, api) = (discord.config().token.clone(), discord.addr().to_string());
+    let url = clankie_gateway::invite::invite_url(discord.config().bot_user_id);
+    let wanted = |admitted: Vec<u64>| {
+        let (token, api) = (token.clone(), api.clone());
+        async move { clankie_gateway::invite::wanted_invite(&token, Some(&api), &admitted).await }
+    };
+    assert_eq!(wanted(vec![100, clankie_discord_loopback::OTHER_GUILD]).await, Some(url.clone()));
+    assert_eq!(wanted(vec![100]).await, None);
+    assert_eq!(wanted(vec![]).await, None, "he is in a server, and none is named");
+    let nowhere = LoopbackConfig { absent_guilds: vec![100, clankie_discord_loopback::OTHER_GUILD], ..LoopbackConfig::default() };
+    let lonely = clankie_discord_loopback::Loopback::serve("127.0.0.1:0".parse().unwrap(), nowhere).await.unwrap();
+    let found = clankie_gateway::invite::wanted_invite(&token, Some(&lonely.addr().to_string()), &[]).await;
+    assert_eq!(found, Some(url), "he is in no server at all");
+}
