@@ -47,6 +47,13 @@ pub enum GatewayError {
     Shard(String),
 }
 
+impl GatewayError {
+    /// Whether starting again cannot mend it: the settings ask for what the bus holds otherwise.
+    pub fn is_setup_fault(&self) -> bool {
+        matches!(self, GatewayError::Bus(BusError::ConsumerFixed { .. } | BusError::Subject(_)))
+    }
+}
+
 /// How the gateway connects and behaves.
 #[derive(Clone)]
 pub struct GatewayConfig {

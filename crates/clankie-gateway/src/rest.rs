@@ -76,10 +76,11 @@ impl Gateway {
             self.inner.typing.stop_local();
             let first_tenure = !std::mem::replace(&mut later, true);
             match outcome {
-                // At the first tenure an error is a setup fault (a consumer the settings cannot
-                // have): the replica stops with it, as at any start. Later, a consumer that cannot
-                // be opened now (the bus mid-election) costs the tenure, never the replica.
-                Some(Err(e)) if first_tenure => return Err(e),
+                // A setup fault (a consumer the settings cannot have) stops the replica at its
+                // first tenure, as at any start. A consumer that cannot be opened now (the bus
+                // mid-election, a request timed out) costs the tenure, never the replica, even
+                // the first: a cluster losing a node while the gateway starts is no setup fault.
+                Some(Err(e)) if first_tenure && e.is_setup_fault() => return Err(e),
                 Some(Err(e)) => {
                     tracing::warn!(error = %e, "the REST work stopped; taking the lease again");
                     tokio::time::sleep(retry).await;
