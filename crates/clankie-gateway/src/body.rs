@@ -65,21 +65,26 @@ struct Posted {
 
 /// Discord's bucket for messages created in one channel: this many in any [`CREATE_SPAN`].
 const CREATES_PER_SPAN: usize = 5;
-const CREATE_SPAN: Duration = Duration::from_secs(5);
+/// The span of Discord's message-create bucket; [`crate::GatewayConfig::create_span`] holds the one in use.
+pub const CREATE_SPAN: Duration = Duration::from_secs(5);
 
 /// One channel's last creates, kept by its poster: a create waits until the one
-/// [`CREATES_PER_SPAN`] before it was answered [`CREATE_SPAN`] ago. Counted from answers, not
+/// [`CREATES_PER_SPAN`] before it was answered a create span ago. Counted from answers, not
 /// sends, because a request reaches Discord before it is answered: however late a loaded
 /// machine sends one, or bunched twilight's bucket releases them, no span at Discord holds more.
-#[derive(Default)]
 struct CreateWindow {
     answered: std::collections::VecDeque<tokio::time::Instant>,
+    span: Duration,
 }
 
 impl CreateWindow {
+    fn new(span: Duration) -> CreateWindow {
+        CreateWindow { answered: Default::default(), span }
+    }
+
     async fn wait(&self) {
         if self.answered.len() >= CREATES_PER_SPAN {
-            tokio::time::sleep_until(self.answered[self.answered.len() - CREATES_PER_SPAN] + CREATE_SPAN).await;
+            tokio::time::sleep_until(self.answered[self.answered.len() - CREATES_PER_SPAN] + self.span).await;
         }
     }
 
@@ -362,7 +367,7 @@ impl Gateway {
     /// One channel's poster: posts what its queue holds, in order, and ends once the queue
     /// has stayed empty for [`POSTER_IDLE`] (closing it first, so nothing sent is left behind).
     async fn post_in_channel(self, mut queue: mpsc::UnboundedReceiver<Queued>) {
-        let mut window = CreateWindow::default();
+        let mut window = CreateWindow::new(self.inner.config.create_span);
         loop {
             let queued = match tokio::time::timeout(POSTER_IDLE, queue.recv()).await {
                 Ok(Some(queued)) => queued,

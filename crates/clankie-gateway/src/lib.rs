@@ -84,6 +84,9 @@ pub struct GatewayConfig {
     pub shard_lease_ttl: Duration,
     /// How long the REST ownership lasts unrenewed.
     pub rest_lease_ttl: Duration,
+    /// The span in which a channel takes 5 creates: Discord's [`body::CREATE_SPAN`]; a stand-in
+    /// with a shorter message-create window sets its own.
+    pub create_span: Duration,
 }
 
 impl std::fmt::Debug for GatewayConfig {
@@ -115,6 +118,7 @@ impl GatewayConfig {
             shards: settings.discord_shards,
             shard_lease_ttl: settings.shard_lease_ttl,
             rest_lease_ttl: settings.rest_lease_ttl,
+            create_span: body::CREATE_SPAN,
         }
     }
 }

@@ -62,6 +62,8 @@ impl Rig {
             shards: 0,
             shard_lease_ttl: Duration::from_secs(15),
             rest_lease_ttl: Duration::from_secs(5),
+            // The stand-in's own message-create window, as Discord's bucket would be learned.
+            create_span: Duration::from_millis(self.discord.config().limits.message_create_window_ms),
         }
     }
 
