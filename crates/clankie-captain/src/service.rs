@@ -12,10 +12,14 @@ pub async fn run_from_env() -> Result<()> {
     let settings = Settings::from_env().context("reading CLANKIE_* settings")?;
     settings.check_model_for_real_discord()?;
     clankie_http::init_tracing(&settings.log);
+    clankie_http::announce_settings(&settings, clankie_settings::Service::Captain);
     let bus = clankie_bus::Bus::connect(&settings, "captain").await?;
     bus.ensure_streams().await.context("declaring streams")?;
     let store = clankie_store::Store::connect(&settings.database_url).await.context("connecting to PostgreSQL")?;
     store.migrate().await.context("applying migrations")?;
+    if let Some(path) = &settings.self_file {
+        apply_self_file(&store, path).await?;
+    }
     let model = clankie_agent::model_from_settings(&settings).context("configuring the model")?;
     if model.is_rehearsal() {
         tracing::warn!("no CLANKIE_MODEL_BASE_URL: running the offline rehearsal model; every answer is labelled [rehearsal]");
@@ -27,5 +31,16 @@ pub async fn run_from_env() -> Result<()> {
     clankie_http::spawn_endpoints(settings.http_addr, clankie_http::Readiness { bus, store: Some(store), parts: captain.parts() });
     captain.run_until_drained(stopped, settings.shutdown_grace).await.context("captain stopped")?;
     tracing::info!("drained; exiting");
+    Ok(())
+}
+
+/// Applies `CLANKIE_SELF_FILE` once the tables are current and before any lane starts, so the
+/// first turn already speaks as the file says; a file that cannot be applied stops the captain.
+/// The log names the fields written, never their values.
+async fn apply_self_file(store: &clankie_store::Store, path: &std::path::Path) -> Result<()> {
+    let context = || format!("applying the self file {} (CLANKIE_SELF_FILE); fix it or unset CLANKIE_SELF_FILE", path.display());
+    let file = clankie_store::SelfFile::read(path).with_context(context)?;
+    let report = store.apply_self_file(&file).await.with_context(context)?;
+    tracing::info!(file = %path.display(), written = %report, "self file applied");
     Ok(())
 }

@@ -44,6 +44,7 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("PUT", "/api/settings"),
     ("GET", "/api/voice"),
     ("GET", "/api/figures"),
+    ("GET", "/api/config"),
     ("GET", "/api/chat"),
     ("POST", "/api/chat"),
 ];
@@ -119,6 +120,7 @@ struct Inner {
     token: String,
     replica: String,
     lease_ttl: std::time::Duration,
+    in_effect: Vec<clankie_settings::Effective>,
     lanes: tokio::sync::broadcast::Sender<clankie_store::LaneView>,
     voice: live::VoiceState,
     /// Which of the console's parts are down, for readiness.
@@ -136,12 +138,19 @@ pub struct ConsoleConfig {
     pub replica: String,
     /// The console lane's lease TTL.
     pub lease_ttl: std::time::Duration,
+    /// The settings the console runs with, secrets masked, for its Config view.
+    pub in_effect: Vec<clankie_settings::Effective>,
 }
 
 impl ConsoleConfig {
     /// The console's configuration from settings, with `token` (the caller decides where it comes from).
     pub fn from_settings(settings: &clankie_settings::Settings, token: String) -> ConsoleConfig {
-        ConsoleConfig { token, replica: format!("console-{}", settings.replica_id), lease_ttl: settings.lane_lease_ttl }
+        ConsoleConfig {
+            token,
+            replica: format!("console-{}", settings.replica_id),
+            lease_ttl: settings.lane_lease_ttl,
+            in_effect: settings.sources.effective(Some(clankie_settings::Service::Console)),
+        }
     }
 }
 
@@ -160,6 +169,7 @@ impl Console {
                 token: config.token,
                 replica: config.replica,
                 lease_ttl: config.lease_ttl,
+                in_effect: config.in_effect,
                 lanes,
                 voice,
                 parts: Default::default(),
@@ -202,6 +212,7 @@ impl Console {
             .route("/api/settings", get(views::settings).put(views::set_settings))
             .route("/api/voice", get(views::voice))
             .route("/api/figures", get(views::figures))
+            .route("/api/config", get(views::config))
             .route("/api/chat", get(chat::thread).post(chat::route))
             .fallback(|| async { (StatusCode::NOT_FOUND, "not found\n") })
             .layer(axum::middleware::from_fn_with_state(self.clone(), auth::require_token))

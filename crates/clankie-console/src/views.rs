@@ -299,6 +299,11 @@ pub struct FiguresQuery {
 }
 
 /// `GET /api/figures?hours=`: turns, outcomes by kind and tokens per hour (24 by default, at most a week).
+/// The settings the console runs with and where each came from; secrets masked.
+pub async fn config(State(console): State<Console>) -> Json<Vec<Value>> {
+    Json(console.inner.in_effect.iter().map(|e| json!({ "name": e.name, "value": e.value, "origin": e.origin.to_string() })).collect())
+}
+
 pub async fn figures(
     State(console): State<Console>,
     Query(q): Query<FiguresQuery>,

@@ -123,6 +123,18 @@ pub fn init_tracing(filter: &str) {
         .init();
 }
 
+/// Says once, after logging starts, what the operator should hear about the settings (a
+/// clamped value, a deprecated name) at warn, and every value `service` runs with and where it
+/// came from at debug; secrets masked.
+pub fn announce_settings(settings: &clankie_settings::Settings, service: clankie_settings::Service) {
+    for notice in &settings.notices {
+        tracing::warn!(service = service.name(), "{notice}");
+    }
+    for e in settings.sources.effective(Some(service)) {
+        tracing::debug!(service = service.name(), setting = e.name, value = %e.value, origin = %e.origin, "setting in effect");
+    }
+}
+
 /// Like [`init_tracing`], with `extra` beside the log layer: a layer with a filter of its own
 /// (the voice body's drop counter reads songbird's debug lines whatever the log filter says).
 pub fn init_tracing_with<L>(filter: &str, extra: L)

@@ -11,6 +11,7 @@ pub async fn run_from_env() -> Result<()> {
     let stopped = clankie_http::terminated();
     let settings = Settings::from_env().context("reading CLANKIE_* settings")?;
     clankie_http::init_tracing(&settings.log);
+    clankie_http::announce_settings(&settings, clankie_settings::Service::Media);
     let bus = clankie_bus::Bus::connect(&settings, "media").await?;
     bus.ensure_streams().await.context("declaring streams")?;
     clankie_http::spawn_endpoints(settings.http_addr, clankie_http::Readiness { bus: bus.clone(), store: None, parts: Default::default() });

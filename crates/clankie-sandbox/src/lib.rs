@@ -33,6 +33,8 @@ pub enum SandboxError {
     Bus(#[from] clankie_bus::BusError),
     #[error(transparent)]
     Store(#[from] clankie_store::StoreError),
+    #[error("the self file {path} (CLANKIE_SELF_FILE): {source}")]
+    SelfFile { path: std::path::PathBuf, source: clankie_store::SelfFileError },
     #[error("model: {0}")]
     Model(#[from] clankie_agent::ModelError),
     #[error("media: {0}")]
@@ -169,6 +171,12 @@ impl Sandbox {
 
         let store = clankie_store::Store::connect(&settings.database_url).await?;
         store.migrate().await?;
+        // As a captain of its own would: the file is in effect before the first turn.
+        if let Some(path) = &settings.self_file {
+            let file = clankie_store::SelfFile::read(path).map_err(|source| SandboxError::SelfFile { path: path.clone(), source })?;
+            let report = store.apply_self_file(&file).await?;
+            tracing::info!(file = %path.display(), written = %report, "self file applied");
+        }
         let model = clankie_agent::model_from_settings(settings)?;
         if model.is_rehearsal() {
             tracing::warn!("no CLANKIE_MODEL_BASE_URL: the offline rehearsal model answers; its words start with [rehearsal]");

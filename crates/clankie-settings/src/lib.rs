@@ -1,444 +1,24 @@
-//! Configuration for every Clankie service, read from `CLANKIE_*` variables.
+//! Configuration for every Clankie service: `CLANKIE_*` variables over a TOML config file
+//! over the defaults.
 //!
-//! [`SETTINGS`] is the catalogue: every variable a service reads is listed
-//! there with its default and meaning, and [`Settings`] reads nothing else.
+//! The [`catalogue`] lists every setting any binary or script reads, one module per area;
+//! [`Settings`] reads nothing else, and a name that is not in it stops the service.
 //! [`attachment_root`] is the only derivation of the attachment path, so a
 //! writer and a reader can never disagree about where a picture lives.
 
 mod allow;
+mod area;
+pub mod catalogue;
 pub mod fault;
+mod source;
 
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 pub use allow::{AllowList, AllowListError};
-
-/// One documented configuration variable.
-#[derive(Debug, Clone, Copy)]
-pub struct Setting {
-    /// The environment variable.
-    pub name: &'static str,
-    /// The default, as a person would read it.
-    pub default: &'static str,
-    /// What it is for.
-    pub doc: &'static str,
-}
-
-/// Every variable the services read.
-pub const SETTINGS: &[Setting] = &[
-    Setting {
-        name: "CLANKIE_STATE_DIR",
-        default: "$XDG_STATE_HOME/clankie, else ~/.local/state/clankie",
-        doc: "Root of local state: the local stack's data, attachments unless overridden.",
-    },
-    Setting {
-        name: "CLANKIE_DISCORD_ATTACHMENT_ROOT",
-        default: "<state>/attachments",
-        doc: "Where attachments and artifacts live. An override, never a prerequisite.",
-    },
-    Setting {
-        name: "CLANKIE_NATS_URL",
-        default: "nats://127.0.0.1:4222",
-        doc: "NATS server with JetStream enabled; a comma-separated list for a cluster (`nats://n1:4222,nats://n2:4222,nats://n3:4222`).",
-    },
-    Setting {
-        name: "CLANKIE_INGRESS_MAX_DELIVER",
-        default: "8",
-        doc: "Deliveries of one message a captain tries, with growing backoff, before it settles it `failed` (`captain_lane_unavailable`) instead of looping.",
-    },
-    Setting {
-        name: "CLANKIE_STREAM_REPLICAS",
-        default: "1",
-        doc: "Copies JetStream keeps of every stream: 1 on one server, 3 on a three-node cluster. `clankie streams` applies a change.",
-    },
-    Setting {
-        name: "CLANKIE_DATABASE_URL",
-        default: "postgres://clankie@127.0.0.1:55432/clankie",
-        doc: "PostgreSQL database for lanes, sessions and receipts. The password is never logged.",
-    },
-    Setting { name: "CLANKIE_REPLICA_ID", default: "<hostname>-<pid>", doc: "This process's name in lane leases and receipts." },
-    Setting { name: "CLANKIE_LOG", default: "info,sqlx=warn", doc: "tracing filter, e.g. `info,clankie_bus=debug`." },
-    Setting {
-        name: "CLANKIE_BUS_CONNECT_TIMEOUT_SECS",
-        default: "60",
-        doc: "How long a service keeps retrying its first NATS connection before giving up.",
-    },
-    Setting {
-        name: "CLANKIE_INGRESS_DEDUP_WINDOW_SECS",
-        default: "120",
-        doc: "JetStream duplicate window for ingress; at least 120 so gateway redelivery posts once.",
-    },
-    Setting {
-        name: "CLANKIE_MODEL_BASE_URL",
-        default: "unset: the offline rehearsal model",
-        doc: "OpenAI-compatible endpoint, e.g. `https://api.openai.com/v1`. Unset runs the labelled rehearsal model, in the sandbox only: against Discord itself (`CLANKIE_DISCORD_API` unset) the captain and the voice floor refuse to start without it.",
-    },
-    Setting { name: "CLANKIE_MODEL_NAME", default: "gpt-4o-mini", doc: "Model name sent to the endpoint." },
-    Setting { name: "CLANKIE_MODEL_API_KEY", default: "unset", doc: "Bearer token for the endpoint. Never logged." },
-    Setting {
-        name: "CLANKIE_MODEL_MAX_RETRIES",
-        default: "4",
-        doc: "Retries of a transient provider failure (rate limit, 5xx, dropped stream) before the turn fails.",
-    },
-    Setting {
-        name: "CLANKIE_MODEL_RESPONSE_TIMEOUT_MS",
-        default: "120000",
-        doc: "A model request fully sent and unanswered this long (no response head) is retried on a new connection; at most half of `CLANKIE_STALL_SILENCE_MS`.",
-    },
-    Setting {
-        name: "CLANKIE_STALL_SILENCE_MS",
-        default: "300000",
-        doc: "A run with no sign of life this long is aborted as `captain_turn_stalled`. Nothing caps a run's length.",
-    },
-    Setting { name: "CLANKIE_STALL_TICK_MS", default: "5000", doc: "How often the stall watchdog re-reads the boot clock." },
-    Setting { name: "CLANKIE_CONTEXT_BUDGET_TOKENS", default: "60000", doc: "Estimated context size past which a session is compacted." },
-    Setting { name: "CLANKIE_REHEARSAL_THINK_MS", default: "1500", doc: "Rehearsal model: silence before its first token." },
-    Setting { name: "CLANKIE_REHEARSAL_TOKEN_MS", default: "60", doc: "Rehearsal model: gap between tokens." },
-    Setting {
-        name: "CLANKIE_HTTP_ADDR",
-        default: "unset: no HTTP endpoint",
-        doc: "Address a service serves `/healthz` and `/metrics` on, e.g. `0.0.0.0:9470`.",
-    },
-    Setting {
-        name: "CLANKIE_DISCORD_TOKEN",
-        default: "loopback-token",
-        doc: "The bot token. Never logged. The default is the loopback Discord's; against Discord itself (`CLANKIE_DISCORD_API` unset) the gateway refuses to start with it, unset, or `replace-me`.",
-    },
-    Setting {
-        name: "CLANKIE_DISCORD_API",
-        default: "unset: discord.com",
-        doc: "host:port of a Discord REST stand-in spoken to over plain HTTP, e.g. the loopback's `127.0.0.1:8700`.",
-    },
-    Setting {
-        name: "CLANKIE_DISCORD_GATEWAY_URL",
-        default: "unset: Discord's",
-        doc: "Gateway WebSocket URL to connect to, e.g. `ws://127.0.0.1:8700/gateway`.",
-    },
-    Setting {
-        name: "CLANKIE_DISCORD_GUILDS",
-        default: "empty: every guild",
-        doc: "Comma-separated guild ids whose messages are admitted; others are dropped with a receipt.",
-    },
-    Setting {
-        name: "CLANKIE_OUTCOME_REACTIONS",
-        default: "false",
-        doc: "React to each delivery with its outcome (✅ replied, 🫧 absorbed, 🤐 silent, ⚠️ failed); the sandbox shows them.",
-    },
-    Setting {
-        name: "CLANKIE_TYPING_INTERVAL_MS",
-        default: "8000",
-        doc: "How often the body re-triggers Discord's typing indicator, which expires after 10 s.",
-    },
-    Setting {
-        name: "CLANKIE_SANDBOX_ADDR",
-        default: "127.0.0.1:8700",
-        doc: "Where `clankie run` serves the loopback Discord and its sandbox page.",
-    },
-    Setting {
-        name: "CLANKIE_SANDBOX_MESSAGES_KEPT",
-        default: "200",
-        doc: "Messages each sandbox room keeps (the newest); older ones leave its page and history.",
-    },
-    Setting {
-        name: "CLANKIE_CONSOLE_ADDR",
-        default: "127.0.0.1:8790",
-        doc: "Where the operator console listens (`clankie console`, and `clankie run`'s embedded one).",
-    },
-    Setting {
-        name: "CLANKIE_CONSOLE_TOKEN",
-        default: "unset: clankie console refuses to start; clankie run makes one and prints the console's URL with it",
-        doc: "The operator console's token: every route wants it as `Authorization: Bearer <token>` or `?token=`, and answers 401 without it.",
-    },
-    Setting {
-        name: "CLANKIE_VOICE_ROOMS",
-        default: "empty (no voice rooms); `clankie run` allows the loopback's voice channel",
-        doc: "The voice channels he may join, as comma-separated `guild:channel`. A room goes live when a human joins one (or on `clankie voice join`); its attached chat then talks to the voice floor.",
-    },
-    Setting {
-        name: "CLANKIE_STT_BASE_URL",
-        default: "unset: clankie run starts the local speech service (Whisper); a lone voice floor uses offline pocketsphinx (rehearsal only)",
-        doc: "An OpenAI-compatible audio API for transcription (`POST {base}/audio/transcriptions`): `clankie speech`'s, speaches or LocalAI.",
-    },
-    Setting { name: "CLANKIE_STT_MODEL", default: "whisper-1", doc: "The transcription model asked for." },
-    Setting { name: "CLANKIE_STT_API_KEY", default: "unset", doc: "Bearer token for the transcription API. Never logged." },
-    Setting {
-        name: "CLANKIE_STT_GRAMMAR",
-        default: "unset",
-        doc: "A JSGF grammar of the phrases the offline transcriber may hear; without one, offline transcription of synthesized speech is noise.",
-    },
-    Setting {
-        name: "CLANKIE_TTS_BASE_URL",
-        default: "unset: clankie run starts the local speech service (Piper); a lone voice floor uses offline espeak-ng (rehearsal only)",
-        doc: "An OpenAI-compatible audio API for speech (`POST {base}/audio/speech`): `clankie speech`'s, Kokoro-FastAPI or LocalAI.",
-    },
-    Setting { name: "CLANKIE_TTS_MODEL", default: "tts-1", doc: "The speech model asked for." },
-    Setting { name: "CLANKIE_TTS_VOICE", default: "alloy", doc: "The voice asked for." },
-    Setting { name: "CLANKIE_TTS_API_KEY", default: "unset", doc: "Bearer token for the speech API. Never logged." },
-    Setting {
-        name: "CLANKIE_SPEECH_TIMEOUT_MS",
-        default: "15000",
-        doc: "The longest one transcription or synthesis may take before it fails.",
-    },
-    Setting { name: "CLANKIE_VOICE_SPEECH_START_MS", default: "200", doc: "Speech shorter than this is noise, not an utterance." },
-    Setting {
-        name: "CLANKIE_VOICE_END_OF_TURN_MS",
-        default: "800",
-        doc: "This much silence ends someone's utterance whatever the turn detector says (the silence bound); with no detector, it is the only end.",
-    },
-    Setting {
-        name: "CLANKIE_VOICE_TURN_SILENCE_MS",
-        default: "200",
-        doc: "After this much silence the turn detector is asked whether the utterance is finished; a finished one ends there.",
-    },
-    Setting {
-        name: "CLANKIE_VOICE_DAVE_REFUSED_HOLD_SECS",
-        default: "600",
-        doc: "After a voice server closes him with 4017 (it requires a DAVE version this build does not offer), how long he leaves that room alone before trying it again.",
-    },
-    Setting {
-        name: "CLANKIE_LOOPBACK_DAVE",
-        default: "on",
-        doc: "The loopback voice server speaks DAVE end-to-end encryption, as Discord requires (`off`: passthrough, for comparison).",
-    },
-    Setting {
-        name: "CLANKIE_TOOLS_DIR",
-        default: "/var/tmp/clankie-tools",
-        doc: "Where the local stack installs its pinned tools (nats-server, the speech engines, llama.cpp's server) outside the clone; the speech image's are in /opt/clankie-tools.",
-    },
-    Setting {
-        name: "CLANKIE_SPEECH_DIR",
-        default: "unset: a directory named for the pinned set under CLANKIE_TOOLS_DIR",
-        doc: "Where the local speech service's engines are installed (and looked for).",
-    },
-    Setting {
-        name: "CLANKIE_TURN_BASE_URL",
-        default: "unset: turns end on the silence bound; clankie run uses the local speech service's Smart Turn",
-        doc: "An end-of-turn detector (`POST {base}/turn` with a WAV, answering `{\"complete\"}`), as `clankie speech` serves it.",
-    },
-    Setting {
-        name: "CLANKIE_VOICE_PRE_ROLL_MS",
-        default: "300",
-        doc: "Noise too short to be speech, kept (this much of it) at the start of the utterance that follows.",
-    },
-    Setting { name: "CLANKIE_VOICE_MAX_UTTERANCE_MS", default: "15000", doc: "An utterance is cut here even without a pause." },
-    Setting {
-        name: "CLANKIE_VOICE_TRANSCRIPTIONS",
-        default: "2",
-        doc: "Utterances of one voice room transcribed at once; the rest wait, and every result enters the room in the order it was said.",
-    },
-    Setting { name: "CLANKIE_BARGE_IN_MS", default: "500", doc: "A human speaking this long while he speaks stops his playback." },
-    Setting {
-        name: "CLANKIE_GATEWAY_PUBLISH_PATIENCE_MS",
-        default: "20000",
-        doc: "How long the gateway waits for JetStream to store a message before it closes the shard and resumes from before it, so Discord replays it.",
-    },
-    Setting {
-        name: "CLANKIE_DISCORD_SHARDS",
-        default: "0",
-        doc: "Gateway shards in all; 0 takes the count Discord recommends (`/gateway/bot`). Gateway replicas share them by lease.",
-    },
-    Setting {
-        name: "CLANKIE_SHARD_LEASE_TTL_MS",
-        default: "15000",
-        doc: "How long a gateway replica's claim on a shard lasts unrenewed; a replica that died loses its shards to the others after it.",
-    },
-    Setting {
-        name: "CLANKIE_REST_LEASE_TTL_MS",
-        default: "5000",
-        doc: "How long the gateway replica that speaks Discord's REST API (posting, typing, reactions, history) keeps that role unrenewed; one replica at a time holds it, so the bot stays inside Discord's limits whatever the number of replicas.",
-    },
-    Setting { name: "CLANKIE_VOICE_GRACE_MS", default: "30000", doc: "How long he stays in a voice room after the last human left it." },
-    Setting {
-        name: "CLANKIE_VOICE_LEASE_TTL_MS",
-        default: "10000",
-        doc: "How long a voice-floor replica's hold on a voice room lasts unrenewed; another replica takes a dead owner's room after it.",
-    },
-    Setting { name: "CLANKIE_BOT_ALIASES", default: "clanky", doc: "Comma-separated other names that address him on the voice floor." },
-    Setting {
-        name: "CLANKIE_FLOOR_CONTINUATION_MS",
-        default: "60000",
-        doc: "After he answers someone in voice, how long their next line continues the exchange.",
-    },
-    Setting { name: "CLANKIE_FLOOR_OFFER_INTERVAL_MS", default: "300000", doc: "At most one unprompted voice offer per this interval." },
-    Setting {
-        name: "CLANKIE_SHUTDOWN_GRACE_MS",
-        default: "30000",
-        doc: "On SIGTERM, how long a captain lets live runs finish before it exits (others take the lanes).",
-    },
-    Setting { name: "CLANKIE_MEDIA_MAX_BYTES", default: "26214400", doc: "Largest attachment media downloads or serves (25 MiB)." },
-    Setting { name: "CLANKIE_MEDIA_MAX_AGE_SECS", default: "604800", doc: "The sweeper removes attachments unused this long (7 days)." },
-    Setting {
-        name: "CLANKIE_MEDIA_MAX_TOTAL_BYTES",
-        default: "1073741824",
-        doc: "The sweeper removes the oldest attachments past this total (1 GiB); recent ones are kept.",
-    },
-    Setting {
-        name: "CLANKIE_CAPTAIN_ONE_SHOT",
-        default: "false",
-        doc: "The old design, kept as a baseline: every delivery its own session with history fetched each time, no steering.",
-    },
-    Setting { name: "CLANKIE_BOT_NAME", default: "Clankie", doc: "His name, as prompts and the sandbox show it." },
-    Setting {
-        name: "CLANKIE_WARM_CACHE_MIB",
-        default: "64",
-        doc: "Memory a captain keeps warm lane sessions in; past it the least recently used are let go and open from the store next time.",
-    },
-    Setting {
-        name: "CLANKIE_LANE_LEASE_TTL_MS",
-        default: "30000",
-        doc: "How long a captain's lane lease lasts unrenewed; a dead replica's lanes are taken over after it.",
-    },
-    Setting {
-        name: "CLANKIE_INGRESS_ACK_WAIT_MS",
-        default: "30000",
-        doc: "JetStream ack wait for captain deliveries; a delivery unacked this long (its replica died) is redelivered.",
-    },
-    Setting {
-        name: "CLANKIE_OUTBOX_RELAY_MS",
-        default: "5000",
-        doc: "A committed reply still unpublished this long (its captain died between commit and publish) is published by another captain.",
-    },
-    Setting {
-        name: "CLANKIE_OUTBOX_MAX_AGE_MS",
-        default: "600000",
-        doc: "A committed reply still unpublished this long (after an outage, say) is not posted at all: it answers a conversation that has moved on. The outcome stands; the trail shows `outbox_too_old`.",
-    },
-    Setting {
-        name: "CLANKIE_MEMORY_DM",
-        default: "true",
-        doc: "When he proposes a memory, the owner gets a DM with the fact and Approve / Reject buttons (`/clankie memory` lists them either way).",
-    },
-    Setting {
-        name: "CLANKIE_BUTTON_LIFETIME_MS",
-        default: "86400000",
-        doc: "How long an Approve / Reject button works; a press after it changes nothing and says the button expired.",
-    },
-    Setting {
-        name: "CLANKIE_QUIET_MINUTE_MS",
-        default: "60000",
-        doc: "How long one minute of `/clankie quiet <minutes>` lasts; tests shorten it.",
-    },
-    Setting {
-        name: "CLANKIE_RECEIPTS_RETENTION_DAYS",
-        default: "30",
-        doc: "Receipts older than this are swept (by the captains, in bounded batches).",
-    },
-    Setting {
-        name: "CLANKIE_RECORDS_RETENTION_DAYS",
-        default: "30",
-        doc: "Settled deliveries, admissions, turns and sent or given-up outbox rows older than this are swept. At least 8: longer than the ingress stream keeps a message (a week), so a redelivered message always finds its outcome.",
-    },
-    Setting {
-        name: "CLANKIE_REPLACED_ENTRIES_RETENTION_DAYS",
-        default: "7",
-        doc: "Session entries a compaction replaced with its summary are swept once older than this; what a compaction kept stays.",
-    },
-    Setting {
-        name: "CLANKIE_VOICE_RING_RETENTION_DAYS",
-        default: "7",
-        doc: "Lines of the voice ring (what was said in voice) older than this are swept by the voice floor.",
-    },
-    Setting {
-        name: "CLANKIE_VOICE_RING_MAX_LINES",
-        default: "2000",
-        doc: "The most lines the voice ring keeps per room; older ones are swept.",
-    },
-    Setting {
-        name: "CLANKIE_RETENTION_SWEEP_MS",
-        default: "3600000",
-        doc: "How often the sweepers run (the first sweep comes a minute after start).",
-    },
-    Setting {
-        name: "CLANKIE_MEDIA_TIMEOUT_MS",
-        default: "60000",
-        doc: "How long a captain waits for media to fetch one picture for the model before the lane sees only its name.",
-    },
-    Setting {
-        name: "CLANKIE_EXCHANGE_WINDOW_MS",
-        default: "300000",
-        doc: "After his last settled turn in a guild room, how long unaddressed messages there are still admitted.",
-    },
-    Setting {
-        name: "CLANKIE_TOOL_CARD_DELAY_MS",
-        default: "3000",
-        doc: "A tool-only phase longer than this shows the tool-activity card.",
-    },
-    Setting {
-        name: "CLANKIE_REPLY_MAX_PIECES",
-        default: "10",
-        doc: "Discord messages one reply may take (2,000 characters each); past it the reply is cut with a short note.",
-    },
-    Setting {
-        name: "CLANKIE_HISTORY_LIMIT",
-        default: "10",
-        doc: "Channel messages a cold lane's first prompt carries, as an untrusted block.",
-    },
-    Setting {
-        name: "CLANKIE_OPERATOR_GRANTS",
-        default: "empty",
-        doc: "Comma-separated Discord user ids granted the elevated tools; their turns run one-shot, or in the room's durable system lane where the owner trusts the room.",
-    },
-    Setting {
-        name: "CLANKIE_TYPING_HOLD_MS",
-        default: "8000",
-        doc: "Longest a lane's first model call waits while the person it answers is still typing (0: never waits).",
-    },
-    Setting {
-        name: "CLANKIE_EXPERIENCE_TTL_SECS",
-        default: "86400",
-        doc: "How long a thread's experiences stay in the shared self's digest (a day).",
-    },
-    Setting {
-        name: "CLANKIE_EGRESS_ALLOW",
-        default: "empty: only public addresses",
-        doc: "Addresses tools may fetch although not public, comma-separated `ip`, `ip/prefix` or `ip:port`; for loopback stand-ins.",
-    },
-    Setting {
-        name: "CLANKIE_HISTORY_MAX_CHARS",
-        default: "8000",
-        doc: "Characters of content a cold lane's history block carries at most; the newest messages are kept.",
-    },
-    Setting {
-        name: "CLANKIE_ATTACHMENTS_PER_MESSAGE",
-        default: "4",
-        doc: "Pictures of one message the model is shown; the rest are counted, with a receipt.",
-    },
-    Setting { name: "CLANKIE_TOOL_CALLS_PER_STEP", default: "8", doc: "Tool calls one model step may make; the rest get a tool error." },
-    Setting {
-        name: "CLANKIE_TOOL_ARGS_MAX_BYTES",
-        default: "16384",
-        doc: "Largest arguments of one tool call; a larger call gets a tool error and does not run.",
-    },
-    Setting {
-        name: "CLANKIE_MODEL_STREAM_MAX_BYTES",
-        default: "1048576",
-        doc: "Largest streamed model answer; past it the call fails as `model_failed` instead of growing without bound.",
-    },
-    Setting {
-        name: "CLANKIE_FLOOD_ADMISSIONS_PER_MINUTE",
-        default: "20",
-        doc: "Deliveries one author may have admitted per minute across all lanes (each run needs one); the rest get `flood_guard`. 0 is off.",
-    },
-    Setting {
-        name: "CLANKIE_BROWSE",
-        default: "auto",
-        doc: "The `browse` tool (headless Chromium): `auto` turns it on when Chromium and chromedriver are installed, `on` requires them, `off`.",
-    },
-    Setting { name: "CLANKIE_BROWSERS_MAX", default: "2", doc: "Browsers one captain runs at once; further browses queue." },
-    Setting {
-        name: "CLANKIE_BROWSE_DEADLINE_MS",
-        default: "30000",
-        doc: "How long one browse may take once it has a browser; past it the tool answers with an error and the browser is killed.",
-    },
-    Setting {
-        name: "CLANKIE_BROWSER_VIEWPORT",
-        default: "1280x800",
-        doc: "The browser's viewport, and so a screenshot's size, as `WIDTHxHEIGHT`.",
-    },
-    Setting { name: "CLANKIE_CHROMIUM", default: "/usr/bin/chromium", doc: "The Chromium binary the browser host starts." },
-    Setting { name: "CLANKIE_CHROMEDRIVER", default: "/usr/bin/chromedriver", doc: "The chromedriver binary the browser host starts." },
-];
+pub use catalogue::{Area, Kind, Service, Setting, Unit, catalogue};
+pub use source::{Effective, Origin, Sources, parse_flag};
 
 /// Whether the `browse` tool runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -455,6 +35,15 @@ pub enum BrowseMode {
 pub enum SettingsError {
     #[error("{var} is invalid: {reason}")]
     Invalid { var: &'static str, reason: String },
+    /// A `CLANKIE_` variable no service reads: a misspelling, or a setting since renamed.
+    #[error("{name} is not a Clankie setting{} (`clankie settings` lists them all)", did_you_mean(closest))]
+    Unknown { name: String, closest: Option<&'static str> },
+    #[error("the config file {}: {reason}", path.display())]
+    File { path: PathBuf, reason: String },
+}
+
+fn did_you_mean(closest: &Option<&'static str>) -> String {
+    closest.map(|c| format!("; did you mean {c}?")).unwrap_or_default()
 }
 
 /// The configuration a service runs with.
@@ -642,6 +231,12 @@ pub struct Settings {
     pub browser_viewport: (u32, u32),
     pub chromium: PathBuf,
     pub chromedriver: PathBuf,
+    /// The self file a captain applies at start.
+    pub self_file: Option<PathBuf>,
+    /// The values given and where each came from, for `clankie settings --effective` and the start log.
+    pub sources: Sources,
+    /// What the operator should hear once at start: clamped values, deprecated settings.
+    pub notices: Vec<String>,
 }
 
 impl fmt::Debug for Settings {
@@ -798,19 +393,33 @@ fn redact_query(tail: &str) -> String {
 }
 
 impl Settings {
-    /// Reads the process environment.
+    /// Reads the process environment and the config file `CLANKIE_CONFIG` names. A
+    /// `CLANKIE_` variable or config key that is not a setting is an error naming the closest one.
     pub fn from_env() -> Result<Settings, SettingsError> {
-        Settings::from_lookup(|name| std::env::var(name).ok())
+        Settings::from_sources(Sources::from_process()?, |name| std::env::var(name).ok())
     }
 
     /// Reads settings through `lookup`, so tests can supply an environment of their own.
     ///
     /// Empty values count as unset.
     pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<Settings, SettingsError> {
+        Settings::from_sources(Sources::from_lookup(&lookup), lookup)
+    }
+
+    /// Reads the settings `sources` give; `lookup` answers the few names outside the
+    /// catalogue a default is derived from (`HOME`, `XDG_STATE_HOME`, `HOSTNAME`).
+    pub fn from_sources(sources: Sources, lookup: impl Fn(&str) -> Option<String>) -> Result<Settings, SettingsError> {
+        let mut notices = Vec::new();
+        let given = sources.clone();
         let var = |name: &'static str| {
-            debug_assert!(SETTINGS.iter().any(|s| s.name == name), "{name} is not in SETTINGS");
-            lookup(name).filter(|v| !v.trim().is_empty())
+            debug_assert!(catalogue::find(name).is_some(), "{name} is not in the catalogue");
+            given.get(name).map(str::to_owned)
         };
+        for (old, new) in DEPRECATED {
+            if var(old).is_some() {
+                notices.push(format!("{old} is deprecated and will go: {new}"));
+            }
+        }
         let state_root = match var("CLANKIE_STATE_DIR") {
             Some(dir) => absolute("CLANKIE_STATE_DIR", &dir)?,
             None => default_state_root(&lookup),
@@ -836,10 +445,8 @@ impl Settings {
         let ingress_dedup_window =
             Duration::from_secs(secs(var("CLANKIE_INGRESS_DEDUP_WINDOW_SECS"), "CLANKIE_INGRESS_DEDUP_WINDOW_SECS", 120, 120)?);
         let model_base_url = var("CLANKIE_MODEL_BASE_URL");
-        if let Some(url) = &model_base_url
-            && !(url.starts_with("http://") || url.starts_with("https://"))
-        {
-            return Err(SettingsError::Invalid { var: "CLANKIE_MODEL_BASE_URL", reason: "expected an http:// or https:// URL".into() });
+        if let Some(url) = &model_base_url {
+            http_url("CLANKIE_MODEL_BASE_URL", url)?;
         }
         let model_name = var("CLANKIE_MODEL_NAME").unwrap_or_else(|| "gpt-4o-mini".into());
         let model_api_key = var("CLANKIE_MODEL_API_KEY");
@@ -857,8 +464,15 @@ impl Settings {
             120_000,
             1,
             u64::MAX,
-        )?)
-        .min(stall_silence / 2);
+        )?);
+        if model_response_timeout > stall_silence / 2 && var("CLANKIE_MODEL_RESPONSE_TIMEOUT_MS").is_some() {
+            notices.push(format!(
+                "CLANKIE_MODEL_RESPONSE_TIMEOUT_MS={} is clamped to {} ms, half of CLANKIE_STALL_SILENCE_MS, so a silent connection is retried before the run is given up",
+                model_response_timeout.as_millis(),
+                (stall_silence / 2).as_millis()
+            ));
+        }
+        let model_response_timeout = model_response_timeout.min(stall_silence / 2);
         let context_budget_tokens =
             number(var("CLANKIE_CONTEXT_BUDGET_TOKENS"), "CLANKIE_CONTEXT_BUDGET_TOKENS", 60_000, 1_000, 10_000_000)? as usize;
         let rehearsal_think =
@@ -882,13 +496,7 @@ impl Settings {
             var("CLANKIE_CONSOLE_ADDR").unwrap_or_else(|| "127.0.0.1:8790".into()).trim().parse::<std::net::SocketAddr>().map_err(
                 |_| SettingsError::Invalid { var: "CLANKIE_CONSOLE_ADDR", reason: "expected host:port, e.g. 127.0.0.1:8790".into() },
             )?;
-        let warm_cache_mib = match var("CLANKIE_WARM_CACHE_MIB") {
-            None => 64,
-            Some(v) => v.trim().parse::<usize>().map_err(|_| SettingsError::Invalid {
-                var: "CLANKIE_WARM_CACHE_MIB",
-                reason: "expected a whole number of MiB, e.g. 64".into(),
-            })?,
-        };
+        let warm_cache_mib = number(var("CLANKIE_WARM_CACHE_MIB"), "CLANKIE_WARM_CACHE_MIB", 64, 1, 1 << 20)? as usize;
         let console_token = var("CLANKIE_CONSOLE_TOKEN").map(|t| t.trim().to_owned()).filter(|t| !t.is_empty());
         let voice_rooms = match var("CLANKIE_VOICE_ROOMS") {
             None => Vec::new(),
@@ -943,6 +551,12 @@ impl Settings {
             None => true,
             set => flag(set, "CLANKIE_MEMORY_DM")?,
         };
+        check_log_filter(&log)?;
+        for name in ["CLANKIE_STT_BASE_URL", "CLANKIE_TTS_BASE_URL", "CLANKIE_TURN_BASE_URL"] {
+            if let Some(url) = var(name) {
+                http_url(name, &url)?;
+            }
+        }
         let button_lifetime = ms("CLANKIE_BUTTON_LIFETIME_MS", 86_400_000, 1_000)?;
         let quiet_minute = ms("CLANKIE_QUIET_MINUTE_MS", 60_000, 10)?;
         let days = |name: &'static str, default: u64, min: u64| -> Result<Duration, SettingsError> {
@@ -976,19 +590,39 @@ impl Settings {
             number(var("CLANKIE_FLOOD_ADMISSIONS_PER_MINUTE"), "CLANKIE_FLOOD_ADMISSIONS_PER_MINUTE", 20, 0, 1_000_000)? as u32;
         let browse = match var("CLANKIE_BROWSE").as_deref().map(str::trim) {
             None | Some("auto") => BrowseMode::Auto,
-            Some("on" | "true" | "1") => BrowseMode::On,
-            Some("off" | "false" | "0") => BrowseMode::Off,
-            Some(_) => return Err(SettingsError::Invalid { var: "CLANKIE_BROWSE", reason: "expected auto, on or off".into() }),
+            Some(v) => match parse_flag(v) {
+                Some(true) => BrowseMode::On,
+                Some(false) => BrowseMode::Off,
+                None => {
+                    return Err(SettingsError::Invalid {
+                        var: "CLANKIE_BROWSE",
+                        reason: format!("{:?} is not one of auto, on or off", truncate(v)),
+                    });
+                }
+            },
         };
         let browsers_max = number(var("CLANKIE_BROWSERS_MAX"), "CLANKIE_BROWSERS_MAX", 2, 1, 64)? as usize;
         let browse_deadline = ms("CLANKIE_BROWSE_DEADLINE_MS", 30_000, 500)?;
         let browser_viewport = viewport(var("CLANKIE_BROWSER_VIEWPORT"))?;
         let chromium = absolute("CLANKIE_CHROMIUM", &var("CLANKIE_CHROMIUM").unwrap_or_else(|| "/usr/bin/chromium".into()))?;
+        let self_file = var("CLANKIE_SELF_FILE").map(|f| absolute("CLANKIE_SELF_FILE", &f)).transpose()?;
         let chromedriver =
             absolute("CLANKIE_CHROMEDRIVER", &var("CLANKIE_CHROMEDRIVER").unwrap_or_else(|| "/usr/bin/chromedriver".into()))?;
         let discord_guilds = ids(var("CLANKIE_DISCORD_GUILDS"), "CLANKIE_DISCORD_GUILDS")?;
         let discord_token = var("CLANKIE_DISCORD_TOKEN").unwrap_or_else(|| "loopback-token".into());
         let discord_api = var("CLANKIE_DISCORD_API");
+        if let Some(api) = &discord_api {
+            let host_port = api.trim().trim_start_matches("http://").trim_start_matches("https://").trim_end_matches('/');
+            if host_port.rsplit_once(':').is_none_or(|(host, port)| host.is_empty() || port.parse::<u16>().is_err()) {
+                return Err(SettingsError::Invalid {
+                    var: "CLANKIE_DISCORD_API",
+                    reason: format!(
+                        "{:?} is not host:port (e.g. 127.0.0.1:8700, the loopback); unset it for Discord itself",
+                        truncate(api)
+                    ),
+                });
+            }
+        }
         let discord_gateway_url = var("CLANKIE_DISCORD_GATEWAY_URL");
         if let Some(url) = &discord_gateway_url
             && !(url.starts_with("ws://") || url.starts_with("wss://"))
@@ -1005,12 +639,15 @@ impl Settings {
             });
         }
         Ok(Settings {
+            sources,
+            notices,
             browse,
             browsers_max,
             browse_deadline,
             browser_viewport,
             chromium,
             chromedriver,
+            self_file,
             egress_allow,
             history_max_chars,
             attachments_per_message,
@@ -1177,11 +814,53 @@ fn viewport(value: Option<String>) -> Result<(u32, u32), SettingsError> {
 }
 
 fn flag(value: Option<String>, var: &'static str) -> Result<bool, SettingsError> {
-    match value.as_deref().map(str::trim) {
-        None | Some("false" | "0" | "no") => Ok(false),
-        Some("true" | "1" | "yes") => Ok(true),
-        Some(_) => Err(SettingsError::Invalid { var, reason: "expected true or false".into() }),
+    let Some(value) = value else { return Ok(false) };
+    parse_flag(&value).ok_or_else(|| SettingsError::Invalid {
+        var,
+        reason: format!("{:?} is not one of true/false, on/off, yes/no, 1/0", truncate(&value)),
+    })
+}
+
+/// The settings the shared self now holds, and what replaces each.
+const DEPRECATED: [(&str, &str); 3] = [
+    ("CLANKIE_BOT_NAME", "set the persona's name (`clankie self persona --name`, or `name` in a self file)"),
+    ("CLANKIE_OPERATOR_GRANTS", "grant in the owner settings (`clankie self settings --grants`, or `grants` in a self file)"),
+    ("CLANKIE_DISCORD_GUILDS", "admit guilds in the owner settings (`clankie self settings --guilds`, or `guilds` in a self file)"),
+];
+
+fn http_url(var: &'static str, url: &str) -> Result<(), SettingsError> {
+    let rest = url.trim().strip_prefix("http://").or_else(|| url.trim().strip_prefix("https://"));
+    match rest {
+        Some(host) if !host.is_empty() && !host.starts_with('/') => Ok(()),
+        _ => Err(SettingsError::Invalid {
+            var,
+            reason: format!("{:?} is not an http:// or https:// URL with a host", truncate(&redact_url(url))),
+        }),
     }
+}
+
+/// A log filter as `tracing`'s `EnvFilter` reads it: comma-separated `level` or `target=level`.
+fn check_log_filter(filter: &str) -> Result<(), SettingsError> {
+    const LEVELS: [&str; 6] = ["trace", "debug", "info", "warn", "error", "off"];
+    for directive in filter.split(',').map(str::trim).filter(|d| !d.is_empty()) {
+        let (target, level) = match directive.rsplit_once('=') {
+            Some((t, l)) => (Some(t), l),
+            None if LEVELS.contains(&directive.to_ascii_lowercase().as_str()) => (None, directive),
+            None => (Some(directive), "trace"),
+        };
+        let target_ok = target.is_none_or(|t| !t.is_empty() && t.chars().all(|c| c.is_ascii_alphanumeric() || "_:-.[]{}\"=".contains(c)));
+        if !target_ok || !LEVELS.contains(&level.trim().to_ascii_lowercase().as_str()) {
+            return Err(SettingsError::Invalid {
+                var: "CLANKIE_LOG",
+                reason: format!(
+                    "{:?} is not a log directive; use `level` or `target=level` with a level of {}",
+                    truncate(directive),
+                    LEVELS.join(", ")
+                ),
+            });
+        }
+    }
+    Ok(())
 }
 
 fn ids(value: Option<String>, var: &'static str) -> Result<Vec<u64>, SettingsError> {
@@ -1205,7 +884,12 @@ fn number(value: Option<String>, var: &'static str, default: u64, min: u64, max:
         .parse()
         .map_err(|_| SettingsError::Invalid { var, reason: format!("expected a whole number, got {:?}", truncate(&value)) })?;
     if n < min || n > max {
-        return Err(SettingsError::Invalid { var, reason: format!("must be from {min} to {max}") });
+        let unit = match catalogue::find(var).map(|s| s.kind) {
+            Some(Kind::Duration(u) | Kind::Size(u)) => format!(" {}", u.name()),
+            _ => String::new(),
+        };
+        let range = if max >= u64::MAX / 2 { format!("at least {min}{unit}") } else { format!("from {min} to {max}{unit}") };
+        return Err(SettingsError::Invalid { var, reason: format!("{n} is out of range: it must be {range}") });
     }
     Ok(n)
 }

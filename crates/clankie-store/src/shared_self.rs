@@ -48,6 +48,13 @@ impl Sharing {
     }
 }
 
+/// As its stored code, which is what a self file's digest of the field is taken over.
+impl serde::Serialize for Sharing {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.code())
+    }
+}
+
 /// What the owner decided. Empty `guilds`/`channels` admit everywhere.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct OwnerSettings {
@@ -115,6 +122,17 @@ fn ids(v: Vec<i64>) -> Vec<u64> {
     v.into_iter().map(|i| i as u64).collect()
 }
 
+/// The persona from a row carrying `self_persona`'s columns under their own names.
+pub(crate) fn persona_from(r: &sqlx::postgres::PgRow) -> Result<Persona, StoreError> {
+    Ok(Persona {
+        name: r.try_get("name")?,
+        aliases: r.try_get("aliases")?,
+        character_sheet: r.try_get("character_sheet")?,
+        speaking_style: r.try_get("speaking_style")?,
+        version: r.try_get("version")?,
+    })
+}
+
 /// Owner settings from a row carrying `self_settings`' columns under their own names.
 pub(crate) fn owner_settings_from(r: &sqlx::postgres::PgRow) -> Result<OwnerSettings, StoreError> {
     let sharing: String = r.try_get("sharing")?;
@@ -135,39 +153,82 @@ fn sql_ids(v: &[u64]) -> Vec<i64> {
     v.iter().map(|i| *i as i64).collect()
 }
 
+/// The one persona write, on the pool or inside a transaction (a self file's apply): the edit
+/// and its version row in one statement.
+pub(crate) async fn write_persona<'e>(e: impl sqlx::PgExecutor<'e>, p: &Persona) -> Result<i64, StoreError> {
+    Ok(sqlx::query_scalar(
+        "WITH edited AS (
+             UPDATE self_persona SET name = $1, aliases = $2, character_sheet = $3, speaking_style = $4,
+                    version = version + 1, updated_at = now()
+             WHERE id = 1 RETURNING version)
+         INSERT INTO self_versions (what, version, body)
+         SELECT 'persona', version, jsonb_build_object('name', $1::text, 'aliases', $2::text[],
+                'character_sheet', $3::text, 'speaking_style', $4::text) FROM edited
+         RETURNING version",
+    )
+    .bind(&p.name)
+    .bind(&p.aliases)
+    .bind(&p.character_sheet)
+    .bind(&p.speaking_style)
+    .fetch_one(e)
+    .await?)
+}
+
+/// The one owner-settings write, on the pool or inside a transaction, with its version row.
+pub(crate) async fn write_owner_settings<'e>(e: impl sqlx::PgExecutor<'e>, s: &OwnerSettings) -> Result<i64, StoreError> {
+    Ok(sqlx::query_scalar(
+        "WITH edited AS (
+             UPDATE self_settings SET owner_id = $1, operators = $2, grants = $3, guilds = $4, channels = $5,
+                    trusted_dms = $6, sharing = $7, trusted_rooms = $8, version = version + 1, updated_at = now()
+             WHERE id = 1 RETURNING version)
+         INSERT INTO self_versions (what, version, body)
+         SELECT 'settings', version, jsonb_build_object('owner_id', $1::bigint, 'operators', $2::bigint[],
+                'grants', $3::bigint[], 'guilds', $4::bigint[], 'channels', $5::bigint[],
+                'trusted_dms', $6::bigint[], 'sharing', $7::text, 'trusted_rooms', $8::bigint[]) FROM edited
+         RETURNING version",
+    )
+    .bind(s.owner_id.map(|i| i as i64))
+    .bind(sql_ids(&s.operators))
+    .bind(sql_ids(&s.grants))
+    .bind(sql_ids(&s.guilds))
+    .bind(sql_ids(&s.channels))
+    .bind(sql_ids(&s.trusted_dms))
+    .bind(s.sharing.code())
+    .bind(sql_ids(&s.trusted_rooms))
+    .fetch_one(e)
+    .await?)
+}
+
+/// The one memory insert, on the pool or inside a transaction.
+pub(crate) async fn insert_memory<'e>(
+    e: impl sqlx::PgExecutor<'e>,
+    fact: &str,
+    status: MemoryStatus,
+    proposed_in: &str,
+) -> Result<i64, StoreError> {
+    Ok(sqlx::query_scalar(
+        "INSERT INTO self_memory (fact, status, proposed_in, decided_at)
+         VALUES ($1, $2, $3, CASE WHEN $2 = 'proposed' THEN NULL ELSE now() END) RETURNING id",
+    )
+    .bind(fact)
+    .bind(status.code())
+    .bind(proposed_in)
+    .fetch_one(e)
+    .await?)
+}
+
 impl Store {
     /// The persona row.
     pub async fn persona(&self) -> Result<Persona, StoreError> {
         let r = sqlx::query("SELECT name, aliases, character_sheet, speaking_style, version FROM self_persona WHERE id = 1")
             .fetch_one(&self.pool)
             .await?;
-        Ok(Persona {
-            name: r.try_get("name")?,
-            aliases: r.try_get("aliases")?,
-            character_sheet: r.try_get("character_sheet")?,
-            speaking_style: r.try_get("speaking_style")?,
-            version: r.try_get("version")?,
-        })
+        persona_from(&r)
     }
 
     /// Replaces the persona and bumps its version; returns the new version.
     pub async fn set_persona(&self, p: &Persona) -> Result<i64, StoreError> {
-        Ok(sqlx::query_scalar(
-            "WITH edited AS (
-                 UPDATE self_persona SET name = $1, aliases = $2, character_sheet = $3, speaking_style = $4,
-                        version = version + 1, updated_at = now()
-                 WHERE id = 1 RETURNING version)
-             INSERT INTO self_versions (what, version, body)
-             SELECT 'persona', version, jsonb_build_object('name', $1::text, 'aliases', $2::text[],
-                    'character_sheet', $3::text, 'speaking_style', $4::text) FROM edited
-             RETURNING version",
-        )
-        .bind(&p.name)
-        .bind(&p.aliases)
-        .bind(&p.character_sheet)
-        .bind(&p.speaking_style)
-        .fetch_one(&self.pool)
-        .await?)
+        write_persona(&self.pool, p).await
     }
 
     /// The owner settings row.
@@ -183,27 +244,7 @@ impl Store {
 
     /// Replaces the owner settings and bumps their version; returns the new version.
     pub async fn set_owner_settings(&self, s: &OwnerSettings) -> Result<i64, StoreError> {
-        Ok(sqlx::query_scalar(
-            "WITH edited AS (
-                 UPDATE self_settings SET owner_id = $1, operators = $2, grants = $3, guilds = $4, channels = $5,
-                        trusted_dms = $6, sharing = $7, trusted_rooms = $8, version = version + 1, updated_at = now()
-                 WHERE id = 1 RETURNING version)
-             INSERT INTO self_versions (what, version, body)
-             SELECT 'settings', version, jsonb_build_object('owner_id', $1::bigint, 'operators', $2::bigint[],
-                    'grants', $3::bigint[], 'guilds', $4::bigint[], 'channels', $5::bigint[],
-                    'trusted_dms', $6::bigint[], 'sharing', $7::text, 'trusted_rooms', $8::bigint[]) FROM edited
-             RETURNING version",
-        )
-        .bind(s.owner_id.map(|i| i as i64))
-        .bind(sql_ids(&s.operators))
-        .bind(sql_ids(&s.grants))
-        .bind(sql_ids(&s.guilds))
-        .bind(sql_ids(&s.channels))
-        .bind(sql_ids(&s.trusted_dms))
-        .bind(s.sharing.code())
-        .bind(sql_ids(&s.trusted_rooms))
-        .fetch_one(&self.pool)
-        .await?)
+        write_owner_settings(&self.pool, s).await
     }
 
     /// The newest `limit` stored versions of the persona (`what` = "persona") or the owner
@@ -224,15 +265,7 @@ impl Store {
 
     /// Adds a memory; `Proposed` ones stay out of prompts until approved.
     pub async fn add_memory(&self, fact: &str, status: MemoryStatus, proposed_in: &str) -> Result<i64, StoreError> {
-        Ok(sqlx::query_scalar(
-            "INSERT INTO self_memory (fact, status, proposed_in, decided_at)
-             VALUES ($1, $2, $3, CASE WHEN $2 = 'proposed' THEN NULL ELSE now() END) RETURNING id",
-        )
-        .bind(fact)
-        .bind(status.code())
-        .bind(proposed_in)
-        .fetch_one(&self.pool)
-        .await?)
+        insert_memory(&self.pool, fact, status, proposed_in).await
     }
 
     /// Moves a memory from `from` to `to` (approves or rejects a proposal, withdraws an

@@ -124,7 +124,7 @@ async fn model(settings: &Settings) -> Check {
             Check::fail(
                 "model",
                 "no model is configured (the rehearsal model only serves the sandbox)",
-                "set CLANKIE_MODEL_BASE_URL, CLANKIE_MODEL and CLANKIE_MODEL_API_KEY",
+                "set CLANKIE_MODEL_BASE_URL, CLANKIE_MODEL_NAME and CLANKIE_MODEL_API_KEY",
             )
         } else {
             Check::pass("model", "the rehearsal model (no CLANKIE_MODEL_BASE_URL; fine for the loopback Discord)")
@@ -154,9 +154,9 @@ async fn model(settings: &Settings) -> Check {
                 .unwrap_or_default();
             let fix = match status.as_u16() {
                 401 | 403 => "check CLANKIE_MODEL_API_KEY is a key of this provider",
-                404 => "check CLANKIE_MODEL names a model the provider serves (and CLANKIE_MODEL_BASE_URL ends in /v1)",
+                404 => "check CLANKIE_MODEL_NAME names a model the provider serves (and CLANKIE_MODEL_BASE_URL ends in /v1)",
                 429 => "the provider's quota or rate limit: check the account's billing",
-                _ => "check CLANKIE_MODEL_BASE_URL, CLANKIE_MODEL and CLANKIE_MODEL_API_KEY",
+                _ => "check CLANKIE_MODEL_BASE_URL, CLANKIE_MODEL_NAME and CLANKIE_MODEL_API_KEY",
             };
             Check::fail("model", format!("{} at {at} refused with {status}: {said}", settings.model_name), fix)
         }

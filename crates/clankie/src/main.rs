@@ -8,13 +8,17 @@ mod selfcmd;
 use std::io::Write;
 
 use anyhow::{Context, Result, bail};
-use clankie_settings::{SETTINGS, Settings, redact_url};
+use clankie_settings::{Settings, redact_url};
 use clap::{Parser, Subcommand};
 use futures::StreamExt;
 
 #[derive(Parser)]
 #[command(name = "clankie", version, about = "Operate a Clankie deployment")]
 struct Cli {
+    /// A config file (TOML, sections by area; see deploy/clankie.example.toml). The same as
+    /// CLANKIE_CONFIG; the environment overrides what it says.
+    #[arg(long, global = true, value_name = "FILE")]
+    config: Option<std::path::PathBuf>,
     #[command(subcommand)]
     command: Command,
 }
@@ -39,8 +43,15 @@ enum Command {
         #[command(subcommand)]
         action: StackAction,
     },
-    /// Print every setting with its default as a Markdown table.
-    Settings,
+    /// Print every setting as the README's Markdown table; with --effective, the values in effect and where each came from.
+    Settings {
+        /// Every value in effect (default, file or environment), secrets masked.
+        #[arg(long)]
+        effective: bool,
+        /// Only the settings this service reads: gateway, captain, voice-floor, media, console, run, cli, speech, tests, bench.
+        #[arg(long, value_name = "NAME", value_parser = service_name)]
+        service: Option<clankie_settings::Service>,
+    },
     /// Print the URL that invites the bot to a server, with the permissions it uses and why.
     Invite,
     /// Check everything a deployment needs (NATS, PostgreSQL, the token, Message Content, the
@@ -168,6 +179,12 @@ enum StackAction {
 
 fn main() -> Result<()> {
     let cli = Cli::parse();
+    if let Some(config) = &cli.config {
+        let config = std::path::absolute(config).with_context(|| format!("--config {}", config.display()))?;
+        // SAFETY: called from `main` before the runtime starts, while this is the only thread.
+        // Set for the services this process starts, too, so they read the same file.
+        unsafe { std::env::set_var("CLANKIE_CONFIG", config) };
+    }
     let trust = matches!(cli.command, Command::Run).then(trust_the_loopback_voice_server).flatten();
     tokio::runtime::Builder::new_multi_thread().enable_all().build().context("starting the async runtime")?.block_on(dispatch(cli, trust))
 }
@@ -230,13 +247,21 @@ async fn dispatch(cli: Cli, trust: Option<VoiceTrust>) -> Result<()> {
     }
     let settings = Settings::from_env().context("reading CLANKIE_* settings")?;
     clankie_http::init_tracing(&settings.log);
+    let service = if matches!(cli.command, Command::Run) { clankie_settings::Service::Run } else { clankie_settings::Service::Cli };
+    clankie_http::announce_settings(&settings, service);
     match cli.command {
         Command::Migrate => migrate(&settings).await,
         Command::Streams => streams(&settings).await,
         Command::Tap { subject, count } => tap(&settings, &subject, count).await,
         Command::Stack { action } => stack(&settings, action).await,
-        Command::Settings => {
-            print!("{}", settings_table());
+        Command::Settings { effective: false, service: None } => {
+            print!("{}", clankie_settings::catalogue::markdown());
+            Ok(())
+        }
+        Command::Settings { service, .. } => {
+            for e in settings.sources.effective(service) {
+                println!("{} = {} ({})", e.name, e.value, e.origin);
+            }
             Ok(())
         }
         Command::Run => run(&settings, trust).await,
@@ -529,10 +554,9 @@ fn describe(state: &clankie_stack::ProcessState) -> String {
     }
 }
 
-fn settings_table() -> String {
-    let mut table = String::from("| variable | default | meaning |\n|---|---|---|\n");
-    for s in SETTINGS {
-        table.push_str(&format!("| `{}` | `{}` | {} |\n", s.name, s.default, s.doc));
-    }
-    table
+fn service_name(name: &str) -> Result<clankie_settings::Service, String> {
+    clankie_settings::Service::by_name(name).ok_or_else(|| {
+        let names: Vec<&str> = clankie_settings::Service::ALL.iter().map(|s| s.name()).collect();
+        format!("expected one of {}", names.join(", "))
+    })
 }

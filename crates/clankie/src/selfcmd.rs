@@ -4,13 +4,8 @@
 
 use anyhow::{Context, Result, bail};
 use clankie_settings::{Settings, redact_url};
-use clankie_store::{MemoryStatus, Sharing, Store};
+use clankie_store::{MAX_FACT_CHARS, MAX_NAME_CHARS, MAX_PERSONA_CHARS, MemoryStatus, SelfFile, Sharing, Store};
 use clap::Subcommand;
-
-/// The longest character sheet or speaking style accepted.
-const MAX_PERSONA_CHARS: usize = 8000;
-/// The longest fact accepted (the same bound as the proposal tool's).
-const MAX_FACT_CHARS: usize = 300;
 
 #[derive(Subcommand)]
 pub enum SelfAction {
@@ -59,6 +54,13 @@ pub enum SelfAction {
         /// How far experiences travel: `guild` (the default) or `none`.
         #[arg(long)]
         sharing: Option<String>,
+    },
+    /// Apply a self file (see deploy/self.example.toml): only the fields it changed since it was
+    /// last applied are written, so an edit made since in the console stands until the file
+    /// changes that field. Prints the fields written.
+    Apply {
+        /// The TOML self file.
+        file: std::path::PathBuf,
     },
     /// List memory proposals waiting for a decision.
     Proposals,
@@ -115,7 +117,7 @@ pub async fn run(settings: &Settings, action: SelfAction) -> Result<()> {
         SelfAction::Persona { name, aliases, sheet, sheet_file, style } => {
             let mut p = store.persona().await?;
             if let Some(n) = name {
-                p.name = bounded("the name", n.trim().to_owned(), 80)?;
+                p.name = bounded("the name", n.trim().to_owned(), MAX_NAME_CHARS)?;
             }
             if let Some(a) = aliases {
                 p.aliases = a.split(',').map(|a| a.trim().to_owned()).filter(|a| !a.is_empty()).collect();
@@ -160,6 +162,25 @@ pub async fn run(settings: &Settings, action: SelfAction) -> Result<()> {
             }
             let version = store.set_owner_settings(&s).await?;
             println!("owner settings saved (version {version}); every lane's next turn uses them");
+            Ok(())
+        }
+        SelfAction::Apply { file } => {
+            let self_file = SelfFile::read(&file).with_context(|| format!("checking the self file {}", file.display()))?;
+            let report = store.apply_self_file(&self_file).await.with_context(|| format!("applying the self file {}", file.display()))?;
+            if report.is_empty() {
+                println!("nothing changed: every field the file gives is as it last applied it");
+            }
+            for field in &report.written {
+                println!("wrote {field}");
+            }
+            if report.memories_added > 0 {
+                println!("added {} approved memory fact(s)", report.memories_added);
+            }
+            for (what, version) in [("persona", report.persona_version), ("owner settings", report.settings_version)] {
+                if let Some(version) = version {
+                    println!("{what} saved (version {version}); every lane's next turn uses it");
+                }
+            }
             Ok(())
         }
         SelfAction::Proposals => {

@@ -16,6 +16,7 @@ mod real_model;
 mod replicas;
 mod retention;
 mod security;
+mod self_file;
 mod silence;
 mod text_update;
 mod warm;

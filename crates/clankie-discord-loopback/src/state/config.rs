@@ -246,9 +246,10 @@ pub struct DaveConfig {
 }
 
 impl DaveConfig {
-    /// DAVE as the `CLANKIE_LOOPBACK_DAVE` value says: on unless `off` (or `0`, `false`).
+    /// DAVE as the `CLANKIE_LOOPBACK_DAVE` value says: on unless `off` (or `false`, `no`, `0`,
+    /// the spellings every on/off setting takes).
     pub fn from_setting(value: Option<&str>) -> DaveConfig {
-        let on = !matches!(value, Some("off" | "0" | "false"));
+        let on = !value.is_some_and(|v| matches!(v.trim().to_ascii_lowercase().as_str(), "off" | "false" | "no" | "0"));
         DaveConfig { on, required_version: DAVE_VERSION }
     }
 }

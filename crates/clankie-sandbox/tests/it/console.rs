@@ -401,3 +401,18 @@ async fn erase_from_the_console_forgets_a_person_and_answers_what_it_removed() {
     let (code, _) = status(addr, "POST", "/api/people/not-a-number/forget", Some(&format!("Bearer {token}"))).await;
     assert_eq!(code, 400, "a bad id is refused");
 }
+
+#[tokio::test]
+async fn settings_the_console_shows_the_values_it_runs_with_and_where_each_came_from_the_token_masked() {
+    let rig = Rig::new().await;
+    let (addr, token) = rig.sandbox.console.clone();
+    let (code, text) = status(addr, "GET", "/api/config", Some(&format!("Bearer {token}"))).await;
+    assert_eq!(code, 200, "{text}");
+    let body = text.split("\r\n\r\n").nth(1).unwrap_or_default();
+    let rows: Vec<Value> = serde_json::from_str(body).expect("JSON rows");
+    let row = |name: &str| rows.iter().find(|r| r["name"] == name).unwrap_or_else(|| panic!("{name} missing: {body}")).clone();
+    assert_eq!(row("CLANKIE_DATABASE_URL")["origin"], "environment", "{body}");
+    assert_eq!(row("CLANKIE_SHUTDOWN_GRACE_MS")["origin"], "default", "{body}");
+    assert!(rows.iter().all(|r| r["name"] != "CLANKIE_DISCORD_TOKEN"), "the console shows a setting it never reads");
+    assert!(!body.contains(&token), "the console's token is shown");
+}

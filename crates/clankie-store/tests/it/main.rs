@@ -5,6 +5,7 @@ mod migrations;
 mod outbox;
 mod outcomes;
 mod retention;
+mod self_file;
 mod sessions;
 mod shared_self;
 

@@ -29,6 +29,7 @@ async fn migrations_apply_to_an_empty_database_and_rerun_as_a_no_op() {
             "outbox",
             "receipts",
             "self_experiences",
+            "self_file_applied",
             "self_memory",
             "self_persona",
             "self_settings",

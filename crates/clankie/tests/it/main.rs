@@ -13,6 +13,7 @@ mod operator;
 mod run_voice;
 mod secrets;
 mod self_cli;
+mod settings;
 mod slash;
 mod soak;
 mod tap;

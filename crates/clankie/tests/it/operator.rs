@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 /// Runs `clankie <which>` with only `env` of the `CLANKIE_*` settings (and nothing listening on
 /// the bus or the database, so one that gets past its checks stops there within seconds);
 /// returns whether it failed and what it printed.
-fn start(which: &str, env: &[(&str, &str)]) -> (bool, String) {
+pub(crate) fn start(which: &str, env: &[(&str, &str)]) -> (bool, String) {
     let dir = clankie_testkit::TestDir::new();
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_clankie"));
     cmd.arg(which);

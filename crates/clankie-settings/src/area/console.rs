@@ -1,0 +1,24 @@
+//! The operator console.
+use crate::catalogue::{Area, Kind, Service::*, Setting};
+
+/// The `[console]` section.
+pub(crate) const SETTINGS: &[Setting] = &[
+    Setting::new(
+        Area::Console,
+        "CLANKIE_CONSOLE_ADDR",
+        Kind::Addr,
+        "127.0.0.1:8790",
+        "Where the operator console listens (`clankie console`, and `clankie run`'s embedded one).",
+        &[Console, Run],
+    ),
+    Setting::new(
+        Area::Console,
+        "CLANKIE_CONSOLE_TOKEN",
+        Kind::Text,
+        "unset: clankie console refuses to start; clankie run makes one and prints the console's URL with it",
+        "The operator console's token: every route wants it as `Authorization: Bearer <token>` or `?token=`, and answers 401 without it.",
+        &[Console, Run, Cli],
+    )
+    .secret()
+    .must_set(),
+];

@@ -1,0 +1,159 @@
+//! Test and bench knobs; read from the environment only.
+use crate::catalogue::{Area, Kind, Service::*, Setting, Unit};
+
+/// The `[testing]` section.
+pub(crate) const SETTINGS: &[Setting] = &[
+    Setting::new(
+        Area::Testing,
+        "CLANKIE_FAULT",
+        Kind::List,
+        "unset",
+        "Fault points a test arms: a comma-separated list of point names where the process exits (tests only).",
+        &[Tests],
+    )
+    .env_only(),
+    Setting::new(
+        Area::Testing,
+        "CLANKIE_FAULT_HOLD",
+        Kind::List,
+        "unset",
+        "Fault points where the process waits: `point=ms`, comma-separated (tests only).",
+        &[Tests],
+    )
+    .env_only(),
+    Setting::new(
+        Area::Testing,
+        "CLANKIE_FAULT_PANIC",
+        Kind::List,
+        "unset",
+        "Fault points where the process panics (tests only).",
+        &[Tests],
+    )
+    .env_only(),
+    Setting::new(Area::Testing, "CLANKIE_FUZZ_CASES", Kind::Count, "10000", "Cases each `fuzz_` test tries.", &[Tests]).env_only(),
+    Setting::new(Area::Testing, "CLANKIE_CHAOS_ROUNDS", Kind::Count, "CI-sized", "Rounds of each chaos test (long mode: more).", &[Tests])
+        .env_only(),
+    Setting::new(
+        Area::Testing,
+        "CLANKIE_CHAOS_SEED",
+        Kind::Count,
+        "random, printed",
+        "The seed of the chaos tests' choices, to replay a failure.",
+        &[Tests],
+    )
+    .env_only(),
+    Setting::new(Area::Testing, "CLANKIE_BARRIER_ROUNDS", Kind::Count, "CI-sized", "Rounds of the bus's barrier test.", &[Tests])
+        .env_only(),
+    Setting::new(Area::Testing, "CLANKIE_ERASE_CASES", Kind::Count, "CI-sized", "Cases of the erase property test.", &[Tests]).env_only(),
+    Setting::new(Area::Testing, "CLANKIE_ERASE_SEED", Kind::Count, "random, printed", "The seed of the erase property test.", &[Tests])
+        .env_only(),
+    Setting::new(Area::Testing, "CLANKIE_LIMITER_ROUNDS", Kind::Count, "CI-sized", "Rounds of the REST limiter test.", &[Tests]).env_only(),
+    Setting::new(
+        Area::Testing,
+        "CLANKIE_REST_BUDGET_SECS",
+        Kind::Duration(Unit::Seconds),
+        "CI-sized",
+        "How long the REST budget test runs.",
+        &[Tests],
+    )
+    .env_only(),
+    Setting::new(
+        Area::Testing,
+        "CLANKIE_RETENTION_MESSAGES_PER_DAY",
+        Kind::Count,
+        "CI-sized",
+        "Messages a day the retention test seeds.",
+        &[Tests],
+    )
+    .env_only(),
+    Setting::new(Area::Testing, "CLANKIE_SOAK_SECS", Kind::Duration(Unit::Seconds), "CI-sized", "How long the soak test runs.", &[Tests])
+        .env_only(),
+    Setting::new(Area::Testing, "CLANKIE_VOICE_CLIPS", Kind::Count, "CI-sized", "Voice clips each voice test plays.", &[Tests]).env_only(),
+    Setting::new(
+        Area::Testing,
+        "CLANKIE_TEST_DATABASE_URL",
+        Kind::Url,
+        "CLANKIE_DATABASE_URL",
+        "The PostgreSQL the tests make their databases in.",
+        &[Tests],
+    )
+    .credentials()
+    .env_only(),
+    Setting::new(Area::Testing, "CLANKIE_TEST_VOICE_LOG", Kind::Flag, "unset", "Prints the voice tests' timelines.", &[Tests]).env_only(),
+    Setting::new(
+        Area::Testing,
+        "CLANKIE_UPDATE_SCREENSHOTS",
+        Kind::Flag,
+        "false",
+        "The console's screenshot test writes new references instead of comparing.",
+        &[Tests],
+    )
+    .env_only(),
+    Setting::new(
+        Area::Testing,
+        "CLANKIE_WITH_BROWSER",
+        Kind::Choice(&["auto", "on", "off"]),
+        "auto",
+        "Whether `deploy/local` installs Chromium for the `browse` tool and its tests.",
+        &[Tests],
+    )
+    .env_only(),
+    Setting::new(
+        Area::Testing,
+        "CLANKIE_WITH_MANIFEST_TOOLS",
+        Kind::Choice(&["auto", "on", "off"]),
+        "auto",
+        "Whether `deploy/local/test` installs the tools that validate the manifests.",
+        &[Tests],
+    )
+    .env_only(),
+    Setting::new(Area::Testing, "CLANKIE_BENCH_BARE", Kind::Flag, "false", "The bench runs without the embedded stack's extras.", &[Bench])
+        .env_only(),
+    Setting::new(
+        Area::Testing,
+        "CLANKIE_BENCH_GATEWAY_MESSAGES",
+        Kind::Count,
+        "bench-sized",
+        "Messages the gateway bench sends.",
+        &[Bench],
+    )
+    .env_only(),
+    Setting::new(
+        Area::Testing,
+        "CLANKIE_BENCH_INGEST_SECS",
+        Kind::Duration(Unit::Seconds),
+        "bench-sized",
+        "How long the ingest bench runs.",
+        &[Bench],
+    )
+    .env_only(),
+    Setting::new(
+        Area::Testing,
+        "CLANKIE_BENCH_MESSAGES_PER_DAY",
+        Kind::Count,
+        "bench-sized",
+        "Messages a day the retention bench assumes.",
+        &[Bench],
+    )
+    .env_only(),
+    Setting::new(
+        Area::Testing,
+        "CLANKIE_BENCH_MODEL",
+        Kind::Text,
+        "the rehearsal model",
+        "The model the economy bench replays against.",
+        &[Bench],
+    )
+    .env_only(),
+    Setting::new(
+        Area::Testing,
+        "CLANKIE_BENCH_REST_SECS",
+        Kind::Duration(Unit::Seconds),
+        "bench-sized",
+        "How long the REST bench runs.",
+        &[Bench],
+    )
+    .env_only(),
+    Setting::new(Area::Testing, "CLANKIE_BENCH_SHOW", Kind::Flag, "false", "The bench prints its request bodies' shapes.", &[Bench])
+        .env_only(),
+];
