@@ -1,5 +1,5 @@
 //! NATS JetStream: the servers, the streams, delivery.
-use crate::catalogue::{Area, Kind, Service::*, Setting, Unit};
+use crate::setting::{Area, Kind, Service::*, Setting, Unit};
 
 /// The `[bus]` section.
 pub(crate) const SETTINGS: &[Setting] = &[

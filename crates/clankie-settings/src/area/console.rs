@@ -1,5 +1,5 @@
 //! The operator console.
-use crate::catalogue::{Area, Kind, Service::*, Setting};
+use crate::setting::{Area, Kind, Service::*, Setting};
 
 /// The `[console]` section.
 pub(crate) const SETTINGS: &[Setting] = &[

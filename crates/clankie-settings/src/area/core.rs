@@ -1,5 +1,5 @@
 //! Where state lives, logging, the HTTP endpoint, the config file.
-use crate::catalogue::{Area, Kind, Service::*, Setting, Unit};
+use crate::setting::{Area, Kind, Service::*, Setting, Unit};
 
 /// The `[core]` section.
 pub(crate) const SETTINGS: &[Setting] = &[

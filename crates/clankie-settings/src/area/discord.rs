@@ -1,5 +1,5 @@
 //! The Discord token, the gateway, REST and the body in text rooms.
-use crate::catalogue::{Area, Kind, Service::*, Setting, Unit};
+use crate::setting::{Area, Kind, Service::*, Setting, Unit};
 
 /// The `[discord]` section.
 pub(crate) const SETTINGS: &[Setting] = &[

@@ -1,5 +1,5 @@
 //! Lanes and the shared self: leases, the outbox, exchanges, names, memory.
-use crate::catalogue::{Area, Kind, Service::*, Setting, Unit};
+use crate::setting::{Area, Kind, Service::*, Setting, Unit};
 
 /// The `[lanes]` section.
 pub(crate) const SETTINGS: &[Setting] = &[

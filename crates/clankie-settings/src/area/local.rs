@@ -1,5 +1,5 @@
 //! The embedded sandbox and the local stack (`clankie run`, `clankie stack`).
-use crate::catalogue::{Area, Kind, Service::*, Setting};
+use crate::setting::{Area, Kind, Service::*, Setting};
 
 /// The `[local]` section.
 pub(crate) const SETTINGS: &[Setting] = &[

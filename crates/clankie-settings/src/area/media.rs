@@ -1,5 +1,5 @@
 //! Attachments and artifacts.
-use crate::catalogue::{Area, Kind, Service::*, Setting, Unit};
+use crate::setting::{Area, Kind, Service::*, Setting, Unit};
 
 /// The `[media]` section.
 pub(crate) const SETTINGS: &[Setting] = &[

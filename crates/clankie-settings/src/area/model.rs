@@ -1,5 +1,5 @@
 //! The model provider, the stall watchdog and the offline rehearsal model.
-use crate::catalogue::{Area, Kind, Service::*, Setting, Unit};
+use crate::setting::{Area, Kind, Service::*, Setting, Unit};
 
 /// The `[model]` section.
 pub(crate) const SETTINGS: &[Setting] = &[

@@ -1,5 +1,5 @@
 //! Speech engines: transcription, synthesis, the turn detector, the local speech service.
-use crate::catalogue::{Area, Kind, Service::*, Setting, Unit};
+use crate::setting::{Area, Kind, Service::*, Setting, Unit};
 
 /// The `[speech]` section.
 pub(crate) const SETTINGS: &[Setting] = &[

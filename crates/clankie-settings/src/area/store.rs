@@ -1,5 +1,5 @@
 //! PostgreSQL and how long it keeps things.
-use crate::catalogue::{Area, Kind, Service::*, Setting, Unit};
+use crate::setting::{Area, Kind, Service::*, Setting, Unit};
 
 /// The `[store]` section.
 pub(crate) const SETTINGS: &[Setting] = &[

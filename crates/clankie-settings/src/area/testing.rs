@@ -1,5 +1,5 @@
 //! Test and bench knobs; read from the environment only.
-use crate::catalogue::{Area, Kind, Service::*, Setting, Unit};
+use crate::setting::{Area, Kind, Service::*, Setting, Unit};
 
 /// The `[testing]` section.
 pub(crate) const SETTINGS: &[Setting] = &[

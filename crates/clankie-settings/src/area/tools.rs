@@ -1,5 +1,5 @@
 //! The tools: browse, read_page, the outbound address guard.
-use crate::catalogue::{Area, Kind, Service::*, Setting, Unit};
+use crate::setting::{Area, Kind, Service::*, Setting, Unit};
 
 /// The `[tools]` section.
 pub(crate) const SETTINGS: &[Setting] = &[

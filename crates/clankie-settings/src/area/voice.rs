@@ -1,5 +1,5 @@
 //! The voice room: joining, listening, the floor.
-use crate::catalogue::{Area, Kind, Service::*, Setting, Unit};
+use crate::setting::{Area, Kind, Service::*, Setting, Unit};
 
 /// The `[voice]` section.
 pub(crate) const SETTINGS: &[Setting] = &[

@@ -1,0 +1,145 @@
+use super::*;
+use std::collections::HashMap;
+
+fn settings(vars: &[(&str, &str)]) -> Result<Settings, SettingsError> {
+    let env: HashMap<String, String> = vars.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+    Settings::from_lookup(|k| env.get(k).cloned())
+}
+
+#[test]
+fn a_nats_server_list_is_read_and_redacted_server_by_server() {
+    let list = "nats://tok1@n1:4222, nats://user:pw2@n2:4222,nats://n3:4222";
+    let s = settings(&[("CLANKIE_NATS_URL", list), ("CLANKIE_STREAM_REPLICAS", "3")]).unwrap();
+    assert_eq!(s.stream_replicas, 3);
+    let shown = redact_url(&s.nats_url);
+    assert!(!shown.contains("tok1") && !shown.contains("pw2"), "{shown}");
+    assert_eq!(shown, "nats://***@n1:4222,nats://user:***@n2:4222,nats://n3:4222");
+    assert!(settings(&[("CLANKIE_NATS_URL", "nats://n1:4222,n2:4222")]).is_err(), "every server needs a scheme");
+    assert!(settings(&[("CLANKIE_STREAM_REPLICAS", "7")]).is_err());
+}
+
+#[test]
+fn browse_settings_read_their_forms_and_refuse_others() {
+    let s = settings(&[]).unwrap();
+    assert_eq!((s.browse, s.browsers_max, s.browser_viewport), (BrowseMode::Auto, 2, (1280, 800)));
+    let s = settings(&[("CLANKIE_BROWSE", "off"), ("CLANKIE_BROWSER_VIEWPORT", "800x600")]).unwrap();
+    assert_eq!((s.browse, s.browser_viewport), (BrowseMode::Off, (800, 600)));
+    for (var, bad) in [
+        ("CLANKIE_BROWSE", "sometimes"),
+        ("CLANKIE_BROWSER_VIEWPORT", "800"),
+        ("CLANKIE_BROWSER_VIEWPORT", "10x10"),
+        ("CLANKIE_BROWSERS_MAX", "0"),
+        ("CLANKIE_CHROMIUM", "chromium"),
+    ] {
+        let err = settings(&[(var, bad)]).unwrap_err();
+        assert!(err.to_string().starts_with(var), "{var}={bad}: {err}");
+    }
+}
+
+#[test]
+fn attachment_root_defaults_under_state() {
+    let s = settings(&[("CLANKIE_STATE_DIR", "/srv/clankie")]).unwrap();
+    assert_eq!(attachment_root(&s), PathBuf::from("/srv/clankie/attachments"));
+}
+
+#[test]
+fn attachment_root_override_wins() {
+    let s = settings(&[("CLANKIE_STATE_DIR", "/srv/clankie"), ("CLANKIE_DISCORD_ATTACHMENT_ROOT", "/mnt/att")]).unwrap();
+    assert_eq!(attachment_root(&s), PathBuf::from("/mnt/att"));
+}
+
+#[test]
+fn empty_override_counts_as_unset() {
+    let s = settings(&[("CLANKIE_STATE_DIR", "/srv/c"), ("CLANKIE_DISCORD_ATTACHMENT_ROOT", " ")]).unwrap();
+    assert_eq!(attachment_root(&s), PathBuf::from("/srv/c/attachments"));
+}
+
+#[test]
+fn state_root_follows_xdg_then_home() {
+    let s = settings(&[("XDG_STATE_HOME", "/x"), ("HOME", "/h")]).unwrap();
+    assert_eq!(s.state_root, PathBuf::from("/x/clankie"));
+    let s = settings(&[("HOME", "/h")]).unwrap();
+    assert_eq!(s.state_root, PathBuf::from("/h/.local/state/clankie"));
+}
+
+#[test]
+fn relative_paths_are_refused() {
+    let err = settings(&[("CLANKIE_DISCORD_ATTACHMENT_ROOT", "att")]).unwrap_err();
+    assert!(err.to_string().contains("CLANKIE_DISCORD_ATTACHMENT_ROOT"), "{err}");
+}
+
+#[test]
+fn dedup_window_below_two_minutes_is_refused() {
+    assert!(settings(&[("CLANKIE_INGRESS_DEDUP_WINDOW_SECS", "30")]).is_err());
+    assert!(settings(&[("CLANKIE_INGRESS_DEDUP_WINDOW_SECS", "soon")]).is_err());
+    let s = settings(&[("CLANKIE_INGRESS_DEDUP_WINDOW_SECS", "300")]).unwrap();
+    assert_eq!(s.ingress_dedup_window, Duration::from_secs(300));
+}
+
+#[test]
+fn redact_hides_userinfo_in_any_scheme_and_secret_query_parameters() {
+    let cases = [
+        ("nats://s3cr3tT0ken@nats.internal:4222", "nats://***@nats.internal:4222"),
+        ("nats://user:hunter2@10.0.0.1:4222", "nats://user:***@10.0.0.1:4222"),
+        ("postgres://clankie:pw@db:5432/clankie?sslmode=require", "postgres://clankie:***@db:5432/clankie?sslmode=require"),
+        ("https://api.example.com/v1?api_key=abc123&model=x", "https://api.example.com/v1?api_key=***&model=x"),
+        ("https://h/p?password=x&Token=y&sig=z&page=2#top", "https://h/p?password=***&Token=***&sig=***&page=2#top"),
+        ("redis://:onlypass@cache:6379/0", "redis://***@cache:6379/0"),
+        ("https://plain.example.com/path", "https://plain.example.com/path"),
+    ];
+    for (url, want) in cases {
+        assert_eq!(redact_url(url), want, "{url}");
+    }
+    for secret in ["s3cr3tT0ken", "hunter2", "abc123", "onlypass"] {
+        assert!(cases.iter().all(|(u, _)| !redact_url(u).contains(secret)));
+    }
+}
+
+#[test]
+fn debug_never_shows_the_database_password() {
+    let s = settings(&[("CLANKIE_DATABASE_URL", "postgres://bot:hunter2@db:5432/clankie")]).unwrap();
+    let shown = format!("{s:?}");
+    assert!(!shown.contains("hunter2"), "{shown}");
+    assert!(shown.contains("postgres://bot:***@db:5432/clankie"), "{shown}");
+}
+
+#[test]
+fn the_model_key_never_shows_and_an_unset_endpoint_means_rehearsal() {
+    let s = settings(&[("CLANKIE_MODEL_API_KEY", "sk-secret-123")]).unwrap();
+    assert!(s.model_base_url.is_none());
+    assert!(!format!("{s:?}").contains("sk-secret-123"));
+    assert!(settings(&[("CLANKIE_MODEL_BASE_URL", "ftp://x")]).is_err());
+}
+
+#[test]
+fn stall_durations_compress_but_stay_consistent() {
+    let s = settings(&[("CLANKIE_STALL_SILENCE_MS", "400"), ("CLANKIE_STALL_TICK_MS", "50")]).unwrap();
+    assert_eq!((s.stall_silence, s.stall_tick), (Duration::from_millis(400), Duration::from_millis(50)));
+    assert!(settings(&[("CLANKIE_STALL_SILENCE_MS", "400"), ("CLANKIE_STALL_TICK_MS", "500")]).is_err());
+    let d = settings(&[]).unwrap();
+    assert_eq!((d.stall_silence, d.stall_tick), (Duration::from_secs(300), Duration::from_secs(5)));
+}
+
+#[test]
+fn the_model_response_timeout_stays_under_half_the_stall_bound() {
+    assert_eq!(settings(&[]).unwrap().model_response_timeout, Duration::from_secs(120));
+    let short = settings(&[("CLANKIE_STALL_SILENCE_MS", "8000")]).unwrap();
+    assert_eq!(short.model_response_timeout, Duration::from_secs(4));
+    let set = settings(&[("CLANKIE_MODEL_RESPONSE_TIMEOUT_MS", "2000"), ("CLANKIE_STALL_SILENCE_MS", "8000")]).unwrap();
+    assert_eq!(set.model_response_timeout, Duration::from_secs(2));
+    assert!(settings(&[("CLANKIE_MODEL_RESPONSE_TIMEOUT_MS", "soon")]).is_err());
+}
+
+#[test]
+fn the_discord_token_never_shows() {
+    let s = settings(&[("CLANKIE_DISCORD_TOKEN", "MTA-secret-token")]).unwrap();
+    assert!(!format!("{s:?}").contains("MTA-secret-token"));
+    assert!(settings(&[("CLANKIE_TYPING_INTERVAL_MS", "10000")]).is_err());
+    assert_eq!(settings(&[("CLANKIE_DISCORD_GUILDS", "1, 2")]).unwrap().discord_guilds, vec![1, 2]);
+}
+
+#[test]
+fn replica_id_must_be_a_plain_token() {
+    assert!(settings(&[("CLANKIE_REPLICA_ID", "a b")]).is_err());
+    assert_eq!(settings(&[("CLANKIE_REPLICA_ID", "captain-0")]).unwrap().replica_id, "captain-0");
+}
