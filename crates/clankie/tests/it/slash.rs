@@ -88,6 +88,26 @@ async fn slash_with_the_captain_down_the_deferral_is_within_3_s_and_an_error_is_
 
     captain.start_kill().unwrap();
     captain.wait().await.unwrap();
+    // Down from the moment NATS stops routing commands to it: until the server has read the
+    // killed connection's end (late on a loaded machine), a request still goes to its
+    // subscription and is lost, which is the 60 s answer wait's to bound, not this test's.
+    let probe = clankie_proto::v1::CommandRequest { interaction_id: "probe".into(), ..Default::default() };
+    let dropped = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let asked = cast
+            .bus
+            .request_within::<_, clankie_proto::v1::CommandReply>(
+                &clankie_proto::Subject::RpcCommand,
+                &probe,
+                Duration::from_millis(500),
+                Duration::ZERO,
+            )
+            .await;
+        if matches!(&asked, Err(clankie_bus::BusError::Request { detail, .. }) if detail.contains("no responders")) {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < dropped, "NATS still routes commands to the killed captain: {asked:?}");
+    }
     let asked = tokio::time::Instant::now();
     let down = answered(cast.discord.run_command(status()).unwrap().id, "the error edited in").await;
     println!(
