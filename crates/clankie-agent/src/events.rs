@@ -30,6 +30,8 @@ pub enum AgentEvent {
     TextDelta {
         chars: usize,
     },
+    /// The provider said it is still working and sent nothing else (a keep-alive event).
+    ProviderAlive,
     /// The silence gate decided this model call is writing words, not `[[stay-silent]]`.
     WordsComing,
     ToolStart {

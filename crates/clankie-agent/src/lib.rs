@@ -20,7 +20,10 @@ pub mod watchdog;
 
 pub use clock::{BootClock, Clock, SuspendableClock, SystemWallClock, WallClock};
 pub use events::{AgentEvent, EventSink};
-pub use provider::{DEFAULT_RESPONSE_TIMEOUT, Model, ModelError, OpenAiClient, OpenAiConfig, RehearsalModel, StreamBounds};
+pub use provider::{
+    AnthropicClient, AnthropicConfig, CacheTtl, DEFAULT_RESPONSE_TIMEOUT, Model, ModelError, OpenAiClient, OpenAiConfig, RehearsalModel,
+    StreamBounds,
+};
 pub use run::{Agent, AgentConfig, RetryPolicy, Run, RunReply, RunResult, RunStats, Steerer, complete, complete_streaming};
 pub use session::{COMPACTION_KIND, EntryBody, FORGOTTEN_ASKER_NOTE, Session, SessionEntry, UserMessage, WITHDRAWN_KIND};
 pub use silence::{SILENT_TOKEN, SilenceGate};
@@ -61,6 +64,20 @@ pub fn config_from_settings(settings: &Settings) -> AgentConfig {
 /// otherwise the offline rehearsal model.
 pub fn model_from_settings(settings: &Settings) -> Result<Model, ModelError> {
     match &settings.model_base_url {
+        Some(base_url) if settings.model_provider == clankie_settings::ModelProvider::Anthropic => {
+            Ok(Model::Anthropic(AnthropicClient::new(AnthropicConfig {
+                base_url: base_url.clone(),
+                model: settings.model_name.clone(),
+                api_key: settings.model_api_key.clone(),
+                response_timeout: settings.model_response_timeout,
+                max_tokens: settings.model_max_tokens,
+                cache_ttl: if settings.model_cache_ttl >= std::time::Duration::from_secs(3600) {
+                    CacheTtl::OneHour
+                } else {
+                    CacheTtl::FiveMinutes
+                },
+            })?))
+        }
         Some(base_url) => Ok(Model::OpenAi(OpenAiClient::new(OpenAiConfig {
             base_url: base_url.clone(),
             model: settings.model_name.clone(),

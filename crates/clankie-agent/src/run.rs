@@ -62,6 +62,8 @@ pub struct RunStats {
     pub output_tokens: u64,
     /// Of `input_tokens`, those the provider read from its prompt cache.
     pub cached_input_tokens: u64,
+    /// Of `input_tokens`, those written to the prompt cache (Anthropic bills them above the input price).
+    pub cache_write_input_tokens: u64,
     /// Of `output_tokens`, those the provider said were spent reasoning.
     pub reasoning_tokens: u64,
     /// Delivery ids of the steered messages that entered the session.
@@ -406,6 +408,7 @@ async fn call_with_retries(request: &ModelRequest, ctx: &RunCtx, stats: &mut Run
                 stats.input_tokens += turn.usage.input_tokens;
                 stats.output_tokens += turn.usage.output_tokens;
                 stats.cached_input_tokens += turn.usage.cached_input_tokens;
+                stats.cache_write_input_tokens += turn.usage.cache_write_input_tokens;
                 stats.reasoning_tokens += turn.usage.reasoning_tokens;
                 return Ok(turn);
             }
@@ -441,6 +444,7 @@ async fn call_once(request: &ModelRequest, ctx: &RunCtx, stats: &mut RunStats, g
                 }
             }
             StreamItem::ToolCallDelta { arguments, .. } => ctx.sink.emit(AgentEvent::TextDelta { chars: arguments.chars().count() }),
+            StreamItem::Alive => ctx.sink.emit(AgentEvent::ProviderAlive),
             StreamItem::Finish(_) | StreamItem::Usage(_) | StreamItem::Done => {}
         }
         acc.push(item)?;

@@ -11,6 +11,7 @@
 //! `POST /control/abandon` stops it listening while its open connections hang ([`StandIn::abandon`]).
 //! It also serves the OpenAI audio routes over the offline speech engines ([`audio`]).
 
+pub mod anthropic;
 pub mod audio;
 
 use std::net::SocketAddr;
@@ -140,6 +141,10 @@ pub struct RecordedRequest {
     /// and the leading messages that repeat, whole and in order, one of the recent requests.
     #[serde(default)]
     pub cached_estimate: u64,
+    /// Of `token_estimate`, what the request wrote to the prompt cache (Anthropic's
+    /// `cache_creation_input_tokens`; 0 on the OpenAI wire, whose cache writes itself).
+    #[serde(default)]
+    pub cache_write_estimate: u64,
     /// Whether it carried an `Authorization: Bearer` header (the key itself is not kept).
     #[serde(default)]
     pub bearer_token: bool,
@@ -192,6 +197,8 @@ pub struct Shared {
     pub audio: audio::AudioShared,
     /// The gates opened so far ([`Reply::Gated`]).
     gates: Arc<tokio::sync::watch::Sender<std::collections::BTreeSet<String>>>,
+    /// Anthropic's prompt cache, on its own clock.
+    pub prompt_cache: anthropic::PromptCache,
 }
 
 impl Shared {
@@ -255,6 +262,11 @@ impl StandIn {
         self.addr
     }
 
+    /// Anthropic's prompt cache: its clock and its minimum cacheable length.
+    pub fn prompt_cache(&self) -> &anthropic::PromptCache {
+        &self.shared.prompt_cache
+    }
+
     /// The audio routes: scripted failures, the transcription grammar, counts.
     pub fn audio(&self) -> &audio::AudioShared {
         &self.shared.audio
@@ -315,6 +327,8 @@ pub fn router(shared: Shared) -> Router {
     let audio = audio::routes(shared.audio.clone());
     Router::new()
         .route("/v1/chat/completions", post(completions))
+        .route("/v1/messages", post(anthropic::messages))
+        .route("/control/clock", post(anthropic::advance_clock))
         .route("/control/script", post(add_script))
         .route("/control/requests", get(list_requests).delete(clear_requests))
         .route("/control/abandon", post(abandon_route))
@@ -425,22 +439,15 @@ async fn completions(State(shared): State<Shared>, headers: HeaderMap, body: Byt
         .and_then(|v| v.to_str().ok())
         .is_some_and(|v| v.starts_with("Bearer ") && v.len() > "Bearer ".len());
     let at_ms = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0);
-    let request =
-        RecordedRequest { body, token_estimate: (chars / 4) as u64, cached_estimate: (cached_chars / 4) as u64, bearer_token, at_ms };
-    let abandoned = shared.abandoned.load(std::sync::atomic::Ordering::SeqCst);
-    let reply = if abandoned { Reply::Empty } else { shared.take(&request) };
-    shared.lock().requests.push(request.clone());
-    shared.arrived.notify_waiters();
-    if abandoned {
-        return std::future::pending().await;
-    }
-    let reply = match reply {
-        Reply::Gated { gate, then } => {
-            let _ = shared.gates.subscribe().wait_for(|open| open.contains(&gate)).await;
-            *then
-        }
-        reply => reply,
+    let request = RecordedRequest {
+        body,
+        token_estimate: (chars / 4) as u64,
+        cached_estimate: (cached_chars / 4) as u64,
+        cache_write_estimate: 0,
+        bearer_token,
+        at_ms,
     };
+    let Some(reply) = admit(&shared, &request).await else { return std::future::pending().await };
 
     match reply {
         Reply::RateLimited { retry_after_secs } => {
@@ -467,6 +474,29 @@ async fn completions(State(shared): State<Shared>, headers: HeaderMap, body: Byt
         }
         reply => stream_reply(reply, request.token_estimate, request.cached_estimate),
     }
+}
+
+/// Records `request` and takes its script, waiting out a gate; `None` when the stand-in was
+/// abandoned, and the request must never be answered.
+async fn admit(shared: &Shared, request: &RecordedRequest) -> Option<Reply> {
+    let abandoned = shared.abandoned.load(std::sync::atomic::Ordering::SeqCst);
+    let reply = if abandoned { Reply::Empty } else { shared.take(request) };
+    shared.lock().requests.push(request.clone());
+    shared.arrived.notify_waiters();
+    if abandoned {
+        return None;
+    }
+    Some(match reply {
+        Reply::Gated { gate, then } => {
+            let _ = shared.gates.subscribe().wait_for(|open| open.contains(&gate)).await;
+            *then
+        }
+        reply => reply,
+    })
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0)
 }
 
 fn chunk(delta: Value, finish: Option<&str>) -> Bytes {

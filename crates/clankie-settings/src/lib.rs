@@ -22,6 +22,15 @@ pub use allow::{AllowList, AllowListError};
 pub use catalogue::{Area, Kind, Service, Setting, Unit, catalogue};
 pub use source::{Effective, Origin, Sources, parse_flag};
 
+/// The wire the model endpoint speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ModelProvider {
+    /// OpenAI's Chat Completions, and every server that copies it.
+    OpenAi,
+    /// Anthropic's Messages API.
+    Anthropic,
+}
+
 /// Whether the `browse` tool runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum BrowseMode {
@@ -78,6 +87,12 @@ pub struct Settings {
     pub model_api_key: Option<String>,
     /// Retries of transient provider failures.
     pub model_max_retries: u32,
+    /// The wire the endpoint speaks.
+    pub model_provider: ModelProvider,
+    /// The most tokens one answer may take.
+    pub model_max_tokens: u32,
+    /// How long Anthropic keeps a cached prompt unread: 5 minutes or an hour.
+    pub model_cache_ttl: Duration,
     /// How long a sent model request may wait for its response head before it is retried on
     /// a new connection (a connection whose server is gone can stay open and silent).
     pub model_response_timeout: Duration,

@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use crate::catalogue::{self, Kind};
-use crate::{AllowList, BrowseMode, Settings, SettingsError, Sources, parse_flag, redact_url};
+use crate::{AllowList, BrowseMode, ModelProvider, Settings, SettingsError, Sources, parse_flag, redact_url};
 
 impl Settings {
     /// Reads the settings `sources` give; `lookup` answers the few names outside the
@@ -55,6 +55,29 @@ impl Settings {
         }
         let model_name = var("CLANKIE_MODEL_NAME").unwrap_or_else(|| "gpt-4o-mini".into());
         let model_api_key = var("CLANKIE_MODEL_API_KEY");
+        let model_provider = match var("CLANKIE_MODEL_PROVIDER").as_deref().map(|v| v.trim().to_ascii_lowercase()) {
+            Some(p) if p == "openai" => ModelProvider::OpenAi,
+            Some(p) if p == "anthropic" => ModelProvider::Anthropic,
+            Some(p) => {
+                return Err(SettingsError::Invalid {
+                    var: "CLANKIE_MODEL_PROVIDER",
+                    reason: format!("{:?} is not one of openai or anthropic", truncate(&p)),
+                });
+            }
+            None if model_base_url.as_deref().is_some_and(|u| u.contains("anthropic.com")) => ModelProvider::Anthropic,
+            None => ModelProvider::OpenAi,
+        };
+        let model_max_tokens = number(var("CLANKIE_MODEL_MAX_TOKENS"), "CLANKIE_MODEL_MAX_TOKENS", 4096, 16, 1_000_000)? as u32;
+        let model_cache_ttl = match var("CLANKIE_MODEL_CACHE_TTL").as_deref().map(str::trim) {
+            None | Some("5m") => Duration::from_secs(300),
+            Some("1h") => Duration::from_secs(3600),
+            Some(other) => {
+                return Err(SettingsError::Invalid {
+                    var: "CLANKIE_MODEL_CACHE_TTL",
+                    reason: format!("{:?} is not one of 5m or 1h (the two lifetimes Anthropic offers)", truncate(other)),
+                });
+            }
+        };
         let model_max_retries = number(var("CLANKIE_MODEL_MAX_RETRIES"), "CLANKIE_MODEL_MAX_RETRIES", 4, 0, 20)? as u32;
         let stall_silence =
             Duration::from_millis(number(var("CLANKIE_STALL_SILENCE_MS"), "CLANKIE_STALL_SILENCE_MS", 300_000, 10, u64::MAX)?);
@@ -329,6 +352,9 @@ impl Settings {
             model_base_url,
             model_name,
             model_api_key,
+            model_provider,
+            model_max_tokens,
+            model_cache_ttl,
             model_max_retries,
             model_response_timeout,
             stall_silence,

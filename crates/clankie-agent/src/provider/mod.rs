@@ -1,6 +1,7 @@
 //! Model providers: what a model request is, what comes back, and how
 //! failures are classified into transient (retried) and terminal (coded).
 
+mod anthropic;
 mod openai;
 mod rehearsal;
 
@@ -10,6 +11,7 @@ use clankie_proto::v1::FailureCode;
 use futures::stream::BoxStream;
 use serde::{Deserialize, Serialize};
 
+pub use anthropic::{AnthropicClient, AnthropicConfig, CacheTtl, MAX_BREAKPOINTS};
 pub use openai::{DEFAULT_RESPONSE_TIMEOUT, OpenAiClient, OpenAiConfig, install_tls_provider};
 pub use rehearsal::{REHEARSAL_LABEL, RehearsalModel};
 
@@ -91,6 +93,11 @@ pub struct Usage {
     /// Of `output_tokens`, those spent reasoning (`completion_tokens_details.reasoning_tokens`).
     #[serde(default)]
     pub reasoning_tokens: u64,
+    /// Of `input_tokens`, those written to the prompt cache at this call (Anthropic's
+    /// `cache_creation_input_tokens`, billed above the base price); 0 where the provider
+    /// caches on its own.
+    #[serde(default)]
+    pub cache_write_input_tokens: u64,
 }
 
 /// A piece of a streamed answer.
@@ -105,6 +112,8 @@ pub enum StreamItem {
     },
     Finish(String),
     Usage(Usage),
+    /// A sign of life that carries nothing (Anthropic's `ping`): it feeds the stall watchdog.
+    Alive,
     /// The provider said the stream is complete.
     Done,
 }
@@ -240,6 +249,7 @@ impl Accumulator {
                 self.turn.stop_reason = reason;
             }
             StreamItem::Usage(u) => self.turn.usage = u,
+            StreamItem::Alive => {}
             StreamItem::Done => self.done = true,
         }
         Ok(())
@@ -269,6 +279,8 @@ impl Accumulator {
 pub enum Model {
     /// An OpenAI-compatible chat-completions endpoint.
     OpenAi(OpenAiClient),
+    /// Anthropic's Messages API, with prompt-cache breakpoints where the prefix is stable.
+    Anthropic(AnthropicClient),
     /// The offline rehearsal model: deterministic, labelled, no network.
     Rehearsal(RehearsalModel),
 }
@@ -285,6 +297,7 @@ impl Model {
     ) -> Result<BoxStream<'static, Result<StreamItem, ModelError>>, ModelError> {
         match self {
             Model::OpenAi(client) => client.open(request, uploaded).await,
+            Model::Anthropic(client) => client.open(request, uploaded).await,
             Model::Rehearsal(model) => Ok(model.open(request)),
         }
     }

@@ -113,41 +113,14 @@ impl OpenAiClient {
         let url = format!("{}/chat/completions", self.config.base_url.trim_end_matches('/'));
         let body = serde_json::to_vec(&self.body(request))
             .map_err(|e| ModelError::Terminal { code: "request_unencodable", message: e.to_string() })?;
-        let length = body.len();
-        // The body goes in parts, each reported as the connection takes it, so the stall
-        // watchdog sees a many-megabyte upload move instead of one long silence.
-        let parts: Vec<Vec<u8>> = body.chunks(UPLOAD_PART).map(<[u8]>::to_vec).collect();
-        let last_part = std::sync::Arc::new(std::sync::Mutex::new(tokio::time::Instant::now()));
-        let taken = last_part.clone();
-        let parts = futures::stream::iter(parts).map(move |part| {
-            *taken.lock().unwrap_or_else(|p| p.into_inner()) = tokio::time::Instant::now();
-            uploaded(part.len());
-            Ok::<_, std::io::Error>(part)
-        });
-        let mut builder = self
-            .http
-            .post(url)
-            .header(reqwest::header::CONTENT_TYPE, "application/json")
-            .header(reqwest::header::CONTENT_LENGTH, length)
-            .body(reqwest::Body::wrap_stream(parts));
+        let mut builder = self.http.post(url);
         if let Some(key) = &self.config.api_key {
             builder = builder.bearer_auth(key);
         }
-        let response = answered_within(builder.send(), &last_part, self.config.response_timeout)
-            .await?
-            .map_err(|e| ModelError::Transient { code: "connect_failed", retry_after: None, message: e.to_string() })?;
-        let status = response.status();
-        if !status.is_success() {
-            let retry_after = response
-                .headers()
-                .get(reqwest::header::RETRY_AFTER)
-                .and_then(|v| v.to_str().ok())
-                .and_then(|v| v.trim().parse::<u64>().ok())
-                .map(Duration::from_secs);
-            let mut body = response.text().await.unwrap_or_default();
-            body.truncate(MAX_ERROR_BODY);
-            return Err(classify_status(status.as_u16(), retry_after, &body));
-        }
+        let response = match post_in_parts(builder, body, uploaded, self.config.response_timeout).await? {
+            Ok(response) => response,
+            Err(refused) => return Err(classify_status(refused.status, refused.retry_after, &refused.body)),
+        };
         let events = response.bytes_stream().eventsource();
         let items = events.flat_map(|event| {
             let items: Vec<Result<StreamItem, ModelError>> = match event {
@@ -159,6 +132,61 @@ impl OpenAiClient {
         });
         Ok(items.boxed())
     }
+}
+
+/// An HTTP error answer: its status, its `Retry-After` and (bounded) its body.
+pub(super) struct Refusal {
+    pub status: u16,
+    pub retry_after: Option<Duration>,
+    pub body: String,
+}
+
+/// Posts `body` as JSON in parts, each reported to `uploaded` as the connection takes it, so
+/// the stall watchdog sees a many-megabyte upload move instead of one long silence; the
+/// response head is waited for within `timeout` of the last part taken. A success is the
+/// response to stream; an error status comes back as a [`Refusal`] for the provider to classify.
+pub(super) async fn post_in_parts(
+    builder: reqwest::RequestBuilder,
+    body: Vec<u8>,
+    uploaded: super::Uploaded,
+    timeout: Duration,
+) -> Result<Result<reqwest::Response, Refusal>, ModelError> {
+    let length = body.len();
+    let parts: Vec<Vec<u8>> = body.chunks(UPLOAD_PART).map(<[u8]>::to_vec).collect();
+    let last_part = std::sync::Arc::new(std::sync::Mutex::new(tokio::time::Instant::now()));
+    let taken = last_part.clone();
+    let parts = futures::stream::iter(parts).map(move |part| {
+        *taken.lock().unwrap_or_else(|p| p.into_inner()) = tokio::time::Instant::now();
+        uploaded(part.len());
+        Ok::<_, std::io::Error>(part)
+    });
+    let builder = builder
+        .header(reqwest::header::CONTENT_TYPE, "application/json")
+        .header(reqwest::header::CONTENT_LENGTH, length)
+        .body(reqwest::Body::wrap_stream(parts));
+    let response = answered_within(builder.send(), &last_part, timeout).await?.map_err(|e| ModelError::Transient {
+        code: "connect_failed",
+        retry_after: None,
+        message: e.to_string(),
+    })?;
+    let status = response.status();
+    if status.is_success() {
+        return Ok(Ok(response));
+    }
+    let retry_after = response
+        .headers()
+        .get(reqwest::header::RETRY_AFTER)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .map(Duration::from_secs);
+    let mut body = response.text().await.unwrap_or_default();
+    // At a character's edge: a provider's message may be in any script.
+    let mut cut = body.len().min(MAX_ERROR_BODY);
+    while !body.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    body.truncate(cut);
+    Ok(Err(Refusal { status: status.as_u16(), retry_after, body }))
 }
 
 /// Waits for `send` while its body is still moving or its response head is due: past `timeout`
@@ -190,7 +218,7 @@ async fn answered_within<T>(
     }
 }
 
-fn error_fields(body: &str) -> (String, String, String) {
+pub(super) fn error_fields(body: &str) -> (String, String, String) {
     let v: Value = serde_json::from_str(body).unwrap_or(Value::Null);
     let e = &v["error"];
     let text = |k: &str| e[k].as_str().unwrap_or_default().to_owned();
@@ -256,6 +284,7 @@ fn parse_chunk(data: &str) -> Vec<Result<StreamItem, ModelError>> {
             output_tokens: usage["completion_tokens"].as_u64().unwrap_or(0),
             cached_input_tokens: usage["prompt_tokens_details"]["cached_tokens"].as_u64().unwrap_or(0),
             reasoning_tokens: usage["completion_tokens_details"]["reasoning_tokens"].as_u64().unwrap_or(0),
+            cache_write_input_tokens: 0,
         })));
     }
     items
@@ -296,7 +325,13 @@ mod tests {
         );
         assert_eq!(
             items,
-            vec![Ok(StreamItem::Usage(Usage { input_tokens: 60, output_tokens: 20, cached_input_tokens: 41, reasoning_tokens: 5 }))]
+            vec![Ok(StreamItem::Usage(Usage {
+                input_tokens: 60,
+                output_tokens: 20,
+                cached_input_tokens: 41,
+                reasoning_tokens: 5,
+                cache_write_input_tokens: 0
+            }))]
         );
     }
 }

@@ -1,6 +1,7 @@
 //! The agent runtime through the real HTTP client against the model stand-in,
 //! with sessions in real PostgreSQL and durations compressed.
 
+mod anthropic;
 mod failures;
 mod rehearsal;
 mod sessions;

@@ -1,0 +1,415 @@
+//! A thin streaming client for Anthropic's Messages API, with prompt-cache breakpoints.
+//!
+//! Anthropic caches only up to a block marked `cache_control`, and a byte changed before a
+//! breakpoint misses it. A lane's request is rendered tools → system → messages, and each of
+//! those is stable from turn to turn: the tools and the system prompt never change within a
+//! lane (what changes, presence and experiences, reaches the lane as messages), and the
+//! conversation only grows. So the breakpoints go at the end of the tools, the end of the
+//! system prompt and the end of the conversation: the next turn reads the whole of this one
+//! from the cache and writes only what it adds.
+
+use std::time::Duration;
+
+use eventsource_stream::Eventsource;
+use futures::StreamExt;
+use futures::stream::BoxStream;
+use serde_json::{Value, json};
+
+use super::openai::{classify_status, error_fields, post_in_parts};
+use super::{ChatMessage, ModelError, ModelRequest, StreamItem, Usage};
+
+/// The most `cache_control` blocks one request may carry; Anthropic refuses a fifth.
+pub const MAX_BREAKPOINTS: usize = 4;
+
+/// The API version this client speaks.
+const API_VERSION: &str = "2023-06-01";
+
+/// How long a cached prefix lives unread (each read refreshes it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum CacheTtl {
+    /// Anthropic's default; a write costs 1.25 times the input price.
+    #[default]
+    FiveMinutes,
+    /// For lanes quiet longer than five minutes between turns; a write costs twice the input price.
+    OneHour,
+}
+
+impl CacheTtl {
+    fn cache_control(self) -> Value {
+        match self {
+            CacheTtl::FiveMinutes => json!({ "type": "ephemeral" }),
+            CacheTtl::OneHour => json!({ "type": "ephemeral", "ttl": "1h" }),
+        }
+    }
+}
+
+/// Where and as whom to call Anthropic.
+#[derive(Clone)]
+pub struct AnthropicConfig {
+    /// Such as `https://api.anthropic.com/v1`; `/messages` is appended.
+    pub base_url: String,
+    pub model: String,
+    /// Sent as `x-api-key`; never logged.
+    pub api_key: Option<String>,
+    /// As [`super::OpenAiConfig::response_timeout`].
+    pub response_timeout: Duration,
+    /// The most tokens one answer may take (the API requires it).
+    pub max_tokens: u32,
+    pub cache_ttl: CacheTtl,
+}
+
+impl std::fmt::Debug for AnthropicConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AnthropicConfig")
+            .field("base_url", &self.base_url)
+            .field("model", &self.model)
+            .field("api_key", &self.api_key.as_ref().map(|_| "***"))
+            .field("max_tokens", &self.max_tokens)
+            .field("cache_ttl", &self.cache_ttl)
+            .finish()
+    }
+}
+
+/// The client; cheap to clone.
+#[derive(Clone, Debug)]
+pub struct AnthropicClient {
+    http: reqwest::Client,
+    config: AnthropicConfig,
+}
+
+impl AnthropicClient {
+    /// Builds a client. Connecting is bounded; a streaming answer is not, because the stall watchdog bounds silence.
+    pub fn new(config: AnthropicConfig) -> Result<AnthropicClient, ModelError> {
+        super::install_tls_provider();
+        let http = reqwest::Client::builder()
+            .connect_timeout(Duration::from_secs(10))
+            .build()
+            .map_err(|e| ModelError::Terminal { code: "client_build_failed", message: e.to_string() })?;
+        Ok(AnthropicClient { http, config })
+    }
+
+    /// The request body, breakpoints included.
+    pub fn body(&self, request: &ModelRequest) -> Value {
+        let mark = self.config.cache_ttl.cache_control();
+        let mut body = json!({
+            "model": self.config.model,
+            "max_tokens": self.config.max_tokens,
+            "stream": true,
+            "messages": messages(&request.messages),
+        });
+        if !request.tools.is_empty() {
+            let mut tools: Vec<Value> = request
+                .tools
+                .iter()
+                .map(|t| json!({ "name": t.name, "description": t.description, "input_schema": t.parameters }))
+                .collect();
+            if let Some(last) = tools.last_mut() {
+                last["cache_control"] = mark.clone();
+            }
+            body["tools"] = Value::Array(tools);
+        }
+        if !request.system.is_empty() {
+            body["system"] = json!([{ "type": "text", "text": request.system, "cache_control": mark.clone() }]);
+        }
+        if let Some(block) =
+            body["messages"].as_array_mut().and_then(|m| m.last_mut()).and_then(|m| m["content"].as_array_mut()).and_then(|c| c.last_mut())
+        {
+            block["cache_control"] = mark;
+        }
+        body
+    }
+
+    pub(crate) async fn open(
+        &self,
+        request: &ModelRequest,
+        uploaded: super::Uploaded,
+    ) -> Result<BoxStream<'static, Result<StreamItem, ModelError>>, ModelError> {
+        let url = format!("{}/messages", self.config.base_url.trim_end_matches('/'));
+        let body = serde_json::to_vec(&self.body(request))
+            .map_err(|e| ModelError::Terminal { code: "request_unencodable", message: e.to_string() })?;
+        let mut builder = self.http.post(url).header("anthropic-version", API_VERSION);
+        if let Some(key) = &self.config.api_key {
+            builder = builder.header("x-api-key", key);
+        }
+        let response = match post_in_parts(builder, body, uploaded, self.config.response_timeout).await? {
+            Ok(response) => response,
+            Err(refused) => return Err(classify(refused.status, refused.retry_after, &refused.body)),
+        };
+        let mut reader = Reader::default();
+        let items = response.bytes_stream().eventsource().flat_map(move |event| {
+            let items = match event {
+                Err(e) => vec![Err(ModelError::Transient { code: "stream_dropped", retry_after: None, message: e.to_string() })],
+                Ok(event) => reader.read(&event.event, &event.data),
+            };
+            futures::stream::iter(items)
+        });
+        Ok(items.boxed())
+    }
+}
+
+/// The conversation as Messages API turns: a user turn of text and pictures, an assistant turn
+/// of text and `tool_use` blocks, tool results as `tool_result` blocks of the next user turn.
+/// Turns of the same role are joined, as the API wants them alternating.
+fn messages(history: &[ChatMessage]) -> Vec<Value> {
+    let mut out: Vec<(&str, Vec<Value>)> = Vec::new();
+    for m in history {
+        let (role, blocks) = match m {
+            ChatMessage::User { text, images } => {
+                let mut blocks: Vec<Value> = images.iter().filter_map(|url| image_block(url)).collect();
+                if !text.is_empty() || blocks.is_empty() {
+                    blocks.push(json!({ "type": "text", "text": text }));
+                }
+                ("user", blocks)
+            }
+            ChatMessage::Assistant { text, tool_calls } => {
+                let mut blocks = Vec::new();
+                if !text.is_empty() {
+                    blocks.push(json!({ "type": "text", "text": text }));
+                }
+                for c in tool_calls {
+                    // Arguments are kept as the model streamed them; a call whose arguments were not
+                    // JSON was answered with a tool error, and goes back with an empty input.
+                    let input = serde_json::from_str::<Value>(&c.arguments).ok().filter(Value::is_object).unwrap_or_else(|| json!({}));
+                    blocks.push(json!({ "type": "tool_use", "id": c.id, "name": c.name, "input": input }));
+                }
+                if blocks.is_empty() {
+                    blocks.push(json!({ "type": "text", "text": "" }));
+                }
+                ("assistant", blocks)
+            }
+            ChatMessage::Tool { call_id, content, .. } => {
+                ("user", vec![json!({ "type": "tool_result", "tool_use_id": call_id, "content": content })])
+            }
+        };
+        match out.last_mut() {
+            Some((last, existing)) if *last == role => existing.extend(blocks),
+            _ => out.push((role, blocks)),
+        }
+    }
+    out.into_iter().map(|(role, content)| json!({ "role": role, "content": content })).collect()
+}
+
+/// A `data:` URL as an image block; anything else is left out (it never reaches a request).
+fn image_block(url: &str) -> Option<Value> {
+    let (head, data) = url.strip_prefix("data:")?.split_once(',')?;
+    let media_type = head.strip_suffix(";base64")?;
+    Some(json!({ "type": "image", "source": { "type": "base64", "media_type": media_type, "data": data } }))
+}
+
+/// Classifies an HTTP error answer the way the OpenAI client does, with Anthropic's own:
+/// 529 `overloaded_error` is retried, 413 `request_too_large` is said as such.
+pub(crate) fn classify(status: u16, retry_after: Option<Duration>, body: &str) -> ModelError {
+    let (_, _, message) = error_fields(body);
+    match status {
+        413 => ModelError::Terminal { code: "request_too_large", message },
+        _ => classify_status(status, retry_after, body),
+    }
+}
+
+/// Reads the Messages API's stream events into stream items, keeping what spans events:
+/// which content block is which tool call, and the input usage `message_start` reported.
+#[derive(Default)]
+struct Reader {
+    /// Content-block index → tool-call index, for `tool_use` blocks.
+    calls: std::collections::BTreeMap<u64, usize>,
+    usage: Usage,
+    stop_reason: Option<String>,
+}
+
+impl Reader {
+    fn read(&mut self, event: &str, data: &str) -> Vec<Result<StreamItem, ModelError>> {
+        let Ok(v) = serde_json::from_str::<Value>(data) else {
+            return vec![Err(ModelError::Terminal { code: "malformed_stream", message: "a stream event was not JSON".into() })];
+        };
+        let kind = if event.is_empty() || event == "message" { v["type"].as_str().unwrap_or_default() } else { event };
+        match kind {
+            "ping" => vec![Ok(StreamItem::Alive)],
+            "message_start" => {
+                let u = &v["message"]["usage"];
+                let read = u["cache_read_input_tokens"].as_u64().unwrap_or(0);
+                let written = u["cache_creation_input_tokens"].as_u64().unwrap_or(0);
+                // Anthropic's input_tokens are only those after the last cache breakpoint;
+                // ours count every input token, of which the cached are a part, as OpenAI's do.
+                self.usage.input_tokens = u["input_tokens"].as_u64().unwrap_or(0) + read + written;
+                self.usage.cached_input_tokens = read;
+                self.usage.cache_write_input_tokens = written;
+                self.usage.output_tokens = u["output_tokens"].as_u64().unwrap_or(0);
+                vec![Ok(StreamItem::Alive)]
+            }
+            "content_block_start" => {
+                let block = &v["content_block"];
+                match block["type"].as_str() {
+                    Some("tool_use") => {
+                        let index = self.calls.len();
+                        self.calls.insert(v["index"].as_u64().unwrap_or(0), index);
+                        vec![Ok(StreamItem::ToolCallDelta {
+                            index,
+                            id: block["id"].as_str().map(str::to_owned),
+                            name: block["name"].as_str().map(str::to_owned),
+                            arguments: String::new(),
+                        })]
+                    }
+                    Some("text") => match block["text"].as_str().filter(|t| !t.is_empty()) {
+                        Some(text) => vec![Ok(StreamItem::Text(text.to_owned()))],
+                        None => vec![Ok(StreamItem::Alive)],
+                    },
+                    _ => vec![Ok(StreamItem::Alive)],
+                }
+            }
+            "content_block_delta" => {
+                let delta = &v["delta"];
+                match delta["type"].as_str() {
+                    Some("text_delta") => vec![Ok(StreamItem::Text(delta["text"].as_str().unwrap_or_default().to_owned()))],
+                    Some("input_json_delta") => {
+                        let Some(&index) = self.calls.get(&v["index"].as_u64().unwrap_or(0)) else {
+                            return vec![Err(ModelError::Terminal {
+                                code: "malformed_stream",
+                                message: "tool input for a block that is no tool call".into(),
+                            })];
+                        };
+                        let arguments = delta["partial_json"].as_str().unwrap_or_default().to_owned();
+                        vec![Ok(StreamItem::ToolCallDelta { index, id: None, name: None, arguments })]
+                    }
+                    // Thinking and its signature are the model's own; they are alive, not words.
+                    _ => vec![Ok(StreamItem::Alive)],
+                }
+            }
+            "content_block_stop" => vec![Ok(StreamItem::Alive)],
+            "message_delta" => {
+                if let Some(out) = v["usage"]["output_tokens"].as_u64() {
+                    self.usage.output_tokens = out;
+                }
+                self.stop_reason = v["delta"]["stop_reason"].as_str().map(str::to_owned);
+                vec![Ok(StreamItem::Alive)]
+            }
+            "message_stop" => {
+                let reason = match self.stop_reason.take().as_deref() {
+                    Some("tool_use") => "tool_calls".to_owned(),
+                    Some("end_turn") | None => "stop".to_owned(),
+                    Some(other) => other.to_owned(),
+                };
+                vec![Ok(StreamItem::Finish(reason)), Ok(StreamItem::Usage(self.usage)), Ok(StreamItem::Done)]
+            }
+            "error" => {
+                let (kind, _, message) = error_fields(data);
+                let err = match kind.as_str() {
+                    "overloaded_error" | "api_error" => ModelError::Transient { code: "overloaded", retry_after: None, message },
+                    "rate_limit_error" => ModelError::Transient { code: "rate_limited", retry_after: None, message },
+                    _ => ModelError::Terminal { code: "stream_error", message },
+                };
+                vec![Err(err)]
+            }
+            _ => vec![Ok(StreamItem::Alive)],
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::provider::{ToolCall, ToolSpec};
+
+    fn client(ttl: CacheTtl) -> AnthropicClient {
+        AnthropicClient::new(AnthropicConfig {
+            base_url: "http://127.0.0.1:1/v1".into(),
+            model: "claude-test".into(),
+            api_key: None,
+            response_timeout: Duration::from_secs(1),
+            max_tokens: 1024,
+            cache_ttl: ttl,
+        })
+        .unwrap()
+    }
+
+    #[test]
+    fn anthropic_breakpoints_end_the_tools_the_system_prompt_and_the_conversation() {
+        let request = ModelRequest {
+            system: "You are Clankie.".into(),
+            messages: vec![
+                ChatMessage::user("hi"),
+                ChatMessage::Assistant {
+                    text: "let me look".into(),
+                    tool_calls: vec![ToolCall { id: "c1".into(), name: "read_page".into(), arguments: "{\"url\":\"x\"}".into() }],
+                },
+                ChatMessage::Tool { call_id: "c1".into(), name: "read_page".into(), content: "page".into() },
+                ChatMessage::User { text: "and this?".into(), images: vec!["data:image/png;base64,AAAA".into()] },
+            ],
+            tools: vec![
+                ToolSpec { name: "read_page".into(), description: "d".into(), parameters: json!({"type": "object"}) },
+                ToolSpec { name: "send_text_update".into(), description: "d".into(), parameters: json!({"type": "object"}) },
+            ],
+        };
+        let body = client(CacheTtl::OneHour).body(&request);
+        let marks = body.to_string().matches("\"cache_control\"").count();
+        assert_eq!(marks, 3, "{body}");
+        assert!(body["tools"][1]["cache_control"]["ttl"] == "1h" && body["tools"][0].get("cache_control").is_none());
+        assert_eq!(body["system"][0]["cache_control"]["type"], "ephemeral");
+        let turns = body["messages"].as_array().unwrap();
+        // The tool result and the next words are one user turn: roles alternate.
+        assert_eq!(turns.iter().map(|t| t["role"].as_str().unwrap()).collect::<Vec<_>>(), ["user", "assistant", "user"]);
+        assert_eq!(turns[1]["content"][1]["input"]["url"], "x");
+        let last = turns[2]["content"].as_array().unwrap();
+        assert_eq!(last[0]["type"], "tool_result");
+        assert_eq!(last[1]["source"]["media_type"], "image/png");
+        assert!(last[2]["cache_control"].is_object() && last[1].get("cache_control").is_none());
+    }
+
+    #[test]
+    fn anthropic_stream_events_become_text_tool_calls_usage_and_signs_of_life() {
+        let mut r = Reader::default();
+        let mut items = Vec::new();
+        for (event, data) in [
+            (
+                "message_start",
+                r#"{"type":"message_start","message":{"usage":{"input_tokens":10,"cache_creation_input_tokens":5,"cache_read_input_tokens":900,"output_tokens":1}}}"#,
+            ),
+            ("ping", r#"{"type":"ping"}"#),
+            ("content_block_start", r#"{"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}"#),
+            ("content_block_delta", r#"{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"hel"}}"#),
+            (
+                "content_block_start",
+                r#"{"type":"content_block_start","index":1,"content_block":{"type":"tool_use","id":"toolu_1","name":"read_page","input":{}}}"#,
+            ),
+            (
+                "content_block_delta",
+                r#"{"type":"content_block_delta","index":1,"delta":{"type":"input_json_delta","partial_json":"{\"url\":"}}"#,
+            ),
+            (
+                "content_block_delta",
+                r#"{"type":"content_block_delta","index":1,"delta":{"type":"input_json_delta","partial_json":"\"x\"}"}}"#,
+            ),
+            ("message_delta", r#"{"type":"message_delta","delta":{"stop_reason":"tool_use"},"usage":{"output_tokens":7}}"#),
+            ("message_stop", r#"{"type":"message_stop"}"#),
+        ] {
+            items.extend(r.read(event, data).into_iter().map(Result::unwrap));
+        }
+        assert!(items.contains(&StreamItem::Text("hel".into())));
+        assert!(items.contains(&StreamItem::ToolCallDelta {
+            index: 0,
+            id: Some("toolu_1".into()),
+            name: Some("read_page".into()),
+            arguments: String::new()
+        }));
+        assert!(items.contains(&StreamItem::Finish("tool_calls".into())));
+        let usage =
+            Usage { input_tokens: 915, output_tokens: 7, cached_input_tokens: 900, reasoning_tokens: 0, cache_write_input_tokens: 5 };
+        assert!(items.contains(&StreamItem::Usage(usage)), "{items:?}");
+        assert_eq!(items.iter().filter(|i| **i == StreamItem::Alive).count(), 4, "{items:?}");
+        let err = r.read("error", r#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#);
+        assert!(matches!(&err[0], Err(ModelError::Transient { code: "overloaded", .. })));
+    }
+
+    #[test]
+    fn anthropic_failures_are_classified() {
+        let body = |kind: &str| format!(r#"{{"type":"error","error":{{"type":"{kind}","message":"m"}}}}"#);
+        assert!(matches!(classify(529, None, &body("overloaded_error")), ModelError::Transient { code: "overloaded", .. }));
+        assert!(matches!(
+            classify(429, Some(Duration::from_secs(3)), &body("rate_limit_error")),
+            ModelError::Transient { code: "rate_limited", retry_after: Some(_), .. }
+        ));
+        assert!(matches!(classify(401, None, &body("authentication_error")), ModelError::Terminal { code: "unauthorized", .. }));
+        assert!(matches!(classify(413, None, &body("request_too_large")), ModelError::Terminal { code: "request_too_large", .. }));
+        assert!(matches!(classify(400, None, &body("invalid_request_error")), ModelError::Terminal { code: "rejected", .. }));
+        assert_eq!(classify(400, None, &body("invalid_request_error")).provider_message(), "m");
+    }
+}
