@@ -57,11 +57,55 @@ struct Economy {
     /// Over the lane's turns after its first: the share of input tokens the provider said it
     /// served from its prompt cache (zero from a provider that does not say).
     cached_share_after_first: f64,
+    /// Every request's input as Anthropic bills it (plain, cache writes, cache reads), and the
+    /// turns' output tokens: what [`Bill`] prices.
+    billed: Billed,
+}
+
+/// Tokens by the price each is billed at, over a whole replay.
+#[derive(Debug, Clone, Copy, Default)]
+struct Billed {
+    input: u64,
+    cache_write: u64,
+    cache_read: u64,
+    output: u64,
+    /// Per request, the share of its input read from the cache (the first request's too).
+    cached_share_per_request: f64,
+}
+
+/// A model's list prices, in US dollars per million tokens; the cache multipliers are
+/// Anthropic's (a 5-minute write 1.25x the input price, a read 0.1x).
+struct Bill {
+    model: String,
+    input: f64,
+    output: f64,
+}
+
+impl Bill {
+    /// The prices from `CLANKIE_BENCH_PRICE_*`, else Claude Sonnet 4.6's as Anthropic's pricing page listed them on 2026-12-03.
+    fn from_env() -> Bill {
+        let price = |name: &str, default: f64| std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default);
+        Bill {
+            model: std::env::var("CLANKIE_BENCH_PRICE_MODEL").unwrap_or_else(|_| "Claude Sonnet 4.6 (list prices of 2026-12-03)".into()),
+            input: price("CLANKIE_BENCH_PRICE_INPUT_USD_PER_MTOK", 3.0),
+            output: price("CLANKIE_BENCH_PRICE_OUTPUT_USD_PER_MTOK", 15.0),
+        }
+    }
+
+    /// Dollars per 1,000 messages for `billed` over `messages` messages.
+    fn per_1000_messages(&self, billed: &Billed, messages: usize) -> f64 {
+        let dollars = (billed.input as f64 * self.input
+            + billed.cache_write as f64 * self.input * 1.25
+            + billed.cache_read as f64 * self.input * 0.1
+            + billed.output as f64 * self.output)
+            / 1e6;
+        dollars * 1000.0 / messages.max(1) as f64
+    }
 }
 
 /// Replays the bursts against the sandbox's captain, and as many more replicas as `captains` asks;
 /// `model` is a real server's base URL to answer instead of the stand-in.
-async fn economy(one_shot: bool, captains: usize, model: Option<&str>) -> Result<Economy> {
+async fn economy(one_shot: bool, captains: usize, model: Option<&str>, anthropic: bool) -> Result<Economy> {
     let mode = if one_shot { "true" } else { "false" };
     // The typing hold can be set from the environment, to see what it is worth (0 turns it off).
     let hold = std::env::var("CLANKIE_TYPING_HOLD_MS").unwrap_or_else(|_| "8000".into());
@@ -71,6 +115,9 @@ async fn economy(one_shot: bool, captains: usize, model: Option<&str>) -> Result
         vec![("CLANKIE_CAPTAIN_ONE_SHOT", mode), ("CLANKIE_TYPING_HOLD_MS", &hold), ("CLANKIE_FLOOD_ADMISSIONS_PER_MINUTE", "0")];
     if let Some(url) = model {
         vars.push(("CLANKIE_MODEL_BASE_URL", url));
+    }
+    if anthropic {
+        vars.push(("CLANKIE_MODEL_PROVIDER", "anthropic"));
     }
     let rig = Rig::with(&vars).await;
     let mut extra = Vec::new();
@@ -215,7 +262,29 @@ async fn economy(one_shot: bool, captains: usize, model: Option<&str>) -> Result
             kept as f64 / total.max(1) as f64
         })
         .collect();
+    let (output,): (i64,) = sqlx::query_as("SELECT COALESCE(sum(output_tokens), 0)::bigint FROM turns")
+        .fetch_one(store.pool())
+        .await
+        .context("reading the turns' output tokens")?;
+    let billed = Billed {
+        input: requests.iter().map(|r| r.token_estimate - r.cached_estimate - r.cache_write_estimate).sum(),
+        cache_write: requests.iter().map(|r| r.cache_write_estimate).sum(),
+        cache_read: requests.iter().map(|r| r.cached_estimate).sum(),
+        output: output as u64,
+        cached_share_per_request: 0.0,
+    };
+    if anthropic {
+        let shares: Vec<String> =
+            requests.iter().map(|r| format!("{:.2}", r.cached_estimate as f64 / r.token_estimate.max(1) as f64)).collect();
+        eprintln!("economy ({}, Anthropic): cached share per request {}", if one_shot { "one-shot" } else { "durable" }, shares.join(" "));
+        let breakpoints: Vec<usize> = requests.iter().map(|r| r.body.to_string().matches("\"cache_control\"").count()).collect();
+        eprintln!("economy: breakpoints per request {breakpoints:?}");
+    }
     Ok(Economy {
+        billed: Billed {
+            cached_share_per_request: billed.cache_read as f64 / (billed.input + billed.cache_write + billed.cache_read).max(1) as f64,
+            ..billed
+        },
         prefix_reuse: shares.iter().sum::<f64>() / shares.len().max(1) as f64,
         prefix_whole: whole as f64 / shares.len().max(1) as f64,
         runs: turns as f64 / BURSTS as f64,
@@ -239,7 +308,7 @@ async fn economy_on_llama(oneshot_estimate: &Economy, durable_estimate: &Economy
     let mut measured = Vec::new();
     for one_shot in [true, false] {
         let before = server.metrics()?;
-        let economy = economy(one_shot, 1, Some(&server.base_url())).await?;
+        let economy = economy(one_shot, 1, Some(&server.base_url()), false).await?;
         let after = server.metrics()?;
         measured.push((economy, (after.prompt_seconds - before.prompt_seconds) / BURSTS as f64));
     }
@@ -973,9 +1042,9 @@ async fn run() -> Result<()> {
     }
     println!("nats_server: {}", nats_server_version().await?);
     if wanted("economy") {
-        let oneshot = economy(true, 1, None).await?;
-        let durable = economy(false, 1, None).await?;
-        let two = economy(false, 2, None).await?;
+        let oneshot = economy(true, 1, None, false).await?;
+        let durable = economy(false, 1, None, false).await?;
+        let two = economy(false, 2, None, false).await?;
         println!("runs_per_burst_oneshot: {:.2}", oneshot.runs);
         println!("runs_per_burst_durable: {:.2}", durable.runs);
         println!("model_calls_per_burst_oneshot: {:.2}", oneshot.calls);
@@ -997,6 +1066,25 @@ async fn run() -> Result<()> {
         if std::env::var("CLANKIE_BENCH_MODEL").is_ok_and(|m| m == "llama") {
             economy_on_llama(&oneshot, &durable).await?;
         }
+        // The bill on Claude: the same replay through the Anthropic client and its stand-in,
+        // whose cache keeps Anthropic's rules, priced at a named model's list prices.
+        let bill = Bill::from_env();
+        let oneshot = economy(true, 1, None, true).await?;
+        let durable = economy(false, 1, None, true).await?;
+        let messages = BURSTS * PER_BURST;
+        let (d, o) = (bill.per_1000_messages(&durable.billed, messages), bill.per_1000_messages(&oneshot.billed, messages));
+        println!(
+            "prices: {} at ${}/MTok input, ${}/MTok output, cache writes 1.25x, cache reads 0.1x",
+            bill.model, bill.input, bill.output
+        );
+        println!("tokens_billed_durable_anthropic: {:?}", durable.billed);
+        println!("tokens_billed_oneshot_anthropic: {:?}", oneshot.billed);
+        println!("cached_tokens_share_durable_anthropic: {:.3}", durable.billed.cached_share_per_request);
+        println!("cached_tokens_share_oneshot_anthropic: {:.3}", oneshot.billed.cached_share_per_request);
+        println!("usd_per_1000_messages_durable_anthropic: {d:.4}");
+        println!("usd_per_1000_messages_oneshot_anthropic: {o:.4}");
+        println!("usd_ratio_durable_over_oneshot_anthropic: {:.3}", d / o.max(f64::MIN_POSITIVE));
+        println!("duplicate_replies_durable_anthropic: {}", durable.duplicate_replies);
     }
     if wanted("ingress") {
         let (rate, p50, p99) = ingress().await?;

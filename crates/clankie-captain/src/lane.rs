@@ -443,6 +443,7 @@ impl Captain {
                 .with_count("input_tokens", end.input_tokens)
                 .with_count("output_tokens", end.output_tokens)
                 .with_count("cached_input_tokens", end.cached_input_tokens)
+                .with_count("cache_write_input_tokens", end.cache_write_input_tokens)
                 .with_count("reasoning_tokens", end.reasoning_tokens)
                 .with_count("steer_count", i64::from(end.steer_count))
                 .with_count("typing_hold_ms", held.as_millis() as i64)

@@ -52,6 +52,8 @@ pub struct TurnEnd {
     pub cached_input_tokens: i64,
     /// Of `output_tokens`, those the provider said were spent reasoning.
     pub reasoning_tokens: i64,
+    /// Of `input_tokens`, those written to the provider's prompt cache.
+    pub cache_write_input_tokens: i64,
     pub steer_count: i32,
     pub typing_lit: bool,
 }
@@ -511,7 +513,8 @@ pub(crate) async fn end_turn(tx: &mut Transaction<'_, Postgres>, lease: &Lease, 
     }
     let updated = sqlx::query(
         "UPDATE turns SET ended_at = now(), outcome = $3, failure_code = $4, model_calls = $5, input_tokens = $6,
-             output_tokens = $7, steer_count = $8, typing_lit = $9, cached_input_tokens = $10, reasoning_tokens = $11
+             output_tokens = $7, steer_count = $8, typing_lit = $9, cached_input_tokens = $10, reasoning_tokens = $11,
+             cache_write_input_tokens = $12
          WHERE turn_id = $1 AND lane = $2 AND ended_at IS NULL",
     )
     .bind(&end.turn_id)
@@ -525,6 +528,7 @@ pub(crate) async fn end_turn(tx: &mut Transaction<'_, Postgres>, lease: &Lease, 
     .bind(end.typing_lit)
     .bind(end.cached_input_tokens)
     .bind(end.reasoning_tokens)
+    .bind(end.cache_write_input_tokens)
     .execute(&mut **tx)
     .await?;
     if updated.rows_affected() != 1 {

@@ -39,6 +39,8 @@ pub struct HourFigures {
     pub input_tokens: i64,
     /// Of `input_tokens`, those the provider served from its prompt cache.
     pub cached_input_tokens: i64,
+    /// Of `input_tokens`, those written to the provider's prompt cache.
+    pub cache_write_input_tokens: i64,
 }
 
 /// A voice room's lease as it stands.
@@ -105,7 +107,7 @@ impl Store {
                  SELECT generate_series(date_trunc('hour', now()) - make_interval(hours => $1 - 1), date_trunc('hour', now()), interval '1 hour') AS h)
              SELECT (extract(epoch from h.h) * 1000)::bigint AS hour_ms,
                     (SELECT count(*) FROM turns t WHERE t.started_at >= h.h AND t.started_at < h.h + interval '1 hour') AS turns,
-                    t.tokens, t.input_tokens, t.cached_input_tokens,
+                    t.tokens, t.input_tokens, t.cached_input_tokens, t.cache_write_input_tokens,
                     (SELECT count(*) FILTER (WHERE d.outcome = 'replied') FROM deliveries d WHERE d.recorded_at >= h.h AND d.recorded_at < h.h + interval '1 hour') AS replied,
                     (SELECT count(*) FILTER (WHERE d.outcome = 'absorbed') FROM deliveries d WHERE d.recorded_at >= h.h AND d.recorded_at < h.h + interval '1 hour') AS absorbed,
                     (SELECT count(*) FILTER (WHERE d.outcome = 'silent') FROM deliveries d WHERE d.recorded_at >= h.h AND d.recorded_at < h.h + interval '1 hour') AS silent,
@@ -114,7 +116,8 @@ impl Store {
              CROSS JOIN LATERAL (
                  SELECT COALESCE(sum(t.input_tokens + t.output_tokens), 0)::bigint AS tokens,
                         COALESCE(sum(t.input_tokens), 0)::bigint AS input_tokens,
-                        COALESCE(sum(t.cached_input_tokens), 0)::bigint AS cached_input_tokens
+                        COALESCE(sum(t.cached_input_tokens), 0)::bigint AS cached_input_tokens,
+                        COALESCE(sum(t.cache_write_input_tokens), 0)::bigint AS cache_write_input_tokens
                  FROM turns t WHERE t.started_at >= h.h AND t.started_at < h.h + interval '1 hour') t
              ORDER BY h.h",
         )
@@ -133,6 +136,7 @@ impl Store {
                     tokens: r.try_get("tokens")?,
                     input_tokens: r.try_get("input_tokens")?,
                     cached_input_tokens: r.try_get("cached_input_tokens")?,
+                    cache_write_input_tokens: r.try_get("cache_write_input_tokens")?,
                 })
             })
             .collect()

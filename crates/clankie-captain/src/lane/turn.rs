@@ -541,6 +541,7 @@ impl Captain {
         metrics::counter!("clankie_captain_input_tokens_total").increment(result.stats.input_tokens);
         metrics::counter!("clankie_captain_output_tokens_total").increment(result.stats.output_tokens);
         metrics::counter!("clankie_captain_cached_input_tokens_total").increment(result.stats.cached_input_tokens);
+        metrics::counter!("clankie_captain_cache_write_input_tokens_total").increment(result.stats.cache_write_input_tokens);
         metrics::counter!("clankie_captain_reasoning_tokens_total").increment(result.stats.reasoning_tokens);
         if code == Some(v1::FailureCode::CaptainTurnStalled) {
             metrics::counter!("clankie_captain_stalls_total").increment(1);
@@ -574,6 +575,7 @@ impl Captain {
             output_tokens: result.stats.output_tokens as i64,
             cached_input_tokens: result.stats.cached_input_tokens as i64,
             reasoning_tokens: result.stats.reasoning_tokens as i64,
+            cache_write_input_tokens: result.stats.cache_write_input_tokens as i64,
             steer_count: result.stats.steered.len() as i32,
             typing_lit: presence.typing_lit,
         };

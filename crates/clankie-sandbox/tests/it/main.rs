@@ -2,6 +2,7 @@
 //! NATS → captain → gateway → loopback Discord, with real NATS, PostgreSQL and
 //! the model stand-in, durations compressed.
 
+mod anthropic;
 mod browse;
 mod browser;
 mod changes;

@@ -46,6 +46,7 @@ async fn a_writer_holding_an_older_epoch_cannot_change_lane_state() {
         input_tokens: 10,
         output_tokens: 2,
         cached_input_tokens: 0,
+        cache_write_input_tokens: 0,
         reasoning_tokens: 0,
         steer_count: 0,
         typing_lit: true,

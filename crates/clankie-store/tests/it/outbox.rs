@@ -22,6 +22,7 @@ fn end() -> TurnEnd {
         input_tokens: 1,
         output_tokens: 1,
         cached_input_tokens: 0,
+        cache_write_input_tokens: 0,
         reasoning_tokens: 0,
         steer_count: 0,
         typing_lit: false,

@@ -1,0 +1,72 @@
+//! `anthropic_` through the real captain: a durable lane on Claude's wire reads its prompt
+//! from the stand-in's cache, which keeps Anthropic's rules.
+
+use std::time::Duration;
+
+use clankie_model_standin::{Reply, Script};
+use clankie_store::{Persona, Store};
+use serde_json::Value;
+
+use super::{GENERAL, Rig};
+
+fn sheet(name: &str) -> String {
+    format!("{name} is a friendly robot who remembers the room, keeps answers short and never pretends to know what he does not. ")
+        .repeat(30)
+}
+
+#[tokio::test]
+async fn anthropic_a_durable_lanes_turns_read_their_prompt_from_the_cache_presence_changes_keep_it_and_a_persona_change_costs_one_turn() {
+    let rig = Rig::with(&[("CLANKIE_MODEL_PROVIDER", "anthropic")]).await;
+    let store = Store::connect(&rig.settings.database_url).await.unwrap();
+    store.set_persona(&Persona { character_sheet: sheet("Clankie"), ..Default::default() }).await.unwrap();
+    let bus = rig.bus().await;
+    let guild = rig.sandbox.discord.config().guild_id;
+    let voice = rig.sandbox.discord.config().channels.iter().find(|c| c.voice).map_or(300, |c| c.id);
+    let mut shares = vec![];
+    for turn in 0..6u64 {
+        if turn == 4 {
+            store.set_persona(&Persona { character_sheet: sheet("Clanky"), ..Default::default() }).await.unwrap();
+        }
+        // Between turns he comes and goes in voice: his presence changes, as the time does.
+        let session = clankie_proto::v1::VoiceSession {
+            guild_id: guild,
+            channel_id: (turn % 2 == 1).then_some(voice),
+            session_id: format!("anthropic-{turn}"),
+            updated_at_ms: clankie_bus::now_ms(),
+            live_until_ms: 0,
+        };
+        bus.publish(&clankie_proto::Subject::VoiceSession { guild }, &session, None).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        rig.standin.script(Script::any(Reply::text(format!("Answer {turn}: the lobby opens at eight."))));
+        let before = rig.standin.requests().len();
+        let said = rig.say(GENERAL, "ada", &format!("@Clankie question {turn}: is the lobby up?"));
+        rig.wait_outcomes(GENERAL, &[said]).await;
+        let requests = rig.standin.requests();
+        assert_eq!(requests.len(), before + 1, "one model call per turn");
+        let r = requests.last().unwrap();
+        assert!(r.body["system"][0]["cache_control"].is_object(), "the system prompt ends in a breakpoint");
+        let marks = r.body.to_string().matches("\"cache_control\"").count();
+        assert_eq!(marks, 3, "tools, system prompt, conversation");
+        shares.push(r.cached_estimate as f64 / r.token_estimate as f64);
+    }
+    println!("anthropic through the captain: cached share per turn {:?}", shares.iter().map(|s| format!("{s:.3}")).collect::<Vec<_>>());
+    for (turn, share) in shares.iter().enumerate().filter(|(t, _)| ![0, 4].contains(t)) {
+        assert!(*share >= 0.85, "turn {turn} read only {share:.3} from the cache: {shares:?}");
+    }
+    assert!(shares[4] < 0.85, "the persona changed the prefix: {shares:?}");
+    // The turn's receipt carries the reads and writes the provider reported.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    let receipts = loop {
+        let receipts: Vec<(Value,)> =
+            sqlx::query_as("SELECT counts FROM receipts WHERE kind = 'captain.turn' ORDER BY at").fetch_all(store.pool()).await.unwrap();
+        if receipts.len() >= 6 {
+            break receipts;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "{} turn receipts of 6 were stored", receipts.len());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let last = &receipts.last().expect("turn receipts").0;
+    let request = rig.standin.requests().pop().unwrap();
+    assert_eq!(last["cached_input_tokens"].as_u64(), Some(request.cached_estimate), "{last}");
+    assert_eq!(last["cache_write_input_tokens"].as_u64(), Some(request.cache_write_estimate), "{last}");
+}
