@@ -22,6 +22,10 @@ pub struct LaneView {
     pub last_at_ms: Option<i64>,
     /// Until when the owner made the room quiet (`/clankie quiet`), in Unix milliseconds; `None` when it speaks.
     pub quiet_until_ms: Option<i64>,
+    /// Input tokens over the lane's turns, and of them those read from the provider's prompt
+    /// cache: what its durable conversation saves.
+    pub input_tokens: i64,
+    pub cached_input_tokens: i64,
 }
 
 /// Figures for one hour.
@@ -65,11 +69,15 @@ macro_rules! lane_view_sql {
            (r.flags->>'cold')::boolean AS cold,
            t_end.outcome AS last_outcome,
            (extract(epoch from t_end.ended_at) * 1000)::bigint AS last_at_ms,
-           CASE WHEN l.quiet_until > now() THEN (extract(epoch from l.quiet_until) * 1000)::bigint END AS quiet_until_ms
+           CASE WHEN l.quiet_until > now() THEN (extract(epoch from l.quiet_until) * 1000)::bigint END AS quiet_until_ms,
+           tok.input_tokens, tok.cached_input_tokens
     FROM lanes l
     LEFT JOIN LATERAL (SELECT ids, flags FROM receipts WHERE kind = 'captain.run' AND lane = l.lane ORDER BY at DESC, id DESC LIMIT 1) r ON true
     LEFT JOIN LATERAL (SELECT turn_id FROM turns WHERE lane = l.lane AND epoch = l.epoch AND ended_at IS NULL LIMIT 1) t_open ON true
-    LEFT JOIN LATERAL (SELECT outcome, ended_at FROM turns WHERE lane = l.lane AND ended_at IS NOT NULL ORDER BY ended_at DESC LIMIT 1) t_end ON true ", $tail)
+    LEFT JOIN LATERAL (SELECT outcome, ended_at FROM turns WHERE lane = l.lane AND ended_at IS NOT NULL ORDER BY ended_at DESC LIMIT 1) t_end ON true
+    LEFT JOIN LATERAL (SELECT COALESCE(sum(input_tokens), 0)::bigint AS input_tokens,
+                              COALESCE(sum(cached_input_tokens), 0)::bigint AS cached_input_tokens
+                       FROM turns WHERE lane = l.lane) tok ON true ", $tail)
     };
 }
 
@@ -83,6 +91,8 @@ fn lane_view(r: &sqlx::postgres::PgRow) -> Result<LaneView, StoreError> {
         last_outcome: r.try_get("last_outcome")?,
         last_at_ms: r.try_get("last_at_ms")?,
         quiet_until_ms: r.try_get("quiet_until_ms")?,
+        input_tokens: r.try_get("input_tokens")?,
+        cached_input_tokens: r.try_get("cached_input_tokens")?,
     })
 }
 
