@@ -5,6 +5,7 @@
 //! request/reply; `Rig::serve_history` answers those requests the way the
 //! gateway's history responder does, with the room's messages so far.
 
+mod anthropic;
 mod burst;
 mod changes;
 mod failures;

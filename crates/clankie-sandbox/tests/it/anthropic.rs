@@ -76,3 +76,30 @@ async fn anthropic_a_durable_lanes_turns_read_their_prompt_from_the_cache_presen
     assert_eq!(view.cached_input_tokens as u64, requests.iter().map(|r| r.cached_estimate).sum::<u64>());
     assert_eq!(view.input_tokens as u64, requests.iter().map(|r| r.token_estimate).sum::<u64>());
 }
+
+#[tokio::test]
+async fn anthropic_a_picture_reaches_claude_as_an_image_block_through_the_captain() {
+    let rig = Rig::with(&[("CLANKIE_MODEL_PROVIDER", "anthropic")]).await;
+    rig.standin.script(Script::any(Reply::text("That's the lobby map.")));
+    let asked = rig.sandbox.discord.user_message(clankie_discord_loopback::NewMessage {
+        channel_id: GENERAL,
+        author: "ada".into(),
+        content: "@Clankie what is this?".into(),
+        attachments: vec![clankie_discord_loopback::NewAttachment {
+            filename: "map.png".into(),
+            content_type: "image/png".into(),
+            text: Some("pixels".into()),
+            ..Default::default()
+        }],
+        ..Default::default()
+    });
+    rig.wait_outcomes(GENERAL, &[asked]).await;
+    let request = &rig.standin.requests()[0];
+    let images: Vec<&Value> =
+        request.messages().iter().filter_map(|m| m["content"].as_array()).flatten().filter(|b| b["type"] == "image").collect();
+    assert_eq!(images.len(), 1, "the picture reached Claude as an image block");
+    assert_eq!(images[0]["source"]["type"], "base64");
+    assert_eq!(images[0]["source"]["media_type"], "image/png");
+    assert_eq!(images[0]["source"]["data"], "cGl4ZWxz", "the block carries the stored bytes");
+    assert!(rig.sandbox.discord.posts(GENERAL).iter().any(|p| p.content == "That's the lobby map."));
+}
