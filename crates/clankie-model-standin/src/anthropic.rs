@@ -14,14 +14,13 @@ use std::hash::{Hash, Hasher};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use axum::body::Body;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use serde_json::{Value, json};
 
-use crate::{RecordedRequest, Reply, Shared, admit, now_ms, pieces, tokio_stream_from};
+use crate::{RecordedRequest, Reply, Shared, admit, now_ms, pieces, sse_response};
 
 /// How many block edges back from a breakpoint the cache looks for a prefix it holds.
 pub const LOOKBACK_BLOCKS: usize = 20;
@@ -395,11 +394,7 @@ fn stream(reply: Reply, model: String, used: CacheUse) -> Response {
         send(event("message_delta", delta)).await;
         send(event("message_stop", json!({ "type": "message_stop" }))).await;
     });
-    Response::builder()
-        .header(header::CONTENT_TYPE, "text/event-stream")
-        .header(header::CACHE_CONTROL, "no-cache")
-        .body(Body::from_stream(tokio_stream_from(rx)))
-        .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response())
+    sse_response(rx)
 }
 
 #[cfg(test)]

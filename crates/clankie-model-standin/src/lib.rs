@@ -599,11 +599,15 @@ fn stream_reply(reply: Reply, prompt_tokens: u64, cached_tokens: u64) -> Respons
         send(Bytes::from(format!("data: {usage}\n\n"))).await;
         send(Bytes::from_static(b"data: [DONE]\n\n")).await;
     });
-    let body = Body::from_stream(tokio_stream_from(rx));
+    sse_response(rx)
+}
+
+/// A server-sent-events answer whose body is what `rx` yields.
+fn sse_response(rx: tokio::sync::mpsc::Receiver<std::io::Result<Bytes>>) -> Response {
     Response::builder()
         .header(header::CONTENT_TYPE, "text/event-stream")
         .header(header::CACHE_CONTROL, "no-cache")
-        .body(body)
+        .body(Body::from_stream(tokio_stream_from(rx)))
         .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response())
 }
 

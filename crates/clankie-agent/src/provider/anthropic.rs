@@ -15,7 +15,7 @@ use futures::StreamExt;
 use futures::stream::BoxStream;
 use serde_json::{Value, json};
 
-use super::openai::{classify_status, error_fields, post_in_parts};
+use super::openai::{classify_status, encode, error_fields, http_client, post_in_parts};
 use super::{ChatMessage, ModelError, ModelRequest, StreamItem, Usage};
 
 /// The most `cache_control` blocks one request may carry; Anthropic refuses a fifth.
@@ -80,12 +80,7 @@ pub struct AnthropicClient {
 impl AnthropicClient {
     /// Builds a client. Connecting is bounded; a streaming answer is not, because the stall watchdog bounds silence.
     pub fn new(config: AnthropicConfig) -> Result<AnthropicClient, ModelError> {
-        super::install_tls_provider();
-        let http = reqwest::Client::builder()
-            .connect_timeout(Duration::from_secs(10))
-            .build()
-            .map_err(|e| ModelError::Terminal { code: "client_build_failed", message: e.to_string() })?;
-        Ok(AnthropicClient { http, config })
+        Ok(AnthropicClient { http: http_client()?, config })
     }
 
     /// The request body, breakpoints included.
@@ -125,8 +120,7 @@ impl AnthropicClient {
         uploaded: super::Uploaded,
     ) -> Result<BoxStream<'static, Result<StreamItem, ModelError>>, ModelError> {
         let url = format!("{}/messages", self.config.base_url.trim_end_matches('/'));
-        let body = serde_json::to_vec(&self.body(request))
-            .map_err(|e| ModelError::Terminal { code: "request_unencodable", message: e.to_string() })?;
+        let body = encode(&self.body(request))?;
         let mut builder = self.http.post(url).header("anthropic-version", API_VERSION);
         if let Some(key) = &self.config.api_key {
             builder = builder.header("x-api-key", key);

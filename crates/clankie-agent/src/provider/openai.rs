@@ -60,12 +60,7 @@ pub fn install_tls_provider() {
 impl OpenAiClient {
     /// Builds a client. Connecting is bounded; a streaming answer is not, because the stall watchdog bounds silence.
     pub fn new(config: OpenAiConfig) -> Result<OpenAiClient, ModelError> {
-        install_tls_provider();
-        let http = reqwest::Client::builder()
-            .connect_timeout(Duration::from_secs(10))
-            .build()
-            .map_err(|e| ModelError::Terminal { code: "client_build_failed", message: e.to_string() })?;
-        Ok(OpenAiClient { http, config })
+        Ok(OpenAiClient { http: http_client()?, config })
     }
 
     fn body(&self, request: &ModelRequest) -> Value {
@@ -111,8 +106,7 @@ impl OpenAiClient {
         uploaded: super::Uploaded,
     ) -> Result<BoxStream<'static, Result<StreamItem, ModelError>>, ModelError> {
         let url = format!("{}/chat/completions", self.config.base_url.trim_end_matches('/'));
-        let body = serde_json::to_vec(&self.body(request))
-            .map_err(|e| ModelError::Terminal { code: "request_unencodable", message: e.to_string() })?;
+        let body = encode(&self.body(request))?;
         let mut builder = self.http.post(url);
         if let Some(key) = &self.config.api_key {
             builder = builder.bearer_auth(key);
@@ -132,6 +126,21 @@ impl OpenAiClient {
         });
         Ok(items.boxed())
     }
+}
+
+/// A provider's HTTP client: connecting is bounded; a streaming answer is not, because the
+/// stall watchdog bounds silence.
+pub(super) fn http_client() -> Result<reqwest::Client, ModelError> {
+    install_tls_provider();
+    reqwest::Client::builder()
+        .connect_timeout(Duration::from_secs(10))
+        .build()
+        .map_err(|e| ModelError::Terminal { code: "client_build_failed", message: e.to_string() })
+}
+
+/// A request body as the bytes that go out.
+pub(super) fn encode(body: &Value) -> Result<Vec<u8>, ModelError> {
+    serde_json::to_vec(body).map_err(|e| ModelError::Terminal { code: "request_unencodable", message: e.to_string() })
 }
 
 /// An HTTP error answer: its status, its `Retry-After` and (bounded) its body.
