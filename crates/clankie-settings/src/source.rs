@@ -156,7 +156,10 @@ impl Sources {
                 let value = match self.values.get(s.name) {
                     None => s.default.to_owned(),
                     Some(_) if s.secret => "(set, hidden)".to_owned(),
-                    Some((v, _)) if s.credentials => v.split(',').map(crate::redact_url).collect::<Vec<_>>().join(","),
+                    // Any URL may carry a token in its user-info or query, whether or not it is meant to.
+                    Some((v, _)) if s.credentials || s.kind == crate::Kind::Url => {
+                        v.split(',').map(crate::redact_url).collect::<Vec<_>>().join(",")
+                    }
                     Some((v, _)) => v.clone(),
                 };
                 Effective { name: s.name, value, origin: self.origin(s.name) }

@@ -143,3 +143,18 @@ fn replica_id_must_be_a_plain_token() {
     assert!(settings(&[("CLANKIE_REPLICA_ID", "a b")]).is_err());
     assert_eq!(settings(&[("CLANKIE_REPLICA_ID", "captain-0")]).unwrap().replica_id, "captain-0");
 }
+
+#[test]
+fn settings_effective_never_shows_a_secret_or_a_password_in_any_url() {
+    let env = [
+        ("CLANKIE_MODEL_API_KEY", "sk-canary-key"),
+        ("CLANKIE_STT_BASE_URL", "https://me:canary-pass@speech.example/v1?token=canary-token"),
+        ("CLANKIE_DATABASE_URL", "postgres://clankie:canary-db@db/clankie"),
+    ];
+    let sources = Sources::gather(env.iter().map(|(k, v)| (k.to_string(), v.to_string()))).unwrap();
+    let shown = format!("{:?}", sources.effective(None));
+    for canary in ["sk-canary-key", "canary-pass", "canary-token", "canary-db"] {
+        assert!(!shown.contains(canary), "{canary} shown");
+    }
+    assert!(shown.contains("speech.example"), "the rest of the URL is shown");
+}
