@@ -66,7 +66,8 @@ impl PromptCache {
 
     /// Moves the cache's clock forward: entries past their TTL are gone.
     pub fn advance(&self, by: Duration) {
-        self.lock().advanced += by;
+        let mut cache = self.lock();
+        cache.advanced = cache.advanced.saturating_add(by);
     }
 
     /// Sets the shortest prefix, in tokens, that is cached.
@@ -77,7 +78,7 @@ impl PromptCache {
 
 impl Cache {
     fn now(&self) -> Duration {
-        self.started.elapsed() + self.advanced
+        self.started.elapsed().saturating_add(self.advanced)
     }
 }
 
@@ -110,6 +111,9 @@ fn blocks(body: &Value) -> Result<Vec<Block>, String> {
                 Some(other) => return Err(format!("cache_control.ttl: Input should be '5m' or '1h', not '{other}'")),
             },
         };
+        if block["type"] == "text" && block["text"].as_str().is_none_or(|t| t.trim().is_empty()) {
+            return Err(format!("{section}: text content blocks must be non-empty"));
+        }
         let mut bare = block.clone();
         if let Some(o) = bare.as_object_mut() {
             o.remove("cache_control");
@@ -149,6 +153,23 @@ fn blocks(body: &Value) -> Result<Vec<Block>, String> {
 /// Applies one request to the cache: reads the furthest prefix it holds within reach of a
 /// breakpoint, writes up to the last breakpoint, and says what was read, written and left.
 pub fn use_cache(cache: &PromptCache, body: &Value) -> Result<CacheUse, String> {
+    let (used, writes) = plan(cache, body)?;
+    cache.commit(writes);
+    Ok(used)
+}
+
+/// The prefixes a served request leaves in the cache, each with when it expires.
+pub struct Writes(Vec<(u64, Duration)>);
+
+impl PromptCache {
+    /// Stores what a request served wrote and refreshed; a refused one leaves the cache as it was.
+    pub fn commit(&self, writes: Writes) {
+        self.lock().entries.extend(writes.0);
+    }
+}
+
+/// What `body` would read and write, without touching the cache.
+fn plan(cache: &PromptCache, body: &Value) -> Result<(CacheUse, Writes), String> {
     let blocks = blocks(body)?;
     let breakpoints: Vec<usize> = blocks.iter().enumerate().filter(|(_, b)| b.ttl.is_some()).map(|(i, _)| i).collect();
     if breakpoints.len() > MAX_BREAKPOINTS {
@@ -170,6 +191,7 @@ pub fn use_cache(cache: &PromptCache, body: &Value) -> Result<CacheUse, String> 
     let total = tokens;
     let mut cache = cache.lock();
     let now = cache.now();
+    let mut writes = Vec::new();
     cache.entries.retain(|_, expires| *expires > now);
     let read_at = breakpoints
         .iter()
@@ -184,15 +206,16 @@ pub fn use_cache(cache: &PromptCache, body: &Value) -> Result<CacheUse, String> 
         let min = cache.min_tokens;
         for &b in breakpoints.iter().filter(|&&b| tokens_to[b] >= min) {
             let ttl = blocks[b].ttl.unwrap_or(Duration::from_secs(300));
-            cache.entries.insert(digests[b], now + ttl);
+            writes.push((digests[b], now.saturating_add(ttl)));
         }
     }
     if let Some(k) = read_at {
         // A read refreshes the prefix it read.
         let ttl = breakpoints.iter().find(|&&b| b >= k).and_then(|&b| blocks[b].ttl).unwrap_or(Duration::from_secs(300));
-        cache.entries.insert(digests[k], now + ttl);
+        writes.push((digests[k], now.saturating_add(ttl)));
     }
-    Ok(CacheUse { input_tokens: total - read - written, cache_creation_input_tokens: written, cache_read_input_tokens: read })
+    let used = CacheUse { input_tokens: total - read - written, cache_creation_input_tokens: written, cache_read_input_tokens: read };
+    Ok((used, Writes(writes)))
 }
 
 /// `POST /control/clock` `{"advance_ms": n}`: [`PromptCache::advance`] for a stand-in in a process of its own.
@@ -230,8 +253,8 @@ pub(crate) async fn messages(State(shared): State<Shared>, headers: HeaderMap, b
     if !body["max_tokens"].is_u64() {
         return error(StatusCode::BAD_REQUEST, "invalid_request_error", "max_tokens: Field required");
     }
-    let used = match use_cache(&shared.prompt_cache, &body) {
-        Ok(used) => used,
+    let (used, writes) = match plan(&shared.prompt_cache, &body) {
+        Ok(planned) => planned,
         Err(message) => return error(StatusCode::BAD_REQUEST, "invalid_request_error", &message),
     };
     let bearer_token = headers.get("x-api-key").and_then(|v| v.to_str().ok()).is_some_and(|v| !v.is_empty());
@@ -245,6 +268,10 @@ pub(crate) async fn messages(State(shared): State<Shared>, headers: HeaderMap, b
     };
     let Some(reply) = admit(&shared, &request).await else { return std::future::pending().await };
     let model = request.body["model"].as_str().unwrap_or_default().to_owned();
+    // Anthropic caches what it served: a refused request reads and writes nothing.
+    if !matches!(reply, Reply::RateLimited { .. } | Reply::InsufficientQuota | Reply::ModelNotFound | Reply::Status { .. }) {
+        shared.prompt_cache.commit(writes);
+    }
     match reply {
         Reply::RateLimited { retry_after_secs } => {
             let mut resp =

@@ -368,21 +368,28 @@ pub fn attachment_root(settings: &Settings) -> PathBuf {
 /// becomes `nats://***@host`, `postgres://me:pw@host` becomes `postgres://me:***@host`) and the
 /// values of secret-looking query parameters (`?token=`, `password=`, `api_key=`, `sig=` …).
 pub fn redact_url(url: &str) -> String {
-    // A list of servers: each one's credentials go.
-    if url.contains(',') && url.split(',').all(|u| u.contains("://")) {
+    // A list of servers (`nats://tok@a:4222,tok@b:4222`): each one's credentials go.
+    if url.contains(',') && url.split(',').all(|u| u.contains("://") || u.contains('@')) {
         return url.split(',').map(|u| redact_url(u.trim())).collect::<Vec<_>>().join(",");
     }
-    let Some((scheme, rest)) = url.split_once("://") else { return redact_query(url) };
-    let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
-    let (authority, tail) = rest.split_at(end);
-    let authority = match authority.rsplit_once('@') {
-        Some((userinfo, host)) => match userinfo.split_once(':') {
-            Some((user, _)) if !user.is_empty() => format!("{user}:***@{host}"),
-            _ => format!("***@{host}"),
-        },
-        None => authority.to_owned(),
+    let (scheme, rest) = match url.split_once("://") {
+        Some((scheme, rest)) => (format!("{scheme}://"), rest),
+        None => (String::new(), url),
     };
-    format!("{scheme}://{authority}{}", redact_query(tail))
+    // User-info runs to the last `@`: a password may hold `/`, `?` or `#`, and a string with no
+    // scheme (`user:pw@host/db`) carries one as well. An `@` later in the path only hides more.
+    let (userinfo, after) = match rest.rfind('@') {
+        Some(at) => (Some(&rest[..at]), &rest[at + 1..]),
+        None => (None, rest),
+    };
+    let end = after.find(['/', '?', '#']).unwrap_or(after.len());
+    let (host, tail) = after.split_at(end);
+    let userinfo = match userinfo.map(|u| u.split_once(':')) {
+        None => String::new(),
+        Some(Some((user, _))) if !user.is_empty() && !user.contains(['/', '?', '#']) => format!("{user}:***@"),
+        Some(_) => "***@".to_owned(),
+    };
+    format!("{scheme}{userinfo}{host}{}", redact_query(tail))
 }
 
 /// Query parameter names that carry secrets, matched as parts of the lower-cased name.

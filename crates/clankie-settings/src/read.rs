@@ -242,7 +242,7 @@ impl Settings {
                     var: "CLANKIE_DISCORD_API",
                     reason: format!(
                         "{:?} is not host:port (e.g. 127.0.0.1:8700, the loopback); unset it for Discord itself",
-                        truncate(api)
+                        truncate(&redact_url(api))
                     ),
                 });
             }
@@ -253,7 +253,7 @@ impl Settings {
         {
             return Err(SettingsError::Invalid {
                 var: "CLANKIE_DISCORD_GATEWAY_URL",
-                reason: format!("{:?} is not a ws:// or wss:// URL", truncate(url)),
+                reason: format!("{:?} is not a ws:// or wss:// URL", truncate(&redact_url(url))),
             });
         }
         let outcome_reactions = flag(var("CLANKIE_OUTCOME_REACTIONS"), "CLANKIE_OUTCOME_REACTIONS")?;

@@ -32,9 +32,16 @@ impl fmt::Display for Origin {
 }
 
 /// The values given for settings, each with its origin; what is not here is at its default.
-#[derive(Debug, Clone, Default)]
+#[derive(Clone, Default)]
 pub struct Sources {
     values: BTreeMap<&'static str, (String, Origin)>,
+}
+
+/// Names and origins only: a value may be a secret.
+impl fmt::Debug for Sources {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_map().entries(self.values.iter().map(|(name, (_, origin))| (name, origin))).finish()
+    }
 }
 
 impl Sources {
@@ -97,12 +104,19 @@ impl Sources {
                 if setting.env_only {
                     return Err(fail(format!("[{section}] {key}: {} is read from the environment only", setting.name)));
                 }
+                if keys.contains_key(&setting.key()) && keys.contains_key(&format!("{}_file", setting.key())) {
+                    return Err(fail(format!("[{section}] has both {0} and {0}_file; keep one", setting.key())));
+                }
                 if self.values.contains_key(setting.name) {
                     continue;
                 }
                 let text = flatten(value).ok_or_else(|| {
                     fail(format!("[{section}] {key}: expected a string, number, boolean or a list of them ({})", setting.kind.describe()))
                 })?;
+                // As in the environment, an empty value is no value.
+                if text.trim().is_empty() {
+                    continue;
+                }
                 if from_file {
                     let secret_path = base.join(text.trim());
                     let secret = read_secret(&secret_path).map_err(|reason| fail(format!("[{section}] {key}: {reason}")))?;
@@ -157,9 +171,7 @@ impl Sources {
                     None => s.default.to_owned(),
                     Some(_) if s.secret => "(set, hidden)".to_owned(),
                     // Any URL may carry a token in its user-info or query, whether or not it is meant to.
-                    Some((v, _)) if s.credentials || s.kind == crate::Kind::Url => {
-                        v.split(',').map(crate::redact_url).collect::<Vec<_>>().join(",")
-                    }
+                    Some((v, _)) if s.credentials || s.kind == crate::Kind::Url => crate::redact_url(v),
                     Some((v, _)) => v.clone(),
                 };
                 Effective { name: s.name, value, origin: self.origin(s.name) }

@@ -158,3 +158,27 @@ fn settings_effective_never_shows_a_secret_or_a_password_in_any_url() {
     }
     assert!(shown.contains("speech.example"), "the rest of the URL is shown");
 }
+
+#[test]
+fn settings_redaction_reaches_passwords_with_odd_characters_urls_without_a_scheme_and_every_server_of_a_list() {
+    for (url, shown) in [
+        ("postgres://clankie:ab#cd/e?f@pg/clankie", "postgres://clankie:***@pg/clankie"),
+        ("clankie:pw@db/clankie", "clankie:***@db/clankie"),
+        ("nats://tok@a:4222,tok@b:4222", "nats://***@a:4222,***@b:4222"),
+        ("https://x/v1?a=1,2&token=canary", "https://x/v1?a=1,2&token=***"),
+    ] {
+        assert_eq!(redact_url(url), shown);
+    }
+}
+
+#[test]
+fn settings_an_empty_value_in_the_file_is_no_value_and_a_key_with_its_file_form_is_refused() {
+    let path = std::path::Path::new("/etc/clankie/clankie.toml");
+    let mut sources = Sources::default();
+    sources.layer_file(path, "[model]\nmodel_api_key = \"\"\n").unwrap();
+    assert_eq!(sources.get("CLANKIE_MODEL_API_KEY"), None);
+    let both = Sources::default().layer_file(path, "[discord]\ndiscord_token = \"a\"\ndiscord_token_file = \"t\"\n").unwrap_err();
+    assert!(both.to_string().contains("keep one"), "{both}");
+    let shown = format!("{:?}", Sources::from_lookup(&|k| (k == "CLANKIE_MODEL_API_KEY").then(|| "sk-canary".to_owned())));
+    assert!(!shown.contains("sk-canary") && shown.contains("CLANKIE_MODEL_API_KEY"), "{shown}");
+}

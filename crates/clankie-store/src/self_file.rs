@@ -189,14 +189,33 @@ fn position(text: &str, offset: usize) -> (usize, usize) {
     (line, column)
 }
 
+/// A parser's message with every quoted value left out: it may hold a fact or a persona's words,
+/// and the error reaches the captain's log. Key names (quoted with backticks) stay.
+fn unquoted(message: &str) -> String {
+    let mut out = String::with_capacity(message.len());
+    let mut quoted = false;
+    for c in message.chars() {
+        match (c, quoted) {
+            ('"', false) => {
+                quoted = true;
+                out.push_str("\"…\"");
+            }
+            ('"', true) => quoted = false,
+            (c, false) => out.push(c),
+            (_, true) => {}
+        }
+    }
+    out
+}
+
 impl SelfFile {
     /// Parses and checks a self file's text, as the CLI checks the same fields.
     pub fn parse(text: &str) -> Result<SelfFile, SelfFileError> {
         let raw: RawFile = toml::from_str(text).map_err(|e| {
             let at = e.span().map(|s| position(text, s.start));
             SelfFileError::Invalid(match at {
-                Some((line, column)) => format!("line {line}, column {column}: {}", e.message().trim()),
-                None => e.message().trim().to_owned(),
+                Some((line, column)) => format!("line {line}, column {column}: {}", unquoted(e.message().trim())),
+                None => unquoted(e.message().trim()),
             })
         })?;
         let mut file = SelfFile::default();
@@ -220,7 +239,10 @@ impl SelfFile {
             file.channels = id_list("settings.channels", s.channels)?;
             file.trusted_dms = id_list("settings.trusted_dms", s.trusted_dms)?;
             file.trusted_rooms = id_list("settings.trusted_rooms", s.trusted_rooms)?;
-            file.sharing = s.sharing.map(|c| Sharing::parse(c.trim()).ok_or(SelfFileError::Sharing(c))).transpose()?;
+            file.sharing = s
+                .sharing
+                .map(|c| Sharing::parse(c.trim()).ok_or_else(|| SelfFileError::Sharing(c.chars().take(20).collect())))
+                .transpose()?;
         }
         for fact in raw.memory.and_then(|m| m.facts).unwrap_or_default() {
             let fact = bounded("a fact in memory.facts", fact.trim().to_owned(), MAX_FACT_CHARS)?;
@@ -384,4 +406,17 @@ fn set_each<T>(row: &mut T, due: Vec<Given<T>>, taken: &mut Vec<(String, String)
         taken.push((g.field.to_owned(), g.digest));
     }
     written
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn settings_a_self_file_error_never_quotes_what_the_file_says() {
+        let err = SelfFile::parse("[memory]\nfacts = \"ada's secret recipe\"\n").unwrap_err().to_string();
+        assert!(!err.contains("secret recipe") && err.contains("line 2"), "{err}");
+        let err = SelfFile::parse("[settings]\nsharing = \"everyone, including the secret recipe\"\n").unwrap_err().to_string();
+        assert!(!err.contains("secret recipe"), "{err}");
+    }
 }

@@ -41,7 +41,9 @@ pub async fn check(url: Option<&str>, timeout: Duration) -> i32 {
 
 /// `http://<CLANKIE_HTTP_ADDR>/readyz`, with an any-address bind asked on loopback.
 fn own_readyz() -> Option<String> {
-    let addr: SocketAddr = std::env::var("CLANKIE_HTTP_ADDR").ok()?.trim().parse().ok()?;
+    // Through the settings' sources, so an address given only in the config file is found too.
+    let sources = clankie_settings::Sources::from_process().ok()?;
+    let addr: SocketAddr = sources.get("CLANKIE_HTTP_ADDR")?.trim().parse().ok()?;
     let ip = match addr.ip() {
         std::net::IpAddr::V4(v4) if v4.is_unspecified() => std::net::Ipv4Addr::LOCALHOST.into(),
         std::net::IpAddr::V6(v6) if v6.is_unspecified() => std::net::Ipv6Addr::LOCALHOST.into(),

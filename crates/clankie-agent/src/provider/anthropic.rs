@@ -143,21 +143,23 @@ impl AnthropicClient {
 
 /// The conversation as Messages API turns: a user turn of text and pictures, an assistant turn
 /// of text and `tool_use` blocks, tool results as `tool_result` blocks of the next user turn.
-/// Turns of the same role are joined, as the API wants them alternating.
+/// Turns of the same role are joined, as the API wants them alternating. Anthropic refuses an
+/// empty text block, so none is sent: a turn with nothing in it (an answer the model ended
+/// without a word, say) is left out, and the turns around it join.
 fn messages(history: &[ChatMessage]) -> Vec<Value> {
     let mut out: Vec<(&str, Vec<Value>)> = Vec::new();
     for m in history {
         let (role, blocks) = match m {
             ChatMessage::User { text, images } => {
                 let mut blocks: Vec<Value> = images.iter().filter_map(|url| image_block(url)).collect();
-                if !text.is_empty() || blocks.is_empty() {
+                if !text.trim().is_empty() {
                     blocks.push(json!({ "type": "text", "text": text }));
                 }
                 ("user", blocks)
             }
             ChatMessage::Assistant { text, tool_calls } => {
                 let mut blocks = Vec::new();
-                if !text.is_empty() {
+                if !text.trim().is_empty() {
                     blocks.push(json!({ "type": "text", "text": text }));
                 }
                 for c in tool_calls {
@@ -166,9 +168,6 @@ fn messages(history: &[ChatMessage]) -> Vec<Value> {
                     let input = serde_json::from_str::<Value>(&c.arguments).ok().filter(Value::is_object).unwrap_or_else(|| json!({}));
                     blocks.push(json!({ "type": "tool_use", "id": c.id, "name": c.name, "input": input }));
                 }
-                if blocks.is_empty() {
-                    blocks.push(json!({ "type": "text", "text": "" }));
-                }
                 ("assistant", blocks)
             }
             ChatMessage::Tool { call_id, content, .. } => {
@@ -176,6 +175,7 @@ fn messages(history: &[ChatMessage]) -> Vec<Value> {
             }
         };
         match out.last_mut() {
+            _ if blocks.is_empty() => {}
             Some((last, existing)) if *last == role => existing.extend(blocks),
             _ => out.push((role, blocks)),
         }
@@ -183,19 +183,49 @@ fn messages(history: &[ChatMessage]) -> Vec<Value> {
     out.into_iter().map(|(role, content)| json!({ "role": role, "content": content })).collect()
 }
 
+/// The largest picture Anthropic takes in one image block.
+const MAX_IMAGE_BYTES: usize = 5 * 1024 * 1024;
+
 /// A `data:` URL as an image block; anything else is left out (it never reaches a request).
+/// The media type is the one the bytes say, not the uploader's label, which Anthropic would
+/// refuse when they differ; a picture past Anthropic's 5 MB, or of a kind it does not read,
+/// is said in words instead of failing the whole turn.
 fn image_block(url: &str) -> Option<Value> {
     let (head, data) = url.strip_prefix("data:")?.split_once(',')?;
-    let media_type = head.strip_suffix(";base64")?;
-    Some(json!({ "type": "image", "source": { "type": "base64", "media_type": media_type, "data": data } }))
+    let labelled = head.strip_suffix(";base64")?;
+    let bytes = data.len() / 4 * 3;
+    let sniffed = {
+        use base64::Engine as _;
+        let start = &data[..data.len().min(16) / 4 * 4];
+        let magic = base64::engine::general_purpose::STANDARD.decode(start).unwrap_or_default();
+        match magic.as_slice() {
+            [0x89, b'P', b'N', b'G', ..] => Some("image/png"),
+            [0xFF, 0xD8, 0xFF, ..] => Some("image/jpeg"),
+            [b'G', b'I', b'F', b'8', ..] => Some("image/gif"),
+            [b'R', b'I', b'F', b'F', _, _, _, _, b'W', b'E', b'B', b'P', ..] => Some("image/webp"),
+            _ => None,
+        }
+    };
+    let known = ["image/png", "image/jpeg", "image/gif", "image/webp"];
+    match sniffed.or(known.contains(&labelled).then_some(labelled)) {
+        Some(media_type) if bytes <= MAX_IMAGE_BYTES => {
+            Some(json!({ "type": "image", "source": { "type": "base64", "media_type": media_type, "data": data } }))
+        }
+        Some(_) => Some(
+            json!({ "type": "text", "text": format!("[a picture of {} MB, past the 5 MB this model can look at]", bytes.div_ceil(1024 * 1024)) }),
+        ),
+        None => Some(json!({ "type": "text", "text": format!("[a picture of a kind this model cannot look at ({labelled})]") })),
+    }
 }
 
 /// Classifies an HTTP error answer the way the OpenAI client does, with Anthropic's own:
 /// 529 `overloaded_error` is retried, 413 `request_too_large` is said as such.
 pub(crate) fn classify(status: u16, retry_after: Option<Duration>, body: &str) -> ModelError {
-    let (_, _, message) = error_fields(body);
+    let (kind, _, message) = error_fields(body);
     match status {
         413 => ModelError::Terminal { code: "request_too_large", message },
+        // Anthropic says an empty balance with a 400 (or, lately, a billing error): no retry helps.
+        _ if kind == "billing_error" || message.contains("credit balance") => ModelError::UsageLimit { message },
         _ => classify_status(status, retry_after, body),
     }
 }
@@ -394,6 +424,38 @@ mod tests {
     }
 
     #[test]
+    fn anthropic_an_empty_answer_is_left_out_never_sent_as_an_empty_block() {
+        let request = ModelRequest {
+            system: "s".into(),
+            messages: vec![
+                ChatMessage::user("hi"),
+                ChatMessage::Assistant { text: String::new(), tool_calls: vec![] },
+                ChatMessage::user("   "),
+                ChatMessage::user("anyone?"),
+            ],
+            tools: vec![],
+        };
+        let body = client(CacheTtl::FiveMinutes).body(&request);
+        let turns = body["messages"].as_array().unwrap();
+        assert_eq!(turns.len(), 1, "{body}");
+        let blocks = turns[0]["content"].as_array().unwrap();
+        assert_eq!(blocks.len(), 2, "{body}");
+        assert!(blocks.iter().all(|b| !b["text"].as_str().unwrap().trim().is_empty()));
+        assert!(blocks[1]["cache_control"].is_object(), "the mark is on the last, non-empty block");
+    }
+
+    #[test]
+    fn anthropic_a_picture_goes_as_its_bytes_say_and_one_past_5_mb_is_said_in_words() {
+        // A JPEG labelled PNG by its uploader.
+        let jpeg = "data:image/png;base64,/9j/4AAQSkZJRgABAQ==";
+        assert_eq!(image_block(jpeg).unwrap()["source"]["media_type"], "image/jpeg");
+        let huge = format!("data:image/png;base64,iVBORw0KGgo{}", "A".repeat(8 * 1024 * 1024));
+        let said = image_block(&huge).unwrap();
+        assert_eq!(said["type"], "text");
+        assert!(said["text"].as_str().unwrap().contains("past the 5 MB"), "{said}");
+    }
+
+    #[test]
     fn anthropic_failures_are_classified() {
         let body = |kind: &str| format!(r#"{{"type":"error","error":{{"type":"{kind}","message":"m"}}}}"#);
         assert!(matches!(classify(529, None, &body("overloaded_error")), ModelError::Transient { code: "overloaded", .. }));
@@ -405,5 +467,7 @@ mod tests {
         assert!(matches!(classify(413, None, &body("request_too_large")), ModelError::Terminal { code: "request_too_large", .. }));
         assert!(matches!(classify(400, None, &body("invalid_request_error")), ModelError::Terminal { code: "rejected", .. }));
         assert_eq!(classify(400, None, &body("invalid_request_error")).provider_message(), "m");
+        let broke = r#"{"type":"error","error":{"type":"invalid_request_error","message":"Your credit balance is too low to access the Anthropic API."}}"#;
+        assert!(matches!(classify(400, None, broke), ModelError::UsageLimit { .. }), "an empty balance is a usage limit");
     }
 }

@@ -412,16 +412,24 @@ async fn voice_transcription_a_slow_first_utterance_still_enters_the_room_before
         rig.receipts("voice.transcribed").len() >= 2 && rig.receipts("voice.heard").len() >= 2
     })
     .await;
-    let heard: Vec<String> = inputs.all().iter().map(|i| i.text.to_lowercase()).collect();
-    let took: Vec<i64> = rig.receipts("voice.transcribed").iter().filter_map(|r| super::count(r, "took_ms")).collect();
+    let inputs = inputs.all();
+    let heard: Vec<String> = inputs.iter().map(|i| i.text.to_lowercase()).collect();
+    // Receipts travel each on a task of its own, so they are paired with the utterances by id,
+    // never by the order they arrived in.
+    let receipt = |kind: &str, id: &str| {
+        rig.receipts(kind).into_iter().find(|r| r.delivery_id == id).unwrap_or_else(|| panic!("no {kind} receipt for {id}"))
+    };
+    let (first, second) = (&inputs[0].delivery_id, &inputs[1].delivery_id);
+    let took = |id: &str| super::count(&receipt("voice.transcribed", id), "took_ms").unwrap_or(0);
+    let took = [took(first), took(second)];
     println!("voice_transcription: heard {heard:?}, transcriptions took {took:?} ms");
     assert!(heard[0].contains("morning") && heard[1].contains("time"), "the room heard them out of order: {heard:?}");
     assert!(took[0] >= 4_000 && took[1] < took[0], "the first was not the slow one: {took:?}");
     // They overlapped: the second was heard (and handed to the transcriber) before the first's
     // transcription ended, so the order above is the room's doing, not the clock's.
-    let heard_at: Vec<i64> = rig.receipts("voice.heard").iter().map(|r| r.at_ms).collect();
-    let done_at: Vec<i64> = rig.receipts("voice.transcribed").iter().map(|r| r.at_ms).collect();
-    assert!(heard_at.len() >= 2 && heard_at[1] < done_at[0], "no overlap: heard at {heard_at:?}, transcribed at {done_at:?}");
+    let second_heard = receipt("voice.heard", second).at_ms;
+    let first_done = receipt("voice.transcribed", first).at_ms;
+    assert!(second_heard < first_done, "no overlap: the second heard at {second_heard}, the first transcribed at {first_done}");
 }
 
 /// The room's transcriber panics on the first line it takes: it is started again on the same
