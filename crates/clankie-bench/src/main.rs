@@ -69,8 +69,13 @@ struct Billed {
     cache_write: u64,
     cache_read: u64,
     output: u64,
-    /// Per request, the share of its input read from the cache (the first request's too).
-    cached_share_per_request: f64,
+}
+
+impl Billed {
+    /// The share of all input read from the cache (the first request's included).
+    fn cached_share(&self) -> f64 {
+        self.cache_read as f64 / (self.input + self.cache_write + self.cache_read).max(1) as f64
+    }
 }
 
 /// A model's list prices, in US dollars per million tokens; the cache multipliers are
@@ -271,7 +276,6 @@ async fn economy(one_shot: bool, captains: usize, model: Option<&str>, anthropic
         cache_write: requests.iter().map(|r| r.cache_write_estimate).sum(),
         cache_read: requests.iter().map(|r| r.cached_estimate).sum(),
         output: output as u64,
-        cached_share_per_request: 0.0,
     };
     if anthropic {
         let shares: Vec<String> =
@@ -281,10 +285,7 @@ async fn economy(one_shot: bool, captains: usize, model: Option<&str>, anthropic
         eprintln!("economy: breakpoints per request {breakpoints:?}");
     }
     Ok(Economy {
-        billed: Billed {
-            cached_share_per_request: billed.cache_read as f64 / (billed.input + billed.cache_write + billed.cache_read).max(1) as f64,
-            ..billed
-        },
+        billed,
         prefix_reuse: shares.iter().sum::<f64>() / shares.len().max(1) as f64,
         prefix_whole: whole as f64 / shares.len().max(1) as f64,
         runs: turns as f64 / BURSTS as f64,
@@ -1079,8 +1080,8 @@ async fn run() -> Result<()> {
         );
         println!("tokens_billed_durable_anthropic: {:?}", durable.billed);
         println!("tokens_billed_oneshot_anthropic: {:?}", oneshot.billed);
-        println!("cached_tokens_share_durable_anthropic: {:.3}", durable.billed.cached_share_per_request);
-        println!("cached_tokens_share_oneshot_anthropic: {:.3}", oneshot.billed.cached_share_per_request);
+        println!("cached_tokens_share_durable_anthropic: {:.3}", durable.billed.cached_share());
+        println!("cached_tokens_share_oneshot_anthropic: {:.3}", oneshot.billed.cached_share());
         println!("usd_per_1000_messages_durable_anthropic: {d:.4}");
         println!("usd_per_1000_messages_oneshot_anthropic: {o:.4}");
         println!("usd_ratio_durable_over_oneshot_anthropic: {:.3}", d / o.max(f64::MIN_POSITIVE));

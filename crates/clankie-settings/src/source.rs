@@ -89,7 +89,11 @@ impl Sources {
         let sections = || AREAS.iter().map(|(area, _)| area.section());
         for (section, keys) in &table {
             let Some((_, settings)) = AREAS.iter().find(|(area, _)| area.section() == section) else {
-                return Err(fail(unknown("section", &format!("[{section}]"), closest_in(section, sections()).map(|s| format!("[{s}]")))));
+                return Err(fail(unknown(
+                    "section",
+                    &format!("[{section}]"),
+                    catalogue::closest(section, sections()).map(|s| format!("[{s}]")),
+                )));
             };
             let toml::Value::Table(keys) = keys else {
                 return Err(fail(format!("`{section}` must be a section ([{section}]) of keys, not a value")));
@@ -223,10 +227,6 @@ fn flatten(value: &toml::Value) -> Option<String> {
             .map(|v| v.join(",")),
         toml::Value::Datetime(_) | toml::Value::Table(_) => None,
     }
-}
-
-fn closest_in<'a>(unknown: &str, known: impl Iterator<Item = &'a str>) -> Option<&'a str> {
-    catalogue::closest(unknown, known)
 }
 
 fn unknown(what: &str, name: &str, closest: Option<String>) -> String {
