@@ -717,6 +717,7 @@ async fn rest_flood(seconds: u64) -> Result<RestFlood> {
         voice: false,
         guild: None,
         overwrites: vec![],
+        ..Default::default()
     }));
     let discord = Loopback::serve("127.0.0.1:0".parse()?, config).await?;
     let settings = clankie_settings::Settings::for_endpoints(&nats.url(), "postgres://unused@127.0.0.1:1/x", dir.path())?;

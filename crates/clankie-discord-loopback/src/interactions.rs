@@ -54,7 +54,7 @@ pub(crate) fn press_button(state: &State, p: PressButton) -> Result<InteractionR
         return Err(InteractionError::UnknownButton);
     }
     let data = json!({ "custom_id": p.custom_id, "component_type": 2 });
-    let json = state.message_json(&message, None);
+    let json = state.message_json(&message);
     Ok(interaction(state, 3, message.channel_id, message.guild_id, &p.author, data, Some((p.message_id, json))))
 }
 

@@ -6,14 +6,17 @@
 //! - the gateway WebSocket, v10, JSON: Hello, Identify → Ready, Heartbeat →
 //!   ack, Resume with replay of missed dispatches → Resumed, Invalid Session;
 //! - REST under `/api/v10`: create message (nonce enforcement, replies),
-//!   trigger typing, channel messages, edit and delete, reactions,
-//!   `gateway/bot`, `users/@me`, and attachment downloads, all under Discord's
+//!   trigger typing, channel messages, one message, edit and delete, reactions,
+//!   a channel or thread, starting and joining threads, `gateway/bot`,
+//!   `users/@me`, and attachment downloads, all under Discord's
 //!   rate limits ([`Limits`]: headers, 429s, the invalid-request ban, the
 //!   gateway's command cap);
 //! - guild membership and permissions as Discord computes them ([`permission`], roles and
 //!   channel overwrites): its refusals (50001, 50013, 50007), the guild routes (`users/@me/guilds`,
 //!   `guilds/{id}`, its channels, roles and members, the registered commands), and a
-//!   GUILD_CREATE per guild after READY for a session with the GUILDS intent.
+//!   GUILD_CREATE per guild after READY for a session with the GUILDS intent;
+//! - threads and forum posts as Discord keeps them ([`Thread`]), and messages shaped as
+//!   Discord's: mentions with partial members, replies, stickers, polls, embeds, forwards.
 //!
 //! A JSON control API on the same port drives it (`/control/...`), and `/`
 //! serves the sandbox room page where a person chats as several users.
@@ -41,12 +44,14 @@ use axum::extract::FromRef;
 pub use rest::MAX_UPLOAD;
 use state::State;
 pub use state::config::{
-    BOT_ROLE, ChannelSpec, DaveConfig, GUILD_OWNER, LoopbackConfig, OTHER_BOT_ROLE, OTHER_GUILD, OverwriteSpec, RoleSpec, shard_of,
+    BOT_ROLE, ChannelKind, ChannelSpec, DaveConfig, GUILD_OWNER, LoopbackConfig, OTHER_BOT_ROLE, OTHER_GUILD, OverwriteSpec, RoleSpec,
+    shard_of, showcase_channels,
 };
 pub use state::limits::{LimitCounts, Limits};
 pub use state::permission;
 pub use state::permissions::{base_permissions, channel_permissions};
-pub use state::{NewAttachment, NewMessage, Post, StoredMessage};
+pub use state::threads::{ANNOUNCEMENT_THREAD, PRIVATE_THREAD, PUBLIC_THREAD};
+pub use state::{MentionedUser, NewAttachment, NewEmbed, NewMessage, NewPoll, Post, StoredMessage, Thread, ThreadError};
 pub use state::{OverwriteError, Refusal};
 use voice::VoiceServer;
 pub use voice::{DaveCounts, DaveView, Loss};
@@ -387,5 +392,73 @@ impl Loopback {
     /// Every DM channel the bot opened, as (recipient, channel), in order: whom each DM went to.
     pub fn dms_opened(&self) -> Vec<(u64, u64)> {
         self.state.dms_opened()
+    }
+
+    /// A thread is started in `parent` (a text or announcement channel). From a message there,
+    /// the thread's id is the message's and it is a PUBLIC_THREAD (ANNOUNCEMENT_THREAD under an
+    /// announcement channel), started by the message's author; without one it has a new id and
+    /// is a PUBLIC_THREAD (PRIVATE_THREAD when `private`), started by the guild's owner.
+    /// THREAD_CREATE (`newly_created`) reaches the bot if he sees it: a private thread only once
+    /// he is a member. Returns its id; 0 when refused ([`Loopback::try_start_thread`] says why).
+    pub fn start_thread(&self, parent: u64, from_message: Option<u64>, name: &str, private: bool) -> u64 {
+        self.try_start_thread(parent, from_message, name, private).unwrap_or(0)
+    }
+
+    /// [`Loopback::start_thread`], with why it was refused: an unknown parent or message, a
+    /// channel that takes no such thread, a message that already has one.
+    pub fn try_start_thread(&self, parent: u64, from_message: Option<u64>, name: &str, private: bool) -> Result<u64, ThreadError> {
+        let owner = from_message.and_then(|m| self.state.message(m)).map_or(self.state.config.owner_id, |m| m.author_id);
+        self.state.start_thread(state::threads::NewThread { parent, from_message, name, private, owner })
+    }
+
+    /// `author` posts in a forum: a PUBLIC_THREAD named `title` with the named tags'
+    /// `applied_tags` (names the forum lacks left out), whose first message (`first`'s content,
+    /// attachments, mention and the rest; its `channel_id` ignored) has the thread's id, as
+    /// Discord's do. THREAD_CREATE, then MESSAGE_CREATE into the thread. Returns (thread id,
+    /// first message id), which are equal; (0, 0) when `forum` is not a forum.
+    pub fn create_forum_post(&self, forum: u64, author: &str, title: &str, tags: &[&str], first: NewMessage) -> (u64, u64) {
+        self.state.forum_post(forum, Some(author), title, tags, first, Vec::new()).unwrap_or((0, 0))
+    }
+
+    /// Archives or unarchives a thread (THREAD_UPDATE with its new `thread_metadata`); false for
+    /// an unknown thread. A user's message into an archived thread unarchives it first.
+    pub fn set_archived(&self, thread: u64, archived: bool) -> bool {
+        self.state.set_archived(thread, archived)
+    }
+
+    /// Deletes a thread (THREAD_DELETE); its routes answer 404 10003 after. False for an unknown thread.
+    pub fn delete_thread(&self, thread: u64) -> bool {
+        self.state.delete_thread(thread)
+    }
+
+    /// A thread as it stands (members, archived state, counts).
+    pub fn thread(&self, id: u64) -> Option<Thread> {
+        self.state.thread(id)
+    }
+
+    /// Every live thread, oldest first.
+    pub fn threads(&self) -> Vec<Thread> {
+        self.state.all_threads()
+    }
+
+    /// Gives `author` a nickname (or none) in the main guild: their messages' partial `member`
+    /// and mentions of them carry it. The user becomes known, so `<@id>` mentions them.
+    pub fn set_nick(&self, author: &str, nick: Option<&str>) {
+        self.state.set_nick(self.state.config.guild_id, author, nick);
+    }
+
+    /// Gives `author` these roles in the main guild (the partial `member` of their messages).
+    pub fn set_member_roles(&self, author: &str, roles: &[u64]) {
+        self.state.set_member_roles(self.state.config.guild_id, author, roles);
+    }
+
+    /// [`Loopback::set_nick`] in any guild.
+    pub fn set_nick_in(&self, guild: u64, author: &str, nick: Option<&str>) {
+        self.state.set_nick(guild, author, nick);
+    }
+
+    /// [`Loopback::set_member_roles`] in any guild.
+    pub fn set_member_roles_in(&self, guild: u64, author: &str, roles: &[u64]) {
+        self.state.set_member_roles(guild, author, roles);
     }
 }

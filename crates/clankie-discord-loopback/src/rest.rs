@@ -7,14 +7,15 @@ use axum::body::Bytes;
 use axum::extract::{FromRef, FromRequest, Multipart, Path, Query, Request, State as AxState};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, patch, post, put};
+use axum::routing::{get, post, put};
 use axum::{Json, Router};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
 use crate::state::permission;
 use crate::state::shapes::error_json;
-use crate::state::{Refusal, State, Upload};
+use crate::state::threads::{NewThread, ThreadError};
+use crate::state::{NewEmbed, NewMessage, Refusal, State, Upload};
 
 /// Discord's limit on message content.
 const MAX_CONTENT: usize = 2000;
@@ -33,7 +34,11 @@ where
         .route("/api/v10/users/@me", get(me))
         .route("/api/v10/applications/@me", get(application))
         .route("/api/v10/channels/{channel}/messages", post(create_message).get(list_messages))
-        .route("/api/v10/channels/{channel}/messages/{message}", patch(edit_message).delete(delete_message))
+        .route("/api/v10/channels/{channel}", get(channel))
+        .route("/api/v10/channels/{channel}/messages/{message}", get(get_message).patch(edit_message).delete(delete_message))
+        .route("/api/v10/channels/{channel}/messages/{message}/threads", post(thread_from_message))
+        .route("/api/v10/channels/{channel}/threads", post(thread_without_message))
+        .route("/api/v10/channels/{channel}/thread-members/@me", put(join_thread))
         .route("/api/v10/channels/{channel}/messages/{message}/reactions/{emoji}/@me", put(react))
         .route("/api/v10/channels/{channel}/typing", post(typing))
         .route("/api/v10/users/@me/guilds", get(my_guilds))
@@ -71,6 +76,32 @@ fn need(perms: u64, needed: u64) -> Result<(), Response> {
 
 fn unknown_message() -> Response {
     (StatusCode::NOT_FOUND, Json(error_json(10008, "Unknown Message"))).into_response()
+}
+
+/// 400 50083: what Discord answers an action an archived thread does not take.
+fn archived_thread() -> Response {
+    (StatusCode::BAD_REQUEST, Json(error_json(50083, "Thread is archived"))).into_response()
+}
+
+/// Whether `channel` is a thread that is archived now.
+fn archived(state: &State, channel: u64) -> bool {
+    state.thread(channel).is_some_and(|t| t.archived)
+}
+
+/// 400 50008: a message into a channel that takes none (a forum takes posts).
+fn not_text() -> Response {
+    (StatusCode::BAD_REQUEST, Json(error_json(50008, "Cannot send messages in a non-text channel"))).into_response()
+}
+
+/// The rich embeds of a request body, by the fields the loopback keeps.
+fn embeds_of(body: &Value) -> Vec<NewEmbed> {
+    let field = |e: &Value, k: &str| e[k].as_str().map(str::to_owned);
+    body["embeds"]
+        .as_array()
+        .map(|list| {
+            list.iter().map(|e| NewEmbed { title: field(e, "title"), description: field(e, "description"), url: field(e, "url") }).collect()
+        })
+        .unwrap_or_default()
 }
 
 async fn gateway(AxState(state): AxState<Arc<State>>) -> Json<Value> {
@@ -159,13 +190,18 @@ async fn create_message(AxState(state): AxState<Arc<State>>, Path(channel): Path
     let Ok(body) = serde_json::from_slice::<Value>(&body) else {
         return (StatusCode::BAD_REQUEST, Json(error_json(50109, "The request body contains invalid JSON."))).into_response();
     };
-    // What Discord refuses before anything is stored: posting at all, into a closed DM, files,
-    // and a reply (which reads history, refused with a code of its own).
-    let mut needed = permission::SEND_MESSAGES;
+    if state.is_forum(channel) {
+        return not_text();
+    }
+    // What Discord refuses before anything is stored: posting at all (in a thread Send Messages
+    // in Threads, not Send Messages), into a closed DM, files, and a reply (which reads
+    // history, refused with a code of its own).
+    let send = state.send_permission(channel);
+    let mut needed = send;
     if !files.is_empty() {
         needed |= permission::ATTACH_FILES;
     }
-    if let Err(r) = need(perms, permission::SEND_MESSAGES) {
+    if let Err(r) = need(perms, send) {
         return r;
     }
     if state.dm_closed(channel) {
@@ -178,7 +214,8 @@ async fn create_message(AxState(state): AxState<Arc<State>>, Path(channel): Path
         return refused(Refusal::ReplyWithoutHistory);
     }
     let content = body["content"].as_str().unwrap_or_default().to_owned();
-    if content.is_empty() && files.is_empty() {
+    let embeds = embeds_of(&body);
+    if content.is_empty() && files.is_empty() && embeds.is_empty() {
         return (StatusCode::BAD_REQUEST, Json(error_json(50006, "Cannot send an empty message"))).into_response();
     }
     if content.chars().count() > MAX_CONTENT {
@@ -199,9 +236,8 @@ async fn create_message(AxState(state): AxState<Arc<State>>, Path(channel): Path
     };
     let enforce = body["enforce_nonce"].as_bool().unwrap_or(false);
     let components = body["components"].as_array().cloned().unwrap_or_default();
-    let message = state.bot_message(channel, content, reply_to, nonce.map(|n| (n, enforce)), files, components);
-    let referenced = message.reply_to.and_then(|r| state.message(r));
-    Json(state.message_json(&message, referenced.as_ref())).into_response()
+    let message = state.bot_message(channel, content, reply_to, nonce.map(|n| (n, enforce)), files, components, embeds);
+    Json(state.message_json(&message)).into_response()
 }
 
 #[derive(Deserialize)]
@@ -228,7 +264,7 @@ async fn list_messages(
         return Json(Value::Array(Vec::new())).into_response();
     }
     let limit = q.limit.unwrap_or(50).clamp(1, 100);
-    let list: Vec<Value> = state.channel_messages(channel, q.before, limit).iter().map(|m| state.message_json(m, None)).collect();
+    let list: Vec<Value> = state.channel_messages(channel, q.before, limit).iter().map(|m| state.message_json(m)).collect();
     Json(Value::Array(list)).into_response()
 }
 
@@ -244,9 +280,12 @@ async fn edit_message(
     if let Err(r) = known_access(&state, channel) {
         return r;
     }
+    if archived(&state, channel) {
+        return archived_thread();
+    }
     let content = serde_json::from_slice::<Value>(&body).ok().and_then(|v| v["content"].as_str().map(str::to_owned)).unwrap_or_default();
     match state.edit(channel, message, content) {
-        Some(m) => Json(state.message_json(&m, None)).into_response(),
+        Some(m) => Json(state.message_json(&m)).into_response(),
         None => unknown_message(),
     }
 }
@@ -284,6 +323,9 @@ async fn react(
         Ok(p) => p,
         Err(r) => return r,
     };
+    if archived(&state, channel) {
+        return archived_thread();
+    }
     // Read Message History always; Add Reactions unless the emoji is already on the message.
     let existing = state.message(message).is_some_and(|m| m.reactions.contains(&emoji));
     let needed = permission::READ_MESSAGE_HISTORY | if existing { 0 } else { permission::ADD_REACTIONS };
@@ -301,7 +343,7 @@ async fn typing(AxState(state): AxState<Arc<State>>, Path(channel): Path<u64>, h
         Ok(p) => p,
         Err(r) => return r,
     };
-    if let Err(r) = need(perms, permission::SEND_MESSAGES) {
+    if let Err(r) = need(perms, state.send_permission(channel)) {
         return r;
     }
     state.trigger_typing(channel);
@@ -369,13 +411,185 @@ async fn guild_roles(AxState(state): AxState<Arc<State>>, Path(guild): Path<u64>
     }
 }
 
-/// `GET /guilds/{id}/members/{user}`: the bot's own member; the loopback keeps no other (10007).
+/// `GET /guilds/{id}/members/{user}`: the bot's own member, or one the loopback knows (who
+/// posted there, or was given a nickname or roles); 10007 for anyone else.
 async fn guild_member(AxState(state): AxState<Arc<State>>, Path((guild, user)): Path<(u64, u64)>, headers: HeaderMap) -> Response {
     if let Err(r) = guild_route(&state, &headers, guild, false) {
         return r;
     }
-    if user != state.config.bot_user_id {
-        return (StatusCode::NOT_FOUND, Json(error_json(10007, "Unknown Member"))).into_response();
+    if user == state.config.bot_user_id {
+        return Json(state.bot_member_json(guild)).into_response();
     }
-    Json(state.bot_member_json(guild)).into_response()
+    match state.known_member_json(guild, user) {
+        Some(member) => Json(member).into_response(),
+        None => (StatusCode::NOT_FOUND, Json(error_json(10007, "Unknown Member"))).into_response(),
+    }
+}
+
+/// `GET /channels/{id}`: a guild channel, thread or DM as Discord shapes it (10003, 50001).
+async fn channel(AxState(state): AxState<Arc<State>>, Path(channel): Path<u64>, headers: HeaderMap) -> Response {
+    if let Err(r) = authorised(&state, &headers) {
+        return r;
+    }
+    match state.channel_json_for_bot(channel) {
+        Ok(v) => Json(v).into_response(),
+        Err(r) => refused(r),
+    }
+}
+
+/// `GET /channels/{c}/messages/{m}`: one message, a reply with the message it answers. Needs
+/// Read Message History (50001 without, as Discord answers); 10008 for one not in the channel.
+async fn get_message(AxState(state): AxState<Arc<State>>, Path((channel, message)): Path<(u64, u64)>, headers: HeaderMap) -> Response {
+    if let Err(r) = authorised(&state, &headers) {
+        return r;
+    }
+    let perms = match access(&state, channel) {
+        Ok(p) => p,
+        Err(r) => return r,
+    };
+    if perms & permission::READ_MESSAGE_HISTORY == 0 {
+        return refused(Refusal::MissingAccess);
+    }
+    match state.message(message).filter(|m| m.channel_id == channel && !m.spoken && !m.ephemeral) {
+        Some(m) => Json(state.message_json(&m)).into_response(),
+        None => unknown_message(),
+    }
+}
+
+/// A thread refusal as Discord words it.
+fn thread_refused(e: ThreadError) -> Response {
+    let (status, code, message) = match e {
+        ThreadError::UnknownChannel(_) | ThreadError::UnknownThread(_) => (StatusCode::NOT_FOUND, 10003, "Unknown Channel"),
+        ThreadError::UnknownMessage(_) => (StatusCode::NOT_FOUND, 10008, "Unknown Message"),
+        ThreadError::AlreadyStarted(_) => (StatusCode::BAD_REQUEST, 160004, "A thread has already been created for this message"),
+        ThreadError::NoThreadsHere(_) | ThreadError::NotAForum(_) | ThreadError::NoPrivateThreads => {
+            (StatusCode::BAD_REQUEST, 50024, "Cannot execute action on this channel type")
+        }
+    };
+    (status, Json(error_json(code, message))).into_response()
+}
+
+/// The thread's name from a start-thread body (1 to 100 characters), else 50035.
+fn thread_name(body: &Value) -> Result<String, Response> {
+    match body["name"].as_str() {
+        Some(name) if (1..=100).contains(&name.chars().count()) => Ok(name.to_owned()),
+        _ => Err((StatusCode::BAD_REQUEST, Json(error_json(50035, "Invalid Form Body: name"))).into_response()),
+    }
+}
+
+/// `POST /channels/{c}/messages/{m}/threads`: the bot starts a thread from a message (its id
+/// the message's); needs Create Public Threads. Answers the thread (201).
+async fn thread_from_message(
+    AxState(state): AxState<Arc<State>>,
+    Path((channel, message)): Path<(u64, u64)>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    if let Err(r) = authorised(&state, &headers) {
+        return r;
+    }
+    let perms = match access(&state, channel) {
+        Ok(p) => p,
+        Err(r) => return r,
+    };
+    if let Err(r) = need(perms, permission::CREATE_PUBLIC_THREADS | permission::READ_MESSAGE_HISTORY) {
+        return r;
+    }
+    let body = serde_json::from_slice::<Value>(&body).unwrap_or(Value::Null);
+    let name = match thread_name(&body) {
+        Ok(n) => n,
+        Err(r) => return r,
+    };
+    let new = NewThread { parent: channel, from_message: Some(message), name: &name, private: false, owner: state.config.bot_user_id };
+    match state.start_thread(new).map(|id| state.thread(id)) {
+        Ok(Some(t)) => (StatusCode::CREATED, Json(state.thread_json(&t))).into_response(),
+        Ok(None) => thread_refused(ThreadError::UnknownThread(message)),
+        Err(e) => thread_refused(e),
+    }
+}
+
+/// `POST /channels/{c}/threads`: the bot starts a thread without a message (type 11 or 12 from
+/// the body, 12 when unsaid, as Discord defaults), or in a forum a post with its first message
+/// (answered with `message`). Answers the thread (201).
+async fn thread_without_message(AxState(state): AxState<Arc<State>>, Path(channel): Path<u64>, req: Request) -> Response {
+    if let Err(r) = authorised(&state, req.headers()) {
+        return r;
+    }
+    let perms = match access(&state, channel) {
+        Ok(p) => p,
+        Err(r) => return r,
+    };
+    let (body, files) = match message_body(&state, req).await {
+        Ok(b) => b,
+        Err(r) => return r,
+    };
+    let body = serde_json::from_slice::<Value>(&body).unwrap_or(Value::Null);
+    let name = match thread_name(&body) {
+        Ok(n) => n,
+        Err(r) => return r,
+    };
+    let bot = state.config.bot_user_id;
+    if state.is_forum(channel) {
+        // A forum post: Send Messages starts one there, its first message is the bot's.
+        if let Err(r) = need(perms, permission::SEND_MESSAGES | if files.is_empty() { 0 } else { permission::ATTACH_FILES }) {
+            return r;
+        }
+        let tag_ids: Vec<u64> = body["applied_tags"]
+            .as_array()
+            .map(|t| t.iter().filter_map(|t| t.as_str().and_then(|s| s.parse().ok()).or(t.as_u64())).collect())
+            .unwrap_or_default();
+        let spec = state.config.channels.iter().find(|c| c.id == channel);
+        let tags: Vec<&str> = spec
+            .map(|s| s.tags.iter().filter(|t| s.tag_id(t).is_some_and(|id| tag_ids.contains(&id))).map(String::as_str).collect())
+            .unwrap_or_default();
+        let message = &body["message"];
+        let content = message["content"].as_str().unwrap_or_default().to_owned();
+        let embeds = embeds_of(message);
+        if content.is_empty() && files.is_empty() && embeds.is_empty() {
+            return (StatusCode::BAD_REQUEST, Json(error_json(50006, "Cannot send an empty message"))).into_response();
+        }
+        let first = NewMessage { content, embeds, ..Default::default() };
+        return match state.forum_post(channel, None, &name, &tags, first, files) {
+            Ok((thread, first)) => {
+                let (Some(t), Some(m)) = (state.thread(thread), state.message(first)) else {
+                    return thread_refused(ThreadError::UnknownThread(thread));
+                };
+                let mut v = state.thread_json(&t);
+                v["message"] = state.message_json(&m);
+                (StatusCode::CREATED, Json(v)).into_response()
+            }
+            Err(e) => thread_refused(e),
+        };
+    }
+    let private = body["type"].as_u64().is_none_or(|t| t == 12);
+    let needed = if private { permission::CREATE_PRIVATE_THREADS } else { permission::CREATE_PUBLIC_THREADS };
+    if let Err(r) = need(perms, needed) {
+        return r;
+    }
+    let new = NewThread { parent: channel, from_message: None, name: &name, private, owner: bot };
+    match state.start_thread(new).map(|id| state.thread(id)) {
+        Ok(Some(t)) => (StatusCode::CREATED, Json(state.thread_json(&t))).into_response(),
+        Ok(None) => thread_refused(ThreadError::UnknownThread(channel)),
+        Err(e) => thread_refused(e),
+    }
+}
+
+/// `PUT /channels/{thread}/thread-members/@me`: the bot joins a thread it sees (204; THREAD_MEMBERS_UPDATE
+/// and THREAD_CREATE when he was not a member). 50001 for a private thread he was not added
+/// to, 50083 for an archived one, 50024 for a channel that is not a thread.
+async fn join_thread(AxState(state): AxState<Arc<State>>, Path(channel): Path<u64>, headers: HeaderMap) -> Response {
+    if let Err(r) = authorised(&state, &headers) {
+        return r;
+    }
+    if let Err(r) = access(&state, channel) {
+        return r;
+    }
+    let Some(thread) = state.thread(channel) else {
+        return thread_refused(ThreadError::NoThreadsHere(channel));
+    };
+    if thread.archived {
+        return archived_thread();
+    }
+    state.bot_joins_thread(channel);
+    StatusCode::NO_CONTENT.into_response()
 }

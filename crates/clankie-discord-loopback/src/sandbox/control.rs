@@ -7,7 +7,7 @@ use std::sync::Arc;
 use axum::extract::{FromRef, Path, Query, State as AxState};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::{delete, get, post};
 use axum::{Json, Router};
 use clankie_proto::v1::OutcomeKind;
 use serde::{Deserialize, Serialize};
@@ -15,7 +15,9 @@ use serde_json::{Value, json};
 
 use crate::interactions::{InteractionError, PressButton, RunCommand, press_button, run_command};
 use crate::state::limits::LimitCounts;
-use crate::state::{NewMessage, OverwriteError, State, now_ms};
+use crate::state::messages::flexible_id;
+use crate::state::threads::NewThread;
+use crate::state::{NewAttachment, NewMessage, OverwriteError, State, ThreadError, now_ms};
 
 /// A query naming one channel.
 #[derive(Deserialize)]
@@ -44,33 +46,188 @@ where
         .route("/control/commands", get(control_commands))
         .route("/control/permissions", post(set_permissions).get(permissions))
         .route("/control/message_content", post(message_content))
+        .route("/control/threads", post(new_thread))
+        .route("/control/threads/{id}/archive", post(archive_thread))
+        .route("/control/threads/{id}", delete(delete_thread))
+        .route("/control/forum-posts", post(forum_post))
+        .route("/control/members", post(member))
 }
 
+/// The rooms the page lists: the channels (with their kind and a forum's tags), the DMs, and
+/// the live threads, each naming its parent.
 async fn rooms(AxState(state): AxState<Arc<State>>) -> Json<Value> {
     let c = &state.config;
+    let threads: Vec<Value> = state
+        .all_threads()
+        .iter()
+        .map(|t| json!({ "id": t.id, "parent": t.parent, "name": t.name, "type": t.kind, "archived": t.archived, "owner": t.owner }))
+        .collect();
     Json(json!({
         "bot_name": c.bot_name,
         "guild": { "id": c.guild_id, "name": c.guild_name },
         "channels": c.channels,
         "dm_channels": c.dm_channels,
+        "threads": threads,
     }))
+}
+
+fn error(status: StatusCode, message: impl std::fmt::Display) -> Response {
+    (status, Json(json!({ "error": message.to_string() }))).into_response()
 }
 
 async fn new_message(AxState(state): AxState<Arc<State>>, Json(m): Json<NewMessage>) -> Response {
     if state.guild_of(m.channel_id).is_err() {
-        return (StatusCode::NOT_FOUND, Json(json!({ "error": "unknown channel" }))).into_response();
+        return error(StatusCode::NOT_FOUND, "unknown channel");
+    }
+    if state.is_forum(m.channel_id) {
+        return error(StatusCode::BAD_REQUEST, "a forum takes posts (/control/forum-posts), not messages");
     }
     if m.author.trim().is_empty() || m.content.chars().count() > 4000 {
-        return (StatusCode::BAD_REQUEST, Json(json!({ "error": "an author is required and content is at most 4000 characters" })))
-            .into_response();
+        return error(StatusCode::BAD_REQUEST, "an author is required and content is at most 4000 characters");
+    }
+    if let Some(f) = m.forward
+        && state.message(f).is_none()
+    {
+        return error(StatusCode::NOT_FOUND, "no message to forward");
     }
     let id = state.user_message(m);
     Json(json!({ "id": id })).into_response()
 }
 
+/// A thread started by a user (`POST /control/threads`): from a message, or blank.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+pub struct StartThread {
+    #[serde(deserialize_with = "flexible_id::one")]
+    pub parent: u64,
+    #[serde(default, deserialize_with = "flexible_id::maybe")]
+    pub from_message: Option<u64>,
+    pub name: String,
+    #[serde(default)]
+    pub private: bool,
+    /// Who starts it: the message's author, or the guild's owner, when unsaid.
+    #[serde(default)]
+    pub author: Option<String>,
+}
+
+fn thread_error(e: ThreadError) -> Response {
+    let status = match e {
+        ThreadError::UnknownChannel(_) | ThreadError::UnknownMessage(_) | ThreadError::UnknownThread(_) => StatusCode::NOT_FOUND,
+        _ => StatusCode::BAD_REQUEST,
+    };
+    error(status, e)
+}
+
+async fn new_thread(AxState(state): AxState<Arc<State>>, Json(t): Json<StartThread>) -> Response {
+    let name = t.name.trim();
+    if name.is_empty() || name.chars().count() > 100 {
+        return error(StatusCode::BAD_REQUEST, "a thread's name is 1 to 100 characters");
+    }
+    let owner = match (&t.author, t.from_message.and_then(|m| state.message(m))) {
+        (Some(author), _) if !author.trim().is_empty() => State::user_id(author.trim()),
+        (_, Some(m)) => m.author_id,
+        _ => state.config.owner_id,
+    };
+    match state.start_thread(NewThread { parent: t.parent, from_message: t.from_message, name, private: t.private, owner }) {
+        Ok(id) => Json(json!({ "id": id })).into_response(),
+        Err(e) => thread_error(e),
+    }
+}
+
+/// A thread archived or unarchived (`POST /control/threads/{id}/archive`).
+#[derive(Debug, Clone, Deserialize, Serialize)]
+pub struct Archive {
+    pub archived: bool,
+}
+
+async fn archive_thread(AxState(state): AxState<Arc<State>>, Path(id): Path<u64>, Json(a): Json<Archive>) -> Response {
+    if !state.set_archived(id, a.archived) {
+        return thread_error(ThreadError::UnknownThread(id));
+    }
+    Json(json!({ "id": id, "archived": a.archived })).into_response()
+}
+
+async fn delete_thread(AxState(state): AxState<Arc<State>>, Path(id): Path<u64>) -> Response {
+    if !state.delete_thread(id) {
+        return thread_error(ThreadError::UnknownThread(id));
+    }
+    StatusCode::NO_CONTENT.into_response()
+}
+
+/// A user's post in a forum (`POST /control/forum-posts`).
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+pub struct ForumPost {
+    #[serde(deserialize_with = "flexible_id::one")]
+    pub forum: u64,
+    pub author: String,
+    pub title: String,
+    /// Tag names; those the forum lacks are left out.
+    #[serde(default)]
+    pub tags: Vec<String>,
+    #[serde(default)]
+    pub content: String,
+    #[serde(default)]
+    pub mention: bool,
+    #[serde(default)]
+    pub attachments: Vec<NewAttachment>,
+}
+
+async fn forum_post(AxState(state): AxState<Arc<State>>, Json(p): Json<ForumPost>) -> Response {
+    let (author, title) = (p.author.trim(), p.title.trim());
+    if author.is_empty() || title.is_empty() || title.chars().count() > 100 || p.content.chars().count() > 4000 {
+        return error(StatusCode::BAD_REQUEST, "an author and a title (1 to 100 characters) are required, content is at most 4000");
+    }
+    if p.content.trim().is_empty() && p.attachments.is_empty() {
+        return error(StatusCode::BAD_REQUEST, "a post's first message needs content or a file");
+    }
+    let tags: Vec<&str> = p.tags.iter().map(String::as_str).collect();
+    let first = NewMessage { content: p.content.clone(), mention: p.mention, attachments: p.attachments.clone(), ..Default::default() };
+    match state.forum_post(p.forum, Some(author), title, &tags, first, Vec::new()) {
+        Ok((thread, message)) => Json(json!({ "thread": thread, "message": message })).into_response(),
+        Err(e) => thread_error(e),
+    }
+}
+
+/// A member's nickname and roles (`POST /control/members`), in `guild` (the main one when unsaid).
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+pub struct SetMember {
+    pub author: String,
+    /// The nickname: absent leaves it, `null` or `""` clears it.
+    #[serde(default, deserialize_with = "present")]
+    pub nick: Option<Option<String>>,
+    /// The roles; absent leaves them as they are.
+    #[serde(default)]
+    pub roles: Option<Vec<u64>>,
+    #[serde(default)]
+    pub guild: Option<u64>,
+}
+
+/// A field that is there, `null` or not: `Some(None)` for `null`, so absent differs from it.
+fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Option<String>>, D::Error> {
+    Option::<String>::deserialize(d).map(Some)
+}
+
+async fn member(AxState(state): AxState<Arc<State>>, Json(m): Json<SetMember>) -> Response {
+    let author = m.author.trim();
+    if author.is_empty() {
+        return error(StatusCode::BAD_REQUEST, "an author is required");
+    }
+    let guild = m.guild.unwrap_or(state.config.guild_id);
+    if !state.guild_exists(guild) {
+        return error(StatusCode::NOT_FOUND, "unknown guild");
+    }
+    if let Some(nick) = &m.nick {
+        state.set_nick(guild, author, nick.as_deref().map(str::trim).filter(|n| !n.is_empty()));
+    }
+    if let Some(roles) = &m.roles {
+        state.set_member_roles(guild, author, roles);
+    }
+    Json(json!({ "id": State::user_id(author) })).into_response()
+}
+
 /// A user's edit of their message (`POST /control/messages/edit`).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct EditMessage {
+    #[serde(deserialize_with = "flexible_id::one")]
     pub id: u64,
     pub content: String,
 }
@@ -78,6 +235,7 @@ pub struct EditMessage {
 /// A message deleted (`POST /control/messages/delete`).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct DeleteMessage {
+    #[serde(deserialize_with = "flexible_id::one")]
     pub id: u64,
 }
 
@@ -113,6 +271,7 @@ async fn typing(AxState(state): AxState<Arc<State>>, Query(q): Query<ChannelQuer
 /// Someone starts typing in a channel.
 #[derive(Debug, Clone, Deserialize, Serialize)]
 pub struct NewTyping {
+    #[serde(deserialize_with = "flexible_id::one")]
     pub channel_id: u64,
     pub author: String,
 }

@@ -11,6 +11,19 @@ use crate::state::permission;
 /// The DAVE protocol version the loopback speaks.
 pub const DAVE_VERSION: u16 = 1;
 
+/// What a (non-voice) guild channel is, as Discord types it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ChannelKind {
+    /// GUILD_TEXT (0): messages, and threads from them or without.
+    #[default]
+    Text,
+    /// GUILD_ANNOUNCEMENT (5): its threads are ANNOUNCEMENT_THREADs (10), never private.
+    Announcement,
+    /// GUILD_FORUM (15): no messages of its own, only posts (each a PUBLIC_THREAD) with tags.
+    Forum,
+}
+
 /// A channel of the loopback guild.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct ChannelSpec {
@@ -19,6 +32,12 @@ pub struct ChannelSpec {
     /// A voice channel, whose attached text chat can be written in.
     #[serde(default)]
     pub voice: bool,
+    /// Text, announcement or forum; a voice channel ignores it.
+    #[serde(default)]
+    pub kind: ChannelKind,
+    /// A forum's `available_tags` by name, each with a stable id ([`ChannelSpec::tag_id`]).
+    #[serde(default)]
+    pub tags: Vec<String>,
     /// The guild it belongs to when that is not the main guild: a second community, to show
     /// that nothing he lives in one guild reaches another.
     #[serde(default)]
@@ -27,6 +46,30 @@ pub struct ChannelSpec {
     /// order does not matter, Discord's computation orders them.
     #[serde(default)]
     pub overwrites: Vec<OverwriteSpec>,
+}
+
+impl ChannelSpec {
+    /// Discord's channel type: GUILD_VOICE 2, else by [`ChannelKind`] (0, 5 or 15).
+    pub fn discord_type(&self) -> u8 {
+        match (self.voice, self.kind) {
+            (true, _) => 2,
+            (false, ChannelKind::Text) => 0,
+            (false, ChannelKind::Announcement) => 5,
+            (false, ChannelKind::Forum) => 15,
+        }
+    }
+
+    /// Whether it is a forum (not a voice channel).
+    pub fn is_forum(&self) -> bool {
+        !self.voice && self.kind == ChannelKind::Forum
+    }
+
+    /// The id of the tag `name` of this forum: the forum's id times 100 plus the tag's place
+    /// (from 1), so it stays the same across runs. `None` for a tag it does not have.
+    pub fn tag_id(&self, name: &str) -> Option<u64> {
+        let place = self.tags.iter().position(|t| t == name)?;
+        Some(self.id.wrapping_mul(100).wrapping_add(place as u64 + 1))
+    }
 }
 
 /// One permission overwrite of a channel: a role's (`member: false`, Discord's type 0; the
@@ -145,6 +188,22 @@ fn one() -> u32 {
     1
 }
 
+/// An announcement channel (202, `news`) and a forum (203, `ideas`, tagged `bug`, `idea`,
+/// `question`) beside the default rooms: what `clankie run` and the loopback run alone show, so
+/// the sandbox page has every kind of room. Tests add their own instead.
+pub fn showcase_channels() -> Vec<ChannelSpec> {
+    vec![
+        ChannelSpec { id: 202, name: "news".into(), kind: ChannelKind::Announcement, ..Default::default() },
+        ChannelSpec {
+            id: 203,
+            name: "ideas".into(),
+            kind: ChannelKind::Forum,
+            tags: ["bug", "idea", "question"].map(String::from).to_vec(),
+            ..Default::default()
+        },
+    ]
+}
+
 /// The shard Discord sends a guild's events to (DMs go to shard 0).
 pub fn shard_of(guild: Option<u64>, shards: u32) -> u32 {
     guild.map_or(0, |g| ((g >> 22) % u64::from(shards.max(1))) as u32)
@@ -207,10 +266,10 @@ impl Default for LoopbackConfig {
             guild_id: 100,
             guild_name: "Loopback".into(),
             channels: vec![
-                ChannelSpec { id: 200, name: "general".into(), voice: false, guild: None, overwrites: vec![] },
-                ChannelSpec { id: 201, name: "lobbies".into(), voice: false, guild: None, overwrites: vec![] },
-                ChannelSpec { id: 300, name: "Hangout".into(), voice: true, guild: None, overwrites: vec![] },
-                ChannelSpec { id: 210, name: "town-square".into(), voice: false, guild: Some(OTHER_GUILD), overwrites: vec![] },
+                ChannelSpec { id: 200, name: "general".into(), ..Default::default() },
+                ChannelSpec { id: 201, name: "lobbies".into(), ..Default::default() },
+                ChannelSpec { id: 300, name: "Hangout".into(), voice: true, ..Default::default() },
+                ChannelSpec { id: 210, name: "town-square".into(), guild: Some(OTHER_GUILD), ..Default::default() },
             ],
             dm_channels: vec![900],
             heartbeat_interval_ms: 41_250,

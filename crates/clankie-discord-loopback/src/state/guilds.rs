@@ -129,14 +129,58 @@ impl State {
         channel_permissions(base, placed.guild, self.config.bot_user_id, &roles, overwrites, placed.spec.voice)
     }
 
-    /// The bot's permissions in a channel as Discord computes them now; a DM's are the DM's own.
-    /// `None` for an unknown channel or one of a guild the bot is not in.
+    /// The bot's permissions in a channel as Discord computes them now; a DM's are the DM's own;
+    /// a thread's its parent's (none at all in a private thread he does not see). `None` for an
+    /// unknown channel or one of a guild the bot is not in.
     pub fn bot_permissions(&self, channel: u64) -> Option<u64> {
         match self.placed(channel) {
             Some(p) if self.bot_in_guild(p.guild) => Some(self.permissions_in(&self.grants.lock(), &p)),
             Some(_) => None,
-            None => self.config.dm_channels.contains(&channel).then_some(permission::IN_DM),
+            None if self.config.dm_channels.contains(&channel) => Some(permission::IN_DM),
+            None => {
+                let thread = self.thread(channel)?;
+                let perms = self.bot_permissions(thread.parent)?;
+                Some(if self.bot_sees_thread(&thread) { perms } else { 0 })
+            }
         }
+    }
+
+    /// The permission a post into `channel` needs: SEND_MESSAGES_IN_THREADS in a thread (where
+    /// SEND_MESSAGES has no effect), SEND_MESSAGES elsewhere.
+    pub fn send_permission(&self, channel: u64) -> u64 {
+        if self.thread(channel).is_some() { permission::SEND_MESSAGES_IN_THREADS } else { permission::SEND_MESSAGES }
+    }
+
+    /// The bot's roles in a guild (@everyone aside).
+    pub(crate) fn bot_roles(&self, guild: u64) -> Vec<u64> {
+        self.bot_roles_in(&self.grants.lock(), guild)
+    }
+
+    /// A channel as `GET /channels/{id}` answers the bot: a guild channel with its overwrites
+    /// (a forum with its tags), a thread with its metadata (and his thread member), a DM.
+    pub fn channel_json_for_bot(&self, channel: u64) -> Result<Value, Refusal> {
+        // Only viewing matters here, not a voice channel's Connect.
+        self.guild_of(channel).map_err(|()| Refusal::UnknownChannel)?;
+        let perms = self.bot_permissions(channel).ok_or(Refusal::MissingAccess)?;
+        if perms & permission::VIEW_CHANNEL == 0 {
+            return Err(Refusal::MissingAccess);
+        }
+        if let Some(placed) = self.placed(channel) {
+            let grants = self.grants.lock();
+            let overwrites = grants.overwrites.get(&channel).map(Vec::as_slice).unwrap_or_default();
+            return Ok(shapes::channel_json(placed.spec, placed.guild, placed.position, overwrites));
+        }
+        if let Some(thread) = self.thread(channel) {
+            return Ok(self.thread_json(&thread));
+        }
+        let recipient = self.lock().dm_recipients.get(&channel).copied();
+        let recipients: Vec<Value> = recipient.map(|r| user_json(r, "user", false)).into_iter().collect();
+        Ok(json!({ "id": channel.to_string(), "type": 1, "last_message_id": null, "flags": 0, "recipients": recipients }))
+    }
+
+    /// Whether `channel` is a forum (which takes posts, not messages).
+    pub fn is_forum(&self, channel: u64) -> bool {
+        self.config.channels.iter().any(|c| c.id == channel && c.is_forum())
     }
 
     /// What every channel route checks first: the channel exists (10003), the bot is in its guild
@@ -172,18 +216,22 @@ impl State {
             });
         };
         let bot = self.config.bot_user_id;
-        let (perms, update) = {
+        let (before, perms, update) = {
             let mut grants = self.grants.lock();
+            let before = self.permissions_in(&grants, &placed);
             let overwrites = grants.overwrites.entry(channel).or_default();
             overwrites.retain(|o| !(o.member && o.id == bot));
             if allow != 0 || deny != 0 {
                 overwrites.push(OverwriteSpec { id: bot, member: true, allow, deny });
             }
             let perms = self.permissions_in(&grants, &placed);
-            (perms, self.channel_object(&grants, &placed, perms))
+            (before, perms, self.channel_object(&grants, &placed, perms))
         };
         if self.bot_in_guild(placed.guild) {
             self.dispatch("CHANNEL_UPDATE", update);
+            if before & permission::VIEW_CHANNEL == 0 && perms & permission::VIEW_CHANNEL != 0 {
+                self.sync_threads_of(channel, placed.guild);
+            }
             Ok(Some(perms))
         } else {
             Ok(None)
@@ -285,8 +333,9 @@ impl State {
     }
 
     /// GUILD_CREATE for each guild of `shard` the bot is in, as Discord sends them after READY:
-    /// the guild with its roles, channels (obfuscated where the bot cannot view them), the bot's
-    /// member and the voice states `voice_states` gives for it.
+    /// the guild with its roles, channels (obfuscated where the bot cannot view them), the active
+    /// threads he sees (his thread member on those he is in), the bot's member and the voice
+    /// states `voice_states` gives for it.
     pub(crate) fn guild_creates(&self, shard: u32, voice_states: &dyn Fn(u64) -> Vec<Value>) -> Vec<Value> {
         self.bot_guilds()
             .into_iter()
@@ -298,7 +347,7 @@ impl State {
                     self.placed_in(g).iter().map(|p| self.channel_object(&grants, p, self.permissions_in(&grants, p))).collect()
                 };
                 d["channels"] = json!(channels);
-                d["threads"] = json!([]);
+                d["threads"] = json!(self.guild_threads_json(g));
                 d["members"] = json!([self.bot_member_json(g)]);
                 d["voice_states"] = json!(voice_states(g));
                 d["member_count"] = json!(2);

@@ -80,6 +80,7 @@ impl Interactions {
 /// A slash command a user runs (`POST /control/interactions/command`).
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct RunCommand {
+    #[serde(deserialize_with = "crate::state::messages::flexible_id::one")]
     pub channel_id: u64,
     pub author: String,
     /// The subcommand of `/clankie`: `status`, `memory`, `voice`, `quiet`, `forget-me`.
@@ -92,6 +93,7 @@ pub struct RunCommand {
 /// A button a user presses (`POST /control/interactions/button`).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct PressButton {
+    #[serde(deserialize_with = "crate::state::messages::flexible_id::one")]
     pub message_id: u64,
     pub custom_id: String,
     pub author: String,

@@ -52,6 +52,31 @@ pub struct StoredMessage {
     /// An ephemeral interaction answer: only its invoker sees it, so it is in no channel listing.
     #[serde(default)]
     pub ephemeral: bool,
+    /// The users its content mentions (`<@id>`), the bot aside ([`StoredMessage::mentions_bot`]).
+    #[serde(default)]
+    pub mentions: Vec<MentionedUser>,
+    /// The roles its content mentions (`<@&id>`).
+    #[serde(default)]
+    pub mention_roles: Vec<u64>,
+    /// Its stickers by name, as `sticker_items`.
+    #[serde(default)]
+    pub stickers: Vec<String>,
+    /// Its poll.
+    #[serde(default)]
+    pub poll: Option<NewPoll>,
+    /// Its rich embeds.
+    #[serde(default)]
+    pub embeds: Vec<NewEmbed>,
+    /// The message it forwards, as that message was when forwarded (Discord's snapshot).
+    #[serde(default)]
+    pub forwarded: Option<Box<StoredMessage>>,
+}
+
+/// A user a message mentions, with the name Discord shows for the user object.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MentionedUser {
+    pub id: u64,
+    pub name: String,
 }
 
 impl StoredMessage {
@@ -84,6 +109,12 @@ impl StoredMessage {
             spoken: false,
             components: Vec::new(),
             ephemeral: false,
+            mentions: Vec::new(),
+            mention_roles: Vec::new(),
+            stickers: Vec::new(),
+            poll: None,
+            embeds: Vec::new(),
+            forwarded: None,
         }
     }
 }
@@ -126,6 +157,7 @@ impl NewAttachment {
 /// A message a user writes (`POST /control/messages`).
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct NewMessage {
+    #[serde(deserialize_with = "flexible_id::one")]
     pub channel_id: u64,
     /// The author's name; the user id follows from it.
     pub author: String,
@@ -133,10 +165,97 @@ pub struct NewMessage {
     /// Mention him even if the content does not say `@<his name>`.
     #[serde(default)]
     pub mention: bool,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "flexible_id::maybe")]
     pub reply_to: Option<u64>,
     #[serde(default)]
     pub attachments: Vec<NewAttachment>,
+    /// A reply whose MESSAGE_CREATE has no `referenced_message` key at all: Discord did not
+    /// fetch the replied-to message (a reader must fetch it). Without it a reply carries it, or
+    /// `null` when that message was deleted.
+    #[serde(default)]
+    pub omit_referenced: bool,
+    /// Stickers by name, as `sticker_items` (each with a stable id, format 1).
+    #[serde(default)]
+    pub stickers: Vec<String>,
+    /// A poll, as Discord's `poll` object.
+    #[serde(default)]
+    pub poll: Option<NewPoll>,
+    /// Rich embeds (`type: "rich"`).
+    #[serde(default)]
+    pub embeds: Vec<NewEmbed>,
+    /// Forwards that message: its own content is empty, a snapshot of the original carries it.
+    #[serde(default, deserialize_with = "flexible_id::maybe")]
+    pub forward: Option<u64>,
+}
+
+/// A poll on a message: the question and its answers (ids from 1, in order).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NewPoll {
+    pub question: String,
+    pub answers: Vec<String>,
+}
+
+/// A rich embed on a message.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NewEmbed {
+    #[serde(default)]
+    pub title: Option<String>,
+    #[serde(default)]
+    pub description: Option<String>,
+    #[serde(default)]
+    pub url: Option<String>,
+}
+
+/// What content mentions as Discord parses it: user ids of `<@id>` and `<@!id>`, and role ids
+/// of `<@&id>`, each once, in the order they first appear.
+pub(crate) fn parse_mentions(content: &str) -> (Vec<u64>, Vec<u64>) {
+    let (mut users, mut roles) = (Vec::new(), Vec::new());
+    let mut rest = content;
+    while let Some(at) = rest.find("<@") {
+        rest = &rest[at + 2..];
+        let (list, digits) = match rest.as_bytes().first() {
+            Some(b'&') => (&mut roles, &rest[1..]),
+            Some(b'!') => (&mut users, &rest[1..]),
+            _ => (&mut users, rest),
+        };
+        let Some(end) = digits.find('>') else { break };
+        if let Ok(id) = digits[..end].parse::<u64>()
+            && !list.contains(&id)
+        {
+            list.push(id);
+        }
+    }
+    (users, roles)
+}
+
+/// Ids read as JSON numbers or strings: a browser holds a snowflake exactly only as a string
+/// (a JSON number past 2^53 comes back from it as another number).
+pub(crate) mod flexible_id {
+    use serde::{Deserialize, Deserializer, de::Error};
+
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Id {
+        Number(u64),
+        Text(String),
+    }
+
+    fn read<E: Error>(id: Id) -> Result<u64, E> {
+        match id {
+            Id::Number(n) => Ok(n),
+            Id::Text(t) => t.trim().parse().map_err(|_| E::custom(format!("not an id: {t:?}"))),
+        }
+    }
+
+    /// An id.
+    pub fn one<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
+        read(Id::deserialize(d)?)
+    }
+
+    /// An id or `null`.
+    pub fn maybe<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
+        Option::<Id>::deserialize(d)?.map(read).transpose()
+    }
 }
 
 /// Standard base64 (padding optional); `None` on any other character.
@@ -161,7 +280,14 @@ pub(crate) fn decode_base64(text: &str) -> Option<Vec<u8>> {
 
 #[cfg(test)]
 mod tests {
-    use super::decode_base64;
+    use super::{decode_base64, parse_mentions};
+
+    #[test]
+    fn mentions_are_parsed_as_discord_writes_them() {
+        let (users, roles) = parse_mentions("hi <@12> and <@!34>, <@&56> <@12> <@x> <@7");
+        assert_eq!(users, vec![12, 34]);
+        assert_eq!(roles, vec![56]);
+    }
 
     #[test]
     fn base64_decodes_with_and_without_padding() {

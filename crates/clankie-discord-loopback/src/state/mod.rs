@@ -9,10 +9,12 @@ mod guilds;
 pub mod interactions;
 pub mod limits;
 pub mod messages;
+mod people;
 pub mod permission;
 pub mod permissions;
 pub mod sessions;
 pub mod shapes;
+pub mod threads;
 
 use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
@@ -24,9 +26,11 @@ use clankie_proto::time::DISCORD_EPOCH_MS;
 pub use config::LoopbackConfig;
 use config::{Site, shard_of};
 pub use guilds::{OverwriteError, Refusal};
-pub use messages::{AttachmentMeta, NewAttachment, NewMessage, Post, StoredMessage};
+pub use messages::{AttachmentMeta, MentionedUser, NewAttachment, NewEmbed, NewMessage, NewPoll, Post, StoredMessage};
 pub(crate) use messages::{Upload, now_ms};
 use sessions::{Sessions, intent};
+use shapes::Referenced;
+pub use threads::{Thread, ThreadError};
 
 #[derive(Default)]
 struct Inner {
@@ -47,6 +51,8 @@ struct Inner {
     files: HashMap<u64, (String, Vec<u8>)>,
     /// How often each file was fetched, so a test can tell a second download from a cached one.
     downloads: HashMap<u64, u64>,
+    /// The users the loopback knows and its guilds' members.
+    people: people::People,
 }
 
 /// The loopback's state. Reads as its [`Site`] (what it contains, where it is) too.
@@ -61,6 +67,8 @@ pub(crate) struct State {
     pub interactions: interactions::Interactions,
     /// The roles, overwrites and Message Content switch as they stand (the control API changes them).
     pub grants: permissions::Keeper,
+    /// The live threads. Locked after `inner` when both are, never the other way.
+    threads: threads::Keeper,
     /// When the loopback started: when the bot joined its guilds.
     started_ms: i64,
 }
@@ -72,6 +80,9 @@ impl std::ops::Deref for State {
         &self.site
     }
 }
+
+/// Discord's flag on a message a thread was started from.
+const HAS_THREAD: u64 = 1 << 5;
 
 /// How long a nonce is remembered for enforcement.
 const NONCE_WINDOW_MS: i64 = 5 * 60 * 1000;
@@ -90,14 +101,38 @@ impl State {
             limits: limits::Keeper::default(),
             interactions: interactions::Interactions::default(),
             grants: permissions::Keeper::seeded(&config),
+            threads: threads::Keeper::default(),
             started_ms: now_ms(),
             site: Site { config, addr },
         }
     }
 
-    /// A message as the gateway and REST render it.
-    pub(crate) fn message_json(&self, m: &StoredMessage, referenced: Option<&StoredMessage>) -> serde_json::Value {
-        shapes::message_json(&self.site, m, referenced)
+    /// A message as REST answers it: a reply with the message it answers (`null` when that was
+    /// deleted), a thread's starter message with its thread, no partial members.
+    pub(crate) fn message_json(&self, m: &StoredMessage) -> serde_json::Value {
+        let referenced = m.reply_to.and_then(|r| self.message(r));
+        let referenced = referenced.as_ref().map_or(Referenced::Gone, Referenced::Found);
+        let mut v = shapes::message_json(&self.site, m, referenced, None);
+        if let Some(t) = self.thread(m.id).filter(|t| t.parent == m.channel_id) {
+            v["thread"] = self.thread_json(&t);
+            v["flags"] = serde_json::json!(v["flags"].as_u64().unwrap_or(0) | HAS_THREAD);
+        }
+        v
+    }
+
+    /// A message as the gateway dispatches it: the author's and each mentioned user's partial
+    /// member in a guild; what a reply carries of the message it answers as `referenced` says.
+    fn event_json(&self, inner: &Inner, m: &StoredMessage, referenced: Referenced<'_>) -> serde_json::Value {
+        let member = |user: u64| m.guild_id.and_then(|g| self.partial_member(&inner.people, g, user));
+        shapes::message_json(&self.site, m, referenced, Some(&member))
+    }
+
+    /// What a reply's MESSAGE_CREATE or MESSAGE_UPDATE carries of the message it answers.
+    fn referenced_in<'a>(inner: &'a Inner, m: &StoredMessage) -> Referenced<'a> {
+        match m.reply_to.and_then(|r| inner.messages.get(&r)).filter(|r| !r.deleted) {
+            Some(r) => Referenced::Found(r),
+            None => Referenced::Gone,
+        }
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
@@ -134,7 +169,7 @@ impl State {
         if ephemeral {
             self.keep(&mut inner, message);
         } else {
-            self.store_and_dispatch(&mut inner, message);
+            self.store_and_dispatch(&mut inner, message, false);
         }
         id
     }
@@ -156,12 +191,15 @@ impl State {
         inner.next_id
     }
 
-    /// The guild a channel belongs to; `None` for DM channels; `Err` for unknown channels.
+    /// The guild a channel (a thread included) belongs to; `None` for DM channels; `Err` for
+    /// unknown channels (a deleted thread among them).
     pub fn guild_of(&self, channel: u64) -> Result<Option<u64>, ()> {
         if let Some(c) = self.config.channels.iter().find(|c| c.id == channel) {
             Ok(Some(c.guild.unwrap_or(self.config.guild_id)))
         } else if self.config.dm_channels.contains(&channel) {
             Ok(None)
+        } else if let Some(t) = self.thread(channel) {
+            Ok(Some(t.guild))
         } else {
             Err(())
         }
@@ -174,27 +212,52 @@ impl State {
 
     /// Stores a user's message and dispatches MESSAGE_CREATE. Returns its id.
     pub fn user_message(&self, m: NewMessage) -> u64 {
+        self.user_message_with_id(m, None)
+    }
+
+    /// A user's message under `id` when given (a forum post's first message takes its thread's),
+    /// else a new one. Into a thread, what the thread does first ([`State::thread_activity`]) is
+    /// dispatched before its MESSAGE_CREATE. Its mentions are resolved as Discord resolves them;
+    /// a forward of a message that is no longer there is a plain message.
+    pub(crate) fn user_message_with_id(&self, m: NewMessage, id: Option<u64>) -> u64 {
         let guild_id = self.guild_of(m.channel_id).unwrap_or(None);
-        let mention = format!("@{}", self.config.bot_name.to_lowercase());
-        let mentions_bot = m.mention || m.content.to_lowercase().contains(&mention);
+        let author_id = State::user_id(&m.author);
         let mut inner = self.lock();
-        let id = State::next_id(&mut inner);
+        let id = id.unwrap_or_else(|| State::next_id(&mut inner));
+        inner.people.know(guild_id, author_id, &m.author);
+        let forwarded = m
+            .forward
+            .and_then(|f| inner.messages.get(&f))
+            .filter(|f| !f.deleted && !f.spoken && !f.ephemeral)
+            .map(|f| Box::new(StoredMessage { forwarded: None, ..f.clone() }));
+        let (content, reply_to) = if forwarded.is_some() { (String::new(), None) } else { (m.content, m.reply_to) };
+        let resolved = self.resolve_mentions(&inner.people, guild_id, &content);
+        let mention = format!("@{}", self.config.bot_name.to_lowercase());
+        let mentions_bot = m.mention || content.to_lowercase().contains(&mention) || resolved.bot;
+        let mentioned: Vec<u64> = resolved.users.iter().map(|u| u.id).collect();
+        self.thread_activity(m.channel_id, id, author_id, mentions_bot, &mentioned);
         let files = m.attachments.into_iter().map(|a| {
             let bytes = a.bytes();
             (a.filename, a.content_type, bytes)
         });
         let attachments = State::store_files(&mut inner, files);
         if self.config.dm_channels.contains(&m.channel_id) {
-            inner.dm_recipients.insert(m.channel_id, State::user_id(&m.author));
+            inner.dm_recipients.insert(m.channel_id, author_id);
         }
         let message = StoredMessage {
-            author_id: State::user_id(&m.author),
+            author_id,
             author_name: m.author,
             bot: false,
             mentions_bot,
-            ..StoredMessage::new(id, m.channel_id, guild_id, m.content, m.reply_to, attachments, now_ms())
+            mentions: resolved.users,
+            mention_roles: resolved.roles,
+            stickers: m.stickers,
+            poll: m.poll,
+            embeds: m.embeds,
+            forwarded,
+            ..StoredMessage::new(id, m.channel_id, guild_id, content, reply_to, attachments, now_ms())
         };
-        self.store_and_dispatch(&mut inner, message);
+        self.store_and_dispatch(&mut inner, message, m.omit_referenced);
         id
     }
 
@@ -253,6 +316,9 @@ impl State {
     }
 
     /// Creates a bot message, or returns the one an earlier request with the same nonce created.
+    /// Into a thread, what the thread does first ([`State::thread_activity`]: unarchiving, his
+    /// joining) is dispatched before its MESSAGE_CREATE.
+    #[allow(clippy::too_many_arguments)]
     pub fn bot_message(
         &self,
         channel: u64,
@@ -261,6 +327,7 @@ impl State {
         nonce: Option<(String, bool)>,
         files: Vec<Upload>,
         components: Vec<serde_json::Value>,
+        embeds: Vec<NewEmbed>,
     ) -> StoredMessage {
         let guild_id = self.guild_of(channel).unwrap_or(None);
         let mut inner = self.lock();
@@ -282,11 +349,35 @@ impl State {
             }
             inner.nonces.insert((channel, nonce), (id, now));
         }
+        let resolved = self.resolve_mentions(&inner.people, guild_id, &content);
+        let mentioned: Vec<u64> = resolved.users.iter().map(|u| u.id).collect();
+        self.thread_activity(channel, id, self.config.bot_user_id, false, &mentioned);
         let attachments = State::store_files(&mut inner, files);
-        let message =
-            self.from_bot(StoredMessage { components, ..StoredMessage::new(id, channel, guild_id, content, reply_to, attachments, now) });
-        self.store_and_dispatch(&mut inner, message.clone());
+        let message = self.from_bot(StoredMessage {
+            components,
+            embeds,
+            mentions: resolved.users,
+            mention_roles: resolved.roles,
+            ..StoredMessage::new(id, channel, guild_id, content, reply_to, attachments, now)
+        });
+        self.store_and_dispatch(&mut inner, message.clone(), false);
         message
+    }
+
+    /// The bot's first message of a forum post he made, under the thread's id.
+    pub(crate) fn bot_post_with_id(&self, id: u64, content: String, embeds: Vec<NewEmbed>, files: Vec<Upload>) {
+        let guild_id = self.guild_of(id).unwrap_or(None);
+        let mut inner = self.lock();
+        let resolved = self.resolve_mentions(&inner.people, guild_id, &content);
+        self.thread_activity(id, id, self.config.bot_user_id, false, &[]);
+        let attachments = State::store_files(&mut inner, files);
+        let message = self.from_bot(StoredMessage {
+            mentions: resolved.users,
+            mention_roles: resolved.roles,
+            embeds,
+            ..StoredMessage::new(id, id, guild_id, content, None, attachments, now_ms())
+        });
+        self.store_and_dispatch(&mut inner, message, false);
     }
 
     /// Stores a message, letting the channel's oldest go past `messages_kept_per_channel`.
@@ -305,9 +396,11 @@ impl State {
         }
     }
 
-    fn store_and_dispatch(&self, inner: &mut Inner, message: StoredMessage) {
-        let referenced = message.reply_to.and_then(|r| inner.messages.get(&r).cloned());
-        let json = self.message_json(&message, referenced.as_ref());
+    /// Stores a message and dispatches its MESSAGE_CREATE; `omit_referenced` leaves a reply's
+    /// `referenced_message` out, as when Discord did not fetch it.
+    fn store_and_dispatch(&self, inner: &mut Inner, message: StoredMessage, omit_referenced: bool) {
+        let referenced = if omit_referenced { Referenced::Unfetched } else { State::referenced_in(inner, &message) };
+        let json = self.event_json(inner, &message, referenced);
         let shard = shard_of(message.guild_id, self.config.shards);
         self.keep(inner, message);
         if !self.bot_sees("MESSAGE_CREATE", &json) {
@@ -324,8 +417,12 @@ impl State {
 
     pub fn edit(&self, channel: u64, id: u64, content: String) -> Option<StoredMessage> {
         let mut inner = self.lock();
+        let guild = inner.messages.get(&id)?.guild_id;
+        let resolved = self.resolve_mentions(&inner.people, guild, &content);
         let m = inner.messages.get_mut(&id).filter(|m| m.channel_id == channel && m.bot && !m.deleted)?;
         m.content = content;
+        m.mentions = resolved.users;
+        m.mention_roles = resolved.roles;
         m.edited = true;
         m.edited_at_ms = now_ms();
         Some(m.clone())
@@ -335,16 +432,19 @@ impl State {
     /// the whole message, as Discord does. False when there is no such message of a user.
     pub fn user_edit(&self, id: u64, content: String) -> bool {
         let mut inner = self.lock();
+        let Some(guild) = inner.messages.get(&id).map(|m| m.guild_id) else { return false };
+        let resolved = self.resolve_mentions(&inner.people, guild, &content);
         let Some(m) = inner.messages.get_mut(&id).filter(|m| !m.bot && !m.deleted && !m.spoken) else { return false };
         let mention = format!("@{}", self.config.bot_name.to_lowercase());
-        m.mentions_bot = m.mentions_bot || content.to_lowercase().contains(&mention);
+        m.mentions_bot = m.mentions_bot || content.to_lowercase().contains(&mention) || resolved.bot;
+        m.mentions = resolved.users;
+        m.mention_roles = resolved.roles;
         m.content = content;
         m.edited = true;
         // Strictly later than any earlier edit: each edit is an event of its own.
         m.edited_at_ms = now_ms().max(m.edited_at_ms + 1);
         let message = m.clone();
-        let referenced = message.reply_to.and_then(|r| inner.messages.get(&r).cloned());
-        let json = self.message_json(&message, referenced.as_ref());
+        let json = self.event_json(&inner, &message, State::referenced_in(&inner, &message));
         drop(inner);
         self.dispatch("MESSAGE_UPDATE", json);
         true

@@ -54,8 +54,8 @@ pub fn intent_of(t: &str, in_guild: bool) -> Option<u64> {
 }
 
 /// A guild message as a session without the Message Content intent receives it: Discord
-/// empties its content, embeds, attachments and components unless it mentions the bot or is
-/// the bot's own.
+/// empties its content, embeds, attachments and components and drops its poll (a forward's
+/// snapshot emptied alike) unless it mentions the bot or is the bot's own.
 fn without_content(t: &str, d: &serde_json::Value, bot: u64) -> Option<serde_json::Value> {
     if !matches!(t, "MESSAGE_CREATE" | "MESSAGE_UPDATE") || d["guild_id"].is_null() {
         return None;
@@ -66,13 +66,27 @@ fn without_content(t: &str, d: &serde_json::Value, bot: u64) -> Option<serde_jso
         return None;
     }
     let mut d = d.clone();
+    empty(&mut d);
+    if let Some(object) = d.as_object_mut() {
+        object.remove("poll");
+    }
+    // A forward's snapshot carries the forwarded message's content: emptied as its own would be.
+    if let Some(snapshots) = d.get_mut("message_snapshots").and_then(serde_json::Value::as_array_mut) {
+        for snapshot in snapshots {
+            empty(&mut snapshot["message"]);
+        }
+    }
+    Some(d)
+}
+
+/// Empties what Message Content gates in one message object.
+fn empty(d: &mut serde_json::Value) {
     d["content"] = serde_json::json!("");
     for field in ["embeds", "attachments", "components"] {
         if !d[field].is_null() {
             d[field] = serde_json::json!([]);
         }
     }
-    Some(d)
 }
 
 impl GatewaySession {

@@ -6,6 +6,7 @@ mod control;
 mod gateway;
 mod guilds;
 mod permissions;
+mod threads;
 
 use std::time::Duration;
 
@@ -40,6 +41,7 @@ pub fn with_absent_guild() -> LoopbackConfig {
         voice: false,
         guild: Some(ABSENT_GUILD),
         overwrites: vec![],
+        ..Default::default()
     });
     config.absent_guilds.push(ABSENT_GUILD);
     config

@@ -153,6 +153,7 @@ fn flood_config() -> LoopbackConfig {
         voice: false,
         guild: None,
         overwrites: vec![],
+        ..Default::default()
     }));
     config
 }

@@ -318,8 +318,8 @@ async fn slash_quiet_5_makes_a_channel_silent_for_five_minutes_and_others_still_
 #[tokio::test]
 async fn slash_voice_join_checks_the_room_list_before_op_4_and_a_second_listed_channel_moves_him_once() {
     use clankie_discord_loopback::ChannelSpec;
-    let stage = ChannelSpec { id: 301, name: "Stage".into(), voice: true, guild: None, overwrites: vec![] };
-    let backroom = ChannelSpec { id: 302, name: "Backroom".into(), voice: true, guild: None, overwrites: vec![] };
+    let stage = ChannelSpec { id: 301, name: "Stage".into(), voice: true, ..Default::default() };
+    let backroom = ChannelSpec { id: 302, name: "Backroom".into(), voice: true, ..Default::default() };
     let rig = Rig::with_channels(&[("CLANKIE_VOICE_ROOMS", "100:300,100:301")], vec![stage, backroom]).await;
     let _store = owned_by(&rig, "ada").await;
     let discord = &rig.sandbox.discord;
@@ -346,7 +346,7 @@ async fn slash_voice_join_checks_the_room_list_before_op_4_and_a_second_listed_c
 
 #[tokio::test]
 async fn slash_a_non_owners_voice_join_and_leave_are_refused_and_an_operators_are_done() {
-    let stage = clankie_discord_loopback::ChannelSpec { id: 301, name: "Stage".into(), voice: true, guild: None, overwrites: vec![] };
+    let stage = clankie_discord_loopback::ChannelSpec { id: 301, name: "Stage".into(), voice: true, ..Default::default() };
     let rig = Rig::with_channels(&[("CLANKIE_VOICE_ROOMS", "100:300,100:301")], vec![stage]).await;
     let store = owned_by(&rig, "ada").await;
     let olive = clankie_discord_loopback::Loopback::user_id("olive");

@@ -157,6 +157,7 @@ pub(crate) fn a_guild_per_shard(shards: u32, max_concurrency: u32) -> LoopbackCo
             voice: false,
             guild: Some((k + 4) << 22),
             overwrites: vec![],
+            ..Default::default()
         });
     }
     config
