@@ -248,6 +248,19 @@ impl Session {
             .max()
     }
 
+    /// Every Discord message it holds: its messages and the lines of its blocks (history, a
+    /// message's context). A reply to one of them points at it instead of quoting it again.
+    pub fn message_ids(&self) -> std::collections::HashSet<u64> {
+        let mut ids = std::collections::HashSet::new();
+        for e in &self.entries {
+            if let EntryBody::User { delivery_id, lines, .. } = &e.body {
+                ids.extend(delivery_id.parse::<u64>().ok());
+                ids.extend(lines.iter().copied());
+            }
+        }
+        ids
+    }
+
     /// About how many bytes the session holds in memory: its texts, pictures and tool calls, and
     /// a fixed cost per entry. What a warm cache weighs it by.
     pub fn approx_bytes(&self) -> usize {

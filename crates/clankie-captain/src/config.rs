@@ -25,6 +25,8 @@ pub struct CaptainConfig {
     pub bot_name: String,
     /// Other names he answers to, when the persona names none.
     pub aliases: Vec<String>,
+    /// A guild message naming him is admitted (`named`); `CLANKIE_NAMED_ADMISSION`.
+    pub named_admission: bool,
     /// How long the experiences this replica records are kept.
     pub experience_ttl: Duration,
     pub lease_ttl: Duration,
@@ -80,6 +82,7 @@ impl CaptainConfig {
             replica: settings.replica_id.clone(),
             bot_name: settings.bot_name.clone(),
             aliases: settings.bot_aliases.clone(),
+            named_admission: settings.named_admission,
             experience_ttl: settings.experience_ttl,
             lease_ttl: settings.lane_lease_ttl,
             warm_cache_bytes: settings.warm_cache_mib.saturating_mul(1024 * 1024),

@@ -256,6 +256,7 @@ impl Captain {
         answering: &Answering,
         absorbed: &mut Vec<Held>,
         pending: &mut Vec<Held>,
+        held_ids: &std::collections::HashSet<u64>,
     ) -> bool {
         // A change stored before this copy arrived (consumed on another replica, say): an edit
         // is read as edited; a deleted message waits for the next burst, which withdraws it.
@@ -275,7 +276,7 @@ impl Captain {
                 None => {}
             }
         }
-        match steerer.steer(self.user_message(&held).await) {
+        match steerer.steer(self.user_message(&held, held_ids).await) {
             Ok(()) => {
                 answering.wrote(&held.ingress);
                 absorbed.push(held);
@@ -472,8 +473,10 @@ impl Captain {
 }
 
 impl Captain {
-    /// A delivery as the model sees it: its attributed block, and its pictures fetched through media.
-    async fn user_message(&self, h: &Held) -> UserMessage {
+    /// A delivery as the model sees it: its attributed block with its context (what it replies
+    /// to or links, pointed at where the conversation `held` it already; its poll, stickers,
+    /// embeds, forwards and text files), and its pictures fetched through media.
+    async fn user_message(&self, h: &Held, held: &std::collections::HashSet<u64>) -> UserMessage {
         let bound = self.inner.config.bounds.attachments_per_message;
         let pictures: Vec<&v1::Attachment> = h.ingress.attachments.iter().filter(|a| a.content_type.starts_with("image/")).collect();
         let shown = pictures.len().min(bound);
@@ -483,7 +486,9 @@ impl Captain {
             })
             .await;
         }
-        let mut message = UserMessage::new(h.ingress.author_name.clone(), h.delivery_id(), prompt::message(&h.ingress, shown));
+        let files = self.text_files(h).await;
+        let (text, lines) = prompt::message_in_context(&h.ingress, shown, &|id| held.contains(&id), &files);
+        let mut message = UserMessage { lines, ..UserMessage::new(h.ingress.author_name.clone(), h.delivery_id(), text) };
         for a in pictures.into_iter().take(shown) {
             let request = v1::MediaAttachmentRequest { attachment: Some(a.clone()), delivery_id: h.delivery_id().to_owned() };
             match self
@@ -507,6 +512,43 @@ impl Captain {
             }
         }
         message
+    }
+}
+
+impl Captain {
+    /// The text files among a delivery's attachments (`.txt`, `.md`, code), fetched through
+    /// media like pictures and read as UTF-8, each bounded; a file that is not text is left to
+    /// its name.
+    async fn text_files(&self, h: &Held) -> Vec<prompt::FileText> {
+        let mut out = Vec::new();
+        for a in h.ingress.attachments.iter().filter(|a| prompt::is_text_file(&a.filename, &a.content_type)).take(prompt::MAX_TEXT_FILES) {
+            let request = v1::MediaAttachmentRequest { attachment: Some(a.clone()), delivery_id: h.delivery_id().to_owned() };
+            let reply = match self
+                .inner
+                .bus
+                .request::<_, v1::MediaResolveReply>(&Subject::RpcMediaAttachment, &request, self.inner.config.media_timeout)
+                .await
+            {
+                Ok(reply) if reply.error.is_empty() => reply,
+                Ok(reply) => {
+                    tracing::warn!(code = %reply.error, "a text file could not be fetched; the lane sees its name only");
+                    continue;
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "media unreachable; the lane sees the text file's name only");
+                    continue;
+                }
+            };
+            match self.inner.bus.bytes_of(reply.data, &reply.blob).await {
+                Ok(bytes) => {
+                    if let Some(text) = prompt::file_text(&bytes) {
+                        out.push(prompt::FileText { name: a.filename.clone(), text });
+                    }
+                }
+                Err(e) => tracing::warn!(error = %e, "a text file's blob could not be taken; the lane sees its name only"),
+            }
+        }
+        out
     }
 }
 

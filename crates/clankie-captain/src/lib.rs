@@ -25,8 +25,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use clankie_agent::{Agent, Session};
+use clankie_bus::MsgId;
 use clankie_bus::{Bus, BusError, ConsumerSpec, Delivery};
-use clankie_proto::{Family, LaneKey, v1};
+use clankie_proto::{Family, LaneKey, Subject, v1};
 use clankie_self::SelfSource;
 use clankie_store::Store;
 use tokio::sync::mpsc;
@@ -94,6 +95,14 @@ pub struct Captain {
 pub fn lane_of(ingress: &v1::Ingress) -> LaneKey {
     match ingress.guild_id {
         Some(guild) => LaneKey::Room { guild, channel: ingress.channel_id },
+        None => LaneKey::Dm { channel: ingress.channel_id },
+    }
+}
+
+/// The lane whose room settings (quiet) a delivery follows: a thread's parent channel's.
+pub fn home_lane_of(ingress: &v1::Ingress) -> LaneKey {
+    match ingress.guild_id {
+        Some(guild) => LaneKey::Room { guild, channel: admission::home_channel(ingress) },
         None => LaneKey::Dm { channel: ingress.channel_id },
     }
 }
@@ -395,15 +404,19 @@ impl Captain {
         }
         let facts = {
             let lanes: Vec<LaneKey> = batch.iter().map(|d| lane_of(&d.event)).collect();
-            let keys: Vec<(&str, &LaneKey)> = batch.iter().zip(&lanes).map(|(d, lane)| (d.event.delivery_id.as_str(), lane)).collect();
-            self.inner.store.ingress_facts(&keys, self.inner.config.exchange_window).await
+            let homes: Vec<LaneKey> = batch.iter().map(|d| home_lane_of(&d.event)).collect();
+            let keys: Vec<(&str, &LaneKey, &LaneKey)> =
+                batch.iter().zip(&lanes).zip(&homes).map(|((d, lane), home)| (d.event.delivery_id.as_str(), lane, home)).collect();
+            self.inner.store.ingress_facts_homed(&keys, self.inner.config.exchange_window).await
         };
+        let names = self.names_if_needed(&batch).await;
         match facts {
             Ok(facts) => {
                 let mut refused = Vec::new();
                 for (d, facts) in batch.into_iter().zip(facts) {
                     let span = tracing::info_span!("delivery", delivery_id = %d.event.delivery_id);
-                    refused.extend(self.accept_ingress(d, facts).instrument(span).await);
+                    let named = clankie_self::names_him(&d.event.content, &names);
+                    refused.extend(self.accept_ingress(d, facts, named).instrument(span).await);
                 }
                 self.refuse(refused).await;
             }
@@ -412,6 +425,27 @@ impl Captain {
                 futures::future::join_all(batch.iter().map(|d| d.nak_after(self.inner.config.backoff(d.delivered)))).await;
             }
         }
+    }
+
+    /// His names (the persona's name and aliases, or the deployment's) when naming him admits
+    /// and the batch holds a guild message that is not otherwise addressed; empty otherwise.
+    async fn names_if_needed(&self, batch: &[Delivery<v1::Ingress>]) -> Vec<String> {
+        let config = &self.inner.config;
+        if !config.named_admission
+            || !batch.iter().any(|d| d.event.change() == v1::MessageChange::None && admission::needs_exchange(&d.event))
+        {
+            return Vec::new();
+        }
+        let persona = match self.inner.store.persona().await {
+            Ok(p) => p,
+            Err(e) => {
+                tracing::warn!(error = %e, "persona unavailable; his configured name alone admits");
+                clankie_store::Persona::default()
+            }
+        };
+        let name = if persona.name.trim().is_empty() { config.bot_name.clone() } else { persona.name };
+        let aliases = if persona.aliases.is_empty() { config.aliases.clone() } else { persona.aliases };
+        std::iter::once(name).chain(aliases).map(|n| n.trim().to_owned()).filter(|n| !n.is_empty()).collect()
     }
 
     async fn already_settled(&self, delivery_id: &str) -> bool {
@@ -436,7 +470,7 @@ impl Captain {
 
     /// Decides a delivery from what the store said of it ([`Store::ingress_facts`]); only an
     /// admission writes, in one statement. A refusal is handed back for [`Captain::refuse`].
-    async fn accept_ingress(&self, d: Delivery<v1::Ingress>, facts: clankie_store::IngressFacts) -> Option<Refusal> {
+    async fn accept_ingress(&self, d: Delivery<v1::Ingress>, facts: clankie_store::IngressFacts, named: bool) -> Option<Refusal> {
         let lane = lane_of(&d.event);
         tracing::debug!(%lane, delivered = d.delivered, "ingress received");
         let config = &self.inner.config;
@@ -465,7 +499,7 @@ impl Captain {
         // A lane with an actor here is in conversation already: its run may not be visible in the store yet.
         let local = self.inner.lanes.lock().unwrap_or_else(|p| p.into_inner()).contains_key(&lane);
         let live = local || (admission::needs_exchange(&d.event) && facts.in_conversation);
-        match admission::admit(&d.event, live) {
+        match admission::admit(&d.event, live, named) {
             Err(refused) => {
                 tracing::debug!(%lane, code = refused.code(), "not admitted");
                 Some(Refusal { delivery: d, lane, code: refused.code() })
@@ -543,6 +577,9 @@ impl Captain {
             let _ = d.ack().await;
             return;
         }
+        if d.event.change() == v1::MessageChange::ThreadDeleted {
+            return self.thread_deleted(lane, d).await;
+        }
         if d.event.change() == v1::MessageChange::Edit {
             match self.inner.store.forgotten_at(d.event.author_id).await {
                 Ok(Some(at)) if clankie_proto::time::snowflake_ms(d.event.changed_message_id) < at => {
@@ -557,6 +594,43 @@ impl Captain {
             }
         }
         self.dispatch(Held::from_ingress(lane, d));
+    }
+
+    /// A thread deleted takes every message in it: each one the lane holds or waits on is
+    /// deleted as a MESSAGE_DELETE of it would be (published as one, with the same id), so
+    /// what waits is withdrawn and what was stored is rewritten, by the path every deletion takes.
+    async fn thread_deleted(&self, lane: LaneKey, d: Delivery<v1::Ingress>) {
+        let ids = match self.inner.store.messages_of_lane(&lane.to_string()).await {
+            Ok(ids) => ids,
+            Err(e) => {
+                tracing::warn!(%lane, error = %e, "a deleted thread's messages could not be read; it will come back");
+                let _ = d.nak_after(self.inner.config.backoff(d.delivered)).await;
+                return;
+            }
+        };
+        let subject = Subject::ingress_text(d.event.guild_id, d.event.channel_id);
+        for id in &ids {
+            let deletion = v1::Ingress {
+                delivery_id: format!("delete:{id}"),
+                guild_id: d.event.guild_id,
+                channel_id: d.event.channel_id,
+                change: v1::MessageChange::Delete as i32,
+                changed_message_id: *id,
+                received_at_ms: d.event.received_at_ms,
+                ..Default::default()
+            };
+            if let Err(e) = self.inner.bus.publish(&subject, &deletion, Some(&MsgId::new(deletion.delivery_id.clone()))).await {
+                tracing::warn!(%lane, error = %e, "a deleted thread's message could not be deleted; it will come back");
+                let _ = d.nak_after(self.inner.config.backoff(d.delivered)).await;
+                return;
+            }
+        }
+        self.inner.warm.lock().unwrap_or_else(|p| p.into_inner()).take(&lane);
+        self.receipt("captain.changed", &d.event.delivery_id, &lane, |r| {
+            r.with_code("thread_deleted").with_count("messages", ids.len() as i64)
+        })
+        .await;
+        let _ = d.ack().await;
     }
 
     /// An edit by someone forgotten of a message they wrote before the forget: the message is

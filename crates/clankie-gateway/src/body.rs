@@ -776,10 +776,10 @@ impl Gateway {
             .map(|m| v1::HistoryMessage {
                 message_id: m.id.get(),
                 author_id: m.author.id.get(),
-                author_name: m.author.global_name.clone().unwrap_or_else(|| m.author.name.clone()),
+                author_name: crate::normalise::display_name(&m.author, m.member.as_ref().and_then(|p| p.nick.as_deref())),
                 author_is_bot: m.author.bot,
                 is_him: m.author.id.get() == bot,
-                content: m.content.clone(),
+                content: crate::normalise::as_people_see_it(&m.content, &m.mentions, &crate::normalise::Names::default()),
                 at_ms: m.timestamp.as_micros() / 1000,
             })
             .collect();

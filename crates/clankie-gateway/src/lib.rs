@@ -18,6 +18,7 @@
 
 mod body;
 pub mod commands;
+mod context;
 pub mod doctor;
 pub mod invite;
 pub mod leases;
@@ -87,6 +88,9 @@ pub struct GatewayConfig {
     /// The span in which a channel takes 5 creates: Discord's [`body::CREATE_SPAN`]; a stand-in
     /// with a shorter message-create window sets its own.
     pub create_span: Duration,
+    /// How many messages of a reply chain a message is shown with: the one it replies to and
+    /// those above it (`CLANKIE_REPLY_CHAIN_DEPTH`).
+    pub reply_chain_depth: usize,
 }
 
 impl std::fmt::Debug for GatewayConfig {
@@ -119,6 +123,7 @@ impl GatewayConfig {
             shard_lease_ttl: settings.shard_lease_ttl,
             rest_lease_ttl: settings.rest_lease_ttl,
             create_span: body::CREATE_SPAN,
+            reply_chain_depth: settings.reply_chain_depth,
         }
     }
 }
@@ -154,6 +159,8 @@ pub(crate) struct Inner {
     /// Outbound messages a dropped body held unsettled, naked in order when its tenure ends.
     pub hand_back: body::HandBack,
     pub handed_back: body::HandedBack,
+    /// Channel facts and role names learned for messages' context.
+    pub places: context::Places,
 }
 
 /// A gateway replica. Cheap to clone.
@@ -194,6 +201,7 @@ impl Gateway {
                 budget,
                 hand_back,
                 handed_back,
+                places: context::Places::default(),
             }),
         }
     }

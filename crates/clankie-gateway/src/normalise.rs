@@ -25,6 +25,11 @@ fn bounded(text: &str, max: usize) -> String {
     text.chars().take(max).collect()
 }
 
+/// A name people chose (a channel's, a role's, a thread's, a tag's), bounded.
+pub fn display_bounded(name: &str) -> String {
+    bounded(name, MAX_NAME_CHARS * 2)
+}
+
 /// Arrival stamps in milliseconds that never repeat nor go back within a gateway: an event
 /// handled after another is stamped later even in the same millisecond. A lane reads "typing
 /// after his last message" from these stamps, and a tie would read as "typing before it".
@@ -45,21 +50,227 @@ impl Arrivals {
     }
 }
 
+/// Longest quoted text passed on (a replied-to or linked message, an embed, a forward).
+pub const MAX_QUOTE_CHARS: usize = 1_000;
+/// Most stickers, embeds and forwards passed on per message.
+const MAX_PARTS: usize = 3;
+/// Most message links followed per message.
+pub const MAX_LINKS: usize = 3;
+
+/// The names behind `<#id>` and `<@&id>` in a message's words, as the gateway found them; a
+/// user mention's name comes with the message itself.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Names {
+    pub channels: std::collections::HashMap<u64, String>,
+    pub roles: std::collections::HashMap<u64, String>,
+}
+
+/// What people see as someone's name in a guild: the member's nickname, else the global
+/// name, else the username.
+pub fn display_name(user: &twilight_model::user::User, nick: Option<&str>) -> String {
+    let name = nick.filter(|n| !n.trim().is_empty()).or(user.global_name.as_deref().filter(|n| !n.trim().is_empty())).unwrap_or(&user.name);
+    bounded(name, MAX_NAME_CHARS)
+}
+
+/// One `<…>` token of Discord's message markup.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Markup<'a> {
+    User(u64),
+    Channel(u64),
+    Role(u64),
+    Emoji(&'a str),
+}
+
+fn markup(token: &str) -> Option<Markup<'_>> {
+    let id = |t: &str| t.parse::<u64>().ok();
+    if let Some(rest) = token.strip_prefix("@&") {
+        return id(rest).map(Markup::Role);
+    }
+    if let Some(rest) = token.strip_prefix('@') {
+        return id(rest.strip_prefix('!').unwrap_or(rest)).map(Markup::User);
+    }
+    if let Some(rest) = token.strip_prefix('#') {
+        return id(rest).map(Markup::Channel);
+    }
+    let emoji = token.strip_prefix("a:").or_else(|| token.strip_prefix(':'))?;
+    let (name, id_part) = emoji.rsplit_once(':')?;
+    (!name.is_empty() && id(id_part).is_some()).then_some(Markup::Emoji(name))
+}
+
+/// Replaces each markup token of `content` as `replace` says, leaving everything else as written.
+fn rewrite_markup(content: &str, mut replace: impl FnMut(&Markup<'_>) -> String) -> String {
+    let mut out = String::with_capacity(content.len());
+    let mut rest = content;
+    while let Some(open) = rest.find('<') {
+        out.push_str(&rest[..open]);
+        let after = &rest[open + 1..];
+        match after.find('>').and_then(|close| markup(&after[..close]).map(|m| (close, m))) {
+            Some((close, m)) => {
+                out.push_str(&replace(&m));
+                rest = &after[close + 1..];
+            }
+            None => {
+                out.push('<');
+                rest = after;
+            }
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
+/// The channels and roles a message's words mention, for the gateway to find their names.
+pub fn mentioned_places(content: &str) -> (Vec<u64>, Vec<u64>) {
+    let (mut channels, mut roles) = (Vec::new(), Vec::new());
+    rewrite_markup(content, |m| {
+        match m {
+            Markup::Channel(id) if !channels.contains(id) => channels.push(*id),
+            Markup::Role(id) if !roles.contains(id) => roles.push(*id),
+            _ => {}
+        }
+        String::new()
+    });
+    (channels, roles)
+}
+
+/// A message's words as people see them: `<@id>` as `@name` (their nickname where the message
+/// carries it), `<#id>` as `#channel`, `<@&id>` as `@role`, a custom emoji as `:name:`.
+pub fn as_people_see_it(content: &str, mentions: &[twilight_model::channel::message::Mention], names: &Names) -> String {
+    rewrite_markup(content, |m| match m {
+        Markup::User(id) => match mentions.iter().find(|u| u.id.get() == *id) {
+            Some(u) => {
+                let nick = u.member.as_ref().and_then(|m| m.nick.as_deref()).filter(|n| !n.trim().is_empty());
+                format!("@{}", bounded(nick.unwrap_or(&u.name), MAX_NAME_CHARS))
+            }
+            None => "@someone".to_owned(),
+        },
+        Markup::Channel(id) => format!("#{}", names.channels.get(id).map_or("unknown-channel", String::as_str)),
+        Markup::Role(id) => format!("@{}", names.roles.get(id).map_or("unknown-role", String::as_str)),
+        Markup::Emoji(name) => format!(":{name}:"),
+    })
+}
+
+/// A message links to another Discord message: `https://discord.com/channels/<guild>/<channel>/<message>`.
+pub fn message_links(content: &str) -> Vec<(u64, u64, u64)> {
+    let mut out = Vec::new();
+    for host in [
+        "https://discord.com/channels/",
+        "https://ptb.discord.com/channels/",
+        "https://canary.discord.com/channels/",
+        "https://discordapp.com/channels/",
+    ] {
+        let mut rest = content;
+        while let Some(at) = rest.find(host) {
+            rest = &rest[at + host.len()..];
+            let path: String = rest.chars().take_while(|c| c.is_ascii_digit() || *c == '/').collect();
+            let ids: Vec<u64> = path.split('/').filter_map(|p| p.parse().ok()).collect();
+            if let [guild, channel, message, ..] = ids[..]
+                && !out.contains(&(guild, channel, message))
+                && out.len() < MAX_LINKS
+            {
+                out.push((guild, channel, message));
+            }
+        }
+    }
+    out
+}
+
+/// Another message as a quoted item: its author as people see them, its words bounded.
+pub fn quoted(message: &Message, kind: v1::QuotedKind, bot_id: u64) -> v1::Quoted {
+    let nick = message.member.as_ref().and_then(|m| m.nick.as_deref());
+    let mut text = bounded(&as_people_see_it(&message.content, &message.mentions, &Names::default()), MAX_QUOTE_CHARS);
+    if !message.attachments.is_empty() {
+        let names: Vec<&str> = message.attachments.iter().take(MAX_ATTACHMENTS).map(|a| a.filename.as_str()).collect();
+        text.push_str(&format!(" [attached: {}]", bounded(&names.join(", "), MAX_FILENAME_CHARS)));
+    }
+    v1::Quoted {
+        kind: kind as i32,
+        message_id: message.id.get(),
+        channel_id: message.channel_id.get(),
+        author_id: message.author.id.get(),
+        author_name: display_name(&message.author, nick),
+        is_him: message.author.id.get() == bot_id,
+        text,
+        at_ms: message.timestamp.as_micros() / 1_000,
+        label: String::new(),
+    }
+}
+
+/// The parts of a message beyond its words, each a quoted item of its own author: a poll, its
+/// stickers, its embeds and a forwarded message's snapshot.
+pub fn parts(message: &Message, author_name: &str) -> Vec<v1::Quoted> {
+    let part = |kind: v1::QuotedKind, label: &str, text: String| v1::Quoted {
+        kind: kind as i32,
+        message_id: message.id.get(),
+        channel_id: message.channel_id.get(),
+        author_id: message.author.id.get(),
+        author_name: author_name.to_owned(),
+        label: bounded(label, MAX_NAME_CHARS * 4),
+        text: bounded(&text, MAX_QUOTE_CHARS),
+        ..Default::default()
+    };
+    let mut out = Vec::new();
+    if let Some(poll) = &message.poll {
+        let answers: Vec<&str> = poll.answers.iter().take(10).filter_map(|a| a.poll_media.text.as_deref()).collect();
+        let question = poll.question.text.as_deref().unwrap_or_default();
+        out.push(part(v1::QuotedKind::Poll, question, format!("options: {}", answers.join(" | "))));
+    }
+    for sticker in message.sticker_items.iter().take(MAX_PARTS) {
+        out.push(part(v1::QuotedKind::Sticker, &sticker.name, String::new()));
+    }
+    for embed in message.embeds.iter().take(MAX_PARTS) {
+        let text = [embed.description.as_deref(), embed.url.as_deref()].into_iter().flatten().collect::<Vec<_>>().join(" ");
+        if embed.title.is_none() && text.is_empty() {
+            continue;
+        }
+        out.push(part(v1::QuotedKind::Embed, embed.title.as_deref().unwrap_or_default(), text));
+    }
+    for snapshot in message.message_snapshots.iter().take(MAX_PARTS) {
+        let m = &snapshot.message;
+        let mut text = as_people_see_it(&m.content, &m.mentions, &Names::default());
+        for embed in m.embeds.iter().take(MAX_PARTS) {
+            for piece in [embed.title.as_deref(), embed.description.as_deref()].into_iter().flatten() {
+                text.push_str(&format!(" [{piece}]"));
+            }
+        }
+        if !m.attachments.is_empty() {
+            let names: Vec<&str> = m.attachments.iter().take(MAX_ATTACHMENTS).map(|a| a.filename.as_str()).collect();
+            text.push_str(&format!(" [attached: {}]", names.join(", ")));
+        }
+        out.push(v1::Quoted { at_ms: m.timestamp.as_micros() / 1_000, ..part(v1::QuotedKind::Forwarded, "", text) });
+    }
+    out
+}
+
 /// Normalises a Discord message into an Ingress, bounding what a hostile or broken
-/// payload could make every later stage carry.
+/// payload could make every later stage carry. `names` are the channel and role names its
+/// words mention, as far as the gateway found them.
 pub fn ingress(message: &Message, bot_id: u64, received_at_ms: i64) -> v1::Ingress {
-    let name = message.author.global_name.as_deref().filter(|n| !n.trim().is_empty()).unwrap_or(&message.author.name);
+    ingress_named(message, bot_id, received_at_ms, &Names::default())
+}
+
+/// [`ingress`], with the names of the channels and roles its words mention.
+pub fn ingress_named(message: &Message, bot_id: u64, received_at_ms: i64, names: &Names) -> v1::Ingress {
+    let nick = message.member.as_ref().and_then(|m| m.nick.as_deref());
+    let author_name = display_name(&message.author, nick);
+    let mut quoted = Vec::new();
+    // A forward's reference names the forwarded message, which is no reply.
+    let forward = message.reference.as_ref().is_some_and(|r| r.kind == twilight_model::channel::message::MessageReferenceType::Forward);
+    if !forward && let Some(replied) = &message.referenced_message {
+        quoted.push(quoted_message_of(replied, bot_id));
+    }
+    quoted.extend(parts(message, &author_name));
     v1::Ingress {
         delivery_id: message.id.get().to_string(),
         guild_id: message.guild_id.map(|g| g.get()),
         channel_id: message.channel_id.get(),
         author_id: message.author.id.get(),
-        author_name: bounded(name, MAX_NAME_CHARS),
+        author_name,
         author_is_bot: message.author.bot,
-        content: bounded(&message.content, MAX_CONTENT_CHARS),
+        content: bounded(&as_people_see_it(&message.content, &message.mentions, names), MAX_CONTENT_CHARS),
         mentions_him: message.mentions.iter().any(|m| m.id.get() == bot_id),
-        reply_to_message_id: message.reference.as_ref().and_then(|r| r.message_id).map(|m| m.get()),
-        reply_to_him: message.referenced_message.as_ref().is_some_and(|r| r.author.id.get() == bot_id),
+        reply_to_message_id: if forward { None } else { message.reference.as_ref().and_then(|r| r.message_id).map(|m| m.get()) },
+        reply_to_him: !forward && message.referenced_message.as_ref().is_some_and(|r| r.author.id.get() == bot_id),
         attachments: message
             .attachments
             .iter()
@@ -75,7 +286,13 @@ pub fn ingress(message: &Message, bot_id: u64, received_at_ms: i64) -> v1::Ingre
         received_at_ms,
         change: v1::MessageChange::None as i32,
         changed_message_id: 0,
+        quoted,
+        thread: None,
     }
+}
+
+fn quoted_message_of(message: &Message, bot_id: u64) -> v1::Quoted {
+    quoted(message, v1::QuotedKind::RepliedTo, bot_id)
 }
 
 /// An edit (MESSAGE_UPDATE) as a change event carrying the message's new content; `None` for
@@ -100,6 +317,33 @@ pub fn deletion(deleted: &twilight_model::gateway::payload::incoming::MessageDel
         channel_id: deleted.channel_id.get(),
         change: v1::MessageChange::Delete as i32,
         changed_message_id: id,
+        received_at_ms,
+        ..Default::default()
+    }
+}
+
+/// A thread archived, as a change to its lane: ids only.
+pub fn thread_archived(thread: &twilight_model::channel::Channel, received_at_ms: i64) -> v1::Ingress {
+    let at = thread.thread_metadata.as_ref().map_or(0, |m| m.archive_timestamp.as_micros() / 1_000);
+    let id = thread.id.get();
+    v1::Ingress {
+        delivery_id: format!("thread-archive:{id}:{at}"),
+        guild_id: thread.guild_id.map(|g| g.get()),
+        channel_id: id,
+        change: v1::MessageChange::ThreadArchived as i32,
+        received_at_ms,
+        ..Default::default()
+    }
+}
+
+/// A thread deleted, as a change to its lane: ids only.
+pub fn thread_deleted(deleted: &twilight_model::gateway::payload::incoming::ThreadDelete, received_at_ms: i64) -> v1::Ingress {
+    let id = deleted.id.get();
+    v1::Ingress {
+        delivery_id: format!("thread-delete:{id}"),
+        guild_id: Some(deleted.guild_id.get()),
+        channel_id: id,
+        change: v1::MessageChange::ThreadDeleted as i32,
         received_at_ms,
         ..Default::default()
     }
@@ -176,6 +420,39 @@ mod tests {
         assert_eq!(edited.delivery_id, format!("edit:1300000000000000000:{}", 1_796_148_300_000i64));
         assert_eq!(edited.content, "now it says 9pm");
         assert!(edit(&discord_message(None), 1, 5).is_none(), "an update that is no edit (an embed unfurled) is no change");
+    }
+
+    #[test]
+    fn mentions_reach_the_lane_as_names_and_the_nickname_is_the_name_shown() {
+        let json = serde_json::json!({
+            "id": "1300000000000000001", "channel_id": "200", "guild_id": "100",
+            "author": { "id": "7", "username": "ada_l", "discriminator": "0", "avatar": null, "global_name": "Ada" },
+            "member": { "nick": "Countess", "roles": [], "joined_at": "2026-01-01T00:00:00.000000+00:00", "deaf": false, "mute": false, "flags": 0 },
+            "content": "<@8> see <#300> and ping <@&55> <:blobwave:123> <a:dance:456> <@!9> <@99> <#777> <b>",
+            "timestamp": "2026-12-01T18:00:00.000000+00:00", "edited_timestamp": null, "tts": false, "mention_everyone": false,
+            "mentions": [
+                { "id": "8", "username": "bob", "discriminator": "0", "avatar": null, "global_name": "Bob", "public_flags": 0,
+                  "member": { "nick": "Bobby", "roles": [], "joined_at": "2026-01-01T00:00:00.000000+00:00", "deaf": false, "mute": false, "flags": 0 } },
+                { "id": "9", "username": "cy", "discriminator": "0", "avatar": null, "global_name": null, "public_flags": 0 }
+            ],
+            "mention_roles": ["55"], "attachments": [], "embeds": [], "pinned": false, "type": 0,
+        });
+        let message: Message = serde_json::from_value(json).expect("a message");
+        let mut names = Names::default();
+        names.channels.insert(300, "lobbies".into());
+        names.roles.insert(55, "raiders".into());
+        let ingress = ingress_named(&message, 1, 5, &names);
+        assert_eq!(ingress.author_name, "Countess", "the guild nickname is the name people see");
+        assert_eq!(ingress.content, "@Bobby see #lobbies and ping @raiders :blobwave: :dance: @cy @someone #unknown-channel <b>");
+        assert_eq!(mentioned_places(&message.content), (vec![300, 777], vec![55]));
+    }
+
+    #[test]
+    fn rich_message_links_are_found_once_each_and_bounded() {
+        let text = "see https://discord.com/channels/100/200/300 and https://ptb.discord.com/channels/100/201/301/ \
+                    again https://discord.com/channels/100/200/300 https://discord.com/channels/@me/5/6 \
+                    https://discord.com/channels/100/2/3 https://discord.com/channels/100/4/5";
+        assert_eq!(message_links(text), vec![(100, 200, 300), (100, 2, 3), (100, 4, 5)]);
     }
 
     #[test]

@@ -10,6 +10,7 @@ use clankie_proto::{Place, ReceiptKind, Subject, v1};
 use tracing::Instrument;
 use twilight_gateway::{ConfigBuilder, Event, EventTypeFlags, Intents, Session, Shard, ShardId, StreamExt};
 use twilight_model::channel::Message;
+use twilight_model::channel::message::MessageType;
 use twilight_model::gateway::payload::incoming::MessageDelete;
 
 use crate::leases::{self, LeaseError, ShardLeases, SharedIdentifyQueue};
@@ -362,6 +363,33 @@ impl Gateway {
                         saver.save(mark);
                     }
                 }
+                Event::ThreadCreate(thread) => {
+                    self.thread_updated(&thread.0);
+                }
+                Event::ThreadUpdate(thread) => {
+                    if self.thread_updated(&thread.0) {
+                        let span = tracing::info_span!("delivery", delivery_id = thread.id.get());
+                        if !self.ingest_change(Change::ThreadArchived(&thread.0)).instrument(span).await {
+                            let _ = unstored.send(true);
+                            return;
+                        }
+                    }
+                    if let Some(mark) = &mark {
+                        saver.save(mark);
+                    }
+                }
+                Event::ThreadDelete(deleted) => {
+                    self.inner.places.forget_channel(deleted.id.get());
+                    let span = tracing::info_span!("delivery", delivery_id = deleted.id.get());
+                    if !self.ingest_change(Change::ThreadDeleted(&deleted)).instrument(span).await {
+                        let _ = unstored.send(true);
+                        return;
+                    }
+                    if let Some(mark) = &mark {
+                        saver.save(mark);
+                    }
+                }
+                Event::ChannelUpdate(channel) => self.inner.places.forget_channel(channel.id.get()),
                 // Not worth a session save: a resume that replays a typing signal costs nothing.
                 Event::TypingStart(typing) => self.typing_signal(&typing).await,
                 Event::VoiceStateUpdate(state) => self.voice_state(&state.0).await,
@@ -452,7 +480,11 @@ impl Gateway {
             | EventTypeFlags::INTERACTION_CREATE
             | EventTypeFlags::TYPING_START
             | EventTypeFlags::VOICE_STATE_UPDATE
-            | EventTypeFlags::VOICE_SERVER_UPDATE;
+            | EventTypeFlags::VOICE_SERVER_UPDATE
+            | EventTypeFlags::THREAD_CREATE
+            | EventTypeFlags::THREAD_UPDATE
+            | EventTypeFlags::THREAD_DELETE
+            | EventTypeFlags::CHANNEL_UPDATE;
         // Twilight hands every close frame on; a fatal one's code says what to mend.
         let mut closed_with = None;
         let close = |shard: &mut Shard<SharedIdentifyQueue>| {
@@ -537,12 +569,21 @@ impl Gateway {
                     | Event::MessageDeleteBulk(_)
                     | Event::TypingStart(_)
                     | Event::VoiceStateUpdate(_)
-                    | Event::VoiceServerUpdate(_)),
+                    | Event::VoiceServerUpdate(_)
+                    | Event::ThreadCreate(_)
+                    | Event::ThreadUpdate(_)
+                    | Event::ThreadDelete(_)
+                    | Event::ChannelUpdate(_)),
                 ) => {
                     pending.fetch_add(1, Ordering::SeqCst);
                     let stored = matches!(
                         event,
-                        Event::MessageCreate(_) | Event::MessageUpdate(_) | Event::MessageDelete(_) | Event::MessageDeleteBulk(_)
+                        Event::MessageCreate(_)
+                            | Event::MessageUpdate(_)
+                            | Event::MessageDelete(_)
+                            | Event::MessageDeleteBulk(_)
+                            | Event::ThreadUpdate(_)
+                            | Event::ThreadDelete(_)
                     );
                     let mark = stored.then(|| mark(&shard)).flatten();
                     if queue.send((event, mark)).await.is_err() {
@@ -588,7 +629,23 @@ impl Gateway {
                 .await;
             return true;
         }
-        let ingress = normalise::ingress(message, bot, self.inner.arrivals.stamp());
+        // Conversation only: Discord's system messages (a thread created, a pin) are nobody's words.
+        if !matches!(message.kind, MessageType::Regular | MessageType::Reply) {
+            return true;
+        }
+        let stamp = self.inner.arrivals.stamp();
+        let gathered = self.gather(message).await;
+        let mut ingress = normalise::ingress_named(message, bot, stamp, &gathered.names);
+        let mut after_reply = usize::from(message.referenced_message.is_some() && !ingress.quoted.is_empty());
+        if let Some(replied) = gathered.replied_to {
+            ingress.reply_to_him |= replied.is_him;
+            ingress.quoted.insert(0, replied);
+            after_reply = 1;
+        }
+        for (i, q) in gathered.quoted.into_iter().enumerate() {
+            ingress.quoted.insert(after_reply + i, q);
+        }
+        ingress.thread = gathered.thread;
         let live = ingress.guild_id.and_then(|g| self.live_voice_channel(g));
         let id = MsgId::discord_message(message.id.get());
         let (chars, attachments) = (ingress.content.chars().count() as i64, ingress.attachments.len() as i64);
@@ -626,6 +683,8 @@ impl Gateway {
         let (guild, code) = match change {
             Change::Edit(m) => (m.guild_id, "edit"),
             Change::Delete(d) => (d.guild_id, "delete"),
+            Change::ThreadArchived(t) => (t.guild_id, "thread_archived"),
+            Change::ThreadDeleted(d) => (Some(d.guild_id), "thread_deleted"),
         };
         if let Some(guild) = guild.map(|g| g.get())
             && !self.admitted(guild)
@@ -640,6 +699,8 @@ impl Gateway {
                 None => return true,
             },
             Change::Delete(d) => normalise::deletion(d, self.inner.arrivals.stamp()),
+            Change::ThreadArchived(t) => normalise::thread_archived(t, self.inner.arrivals.stamp()),
+            Change::ThreadDeleted(d) => normalise::thread_deleted(d, self.inner.arrivals.stamp()),
         };
         let subject = Subject::ingress_text(event.guild_id, event.channel_id);
         let Some(p) = self.publish_patiently(&subject, &event, &MsgId::new(event.delivery_id.clone())).await else {
@@ -703,6 +764,10 @@ impl Gateway {
 pub(crate) enum Change<'a> {
     Edit(&'a Message),
     Delete(&'a MessageDelete),
+    /// A thread archived: its lane lets its warm session go.
+    ThreadArchived(&'a twilight_model::channel::Channel),
+    /// A thread deleted with its messages: what waits in its lane is withdrawn.
+    ThreadDeleted(&'a twilight_model::gateway::payload::incoming::ThreadDelete),
 }
 
 fn error_kind(kind: &twilight_gateway::error::ReceiveMessageErrorType) -> &'static str {

@@ -25,6 +25,12 @@ pub use root::{MediaError, Meta, Root, SweepReport, clean_filename};
 /// Content types media accepts.
 pub const ACCEPTED_TYPES: &[&str] = &["image/png", "image/jpeg", "image/gif", "image/webp", "text/plain", "application/pdf"];
 
+/// Whether an inbound attachment's type is one a lane may read: the accepted types, and any
+/// text (`text/x-python`, `text/markdown`, JSON), which a lane reads as words.
+pub fn accepted_inbound(content_type: &str) -> bool {
+    ACCEPTED_TYPES.contains(&content_type) || content_type.starts_with("text/") || content_type == "application/json"
+}
+
 /// How media behaves.
 #[derive(Debug, Clone)]
 pub struct MediaConfig {
@@ -215,7 +221,7 @@ impl Media {
             tokio::time::sleep(held).await;
         }
         let content_type = a.content_type.split(';').next().unwrap_or_default().trim().to_ascii_lowercase();
-        if !ACCEPTED_TYPES.contains(&content_type.as_str()) {
+        if !accepted_inbound(&content_type) {
             return Err(MediaError::Type(content_type));
         }
         if a.size_bytes > self.config.max_bytes {

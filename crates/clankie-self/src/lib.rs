@@ -23,6 +23,19 @@ use clankie_store::{MemoryStatus, OwnerSettings, Persona, Store, StoreError};
 
 pub use assemble::{SELF_CONTEXT_AUTHOR, SELF_CONTEXT_OPEN, Surface, assemble, self_context, self_context_due, self_context_message};
 
+/// Whether `text` names him: one of `names` (his name and aliases) as whole words, any case.
+/// "clankie, what do you think?" does; "I like Clankies" does not. Shared by the voice floor's
+/// wake and the text lane's `named` admission, so both hear his name the same way.
+pub fn names_him(text: &str, names: &[String]) -> bool {
+    let lower = text.to_lowercase();
+    let words: Vec<&str> = lower.split(|c: char| !c.is_alphanumeric()).filter(|w| !w.is_empty()).collect();
+    names.iter().any(|n| {
+        let n = n.to_lowercase();
+        let parts: Vec<&str> = n.split(|c: char| !c.is_alphanumeric()).filter(|w| !w.is_empty()).collect();
+        !parts.is_empty() && words.windows(parts.len()).any(|w| w == parts.as_slice())
+    })
+}
+
 /// Why the shared self could not be read.
 #[derive(Debug, thiserror::Error)]
 pub enum SelfError {

@@ -216,6 +216,10 @@ pub struct Settings {
     pub tool_card_delay: Duration,
     /// Messages of history a cold lane is given.
     pub history_limit: u32,
+    /// Messages of a reply chain a reply is shown with.
+    pub reply_chain_depth: usize,
+    /// A guild message that names him is admitted (`named`).
+    pub named_admission: bool,
     /// Discord messages one reply may take before it is cut.
     pub reply_max_pieces: usize,
     /// User ids granted the elevated tools.
@@ -335,6 +339,8 @@ impl fmt::Debug for Settings {
             .field("exchange_window", &self.exchange_window)
             .field("tool_card_delay", &self.tool_card_delay)
             .field("history_limit", &self.history_limit)
+            .field("reply_chain_depth", &self.reply_chain_depth)
+            .field("named_admission", &self.named_admission)
             .field("reply_max_pieces", &self.reply_max_pieces)
             .field("operator_grants", &self.operator_grants)
             .field("experience_ttl", &self.experience_ttl)

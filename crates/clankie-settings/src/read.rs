@@ -196,6 +196,11 @@ impl Settings {
         let exchange_window = ms("CLANKIE_EXCHANGE_WINDOW_MS", 300_000, 0)?;
         let tool_card_delay = ms("CLANKIE_TOOL_CARD_DELAY_MS", 3_000, 0)?;
         let history_limit = number(var("CLANKIE_HISTORY_LIMIT"), "CLANKIE_HISTORY_LIMIT", 10, 0, 100)? as u32;
+        let reply_chain_depth = number(var("CLANKIE_REPLY_CHAIN_DEPTH"), "CLANKIE_REPLY_CHAIN_DEPTH", 3, 0, 10)? as usize;
+        let named_admission = match var("CLANKIE_NAMED_ADMISSION") {
+            Some(v) => flag(Some(v), "CLANKIE_NAMED_ADMISSION")?,
+            None => true,
+        };
         let reply_max_pieces = number(var("CLANKIE_REPLY_MAX_PIECES"), "CLANKIE_REPLY_MAX_PIECES", 10, 1, 1_000)? as usize;
         let operator_grants = ids(var("CLANKIE_OPERATOR_GRANTS"), "CLANKIE_OPERATOR_GRANTS")?;
         let typing_hold = ms("CLANKIE_TYPING_HOLD_MS", 8_000, 0)?;
@@ -345,6 +350,8 @@ impl Settings {
             exchange_window,
             tool_card_delay,
             history_limit,
+            reply_chain_depth,
+            named_admission,
             reply_max_pieces,
             operator_grants,
             experience_ttl,

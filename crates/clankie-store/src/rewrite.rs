@@ -79,6 +79,26 @@ impl Store {
         held_words(rows)
     }
 
+    /// Every Discord message a lane holds or waits on: its stored messages, the lines of its
+    /// blocks, and its admitted deliveries not yet settled. A deleted thread takes all of them
+    /// with it, each as a deletion.
+    pub async fn messages_of_lane(&self, lane: &str) -> Result<Vec<u64>, StoreError> {
+        let rows: Vec<(String,)> = sqlx::query_as(
+            "SELECT body->>'delivery_id' FROM session_entries WHERE lane = $1 AND kind = 'user'
+             UNION SELECT jsonb_array_elements_text(body->'lines') FROM session_entries
+               WHERE lane = $1 AND kind = 'user' AND jsonb_typeof(body->'lines') = 'array'
+             UNION SELECT a.delivery_id FROM admissions a
+               WHERE a.lane = $1 AND NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.delivery_id = a.delivery_id)",
+        )
+        .bind(lane)
+        .fetch_all(&self.pool)
+        .await?;
+        let mut ids: Vec<u64> = rows.into_iter().filter_map(|(id,)| id.parse().ok()).collect();
+        ids.sort_unstable();
+        ids.dedup();
+        Ok(ids)
+    }
+
     /// The lanes that may hold `author_id`'s words: those with a stored entry attributed to
     /// them, and those they were admitted to (a message of theirs a run holds is stored only
     /// when the run settles). Both lookups are indexed.

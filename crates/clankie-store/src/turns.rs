@@ -448,11 +448,23 @@ impl Store {
     /// statement, in the batch's order: whether each is settled or admitted already, whether
     /// its room is in conversation, and the owner's settings.
     pub async fn ingress_facts(&self, batch: &[(&str, &LaneKey)], window: Duration) -> Result<Vec<IngressFacts>, StoreError> {
+        let homed: Vec<(&str, &LaneKey, &LaneKey)> = batch.iter().map(|(id, lane)| (*id, *lane, *lane)).collect();
+        self.ingress_facts_homed(&homed, window).await
+    }
+
+    /// [`Store::ingress_facts`] for deliveries whose room follows another's quiet: a thread's
+    /// `(delivery_id, lane, home)` reads whether its parent channel's room (`home`) is quiet too.
+    pub async fn ingress_facts_homed(
+        &self,
+        batch: &[(&str, &LaneKey, &LaneKey)],
+        window: Duration,
+    ) -> Result<Vec<IngressFacts>, StoreError> {
         if batch.is_empty() {
             return Ok(Vec::new());
         }
-        let ids: Vec<&str> = batch.iter().map(|(id, _)| *id).collect();
-        let lanes: Vec<String> = batch.iter().map(|(_, lane)| lane.to_string()).collect();
+        let ids: Vec<&str> = batch.iter().map(|(id, _, _)| *id).collect();
+        let lanes: Vec<String> = batch.iter().map(|(_, lane, _)| lane.to_string()).collect();
+        let homes: Vec<String> = batch.iter().map(|(_, _, home)| home.to_string()).collect();
         let rows = sqlx::query(concat!(
             "SELECT EXISTS (SELECT 1 FROM deliveries x WHERE x.delivery_id = d.delivery_id) AS settled,
                     EXISTS (SELECT 1 FROM admissions a WHERE a.delivery_id = d.delivery_id) AS admitted,
@@ -463,15 +475,16 @@ impl Store {
                     OR ",
             unsettled_turn_sql!("d.lane", "$3"),
             " AS in_conversation,
-                    COALESCE((SELECT l.quiet_until > now() FROM lanes l WHERE l.lane = d.lane), false) AS quiet,
+                    COALESCE((SELECT bool_or(l.quiet_until > now()) FROM lanes l WHERE l.lane IN (d.lane, d.home)), false) AS quiet,
                     s.owner_id, s.operators, s.grants, s.guilds, s.channels, s.trusted_dms, s.trusted_rooms, s.sharing, s.version
-             FROM unnest($1::text[], $2::text[]) WITH ORDINALITY AS d(delivery_id, lane, n)
+             FROM unnest($1::text[], $2::text[], $4::text[]) WITH ORDINALITY AS d(delivery_id, lane, home, n)
              CROSS JOIN self_settings s WHERE s.id = 1
              ORDER BY d.n",
         ))
         .bind(&ids)
         .bind(&lanes)
         .bind(i64::try_from(window.as_millis()).unwrap_or(i64::MAX))
+        .bind(&homes)
         .fetch_all(&self.pool)
         .await?;
         if rows.len() != batch.len() {

@@ -25,16 +25,7 @@ pub struct FloorState {
     pub last_offer: Option<Instant>,
 }
 
-/// Whether `text` names him: one of the names as a whole word, any case.
-pub fn names_him(text: &str, names: &[String]) -> bool {
-    let lower = text.to_lowercase();
-    let words: Vec<&str> = lower.split(|c: char| !c.is_alphanumeric()).filter(|w| !w.is_empty()).collect();
-    names.iter().any(|n| {
-        let n = n.to_lowercase();
-        let parts: Vec<&str> = n.split_whitespace().collect();
-        words.windows(parts.len().max(1)).any(|w| w == parts.as_slice())
-    })
-}
+pub use clankie_self::names_him;
 
 /// Decides one input. The reason is a short code, never words.
 pub fn decide(input: &v1::RoomInput, state: &FloorState, rules: &FloorRules, now: Instant) -> (v1::FloorVerdict, &'static str) {

@@ -19,7 +19,8 @@ impl Captain {
         let mut left = Vec::with_capacity(burst.len());
         for h in std::mem::take(burst) {
             let target = h.ingress.changed_message_id;
-            if !h.is_change() {
+            // A thread archived is applied under the lease (taking it makes every replica's warm copy stale).
+            if !h.is_change() || h.ingress.change() == v1::MessageChange::ThreadArchived {
                 left.push(h);
                 continue;
             }
@@ -92,6 +93,10 @@ impl Captain {
     pub(super) async fn apply_changes(&self, lease: &Lease, burst: Vec<Held>) -> Vec<Held> {
         let (changes, mut messages): (Vec<Held>, Vec<Held>) = burst.into_iter().partition(Held::is_change);
         for c in changes {
+            if c.ingress.change() == v1::MessageChange::ThreadArchived {
+                self.thread_archived(lease, c).await;
+                continue;
+            }
             let target = c.ingress.changed_message_id;
             let waiting = messages.iter().position(|m| m.message_id() == target);
             match (c.ingress.change(), waiting) {
@@ -138,6 +143,15 @@ impl Captain {
                 let _ = c.nak_after(self.inner.config.backoff(c.delivered())).await;
             }
         }
+    }
+
+    /// The thread the lane is was archived: the lane goes cold. This replica lets its warm copy
+    /// go, and taking the lease made every other copy stale, so the next message there walks in
+    /// cold, with the thread's context and the room's history again.
+    async fn thread_archived(&self, lease: &Lease, c: Held) {
+        self.inner.warm.lock().unwrap_or_else(|p| p.into_inner()).take(&lease.lane);
+        self.receipt("captain.changed", c.delivery_id(), &lease.lane, |r| r.with_code("thread_archived")).await;
+        let _ = c.ack().await;
     }
 
     /// A message deleted before his turn read it: its outcome is `withdrawn`.

@@ -54,6 +54,9 @@ pub(super) struct Turn {
     /// The delivery ids of the corrections steered into this run: a deletion of their message
     /// takes back those not yet read.
     corrections: Vec<String>,
+    /// The Discord messages the conversation holds as the run starts, with the run's own: a
+    /// message steered in later that replies to one of them points at it, not quoting it again.
+    held_ids: std::collections::HashSet<u64>,
 }
 
 impl Turn {
@@ -150,7 +153,9 @@ impl Captain {
         // Warm or cold is the stored tree's word, not this replica's memory: a lane whose tree
         // holds the room's conversation is warm on any replica and is sent only what it lacks.
         let cold = session.newest_delivery().is_none();
-        let first = self.first_messages(&lease, &owner, &absorbed, &session, opened, &kind, &grants, &snapshot).await;
+        let mut held_ids = session.message_ids();
+        held_ids.extend(std::iter::once(&owner).chain(absorbed.iter()).map(Held::message_id));
+        let first = self.first_messages(&lease, &owner, &absorbed, &session, opened, &kind, &grants, &snapshot, &held_ids).await;
         let newest = absorbed.iter().chain(std::iter::once(&owner)).max_by_key(|h| h.message_id()).unwrap_or(&owner);
         let room = Room::new(lane, turn_id.clone(), newest.message_id());
         let mode = if kind.one_shot { TurnMode::OneShot } else { TurnMode::Durable };
@@ -181,7 +186,7 @@ impl Captain {
         let system = clankie_self::assemble(&snapshot, &lane, surface);
         metrics::counter!("clankie_captain_turns_total", "mode" => if kind.one_shot { "one_shot" } else { "durable" }).increment(1);
         tracing::debug!(%lane, epoch = lease.epoch, cold, deliveries = 1 + absorbed.len(), "run starts");
-        let turn = Turn { lease, owner, absorbed, grants, apart, mode, turn_id, room, corrections: Vec::new() };
+        let turn = Turn { lease, owner, absorbed, grants, apart, mode, turn_id, room, corrections: Vec::new(), held_ids };
         Some((turn, Start { session, system, first, tools }))
     }
 
@@ -200,7 +205,9 @@ impl Captain {
         // In a room the owner trusts, a privileged request goes on in the room's durable system
         // lane, apart from the social one. Elsewhere it runs one-shot so its grant dies with it;
         // the baseline mode runs every turn so.
-        let trusted = policy::trusted_room(&snapshot.settings, &owner.lane);
+        // A thread is trusted where its parent channel is.
+        let trusted = policy::trusted_room(&snapshot.settings, &owner.lane)
+            || policy::trusted_room(&snapshot.settings, &crate::home_lane_of(&owner.ingress));
         let system_lane = privileged && trusted && !config.one_shot;
         let one_shot = (privileged && !system_lane) || config.one_shot;
         Kind { privileged, system_lane, one_shot, trusted }
@@ -242,6 +249,7 @@ impl Captain {
         kind: &Kind,
         grants: &Grants,
         snapshot: &Snapshot,
+        held_ids: &std::collections::HashSet<u64>,
     ) -> Vec<UserMessage> {
         let lane = lease.lane;
         let behind = opened != Opened::Memory;
@@ -263,6 +271,13 @@ impl Captain {
         {
             first.push(UserMessage { lines, ..UserMessage::new("channel history", "", block) });
         }
+        // A thread's subject, each time the lane walks in cold: its name, parent, tags, starter.
+        if behind
+            && !kind.system_lane
+            && let Some((block, lines)) = prompt::thread(&owner.ingress)
+        {
+            first.push(UserMessage { lines, ..UserMessage::new("thread", "", block) });
+        }
         // Where else he is and what he lived elsewhere, just before the new input, and only when
         // it changed: the system prompt and the session before it stay one cacheable prefix.
         if let Some(context) = clankie_self::self_context_message(snapshot, &lane, session) {
@@ -272,7 +287,7 @@ impl Captain {
         let mut in_order: Vec<&Held> = std::iter::once(owner).chain(absorbed.iter()).collect();
         in_order.sort_by_key(|h| h.message_id());
         for h in in_order {
-            first.push(self.user_message(h).await);
+            first.push(self.user_message(h, held_ids).await);
         }
         first
     }
@@ -348,7 +363,7 @@ impl Captain {
                         pending.push(held);
                     } else {
                         let id = held.delivery_id().to_owned();
-                        if self.steer_in(held, &steerer, &answering, &mut turn.absorbed, pending).await {
+                        if self.steer_in(held, &steerer, &answering, &mut turn.absorbed, pending, &turn.held_ids).await {
                             steer_sent.push((id, Instant::now()));
                         }
                     }
@@ -444,6 +459,11 @@ impl Captain {
     /// its next boundary. Everything else, and the stored entry of an edited message, is settled
     /// after the run under the lease.
     async fn change_live(&self, turn: &mut Turn, steerer: &Steerer, change: Held, pending: &mut Vec<Held>) {
+        if matches!(change.ingress.change(), v1::MessageChange::ThreadArchived | v1::MessageChange::ThreadDeleted) {
+            // The thread's lane goes cold after this run, under the lease.
+            pending.push(change);
+            return;
+        }
         let target = change.ingress.changed_message_id;
         let lane = turn.lease.lane;
         // Stored first: a copy of the message that reaches this run later (forwarded by another
@@ -471,7 +491,7 @@ impl Captain {
                         Ok(()) => return self.changed_waiting(&turn.lease, change).await,
                         Err(e) => {
                             tracing::warn!(%lane, error = %e, "a deleted message could not be withdrawn; it is answered");
-                            if steerer.steer(self.user_message(&message).await).is_ok() {
+                            if steerer.steer(self.user_message(&message, &turn.held_ids).await).is_ok() {
                                 turn.absorbed.push(message);
                             } else {
                                 pending.push(message);
@@ -497,7 +517,7 @@ impl Captain {
                     .await;
                 }
             }
-            v1::MessageChange::None => {}
+            v1::MessageChange::None | v1::MessageChange::ThreadArchived | v1::MessageChange::ThreadDeleted => {}
         }
         pending.push(change);
     }
@@ -508,7 +528,7 @@ impl Captain {
             if turn.grants.has(held.ingress.author_id) {
                 pending.push(held);
             } else {
-                self.steer_in(held, steerer, answering, &mut turn.absorbed, pending).await;
+                self.steer_in(held, steerer, answering, &mut turn.absorbed, pending, &turn.held_ids).await;
             }
         }
     }

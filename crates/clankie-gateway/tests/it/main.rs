@@ -64,6 +64,7 @@ impl Rig {
             rest_lease_ttl: Duration::from_secs(5),
             // The stand-in's own message-create window, as Discord's bucket would be learned.
             create_span: Duration::from_millis(self.discord.config().limits.message_create_window_ms),
+            reply_chain_depth: 3,
         }
     }
 

@@ -6,6 +6,7 @@ mod anthropic;
 mod browse;
 mod browser;
 mod changes;
+mod conversations;
 mod cluster;
 mod console;
 mod erase;

@@ -17,5 +17,7 @@ pub(crate) const SETTINGS: &[Setting] = &[
     Setting::new(Area::Discord, "CLANKIE_TOOL_CARD_DELAY_MS", Kind::Duration(Unit::Millis), "3000", "A tool-only phase longer than this shows the tool-activity card.", &[Captain, Run]),
     Setting::new(Area::Discord, "CLANKIE_REPLY_MAX_PIECES", Kind::Count, "10", "Discord messages one reply may take (2,000 characters each); past it the reply is cut with a short note.", &[Gateway, Run]),
     Setting::new(Area::Discord, "CLANKIE_HISTORY_LIMIT", Kind::Count, "10", "Channel messages a cold lane's first prompt carries, as an untrusted block.", &[Gateway, Captain, Run]),
+    Setting::new(Area::Discord, "CLANKIE_REPLY_CHAIN_DEPTH", Kind::Count, "3", "Messages of a reply chain a reply is shown with: the one it answers and those above it (fetched when the lane does not hold them), inside an untrusted block; 0 shows none.", &[Gateway, Run]),
+    Setting::new(Area::Discord, "CLANKIE_NAMED_ADMISSION", Kind::Flag, "true", "Admit a guild message that names him (his name or an alias from the persona, as a word, any case) as `named`, like a mention; false admits only mentions, replies and live exchanges.", &[Captain, Run]),
     Setting::new(Area::Discord, "CLANKIE_TYPING_HOLD_MS", Kind::Duration(Unit::Millis), "8000", "Longest a lane's first model call waits while the person it answers is still typing (0: never waits).", &[Captain, Run]),
 ];

@@ -76,6 +76,7 @@ impl Rig {
             shard_lease_ttl: Duration::from_secs(15),
             rest_lease_ttl: Duration::from_secs(5),
             create_span: Duration::from_millis(discord.config().limits.message_create_window_ms),
+            reply_chain_depth: 3,
         };
         let gateway = Gateway::new(Bus::connect(&settings, "gateway").await.unwrap(), gateway_config);
         let running = gateway.clone();

@@ -1,0 +1,292 @@
+//! What a message points at, gathered before it is published: the chain of messages it replies
+//! to, the messages it links, what its thread is about, and the names behind the channels and
+//! roles its words mention. Discord sends some of it with the message (the replied-to message,
+//! mentioned members); the rest is fetched, bounded in count and in time, and a channel's facts
+//! are kept until a channel or thread event says they changed.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use clankie_proto::v1;
+use twilight_model::channel::{ChannelType, Message};
+use twilight_model::id::Id;
+
+use crate::Gateway;
+use crate::normalise::{self, Names};
+
+/// How long gathering may hold a message back before it is published with what was found.
+pub(crate) const GATHER_PATIENCE: Duration = Duration::from_secs(3);
+
+/// A channel as a message's context needs it.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct ChannelFacts {
+    pub name: String,
+    pub kind: Option<ChannelType>,
+    pub guild_id: Option<u64>,
+    pub parent_id: Option<u64>,
+    /// A forum's tags, by id.
+    pub tags: Vec<(u64, String)>,
+    /// A forum post's applied tags.
+    pub applied: Vec<u64>,
+    pub archived: bool,
+    /// A thread's starter message, once fetched (`Some(None)`: it has none, or it is gone).
+    pub starter: Option<Option<v1::Quoted>>,
+    /// He joined it (or asked to): Discord sends a thread's events to its members.
+    pub joined: bool,
+}
+
+impl ChannelFacts {
+    fn of(channel: &twilight_model::channel::Channel) -> ChannelFacts {
+        ChannelFacts {
+            name: channel.name.clone().unwrap_or_default(),
+            kind: Some(channel.kind),
+            guild_id: channel.guild_id.map(|g| g.get()),
+            parent_id: channel.parent_id.map(|p| p.get()),
+            tags: channel.available_tags.iter().flatten().map(|t| (t.id.get(), t.name.clone())).collect(),
+            applied: channel.applied_tags.iter().flatten().map(|t| t.get()).collect(),
+            archived: channel.thread_metadata.as_ref().is_some_and(|m| m.archived),
+            starter: None,
+            joined: channel.member.is_some(),
+        }
+    }
+
+    /// A thread of any kind.
+    pub fn is_thread(&self) -> bool {
+        matches!(self.kind, Some(ChannelType::PublicThread | ChannelType::PrivateThread | ChannelType::AnnouncementThread))
+    }
+}
+
+/// The channel facts and role names this gateway has learned, each kept until an event says
+/// it changed. Only the gateway's ingest reads and writes it, through its methods.
+#[derive(Debug, Default)]
+pub(crate) struct Places {
+    channels: Mutex<HashMap<u64, ChannelFacts>>,
+    roles: Mutex<HashMap<u64, HashMap<u64, String>>>,
+}
+
+impl Places {
+    fn channel(&self, id: u64) -> Option<ChannelFacts> {
+        self.channels.lock().unwrap_or_else(|p| p.into_inner()).get(&id).cloned()
+    }
+
+    fn keep(&self, id: u64, facts: ChannelFacts) {
+        self.channels.lock().unwrap_or_else(|p| p.into_inner()).insert(id, facts);
+    }
+
+    fn update(&self, id: u64, change: impl FnOnce(&mut ChannelFacts)) {
+        if let Some(f) = self.channels.lock().unwrap_or_else(|p| p.into_inner()).get_mut(&id) {
+            change(f);
+        }
+    }
+
+    /// A channel or thread changed or went: its facts are fetched again when next needed.
+    pub(crate) fn forget_channel(&self, id: u64) {
+        self.channels.lock().unwrap_or_else(|p| p.into_inner()).remove(&id);
+    }
+}
+
+/// What gathering found for one message.
+#[derive(Debug, Default)]
+pub(crate) struct Gathered {
+    pub names: Names,
+    /// Further up the reply chain (the replied-to message itself comes with the message), then
+    /// linked messages.
+    pub quoted: Vec<v1::Quoted>,
+    /// The replied-to message when Discord did not send it.
+    pub replied_to: Option<v1::Quoted>,
+    pub thread: Option<v1::ThreadContext>,
+}
+
+impl Gateway {
+    /// Gathers `message`'s context within [`GATHER_PATIENCE`]; past it, or on any refusal, the
+    /// message goes on with what was found (it is never held back for good).
+    pub(crate) async fn gather(&self, message: &Message) -> Gathered {
+        let mut gathered = Gathered::default();
+        let _ = tokio::time::timeout(GATHER_PATIENCE, self.gather_into(message, &mut gathered)).await;
+        gathered
+    }
+
+    async fn gather_into(&self, message: &Message, out: &mut Gathered) {
+        let bot = self.bot_id();
+        let guild = message.guild_id.map(|g| g.get());
+        let (channels, roles) = normalise::mentioned_places(&message.content);
+        for id in channels.into_iter().take(10) {
+            if let Some(f) = self.channel_facts(id).await
+                && f.guild_id == guild
+            {
+                out.names.channels.insert(id, normalise::display_bounded(&f.name));
+            }
+        }
+        if let Some(g) = guild
+            && !roles.is_empty()
+        {
+            let known = self.role_names(g, &roles).await;
+            out.names.roles = known;
+        }
+        // The reply chain: the replied-to message comes with the message unless Discord did
+        // not fetch it; each one above it is fetched, up to the configured depth.
+        let forward = message.reference.as_ref().is_some_and(|r| r.kind == twilight_model::channel::message::MessageReferenceType::Forward);
+        let depth = self.inner.config.reply_chain_depth;
+        if !forward && depth > 0 {
+            let mut next = match (&message.referenced_message, &message.reference) {
+                (Some(replied), _) => {
+                    replied.reference.as_ref().and_then(|r| Some((r.channel_id.unwrap_or(replied.channel_id), r.message_id?)))
+                }
+                (None, Some(r)) => {
+                    let channel = r.channel_id.unwrap_or(message.channel_id);
+                    if let Some(id) = r.message_id
+                        && let Some(m) = self.fetch_message(channel.get(), id.get()).await
+                    {
+                        out.replied_to = Some(normalise::quoted(&m, v1::QuotedKind::RepliedTo, bot));
+                        m.reference.as_ref().and_then(|r| Some((r.channel_id.unwrap_or(m.channel_id), r.message_id?)))
+                    } else {
+                        None
+                    }
+                }
+                (None, None) => None,
+            };
+            let mut shown = 1;
+            while shown < depth
+                && let Some((channel, id)) = next.take()
+                && let Some(m) = self.fetch_message(channel.get(), id.get()).await
+            {
+                out.quoted.push(normalise::quoted(&m, v1::QuotedKind::ReplyChain, bot));
+                next = m.reference.as_ref().and_then(|r| Some((r.channel_id.unwrap_or(m.channel_id), r.message_id?)));
+                shown += 1;
+            }
+        }
+        // Links to messages of this guild only: nothing of one guild reaches another.
+        for (link_guild, channel, id) in normalise::message_links(&message.content) {
+            if Some(link_guild) != guild || out.quoted.iter().any(|q| q.message_id == id) {
+                continue;
+            }
+            if let Some(m) = self.fetch_message(channel, id).await {
+                let mut q = normalise::quoted(&m, v1::QuotedKind::Linked, bot);
+                if let Some(f) = self.channel_facts(channel).await {
+                    q.label = format!("#{}", normalise::display_bounded(&f.name));
+                }
+                out.quoted.push(q);
+            }
+        }
+        out.thread = self.thread_context(message).await;
+    }
+
+    /// The thread a message was written in, if it was: its parent, name, kind, tags and
+    /// starter. He joins a thread he is mentioned in, so its later messages reach him.
+    async fn thread_context(&self, message: &Message) -> Option<v1::ThreadContext> {
+        let channel = message.channel_id.get();
+        let facts = self.channel_facts(channel).await?;
+        if !facts.is_thread() {
+            return None;
+        }
+        let bot = self.bot_id();
+        if !facts.joined && message.mentions.iter().any(|m| m.id.get() == bot) {
+            let _slot = self.inner.budget.pace().await;
+            match self.inner.http.get().join_thread(message.channel_id).await {
+                Ok(_) => self.inner.places.update(channel, |f| f.joined = true),
+                Err(e) => tracing::warn!(error = %e, "could not join a thread he was mentioned in"),
+            }
+        }
+        let parent = match facts.parent_id {
+            Some(p) => self.channel_facts(p).await.unwrap_or_default(),
+            None => ChannelFacts::default(),
+        };
+        let forum = matches!(parent.kind, Some(ChannelType::GuildForum | ChannelType::GuildMedia));
+        let kind = match facts.kind {
+            Some(ChannelType::PrivateThread) => v1::ThreadKind::Private,
+            Some(ChannelType::AnnouncementThread) => v1::ThreadKind::Announcement,
+            _ if forum => v1::ThreadKind::ForumPost,
+            _ => v1::ThreadKind::Public,
+        };
+        let tags = facts
+            .applied
+            .iter()
+            .filter_map(|id| parent.tags.iter().find(|(t, _)| t == id))
+            .map(|(_, n)| normalise::display_bounded(n))
+            .collect();
+        // A thread started from a message has that message's id; it lives in the parent, and a
+        // forum post's first message (the same id) in the thread. The first message is no starter of itself.
+        let starter = match &facts.starter {
+            Some(s) => s.clone(),
+            None => {
+                let home = if forum { channel } else { facts.parent_id.unwrap_or(channel) };
+                let s = if message.id.get() == channel {
+                    None
+                } else {
+                    self.fetch_message(home, channel).await.map(|m| normalise::quoted(&m, v1::QuotedKind::ThreadStarter, bot))
+                };
+                if message.id.get() != channel {
+                    self.inner.places.update(channel, |f| f.starter = Some(s.clone()));
+                }
+                s
+            }
+        };
+        Some(v1::ThreadContext {
+            parent_id: facts.parent_id.unwrap_or_default(),
+            parent_name: normalise::display_bounded(&parent.name),
+            name: normalise::display_bounded(&facts.name),
+            kind: kind as i32,
+            tags,
+            starter,
+            archived: facts.archived,
+        })
+    }
+
+    /// A channel's facts: kept ones, else fetched (and kept). `None` when Discord refuses.
+    pub(crate) async fn channel_facts(&self, id: u64) -> Option<ChannelFacts> {
+        if let Some(f) = self.inner.places.channel(id) {
+            return Some(f);
+        }
+        let channel_id = Id::new_checked(id)?;
+        let _slot = self.inner.budget.pace().await;
+        let channel = self.inner.http.get().channel(channel_id).await.ok()?.model().await.ok()?;
+        let facts = ChannelFacts::of(&channel);
+        self.inner.places.keep(id, facts.clone());
+        Some(facts)
+    }
+
+    /// The names of `wanted` roles of a guild: kept ones, else the guild's roles fetched again.
+    async fn role_names(&self, guild: u64, wanted: &[u64]) -> HashMap<u64, String> {
+        let known = |places: &Places| {
+            let roles = places.roles.lock().unwrap_or_else(|p| p.into_inner());
+            roles.get(&guild).map(|r| wanted.iter().filter_map(|id| r.get(id).map(|n| (*id, n.clone()))).collect::<HashMap<_, _>>())
+        };
+        if let Some(found) = known(&self.inner.places)
+            && found.len() == wanted.len()
+        {
+            return found;
+        }
+        let Some(guild_id) = Id::new_checked(guild) else { return HashMap::new() };
+        let _slot = self.inner.budget.pace().await;
+        if let Ok(response) = self.inner.http.get().roles(guild_id).await
+            && let Ok(roles) = response.models().await
+        {
+            let names = roles.iter().map(|r| (r.id.get(), normalise::display_bounded(&r.name))).collect();
+            self.inner.places.roles.lock().unwrap_or_else(|p| p.into_inner()).insert(guild, names);
+        }
+        known(&self.inner.places).unwrap_or_default()
+    }
+
+    /// One message, fetched; `None` when it is gone or hidden from him.
+    async fn fetch_message(&self, channel: u64, id: u64) -> Option<Message> {
+        let (channel, id) = (Id::new_checked(channel)?, Id::new_checked(id)?);
+        let _slot = self.inner.budget.pace().await;
+        self.inner.http.get().message(channel, id).await.ok()?.model().await.ok()
+    }
+
+    /// A thread changed: its facts are kept as the update says (the name, the archived flag,
+    /// the tags). Whether it was archived by this update.
+    pub(crate) fn thread_updated(&self, thread: &twilight_model::channel::Channel) -> bool {
+        let id = thread.id.get();
+        let was_archived = self.inner.places.channel(id).map(|f| f.archived);
+        let mut facts = ChannelFacts::of(thread);
+        if let Some(old) = self.inner.places.channel(id) {
+            facts.starter = old.starter;
+            facts.joined = old.joined || facts.joined;
+        }
+        let archived = facts.archived;
+        self.inner.places.keep(id, facts);
+        archived && was_archived != Some(true)
+    }
+}
