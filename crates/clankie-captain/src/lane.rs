@@ -256,7 +256,7 @@ impl Captain {
         answering: &Answering,
         absorbed: &mut Vec<Held>,
         pending: &mut Vec<Held>,
-        held_ids: &std::collections::HashSet<u64>,
+        (held_ids, admitted_channels): (&std::collections::HashSet<u64>, &[u64]),
     ) -> bool {
         // A change stored before this copy arrived (consumed on another replica, say): an edit
         // is read as edited; a deleted message waits for the next burst, which withdraws it.
@@ -276,7 +276,7 @@ impl Captain {
                 None => {}
             }
         }
-        match steerer.steer(self.user_message(&held, held_ids).await) {
+        match steerer.steer(self.user_message(&held, held_ids, admitted_channels).await) {
             Ok(()) => {
                 answering.wrote(&held.ingress);
                 absorbed.push(held);
@@ -476,7 +476,9 @@ impl Captain {
     /// A delivery as the model sees it: its attributed block with its context (what it replies
     /// to or links, pointed at where the conversation `held` it already; its poll, stickers,
     /// embeds, forwards and text files), and its pictures fetched through media.
-    async fn user_message(&self, h: &Held, held: &std::collections::HashSet<u64>) -> UserMessage {
+    /// A linked message is quoted only from a channel the owner admits (`admitted_channels`,
+    /// empty for all).
+    async fn user_message(&self, h: &Held, held: &std::collections::HashSet<u64>, admitted_channels: &[u64]) -> UserMessage {
         let bound = self.inner.config.bounds.attachments_per_message;
         let pictures: Vec<&v1::Attachment> = h.ingress.attachments.iter().filter(|a| a.content_type.starts_with("image/")).collect();
         let shown = pictures.len().min(bound);
@@ -487,7 +489,13 @@ impl Captain {
             .await;
         }
         let files = self.text_files(h).await;
-        let (text, lines) = prompt::message_in_context(&h.ingress, shown, &|id| held.contains(&id), &files);
+        let mut ingress = std::borrow::Cow::Borrowed(&h.ingress);
+        if !admitted_channels.is_empty()
+            && h.ingress.quoted.iter().any(|q| q.kind() == v1::QuotedKind::Linked && !admitted_channels.contains(&q.channel_id))
+        {
+            ingress.to_mut().quoted.retain(|q| q.kind() != v1::QuotedKind::Linked || admitted_channels.contains(&q.channel_id));
+        }
+        let (text, lines) = prompt::message_in_context(&ingress, shown, &|id| held.contains(&id), &files);
         let mut message = UserMessage { lines, ..UserMessage::new(h.ingress.author_name.clone(), h.delivery_id(), text) };
         for a in pictures.into_iter().take(shown) {
             let request = v1::MediaAttachmentRequest { attachment: Some(a.clone()), delivery_id: h.delivery_id().to_owned() };

@@ -409,13 +409,12 @@ impl Captain {
                 batch.iter().zip(&lanes).zip(&homes).map(|((d, lane), home)| (d.event.delivery_id.as_str(), lane, home)).collect();
             self.inner.store.ingress_facts_homed(&keys, self.inner.config.exchange_window).await
         };
-        let names = self.names_if_needed(&batch).await;
         match facts {
             Ok(facts) => {
                 let mut refused = Vec::new();
                 for (d, facts) in batch.into_iter().zip(facts) {
                     let span = tracing::info_span!("delivery", delivery_id = %d.event.delivery_id);
-                    let named = clankie_self::names_him(&d.event.content, &names);
+                    let named = self.names_him(&d.event, &facts.persona_names);
                     refused.extend(self.accept_ingress(d, facts, named).instrument(span).await);
                 }
                 self.refuse(refused).await;
@@ -427,25 +426,22 @@ impl Captain {
         }
     }
 
-    /// His names (the persona's name and aliases, or the deployment's) when naming him admits
-    /// and the batch holds a guild message that is not otherwise addressed; empty otherwise.
-    async fn names_if_needed(&self, batch: &[Delivery<v1::Ingress>]) -> Vec<String> {
+    /// Whether a guild message that is not otherwise addressed names him: the persona's name
+    /// and aliases (the deployment's where it has none), as words. Never when naming is off.
+    fn names_him(&self, ingress: &v1::Ingress, persona_names: &[String]) -> bool {
         let config = &self.inner.config;
-        if !config.named_admission
-            || !batch.iter().any(|d| d.event.change() == v1::MessageChange::None && admission::needs_exchange(&d.event))
-        {
-            return Vec::new();
+        if !config.named_admission || ingress.change() != v1::MessageChange::None || !admission::needs_exchange(ingress) {
+            return false;
         }
-        let persona = match self.inner.store.persona().await {
-            Ok(p) => p,
-            Err(e) => {
-                tracing::warn!(error = %e, "persona unavailable; his configured name alone admits");
-                clankie_store::Persona::default()
-            }
-        };
-        let name = if persona.name.trim().is_empty() { config.bot_name.clone() } else { persona.name };
-        let aliases = if persona.aliases.is_empty() { config.aliases.clone() } else { persona.aliases };
-        std::iter::once(name).chain(aliases).map(|n| n.trim().to_owned()).filter(|n| !n.is_empty()).collect()
+        let (name, aliases) = persona_names.split_first().map_or(("", &[][..]), |(n, a)| (n.as_str(), a));
+        let name = if name.trim().is_empty() { config.bot_name.as_str() } else { name };
+        let aliases = if aliases.is_empty() { config.aliases.as_slice() } else { aliases };
+        let names: Vec<String> = std::iter::once(name)
+            .chain(aliases.iter().map(String::as_str))
+            .map(|n| n.trim().to_owned())
+            .filter(|n| !n.is_empty())
+            .collect();
+        clankie_self::names_him(&ingress.content, &names)
     }
 
     async fn already_settled(&self, delivery_id: &str) -> bool {
@@ -609,9 +605,11 @@ impl Captain {
             }
         };
         let subject = Subject::ingress_text(d.event.guild_id, d.event.channel_id);
+        let thread = d.event.channel_id;
         for id in &ids {
+            // An id of its own: a MESSAGE_DELETE of the same message is not taken for this one.
             let deletion = v1::Ingress {
-                delivery_id: format!("delete:{id}"),
+                delivery_id: format!("thread-delete:{thread}:{id}"),
                 guild_id: d.event.guild_id,
                 channel_id: d.event.channel_id,
                 change: v1::MessageChange::Delete as i32,

@@ -12,9 +12,21 @@ pub use clankie_self::blocks::{CONTEXT_OPEN, HISTORY_OPEN, THREAD_OPEN};
 /// Characters of one history message beyond which it is cut.
 const HISTORY_LINE_CHARS: usize = 1_000;
 
-/// One delivery as the model sees it. `pictures` is how many of its attachments the model is shown.
+/// The author a thread's context block is stored under.
+pub const THREAD_AUTHOR: &str = "thread";
+
+/// One delivery's own block as the model sees it, without its context. `pictures` is how many
+/// of its attachments the model is shown. An edit rewrites this block and keeps the context.
 pub fn message(ingress: &v1::Ingress, pictures: usize) -> String {
-    message_in_context(ingress, pictures, &|_| false, &[]).0
+    let said = Said { author_name: &ingress.author_name, author_id: ingress.author_id, text: &ingress.content };
+    let attached = ingress.attachments.len().to_string();
+    let shown = pictures.to_string();
+    let mut extra = Vec::new();
+    if !ingress.attachments.is_empty() {
+        extra.push(("attachments", attached.as_str()));
+        extra.push(("pictures_shown", shown.as_str()));
+    }
+    blocks::message(&said, &extra)
 }
 
 /// A text file attached to a message, read for the model: its name and its words, bounded.
@@ -30,14 +42,7 @@ pub struct FileText {
 /// message id behind each context line, so an edit, a deletion or a forget finds it.
 pub fn message_in_context(ingress: &v1::Ingress, pictures: usize, holds: &dyn Fn(u64) -> bool, files: &[FileText]) -> (String, Vec<u64>) {
     let said = Said { author_name: &ingress.author_name, author_id: ingress.author_id, text: &ingress.content };
-    let attached = ingress.attachments.len().to_string();
-    let shown = pictures.to_string();
-    let mut extra = Vec::new();
-    if !ingress.attachments.is_empty() {
-        extra.push(("attachments", attached.as_str()));
-        extra.push(("pictures_shown", shown.as_str()));
-    }
-    let mut block = blocks::message(&said, &extra);
+    let mut block = message(ingress, pictures);
     let own: u64 = ingress.delivery_id.parse().unwrap_or(0);
     let times: Vec<String> = ingress.quoted.iter().map(|q| at(q.at_ms)).collect();
     let mut quotes: Vec<Quote<'_>> = ingress

@@ -9,6 +9,7 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use clankie_proto::v1;
+use twilight_model::channel::message::{MessageReferenceType, MessageType};
 use twilight_model::channel::{ChannelType, Message};
 use twilight_model::id::Id;
 
@@ -100,9 +101,17 @@ pub(crate) struct Gathered {
 
 impl Gateway {
     /// Gathers `message`'s context within [`GATHER_PATIENCE`]; past it, or on any refusal, the
-    /// message goes on with what was found (it is never held back for good).
+    /// message goes on with what was found (it is never held back for good). The thread comes
+    /// first, with a patience of its own: admission, quiet and trust follow a thread's parent.
+    /// A bot's message is never admitted, so nothing is fetched for it.
     pub(crate) async fn gather(&self, message: &Message) -> Gathered {
         let mut gathered = Gathered::default();
+        if message.author.bot {
+            return gathered;
+        }
+        if message.guild_id.is_some() {
+            gathered.thread = tokio::time::timeout(GATHER_PATIENCE, self.thread_context(message)).await.ok().flatten();
+        }
         let _ = tokio::time::timeout(GATHER_PATIENCE, self.gather_into(message, &mut gathered)).await;
         gathered
     }
@@ -124,52 +133,54 @@ impl Gateway {
             let known = self.role_names(g, &roles).await;
             out.names.roles = known;
         }
-        // The reply chain: the replied-to message comes with the message unless Discord did
-        // not fetch it; each one above it is fetched, up to the configured depth.
-        let forward = message.reference.as_ref().is_some_and(|r| r.kind == twilight_model::channel::message::MessageReferenceType::Forward);
+        // The reply chain, for a reply only (not a forward, not a crosspost): the replied-to
+        // message comes with the message unless Discord did not fetch it; each one above it is
+        // fetched, up to the configured depth, while it stays a reply within this guild.
         let depth = self.inner.config.reply_chain_depth;
-        if !forward && depth > 0 {
-            let mut next = match (&message.referenced_message, &message.reference) {
-                (Some(replied), _) => {
-                    replied.reference.as_ref().and_then(|r| Some((r.channel_id.unwrap_or(replied.channel_id), r.message_id?)))
-                }
-                (None, Some(r)) => {
-                    let channel = r.channel_id.unwrap_or(message.channel_id);
-                    if let Some(id) = r.message_id
-                        && let Some(m) = self.fetch_message(channel.get(), id.get()).await
-                    {
+        let replied = message.referenced_message.as_ref().map(|r| r.id.get());
+        if message.kind == MessageType::Reply && depth > 0 {
+            let mut next = match (&message.referenced_message, reply_of(message, guild)) {
+                (Some(replied), _) => reply_of(replied, guild),
+                (None, Some((channel, id))) => match self.fetch_message(channel, id).await {
+                    Some(m) => {
                         out.replied_to = Some(normalise::quoted(&m, v1::QuotedKind::RepliedTo, bot));
-                        m.reference.as_ref().and_then(|r| Some((r.channel_id.unwrap_or(m.channel_id), r.message_id?)))
-                    } else {
-                        None
+                        reply_of(&m, guild)
                     }
-                }
+                    None => None,
+                },
                 (None, None) => None,
             };
             let mut shown = 1;
             while shown < depth
                 && let Some((channel, id)) = next.take()
-                && let Some(m) = self.fetch_message(channel.get(), id.get()).await
+                && let Some(m) = self.fetch_message(channel, id).await
             {
                 out.quoted.push(normalise::quoted(&m, v1::QuotedKind::ReplyChain, bot));
-                next = m.reference.as_ref().and_then(|r| Some((r.channel_id.unwrap_or(m.channel_id), r.message_id?)));
+                next = reply_of(&m, guild);
                 shown += 1;
             }
         }
-        // Links to messages of this guild only: nothing of one guild reaches another.
+        // Links to messages of this guild only, checked against the channel itself (the guild
+        // id in a link is whatever its writer typed): nothing of one guild reaches another.
         for (link_guild, channel, id) in normalise::message_links(&message.content) {
-            if Some(link_guild) != guild || out.quoted.iter().any(|q| q.message_id == id) {
+            let quoted_already = replied == Some(id)
+                || out.replied_to.as_ref().is_some_and(|r| r.message_id == id)
+                || out.quoted.iter().any(|q| q.message_id == id);
+            if Some(link_guild) != guild || quoted_already {
                 continue;
             }
-            if let Some(m) = self.fetch_message(channel, id).await {
+            let Some(facts) = self.channel_facts(channel).await else { continue };
+            if facts.guild_id != guild {
+                continue;
+            }
+            if let Some(m) = self.fetch_message(channel, id).await
+                && m.guild_id.is_none_or(|g| Some(g.get()) == guild)
+            {
                 let mut q = normalise::quoted(&m, v1::QuotedKind::Linked, bot);
-                if let Some(f) = self.channel_facts(channel).await {
-                    q.label = format!("#{}", normalise::display_bounded(&f.name));
-                }
+                q.label = format!("#{}", normalise::display_bounded(&facts.name));
                 out.quoted.push(q);
             }
         }
-        out.thread = self.thread_context(message).await;
     }
 
     /// The thread a message was written in, if it was: its parent, name, kind, tags and
@@ -289,4 +300,16 @@ impl Gateway {
         self.inner.places.keep(id, facts);
         archived && was_archived != Some(true)
     }
+}
+
+/// The message `message` replies to, as (channel, message), when it is a reply within `guild`.
+fn reply_of(message: &Message, guild: Option<u64>) -> Option<(u64, u64)> {
+    if message.kind != MessageType::Reply {
+        return None;
+    }
+    let r = message.reference.as_ref()?;
+    if r.kind != MessageReferenceType::Default || r.guild_id.is_some_and(|g| Some(g.get()) != guild) {
+        return None;
+    }
+    Some((r.channel_id.unwrap_or(message.channel_id).get(), r.message_id?.get()))
 }

@@ -72,6 +72,9 @@ pub fn display_name(user: &twilight_model::user::User, nick: Option<&str>) -> St
     bounded(name, MAX_NAME_CHARS)
 }
 
+/// The longest markup token read: `<a:` + a 32-character name + `:` + a 20-digit id + `>`, with room.
+const MARKUP_MAX: usize = 80;
+
 /// One `<…>` token of Discord's message markup.
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Markup<'a> {
@@ -104,7 +107,9 @@ fn rewrite_markup(content: &str, mut replace: impl FnMut(&Markup<'_>) -> String)
     while let Some(open) = rest.find('<') {
         out.push_str(&rest[..open]);
         let after = &rest[open + 1..];
-        match after.find('>').and_then(|close| markup(&after[..close]).map(|m| (close, m))) {
+        // A token is short: looking further for its end would make hostile text quadratic.
+        let window = &after.as_bytes()[..after.len().min(MARKUP_MAX)];
+        match window.iter().position(|b| *b == b'>').and_then(|close| markup(&after[..close]).map(|m| (close, m))) {
             Some((close, m)) => {
                 out.push_str(&replace(&m));
                 rest = &after[close + 1..];
@@ -256,7 +261,10 @@ pub fn ingress_named(message: &Message, bot_id: u64, received_at_ms: i64, names:
     let mut quoted = Vec::new();
     // A forward's reference names the forwarded message, which is no reply.
     let forward = message.reference.as_ref().is_some_and(|r| r.kind == twilight_model::channel::message::MessageReferenceType::Forward);
-    if !forward && let Some(replied) = &message.referenced_message {
+    if !forward
+        && message.kind == twilight_model::channel::message::MessageType::Reply
+        && let Some(replied) = &message.referenced_message
+    {
         quoted.push(quoted_message_of(replied, bot_id));
     }
     quoted.extend(parts(message, &author_name));

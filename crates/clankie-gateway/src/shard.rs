@@ -368,7 +368,7 @@ impl Gateway {
                 }
                 Event::ThreadUpdate(thread) => {
                     if self.thread_updated(&thread.0) {
-                        let span = tracing::info_span!("delivery", delivery_id = thread.id.get());
+                        let span = tracing::info_span!("delivery", delivery_id = %normalise::thread_archived(&thread.0, 0).delivery_id);
                         if !self.ingest_change(Change::ThreadArchived(&thread.0)).instrument(span).await {
                             let _ = unstored.send(true);
                             return;
@@ -380,7 +380,7 @@ impl Gateway {
                 }
                 Event::ThreadDelete(deleted) => {
                     self.inner.places.forget_channel(deleted.id.get());
-                    let span = tracing::info_span!("delivery", delivery_id = deleted.id.get());
+                    let span = tracing::info_span!("delivery", delivery_id = %normalise::thread_deleted(&deleted, 0).delivery_id);
                     if !self.ingest_change(Change::ThreadDeleted(&deleted)).instrument(span).await {
                         let _ = unstored.send(true);
                         return;
@@ -646,9 +646,17 @@ impl Gateway {
             ingress.quoted.insert(after_reply + i, q);
         }
         ingress.thread = gathered.thread;
+        // Nothing of a chain when none is wanted; and a message quoted once, where it first came.
+        if self.inner.config.reply_chain_depth == 0 {
+            ingress.quoted.retain(|q| q.kind() != v1::QuotedKind::RepliedTo);
+        }
+        let mut seen = std::collections::HashSet::new();
+        let own = message.id.get();
+        ingress.quoted.retain(|q| q.message_id == own || seen.insert(q.message_id));
         let live = ingress.guild_id.and_then(|g| self.live_voice_channel(g));
         let id = MsgId::discord_message(message.id.get());
         let (chars, attachments) = (ingress.content.chars().count() as i64, ingress.attachments.len() as i64);
+        let (quoted, in_thread) = (ingress.quoted.len() as i64, ingress.thread.is_some());
         let delivery = ingress.delivery_id.clone();
         // A crash here (received, not yet stored) must cost nothing: the session is saved only
         // after the publish, so the resume replays this message.
@@ -664,6 +672,8 @@ impl Gateway {
                         .with_code(route)
                         .with_count("chars", chars)
                         .with_count("attachments", attachments)
+                        .with_count("quoted", quoted)
+                        .with_flag("thread", in_thread)
                         .with_flag("duplicate", p.duplicate)
                 })
                 .await

@@ -276,6 +276,20 @@ pub enum LineEdit {
     Say(String),
 }
 
+/// The positions, among a block's `<line>`s, of the lines that only point at a message the
+/// conversation holds (`earlier_in_this_conversation`): an edit leaves them empty.
+pub fn pointer_lines(block: &str) -> Vec<usize> {
+    block
+        .split_inclusive('\n')
+        .filter(|l| l.starts_with("<line "))
+        .enumerate()
+        .filter(|(_, l)| {
+            parse(l).and_then(|p| p.into_iter().next()).is_some_and(|p| p.attr("earlier_in_this_conversation") == Some("true"))
+        })
+        .map(|(i, _)| i)
+        .collect()
+}
+
 /// A block of lines (history, a ring) with each `<line>` changed as `edit` says, given the
 /// line's position among the lines and its author id. Everything else stays as it was.
 pub fn edit_lines(block: &str, mut edit: impl FnMut(usize, Option<u64>) -> LineEdit) -> String {

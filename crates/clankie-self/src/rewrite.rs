@@ -22,23 +22,36 @@ pub enum Change {
 }
 
 /// What a stored entry becomes when message `message_id` changes; `None` when it does not hold it.
+/// The message's own entry is withdrawn, or its `<message>` block replaced with the context
+/// after it kept; each line that quotes it (a history line, a context line, a thread's starter)
+/// is dropped or says the new words, and a line that only points at it stays as it is.
 pub fn changed(entry: &HeldWords, message_id: u64, change: &Change) -> Option<Rewritten> {
     let body: EntryBody = serde_json::from_value(entry.body.clone()).ok()?;
     let EntryBody::User { author, delivery_id, text, images, lines } = body else { return None };
     let new = if delivery_id == message_id.to_string() || is_correction_of(&delivery_id, message_id) {
         match change {
             Change::Delete => EntryBody::Withdrawn { delivery_id },
-            Change::Edit { block, .. } => EntryBody::User { author, delivery_id, text: block.clone(), images, lines },
+            Change::Edit { block, .. } => {
+                // What follows the message's own block (its context) stays, with its `lines`.
+                let rest = text.find("</message>").map_or("", |end| &text[end + "</message>".len()..]);
+                EntryBody::User { author, delivery_id, text: format!("{block}{rest}"), images, lines }
+            }
         }
     } else {
-        let at = lines.iter().position(|l| *l == message_id)?;
+        let at: Vec<usize> = lines.iter().enumerate().filter(|(_, l)| **l == message_id).map(|(i, _)| i).collect();
+        if at.is_empty() {
+            return None;
+        }
         let edit = match change {
             Change::Delete => LineEdit::Drop,
             Change::Edit { text, .. } => LineEdit::Say(text.clone()),
         };
-        let text = blocks::edit_lines(&text, |i, _| if i == at { edit.clone() } else { LineEdit::Keep });
+        let pointers = blocks::pointer_lines(&text);
+        let text = blocks::edit_lines(&text, |i, _| {
+            if !at.contains(&i) || (pointers.contains(&i) && edit != LineEdit::Drop) { LineEdit::Keep } else { edit.clone() }
+        });
         let lines = match change {
-            Change::Delete => lines.into_iter().filter(|l| *l != message_id).collect(),
+            Change::Delete => lines.into_iter().enumerate().filter(|(i, _)| !at.contains(i)).map(|(_, l)| l).collect(),
             Change::Edit { .. } => lines,
         };
         EntryBody::User { author, delivery_id, text, images, lines }
@@ -473,6 +486,40 @@ mod tests {
         assert!(!text.contains("kept") && text.contains("old words"));
         assert_eq!(lines, [10]);
         assert!(changed(&history, 12, &Change::Delete).is_none());
+    }
+
+    /// A message's context: a quoted message edited or deleted changes each line that quotes
+    /// it (twice quoted, both), never a line that only points at it; an edit of the message
+    /// itself rewrites its own block and keeps the context with its ids.
+    #[test]
+    fn message_edit_and_delete_reach_every_context_line_that_quotes_it_and_keep_pointers_empty() {
+        let q = |id: u64, text: &'static str, held: bool| blocks::Quote {
+            said: blocks::Said { author_name: "bob", author_id: id, text },
+            is_him: false,
+            what: "replied_to",
+            label: "",
+            at: "",
+            held,
+        };
+        let own = blocks::message(&blocks::Said { author_name: "ada", author_id: 7, text: "is this true?" }, &[]);
+        let text = format!("{own}\n{}", blocks::context(&[q(8, "old fact", false), q(8, "old fact", false), q(9, "", true)]).unwrap());
+        let e = entry(EntryBody::User { author: "ada".into(), delivery_id: "50".into(), text, images: vec![], lines: vec![40, 40, 41] });
+        let body = |r: Option<Rewritten>| -> (String, Vec<u64>) {
+            let EntryBody::User { text, lines, .. } = serde_json::from_value(r.expect("rewritten").body).unwrap() else { panic!() };
+            (text, lines)
+        };
+        let (edited, lines) = body(changed(&e, 40, &Change::Edit { block: String::new(), text: "new fact".into() }));
+        assert_eq!(edited.matches("new fact").count(), 2, "{edited}");
+        assert_eq!(lines, [40, 40, 41]);
+        let (pointed, _) = body(changed(&e, 41, &Change::Edit { block: String::new(), text: "said later".into() }));
+        assert!(!pointed.contains("said later"), "a pointer line was filled with words");
+        let (deleted, lines) = body(changed(&e, 40, &Change::Delete));
+        assert!(!deleted.contains("old fact") && deleted.contains("earlier_in_this_conversation"));
+        assert_eq!(lines, [41]);
+        let new_own = blocks::message(&blocks::Said { author_name: "ada", author_id: 7, text: "is this REALLY true?" }, &[]);
+        let (rewritten, lines) = body(changed(&e, 50, &Change::Edit { block: new_own, text: String::new() }));
+        assert!(rewritten.starts_with("<message ") && rewritten.contains("REALLY") && rewritten.contains("old fact"));
+        assert_eq!(lines, [40, 40, 41]);
     }
 
     /// The correction a run heard (an entry under the edit's delivery id, its block first) is

@@ -30,7 +30,7 @@ pub use lease::{LaneRow, Lease};
 pub use outbox::{AskOwner, ClaimedRow, OutboxRow, Proposals, Settlement};
 pub use receipts::StoredReceipt;
 pub use retention::{Retention, RingRetention, Swept};
-pub use rewrite::{ForgottenRows, HeldWords, REWRITE_KIND, Rewritten};
+pub use rewrite::{ForgottenRows, HISTORY_AUTHOR, HeldWords, REWRITE_KIND, Rewritten};
 pub use self_file::{MAX_FACT_CHARS, MAX_NAME_CHARS, MAX_PERSONA_CHARS, SELF_FILE_SOURCE, SelfFile, SelfFileError, SelfFileReport};
 pub use session::{Entry, NewEntry};
 pub use shared_self::{Memory, MemoryStatus, OwnerSettings, Persona, SelfVersion, Sharing};

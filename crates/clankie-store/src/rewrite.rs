@@ -61,6 +61,9 @@ fn held_words(rows: Vec<sqlx::postgres::PgRow>) -> Result<Vec<HeldWords>, StoreE
         .collect()
 }
 
+/// The author a lane's history block is stored under: its lines are the lane's own channel's.
+pub const HISTORY_AUTHOR: &str = "channel history";
+
 impl Store {
     /// The user entries of `lane` that hold message `message_id`: the message itself (its
     /// `delivery_id`) or a history block with a line of it (its `lines`).
@@ -79,24 +82,38 @@ impl Store {
         held_words(rows)
     }
 
-    /// Every Discord message a lane holds or waits on: its stored messages, the lines of its
-    /// blocks, and its admitted deliveries not yet settled. A deleted thread takes all of them
-    /// with it, each as a deletion.
+    /// The Discord messages of a lane's own channel it holds or waits on: its stored messages,
+    /// the lines of its history blocks, and its admitted deliveries not yet settled. What its
+    /// messages quote from other channels (a thread's starter, a linked message) is not among
+    /// them. A deleted thread takes these with it.
     pub async fn messages_of_lane(&self, lane: &str) -> Result<Vec<u64>, StoreError> {
         let rows: Vec<(String,)> = sqlx::query_as(
             "SELECT body->>'delivery_id' FROM session_entries WHERE lane = $1 AND kind = 'user'
              UNION SELECT jsonb_array_elements_text(body->'lines') FROM session_entries
-               WHERE lane = $1 AND kind = 'user' AND jsonb_typeof(body->'lines') = 'array'
+               WHERE lane = $1 AND kind = 'user' AND body->>'author' = $2 AND jsonb_typeof(body->'lines') = 'array'
              UNION SELECT a.delivery_id FROM admissions a
                WHERE a.lane = $1 AND NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.delivery_id = a.delivery_id)",
         )
         .bind(lane)
+        .bind(HISTORY_AUTHOR)
         .fetch_all(&self.pool)
         .await?;
         let mut ids: Vec<u64> = rows.into_iter().filter_map(|(id,)| id.parse().ok()).collect();
         ids.sort_unstable();
         ids.dedup();
         Ok(ids)
+    }
+
+    /// The lanes besides `lane` whose stored entries hold `message_id` as a line (quoted in a
+    /// message's context, or a thread's starter): an edit or a deletion of it reaches them too.
+    pub async fn other_lanes_quoting(&self, lane: &str, message_id: u64) -> Result<Vec<String>, StoreError> {
+        Ok(sqlx::query_scalar(
+            "SELECT DISTINCT lane FROM session_entries WHERE kind = 'user' AND body->'lines' @> $2::jsonb AND lane <> $1 ORDER BY lane",
+        )
+        .bind(lane)
+        .bind(Json(serde_json::json!([message_id])))
+        .fetch_all(&self.pool)
+        .await?)
     }
 
     /// The lanes that may hold `author_id`'s words: those with a stored entry attributed to

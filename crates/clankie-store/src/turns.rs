@@ -120,6 +120,9 @@ pub struct IngressFacts {
     /// The owner made the room quiet (`/clankie quiet`) until a time not yet come.
     pub quiet: bool,
     pub owner: crate::OwnerSettings,
+    /// His names as the persona has them (name, then aliases; either may be empty), read in
+    /// the same statement: a message naming him is admitted without another read.
+    pub persona_names: Vec<String>,
 }
 
 /// What recording an outcome did.
@@ -476,7 +479,8 @@ impl Store {
             unsettled_turn_sql!("d.lane", "$3"),
             " AS in_conversation,
                     COALESCE((SELECT bool_or(l.quiet_until > now()) FROM lanes l WHERE l.lane IN (d.lane, d.home)), false) AS quiet,
-                    s.owner_id, s.operators, s.grants, s.guilds, s.channels, s.trusted_dms, s.trusted_rooms, s.sharing, s.version
+                    s.owner_id, s.operators, s.grants, s.guilds, s.channels, s.trusted_dms, s.trusted_rooms, s.sharing, s.version,
+                    COALESCE((SELECT array_prepend(p.name, p.aliases) FROM self_persona p WHERE p.id = 1), '{}') AS persona_names
              FROM unnest($1::text[], $2::text[], $4::text[]) WITH ORDINALITY AS d(delivery_id, lane, home, n)
              CROSS JOIN self_settings s WHERE s.id = 1
              ORDER BY d.n",
@@ -499,6 +503,7 @@ impl Store {
                     in_conversation: r.try_get("in_conversation")?,
                     quiet: r.try_get("quiet")?,
                     owner: owner.clone(),
+                    persona_names: r.try_get("persona_names")?,
                 })
             })
             .collect()

@@ -199,6 +199,10 @@ impl Captain {
                 }
             }
         }
+        if !self.pass_on_to_quoting_lanes(lane, &c).await {
+            let _ = c.nak_after(self.inner.config.backoff(c.delivered())).await;
+            return;
+        }
         self.receipt("captain.changed", c.delivery_id(), lane, |r| {
             r.with_code(if delete { "delete" } else { "edit" })
                 .with_id("message", c.ingress.changed_message_id)
@@ -208,6 +212,46 @@ impl Captain {
         })
         .await;
         let _ = c.ack().await;
+    }
+}
+
+impl Captain {
+    /// A change to a message other lanes quote (a thread's starter in its parent, a linked
+    /// message, a reply chain reaching across a thread) goes to each of them too, as a change
+    /// of its own (`<delivery>@<lane>`), so each rewrites its copy under its own lease. Only
+    /// the change as Discord sent it is passed on: a copy passes nothing further. False when
+    /// it could not be passed on (it comes back).
+    async fn pass_on_to_quoting_lanes(&self, lane: &LaneKey, c: &Held) -> bool {
+        if c.delivery_id().contains('@') {
+            return true;
+        }
+        let target = c.ingress.changed_message_id;
+        let lanes = match self.inner.store.other_lanes_quoting(&lane.to_string(), target).await {
+            Ok(lanes) => lanes,
+            Err(e) => {
+                tracing::warn!(%lane, error = %e, "the lanes quoting a changed message could not be read; the change will come back");
+                return false;
+            }
+        };
+        for other in lanes {
+            let (guild, channel) = match other.parse::<LaneKey>() {
+                Ok(LaneKey::Room { guild, channel }) => (Some(guild), channel),
+                Ok(LaneKey::Dm { channel }) => (None, channel),
+                _ => continue,
+            };
+            let copy = v1::Ingress {
+                delivery_id: format!("{}@{other}", c.delivery_id()),
+                guild_id: guild,
+                channel_id: channel,
+                ..c.ingress.clone()
+            };
+            let subject = clankie_proto::Subject::ingress_text(guild, channel);
+            if let Err(e) = self.inner.bus.publish(&subject, &copy, Some(&clankie_bus::MsgId::new(copy.delivery_id.clone()))).await {
+                tracing::warn!(%lane, error = %e, "a change could not be passed to a lane quoting its message; it will come back");
+                return false;
+            }
+        }
+        true
     }
 }
 

@@ -57,6 +57,8 @@ pub(super) struct Turn {
     /// The Discord messages the conversation holds as the run starts, with the run's own: a
     /// message steered in later that replies to one of them points at it, not quoting it again.
     held_ids: std::collections::HashSet<u64>,
+    /// The channels the owner admits (empty: every one): a link into another is not quoted.
+    admitted_channels: Vec<u64>,
 }
 
 impl Turn {
@@ -155,7 +157,7 @@ impl Captain {
         let cold = session.newest_delivery().is_none();
         let mut held_ids = session.message_ids();
         held_ids.extend(std::iter::once(&owner).chain(absorbed.iter()).map(Held::message_id));
-        let first = self.first_messages(&lease, &owner, &absorbed, &session, opened, &kind, &grants, &snapshot, &held_ids).await;
+        let first = self.first_messages(&lease, &owner, &absorbed, &session, opened, &kind, &grants, &snapshot, &mut held_ids).await;
         let newest = absorbed.iter().chain(std::iter::once(&owner)).max_by_key(|h| h.message_id()).unwrap_or(&owner);
         let room = Room::new(lane, turn_id.clone(), newest.message_id());
         let mode = if kind.one_shot { TurnMode::OneShot } else { TurnMode::Durable };
@@ -186,7 +188,19 @@ impl Captain {
         let system = clankie_self::assemble(&snapshot, &lane, surface);
         metrics::counter!("clankie_captain_turns_total", "mode" => if kind.one_shot { "one_shot" } else { "durable" }).increment(1);
         tracing::debug!(%lane, epoch = lease.epoch, cold, deliveries = 1 + absorbed.len(), "run starts");
-        let turn = Turn { lease, owner, absorbed, grants, apart, mode, turn_id, room, corrections: Vec::new(), held_ids };
+        let turn = Turn {
+            lease,
+            owner,
+            absorbed,
+            grants,
+            apart,
+            mode,
+            turn_id,
+            room,
+            corrections: Vec::new(),
+            held_ids,
+            admitted_channels: snapshot.settings.channels.clone(),
+        };
         Some((turn, Start { session, system, first, tools }))
     }
 
@@ -249,7 +263,7 @@ impl Captain {
         kind: &Kind,
         grants: &Grants,
         snapshot: &Snapshot,
-        held_ids: &std::collections::HashSet<u64>,
+        held_ids: &mut std::collections::HashSet<u64>,
     ) -> Vec<UserMessage> {
         let lane = lease.lane;
         let behind = opened != Opened::Memory;
@@ -269,14 +283,19 @@ impl Captain {
             && let Some((block, lines)) =
                 self.history_block(&owner.ingress, session.newest_delivery(), &carried, |a| kind.trusted && grants.has(a)).await
         {
-            first.push(UserMessage { lines, ..UserMessage::new("channel history", "", block) });
+            // A reply to one of these lines points at it: it is in the conversation from now.
+            held_ids.extend(lines.iter().copied());
+            first.push(UserMessage { lines, ..UserMessage::new(clankie_store::HISTORY_AUTHOR, "", block) });
         }
-        // A thread's subject, each time the lane walks in cold: its name, parent, tags, starter.
+        // A thread's subject, when the lane walks in cold and its conversation does not hold it
+        // as it stands (new, renamed, retagged, or compacted away).
         if behind
             && !kind.system_lane
             && let Some((block, lines)) = prompt::thread(&owner.ingress)
+            && !session.entries().iter().any(|e| matches!(&e.body, clankie_agent::EntryBody::User { text, .. } if *text == block))
         {
-            first.push(UserMessage { lines, ..UserMessage::new("thread", "", block) });
+            held_ids.extend(lines.iter().copied());
+            first.push(UserMessage { lines, ..UserMessage::new(prompt::THREAD_AUTHOR, "", block) });
         }
         // Where else he is and what he lived elsewhere, just before the new input, and only when
         // it changed: the system prompt and the session before it stay one cacheable prefix.
@@ -287,7 +306,7 @@ impl Captain {
         let mut in_order: Vec<&Held> = std::iter::once(owner).chain(absorbed.iter()).collect();
         in_order.sort_by_key(|h| h.message_id());
         for h in in_order {
-            first.push(self.user_message(h, held_ids).await);
+            first.push(self.user_message(h, held_ids, &snapshot.settings.channels).await);
         }
         first
     }
@@ -363,7 +382,7 @@ impl Captain {
                         pending.push(held);
                     } else {
                         let id = held.delivery_id().to_owned();
-                        if self.steer_in(held, &steerer, &answering, &mut turn.absorbed, pending, &turn.held_ids).await {
+                        if self.steer_in(held, &steerer, &answering, &mut turn.absorbed, pending, (&turn.held_ids, &turn.admitted_channels)).await {
                             steer_sent.push((id, Instant::now()));
                         }
                     }
@@ -491,7 +510,7 @@ impl Captain {
                         Ok(()) => return self.changed_waiting(&turn.lease, change).await,
                         Err(e) => {
                             tracing::warn!(%lane, error = %e, "a deleted message could not be withdrawn; it is answered");
-                            if steerer.steer(self.user_message(&message, &turn.held_ids).await).is_ok() {
+                            if steerer.steer(self.user_message(&message, &turn.held_ids, &turn.admitted_channels).await).is_ok() {
                                 turn.absorbed.push(message);
                             } else {
                                 pending.push(message);
@@ -528,7 +547,7 @@ impl Captain {
             if turn.grants.has(held.ingress.author_id) {
                 pending.push(held);
             } else {
-                self.steer_in(held, steerer, answering, &mut turn.absorbed, pending, &turn.held_ids).await;
+                self.steer_in(held, steerer, answering, &mut turn.absorbed, pending, (&turn.held_ids, &turn.admitted_channels)).await;
             }
         }
     }

@@ -8,12 +8,14 @@ pub mod config;
 mod guilds;
 pub mod interactions;
 pub mod limits;
+mod members;
 pub mod messages;
 mod people;
 pub mod permission;
 pub mod permissions;
 pub mod sessions;
 pub mod shapes;
+mod threading;
 pub mod threads;
 
 use std::collections::{BTreeMap, HashMap};

@@ -271,3 +271,72 @@ fn open_speech_the_sandbox_microphone_in_chromium_reaches_him_and_he_answers_alo
         drop(speech);
     });
 }
+
+/// Clicks the `index`th of the `count` elements `xpath` finds (a message's actions: 0 reply, 1
+/// start thread; a room). The page draws its log every 400 ms and its room list when a room
+/// comes, so an element found just before a redraw is gone: it is found again.
+async fn click_again(browser: &fantoccini::Client, xpath: &str, index: usize, count: usize) {
+    for _ in 0..10 {
+        let found = browser.find_all(Locator::XPath(xpath)).await.unwrap();
+        assert_eq!(found.len(), count, "{xpath}");
+        if found[index].click().await.is_ok() {
+            return;
+        }
+    }
+    panic!("{xpath} could not be clicked");
+}
+
+/// Waits (20 s at most) until `check` holds, reading the loopback between tries.
+async fn until_page(what: &str, mut check: impl FnMut() -> bool) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while !check() {
+        assert!(tokio::time::Instant::now() < deadline, "the page never made {what}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// The sandbox page does what a Discord client does with conversations: reply to a message,
+/// start a thread from one, and post in a forum with tags; each reaches the loopback as
+/// Discord would have it and he answers where it was written.
+#[tokio::test]
+async fn sandbox_page_a_person_replies_starts_a_thread_and_posts_in_a_forum() {
+    let forum = clankie_discord_loopback::ChannelSpec {
+        id: 260,
+        name: "help-desk".into(),
+        kind: clankie_discord_loopback::ChannelKind::Forum,
+        tags: vec!["bug".into(), "question".into()],
+        ..Default::default()
+    };
+    let rig = Rig::with_channels(&[], vec![forum]).await;
+    let said = rig.say(GENERAL, "bob", "the raid is at nine");
+    let driver = Driver::start().await;
+    let profile = clankie_testkit::TestDir::new();
+    let browser = browser_on(&rig.sandbox.url(), &driver, &profile).await;
+    // The page knows ids as JavaScript numbers, which round a snowflake: the row is found by its words.
+    let acts = "//div[contains(@class, 'msg')][div[@class = 'body' and text() = 'the raid is at nine']]//button[@class = 'act']";
+    browser.wait().for_element(Locator::XPath(acts)).await.unwrap();
+    click_again(&browser, acts, 0, 2).await;
+    browser.find(Locator::Id("text")).await.unwrap().send_keys("@Clankie is that right?").await.unwrap();
+    browser.find(Locator::Id("send")).await.unwrap().click().await.unwrap();
+    until_page("a reply", || rig.sandbox.discord.messages(GENERAL).iter().any(|m| m.reply_to == Some(said) && m.author_name == "ada"))
+        .await;
+
+    click_again(&browser, acts, 1, 2).await;
+    browser.send_alert_text("raid plans").await.unwrap();
+    browser.accept_alert().await.unwrap();
+    until_page("a thread", || rig.sandbox.discord.thread(said).is_some_and(|t| t.name == "raid plans")).await;
+
+    // The room list is drawn again when a room comes (the thread just started): found again too.
+    let forum_room = "//button[contains(@class, 'room') and @data-channel = '260']";
+    browser.wait().for_element(Locator::XPath(forum_room)).await.unwrap();
+    click_again(&browser, forum_room, 0, 1).await;
+    browser.wait().for_element(Locator::Css("#forum.shown #post-title")).await.unwrap().send_keys("Crash at login").await.unwrap();
+    browser.find(Locator::Id("post-tags")).await.unwrap().send_keys("bug").await.unwrap();
+    browser.find(Locator::Id("post-text")).await.unwrap().send_keys("@Clankie it crashes when I log in").await.unwrap();
+    browser.find(Locator::Css("#forum button")).await.unwrap().click().await.unwrap();
+    until_page("a forum post", || rig.sandbox.discord.threads().iter().any(|t| t.parent == 260 && t.name == "Crash at login")).await;
+    let post = rig.sandbox.discord.threads().into_iter().find(|t| t.parent == 260).expect("the post");
+    rig.wait_outcomes(post.id, &[post.id]).await;
+    assert_eq!(rig.outcome(post.id, post.id).as_deref(), Some("replied"), "answered in the post's thread");
+    browser.close().await.unwrap();
+}

@@ -103,6 +103,20 @@ async fn reply_chain_bob_says_a_fact_ten_messages_pass_and_adas_reply_shows_it_a
 }
 
 #[tokio::test]
+async fn reply_chain_to_a_message_in_a_cold_lanes_history_points_at_it() {
+    let rig = Rig::new().await;
+    let said = rig.say(GENERAL, "cy", "the scrim is on thursday");
+    rig.say(GENERAL, "dee", "nice");
+    let asked = rig.sandbox.discord.user_message(NewMessage { reply_to: Some(said), ..to_him(GENERAL, "ada", "which thursday?") });
+    rig.wait_outcomes(GENERAL, &[asked]).await;
+    let request = request_for(&rig, "which thursday?");
+    assert_eq!(request.count("the scrim is on thursday"), 1, "in the history block, and only there");
+    let context = lines_in(&request, clankie_captain::prompt::CONTEXT_OPEN);
+    assert_eq!(context.len(), 1, "{context:?}");
+    assert_eq!(context[0].attr("earlier_in_this_conversation"), Some("true"));
+}
+
+#[tokio::test]
 async fn reply_chain_of_4_replies_shows_3() {
     // No history: every message of the chain reaches the lane only as the chain shows it.
     let rig = Rig::with(&[("CLANKIE_HISTORY_LIMIT", "0")]).await;
@@ -186,7 +200,10 @@ async fn thread_from_adas_message_first_request_holds_the_starter_and_the_parent
     let later = rig.sandbox.discord.user_message(to_him(thread, "bob", "back to the bracket: who seeds?"));
     rig.wait_outcomes(thread, &[later]).await;
     let warmed = request_for(&rig, "back to the bracket: who seeds?");
-    assert_eq!(warmed.count(clankie_captain::prompt::THREAD_OPEN), 2, "the cold lane was told the thread's context again");
+    assert_eq!(warmed.count(clankie_captain::prompt::THREAD_OPEN), 1, "the thread's context, once: the conversation holds it");
+    assert_eq!(warmed.count("who wants to plan the winter bracket with me?"), 1);
+    let run = receipt(&receipts, "captain.run", later).await;
+    assert_eq!(run.flags.get("from_store"), Some(&true), "the archived thread's lane walked in cold, from the store");
 
     // Deleted: what waits in the lane is withdrawn and never reaches the model.
     rig.standin.script(Script::any(Reply::Gated { gate: "deleted".into(), then: Box::new(Reply::text("Seeds by rating.")) }));
@@ -209,8 +226,34 @@ async fn thread_from_adas_message_first_request_holds_the_starter_and_the_parent
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     rig.standin.open_gate("deleted");
-    let _ = held;
     assert!(rig.standin.requests().iter().all(|r| r.count("walrus-7781") == 0), "a message of the deleted thread reached the model");
+    // What the lane stored of the thread's messages goes with them; the starter, which lives in
+    // the parent channel and was not deleted, stays where the lane quoted it.
+    for gone in ["can you draft the rounds?", "back to the bracket: who seeds?"] {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+        while crate::entries_holding(&store, gone).await > 0 {
+            assert!(tokio::time::Instant::now() < deadline, "{gone:?} outlived its deleted thread");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+    let _ = held;
+    assert!(crate::entries_holding(&store, "who wants to plan the winter bracket with me?").await > 0);
+}
+
+#[tokio::test]
+async fn thread_follows_its_parents_quiet() {
+    let rig = Rig::new().await;
+    let receipts = record_receipts(&rig).await;
+    let store = Store::connect(&rig.settings.database_url).await.unwrap();
+    let guild = rig.sandbox.discord.config().guild_id;
+    store.set_quiet(&clankie_proto::LaneKey::Room { guild, channel: GENERAL }, 60_000).await.unwrap();
+    let thread = rig.sandbox.discord.start_thread(GENERAL, None, "side talk", false);
+    let asked = rig.sandbox.discord.user_message(to_him(thread, "ada", "are you there?"));
+    rig.wait_outcomes(thread, &[asked]).await;
+    assert_eq!(rig.outcome(thread, asked).as_deref(), Some("silent"), "a thread is quiet where its parent is");
+    let outcome = receipt(&receipts, "captain.outcome", asked).await;
+    assert!(outcome.codes.iter().any(|c| c == "quiet"), "{outcome:?}");
+    assert!(rig.standin.requests().is_empty());
 }
 
 #[tokio::test]
@@ -245,6 +288,7 @@ async fn forum_post_mentioning_him_is_answered_in_its_thread_and_the_request_hol
 
 #[tokio::test]
 async fn named_clankie_what_do_you_think_in_a_quiet_room_is_admitted_and_answered_and_clankies_is_not() {
+    // Quiet as in nobody talking with him: no live exchange, no mention, no reply.
     let rig = Rig::new().await;
     let receipts = record_receipts(&rig).await;
     let asked = rig.say(GENERAL, "ada", "clankie, what do you think?");
@@ -320,6 +364,13 @@ async fn rich_a_message_link_a_poll_a_sticker_an_embed_a_forward_and_a_py_file_r
         .expect("the blocks");
     assert_eq!(own[0].tag, "message");
     assert!(!own[0].content.contains("Inferno") && !own[0].content.contains("def hello"));
+
+    // A link that names this guild but points into another guild's channel is not followed.
+    let elsewhere = rig.say(210, "eve", "the other server's secret plans");
+    let spoofed =
+        rig.sandbox.discord.user_message(to_him(GENERAL, "ada", &format!("and https://discord.com/channels/{guild}/210/{elsewhere} ?")));
+    rig.wait_outcomes(GENERAL, &[spoofed]).await;
+    assert!(rig.standin.requests().iter().all(|r| r.count("the other server's secret plans") == 0), "another guild's message was quoted");
 
     // A forward (in the live exchange) carries the message it forwards, described.
     let source = rig.say(LOBBIES, "bob", "meet at the north gate at noon");
