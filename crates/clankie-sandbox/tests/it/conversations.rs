@@ -240,6 +240,37 @@ async fn thread_from_adas_message_first_request_holds_the_starter_and_the_parent
     assert!(crate::entries_holding(&store, "who wants to plan the winter bracket with me?").await > 0);
 }
 
+/// A private thread reaches him only once he is a member: mentioned there, he is added (as
+/// Discord adds whoever is mentioned), answers in it, and hears what follows without a mention.
+#[tokio::test]
+async fn thread_private_he_is_mentioned_in_is_answered_and_he_hears_what_follows() {
+    let rig = Rig::new().await;
+    let receipts = record_receipts(&rig).await;
+    let thread = rig.sandbox.discord.start_thread(GENERAL, None, "officers only", true);
+    let before = rig.sandbox.discord.user_message(NewMessage {
+        channel_id: thread,
+        author: "ada".into(),
+        content: "before he is here".into(),
+        ..Default::default()
+    });
+    let asked = rig.sandbox.discord.user_message(to_him(thread, "ada", "can you keep the roster?"));
+    rig.wait_outcomes(thread, &[asked]).await;
+    assert_eq!(rig.outcome(thread, asked).as_deref(), Some("replied"));
+    assert_eq!(rig.sandbox.discord.posts(thread).len(), 1, "answered in the private thread");
+    assert_eq!(request_for(&rig, "can you keep the roster?").count("private_thread"), 1);
+    let then = rig.sandbox.discord.user_message(NewMessage {
+        channel_id: thread,
+        author: "ada".into(),
+        content: "and the schedule too".into(),
+        ..Default::default()
+    });
+    assert_eq!(receipt(&receipts, "captain.admitted", then).await.codes, ["live_exchange"], "a member hears the thread's next message");
+    assert!(
+        receipts.all().iter().all(|r| r.delivery_id != before.to_string()),
+        "a private thread's message reached him before he was in it"
+    );
+}
+
 #[tokio::test]
 async fn thread_follows_its_parents_quiet() {
     let rig = Rig::new().await;
@@ -331,7 +362,10 @@ async fn rich_a_message_link_a_poll_a_sticker_an_embed_a_forward_and_a_py_file_r
     let asked = rig.sandbox.discord.user_message(NewMessage {
         poll: Some(NewPoll { question: "Best map?".into(), answers: vec!["Dust".into(), "Inferno".into()] }),
         stickers: vec!["wave_hello".into()],
-        embeds: vec![NewEmbed { title: Some("Patch notes 1.2".into()), description: Some("Faster lobbies".into()), url: None }],
+        embeds: vec![
+            NewEmbed { title: Some("Patch notes 1.2".into()), description: Some("Faster lobbies".into()), url: None },
+            NewEmbed { title: Some("The long one".into()), description: Some("z".repeat(5_000)), url: None },
+        ],
         attachments: vec![
             NewAttachment {
                 filename: "tool.py".into(),
@@ -353,6 +387,8 @@ async fn rich_a_message_link_a_poll_a_sticker_an_embed_a_forward_and_a_py_file_r
     assert_eq!((find("poll").attr("label"), find("poll").content.as_str()), (Some("Best map?"), "options: Dust | Inferno"));
     assert_eq!(find("sticker").attr("label"), Some("wave_hello"));
     assert_eq!((find("embed").attr("label"), find("embed").content.as_str()), (Some("Patch notes 1.2"), "Faster lobbies"));
+    let long = context.iter().find(|l| l.attr("label") == Some("The long one")).expect("the long embed");
+    assert_eq!(long.content.chars().count(), 1_000, "an embed's words are bounded");
     let files: Vec<_> = context.iter().filter(|l| l.attr("what") == Some("file")).collect();
     assert_eq!(files[0].attr("label"), Some("tool.py"));
     assert_eq!(files[0].content, "def hello():\n    return 42\n");
