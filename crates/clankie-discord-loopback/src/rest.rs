@@ -70,6 +70,13 @@ fn access(state: &State, channel: u64) -> Result<u64, Response> {
 }
 
 /// Refuses with 50013 unless `perms` hold every bit of `needed`.
+/// A channel route as Discord checks it: the token, then the channel's access; the bot's
+/// permissions there.
+fn authorised_in(state: &State, headers: &HeaderMap, channel: u64) -> Result<u64, Response> {
+    authorised(state, headers)?;
+    access(state, channel)
+}
+
 fn need(perms: u64, needed: u64) -> Result<(), Response> {
     if perms & needed == needed { Ok(()) } else { Err(refused(Refusal::MissingPermissions)) }
 }
@@ -175,15 +182,16 @@ async fn message_body(state: &Arc<State>, req: Request) -> Result<(Bytes, Vec<Up
     Ok((json, files))
 }
 
+/// A request with a body into `channel`, as Discord checks it: the token, then the channel's
+/// access, then the body (JSON, or multipart with files). With the bot's permissions there.
+async fn channel_body(state: &Arc<State>, channel: u64, req: Request) -> Result<(u64, Bytes, Vec<Upload>), Response> {
+    let perms = authorised_in(state, req.headers(), channel)?;
+    let (body, files) = message_body(state, req).await?;
+    Ok((perms, body, files))
+}
+
 async fn create_message(AxState(state): AxState<Arc<State>>, Path(channel): Path<u64>, req: Request) -> Response {
-    if let Err(r) = authorised(&state, req.headers()) {
-        return r;
-    }
-    let perms = match access(&state, channel) {
-        Ok(p) => p,
-        Err(r) => return r,
-    };
-    let (body, files) = match message_body(&state, req).await {
+    let (perms, body, files) = match channel_body(&state, channel, req).await {
         Ok(b) => b,
         Err(r) => return r,
     };
@@ -252,10 +260,7 @@ async fn list_messages(
     Query(q): Query<ListQuery>,
     headers: HeaderMap,
 ) -> Response {
-    if let Err(r) = authorised(&state, &headers) {
-        return r;
-    }
-    let perms = match access(&state, channel) {
+    let perms = match authorised_in(&state, &headers, channel) {
         Ok(p) => p,
         Err(r) => return r,
     };
@@ -316,10 +321,7 @@ async fn react(
     Path((channel, message, emoji)): Path<(u64, u64, String)>,
     headers: HeaderMap,
 ) -> Response {
-    if let Err(r) = authorised(&state, &headers) {
-        return r;
-    }
-    let perms = match access(&state, channel) {
+    let perms = match authorised_in(&state, &headers, channel) {
         Ok(p) => p,
         Err(r) => return r,
     };
@@ -336,10 +338,7 @@ async fn react(
 }
 
 async fn typing(AxState(state): AxState<Arc<State>>, Path(channel): Path<u64>, headers: HeaderMap) -> Response {
-    if let Err(r) = authorised(&state, &headers) {
-        return r;
-    }
-    let perms = match access(&state, channel) {
+    let perms = match authorised_in(&state, &headers, channel) {
         Ok(p) => p,
         Err(r) => return r,
     };
@@ -440,10 +439,7 @@ async fn channel(AxState(state): AxState<Arc<State>>, Path(channel): Path<u64>, 
 /// `GET /channels/{c}/messages/{m}`: one message, a reply with the message it answers. Needs
 /// Read Message History (50001 without, as Discord answers); 10008 for one not in the channel.
 async fn get_message(AxState(state): AxState<Arc<State>>, Path((channel, message)): Path<(u64, u64)>, headers: HeaderMap) -> Response {
-    if let Err(r) = authorised(&state, &headers) {
-        return r;
-    }
-    let perms = match access(&state, channel) {
+    let perms = match authorised_in(&state, &headers, channel) {
         Ok(p) => p,
         Err(r) => return r,
     };
@@ -485,10 +481,7 @@ async fn thread_from_message(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    if let Err(r) = authorised(&state, &headers) {
-        return r;
-    }
-    let perms = match access(&state, channel) {
+    let perms = match authorised_in(&state, &headers, channel) {
         Ok(p) => p,
         Err(r) => return r,
     };
@@ -512,14 +505,7 @@ async fn thread_from_message(
 /// the body, 12 when unsaid, as Discord defaults), or in a forum a post with its first message
 /// (answered with `message`). Answers the thread (201).
 async fn thread_without_message(AxState(state): AxState<Arc<State>>, Path(channel): Path<u64>, req: Request) -> Response {
-    if let Err(r) = authorised(&state, req.headers()) {
-        return r;
-    }
-    let perms = match access(&state, channel) {
-        Ok(p) => p,
-        Err(r) => return r,
-    };
-    let (body, files) = match message_body(&state, req).await {
+    let (perms, body, files) = match channel_body(&state, channel, req).await {
         Ok(b) => b,
         Err(r) => return r,
     };
