@@ -282,27 +282,32 @@ impl Agent {
         let mut tools = self.tools.clone();
         tools.extend(extra);
         let ctx = RunCtx { model: self.model.clone(), tools, config: self.config, sink, steerer: steerer.clone(), system, cancel };
-        let handle = tokio::spawn(async move {
-            if let Some(hold) = hold {
-                hold.await;
-            }
-            let mut stats = RunStats::default();
-            ctx.sink.emit(AgentEvent::RunStart);
-            let outcome = {
-                let work = run_loop(&mut session, &mut stats, &ctx, first);
-                tokio::select! {
-                    outcome = work => outcome,
-                    silent_for = watchdog::watch(&ctx.sink, ctx.config.stall) => {
-                        tracing::warn!(tree = session.tree(), silent_ms = silent_for.as_millis() as u64, "run stalled; aborting");
-                        Ok(RunReply::Failed(FailureCode::CaptainTurnStalled))
-                    }
+        // The run is a span of the turn that started it, on a task of its own.
+        let span = tracing::info_span!("agent.run");
+        let handle = tokio::spawn(tracing::Instrument::instrument(
+            async move {
+                if let Some(hold) = hold {
+                    hold.await;
                 }
-            };
-            let _ = cancel_tx.send(true);
-            let undelivered = ctx.steerer.close();
-            ctx.sink.emit(AgentEvent::RunEnd);
-            RunResult { outcome, stats, undelivered, session }
-        });
+                let mut stats = RunStats::default();
+                ctx.sink.emit(AgentEvent::RunStart);
+                let outcome = {
+                    let work = run_loop(&mut session, &mut stats, &ctx, first);
+                    tokio::select! {
+                        outcome = work => outcome,
+                        silent_for = watchdog::watch(&ctx.sink, ctx.config.stall) => {
+                            tracing::warn!(tree = session.tree(), silent_ms = silent_for.as_millis() as u64, "run stalled; aborting");
+                            Ok(RunReply::Failed(FailureCode::CaptainTurnStalled))
+                        }
+                    }
+                };
+                let _ = cancel_tx.send(true);
+                let undelivered = ctx.steerer.close();
+                ctx.sink.emit(AgentEvent::RunEnd);
+                RunResult { outcome, stats, undelivered, session }
+            },
+            span,
+        ));
         Run { steerer, events, handle }
     }
 }
@@ -428,13 +433,76 @@ async fn call_with_retries(request: &ModelRequest, ctx: &RunCtx, stats: &mut Run
     }
 }
 
+/// One model call as a GenAI span: who was asked, what it cost, why it stopped; never words.
+fn chat_span(model: &Model) -> tracing::Span {
+    tracing::info_span!(
+        "chat",
+        otel.name = %format!("chat {}", model.model_name()),
+        otel.kind = "client",
+        gen_ai.operation.name = "chat",
+        gen_ai.provider.name = model.provider_name(),
+        gen_ai.request.model = model.model_name(),
+        gen_ai.response.finish_reasons = tracing::field::Empty,
+        gen_ai.usage.input_tokens = tracing::field::Empty,
+        gen_ai.usage.output_tokens = tracing::field::Empty,
+        gen_ai.usage.cache_read.input_tokens = tracing::field::Empty,
+        gen_ai.usage.cache_creation.input_tokens = tracing::field::Empty,
+        gen_ai.usage.reasoning.output_tokens = tracing::field::Empty,
+        gen_ai.response.time_to_first_chunk_ms = tracing::field::Empty,
+        error.type = tracing::field::Empty,
+    )
+}
+
+/// Records a finished call's counts on its span; a failure records its code.
+fn record_chat(span: &tracing::Span, result: &Result<AssistantTurn, ModelError>) {
+    match result {
+        Ok(turn) => {
+            // A provider's stop reason is one of a few words it defines; anything else is not recorded.
+            let reason = match turn.stop_reason.as_str() {
+                r @ ("stop" | "length" | "tool_calls" | "content_filter" | "end_turn" | "max_tokens" | "tool_use" | "stop_sequence"
+                | "pause_turn" | "refusal") => r,
+                "" => "unknown",
+                _ => "other",
+            };
+            span.record("gen_ai.response.finish_reasons", reason);
+            span.record("gen_ai.usage.input_tokens", turn.usage.input_tokens as i64);
+            span.record("gen_ai.usage.output_tokens", turn.usage.output_tokens as i64);
+            span.record("gen_ai.usage.cache_read.input_tokens", turn.usage.cached_input_tokens as i64);
+            span.record("gen_ai.usage.cache_creation.input_tokens", turn.usage.cache_write_input_tokens as i64);
+            span.record("gen_ai.usage.reasoning.output_tokens", turn.usage.reasoning_tokens as i64);
+        }
+        Err(e) => {
+            span.record("error.type", e.code());
+        }
+    }
+}
+
 async fn call_once(request: &ModelRequest, ctx: &RunCtx, stats: &mut RunStats, gate: bool) -> Result<AssistantTurn, ModelError> {
+    let span = chat_span(&ctx.model);
+    let result = tracing::Instrument::instrument(call_once_inner(request, ctx, stats, gate, &span), span.clone()).await;
+    record_chat(&span, &result);
+    result
+}
+
+async fn call_once_inner(
+    request: &ModelRequest,
+    ctx: &RunCtx,
+    stats: &mut RunStats,
+    gate: bool,
+    span: &tracing::Span,
+) -> Result<AssistantTurn, ModelError> {
+    let asked = std::time::Instant::now();
+    let mut first = true;
     let sink = ctx.sink.clone();
     let mut stream = ctx.model.open(request, std::sync::Arc::new(move |bytes| sink.emit(AgentEvent::RequestSent { bytes }))).await?;
     let mut acc = Accumulator::new(ctx.config.bounds);
     let mut silence = SilenceGate::new();
     while let Some(item) = stream.next().await {
         let item = item?;
+        if first && matches!(item, StreamItem::Text(_) | StreamItem::ToolCallDelta { .. }) {
+            first = false;
+            span.record("gen_ai.response.time_to_first_chunk_ms", asked.elapsed().as_millis() as i64);
+        }
         match &item {
             StreamItem::Text(t) => {
                 ctx.sink.emit(AgentEvent::TextDelta { chars: t.chars().count() });
@@ -518,11 +586,31 @@ async fn run_tools(turn: &AssistantTurn, session: &mut Session, ctx: &RunCtx) ->
             _ => None,
         };
         ctx.sink.emit(AgentEvent::ToolStart { call_id: call.id.clone(), name: call.name.clone(), activity });
-        let result = match (tool, args) {
-            (None, _) => Err(ToolError::Invalid(format!("there is no tool named {}", call.name))),
-            (Some(_), Err(e)) => Err(ToolError::Invalid(format!("arguments are not valid JSON: {e}"))),
-            (Some(tool), Ok(args)) => tool.execute(args, ToolContext::new(call.id.clone(), ctx.sink.clone(), ctx.cancel.clone())).await,
-        };
+        // The name is ours (the model may have named a tool that does not exist), never its arguments.
+        let name = tool.map_or_else(|| "unknown".to_owned(), |t| t.spec().name.clone());
+        let span = tracing::info_span!(
+            "tool",
+            otel.name = %format!("execute_tool {name}"),
+            gen_ai.operation.name = "execute_tool",
+            gen_ai.tool.name = %name,
+            error.type = tracing::field::Empty,
+        );
+        let result = tracing::Instrument::instrument(
+            async {
+                match (tool, args) {
+                    (None, _) => Err(ToolError::Invalid(format!("there is no tool named {}", call.name))),
+                    (Some(_), Err(e)) => Err(ToolError::Invalid(format!("arguments are not valid JSON: {e}"))),
+                    (Some(tool), Ok(args)) => {
+                        tool.execute(args, ToolContext::new(call.id.clone(), ctx.sink.clone(), ctx.cancel.clone())).await
+                    }
+                }
+            },
+            span.clone(),
+        )
+        .await;
+        if result.is_err() {
+            span.record("error.type", "tool_error");
+        }
         ctx.sink.emit(AgentEvent::ToolEnd { call_id: call.id.clone(), name: call.name.clone(), is_error: result.is_err() });
         (call, result)
     });

@@ -5,7 +5,7 @@ use async_nats::jetstream::{self, AckKind, consumer::pull};
 use clankie_proto::{Event, Family, ReceiptKind, Subject, v1};
 use futures::StreamExt;
 
-use crate::{Bus, BusError, REJECTED, now_ms, stream_for};
+use crate::{Bus, BusError, REJECTED, TraceContext, now_ms, stream_for};
 
 /// How a typed durable consumer is declared.
 #[derive(Debug, Clone)]
@@ -128,6 +128,8 @@ pub struct Delivery<E> {
     pub published_ns: i128,
     /// How many times the server has delivered it, counting this one.
     pub delivered: i64,
+    /// The trace it was published in (empty when nothing is traced).
+    pub trace: TraceContext,
     message: jetstream::Message,
 }
 
@@ -397,7 +399,8 @@ impl<E: Event> Consumer<E> {
                 Ok((subject, event)) => {
                     let msg_id =
                         message.headers.as_ref().and_then(|h| h.get(async_nats::header::NATS_MESSAGE_ID)).map(|v| v.as_str().to_owned());
-                    return Ok(Delivery { event, subject, msg_id, stream_sequence, published_ns, delivered, message });
+                    let trace = TraceContext::from_headers(|name| message.headers.as_ref().and_then(|h| h.get(name)).map(|v| v.as_str()));
+                    return Ok(Delivery { event, subject, msg_id, stream_sequence, published_ns, delivered, trace, message });
                 }
                 Err(refusal) => self.refuse(message, refusal, stream_sequence, delivered).await,
             }
@@ -440,6 +443,27 @@ fn decode<E: Event>(message: &jetstream::Message) -> Result<(Subject, E), Refusa
 }
 
 impl<E> Delivery<E> {
+    /// Makes `span` (not yet entered) the consumer's side of this message: a child of the span
+    /// that published it, with the messaging attributes. A redelivery is a span of its own in the
+    /// same trace, linked to where the message began and counting its deliveries.
+    pub fn traced(&self, span: &tracing::Span) {
+        use clankie_trace::attr;
+        if self.trace.is_empty() {
+            return;
+        }
+        self.trace.parent(span);
+        if self.delivered > 1 {
+            self.trace.link(span);
+        }
+        clankie_trace::set(span, attr::MESSAGING_SYSTEM, attr::NATS);
+        clankie_trace::set(span, attr::MESSAGING_OPERATION, "process");
+        clankie_trace::set(span, attr::MESSAGING_DESTINATION, self.subject.to_string());
+        clankie_trace::set(span, attr::MESSAGING_DELIVERY_COUNT, self.delivered);
+        if let Some(id) = &self.msg_id {
+            clankie_trace::set(span, attr::MESSAGING_MESSAGE_ID, id.clone());
+        }
+    }
+
     fn ack_error(&self, e: impl std::fmt::Display) -> BusError {
         BusError::Ack { sequence: self.stream_sequence, detail: e.to_string() }
     }

@@ -21,6 +21,7 @@ use async_nats::jetstream;
 use bytes::Bytes;
 use clankie_proto::{Event, Family, ReceiptKind, Subject, SubjectError, v1};
 use clankie_settings::{Settings, redact_url};
+pub use clankie_trace::TraceContext;
 
 pub use async_nats::Message as Request;
 /// A core NATS subscription, for taps that read every message of a subject as it passes.
@@ -251,11 +252,34 @@ impl Bus {
     pub async fn publish_bytes(&self, subject: String, payload: Bytes, msg_id: Option<&MsgId>) -> Result<Published, BusError> {
         // Every publish carries a dedup id, so a retry after a lost ack stores the message once.
         let id = msg_id.map_or_else(unique_msg_id, |m| m.as_str().to_owned());
+        // Within a traced span, the publish is a span of its own whose context travels with the
+        // message, so its consumer carries the trace on.
+        let span = if TraceContext::current().is_empty() {
+            tracing::Span::none()
+        } else {
+            tracing::info_span!(
+                "publish",
+                otel.name = %format!("send {}", subject.split('.').take(3).collect::<Vec<_>>().join(".")),
+                otel.kind = "producer",
+                messaging.system = clankie_trace::attr::NATS,
+                messaging.operation.type = "send",
+                messaging.destination.name = %subject,
+                messaging.message.id = %id,
+            )
+        };
+        let trace = TraceContext::of(&span);
+        tracing::Instrument::instrument(self.publish_with(subject, payload, id, trace), span).await
+    }
+
+    async fn publish_with(&self, subject: String, payload: Bytes, id: String, trace: TraceContext) -> Result<Published, BusError> {
         let fail = |detail: String| BusError::Publish { subject: subject.clone(), detail };
         let started = tokio::time::Instant::now();
         let mut delay = Duration::from_millis(100);
         loop {
-            let publish = jetstream::message::PublishMessage::build().payload(payload.clone()).message_id(id.as_str());
+            let mut publish = jetstream::message::PublishMessage::build().payload(payload.clone()).message_id(id.as_str());
+            for (name, value) in trace.headers() {
+                publish = publish.header(name, value);
+            }
             let result = async { self.js.send_publish(subject.clone(), publish).await?.await }.await;
             match result {
                 Ok(ack) => return Ok(Published { stream: ack.stream, sequence: ack.sequence, duplicate: ack.duplicate }),
@@ -354,10 +378,15 @@ impl Bus {
         }))
     }
 
-    /// Publishes a receipt on `clankie.receipt.<kind>`.
+    /// Publishes a receipt on `clankie.receipt.<kind>`; one written inside a traced span carries
+    /// its trace id (`ids.trace`), so `clankie trail` leads to the trace.
     pub async fn publish_receipt(&self, receipt: &v1::Receipt) -> Result<Published, BusError> {
         let subject = Subject::Receipt { kind: ReceiptKind::new(&receipt.kind)? };
-        self.publish(&subject, receipt, None).await
+        let trace = clankie_trace::current_trace_id();
+        if trace.is_empty() || receipt.ids.contains_key("trace") {
+            return self.publish(&subject, receipt, None).await;
+        }
+        self.publish(&subject, &receipt.clone().with_id("trace", trace), None).await
     }
 
     /// Sends a core-NATS request and decodes the typed reply; for request/reply subjects only.
@@ -442,6 +471,24 @@ impl Bus {
         match stream.get_raw_message(sequence).await {
             Ok(m) if Subject::parse(&m.subject).is_ok_and(|s| s.family() == family) => {
                 E::decode(m.payload).map(Some).map_err(|e| fail(format!("undecodable stored event: {e}")))
+            }
+            Ok(_) => Ok(None),
+            Err(e) if e.kind() == jetstream::stream::RawMessageErrorKind::NoMessageFound => Ok(None),
+            Err(e) => Err(fail(e.to_string())),
+        }
+    }
+
+    /// [`Bus::stored`] with the trace context the event was published in: a takeover's spans
+    /// join the trace of the message it takes over.
+    pub async fn stored_traced<E: Event>(&self, family: Family, sequence: u64) -> Result<Option<(E, TraceContext)>, BusError> {
+        let Some(spec) = stream_for(family) else { return Ok(None) };
+        let fail = |detail: String| BusError::Stream { stream: spec.name, detail };
+        let stream = self.js.get_stream(spec.name).await.map_err(|e| fail(e.to_string()))?;
+        match stream.get_raw_message(sequence).await {
+            Ok(m) if Subject::parse(&m.subject).is_ok_and(|s| s.family() == family) => {
+                let trace = TraceContext::from_headers(|name| m.headers.get(name).map(|v| v.as_str()));
+                let event = E::decode(m.payload).map_err(|e| fail(format!("undecodable stored event: {e}")))?;
+                Ok(Some((event, trace)))
             }
             Ok(_) => Ok(None),
             Err(e) if e.kind() == jetstream::stream::RawMessageErrorKind::NoMessageFound => Ok(None),

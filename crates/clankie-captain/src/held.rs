@@ -22,6 +22,8 @@ pub struct Held {
     pub lane: LaneKey,
     /// When this replica received it.
     pub received: Instant,
+    /// The trace the message began in: its turn's spans join it.
+    pub trace: clankie_bus::TraceContext,
     source: Source,
     /// This replica's claim on the delivery id, released when the held delivery is dropped.
     claim: Option<Claim>,
@@ -86,18 +88,32 @@ impl Drop for Claim {
     }
 }
 
+/// The span that admitted a delivery (the caller's), so its turn is the admission's child; the
+/// message's own trace where nothing is traced here.
+fn admitted_in(published: &clankie_bus::TraceContext) -> clankie_bus::TraceContext {
+    let current = clankie_bus::TraceContext::current();
+    if current.is_empty() { published.clone() } else { current }
+}
+
 impl Held {
     pub(crate) fn from_ingress(lane: LaneKey, d: Delivery<v1::Ingress>) -> Held {
-        Held { ingress: d.event.clone(), lane, received: Instant::now(), source: Source::Ingress(d), claim: None }
+        Held {
+            ingress: d.event.clone(),
+            lane,
+            received: Instant::now(),
+            trace: admitted_in(&d.trace),
+            source: Source::Ingress(d),
+            claim: None,
+        }
     }
 
     pub(crate) fn from_steer(lane: LaneKey, ingress: v1::Ingress, d: Delivery<v1::Steer>) -> Held {
-        Held { ingress, lane, received: Instant::now(), source: Source::Steer(d), claim: None }
+        Held { ingress, lane, received: Instant::now(), trace: admitted_in(&d.trace), source: Source::Steer(d), claim: None }
     }
 
     /// A delivery another replica admitted and died holding, read back from the stream.
-    pub(crate) fn gathered(lane: LaneKey, ingress: v1::Ingress) -> Held {
-        Held { ingress, lane, received: Instant::now(), source: Source::Gathered, claim: None }
+    pub(crate) fn gathered(lane: LaneKey, ingress: v1::Ingress, trace: clankie_bus::TraceContext) -> Held {
+        Held { ingress, lane, received: Instant::now(), trace, source: Source::Gathered, claim: None }
     }
 
     fn progress(&self) -> Option<Progress> {

@@ -323,15 +323,15 @@ impl Captain {
             if delivery_id == owner || inner.in_hand.holds(&delivery_id) {
                 continue;
             }
-            let ingress = match inner.bus.stored::<v1::Ingress>(clankie_proto::Family::IngressText, seq).await {
-                Ok(Some(i)) if i.delivery_id == delivery_id => i,
+            let (ingress, trace) = match inner.bus.stored_traced::<v1::Ingress>(clankie_proto::Family::IngressText, seq).await {
+                Ok(Some((i, trace))) if i.delivery_id == delivery_id => (i, trace),
                 Ok(_) => continue,
                 Err(e) => {
                     tracing::warn!(%lane, error = %e, "an unsettled delivery could not be read back; it comes back on its own");
                     continue;
                 }
             };
-            if let Ok(held) = inner.in_hand.claim(Held::gathered(*lane, ingress)) {
+            if let Ok(held) = inner.in_hand.claim(Held::gathered(*lane, ingress, trace)) {
                 gathered.push(held);
             }
         }

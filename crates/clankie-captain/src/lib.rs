@@ -321,7 +321,8 @@ impl Captain {
                 d = steers.next() => {
                     let d = d?;
                     let id = d.event.ingress.as_ref().map(|i| i.delivery_id.clone()).unwrap_or_default();
-                    let span = tracing::info_span!("delivery", delivery_id = %id, forwarded = true);
+                    let span = tracing::info_span!("delivery", otel.name = "captain.steer", delivery_id = %id, forwarded = true);
+                    d.traced(&span);
                     self.accept_steer(d).instrument(span).await;
                 }
             }
@@ -413,7 +414,8 @@ impl Captain {
             Ok(facts) => {
                 let mut refused = Vec::new();
                 for (d, facts) in batch.into_iter().zip(facts) {
-                    let span = tracing::info_span!("delivery", delivery_id = %d.event.delivery_id);
+                    let span = tracing::info_span!("delivery", otel.name = "captain.admit", delivery_id = %d.event.delivery_id);
+                    d.traced(&span);
                     let named = self.names_him(&d.event, &facts.persona_names);
                     refused.extend(self.accept_ingress(d, facts, named).instrument(span).await);
                 }

@@ -19,7 +19,7 @@ pub async fn run_from_env() -> Result<()> {
     // Installed first, so a stop that comes while the service is still starting is a clean one.
     let stopped = clankie_http::terminated();
     let settings = Settings::from_env().context("reading CLANKIE_* settings")?;
-    clankie_http::init_tracing(&settings.log);
+    let _traces = clankie_http::init_tracing(&settings.log, "console");
     clankie_http::announce_settings(&settings, clankie_settings::Service::Console);
     let Some(token) = settings.console_token.clone() else {
         bail!("CLANKIE_CONSOLE_TOKEN is not set; the console serves nobody without a token");

@@ -380,7 +380,8 @@ impl Gateway {
                     }
                 }
             };
-            let span = tracing::info_span!("delivery", delivery_id = %queued.d.delivery().event.delivery_id);
+            let span = tracing::info_span!("delivery", otel.name = "gateway.post", delivery_id = %queued.d.delivery().event.delivery_id);
+            queued.d.delivery().traced(&span);
             let Queued { d, _done } = queued;
             tracing::Instrument::instrument(self.deliver(d, &mut window), span).await;
         }
@@ -825,77 +826,84 @@ impl Gateway {
         let mut consumer = self.inner.bus.consumer::<v1::DeliveryOutcome>(spec).await?;
         loop {
             let d = consumer.next().await?;
-            let outcome = &d.event;
-            let (Ok(lane), Ok(message)) = (outcome.lane.parse::<LaneKey>(), outcome.delivery_id.parse::<u64>()) else {
-                let _ = d.term().await;
-                continue;
-            };
-            let (Some(channel), Some(message)) = (Id::new_checked(lane.channel()), Id::new_checked(message)) else {
-                let _ = d.term().await;
-                continue;
-            };
-            let kind = v1::OutcomeKind::try_from(outcome.kind).unwrap_or(v1::OutcomeKind::Unspecified);
-            // A withdrawn message is gone from Discord: there is nothing to react on.
-            if kind == v1::OutcomeKind::Withdrawn {
+            let span = tracing::info_span!("delivery", otel.name = "gateway.outcome_reaction", delivery_id = %d.event.delivery_id);
+            d.traced(&span);
+            tracing::Instrument::instrument(self.react(d), span).await;
+        }
+    }
+
+    /// Shows one outcome on its message as a reaction, once its reply is out.
+    async fn react(&self, d: clankie_bus::Delivery<v1::DeliveryOutcome>) {
+        let outcome = &d.event;
+        let (Ok(lane), Ok(message)) = (outcome.lane.parse::<LaneKey>(), outcome.delivery_id.parse::<u64>()) else {
+            let _ = d.term().await;
+            return;
+        };
+        let (Some(channel), Some(message)) = (Id::new_checked(lane.channel()), Id::new_checked(message)) else {
+            let _ = d.term().await;
+            return;
+        };
+        let kind = v1::OutcomeKind::try_from(outcome.kind).unwrap_or(v1::OutcomeKind::Unspecified);
+        // A withdrawn message is gone from Discord: there is nothing to react on.
+        if kind == v1::OutcomeKind::Withdrawn {
+            let _ = d.ack().await;
+            return;
+        }
+        // "Replied" is shown once the reply is: a reaction never races ahead of its reply.
+        // Waited for by redelivery, so the outcomes behind it go on meanwhile; bounded, so a
+        // reply that never posts cannot hold its outcome back for long.
+        if kind == v1::OutcomeKind::Replied
+            && matches!(lane, LaneKey::Room { .. } | LaneKey::Dm { .. })
+            && !outcome.turn_id.is_empty()
+            && d.delivered < REPLY_WAITS
+            && !self.reply_is_out(&format!("reply:{}", outcome.turn_id)).await
+        {
+            let _ = d.nak_after(REPLY_WAIT).await;
+            return;
+        }
+        let emoji = RequestReactionType::Unicode { name: kind.reaction() };
+        // Replies first: the outcome waits while the budget is crowded, well inside its ack wait.
+        let slot = self.inner.budget.give_way(OUTCOME_ACK_WAIT / 3).await;
+        if !self.speaks_rest() {
+            let _ = d.nak_after(Duration::from_millis(500)).await;
+            return;
+        }
+        clankie_settings::fault::point("gateway.before_reaction");
+        if let Some(held) = clankie_settings::fault::hold("gateway.before_reaction") {
+            tokio::time::sleep(held).await;
+        }
+        if self.fence().is_err() {
+            let _ = d.nak_after(Duration::from_millis(500)).await;
+            return;
+        }
+        let reacted = self.inner.http.get().create_reaction(channel, message, &emoji).await;
+        drop(slot);
+        match reacted {
+            Ok(_) => {
+                clankie_settings::fault::point("gateway.after_reaction");
                 let _ = d.ack().await;
-                continue;
             }
-            // "Replied" is shown once the reply is: a reaction never races ahead of its reply.
-            // Waited for by redelivery, so the outcomes behind it go on meanwhile; bounded, so a
-            // reply that never posts cannot hold its outcome back for long.
-            if kind == v1::OutcomeKind::Replied
-                && matches!(lane, LaneKey::Room { .. } | LaneKey::Dm { .. })
-                && !outcome.turn_id.is_empty()
-                && d.delivered < REPLY_WAITS
-                && !self.reply_is_out(&format!("reply:{}", outcome.turn_id)).await
-            {
-                let _ = d.nak_after(REPLY_WAIT).await;
-                continue;
-            }
-            let emoji = RequestReactionType::Unicode { name: kind.reaction() };
-            // Replies first: the outcome waits while the budget is crowded, well inside its ack wait.
-            let slot = self.inner.budget.give_way(OUTCOME_ACK_WAIT / 3).await;
-            if !self.speaks_rest() {
-                let _ = d.nak_after(Duration::from_millis(500)).await;
-                continue;
-            }
-            clankie_settings::fault::point("gateway.before_reaction");
-            if let Some(held) = clankie_settings::fault::hold("gateway.before_reaction") {
-                tokio::time::sleep(held).await;
-            }
-            if self.fence().is_err() {
-                let _ = d.nak_after(Duration::from_millis(500)).await;
-                continue;
-            }
-            let reacted = self.inner.http.get().create_reaction(channel, message, &emoji).await;
-            drop(slot);
-            match reacted {
-                Ok(_) => {
-                    clankie_settings::fault::point("gateway.after_reaction");
-                    let _ = d.ack().await;
+            Err(e) => match classify(&e) {
+                PostError::Retry => {
+                    let _ = d.nak_after(Duration::from_secs(1)).await;
                 }
-                Err(e) => match classify(&e) {
-                    PostError::Retry => {
-                        let _ = d.nak_after(Duration::from_secs(1)).await;
-                    }
-                    PostError::Refused(_) => {
-                        let _ = d.term().await;
-                    }
-                    PostError::Denied(denied) => {
-                        let codes = denied.codes(&["needs_read_message_history", "needs_add_reactions"]);
-                        tracing::error!(
-                            channel = channel.get(),
-                            ?codes,
-                            "Discord refused an outcome's reaction for a permission the bot lacks in the channel"
-                        );
-                        self.receipt("gateway.reaction_refused", &outcome.delivery_id, |r| {
-                            codes.iter().fold(r.with_id("channel", channel.get()).with_count("status", 403), |r, code| r.with_code(code))
-                        })
-                        .await;
-                        let _ = d.term().await;
-                    }
-                },
-            }
+                PostError::Refused(_) => {
+                    let _ = d.term().await;
+                }
+                PostError::Denied(denied) => {
+                    let codes = denied.codes(&["needs_read_message_history", "needs_add_reactions"]);
+                    tracing::error!(
+                        channel = channel.get(),
+                        ?codes,
+                        "Discord refused an outcome's reaction for a permission the bot lacks in the channel"
+                    );
+                    self.receipt("gateway.reaction_refused", &outcome.delivery_id, |r| {
+                        codes.iter().fold(r.with_id("channel", channel.get()).with_count("status", 403), |r, code| r.with_code(code))
+                    })
+                    .await;
+                    let _ = d.term().await;
+                }
+            },
         }
     }
 }

@@ -11,7 +11,7 @@ pub async fn run_from_env() -> Result<()> {
     let stopped = clankie_http::terminated();
     let settings = Settings::from_env().context("reading CLANKIE_* settings")?;
     settings.check_token_for_real_discord()?;
-    clankie_http::init_tracing(&settings.log);
+    let _traces = clankie_http::init_tracing(&settings.log, "gateway");
     clankie_http::announce_settings(&settings, clankie_settings::Service::Gateway);
     let bus = clankie_bus::Bus::connect(&settings, "gateway").await?;
     bus.ensure_streams().await.context("declaring streams")?;

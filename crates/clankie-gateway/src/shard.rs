@@ -319,7 +319,12 @@ impl Gateway {
         while let Some((event, mark)) = queue.recv().await {
             match event {
                 Event::MessageCreate(message) => {
-                    let span = tracing::info_span!("delivery", delivery_id = message.id.get());
+                    let span = tracing::info_span!(
+                        "delivery",
+                        otel.name = "gateway.receive",
+                        otel.kind = "consumer",
+                        delivery_id = message.id.get()
+                    );
                     if !self.ingest(&message.0).instrument(span).await {
                         let _ = unstored.send(true);
                         return;

@@ -115,12 +115,18 @@ pub async fn serve_on(listener: tokio::net::TcpListener, readiness: Readiness) -
     axum::serve(listener, router(readiness, metrics_handle())).await
 }
 
-/// Logs to stderr with the service's `CLANKIE_LOG` filter; every service's `main` calls it first.
-pub fn init_tracing(filter: &str) {
-    tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::try_new(filter).unwrap_or_else(|_| "info".into()))
-        .with_writer(std::io::stderr)
-        .init();
+/// Logs to stderr with the service's `CLANKIE_LOG` filter, and exports the service's spans to
+/// an OpenTelemetry collector when `OTEL_EXPORTER_OTLP_ENDPOINT` names one; every service's
+/// `main` calls it first and holds what it returns until it exits.
+pub fn init_tracing(filter: &str, service: &str) -> Traces {
+    init_tracing_with(filter, service, tracing_subscriber::layer::Identity::new())
+}
+
+/// The exporter of a service's spans, if any: dropped as the service exits, it sends what is
+/// still queued.
+#[must_use = "spans are exported only while this is held"]
+pub struct Traces {
+    _telemetry: Option<clankie_trace::Telemetry>,
 }
 
 /// Says once, after logging starts, what the operator should hear about the settings (a
@@ -137,7 +143,7 @@ pub fn announce_settings(settings: &clankie_settings::Settings, service: clankie
 
 /// Like [`init_tracing`], with `extra` beside the log layer: a layer with a filter of its own
 /// (the voice body's drop counter reads songbird's debug lines whatever the log filter says).
-pub fn init_tracing_with<L>(filter: &str, extra: L)
+pub fn init_tracing_with<L>(filter: &str, service: &str, extra: L) -> Traces
 where
     L: tracing_subscriber::Layer<tracing_subscriber::Registry> + Send + Sync + 'static,
 {
@@ -145,7 +151,22 @@ where
     use tracing_subscriber::layer::SubscriberExt as _;
     use tracing_subscriber::util::SubscriberInitExt as _;
     let env = tracing_subscriber::EnvFilter::try_new(filter).unwrap_or_else(|_| "info".into());
-    tracing_subscriber::registry().with(extra).with(tracing_subscriber::fmt::layer().with_writer(std::io::stderr).with_filter(env)).init();
+    let log = tracing_subscriber::fmt::layer().with_writer(std::io::stderr).with_filter(env);
+    let (otel, telemetry, refused) = match clankie_trace::layer(service) {
+        Ok(Some((layer, telemetry))) => (Some(layer), Some(telemetry), None),
+        Ok(None) => (None, None, None),
+        Err(e) => (None, None, Some(e)),
+    };
+    // Another subscriber already set (a test process running several services) keeps logging.
+    let _ = tracing_subscriber::registry().with(extra).with(otel).with(log).try_init();
+    match (&telemetry, refused) {
+        (Some(_), _) => {
+            tracing::info!(service, endpoint = %clankie_settings::redact_url(&clankie_trace::endpoint().unwrap_or_default()), "exporting traces over OTLP")
+        }
+        (None, Some(e)) => tracing::warn!(service, error = %e, "traces are not exported; fix OTEL_EXPORTER_OTLP_ENDPOINT or unset it"),
+        (None, None) => {}
+    }
+    Traces { _telemetry: telemetry }
 }
 
 /// Serves the endpoints in the background when an address is configured.

@@ -10,7 +10,7 @@ pub async fn run_from_env() -> Result<()> {
     // Installed first, so a stop that comes while the service is still starting is a clean one.
     let stopped = clankie_http::terminated();
     let settings = Settings::from_env().context("reading CLANKIE_* settings")?;
-    clankie_http::init_tracing(&settings.log);
+    let _traces = clankie_http::init_tracing(&settings.log, "media");
     clankie_http::announce_settings(&settings, clankie_settings::Service::Media);
     let bus = clankie_bus::Bus::connect(&settings, "media").await?;
     bus.ensure_streams().await.context("declaring streams")?;

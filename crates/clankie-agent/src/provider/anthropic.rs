@@ -78,6 +78,11 @@ pub struct AnthropicClient {
 }
 
 impl AnthropicClient {
+    /// The model this client asks for.
+    pub fn model(&self) -> &str {
+        &self.config.model
+    }
+
     /// Builds a client. Connecting is bounded; a streaming answer is not, because the stall watchdog bounds silence.
     pub fn new(config: AnthropicConfig) -> Result<AnthropicClient, ModelError> {
         Ok(AnthropicClient { http: http_client()?, config })

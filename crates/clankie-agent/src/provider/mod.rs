@@ -302,6 +302,24 @@ impl Model {
         }
     }
 
+    /// The provider as the GenAI conventions name it (`gen_ai.provider.name`).
+    pub fn provider_name(&self) -> &'static str {
+        match self {
+            Model::OpenAi(_) => "openai",
+            Model::Anthropic(_) => "anthropic",
+            Model::Rehearsal(_) => "clankie.rehearsal",
+        }
+    }
+
+    /// The model asked for, as configured.
+    pub fn model_name(&self) -> &str {
+        match self {
+            Model::OpenAi(client) => client.model(),
+            Model::Anthropic(client) => client.model(),
+            Model::Rehearsal(_) => "rehearsal",
+        }
+    }
+
     /// Whether this is the rehearsal model, which must be labelled wherever it shows.
     pub fn is_rehearsal(&self) -> bool {
         matches!(self, Model::Rehearsal(_))

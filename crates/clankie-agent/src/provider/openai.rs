@@ -58,6 +58,11 @@ pub fn install_tls_provider() {
 }
 
 impl OpenAiClient {
+    /// The model this client asks for.
+    pub fn model(&self) -> &str {
+        &self.config.model
+    }
+
     /// Builds a client. Connecting is bounded; a streaming answer is not, because the stall watchdog bounds silence.
     pub fn new(config: OpenAiConfig) -> Result<OpenAiClient, ModelError> {
         Ok(OpenAiClient { http: http_client()?, config })

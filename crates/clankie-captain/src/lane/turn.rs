@@ -111,14 +111,39 @@ impl Captain {
         inbox: &mut mpsc::UnboundedReceiver<Held>,
         pending: &mut Vec<Held>,
     ) {
-        let (fence_tx, fence_rx) = watch::channel(false);
-        let store = self.inner.store.clone();
-        let _keeper = clankie_http::Aborting(tokio::spawn(keep_lease(store, lease.clone(), self.inner.config.lease_ttl, fence_tx)));
-        let Some((turn, start)) = self.prepare(lease, burst, pending).await else { return };
-        // Counts the run as live until its outcomes are recorded and the lease released.
-        let _live = super::Live::enter(&self.inner.live);
-        let Some(ran) = self.run_live(turn, start, inbox, pending, fence_rx).await else { return };
-        self.settle(ran).await;
+        use tracing::Instrument as _;
+        // The turn joins the trace its first message began in; the rest of the burst link to it.
+        let span = tracing::info_span!(
+            "turn",
+            otel.name = "captain.turn",
+            delivery_id = burst.first().map_or("", |h| h.delivery_id()),
+            lane = %lease.lane,
+            deliveries = burst.len() as i64,
+            gen_ai.conversation.id = %lease.lane,
+        );
+        if let Some(first) = burst.first() {
+            first.trace.parent(&span);
+        }
+        for other in burst.iter().skip(1) {
+            other.trace.link(&span);
+        }
+        async move {
+            let (fence_tx, fence_rx) = watch::channel(false);
+            let store = self.inner.store.clone();
+            let _keeper = clankie_http::Aborting(tokio::spawn(keep_lease(store, lease.clone(), self.inner.config.lease_ttl, fence_tx)));
+            let Some((turn, start)) = self.prepare(lease, burst, pending).instrument(tracing::info_span!("captain.prepare")).await else {
+                return;
+            };
+            // Counts the run as live until its outcomes are recorded and the lease released.
+            let _live = super::Live::enter(&self.inner.live);
+            let Some(ran) = self.run_live(turn, start, inbox, pending, fence_rx).instrument(tracing::info_span!("captain.run")).await
+            else {
+                return;
+            };
+            self.settle(ran).instrument(tracing::info_span!("captain.settle")).await;
+        }
+        .instrument(span)
+        .await
     }
 
     /// The first stage: everything the run needs, recorded as started. `None` when the

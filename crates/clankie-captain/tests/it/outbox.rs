@@ -93,7 +93,7 @@ async fn chaos_a_captain_killed_after_its_commit_before_publishing_the_relay_pos
 #[tokio::test]
 async fn chaos_postgres_restarted_mid_run_loses_and_doubles_nothing() {
     // Shown only when the test fails: what the captain went through.
-    clankie_http::init_tracing("warn,clankie_captain=debug");
+    let _traces = clankie_http::init_tracing("warn,clankie_captain=debug", "test");
     let pg = clankie_testkit::TestPostgres::start().unwrap();
     let rig = Rig::on(clankie_testkit::TestDb::create_on(&pg.url()).await).await;
     // The stall bound outlasts the outage, as it does with the defaults (90 s against seconds).

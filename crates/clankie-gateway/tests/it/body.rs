@@ -121,7 +121,7 @@ fn card(asked: u64, op: v1::ToolCardOp, step: &str, tools: &[&str]) -> v1::Outbo
 
 #[tokio::test]
 async fn the_tool_card_is_posted_edited_and_removed() {
-    clankie_http::init_tracing("warn");
+    let _traces = clankie_http::init_tracing("warn", "test");
     let rig = Rig::new().await;
     let (_gateway, _task) = rig.gateway().await;
     let asked = rig.say(GENERAL, "ada", "@Clankie check the page");

@@ -95,7 +95,7 @@ async fn burst(rig: &Rig, fault: impl FnOnce()) -> Counts {
 #[tokio::test]
 async fn nats_cluster_losing_a_node_or_the_stream_leader_mid_burst_loses_and_doubles_nothing() {
     // Shown only when the test fails: what each consumer and publisher went through.
-    clankie_http::init_tracing("warn,clankie_bus=info");
+    let _traces = clankie_http::init_tracing("warn,clankie_bus=info", "test");
     let mut cluster = TestNatsCluster::start(3).unwrap();
     let urls = cluster.urls();
     streams_on(&urls).await;

@@ -17,5 +17,6 @@ mod settings;
 mod slash;
 mod soak;
 mod tap;
+mod trace;
 mod trail;
 mod voice_cli;

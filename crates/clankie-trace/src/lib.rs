@@ -1,0 +1,254 @@
+//! OpenTelemetry for every service: one Discord message is one trace across the gateway, the
+//! captain, media and the voice floor.
+//!
+//! - [`layer`] is the `tracing` layer that exports Clankie's spans over OTLP/HTTP with protobuf,
+//!   only when `OTEL_EXPORTER_OTLP_ENDPOINT` (or `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`) is set.
+//!   The SDK's batch processor sends from a thread of its own, so no delivery ever waits on a
+//!   collector; spans a collector did not take are counted (`clankie_trace_spans_dropped_total`).
+//! - [`TraceContext`] is the W3C trace context (`traceparent`, `tracestate`) a publish carries in
+//!   its NATS headers and a consumer makes the parent of the span that handles the delivery.
+//! - [`attr`] names the span attributes as the semantic conventions do.
+//!
+//! Spans only, never log events: a span's fields are ids, counts and codes, so what is exported
+//! is as content-free as a receipt. Log lines stay on stderr.
+
+pub mod attr;
+
+use std::collections::HashMap;
+
+use opentelemetry::propagation::{Extractor, Injector, TextMapPropagator as _};
+use opentelemetry::trace::{TraceContextExt as _, TracerProvider as _};
+use opentelemetry_sdk::error::OTelSdkResult;
+use opentelemetry_sdk::propagation::TraceContextPropagator;
+use opentelemetry_sdk::trace::{SdkTracerProvider, SpanData, SpanExporter};
+use tracing_opentelemetry::OpenTelemetrySpanExt as _;
+use tracing_subscriber::Layer;
+use tracing_subscriber::filter::filter_fn;
+use tracing_subscriber::registry::LookupSpan;
+
+/// The standard variables that turn exporting on, the traces-only one first.
+const ENDPOINTS: [&str; 2] = ["OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT"];
+
+/// The metric a span that never reached the collector is counted in.
+pub const DROPPED_METRIC: &str = "clankie_trace_spans_dropped_total";
+
+/// Why tracing could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum TraceError {
+    #[error("the OTLP exporter for {endpoint} could not be built: {detail}")]
+    Exporter { endpoint: String, detail: String },
+}
+
+/// The collector's address from the environment, when exporting is on.
+pub fn endpoint() -> Option<String> {
+    ENDPOINTS.iter().find_map(|name| std::env::var(name).ok().filter(|v| !v.trim().is_empty()))
+}
+
+/// Keeps the exporter alive; dropping it sends what is still queued (bounded by the SDK's
+/// shutdown timeout), so a service that stops cleanly loses no span.
+pub struct Telemetry {
+    provider: SdkTracerProvider,
+}
+
+impl Drop for Telemetry {
+    fn drop(&mut self) {
+        let _ = self.provider.force_flush();
+        let _ = self.provider.shutdown();
+    }
+}
+
+/// The exporting layer for `service`, or `None` when no collector is configured. The service is
+/// named `OTEL_SERVICE_NAME` when set, else `clankie-<service>`; `OTEL_RESOURCE_ATTRIBUTES`,
+/// `OTEL_TRACES_SAMPLER` (parent-based always-on by default), `OTEL_TRACES_SAMPLER_ARG` and the
+/// `OTEL_BSP_*` batch settings are read by the SDK as the specification says.
+pub fn layer<S>(service: &str) -> Result<Option<(impl Layer<S> + Send + Sync + 'static, Telemetry)>, TraceError>
+where
+    S: tracing::Subscriber + for<'a> LookupSpan<'a> + Send + Sync,
+{
+    let Some(endpoint) = endpoint() else { return Ok(None) };
+    // reqwest is built without a TLS provider of its own: ring, as for every other client here.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let exporter = opentelemetry_otlp::SpanExporter::builder()
+        .with_http()
+        .build()
+        .map_err(|e| TraceError::Exporter { endpoint: endpoint.clone(), detail: e.to_string() })?;
+    let name = std::env::var("OTEL_SERVICE_NAME").ok().filter(|n| !n.trim().is_empty()).unwrap_or_else(|| format!("clankie-{service}"));
+    let resource = opentelemetry_sdk::Resource::builder().with_service_name(name).build();
+    let provider = SdkTracerProvider::builder().with_batch_exporter(Counting(exporter)).with_resource(resource).build();
+    let tracer = provider.tracer("clankie");
+    let layer = tracing_opentelemetry::layer()
+        .with_tracer(tracer)
+        .with_location(false)
+        .with_threads(false)
+        .with_target(false)
+        .with_level(false)
+        .with_tracked_inactivity(false)
+        .with_filter(filter_fn(|meta| meta.is_span() && meta.target().starts_with("clankie")));
+    Ok(Some((layer, Telemetry { provider })))
+}
+
+/// The OTLP exporter, counting the spans of every batch it could not hand over.
+#[derive(Debug)]
+struct Counting<E>(E);
+
+impl<E: SpanExporter> SpanExporter for Counting<E> {
+    async fn export(&self, batch: Vec<SpanData>) -> OTelSdkResult {
+        let spans = batch.len() as u64;
+        let result = self.0.export(batch).await;
+        if result.is_err() {
+            metrics::counter!(DROPPED_METRIC).increment(spans);
+        }
+        result
+    }
+
+    fn shutdown_with_timeout(&self, timeout: std::time::Duration) -> OTelSdkResult {
+        self.0.shutdown_with_timeout(timeout)
+    }
+
+    fn force_flush(&self) -> OTelSdkResult {
+        self.0.force_flush()
+    }
+
+    fn set_resource(&mut self, resource: &opentelemetry_sdk::Resource) {
+        self.0.set_resource(resource)
+    }
+}
+
+/// A span's W3C trace context as it travels: the `traceparent` and `tracestate` headers of a
+/// NATS message, or the value an outbox row keeps. Empty where nothing is traced.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TraceContext(HashMap<String, String>);
+
+struct Headers<'a>(&'a mut HashMap<String, String>);
+
+impl Injector for Headers<'_> {
+    fn set(&mut self, key: &str, value: String) {
+        self.0.insert(key.to_owned(), value);
+    }
+}
+
+struct Read<'a>(&'a HashMap<String, String>);
+
+impl Extractor for Read<'_> {
+    fn get(&self, key: &str) -> Option<&str> {
+        self.0.get(key).map(String::as_str)
+    }
+
+    fn keys(&self) -> Vec<&str> {
+        self.0.keys().map(String::as_str).collect()
+    }
+}
+
+/// The header names the W3C propagator reads and writes.
+pub const HEADERS: [&str; 2] = ["traceparent", "tracestate"];
+
+impl TraceContext {
+    /// The context of the span the caller is in.
+    pub fn current() -> TraceContext {
+        TraceContext::of(&tracing::Span::current())
+    }
+
+    /// The context of `span`; empty when it is not exported.
+    pub fn of(span: &tracing::Span) -> TraceContext {
+        let cx = span.context();
+        if !cx.span().span_context().is_valid() {
+            return TraceContext::default();
+        }
+        let mut headers = HashMap::new();
+        TraceContextPropagator::new().inject_context(&cx, &mut Headers(&mut headers));
+        TraceContext(headers)
+    }
+
+    /// The context a message's headers carry, read through `get`.
+    pub fn from_headers<'a>(get: impl Fn(&str) -> Option<&'a str>) -> TraceContext {
+        TraceContext(HEADERS.iter().filter_map(|h| get(h).map(|v| ((*h).to_owned(), v.to_owned()))).collect())
+    }
+
+    /// The context a `traceparent` value names (a stored one), empty for an empty value.
+    pub fn from_traceparent(traceparent: &str) -> TraceContext {
+        if traceparent.is_empty() {
+            return TraceContext::default();
+        }
+        TraceContext(HashMap::from([("traceparent".to_owned(), traceparent.to_owned())]))
+    }
+
+    /// The headers to put on a message, none when nothing is traced.
+    pub fn headers(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.0.iter().map(|(k, v)| (k.as_str(), v.as_str()))
+    }
+
+    /// The `traceparent` value, empty when nothing is traced.
+    pub fn traceparent(&self) -> &str {
+        self.0.get("traceparent").map_or("", String::as_str)
+    }
+
+    /// The trace id (32 hex digits), empty when nothing is traced.
+    pub fn trace_id(&self) -> &str {
+        self.traceparent().split('-').nth(1).unwrap_or("")
+    }
+
+    /// Whether it names no trace.
+    pub fn is_empty(&self) -> bool {
+        self.trace_id().is_empty()
+    }
+
+    fn context(&self) -> Option<opentelemetry::Context> {
+        if self.is_empty() {
+            return None;
+        }
+        let cx = TraceContextPropagator::new().extract(&Read(&self.0));
+        cx.span().span_context().is_valid().then_some(cx)
+    }
+
+    /// Makes this context the parent of `span`, which must not have been entered yet. Nothing
+    /// when it is empty or malformed: the span then starts a trace of its own.
+    pub fn parent(&self, span: &tracing::Span) {
+        if let Some(cx) = self.context() {
+            let _ = span.set_parent(cx);
+        }
+    }
+
+    /// Links `span` to this context: a redelivery or a delivery absorbed into another's turn
+    /// points at the trace it began in.
+    pub fn link(&self, span: &tracing::Span) {
+        if let Some(cx) = self.context() {
+            span.add_link(cx.span().span_context().clone());
+        }
+    }
+}
+
+/// The trace id of the span the caller is in, empty when nothing is exported: what receipts
+/// and `clankie trail` show so an operator can open the trace.
+pub fn current_trace_id() -> String {
+    TraceContext::current().trace_id().to_owned()
+}
+
+/// Records a named event with counts on `span` (first audio, a stall): ids and numbers only.
+pub fn event(span: &tracing::Span, name: &'static str, values: &[(&'static str, i64)]) {
+    span.add_event(name, values.iter().map(|(k, v)| opentelemetry::KeyValue::new(*k, *v)).collect());
+}
+
+/// Sets an attribute on `span` whose name is not a Rust identifier (the semantic conventions' dotted names).
+pub fn set(span: &tracing::Span, key: &'static str, value: impl Into<opentelemetry::Value>) {
+    span.set_attribute(key, value);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_traceparent_names_its_trace_and_an_empty_one_none() {
+        let t = TraceContext::from_traceparent("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01");
+        assert_eq!(t.trace_id(), "4bf92f3577b34da6a3ce929d0e0e4736");
+        assert!(!t.is_empty());
+        assert!(TraceContext::from_traceparent("").is_empty());
+        assert!(TraceContext::from_headers(|_| None).is_empty());
+    }
+
+    #[test]
+    fn a_malformed_traceparent_is_no_parent() {
+        assert!(TraceContext::from_traceparent("00-zz-yy-01").context().is_none());
+        assert!(TraceContext::from_traceparent("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01").context().is_some());
+    }
+}
