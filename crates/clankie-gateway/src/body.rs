@@ -287,6 +287,19 @@ impl Denied {
 
 fn classify(e: &twilight_http::Error) -> PostError {
     use twilight_http::api_error::ApiError;
+    // Discord bans a bot that makes too many invalid requests (401, 403, 429) in 10 minutes.
+    if let twilight_http::error::ErrorType::Response { status, .. } = e.kind() {
+        let status = status.get();
+        let class = match status {
+            401 => "401",
+            403 => "403",
+            404 => "404",
+            429 => "429",
+            500.. => "5xx",
+            _ => "4xx",
+        };
+        metrics::counter!("clankie_gateway_rest_errors_total", "status" => class).increment(1);
+    }
     match e.kind() {
         twilight_http::error::ErrorType::Response { status, .. } if status.get() == 429 || status.get() >= 500 => PostError::Retry,
         twilight_http::error::ErrorType::Response { status, error: ApiError::General(general), .. }

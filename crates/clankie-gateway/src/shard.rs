@@ -416,10 +416,14 @@ impl Gateway {
     ) -> Result<(), GatewayError> {
         let mut pause = Duration::from_secs(1);
         loop {
-            match self.connect_and_read(id, &saver, stop.clone(), queue.clone()).await? {
+            let connection = self.connect_and_read(id, &saver, stop.clone(), queue.clone()).await;
+            // However the connection ended, this replica no longer holds the shard open.
+            metrics::gauge!("clankie_gateway_shard_connected", "shard" => id.number().to_string()).set(0.0);
+            match connection? {
                 Connection::Stopped => return Ok(()),
                 Connection::Ended => return Err(GatewayError::Shard("the shard's event stream ended".into())),
                 Connection::Fatal(code) => {
+                    metrics::counter!("clankie_gateway_fatal_closes_total", "code" => code.to_string()).increment(1);
                     tracing::error!(code, "{}", fatal_close_advice(code));
                     self.inner.parts.set_fatal(format!("discord_close_{code}"));
                     return Ok(());
@@ -545,12 +549,16 @@ impl Gateway {
                 return Ok(Connection::Ended);
             };
             match item {
-                Ok(Event::GatewayClose(frame)) => closed_with = frame.map(|f| f.code),
+                Ok(Event::GatewayClose(frame)) => {
+                    metrics::gauge!("clankie_gateway_shard_connected", "shard" => id.number().to_string()).set(0.0);
+                    closed_with = frame.map(|f| f.code);
+                }
                 Err(e) => {
                     // The error can quote the payload; log its kind only.
                     tracing::warn!(kind = error_kind(e.kind()), "gateway event skipped");
                 }
                 Ok(Event::Ready(ready)) => {
+                    metrics::gauge!("clankie_gateway_shard_connected", "shard" => id.number().to_string()).set(1.0);
                     self.inner.bot_id.store(ready.user.id.get(), Ordering::SeqCst);
                     let (gateway, app) = (self.clone(), ready.application.id.get());
                     tokio::spawn(async move { gateway.register_commands(app).await });
@@ -564,6 +572,7 @@ impl Gateway {
                     tokio::spawn(async move { gateway.interaction(interaction.0).await }.instrument(span));
                 }
                 Ok(Event::Resumed) => {
+                    metrics::gauge!("clankie_gateway_shard_connected", "shard" => id.number().to_string()).set(1.0);
                     tracing::info!("shard resumed");
                     save_if_caught_up(&shard);
                 }

@@ -79,6 +79,20 @@ impl Readiness {
     }
 }
 
+impl Readiness {
+    /// Sets the gauges alerts read at each scrape: `clankie_ready` (what `/readyz` would
+    /// answer) and `clankie_dependency_up` for NATS and, where the service keeps one, PostgreSQL.
+    pub async fn record(&self) {
+        let nats = self.bus.client().connection_state() == clankie_bus::ConnectionState::Connected;
+        metrics::gauge!("clankie_dependency_up", "dependency" => "nats").set(if nats { 1.0 } else { 0.0 });
+        if let Some(store) = &self.store {
+            let reached = matches!(tokio::time::timeout(std::time::Duration::from_secs(2), store.is_current()).await, Ok(Ok(_)));
+            metrics::gauge!("clankie_dependency_up", "dependency" => "postgres").set(if reached { 1.0 } else { 0.0 });
+        }
+        metrics::gauge!("clankie_ready").set(if self.check().await.is_none() { 1.0 } else { 0.0 });
+    }
+}
+
 async fn ready(State(readiness): State<Arc<Readiness>>) -> (StatusCode, String) {
     match readiness.check().await {
         None => (StatusCode::OK, "ready\n".into()),
@@ -99,7 +113,13 @@ pub fn router(readiness: Readiness, metrics: PrometheusHandle) -> Router {
     Router::new()
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(ready))
-        .route("/metrics", get(move || std::future::ready(metrics.render())))
+        .route(
+            "/metrics",
+            get(move |State(readiness): State<Arc<Readiness>>| async move {
+                readiness.record().await;
+                metrics.render()
+            }),
+        )
         .with_state(Arc::new(readiness))
 }
 

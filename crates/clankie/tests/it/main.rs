@@ -1,5 +1,6 @@
 //! The CLI as a person runs it, and the workspace rules it stands for.
 
+mod alerts;
 mod audit;
 mod chaos;
 mod chaos_model_server;

@@ -32,6 +32,25 @@ fn spans(receiver: &OtlpReceiver) -> Vec<Value> {
     parsed["spans"].as_array().cloned().unwrap_or_default()
 }
 
+/// The spans once `ready` holds of them: each service exports on its own schedule, so a later
+/// span (the post) can arrive before an earlier one's (the turn, which ends after it).
+async fn spans_when(receiver: &OtlpReceiver, what: &str, ready: impl Fn(&[Value]) -> bool) -> Vec<Value> {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let spans = spans(receiver);
+        if ready(&spans) {
+            return spans;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "{what} never arrived: {} spans", spans.len());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Whether the span `name` of `delivery` and all its ancestors up to a root are in.
+fn rooted(spans: &[Value], name: &str, delivery: u64) -> bool {
+    named(spans, name, delivery).is_some_and(|leaf| ancestry(spans, leaf).is_ok())
+}
+
 fn named<'a>(spans: &'a [Value], name: &str, delivery: u64) -> Option<&'a Value> {
     spans.iter().find(|s| s["name"] == name && s["attributes"]["delivery_id"].to_string().trim_matches('"') == delivery.to_string())
 }
@@ -70,15 +89,12 @@ async fn trace_one_message_through_the_gateway_and_captain_processes_is_one_trac
 
     let id = cast.mention("ada", "@Clankie when does the lobby open?");
     until("the reply", Duration::from_secs(30), || cast.discord.posts(GENERAL).iter().any(|p| p.reply_to == Some(id))).await;
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-    let spans = loop {
-        let spans = spans(&otlp);
-        if named(&spans, "gateway.post", id).is_some() && named(&spans, "gateway.outcome_reaction", id).is_some() {
-            break spans;
-        }
-        assert!(tokio::time::Instant::now() < deadline, "the post's and the reaction's spans never arrived: {} spans", spans.len());
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
+    let spans = spans_when(&otlp, "the post's and the reaction's spans with their ancestors and the model call", |s| {
+        rooted(s, "gateway.post", id)
+            && rooted(s, "gateway.outcome_reaction", id)
+            && s.iter().any(|x| x["attributes"]["gen_ai.operation.name"] == "chat")
+    })
+    .await;
 
     let receive = named(&spans, "gateway.receive", id).expect("the gateway's receive span");
     let trace = receive["trace_id"].as_str().unwrap();
@@ -147,15 +163,10 @@ async fn trace_a_captain_sigkilled_mid_turn_leaves_the_takeovers_spans_in_the_me
     let _b = cast.service("captain", "captain-b", None, &short);
     until("the takeover's reply", Duration::from_secs(40), || cast.discord.posts(GENERAL).iter().any(|p| p.reply_to == Some(id))).await;
 
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-    let spans = loop {
-        let spans = spans(&otlp);
-        if named(&spans, "gateway.post", id).is_some() {
-            break spans;
-        }
-        assert!(tokio::time::Instant::now() < deadline, "the post's span never arrived");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
+    let spans = spans_when(&otlp, "the post's span with its ancestors and the takeover's turn", |s| {
+        rooted(s, "gateway.post", id) && s.iter().any(|x| x["name"] == "captain.turn")
+    })
+    .await;
     let receive = named(&spans, "gateway.receive", id).expect("the gateway's receive span");
     let trace = &receive["trace_id"];
     // Captain A was killed: its spans never ended, so what is exported of the turn is B's.
@@ -187,15 +198,12 @@ async fn trace_canary_words_in_the_message_the_answer_and_a_tool_url_appear_in_n
     assert!(cast.discord.wait_for_session(Duration::from_secs(20)).await, "the gateway never attached");
     let id = cast.mention("ada", "@Clankie canarymessage please read that page");
     until("the reply", Duration::from_secs(30), || cast.discord.posts(GENERAL).iter().any(|p| p.reply_to == Some(id))).await;
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-    let spans = loop {
-        let spans = spans(&otlp);
-        if named(&spans, "gateway.post", id).is_some() {
-            break spans;
-        }
-        assert!(tokio::time::Instant::now() < deadline, "the post's span never arrived");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
+    let spans = spans_when(&otlp, "the post's span with its ancestors and the tool's", |s| {
+        rooted(s, "gateway.post", id)
+            && rooted(s, "gateway.outcome_reaction", id)
+            && s.iter().any(|x| x["attributes"]["gen_ai.operation.name"] == "execute_tool")
+    })
+    .await;
     let tool = spans.iter().find(|s| s["attributes"]["gen_ai.operation.name"] == "execute_tool").expect("the tool's span");
     assert_eq!(tool["attributes"]["gen_ai.tool.name"], "read_page");
     assert!(cast.discord.posts(GENERAL).iter().any(|p| p.content.contains("canaryanswer")), "the answer itself went out");
