@@ -408,15 +408,49 @@ impl Bus {
     ) -> Result<A, BusError> {
         subject.check_payload::<Q>()?;
         let name = subject.to_string();
+        let span = if TraceContext::current().is_empty() {
+            tracing::Span::none()
+        } else {
+            tracing::info_span!(
+                "request",
+                otel.name = %format!("request {name}"),
+                otel.kind = "client",
+                messaging.system = clankie_trace::attr::NATS,
+                messaging.operation.type = "send",
+                messaging.destination.name = %name,
+            )
+        };
+        let trace = TraceContext::of(&span);
+        tracing::Instrument::instrument(self.request_traced(name, request, timeout, no_responders_for, trace), span).await
+    }
+
+    async fn request_traced<Q: Event, A: Event>(
+        &self,
+        name: String,
+        request: &Q,
+        timeout: Duration,
+        no_responders_for: Duration,
+        trace: TraceContext,
+    ) -> Result<A, BusError> {
         let fail = |detail: String| BusError::Request { subject: name.clone(), detail };
         let payload = Bytes::from(request.encode_to_vec());
+        let headers = (!trace.is_empty()).then(|| {
+            let mut headers = async_nats::HeaderMap::new();
+            for (k, v) in trace.headers() {
+                headers.insert(k, v);
+            }
+            headers
+        });
         let deadline = tokio::time::Instant::now() + timeout;
         let patience = tokio::time::Instant::now() + no_responders_for.min(timeout);
         let mut pause = Duration::from_millis(20);
         let reply = loop {
             // The client's own request timeout (10 s) would cut a longer wait short: this one's is the caller's.
             let left = deadline.saturating_duration_since(tokio::time::Instant::now());
-            let ask = async_nats::Request::new().payload(payload.clone()).timeout(Some(left));
+            let mut ask = async_nats::Request::new().payload(payload.clone()).timeout(Some(left));
+            if let Some(headers) = &headers {
+                ask = ask.headers(headers.clone());
+            }
             let attempt = tokio::time::timeout_at(deadline, self.client.send_request(name.clone(), ask)).await;
             match attempt {
                 Err(_) => return Err(fail(format!("no reply within {timeout:?}"))),
@@ -437,6 +471,19 @@ impl Bus {
             .queue_subscribe(filter.clone(), group.to_owned())
             .await
             .map_err(|e| BusError::Request { subject: filter, detail: e.to_string() })
+    }
+
+    /// A span (not yet entered) answering `request`, made the child of the asker's span when it
+    /// was traced: a media fetch is part of the turn that asked for it.
+    pub fn serving(request: &async_nats::Message, span: &tracing::Span) {
+        let trace = TraceContext::from_headers(|name| request.headers.as_ref().and_then(|h| h.get(name)).map(|v| v.as_str()));
+        if trace.is_empty() {
+            return;
+        }
+        trace.parent(span);
+        clankie_trace::set(span, clankie_trace::attr::MESSAGING_SYSTEM, clankie_trace::attr::NATS);
+        clankie_trace::set(span, clankie_trace::attr::MESSAGING_OPERATION, "process");
+        clankie_trace::set(span, clankie_trace::attr::MESSAGING_DESTINATION, request.subject.to_string());
     }
 
     /// Answers one request received through [`Bus::serve`].

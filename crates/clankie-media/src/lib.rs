@@ -93,44 +93,52 @@ impl Media {
                 // Each request on a task of its own: a slow download or a big file never holds up the next.
                 Some(msg) = resolves.next() => {
                     let media = self.clone();
-                    tokio::spawn(async move {
+                    let span = tracing::info_span!("media.resolve", otel.kind = "server");
+                    clankie_bus::Bus::serving(&msg, &span);
+                    tokio::spawn(tracing::Instrument::instrument(async move {
                         let reply = match v1::MediaResolveRequest::decode(msg.payload.clone()) {
                             Ok(req) => media.resolve(&req).await,
                             Err(_) => v1::MediaResolveReply { error: "bad_request".into(), ..Default::default() },
                         };
                         media.answer(&msg, &reply, |error| v1::MediaResolveReply { error, ..Default::default() }).await;
-                    });
+                    }, span));
                 }
                 Some(msg) = attachments.next() => {
                     let media = self.clone();
-                    tokio::spawn(async move {
+                    let span = tracing::info_span!("media.attachment", otel.kind = "server");
+                    clankie_bus::Bus::serving(&msg, &span);
+                    tokio::spawn(tracing::Instrument::instrument(async move {
                         let reply = match v1::MediaAttachmentRequest::decode(msg.payload.clone()) {
                             Ok(v1::MediaAttachmentRequest { attachment: Some(a), delivery_id }) => media.attachment_bytes(&a, &delivery_id).await,
                             _ => v1::MediaResolveReply { error: "bad_request".into(), ..Default::default() },
                         };
                         media.answer(&msg, &reply, |error| v1::MediaResolveReply { error, ..Default::default() }).await;
-                    });
+                    }, span));
                 }
                 Some(msg) = registers.next() => {
                     tracing::debug!(bytes = msg.payload.len(), "a register request taken");
                     let media = self.clone();
-                    tokio::spawn(async move {
+                    let span = tracing::info_span!("media.register", otel.kind = "server");
+                    clankie_bus::Bus::serving(&msg, &span);
+                    tokio::spawn(tracing::Instrument::instrument(async move {
                         let reply = match v1::MediaRegisterRequest::decode(msg.payload.clone()) {
                             Ok(req) => media.register(&req).await,
                             Err(_) => v1::MediaRegisterReply { artifact: None, error: "bad_request".into() },
                         };
                         media.answer(&msg, &reply, |error| v1::MediaRegisterReply { artifact: None, error }).await;
-                    });
+                    }, span));
                 }
                 Some(msg) = forgets.next() => {
                     let media = self.clone();
-                    tokio::spawn(async move {
+                    let span = tracing::info_span!("media.forget", otel.kind = "server");
+                    clankie_bus::Bus::serving(&msg, &span);
+                    tokio::spawn(tracing::Instrument::instrument(async move {
                         let reply = match v1::MediaForgetRequest::decode(msg.payload.clone()) {
                             Ok(req) => media.forget(req.attachment_ids).await,
                             Err(_) => v1::MediaForgetReply { error: "bad_request".into(), ..Default::default() },
                         };
                         media.answer(&msg, &reply, |error| v1::MediaForgetReply { error, ..Default::default() }).await;
-                    });
+                    }, span));
                 }
                 _ = sweep.tick() => {
                     let (max_age, max_total, pinned_for) = (self.config.max_age, self.config.max_total, self.config.pinned_for);

@@ -76,23 +76,38 @@ fn ms(span: &Value) -> f64 {
 }
 
 #[tokio::test]
-async fn trace_one_message_through_the_gateway_and_captain_processes_is_one_trace_from_receive_to_post_with_the_turns_token_counts() {
+async fn trace_one_message_with_a_picture_through_the_gateway_captain_and_media_processes_is_one_trace_from_receive_to_post_with_the_turns_token_counts() {
     let otlp = receiver().await;
     let cast = Cast::start(LoopbackConfig::default()).await;
-    let _dump = DumpLogsOnPanic(cast.dir.path().to_owned(), &["captain", "gateway"]);
+    let _dump = DumpLogsOnPanic(cast.dir.path().to_owned(), &["captain", "media", "gateway"]);
     cast.standin.script(Script::any(Reply::text("The lobby opens at nine.")));
     let env = exporting(&otlp);
     let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
     let _captain = cast.service("captain", "captain", None, &env);
+    let _media = cast.service("media", "media", None, &env);
     let _gateway = cast.service("gateway", "gateway", None, &env);
     assert!(cast.discord.wait_for_session(Duration::from_secs(20)).await, "the gateway never attached");
 
-    let id = cast.mention("ada", "@Clankie when does the lobby open?");
+    // With a picture, so media fetches it for the turn.
+    let id = cast.discord.user_message(clankie_discord_loopback::NewMessage {
+        channel_id: GENERAL,
+        author: "ada".into(),
+        content: "@Clankie when does the lobby open?".into(),
+        mention: true,
+        attachments: vec![clankie_discord_loopback::NewAttachment {
+            filename: "sign.png".into(),
+            content_type: "image/png".into(),
+            text: Some("pixels".into()),
+            ..Default::default()
+        }],
+        ..Default::default()
+    });
     until("the reply", Duration::from_secs(30), || cast.discord.posts(GENERAL).iter().any(|p| p.reply_to == Some(id))).await;
     let spans = spans_when(&otlp, "the post's and the reaction's spans with their ancestors and the model call", |s| {
         rooted(s, "gateway.post", id)
             && rooted(s, "gateway.outcome_reaction", id)
             && s.iter().any(|x| x["attributes"]["gen_ai.operation.name"] == "chat")
+            && s.iter().any(|x| x["name"] == "media.attachment")
     })
     .await;
 
@@ -112,7 +127,14 @@ async fn trace_one_message_through_the_gateway_and_captain_processes_is_one_trac
     let reaction_chain = ancestry(&spans, reaction).unwrap_or_else(|e| panic!("the chain from the reaction broke: {e}"));
     assert_eq!(reaction_chain.last().unwrap()["span_id"], receive["span_id"], "the reaction's root: {:?}", chain_names(&reaction_chain));
     let services: BTreeSet<&str> = spans.iter().filter(|s| s["trace_id"] == trace).filter_map(|s| s["service"].as_str()).collect();
-    assert!(services.contains("clankie-gateway") && services.contains("clankie-captain"), "{services:?}");
+    assert!(["clankie-gateway", "clankie-captain", "clankie-media"].iter().all(|s| services.contains(s)), "{services:?}");
+    let fetch = spans.iter().find(|s| s["name"] == "media.attachment").unwrap();
+    assert_eq!(fetch["trace_id"], trace, "media's fetch is in the message's trace");
+    let fetch_chain = ancestry(&spans, fetch).unwrap_or_else(|e| panic!("the chain from media's fetch broke: {e}"));
+    let fetch_names = chain_names(&fetch_chain);
+    println!("media's fetch: {}", fetch_names.join(" → "));
+    assert_eq!(fetch_chain.last().unwrap()["span_id"], receive["span_id"], "{fetch_names:?}");
+    assert!(fetch_names.iter().any(|n| n == "clankie-captain:captain.prepare"), "fetched while the turn prepared: {fetch_names:?}");
 
     // The model call as a GenAI span, its counts the turn's own.
     let chats: Vec<&Value> =
