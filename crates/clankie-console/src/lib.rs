@@ -121,6 +121,7 @@ struct Inner {
     replica: String,
     lease_ttl: std::time::Duration,
     in_effect: Vec<clankie_settings::Effective>,
+    trace_url: Option<String>,
     lanes: tokio::sync::broadcast::Sender<clankie_store::LaneView>,
     voice: live::VoiceState,
     /// Which of the console's parts are down, for readiness.
@@ -140,6 +141,8 @@ pub struct ConsoleConfig {
     pub lease_ttl: std::time::Duration,
     /// The settings the console runs with, secrets masked, for its Config view.
     pub in_effect: Vec<clankie_settings::Effective>,
+    /// The trace viewer's page for one trace (`CLANKIE_TRACE_URL`), which the trail links to.
+    pub trace_url: Option<String>,
 }
 
 impl ConsoleConfig {
@@ -150,6 +153,7 @@ impl ConsoleConfig {
             replica: format!("console-{}", settings.replica_id),
             lease_ttl: settings.lane_lease_ttl,
             in_effect: settings.sources.effective(Some(clankie_settings::Service::Console)),
+            trace_url: settings.trace_url.clone(),
         }
     }
 }
@@ -170,6 +174,7 @@ impl Console {
                 replica: config.replica,
                 lease_ttl: config.lease_ttl,
                 in_effect: config.in_effect,
+                trace_url: config.trace_url,
                 lanes,
                 voice,
                 parts: Default::default(),

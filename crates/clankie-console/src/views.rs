@@ -18,14 +18,23 @@ pub async fn lanes(State(console): State<Console>) -> Result<Json<Vec<clankie_st
     Ok(Json(console.inner.store.lane_views(LANES_SHOWN).await?))
 }
 
-/// One delivery's trail: every receipt across services in time order, then its outcome. The
-/// same rows `clankie trail` prints, one JSON object each. `None` when nothing was recorded.
-pub async fn trail(store: &Store, delivery_id: &str) -> Result<Option<Vec<Value>>, clankie_store::StoreError> {
+/// One delivery's trail: the trace it is in (when one was exported), every receipt across
+/// services in time order, then its outcome. The same rows `clankie trail` prints, one JSON
+/// object each. `None` when nothing was recorded.
+pub async fn trail(store: &Store, delivery_id: &str, trace_url: Option<&str>) -> Result<Option<Vec<Value>>, clankie_store::StoreError> {
     let receipts = store.receipts_for_delivery(delivery_id).await?;
     let outcome = store.outcome(delivery_id).await?;
     if receipts.is_empty() && outcome.is_none() {
         return Ok(None);
     }
+    // The receipts name the trace their spans were in; a takeover's are in the same one.
+    let mut traces: Vec<&str> = receipts.iter().filter_map(|r| r.receipt.ids.get("trace").map(String::as_str)).collect();
+    traces.dedup();
+    let trace_rows: Vec<Value> = traces
+        .iter()
+        .take(1)
+        .map(|id| json!({ "trace_id": id, "trace_url": trace_url.map(|t| t.replace("{trace_id}", id)) }))
+        .collect();
     let lanes: Vec<String> = receipts.iter().map(|r| r.receipt.lane.clone()).collect();
     // How the reply ended at Discord: a refused post is the reply's failure, named by its
     // codes, even though the turn itself replied.
@@ -49,6 +58,7 @@ pub async fn trail(store: &Store, delivery_id: &str) -> Result<Option<Vec<Value>
             })
         })
         .collect();
+    rows.splice(0..0, trace_rows);
     if let Some(o) = outcome {
         let mut row = json!({ "outcome": o.kind.code(), "failure_code": o.failure_code.map(|c| c.code()), "turn": o.turn_id });
         if let Some(codes) = refused {
@@ -75,7 +85,7 @@ pub async fn trail_route(State(console): State<Console>, Path(id): Path<String>)
     if id.is_empty() || id.len() > 120 || id.chars().any(char::is_control) {
         return Err(ConsoleError::BadRequest("a delivery id is a Discord message id or a voice utterance id".into()));
     }
-    trail(&console.inner.store, &id).await?.map(Json).ok_or(ConsoleError::NotFound)
+    trail(&console.inner.store, &id, console.inner.trace_url.as_deref()).await?.map(Json).ok_or(ConsoleError::NotFound)
 }
 
 fn memory_json(m: &clankie_store::Memory) -> Value {

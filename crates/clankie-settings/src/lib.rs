@@ -130,6 +130,8 @@ pub struct Settings {
     pub console_addr: std::net::SocketAddr,
     /// The operator console's token; never logged.
     pub console_token: Option<String>,
+    /// The trace viewer's page for one trace, `{trace_id}` where the id goes (`CLANKIE_TRACE_URL`).
+    pub trace_url: Option<String>,
     /// Live voice rooms (guild, channel).
     pub voice_rooms: Vec<(u64, u64)>,
     /// How long he stays in a voice room after the last human left.
@@ -293,6 +295,7 @@ impl fmt::Debug for Settings {
             .field("warm_cache_mib", &self.warm_cache_mib)
             .field("console_addr", &self.console_addr)
             .field("console_token", &self.console_token.as_ref().map(|_| "***"))
+            .field("trace_url", &self.trace_url)
             .field("voice_rooms", &self.voice_rooms)
             .field("voice_grace", &self.voice_grace)
             .field("gateway_publish_patience", &self.gateway_publish_patience)

@@ -122,6 +122,15 @@ impl Settings {
             socket_addr("CLANKIE_CONSOLE_ADDR", &var("CLANKIE_CONSOLE_ADDR").unwrap_or_else(|| "127.0.0.1:8790".into()), "127.0.0.1:8790")?;
         let warm_cache_mib = number(var("CLANKIE_WARM_CACHE_MIB"), "CLANKIE_WARM_CACHE_MIB", 64, 1, 1 << 20)? as usize;
         let console_token = var("CLANKIE_CONSOLE_TOKEN").map(|t| t.trim().to_owned()).filter(|t| !t.is_empty());
+        let trace_url = var("CLANKIE_TRACE_URL").map(|t| t.trim().to_owned()).filter(|t| !t.is_empty());
+        if let Some(url) = &trace_url
+            && !url.contains("{trace_id}")
+        {
+            return Err(SettingsError::Invalid {
+                var: "CLANKIE_TRACE_URL",
+                reason: format!("{url:?} has no {{trace_id}}: give your trace viewer's page for one trace with {{trace_id}} where the id goes, such as http://jaeger:16686/trace/{{trace_id}}"),
+            });
+        }
         let voice_rooms = match var("CLANKIE_VOICE_ROOMS") {
             None => Vec::new(),
             Some(list) => list
@@ -324,6 +333,7 @@ impl Settings {
             sandbox_messages_kept,
             console_addr,
             console_token,
+            trace_url,
             warm_cache_mib,
             discord_token,
             discord_api,

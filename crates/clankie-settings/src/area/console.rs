@@ -21,4 +21,12 @@ pub(crate) const SETTINGS: &[Setting] = &[
     )
     .secret()
     .must_set(),
+    Setting::new(
+        Area::Console,
+        "CLANKIE_TRACE_URL",
+        Kind::Text,
+        "unset: the trail shows the trace id without a link",
+        "Your trace viewer's page for one trace, with `{trace_id}` where the id goes (Jaeger: `http://jaeger:16686/trace/{trace_id}`): the console's trail links to it and `clankie trail` prints it.",
+        &[Console, Run, Cli],
+    ),
 ];

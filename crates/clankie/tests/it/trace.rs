@@ -152,6 +152,22 @@ async fn trace_one_message_with_a_picture_through_the_gateway_captain_and_media_
     assert_eq!(chat["gen_ai.usage.output_tokens"].as_i64(), Some(output), "{chat}");
     assert_eq!(chat["gen_ai.usage.cache_read.input_tokens"].as_i64(), Some(cached), "{chat}");
 
+    // Where people look: the trail names the trace and links it through CLANKIE_TRACE_URL.
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_clankie"))
+        .args(["trail", &id.to_string()])
+        .env("CLANKIE_DATABASE_URL", cast.db.url())
+        .env("CLANKIE_NATS_URL", cast.nats.url())
+        .env("CLANKIE_TRACE_URL", "http://traces.example/trace/{trace_id}")
+        .output()
+        .await
+        .unwrap();
+    let (printed, said) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "{said}");
+    let first: Value = serde_json::from_str(printed.lines().next().unwrap_or("")).unwrap();
+    assert_eq!(first["trace_id"], trace, "the trail's first row names the trace: {printed}");
+    assert_eq!(first["trace_url"], format!("http://traces.example/trace/{trace}"));
+    assert!(said.contains(&format!("trace {trace}: http://traces.example/trace/{trace}")), "{said}");
+
     let mut tree: Vec<&Value> = spans.iter().filter(|s| s["trace_id"] == trace).collect();
     tree.sort_by_key(|s| s["start_ns"].as_u64());
     for s in &tree {
