@@ -132,7 +132,7 @@ async fn retention_an_outbox_row_older_than_the_bound_is_not_published_and_the_t
 async fn until_trail(rig: &Rig, delivery: &str) -> Vec<String> {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
     loop {
-        if let Some(rows) = clankie_console::views::trail(&rig.store, delivery).await.unwrap()
+        if let Some(rows) = clankie_console::views::trail(&rig.store, delivery, None).await.unwrap()
             && rows.iter().any(|r| r.to_string().contains("outbox_gave_up"))
         {
             return rows.iter().map(|r| r.to_string()).collect();
