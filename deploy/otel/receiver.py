@@ -5,7 +5,9 @@ decoded with the `opentelemetry-proto` package), keeps every span it was sent, a
 back as JSON on `GET /spans` (one object per span: its service, trace and span ids, parent,
 name, kind, start and end in Unix nanoseconds, attributes, events and links). `GET /healthz`
 answers once it listens. With `--refuse` it answers every export with 503, as a collector
-that is overloaded does.
+that is overloaded does. With `--count-only` it keeps no span and decodes nothing, counting
+exports and bytes (`GET /spans` then lists none): a collector that costs the machine nothing,
+for a bench of what exporting costs the exporter.
 """
 
 import argparse
@@ -40,6 +42,7 @@ class Spans:
         self.lock = threading.Lock()
         self.spans = []
         self.requests = 0
+        self.bytes = 0
 
     def take(self, request):
         taken = []
@@ -70,10 +73,10 @@ class Spans:
 
     def json(self):
         with self.lock:
-            return json.dumps({"requests": self.requests, "spans": self.spans})
+            return json.dumps({"requests": self.requests, "bytes": self.bytes, "spans": self.spans})
 
 
-def handler(spans, refuse):
+def handler(spans, refuse, count_only):
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
 
@@ -104,6 +107,12 @@ def handler(spans, refuse):
             if refuse:
                 self.send(503, b"refused\n", "text/plain")
                 return
+            if count_only:
+                with spans.lock:
+                    spans.requests += 1
+                    spans.bytes += len(body)
+                self.send(200, ExportTraceServiceResponse().SerializeToString(), "application/x-protobuf")
+                return
             if self.headers.get("Content-Encoding") == "gzip":
                 import gzip
 
@@ -125,11 +134,12 @@ def main() -> int:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=4318)
     parser.add_argument("--refuse", action="store_true", help="answer every export with 503")
+    parser.add_argument("--count-only", action="store_true", help="decode and keep nothing; count exports and bytes")
     parser.add_argument("--die-with-stdin", action="store_true", help="exit when standard input closes (the owner holds it)")
     args = parser.parse_args()
     if args.die_with_stdin:
         threading.Thread(target=lambda: (sys.stdin.read(), os._exit(0)), daemon=True).start()
-    server = ThreadingHTTPServer((args.host, args.port), handler(Spans(), args.refuse))
+    server = ThreadingHTTPServer((args.host, args.port), handler(Spans(), args.refuse, args.count_only))
     print(f"listening on http://{args.host}:{server.server_address[1]}", flush=True)
     try:
         server.serve_forever()

@@ -540,20 +540,31 @@ pub async fn complete_streaming(
     let mut attempt = 0;
     loop {
         let mut handed_on = false;
-        let result = async {
-            let mut stream = model.open(request, std::sync::Arc::new(|_| {})).await?;
-            let mut acc = Accumulator::new(StreamBounds::default());
-            while let Some(item) = stream.next().await {
-                let item = item?;
-                if let StreamItem::Text(t) = &item {
-                    handed_on |= !t.is_empty();
-                    on_text(t);
+        let span = chat_span(model);
+        let asked = std::time::Instant::now();
+        let result = tracing::Instrument::instrument(
+            async {
+                let mut stream = model.open(request, std::sync::Arc::new(|_| {})).await?;
+                let mut acc = Accumulator::new(StreamBounds::default());
+                let mut first = true;
+                while let Some(item) = stream.next().await {
+                    let item = item?;
+                    if first && matches!(item, StreamItem::Text(_) | StreamItem::ToolCallDelta { .. }) {
+                        first = false;
+                        tracing::Span::current().record("gen_ai.response.time_to_first_chunk_ms", asked.elapsed().as_millis() as i64);
+                    }
+                    if let StreamItem::Text(t) = &item {
+                        handed_on |= !t.is_empty();
+                        on_text(t);
+                    }
+                    acc.push(item)?;
                 }
-                acc.push(item)?;
-            }
-            acc.finish()
-        }
+                acc.finish()
+            },
+            span.clone(),
+        )
         .await;
+        record_chat(&span, &result);
         match result {
             Err(ModelError::Transient { retry_after, .. }) if attempt < retry.max_retries && !handed_on => {
                 attempt += 1;

@@ -1034,13 +1034,61 @@ async fn voice(utterances: usize, barges: usize, speech: Option<&clankie_stack::
     Ok((first_audio, stops))
 }
 
+/// The admissions flood in a process of its own, logging as a service does, its spans exported
+/// to `otlp` when given: what tracing costs a captain. Its decisions per second.
+async fn admissions_in_child(seconds: u64, otlp: Option<&str>) -> Result<f64> {
+    let mut child = tokio::process::Command::new(std::env::current_exe()?);
+    child.arg(ADMISSIONS_CHILD).env("CLANKIE_BENCH_INGEST_SECS", seconds.to_string()).stderr(std::process::Stdio::null());
+    child.env_remove("OTEL_EXPORTER_OTLP_ENDPOINT").env_remove("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT");
+    if let Some(endpoint) = otlp {
+        child.env("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint).env("OTEL_TRACES_SAMPLER", "always_on");
+    }
+    let out = child.output().await.context("running the admissions child")?;
+    let said = String::from_utf8_lossy(&out.stdout);
+    anyhow::ensure!(out.status.success(), "the admissions child failed: {said}");
+    said.lines()
+        .find_map(|l| l.strip_prefix("admissions_per_s: ").and_then(|v| v.trim().parse().ok()))
+        .context("the admissions child printed no figure")
+}
+
+/// The child's part: one captain's admissions, tracing as the environment says.
+const ADMISSIONS_CHILD: &str = "admissions-child";
+
 async fn run() -> Result<()> {
+    if std::env::args().nth(1).as_deref() == Some(ADMISSIONS_CHILD) {
+        let _traces = clankie_http::init_tracing("warn", "captain");
+        let seconds = std::env::var("CLANKIE_BENCH_INGEST_SECS").ok().and_then(|v| v.parse().ok()).unwrap_or(10);
+        println!("admissions_per_s: {:.1}", admissions(seconds, 1).await?);
+        return Ok(());
+    }
     if let Some(unknown) = std::env::args().skip(1).find(|a| {
-        !["economy", "ingress", "admissions", "gateway", "lanes", "voice", "voice-offline", "rest", "retention"].contains(&a.as_str())
+        !["economy", "ingress", "admissions", "admissions-traced", "gateway", "lanes", "voice", "voice-offline", "rest", "retention"]
+            .contains(&a.as_str())
     }) {
         anyhow::bail!(
-            "unknown part {unknown:?}: name any of economy, ingress, admissions, gateway, lanes, voice, voice-offline, rest, retention (default: all but admissions, gateway, voice-offline, rest and retention)"
+            "unknown part {unknown:?}: name any of economy, ingress, admissions, admissions-traced, gateway, lanes, voice, voice-offline, rest, retention (default: all but admissions, admissions-traced, gateway, voice-offline, rest and retention)"
         );
+    }
+    // Named only: the admissions flood twice, each in a process of its own, without traces and
+    // with every span exported to a real OTLP receiver.
+    if std::env::args().skip(1).any(|a| a == "admissions-traced") {
+        let seconds = std::env::var("CLANKIE_BENCH_INGEST_SECS").ok().and_then(|v| v.parse().ok()).unwrap_or(10);
+        // The receiver decodes nothing: the machine's two cores are the bench's, not a collector's.
+        let otlp =
+            tokio::task::spawn_blocking(|| clankie_stack::OtlpReceiver::start_counting(&mut |m| eprintln!("clankie-bench: {m}"))).await??;
+        // Off and on taken in turns, twice, so a slow minute of the machine weighs on both.
+        let (mut off, mut on) = (0.0, 0.0);
+        for round in 0..2 {
+            let (a, b) = (admissions_in_child(seconds, None).await?, admissions_in_child(seconds, Some(&otlp.endpoint())).await?);
+            eprintln!("admissions-traced: round {round}: off {a:.0}/s, on {b:.0}/s");
+            (off, on) = (off + a / 2.0, on + b / 2.0);
+        }
+        let spans: serde_json::Value = serde_json::from_str(&otlp.spans_json()?)?;
+        println!("ingest_admissions_per_s_tracing_off: {off:.0}");
+        println!("ingest_admissions_per_s_tracing_on: {on:.0}");
+        println!("ingest_admissions_tracing_on_over_off: {:.3}", on / off.max(1.0));
+        println!("otlp_exports_tracing_on: {}", spans["requests"]);
+        println!("otlp_bytes_tracing_on: {}", spans["bytes"]);
     }
     println!("nats_server: {}", nats_server_version().await?);
     if wanted("economy") {

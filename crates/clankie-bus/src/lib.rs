@@ -35,6 +35,15 @@ pub use erase::{ErasedMessages, Erasure};
 pub use kv::kv_key;
 pub use streams::{STREAMS, StreamSpec, stream_for};
 
+/// The subjects receipts are published on.
+const RECEIPT_PREFIX: &str = "clankie.receipt.";
+
+/// The receipts that name the trace they were written in (`ids.trace`): the first of each
+/// delivery's trail (a message received, an utterance heard) and each turn's, which is where a
+/// takeover's trace shows. Only these, so the refusals of a busy room cost no more with
+/// tracing on.
+pub const TRACED_RECEIPTS: [&str; 3] = ["gateway.ingress", "voice.heard", "captain.turn"];
+
 /// The receipt kind of a message a consumer could not accept.
 pub const REJECTED: &str = "bus.rejected";
 
@@ -254,7 +263,9 @@ impl Bus {
         let id = msg_id.map_or_else(unique_msg_id, |m| m.as_str().to_owned());
         // Within a traced span, the publish is a span of its own whose context travels with the
         // message, so its consumer carries the trace on.
-        let span = if TraceContext::current().is_empty() {
+        // A receipt is evidence, not a step of the flow, and no span of its own: a busy
+        // admission path pays for one span, not two.
+        let span = if subject.starts_with(RECEIPT_PREFIX) || TraceContext::current().is_empty() {
             tracing::Span::none()
         } else {
             tracing::info_span!(
@@ -378,12 +389,15 @@ impl Bus {
         }))
     }
 
-    /// Publishes a receipt on `clankie.receipt.<kind>`; one written inside a traced span carries
-    /// its trace id (`ids.trace`), so `clankie trail` leads to the trace.
+    /// Publishes a receipt on `clankie.receipt.<kind>`; one of [`TRACED_RECEIPTS`] written inside
+    /// a traced span carries its trace id (`ids.trace`), so `clankie trail` leads to the trace.
     pub async fn publish_receipt(&self, receipt: &v1::Receipt) -> Result<Published, BusError> {
         let subject = Subject::Receipt { kind: ReceiptKind::new(&receipt.kind)? };
+        if !TRACED_RECEIPTS.contains(&receipt.kind.as_str()) || receipt.ids.contains_key("trace") {
+            return self.publish(&subject, receipt, None).await;
+        }
         let trace = clankie_trace::current_trace_id();
-        if trace.is_empty() || receipt.ids.contains_key("trace") {
+        if trace.is_empty() {
             return self.publish(&subject, receipt, None).await;
         }
         self.publish(&subject, &receipt.clone().with_id("trace", trace), None).await

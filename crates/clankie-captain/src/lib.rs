@@ -83,6 +83,8 @@ struct Refusal {
     delivery: Delivery<v1::Ingress>,
     lane: LaneKey,
     code: &'static str,
+    /// The admission's span, which the refusal's receipt is published in.
+    span: tracing::Span,
 }
 
 /// A captain replica. Cheap to clone.
@@ -458,9 +460,8 @@ impl Captain {
             return;
         }
         futures::future::join_all(refused.iter().map(|r| {
-            let span = tracing::info_span!("delivery", delivery_id = %r.delivery.event.delivery_id);
             self.receipt("captain.not_admitted", &r.delivery.event.delivery_id, &r.lane, |receipt| receipt.with_code(r.code))
-                .instrument(span)
+                .instrument(r.span.clone())
         }))
         .await;
         futures::future::join_all(refused.iter().map(|r| r.delivery.ack())).await;
@@ -492,7 +493,7 @@ impl Captain {
         }
         let owner = facts.owner;
         if !admission::owner_admits(&owner, &d.event) {
-            return Some(Refusal { delivery: d, lane, code: admission::Refused::NotAdmittedHere.code() });
+            return Some(Refusal { delivery: d, lane, code: admission::Refused::NotAdmittedHere.code(), span: tracing::Span::current() });
         }
         // A lane with an actor here is in conversation already: its run may not be visible in the store yet.
         let local = self.inner.lanes.lock().unwrap_or_else(|p| p.into_inner()).contains_key(&lane);
@@ -500,7 +501,7 @@ impl Captain {
         match admission::admit(&d.event, live, named) {
             Err(refused) => {
                 tracing::debug!(%lane, code = refused.code(), "not admitted");
-                Some(Refusal { delivery: d, lane, code: refused.code() })
+                Some(Refusal { delivery: d, lane, code: refused.code(), span: tracing::Span::current() })
             }
             Ok(_) if facts.quiet => {
                 self.hush(lane, d).await;
@@ -520,7 +521,7 @@ impl Captain {
                         let code = admission::Refused::FloodGuard.code();
                         tracing::debug!(%lane, code, "not admitted");
                         metrics::counter!("clankie_captain_flood_guarded_total").increment(1);
-                        return Some(Refusal { delivery: d, lane, code });
+                        return Some(Refusal { delivery: d, lane, code, span: tracing::Span::current() });
                     }
                     Err(e) => {
                         tracing::warn!(%lane, error = %e, "admission not recorded; the delivery will come back");

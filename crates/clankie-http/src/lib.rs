@@ -167,12 +167,26 @@ pub fn init_tracing_with<L>(filter: &str, service: &str, extra: L) -> Traces
 where
     L: tracing_subscriber::Layer<tracing_subscriber::Registry> + Send + Sync + 'static,
 {
+    install(filter, service, extra, None)
+}
+
+/// Like [`init_tracing`], exporting as `export` says whatever the environment holds: a test or
+/// the bench that starts its own receiver.
+pub fn init_tracing_to(filter: &str, service: &str, export: clankie_trace::Export) -> Traces {
+    install(filter, service, tracing_subscriber::layer::Identity::new(), Some(export))
+}
+
+fn install<L>(filter: &str, service: &str, extra: L, export: Option<clankie_trace::Export>) -> Traces
+where
+    L: tracing_subscriber::Layer<tracing_subscriber::Registry> + Send + Sync + 'static,
+{
     use tracing_subscriber::Layer as _;
     use tracing_subscriber::layer::SubscriberExt as _;
     use tracing_subscriber::util::SubscriberInitExt as _;
     let env = tracing_subscriber::EnvFilter::try_new(filter).unwrap_or_else(|_| "info".into());
     let log = tracing_subscriber::fmt::layer().with_writer(std::io::stderr).with_filter(env);
-    let (otel, telemetry, refused) = match clankie_trace::layer(service) {
+    let exporting = export.or_else(clankie_trace::Export::from_env).map(|export| clankie_trace::layer_to(service, export)).transpose();
+    let (otel, telemetry, refused) = match exporting {
         Ok(Some((layer, telemetry))) => (Some(layer), Some(telemetry), None),
         Ok(None) => (None, None, None),
         Err(e) => (None, None, Some(e)),

@@ -43,22 +43,37 @@ pub fn ensure_otlp(progress: &mut dyn FnMut(&str)) -> Result<PathBuf, StackError
 pub struct OtlpReceiver {
     server: crate::wheels::PythonServer,
     dir: PathBuf,
-    refuse: bool,
+    mode: Mode,
+}
+
+/// Whether the receiver keeps what it is sent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    Keep,
+    Count,
 }
 
 impl OtlpReceiver {
     /// Installs the wheels if needed and starts the receiver on a free port, returning once it answers.
     pub fn start(progress: &mut dyn FnMut(&str)) -> Result<OtlpReceiver, StackError> {
         let dir = ensure_otlp(progress)?;
-        let server = Self::spawn(&dir, None, false)?;
-        Ok(OtlpReceiver { server, dir, refuse: false })
+        let server = Self::spawn(&dir, None, Mode::Keep)?;
+        Ok(OtlpReceiver { server, dir, mode: Mode::Keep })
     }
 
-    fn spawn(dir: &Path, port: Option<u16>, refuse: bool) -> Result<crate::wheels::PythonServer, StackError> {
+    /// A receiver that takes every export and keeps nothing (`--count-only`): what exporting
+    /// costs the exporter, with no collector's decoding on the same machine.
+    pub fn start_counting(progress: &mut dyn FnMut(&str)) -> Result<OtlpReceiver, StackError> {
+        let dir = ensure_otlp(progress)?;
+        let server = Self::spawn(&dir, None, Mode::Count)?;
+        Ok(OtlpReceiver { server, dir, mode: Mode::Count })
+    }
+
+    fn spawn(dir: &Path, port: Option<u16>, mode: Mode) -> Result<crate::wheels::PythonServer, StackError> {
         crate::wheels::PythonServer::start("otlp", "OTLP receiver", dir, port, "/healthz", Duration::from_secs(30), |command, port| {
             command.arg("-c").arg(RECEIVER).args(["--die-with-stdin", "--port", &port.to_string()]);
-            if refuse {
-                command.arg("--refuse");
+            if mode == Mode::Count {
+                command.arg("--count-only");
             }
         })
     }
@@ -95,7 +110,7 @@ impl OtlpReceiver {
     pub fn restart(&mut self) -> Result<(), StackError> {
         let port = self.server.port();
         self.server.stop();
-        self.server = Self::spawn(&self.dir, Some(port), self.refuse)?;
+        self.server = Self::spawn(&self.dir, Some(port), self.mode)?;
         Ok(())
     }
 }

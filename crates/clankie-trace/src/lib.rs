@@ -1,7 +1,7 @@
 //! OpenTelemetry for every service: one Discord message is one trace across the gateway, the
 //! captain, media and the voice floor.
 //!
-//! - [`layer`] is the `tracing` layer that exports Clankie's spans over OTLP/HTTP with protobuf,
+//! - [`layer_to`] is the `tracing` layer that exports Clankie's spans over OTLP/HTTP with protobuf,
 //!   only when `OTEL_EXPORTER_OTLP_ENDPOINT` (or `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`) is set.
 //!   The SDK's batch processor sends from a thread of its own, so no delivery ever waits on a
 //!   collector; spans a collector did not take are counted (`clankie_trace_spans_dropped_total`).
@@ -57,25 +57,60 @@ impl Drop for Telemetry {
     }
 }
 
-/// The exporting layer for `service`, or `None` when no collector is configured. The service is
-/// named `OTEL_SERVICE_NAME` when set, else `clankie-<service>`; `OTEL_RESOURCE_ATTRIBUTES`,
-/// `OTEL_TRACES_SAMPLER` (parent-based always-on by default), `OTEL_TRACES_SAMPLER_ARG` and the
-/// `OTEL_BSP_*` batch settings are read by the SDK as the specification says.
-pub fn layer<S>(service: &str) -> Result<Option<(impl Layer<S> + Send + Sync + 'static, Telemetry)>, TraceError>
+/// Where and how often to export, for a process that says so itself (a test, the bench) rather
+/// than through the environment.
+#[derive(Debug, Clone)]
+pub struct Export {
+    /// The collector's base URL (`/v1/traces` is appended).
+    pub endpoint: String,
+    /// Whether `endpoint` was given in code; otherwise the exporter reads the `OTEL_*` variables.
+    pub given: bool,
+    /// How often a batch is sent (`OTEL_BSP_SCHEDULE_DELAY`, 5 s, when `None`).
+    pub every: Option<std::time::Duration>,
+}
+
+impl Export {
+    /// What the environment asks for, `None` when no collector is configured.
+    pub fn from_env() -> Option<Export> {
+        endpoint().map(|endpoint| Export { endpoint, given: false, every: None })
+    }
+
+    /// Exporting to `endpoint` every `every`.
+    pub fn to(endpoint: impl Into<String>, every: std::time::Duration) -> Export {
+        Export { endpoint: endpoint.into(), given: true, every: Some(every) }
+    }
+}
+
+/// The exporting layer for `service`, sending as `export` says ([`Export::from_env`] for a
+/// service). The service is named `OTEL_SERVICE_NAME` when set, else `clankie-<service>`;
+/// `OTEL_RESOURCE_ATTRIBUTES`, `OTEL_TRACES_SAMPLER` (parent-based always-on by default),
+/// `OTEL_TRACES_SAMPLER_ARG` and the `OTEL_BSP_*` batch settings are read by the SDK as the
+/// specification says.
+pub fn layer_to<S>(service: &str, export: Export) -> Result<(impl Layer<S> + Send + Sync + 'static, Telemetry), TraceError>
 where
     S: tracing::Subscriber + for<'a> LookupSpan<'a> + Send + Sync,
 {
-    let Some(endpoint) = endpoint() else { return Ok(None) };
     // reqwest is built without a TLS provider of its own: ring, as for every other client here.
     let _ = rustls::crypto::ring::default_provider().install_default();
-    let exporter = opentelemetry_otlp::SpanExporter::builder()
-        .with_http()
-        .build()
-        .map_err(|e| TraceError::Exporter { endpoint: endpoint.clone(), detail: e.to_string() })?;
+    let fail =
+        |e: opentelemetry_otlp::ExporterBuildError| TraceError::Exporter { endpoint: export.endpoint.clone(), detail: e.to_string() };
+    let exporter = if export.given {
+        use opentelemetry_otlp::WithExportConfig as _;
+        let url = format!("{}/v1/traces", export.endpoint.trim_end_matches('/'));
+        opentelemetry_otlp::SpanExporter::builder().with_http().with_endpoint(url).build().map_err(fail)?
+    } else {
+        opentelemetry_otlp::SpanExporter::builder().with_http().build().map_err(fail)?
+    };
     let name = std::env::var("OTEL_SERVICE_NAME").ok().filter(|n| !n.trim().is_empty()).unwrap_or_else(|| format!("clankie-{service}"));
     let resource = opentelemetry_sdk::Resource::builder().with_service_name(name).build();
-    let provider = SdkTracerProvider::builder().with_batch_exporter(Counting(exporter)).with_resource(resource).build();
+    let mut batch = opentelemetry_sdk::trace::BatchConfigBuilder::default();
+    if let Some(every) = export.every {
+        batch = batch.with_scheduled_delay(every);
+    }
+    let processor = opentelemetry_sdk::trace::BatchSpanProcessor::builder(Counting(exporter)).with_batch_config(batch.build()).build();
+    let provider = SdkTracerProvider::builder().with_span_processor(processor).with_resource(resource).build();
     let tracer = provider.tracer("clankie");
+    let _ = STAGES.set(tracer.clone());
     let layer = tracing_opentelemetry::layer()
         .with_tracer(tracer)
         .with_location(false)
@@ -84,7 +119,71 @@ where
         .with_level(false)
         .with_tracked_inactivity(false)
         .with_filter(filter_fn(|meta| meta.is_span() && meta.target().starts_with("clankie")));
-    Ok(Some((layer, Telemetry { provider })))
+    Ok((layer, Telemetry { provider }))
+}
+
+/// The tracer [`Stage`]s are made with, once a layer exports.
+static STAGES: std::sync::OnceLock<opentelemetry_sdk::trace::SdkTracer> = std::sync::OnceLock::new();
+
+/// A span whose start and end are times the code measured rather than the moments it was made
+/// and dropped: a stage that began before anyone could open a span for it (the body heard
+/// speech end, the turn detector decided later) or that ends on another task (a spoken turn
+/// ends at its first audio). Nothing when no layer exports. Dropped unended, it ends then.
+pub struct Stage(Option<opentelemetry_sdk::trace::Span>);
+
+impl Stage {
+    /// Begins `name` at `at`, a child of `parent` (a root when `parent` is empty).
+    pub fn begin(name: &'static str, parent: &TraceContext, at: std::time::SystemTime) -> Stage {
+        use opentelemetry::trace::Tracer as _;
+        let Some(tracer) = STAGES.get() else { return Stage(None) };
+        let parent = parent.context().unwrap_or_default();
+        Stage(Some(tracer.span_builder(name).with_start_time(at).start_with_context(tracer, &parent)))
+    }
+
+    /// Its context, for the stages and messages that follow from it.
+    pub fn context(&self) -> TraceContext {
+        use opentelemetry::trace::Span as _;
+        let Some(span) = &self.0 else { return TraceContext::default() };
+        let cx = opentelemetry::Context::new().with_remote_span_context(span.span_context().clone());
+        let mut headers = HashMap::new();
+        TraceContextPropagator::new().inject_context(&cx, &mut Headers(&mut headers));
+        TraceContext(headers)
+    }
+
+    /// Sets a count on it.
+    pub fn count(&mut self, key: &'static str, value: i64) {
+        use opentelemetry::trace::Span as _;
+        if let Some(span) = &mut self.0 {
+            span.set_attribute(opentelemetry::KeyValue::new(key, value));
+        }
+    }
+
+    /// Records a named moment on it (his first audio).
+    pub fn event_at(&mut self, name: &'static str, at: std::time::SystemTime) {
+        use opentelemetry::trace::Span as _;
+        if let Some(span) = &mut self.0 {
+            span.add_event_with_timestamp(name, at, Vec::new());
+        }
+    }
+
+    /// Ends it at `at`.
+    pub fn end_at(mut self, at: std::time::SystemTime) {
+        use opentelemetry::trace::Span as _;
+        if let Some(span) = &mut self.0 {
+            span.end_with_timestamp(at);
+        }
+    }
+}
+
+/// Records a stage that is already over, from `start` to `end`, under `parent`.
+pub fn record(name: &'static str, parent: &TraceContext, start: std::time::SystemTime, end: std::time::SystemTime) {
+    Stage::begin(name, parent, start).end_at(end);
+}
+
+/// The wall-clock time of a monotonic instant in the past: when a stage measured with
+/// [`std::time::Instant`] began, for a [`Stage`].
+pub fn wall_time_of(at: std::time::Instant) -> std::time::SystemTime {
+    std::time::SystemTime::now() - at.elapsed()
 }
 
 /// The OTLP exporter, counting the spans of every batch it could not hand over.

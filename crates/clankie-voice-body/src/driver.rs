@@ -33,6 +33,14 @@ impl Drop for Body {
     }
 }
 
+/// Packets of jitter buffer: three (60 ms) rather than songbird's five, since barge-in is judged
+/// on what has come out of it, and loopback and LAN jitter fit.
+pub const PLAYOUT_PACKETS: u8 = 3;
+
+/// How long a packet waits in the jitter buffer before the body hears it: what the room hears
+/// lags what was said by this much.
+pub const PLAYOUT_DELAY: std::time::Duration = std::time::Duration::from_millis(20 * PLAYOUT_PACKETS as u64);
+
 impl Body {
     /// A body not yet connected, and the stream of what happens to it; turns end on silence.
     pub fn new(config: BodyConfig) -> (Body, mpsc::UnboundedReceiver<BodyEvent>) {
@@ -42,12 +50,10 @@ impl Body {
     /// A body whose turns end when `turns` hears them finished after a short pause, or on the
     /// silence bound.
     pub fn with_turns(config: BodyConfig, turns: Option<Arc<dyn TurnDetector>>) -> (Body, mpsc::UnboundedReceiver<BodyEvent>) {
-        // Three packets of jitter buffer (60 ms) rather than five: barge-in is judged on what has
-        // come out of it, and loopback and LAN jitter fit.
         let driver_config = Config::default()
             // The body decodes itself (`opus_frame`): songbird 0.6.1 garbles DAVE frames it decodes.
             .decode_mode(DecodeMode::Decrypt)
-            .playout_buffer_length(std::num::NonZeroU8::new(3).unwrap_or(std::num::NonZeroU8::MIN))
+            .playout_buffer_length(std::num::NonZeroU8::new(PLAYOUT_PACKETS).unwrap_or(std::num::NonZeroU8::MIN))
             .driver_timeout(Some(config.connect_timeout))
             .crypto_mode(config.crypto_mode);
         let mut driver = Driver::new(driver_config);

@@ -27,6 +27,6 @@ pub use songbird;
 pub use config::BodyConfig;
 pub use connection::{BodyError, Connection};
 pub use decode::HEARD_RATE;
-pub use driver::Body;
+pub use driver::{Body, PLAYOUT_DELAY, PLAYOUT_PACKETS};
 pub use listener::BodyEvent;
 pub use turns::{Segment, TurnDetector, TurnEnd};

@@ -199,7 +199,9 @@ impl Listener {
                 metrics::counter!("clankie_voice_noise_segments_total").increment(1);
                 continue;
             }
-            let segment = Segment { user_id: s.user_id, ssrc, pcm: s.pcm, started: s.started, ended: now, ended_by };
+            let quiet = Duration::from_millis(20 * u64::from(s.quiet_ticks));
+            let speech_ended = now.checked_sub(quiet).unwrap_or(now);
+            let segment = Segment { user_id: s.user_id, ssrc, pcm: s.pcm, started: s.started, ended: now, speech_ended, ended_by };
             let _ = self.events.send(BodyEvent::Heard(segment));
         }
     }

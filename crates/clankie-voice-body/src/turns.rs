@@ -14,7 +14,10 @@ pub struct Segment {
     /// Mono 16-bit PCM at [`HEARD_RATE`].
     pub pcm: Vec<i16>,
     pub started: Instant,
+    /// When the turn was ended (by the detector or the silence bound) and the segment cut.
     pub ended: Instant,
+    /// When the speech itself ended: the start of the quiet that ended the turn.
+    pub speech_ended: Instant,
     /// What ended it.
     pub ended_by: TurnEnd,
 }

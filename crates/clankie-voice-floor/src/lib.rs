@@ -246,11 +246,16 @@ impl VoiceFloor {
         let mut calls = 0u32;
         // Sentences already handed to the body, with the model call (round) that wrote each.
         let mut said: Vec<(usize, String)> = Vec::new();
+        let began = std::time::SystemTime::now();
         // Hands one sentence (the silence token stripped) to the room's body and remembers it as said.
         let say = |said: &mut Vec<(usize, String)>, round: usize, sentence: &str| {
             let words = silence::strip_token(sentence);
             if words.is_empty() {
                 return;
+            }
+            if said.is_empty() {
+                // A stage of the spoken turn: from the run's start to its first sentence.
+                clankie_trace::record("voice.first_sentence", &clankie_bus::TraceContext::current(), began, std::time::SystemTime::now());
             }
             let speak = v1::Speak {
                 delivery_id: sentence_id(&answer_id(&first.delivery_id, round), said.len()),
@@ -259,7 +264,7 @@ impl VoiceFloor {
                 text: words.clone(),
                 at_ms: now_ms(),
             };
-            let _ = mouth.send(speak);
+            let _ = mouth.send(room::Said::now(speak));
             said.push((round, words));
         };
         let mut result: Result<(), &'static str> = Err("no_answer");
@@ -321,7 +326,12 @@ impl VoiceFloor {
             Err(code) => Err(code),
         };
         // The body hears that nothing more of this answer follows.
-        let _ = mouth.send(v1::Speak { delivery_id: first.delivery_id.clone(), guild_id: key.0, channel_id: key.1, ..Default::default() });
+        let _ = mouth.send(room::Said::now(v1::Speak {
+            delivery_id: first.delivery_id.clone(),
+            guild_id: key.0,
+            channel_id: key.1,
+            ..Default::default()
+        }));
         // The room writes his line (what was heard of it) and takes back the steers: whatever
         // it sent after the last look here starts its next run.
         room.ended(room::RunEnd { first: first.clone(), covered: covered.clone(), verdict, said, result: result.clone(), steers });

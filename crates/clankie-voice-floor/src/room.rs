@@ -15,10 +15,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use clankie_agent::silence;
-use clankie_bus::{Bus, MsgId, now_ms};
+use clankie_bus::{Bus, MsgId, TraceContext, now_ms};
 use clankie_proto::{LaneKey, ReceiptKind, Subject, v1};
 use clankie_speech::{Audio, SpeechToText, TextToSpeech};
 use clankie_store::{RoomLease, Store, StoreError};
+use clankie_trace::Stage;
 use clankie_voice_body::{Body, BodyConfig, BodyEvent, Connection};
 use tokio::sync::{mpsc, oneshot, watch};
 
@@ -151,8 +152,22 @@ pub(crate) struct RunEnd {
 /// A run's way back to its room.
 pub(crate) struct RunRoom {
     pub key: Key,
-    pub mouth: mpsc::UnboundedSender<v1::Speak>,
+    pub mouth: mpsc::UnboundedSender<Said>,
     room: mpsc::UnboundedSender<RunMsg>,
+}
+
+/// A line for the body to say, with the trace of the run that wrote it: its synthesis and
+/// playback are stages of the spoken turn.
+pub(crate) struct Said {
+    pub speak: v1::Speak,
+    pub trace: TraceContext,
+}
+
+impl Said {
+    /// `speak`, in the trace the caller is in.
+    pub fn now(speak: v1::Speak) -> Said {
+        Said { speak, trace: TraceContext::current() }
+    }
 }
 
 impl RunRoom {
@@ -181,7 +196,7 @@ struct RoomActor {
     links: mpsc::UnboundedSender<(Key, i64, Link)>,
     body: mpsc::UnboundedSender<BodyCommand>,
     body_events: mpsc::UnboundedReceiver<BodyReport>,
-    mouth: mpsc::UnboundedSender<v1::Speak>,
+    mouth: mpsc::UnboundedSender<Said>,
     ears: Ears,
     inputs: Option<RoomInputs>,
     ring: VecDeque<RingLine>,
@@ -203,6 +218,9 @@ struct RoomActor {
     publisher: Publisher,
     /// The floor's rules (his names from the persona), refreshed off the loop.
     rules: watch::Receiver<FloorRules>,
+    /// Each recent utterance's spoken turn, from her speech's end until his first audio (or the
+    /// floor's decision not to answer): the root of its trace.
+    turns: HashMap<String, Stage>,
     _lease_keeping: clankie_http::Aborting,
     _transcriber: clankie_http::Aborting,
     /// Not aborted with the room: it ends once the room is gone and what it queued is sent.
@@ -267,6 +285,7 @@ impl RoomActor {
             sentences: HashMap::new(),
             publisher,
             rules,
+            turns: HashMap::new(),
             _lease_keeping: clankie_http::Aborting(lease_keeping),
             _transcriber: clankie_http::Aborting(transcriber),
             _publishing: publishing,
@@ -292,7 +311,8 @@ impl RoomActor {
                 },
                 d = next_input(&mut self.inputs) => match d {
                     Ok(d) => {
-                        let span = tracing::info_span!("delivery", delivery_id = %d.event.delivery_id);
+                        let span = tracing::info_span!("delivery", otel.name = "voice.room_input", delivery_id = %d.event.delivery_id);
+                        d.traced(&span);
                         tracing::Instrument::instrument(self.hear(d.event.clone()), span).await;
                         let _ = d.ack().await;
                     }
@@ -400,6 +420,16 @@ impl RoomActor {
             BodyReport::DaveRequired => Link::DaveRequired,
             BodyReport::Body(BodyEvent::Dave(state)) => Link::Dave(state),
             BodyReport::Body(BodyEvent::Heard(segment)) => return self.heard_audio(segment).await,
+            BodyReport::FirstAudio { delivery_id, at } => {
+                // The first sentence of a run's answer: the spoken turn it answers is over.
+                if let Some((run, 0)) = sentence_of(&delivery_id)
+                    && let Some(mut turn) = self.turns.remove(run)
+                {
+                    turn.event_at("first_audio", at);
+                    turn.end_at(at);
+                }
+                return;
+            }
             BodyReport::Playback { delivery_id, code, played_ms, audio_ms } => {
                 if code == "cut_off" {
                     let played = if audio_ms > 0 { played_ms as f64 / audio_ms as f64 } else { 0.0 };
@@ -425,8 +455,24 @@ impl RoomActor {
         metrics::counter!("clankie_voice_utterances_total").increment(1);
         let epoch = self.lease.epoch;
         let ended_by = segment.ended_by.code();
+        // The spoken turn's trace begins where her speech ended as she sent it: the jitter buffer
+        // held its last packets before the body heard the quiet, and the turn detector's wait
+        // (or the silence bound) came after.
+        let heard_until = clankie_trace::wall_time_of(segment.speech_ended);
+        let spoke_until = heard_until - clankie_voice_body::PLAYOUT_DELAY;
+        let mut turn = Stage::begin("voice.turn", &TraceContext::default(), spoke_until);
+        turn.count("audio_ms", audio_ms);
+        let trace = turn.context();
+        clankie_trace::record("voice.reception", &trace, spoke_until, heard_until);
+        clankie_trace::record("voice.turn_detection", &trace, heard_until, std::time::SystemTime::now());
+        if self.turns.len() >= REMEMBERED_DELIVERIES {
+            forget_oldest_turn(&mut self.turns);
+        }
+        self.turns.insert(utterance.clone(), turn);
+        let trace_id = trace.trace_id().to_owned();
         room_receipt(&self.bus, &utterance, "voice.heard", key, |r| {
-            r.with_id("speaker", segment.user_id).with_code(ended_by).with_count("audio_ms", audio_ms).with_count("epoch", epoch)
+            let r = r.with_id("speaker", segment.user_id).with_code(ended_by).with_count("audio_ms", audio_ms).with_count("epoch", epoch);
+            if trace_id.is_empty() { r } else { r.with_id("trace", trace_id) }
         });
         let author_name = self.names.get(&segment.user_id).cloned().unwrap_or_else(|| format!("user {}", segment.user_id));
         let dropped = self.ears.hear(Utterance {
@@ -434,6 +480,7 @@ impl RoomActor {
             speaker: segment.user_id,
             author_name,
             audio: Audio { pcm: segment.pcm, rate: clankie_voice_body::HEARD_RATE },
+            trace,
         });
         if let Some(old) = dropped {
             metrics::counter!("clankie_voice_utterances_dropped_total").increment(1);
@@ -477,7 +524,7 @@ impl RoomActor {
             Ok(rules) => rules,
             Err(_) => self.rules.borrow().clone(),
         };
-        let (verdict, reason) = floor::decide(&input, &self.state, &rules, Instant::now());
+        let (verdict, reason) = tracing::info_span!("voice.floor").in_scope(|| floor::decide(&input, &self.state, &rules, Instant::now()));
         let addressed = matches!(verdict, v1::FloorVerdict::Wake);
         match source {
             v1::RoomInputSource::Text => {
@@ -542,6 +589,9 @@ impl RoomActor {
         });
         if floor::responds(verdict) {
             self.hand_to_run(input, verdict);
+        } else if let Some(turn) = self.turns.remove(&input.delivery_id) {
+            // Not his to answer: the spoken turn ends at the floor's decision.
+            turn.end_at(std::time::SystemTime::now());
         }
     }
 
@@ -557,7 +607,8 @@ impl RoomActor {
         let (steer, steers) = mpsc::unbounded_channel();
         self.run = Some(steer);
         let room = RunRoom { key: self.key, mouth: self.mouth.clone(), room: self.run_tx.clone() };
-        self.runs.spawn(self.floor.clone().run_room(room, input, verdict, steers));
+        let span = tracing::info_span!("voice.persona", delivery_id = %input.delivery_id);
+        self.runs.spawn(tracing::Instrument::instrument(self.floor.clone().run_room(room, input, verdict, steers), span));
     }
 
     /// A run is over. The actor is the only one that steers, so whatever it sent the run after the
@@ -674,6 +725,14 @@ impl RoomActor {
 }
 
 /// Keeps a per-answer map to its last [`REMEMBERED_ANSWERS`] (answer ids grow with time).
+/// Lets the oldest remembered turn go (utterance ids end in their start time): it ends now.
+fn forget_oldest_turn(turns: &mut HashMap<String, Stage>) {
+    let oldest = turns.keys().min_by_key(|id| id.rsplit(':').next().and_then(|t| t.parse::<i64>().ok()).unwrap_or(0)).cloned();
+    if let Some(id) = oldest {
+        turns.remove(&id);
+    }
+}
+
 fn forget_oldest<V>(map: &mut HashMap<String, V>) {
     while map.len() > REMEMBERED_ANSWERS {
         let Some(oldest) = map.keys().min().cloned() else { return };
@@ -754,6 +813,8 @@ struct Utterance {
     speaker: u64,
     author_name: String,
     audio: Audio,
+    /// The spoken turn it begins.
+    trace: TraceContext,
 }
 
 /// The utterances waiting for a room's transcriber, at most `held`: a new one past that drops
@@ -812,6 +873,7 @@ impl Ears {
 /// out of order would have the floor hear people out of order.
 async fn transcriber(bus: Bus, stt: Arc<dyn SpeechToText>, key: Key, limit: usize, heard: Ears) {
     use futures::StreamExt as _;
+    use tracing::Instrument as _;
     let mut running = futures::stream::FuturesOrdered::new();
     loop {
         tokio::select! {
@@ -819,18 +881,24 @@ async fn transcriber(bus: Bus, stt: Arc<dyn SpeechToText>, key: Key, limit: usiz
                 let Some(u) = next else { break };
                 clankie_settings::fault::panic_once("voice.transcriber");
                 let stt = stt.clone();
-                running.push_back(async move {
-                    let began = Instant::now();
-                    let result = stt.transcribe(&u.audio).await;
-                    (u, result, began.elapsed())
-                });
+                // A stage of the spoken turn, until its words are published as a room input.
+                let span = tracing::info_span!("voice.transcribe", delivery_id = %u.id);
+                u.trace.parent(&span);
+                running.push_back(
+                    async move {
+                        let began = Instant::now();
+                        let result = stt.transcribe(&u.audio).await;
+                        (u, result, began.elapsed(), tracing::Span::current())
+                    }
+                    .instrument(span),
+                );
             }
-            Some((u, result, took)) = running.next() => publish_heard(&bus, key, u, result, took).await,
+            Some((u, result, took, span)) = running.next() => publish_heard(&bus, key, u, result, took).instrument(span).await,
             else => break,
         }
     }
-    while let Some((u, result, took)) = running.next().await {
-        publish_heard(&bus, key, u, result, took).await;
+    while let Some((u, result, took, span)) = running.next().await {
+        publish_heard(&bus, key, u, result, took).instrument(span).await;
     }
 }
 
@@ -958,6 +1026,11 @@ enum BodyReport {
     Body(BodyEvent),
     ConnectFailed(String),
     DaveRequired,
+    /// His first audio of an answer left for the room (its sentence's id, and when).
+    FirstAudio {
+        delivery_id: String,
+        at: std::time::SystemTime,
+    },
     /// One of his lines was played out, cut off by someone speaking, or could not be spoken.
     Playback {
         delivery_id: String,
@@ -974,7 +1047,7 @@ async fn body_task(
     tts: Arc<dyn TextToSpeech>,
     turns: Option<Arc<dyn clankie_voice_body::TurnDetector>>,
     mut commands: mpsc::UnboundedReceiver<BodyCommand>,
-    mut speech: mpsc::UnboundedReceiver<v1::Speak>,
+    mut speech: mpsc::UnboundedReceiver<Said>,
     events: mpsc::UnboundedSender<BodyReport>,
 ) {
     struct Playing {
@@ -993,22 +1066,27 @@ async fn body_task(
     let mut cut_answers: std::collections::VecDeque<String> = std::collections::VecDeque::new();
     let (mut body, mut heard) = Body::with_turns(config, turns);
     let (done_tx, mut done) = mpsc::unbounded_channel::<(Connection, Result<(), clankie_voice_body::BodyError>)>();
-    let (synth_tx, mut synthesized) = mpsc::unbounded_channel::<(String, Result<Audio, clankie_speech::SpeechError>)>();
+    let (synth_tx, mut synthesized) = mpsc::unbounded_channel::<(String, Result<Audio, clankie_speech::SpeechError>, TraceContext)>();
     let (played_tx, mut played) = mpsc::unbounded_channel::<String>();
-    let mut queue: std::collections::VecDeque<v1::Speak> = std::collections::VecDeque::new();
+    let mut queue: std::collections::VecDeque<Said> = std::collections::VecDeque::new();
     let mut busy = false;
     let mut playing: Option<Playing> = None;
     let playback = |delivery_id: String, code: &'static str, played_ms: i64, audio_ms: i64| {
         let _ = events.send(BodyReport::Playback { delivery_id, code, played_ms, audio_ms });
     };
     loop {
-        if !busy && let Some(next) = queue.pop_front() {
+        if !busy && let Some(Said { speak: next, trace }) = queue.pop_front() {
             busy = true;
             let (tts, synth_tx) = (tts.clone(), synth_tx.clone());
-            tokio::spawn(async move {
-                let result = tts.synthesize(&next.text).await;
-                let _ = synth_tx.send((next.delivery_id, result));
-            });
+            let span = tracing::info_span!("voice.synthesize", delivery_id = %next.delivery_id);
+            trace.parent(&span);
+            tokio::spawn(tracing::Instrument::instrument(
+                async move {
+                    let result = tts.synthesize(&next.text).await;
+                    let _ = synth_tx.send((next.delivery_id, result, TraceContext::current()));
+                },
+                span,
+            ));
         }
         tokio::select! {
             command = commands.recv() => match command {
@@ -1026,19 +1104,19 @@ async fn body_task(
                     return;
                 }
             },
-            speak = speech.recv() => match speak {
+            said = speech.recv() => match said {
                 // An empty line ends its run: nothing more of any of its answers follows.
-                Some(speak) if speak.text.is_empty() => {
+                Some(Said { speak, .. }) if speak.text.is_empty() => {
                     if answering.as_deref().is_some_and(|a| a.strip_prefix(speak.delivery_id.as_str()).is_some_and(|r| r.starts_with('~'))) {
                         answering = None;
                     }
                 }
-                Some(speak) if cut_answers.iter().any(|a| a == answer_of(&speak.delivery_id)) => {
+                Some(Said { speak, .. }) if cut_answers.iter().any(|a| a == answer_of(&speak.delivery_id)) => {
                     playback(speak.delivery_id, "cut_off", 0, 0);
                 }
-                Some(speak) => {
-                    answering = Some(answer_of(&speak.delivery_id).to_owned());
-                    queue.push_back(speak);
+                Some(said) => {
+                    answering = Some(answer_of(&said.speak.delivery_id).to_owned());
+                    queue.push_back(said);
                 }
                 None => {
                     body.leave();
@@ -1055,7 +1133,7 @@ async fn body_task(
                     let _ = events.send(report);
                 }
             }
-            Some((delivery_id, result)) = synthesized.recv() => match result {
+            Some((delivery_id, result, trace)) = synthesized.recv() => match result {
                 // Synthesized while someone spoke over the answer: it is never played.
                 Ok(_) if cut_answers.iter().any(|a| a == answer_of(&delivery_id)) => {
                     busy = false;
@@ -1063,7 +1141,12 @@ async fn body_task(
                 }
                 Ok(audio) => {
                     let audio_ms = i64::try_from(audio.duration().as_millis()).unwrap_or(i64::MAX);
+                    let synthesized_at = std::time::SystemTime::now();
                     let finished = body.play(&audio.pcm, audio.rate);
+                    // The first frame leaves on the driver's next 20 ms tick.
+                    let first_audio = std::time::SystemTime::now() + Duration::from_millis(10);
+                    clankie_trace::record("voice.playback_start", &trace, synthesized_at, first_audio);
+                    let _ = events.send(BodyReport::FirstAudio { delivery_id: delivery_id.clone(), at: first_audio });
                     let played_tx = played_tx.clone();
                     let id = delivery_id.clone();
                     tokio::spawn(async move {
@@ -1102,7 +1185,7 @@ async fn body_task(
                                 body.stop();
                             }
                             for dropped in queue.drain(..) {
-                                playback(dropped.delivery_id, "cut_off", 0, 0);
+                                playback(dropped.speak.delivery_id, "cut_off", 0, 0);
                             }
                             if answering.as_deref() == Some(answer.as_str()) {
                                 answering = None;

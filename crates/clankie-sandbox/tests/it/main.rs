@@ -6,15 +6,16 @@ mod anthropic;
 mod browse;
 mod browser;
 mod changes;
-mod conversations;
 mod cluster;
 mod console;
+mod conversations;
 mod erase;
 mod interactions;
 mod media;
 mod scenarios;
 mod supervise;
 mod voice;
+mod voice_trace;
 
 pub use clankie_sandbox::rig::{GENERAL, Rig, until};
 
