@@ -35,8 +35,11 @@ pub use erase::{ErasedMessages, Erasure};
 pub use kv::kv_key;
 pub use streams::{STREAMS, StreamSpec, stream_for};
 
-/// The subjects receipts are published on.
-const RECEIPT_PREFIX: &str = "clankie.receipt.";
+/// Whether `subject` is one receipts are published on.
+fn is_receipt(subject: &str) -> bool {
+    static PREFIX: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    subject.starts_with(PREFIX.get_or_init(|| Family::Receipt.wildcard().trim_end_matches(['*', '>']).to_owned()).as_str())
+}
 
 /// The receipts that name the trace they were written in (`ids.trace`): the first of each
 /// delivery's trail (a message received, an utterance heard) and each turn's, which is where a
@@ -265,7 +268,7 @@ impl Bus {
         // message, so its consumer carries the trace on.
         // A receipt is evidence, not a step of the flow, and no span of its own: a busy
         // admission path pays for one span, not two.
-        let span = if subject.starts_with(RECEIPT_PREFIX) || TraceContext::current().is_empty() {
+        let span = if is_receipt(&subject) || TraceContext::current().is_empty() {
             tracing::Span::none()
         } else {
             tracing::info_span!(

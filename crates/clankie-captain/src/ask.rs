@@ -11,7 +11,8 @@ impl Captain {
     pub(crate) async fn answer_ask(&self, msg: async_nats::Message) {
         let reply = match v1::AskRequest::decode(msg.payload.clone()) {
             Ok(req) => {
-                let span = tracing::info_span!("delivery", delivery_id = %req.delivery_id, handoff = true);
+                let span = tracing::info_span!("delivery", otel.name = "captain.ask", otel.kind = "server", delivery_id = %req.delivery_id, handoff = true);
+                clankie_bus::Bus::serving(&msg, &span);
                 tracing::Instrument::instrument(self.ask(req), span).await
             }
             Err(_) => v1::AskReply { failure_code: "request_undecodable".into(), ..Default::default() },

@@ -756,8 +756,11 @@ impl Gateway {
     pub(crate) async fn run_history(&self) -> Result<(), GatewayError> {
         let mut requests = self.inner.bus.serve(Family::RpcHistory.wildcard(), "body").await?;
         while let Some(msg) = requests.next().await {
+            // A stage of the turn that asked, when it was traced.
+            let span = tracing::info_span!("gateway.history", otel.kind = "server");
+            clankie_bus::Bus::serving(&msg, &span);
             let reply = match v1::HistoryRequest::decode(msg.payload.clone()) {
-                Ok(req) => self.history(&req).await,
+                Ok(req) => tracing::Instrument::instrument(self.history(&req), span).await,
                 Err(_) => v1::HistoryReply { messages: vec![], error: "request_undecodable".into() },
             };
             if let Err(e) = self.inner.bus.respond(&msg, &reply).await {

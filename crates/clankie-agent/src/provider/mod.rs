@@ -307,7 +307,7 @@ impl Model {
         match self {
             Model::OpenAi(_) => "openai",
             Model::Anthropic(_) => "anthropic",
-            Model::Rehearsal(_) => "clankie.rehearsal",
+            Model::Rehearsal(_) => "rehearsal",
         }
     }
 

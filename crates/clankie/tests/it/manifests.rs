@@ -44,7 +44,7 @@ fn manifests_both_kustomize_overlays_render_and_validate_against_kubernetes_1_32
     let (ok, report) = validate("broken", "apiVersion: v1\nkind: Service\nmetadata:\n  name: x\nspec:\n  portz: []\n");
     assert!(!ok && report.contains("portz"), "{report}");
 
-    for (overlay, at_least) in [("dev", 12), ("prod", 16), ("speech", 14)] {
+    for (overlay, at_least) in [("dev", 12), ("prod", 16), ("speech", 14), ("observability", 12)] {
         let yaml = render(overlay);
         let kinds: Vec<&str> = yaml.lines().filter_map(|l| l.strip_prefix("kind: ")).collect();
         assert!(kinds.len() >= at_least, "{overlay} rendered only {kinds:?}");
@@ -65,6 +65,11 @@ fn manifests_both_kustomize_overlays_render_and_validate_against_kubernetes_1_32
     // The speech profile runs the local speech service and points the voice floor at it.
     let speech = render("speech");
     assert!(speech.contains("name: speech") && speech.contains("CLANKIE_TURN_BASE_URL: http://speech:8788/v1"), "{speech}");
+    // The observability profile exports traces and marks every pod for scraping.
+    let observed = render("observability");
+    assert!(observed.contains("OTEL_EXPORTER_OTLP_ENDPOINT: http://otel-collector:4318"), "{observed}");
+    let deployments = observed.lines().filter(|l| *l == "kind: Deployment").count();
+    assert_eq!(observed.matches("prometheus.io/scrape: \"true\"").count(), deployments, "every Deployment is scraped: {observed}");
 }
 
 #[test]
@@ -132,7 +137,7 @@ for path in sys.argv[2:]:
 "#;
     let dir = clankie_testkit::TestDir::new();
     let mut rendered = Vec::new();
-    for overlay in ["dev", "prod", "speech"] {
+    for overlay in ["dev", "prod", "speech", "observability"] {
         let file = dir.path().join(format!("{overlay}.yaml"));
         std::fs::write(&file, render(overlay)).unwrap();
         rendered.push(file);
@@ -149,7 +154,7 @@ for path in sys.argv[2:]:
     assert!(compose.len() >= 9, "{report}");
     assert!(compose.iter().all(|l| l.ends_with(" True")), "a Clankie service does not read .env: {report}");
     let third: Vec<&str> = report.lines().filter(|l| l.starts_with("third ")).collect();
-    assert!(third.len() == 2 && third.iter().all(|l| l.ends_with(" False")), "a third-party image reads .env and its secrets: {report}");
+    assert!(third.len() == 4 && third.iter().all(|l| l.ends_with(" False")), "a third-party image reads .env and its secrets: {report}");
     let pods: Vec<&str> = report.lines().filter(|l| l.starts_with("pod ")).collect();
     assert!(pods.len() >= 15, "the overlays' pods that run as a user with a volume: {report}");
     assert!(pods.iter().all(|l| l.ends_with(" True")), "a pod mounts a volume its user may not write: {report}");
@@ -199,7 +204,7 @@ print("file", doc["configs"]["clankie-config"]["file"])
     let mut sources = clankie_settings::Sources::default();
     sources.layer_file(&path, &std::fs::read_to_string(&path).unwrap()).unwrap();
     clankie_settings::Settings::from_sources(sources, |_| None).expect("the file compose mounts by default is accepted");
-    for overlay in ["dev", "prod", "speech"] {
+    for overlay in ["dev", "prod", "speech", "observability"] {
         let yaml = render(overlay);
         assert!(yaml.contains("name: clankie-config") && yaml.contains("clankie.toml: |"), "{overlay} has no config file");
         let pods = yaml.matches("image: clankie:").count();
