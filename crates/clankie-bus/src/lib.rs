@@ -529,17 +529,7 @@ impl Bus {
     /// The event stored at `sequence` in `family`'s stream, if the stream still holds it there;
     /// how a replica reads a delivery another replica received and died holding.
     pub async fn stored<E: Event>(&self, family: Family, sequence: u64) -> Result<Option<E>, BusError> {
-        let Some(spec) = stream_for(family) else { return Ok(None) };
-        let fail = |detail: String| BusError::Stream { stream: spec.name, detail };
-        let stream = self.js.get_stream(spec.name).await.map_err(|e| fail(e.to_string()))?;
-        match stream.get_raw_message(sequence).await {
-            Ok(m) if Subject::parse(&m.subject).is_ok_and(|s| s.family() == family) => {
-                E::decode(m.payload).map(Some).map_err(|e| fail(format!("undecodable stored event: {e}")))
-            }
-            Ok(_) => Ok(None),
-            Err(e) if e.kind() == jetstream::stream::RawMessageErrorKind::NoMessageFound => Ok(None),
-            Err(e) => Err(fail(e.to_string())),
-        }
+        Ok(self.stored_traced(family, sequence).await?.map(|(event, _)| event))
     }
 
     /// [`Bus::stored`] with the trace context the event was published in: a takeover's spans

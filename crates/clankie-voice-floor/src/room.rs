@@ -293,7 +293,19 @@ impl RoomActor {
         }
     }
 
+    /// Whether this owned room has no audio body connected: what the voice alert reads.
+    fn bodiless(&self, without: bool) {
+        metrics::gauge!("clankie_voice_room_without_body", "channel" => self.key.1.to_string()).set(if without { 1.0 } else { 0.0 });
+    }
+
     async fn serve(mut self, mut inbox: mpsc::UnboundedReceiver<RoomMsg>) {
+        self.bodiless(true);
+        self.serve_until_gone(&mut inbox).await;
+        // No longer this replica's room: not a room without a body.
+        self.bodiless(false);
+    }
+
+    async fn serve_until_gone(&mut self, inbox: &mut mpsc::UnboundedReceiver<RoomMsg>) {
         loop {
             tokio::select! {
                 msg = inbox.recv() => match msg {
@@ -442,6 +454,7 @@ impl RoomActor {
             }
             BodyReport::Body(_) => return,
         };
+        self.bodiless(!matches!(link, Link::Connected | Link::Resumed | Link::Dave(_)));
         let _ = self.links.send((self.key, self.lease.epoch, link));
     }
 
@@ -911,6 +924,9 @@ async fn publish_heard(bus: &Bus, key: Key, u: Utterance, result: Result<String,
         Err(e) => e.code(),
     };
     let chars = result.as_ref().map(|t| t.chars().count() as i64).unwrap_or(0);
+    if let Err(e) = &result {
+        metrics::counter!("clankie_speech_errors_total", "stage" => "transcribe", "code" => e.code()).increment(1);
+    }
     room_receipt(bus, &u.id, "voice.transcribed", key, |r| {
         r.with_id("speaker", u.speaker).with_code(code).with_count("chars", chars).with_count("took_ms", took_ms)
     });
@@ -1157,6 +1173,7 @@ async fn body_task(
                 }
                 Err(e) => {
                     busy = false;
+                    metrics::counter!("clankie_speech_errors_total", "stage" => "synthesize", "code" => e.code()).increment(1);
                     playback(delivery_id, e.code(), 0, 0);
                 }
             },
@@ -1209,7 +1226,13 @@ mod ears_tests {
     use super::*;
 
     fn utterance(n: usize) -> Utterance {
-        Utterance { id: format!("utt:{n}"), speaker: 7, author_name: "ada".into(), audio: Audio { pcm: vec![0; 160], rate: 16_000 } }
+        Utterance {
+            id: format!("utt:{n}"),
+            speaker: 7,
+            author_name: "ada".into(),
+            audio: Audio { pcm: vec![0; 160], rate: 16_000 },
+            trace: TraceContext::default(),
+        }
     }
 
     #[tokio::test]
