@@ -168,8 +168,9 @@ pub fn message_links(content: &str) -> Vec<(u64, u64, u64)> {
         while let Some(at) = rest.find(host) {
             rest = &rest[at + host.len()..];
             let path: String = rest.chars().take_while(|c| c.is_ascii_digit() || *c == '/').collect();
-            let ids: Vec<u64> = path.split('/').filter_map(|p| p.parse().ok()).collect();
-            if let [guild, channel, message, ..] = ids[..]
+            // The first three segments, each an id: a path with an empty or overlong one names no message.
+            let ids: Vec<Option<u64>> = path.split('/').take(3).map(|p| p.parse().ok()).collect();
+            if let [Some(guild), Some(channel), Some(message)] = ids[..]
                 && !out.contains(&(guild, channel, message))
                 && out.len() < MAX_LINKS
             {
@@ -571,6 +572,61 @@ mod tests {
                     }
                     v
                 })
+        }
+
+        /// Words built of the pieces markup and message links are made of, in any order: half
+        /// tokens, ids too long for a u64, a link's path cut anywhere, characters of several bytes.
+        fn markup_text() -> impl Strategy<Value = String> {
+            let piece = prop_oneof![
+                Just("<@"),
+                Just("<@!"),
+                Just("<@&"),
+                Just("<#"),
+                Just("<:"),
+                Just("<a:"),
+                Just(":"),
+                Just(">"),
+                Just("<"),
+                Just("123"),
+                Just("18446744073709551615"),
+                Just("99999999999999999999"),
+                Just("/"),
+                Just("https://discord.com/channels/"),
+                Just("https://canary.discord.com/channels/"),
+                Just("é"),
+                Just("💥"),
+                Just(" "),
+                Just("x"),
+            ];
+            proptest::collection::vec(piece, 0..160).prop_map(|pieces| pieces.concat())
+        }
+
+        #[test]
+        fn fuzz_mentions_and_message_links_in_hostile_words_are_bounded_and_never_panic() {
+            let config = ProptestConfig { cases: cases(), failure_persistence: None, ..ProptestConfig::default() };
+            let mut runner = proptest::test_runner::TestRunner::new(config);
+            let outcome = runner.run(&markup_text(), |content| {
+                let names = Names::default();
+                let shown = as_people_see_it(&content, &[], &names);
+                // A token of four characters at the least becomes a name of sixteen at the most.
+                prop_assert!(shown.chars().count() <= 4 * content.chars().count() + 1, "{content:?} became {shown:?}");
+                let links = message_links(&content);
+                prop_assert!(links.len() <= MAX_LINKS);
+                for (guild, channel, message) in links {
+                    let path = format!("{guild}/{channel}/{message}");
+                    prop_assert!(content.contains(&path), "a link to {} that the words do not hold", path);
+                }
+                let (channels, roles) = mentioned_places(&content);
+                let written: Vec<String> =
+                    channels.iter().map(|id| format!("<#{id}>")).chain(roles.iter().map(|id| format!("<@&{id}>"))).collect();
+                for token in written {
+                    prop_assert!(content.contains(&token), "{} is not in the words", token);
+                }
+                Ok(())
+            });
+            if let Err(e) = outcome {
+                panic!("{e}");
+            }
         }
 
         #[test]
