@@ -452,16 +452,12 @@ impl<E> Delivery<E> {
     /// same trace, linked to where the message began and counting its deliveries.
     pub fn traced(&self, span: &tracing::Span) {
         use clankie_trace::attr;
-        if self.trace.is_empty() {
+        if !self.trace.consumed(span, self.subject.to_string()) {
             return;
         }
-        self.trace.parent(span);
         if self.delivered > 1 {
             self.trace.link(span);
         }
-        clankie_trace::set(span, attr::MESSAGING_SYSTEM, attr::NATS);
-        clankie_trace::set(span, attr::MESSAGING_OPERATION, "process");
-        clankie_trace::set(span, attr::MESSAGING_DESTINATION, self.subject.to_string());
         clankie_trace::set(span, attr::MESSAGING_DELIVERY_COUNT, self.delivered);
         if let Some(id) = &self.msg_id {
             clankie_trace::set(span, attr::MESSAGING_MESSAGE_ID, id.clone());

@@ -494,13 +494,7 @@ impl Bus {
     /// was traced: a media fetch is part of the turn that asked for it.
     pub fn serving(request: &async_nats::Message, span: &tracing::Span) {
         let trace = TraceContext::from_headers(|name| request.headers.as_ref().and_then(|h| h.get(name)).map(|v| v.as_str()));
-        if trace.is_empty() {
-            return;
-        }
-        trace.parent(span);
-        clankie_trace::set(span, clankie_trace::attr::MESSAGING_SYSTEM, clankie_trace::attr::NATS);
-        clankie_trace::set(span, clankie_trace::attr::MESSAGING_OPERATION, "process");
-        clankie_trace::set(span, clankie_trace::attr::MESSAGING_DESTINATION, request.subject.to_string());
+        trace.consumed(span, request.subject.to_string());
     }
 
     /// Answers one request received through [`Bus::serve`].

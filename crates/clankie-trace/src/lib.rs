@@ -144,10 +144,7 @@ impl Stage {
     pub fn context(&self) -> TraceContext {
         use opentelemetry::trace::Span as _;
         let Some(span) = &self.0 else { return TraceContext::default() };
-        let cx = opentelemetry::Context::new().with_remote_span_context(span.span_context().clone());
-        let mut headers = HashMap::new();
-        TraceContextPropagator::new().inject_context(&cx, &mut Headers(&mut headers));
-        TraceContext(headers)
+        TraceContext::injected(&opentelemetry::Context::new().with_remote_span_context(span.span_context().clone()))
     }
 
     /// Sets a count on it.
@@ -249,26 +246,22 @@ impl TraceContext {
 
     /// The context of `span`; empty when it is not exported.
     pub fn of(span: &tracing::Span) -> TraceContext {
-        let cx = span.context();
+        TraceContext::injected(&span.context())
+    }
+
+    /// The headers the W3C propagator writes for `cx`; empty when it names no valid span.
+    fn injected(cx: &opentelemetry::Context) -> TraceContext {
         if !cx.span().span_context().is_valid() {
             return TraceContext::default();
         }
         let mut headers = HashMap::new();
-        TraceContextPropagator::new().inject_context(&cx, &mut Headers(&mut headers));
+        TraceContextPropagator::new().inject_context(cx, &mut Headers(&mut headers));
         TraceContext(headers)
     }
 
     /// The context a message's headers carry, read through `get`.
     pub fn from_headers<'a>(get: impl Fn(&str) -> Option<&'a str>) -> TraceContext {
         TraceContext(HEADERS.iter().filter_map(|h| get(h).map(|v| ((*h).to_owned(), v.to_owned()))).collect())
-    }
-
-    /// The context a `traceparent` value names (a stored one), empty for an empty value.
-    pub fn from_traceparent(traceparent: &str) -> TraceContext {
-        if traceparent.is_empty() {
-            return TraceContext::default();
-        }
-        TraceContext(HashMap::from([("traceparent".to_owned(), traceparent.to_owned())]))
     }
 
     /// The headers to put on a message, none when nothing is traced.
@@ -307,6 +300,19 @@ impl TraceContext {
         }
     }
 
+    /// Makes `span` (not yet entered) the consumer's side of a message from `destination` this
+    /// context was published in: its child, with the messaging attributes. Nothing when empty.
+    pub fn consumed(&self, span: &tracing::Span, destination: String) -> bool {
+        if self.is_empty() {
+            return false;
+        }
+        self.parent(span);
+        set(span, attr::MESSAGING_SYSTEM, attr::NATS);
+        set(span, attr::MESSAGING_OPERATION, "process");
+        set(span, attr::MESSAGING_DESTINATION, destination);
+        true
+    }
+
     /// Links `span` to this context: a redelivery or a delivery absorbed into another's turn
     /// points at the trace it began in.
     pub fn link(&self, span: &tracing::Span) {
@@ -322,11 +328,6 @@ pub fn current_trace_id() -> String {
     TraceContext::current().trace_id().to_owned()
 }
 
-/// Records a named event with counts on `span` (first audio, a stall): ids and numbers only.
-pub fn event(span: &tracing::Span, name: &'static str, values: &[(&'static str, i64)]) {
-    span.add_event(name, values.iter().map(|(k, v)| opentelemetry::KeyValue::new(*k, *v)).collect());
-}
-
 /// Sets an attribute on `span` whose name is not a Rust identifier (the semantic conventions' dotted names).
 pub fn set(span: &tracing::Span, key: &'static str, value: impl Into<opentelemetry::Value>) {
     span.set_attribute(key, value);
@@ -336,18 +337,22 @@ pub fn set(span: &tracing::Span, key: &'static str, value: impl Into<opentelemet
 mod tests {
     use super::*;
 
+    fn traceparent(value: &str) -> TraceContext {
+        TraceContext::from_headers(|name| (name == "traceparent" && !value.is_empty()).then_some(value))
+    }
+
     #[test]
     fn a_traceparent_names_its_trace_and_an_empty_one_none() {
-        let t = TraceContext::from_traceparent("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01");
+        let t = traceparent("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01");
         assert_eq!(t.trace_id(), "4bf92f3577b34da6a3ce929d0e0e4736");
         assert!(!t.is_empty());
-        assert!(TraceContext::from_traceparent("").is_empty());
+        assert!(traceparent("").is_empty());
         assert!(TraceContext::from_headers(|_| None).is_empty());
     }
 
     #[test]
     fn a_malformed_traceparent_is_no_parent() {
-        assert!(TraceContext::from_traceparent("00-zz-yy-01").context().is_none());
-        assert!(TraceContext::from_traceparent("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01").context().is_some());
+        assert!(traceparent("00-zz-yy-01").context().is_none());
+        assert!(traceparent("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01").context().is_some());
     }
 }
