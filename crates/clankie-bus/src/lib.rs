@@ -74,6 +74,28 @@ pub enum BusError {
     Request { subject: String, detail: String },
     #[error(transparent)]
     Subject(#[from] SubjectError),
+    /// The server is older than the JetStream API the services speak; it would fail later, inside
+    /// a stream or consumer call, with a reply the client cannot read.
+    #[error(
+        "nats-server {found} at {url} is older than {needs}, the oldest Clankie runs on: upgrade it (the local stack, compose and the Kubernetes manifests pin {PINNED_NATS_SERVER})"
+    )]
+    ServerTooOld { url: String, found: String, needs: String },
+}
+
+/// The nats-server release the local stack, compose and Kubernetes pin, and the tests run.
+pub const PINNED_NATS_SERVER: &str = "2.15.1";
+
+/// The oldest nats-server whose JetStream API the services speak (major, minor, patch).
+pub const OLDEST_NATS_SERVER: (u32, u32, u32) = (2, 12, 0);
+
+/// Whether a server's version string (`2.15.1`, `2.12.0-RC.2`) is at least [`OLDEST_NATS_SERVER`];
+/// a version that cannot be read is given the benefit of the doubt.
+pub fn server_version_suffices(version: &str) -> bool {
+    let mut parts = version.trim_start_matches('v').split(['.', '-', '+']).map(|p| p.parse::<u32>());
+    match (parts.next(), parts.next(), parts.next()) {
+        (Some(Ok(major)), Some(Ok(minor)), patch) => (major, minor, patch.and_then(Result::ok).unwrap_or(0)) >= OLDEST_NATS_SERVER,
+        _ => true,
+    }
 }
 
 /// A JetStream deduplication id (`Nats-Msg-Id`).
@@ -186,7 +208,12 @@ impl Bus {
             };
             match options.connect(addresses.as_slice()).await {
                 Ok(client) => {
-                    tracing::info!(%url, attempts, "connected to NATS");
+                    let found = client.server_info().version;
+                    if !server_version_suffices(&found) {
+                        let (major, minor, patch) = OLDEST_NATS_SERVER;
+                        return Err(BusError::ServerTooOld { url, found, needs: format!("{major}.{minor}.{patch}") });
+                    }
+                    tracing::info!(%url, attempts, server_version = %found, "connected to NATS");
                     return Ok(Bus {
                         js: jetstream::new(client.clone()),
                         client,

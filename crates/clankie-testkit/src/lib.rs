@@ -13,6 +13,7 @@ use sqlx::Connection;
 pub use clankie_stack::EphemeralNats as TestNats;
 pub use clankie_stack::EphemeralNatsCluster as TestNatsCluster;
 pub use clankie_stack::EphemeralPostgres as TestPostgres;
+pub use clankie_stack::NATS_SERVER_MIN;
 
 pub mod pages;
 
