@@ -9,6 +9,7 @@
 mod allow;
 mod area;
 pub mod catalogue;
+pub mod dotenv;
 pub mod fault;
 mod read;
 mod setting;
