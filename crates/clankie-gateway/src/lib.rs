@@ -161,6 +161,8 @@ pub(crate) struct Inner {
     pub handed_back: body::HandedBack,
     /// Channel facts and role names learned for messages' context.
     pub places: context::Places,
+    /// Flipped once a shard has been identified (READY): from then on messages are heard.
+    pub identified: tokio::sync::watch::Sender<bool>,
 }
 
 /// A gateway replica. Cheap to clone.
@@ -202,6 +204,7 @@ impl Gateway {
                 hand_back,
                 handed_back,
                 places: context::Places::default(),
+                identified: tokio::sync::watch::channel(false).0,
             }),
         }
     }
@@ -209,6 +212,13 @@ impl Gateway {
     /// The bot's user id, once READY has arrived (0 before).
     pub fn bot_id(&self) -> u64 {
         self.inner.bot_id.load(Ordering::SeqCst)
+    }
+
+    /// Resolves once a shard of this replica has been identified, so a message sent from then
+    /// on is heard; what a person is told to open waits for it.
+    pub async fn identified(&self) {
+        let mut identified = self.inner.identified.subscribe();
+        let _ = identified.wait_for(|ready| *ready).await;
     }
 
     /// Runs until `shutdown`, then closes each shard for resume and hands its claim back with

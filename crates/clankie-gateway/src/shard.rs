@@ -563,6 +563,7 @@ impl Gateway {
                     let (gateway, app) = (self.clone(), ready.application.id.get());
                     tokio::spawn(async move { gateway.register_commands(app).await });
                     tracing::info!("shard identified");
+                    self.inner.identified.send_replace(true);
                     save_if_caught_up(&shard);
                 }
                 // Answered on a task of its own, never behind the queue: Discord waits 3 s for the first answer.

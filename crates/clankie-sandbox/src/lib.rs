@@ -266,6 +266,12 @@ impl Sandbox {
         }
     }
 
+    /// Resolves once the gateway's shard is identified with the loopback: a message typed on
+    /// the page from then on is heard.
+    pub async fn identified(&self) {
+        self.gateway.identified().await;
+    }
+
     /// The sandbox page's address.
     pub fn url(&self) -> String {
         self.discord.url()

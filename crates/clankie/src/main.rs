@@ -179,6 +179,7 @@ enum StackAction {
 
 fn main() -> Result<()> {
     let cli = Cli::parse();
+    read_dotenv()?;
     if let Some(config) = &cli.config {
         let config = std::path::absolute(config).with_context(|| format!("--config {}", config.display()))?;
         // SAFETY: called from `main` before the runtime starts, while this is the only thread.
@@ -187,6 +188,23 @@ fn main() -> Result<()> {
     }
     let trust = matches!(cli.command, Command::Run).then(trust_the_loopback_voice_server).flatten();
     tokio::runtime::Builder::new_multi_thread().enable_all().build().context("starting the async runtime")?.block_on(dispatch(cli, trust))
+}
+
+/// `./.env`, read as Docker Compose reads it, so the binary run beside a compose deployment
+/// (or in its directory) sees what the services see; a variable the environment already has wins.
+/// Set before any thread exists.
+fn read_dotenv() -> Result<()> {
+    let path = std::path::Path::new(".env");
+    let Some(vars) = clankie_settings::dotenv::read(path, |name| std::env::var(name).ok()).context("reading ./.env")? else {
+        return Ok(());
+    };
+    for (name, value) in vars {
+        if std::env::var_os(&name).is_none() {
+            // SAFETY: called from `main` before the runtime starts, while this is the only thread.
+            unsafe { std::env::set_var(&name, value) };
+        }
+    }
+    Ok(())
 }
 
 /// What `clankie run`'s voice body trusts: the loopback voice server's CA and `roots`, all in
@@ -400,6 +418,14 @@ async fn run(settings: &Settings, trust: Option<VoiceTrust>) -> Result<()> {
             eprintln!("Voice uses the speech engines CLANKIE_STT_BASE_URL and CLANKIE_TTS_BASE_URL name.")
         }
         None => eprintln!("Voice uses espeak-ng and pocketsphinx (phrases only): the local speech service did not start."),
+    }
+    // Said only once he can hear: a message typed before the shard is identified is never heard.
+    eprintln!("Waiting for the gateway's shard to be identified with the loopback Discord…");
+    tokio::select! {
+        () = sandbox.identified() => {}
+        (service, why) = sandbox.a_service_stopped() => {
+            bail!("the sandbox's {service} stopped before its shard was identified ({why}); its log above says more")
+        }
     }
     eprintln!("Open the sandbox room: {}", sandbox.url());
     if let Some(trust) = &trust {

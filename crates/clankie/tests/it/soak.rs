@@ -96,7 +96,8 @@ async fn soak_clankie_run_answers_a_message_every_250_ms_from_sixteen_authors_wi
             if let Some(url) = line.strip_prefix("Open the sandbox room: ") {
                 sandbox = Some(url.trim_end_matches('/').to_owned());
             }
-            let up = line.contains("shard identified");
+            // The room is announced once the shard is identified.
+            let up = line.starts_with("Open the sandbox room: ");
             printed.lock().unwrap().push(line);
             if up {
                 return;
