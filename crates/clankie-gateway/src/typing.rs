@@ -225,7 +225,8 @@ impl Gateway {
         loop {
             let d = consumer.next().await?;
             clankie_settings::fault::panic_once("gateway.typing");
-            let span = tracing::info_span!("delivery", delivery_id = %d.event.delivery_id);
+            let span = tracing::info_span!("delivery", otel.name = "gateway.typing", delivery_id = %d.event.delivery_id);
+            d.traced(&span);
             let handle = async {
                 match v1::TypingOp::try_from(d.event.op) {
                     Ok(v1::TypingOp::Start) => typing.start(d.event.channel_id).await,

@@ -175,6 +175,56 @@ async fn trace_one_message_with_a_picture_through_the_gateway_captain_and_media_
     }
 }
 
+/// Every span that carries a delivery's id is in that delivery's one trace: the typing the
+/// turn lit and put out included (the gateway's typing consumer once began a trace of its own
+/// for each action).
+#[tokio::test]
+async fn trace_every_span_carrying_a_deliverys_id_is_in_its_one_trace_typing_included() {
+    let otlp = receiver().await;
+    let cast = Cast::start(LoopbackConfig::default()).await;
+    let _dump = DumpLogsOnPanic(cast.dir.path().to_owned(), &["captain", "gateway"]);
+    cast.standin.script(Script::any(Reply::Text {
+        text: "The lobby opens at nine, and the hall at ten.".into(),
+        chunk_chars: 8,
+        chunk_delay_ms: 30,
+        first_delay_ms: 200,
+        tail_delay_ms: 0,
+    }));
+    let env = exporting(&otlp);
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let _captain = cast.service("captain", "captain", None, &env);
+    let _gateway = cast.service("gateway", "gateway", None, &env);
+    assert!(cast.discord.wait_for_session(Duration::from_secs(20)).await, "the gateway never attached");
+    let id = cast.discord.user_message(clankie_discord_loopback::NewMessage {
+        channel_id: GENERAL,
+        author: "ada".into(),
+        content: "@Clankie when does the lobby open?".into(),
+        mention: true,
+        ..Default::default()
+    });
+    until("the reply", Duration::from_secs(30), || cast.discord.posts(GENERAL).iter().any(|p| p.reply_to == Some(id))).await;
+    let carries = |s: &Value| s["attributes"]["delivery_id"].to_string().trim_matches('"') == id.to_string();
+    let spans = spans_when(&otlp, "the post and the typing the turn lit and put out", |s| {
+        // Typing's spans by what they carry, whatever they are named, so a span begun apart still counts.
+        let typing = |x: &&Value| x["service"] == "clankie-gateway" && (x["name"] == "gateway.typing" || x["name"] == "delivery");
+        rooted(s, "gateway.post", id) && s.iter().filter(|x| carries(x)).filter(typing).count() >= 2
+    })
+    .await;
+    let receive = named(&spans, "gateway.receive", id).expect("the gateway's receive span");
+    let mut traces: HashMap<&str, Vec<String>> = HashMap::new();
+    for s in spans.iter().filter(|s| carries(s)) {
+        let name = format!("{}:{}", s["service"].as_str().unwrap_or(""), s["name"].as_str().unwrap_or(""));
+        traces.entry(s["trace_id"].as_str().unwrap_or("")).or_default().push(name);
+    }
+    assert_eq!(traces.len(), 1, "the delivery's spans are in {} traces: {traces:#?}", traces.len());
+    assert_eq!(traces.keys().next().copied(), receive["trace_id"].as_str(), "{traces:#?}");
+    let typing: Vec<&Value> = spans.iter().filter(|s| s["name"] == "gateway.typing" && carries(s)).collect();
+    for t in typing {
+        let chain = ancestry(&spans, t).unwrap_or_else(|e| panic!("the chain from a typing span broke: {e}"));
+        assert_eq!(chain.last().unwrap()["span_id"], receive["span_id"], "typing's root: {:?}", chain_names(&chain));
+    }
+}
+
 #[tokio::test]
 async fn trace_a_captain_sigkilled_mid_turn_leaves_the_takeovers_spans_in_the_messages_trace() {
     let otlp = receiver().await;
