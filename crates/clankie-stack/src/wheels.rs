@@ -35,7 +35,11 @@ pub(crate) fn install(dir: &Path, wheels: &[String], what: &'static str, install
         let _ = std::fs::remove_dir_all(&staging);
         let said = String::from_utf8_lossy(&output.stderr);
         let last = said.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("").chars().take(300).collect::<String>();
-        return Err(StackError::PipInstall { what, status: output.status.to_string(), said: last });
+        let said = match pip_cause(&said) {
+            Some(cause) => format!("{cause} (pip's last line: {last})"),
+            None => last,
+        };
+        return Err(StackError::PipInstall { what, status: output.status.to_string(), said });
     }
     match std::fs::rename(&staging, dir) {
         Ok(()) => Ok(()),
@@ -44,6 +48,25 @@ pub(crate) fn install(dir: &Path, wheels: &[String], what: &'static str, install
             Ok(())
         }
         Err(source) => Err(StackError::Io { path: dir.to_owned(), source }),
+    }
+}
+
+/// What pip's retries say went wrong, where its last line only says no distribution matched:
+/// a certificate the machine does not trust, or an index it cannot reach.
+pub(crate) fn pip_cause(stderr: &str) -> Option<&'static str> {
+    let lower = stderr.to_ascii_lowercase();
+    if lower.contains("certificate_verify_failed") || lower.contains("sslerror") || lower.contains("ssl certificate") {
+        Some(
+            "TLS to the package index failed: this machine (or image) does not trust the certificate it was shown; add the CA to the system bundle (/etc/ssl/certs) or point PIP_CERT at one that holds it",
+        )
+    } else if lower.contains("temporary failure in name resolution")
+        || lower.contains("name or service not known")
+        || lower.contains("newconnectionerror")
+        || lower.contains("connection refused")
+    {
+        Some("the package index could not be reached: check the network, or PIP_INDEX_URL and the proxy settings")
+    } else {
+        None
     }
 }
 
@@ -136,4 +159,18 @@ pub(crate) fn get(port: u16, path: &str) -> std::io::Result<(u16, String)> {
     let status = response.split_whitespace().nth(1).and_then(|s| s.parse().ok()).unwrap_or(0);
     let body = response.split_once("\r\n\r\n").map_or("", |(_, b)| b).to_owned();
     Ok((status, body))
+}
+
+#[cfg(test)]
+mod pip_tests {
+    use super::pip_cause;
+
+    #[test]
+    fn pip_a_tls_failure_is_named_for_what_it_is_not_a_missing_distribution() {
+        let tls = "WARNING: Retrying (Retry(total=4)) after connection broken by 'SSLError(SSLCertVerificationError(1, '[SSL: CERTIFICATE_VERIFY_FAILED] certificate verify failed: unable to get local issuer certificate'))': /simple/piper-tts/\nERROR: Could not find a version that satisfies the requirement piper-tts==1.8.0\nERROR: No matching distribution found for piper-tts==1.8.0";
+        assert!(pip_cause(tls).is_some_and(|c| c.starts_with("TLS to the package index failed")));
+        let dns = "WARNING: Retrying ... NewConnectionError('<pip._vendor.urllib3.connection.HTTPSConnection>: Failed to establish a new connection: [Errno -3] Temporary failure in name resolution')\nERROR: No matching distribution found for x==1";
+        assert!(pip_cause(dns).is_some_and(|c| c.contains("could not be reached")));
+        assert_eq!(pip_cause("ERROR: No matching distribution found for nosuchwheel==9"), None, "a real missing wheel is left as pip said it");
+    }
 }
