@@ -433,6 +433,7 @@ impl Gateway {
                 let _ = d.term().await;
             }
             Err(PostError::Denied(denied)) => {
+                let needs = if denied == Denied::MissingPermissions { self.needs_in(channel, needs).await } else { needs };
                 let codes = denied.codes(&needs);
                 tracing::error!(
                     channel,
@@ -447,6 +448,15 @@ impl Gateway {
                 let _ = d.term().await;
             }
         }
+    }
+
+    /// `needs` as they are in `channel`: in a thread or forum post Send Messages in Threads
+    /// instead of Send Messages, which has no effect there.
+    async fn needs_in(&self, channel: u64, needs: Vec<&'static str>) -> Vec<&'static str> {
+        if !needs.contains(&"needs_send_messages") || !self.channel_facts(channel).await.is_some_and(|f| f.is_thread()) {
+            return needs;
+        }
+        needs.into_iter().map(|n| if n == "needs_send_messages" { "needs_send_messages_in_threads" } else { n }).collect()
     }
 
     /// Marks an outbound message Discord refused in the posted-pieces bucket, so a reply's

@@ -1,16 +1,17 @@
 //! `clankie doctor`'s Discord half: what Discord itself says about the bot, read the way the
-//! gateway reads it (the token, the application's Message Content switch, the servers he is in,
-//! his permissions in every admitted channel, his slash command), each answered with a check and
-//! the one-line fix a person can act on.
+//! gateway reads it (the token, the application's Message Content switch, the servers he is
+//! admitted to, his permissions in every admitted channel, forum and voice room, his slash
+//! command), each answered with a check and the one-line fix a person can act on.
 
 use std::collections::HashMap;
 
-use twilight_model::channel::ChannelType;
 use twilight_model::channel::permission_overwrite::{PermissionOverwrite, PermissionOverwriteType};
+use twilight_model::channel::{Channel, ChannelType};
 use twilight_model::guild::{Permissions, Role};
 use twilight_model::id::Id;
-use twilight_model::id::marker::{GuildMarker, RoleMarker, UserMarker};
-use twilight_model::oauth::ApplicationFlags;
+use twilight_model::id::marker::{ApplicationMarker, GuildMarker, RoleMarker, UserMarker};
+use twilight_model::oauth::{Application, ApplicationFlags};
+use twilight_model::user::CurrentUser;
 
 use crate::invite::{NEEDS, invite_url};
 
@@ -36,11 +37,15 @@ impl Check {
     }
 }
 
-/// What the Discord checks read besides the token: the servers and voice rooms he is admitted to.
+/// What the Discord checks read besides the token: where he is admitted.
 #[derive(Debug, Clone, Default)]
 pub struct Admitted {
-    /// `CLANKIE_DISCORD_GUILDS`; empty admits every server he is in.
+    /// The servers he is admitted to; empty admits every server he is in.
     pub guilds: Vec<u64>,
+    /// Where `guilds` was set, as a person edits it (named in a failed line).
+    pub guilds_from: &'static str,
+    /// The channels he is admitted to (the owner settings); empty admits every channel.
+    pub channels: Vec<u64>,
     /// `CLANKIE_VOICE_ROOMS` as (guild, channel).
     pub voice_rooms: Vec<(u64, u64)>,
 }
@@ -57,6 +62,12 @@ fn text_needs() -> Permissions {
         .map(|n| n.permission)
         .filter(|p| !p.intersects(Permissions::CONNECT | Permissions::SPEAK))
         .fold(Permissions::empty(), |a, p| a | p)
+}
+
+/// The permissions a forum needs: its posts are threads, so what a text channel needs with
+/// Send Messages in Threads and without Send Messages (a forum's "Create Posts", which he does not do).
+fn forum_needs() -> Permissions {
+    text_needs() - Permissions::SEND_MESSAGES
 }
 
 /// The permissions a voice room he keeps live needs.
@@ -143,41 +154,53 @@ fn unauthorized(e: &twilight_http::Error) -> bool {
 pub async fn discord_checks(token: &str, api: Option<&str>, admitted: &Admitted) -> Vec<Check> {
     let client = crate::rest::build(token, api);
     let mut checks = Vec::new();
-    let against = api.map_or_else(|| "Discord".to_owned(), |a| format!("the Discord API at {a}"));
-    let me = match client.current_user().await {
-        Ok(r) => match r.model().await {
-            Ok(me) => me,
-            Err(e) => {
-                checks.push(Check::fail(
-                    "token",
-                    format!("{against} answered /users/@me with what is not a user: {e}"),
-                    "point CLANKIE_DISCORD_API at Discord (or unset it)",
-                ));
-                return checks;
-            }
-        },
-        Err(e) if unauthorized(&e) => {
-            checks.push(Check::fail("token", format!("{against} refused the token (401)"), TOKEN_FIX));
-            return checks;
-        }
-        Err(e) => {
-            checks.push(Check::fail(
-                "token",
-                format!("{against} could not be asked: {e}"),
-                "check the machine reaches Discord (or CLANKIE_DISCORD_API)",
-            ));
+    let me = match bot_user(&client, api).await {
+        Ok(me) => me,
+        Err(failed) => {
+            checks.push(failed);
             return checks;
         }
     };
     checks.push(Check::pass("token", format!("the bot user {} ({})", me.name, me.id)));
+    let Some(application) = application(&client, &mut checks).await else { return checks };
+    let invite = invite_url(application.id.get());
+    let Some(guilds) = guilds(&client, admitted, &invite, &mut checks).await else { return checks };
+    permissions(&client, me.id, &guilds, admitted, &mut checks).await;
+    checks.push(command(&client, application.id).await);
+    checks
+}
 
+/// The bot user the token is, or the line that says why it could not be read.
+async fn bot_user(client: &twilight_http::Client, api: Option<&str>) -> Result<CurrentUser, Check> {
+    let against = crate::invite::api_name(api);
+    match client.current_user().await {
+        Ok(r) => r.model().await.map_err(|e| {
+            Check::fail(
+                "token",
+                format!("{against} answered /users/@me with what is not a user: {e}"),
+                "point CLANKIE_DISCORD_API at Discord (or unset it)",
+            )
+        }),
+        Err(e) if unauthorized(&e) => Err(Check::fail("token", format!("{against} refused the token (401)"), TOKEN_FIX)),
+        Err(e) if crate::invite::unanswered(&e) => Err(Check::fail(
+            "token",
+            format!("{against} could not be reached ({})", crate::invite::root_cause(&e)),
+            crate::invite::unreachable_fix(api.is_some()),
+        )),
+        Err(e) => Err(Check::fail("token", format!("{against} could not be asked: {e}"), "run doctor again; Discord may be down")),
+    }
+}
+
+/// The application, with the line on its Message Content switch; `None` (and a failed line)
+/// when it cannot be read.
+async fn application(client: &twilight_http::Client, checks: &mut Vec<Check>) -> Option<Application> {
     let application = match client.current_user_application().await {
         Ok(r) => r.model().await.ok(),
         Err(_) => None,
     };
     let Some(application) = application else {
         checks.push(Check::fail("application", "the application could not be read (/applications/@me)", "check the token is a bot token"));
-        return checks;
+        return None;
     };
     let content = ApplicationFlags::GATEWAY_MESSAGE_CONTENT | ApplicationFlags::GATEWAY_MESSAGE_CONTENT_LIMITED;
     if application.flags.is_some_and(|f| f.intersects(content)) {
@@ -189,8 +212,18 @@ pub async fn discord_checks(token: &str, api: Option<&str>, admitted: &Admitted)
             CONTENT_FIX,
         ));
     }
+    Some(application)
+}
 
-    let guilds = match crate::invite::guilds_of(&client).await {
+/// The admitted servers he is in, by id with their names, and the line that says whether he is
+/// in every one; `None` when the list could not be read.
+async fn guilds(
+    client: &twilight_http::Client,
+    admitted: &Admitted,
+    invite: &str,
+    checks: &mut Vec<Check>,
+) -> Option<Vec<(Id<GuildMarker>, String)>> {
+    let guilds = match crate::invite::guilds_of(client).await {
         Ok(guilds) => guilds,
         Err(e) => {
             checks.push(Check::fail(
@@ -198,7 +231,7 @@ pub async fn discord_checks(token: &str, api: Option<&str>, admitted: &Admitted)
                 format!("the servers he is in could not be read: {e}"),
                 "run doctor again; Discord may be down",
             ));
-            return checks;
+            return None;
         }
     };
     let names: HashMap<u64, String> = guilds.iter().map(|g| (g.id.get(), g.name.clone())).collect();
@@ -212,23 +245,48 @@ pub async fn discord_checks(token: &str, api: Option<&str>, admitted: &Admitted)
         let list = missing.iter().map(u64::to_string).collect::<Vec<_>>().join(", ");
         checks.push(Check::fail(
             "guilds",
-            format!("he is not in {list}, listed in CLANKIE_DISCORD_GUILDS"),
-            format!("invite him with {} (a person with Manage Server picks the server)", invite_url(application.id.get())),
+            format!("he is not in {list}, admitted in {}", admitted.guilds_from),
+            format!("invite him with {invite} (a person with Manage Server picks the server)"),
         ));
     } else if guilds.is_empty() {
-        checks.push(Check::fail("guilds", "he is in no server", format!("invite him with {}", invite_url(application.id.get()))));
+        checks.push(Check::fail("guilds", "he is in no server", format!("invite him with {invite}")));
     } else {
         checks.push(Check::pass("guilds", format!("he is in {} of them: {}", checked.len(), list_guilds(&checked, &names))));
     }
+    let mut checked = checked;
+    checked.sort_unstable();
+    Some(
+        checked
+            .into_iter()
+            .filter_map(|g| Some((Id::<GuildMarker>::new_checked(g)?, names.get(&g).cloned().unwrap_or_default())))
+            .collect(),
+    )
+}
 
-    let mut lacking = 0;
-    let (mut text_rooms, mut voice_rooms) = (0, 0);
-    for guild in checked.iter().copied().filter_map(Id::<GuildMarker>::new_checked) {
-        let guild_name = names.get(&guild.get()).cloned().unwrap_or_default();
+/// How the permission checks of the servers went, for the closing line.
+#[derive(Debug, Default)]
+struct Tally {
+    lacking: usize,
+    text_rooms: usize,
+    forums: usize,
+    voice_rooms: usize,
+}
+
+/// His permissions in every admitted room of every server checked: a failed line for each
+/// room that lacks one, and one passing line when none does.
+async fn permissions(
+    client: &twilight_http::Client,
+    me: Id<UserMarker>,
+    guilds: &[(Id<GuildMarker>, String)],
+    admitted: &Admitted,
+    checks: &mut Vec<Check>,
+) {
+    let mut tally = Tally::default();
+    for (guild, guild_name) in guilds {
         let read = async {
-            let g = client.guild(guild).await.ok()?.model().await.ok()?;
-            let member = client.guild_member(guild, me.id).await.ok()?.model().await.ok()?;
-            let channels = client.guild_channels(guild).await.ok()?.models().await.ok()?;
+            let g = client.guild(*guild).await.ok()?.model().await.ok()?;
+            let member = client.guild_member(*guild, me).await.ok()?.model().await.ok()?;
+            let channels = client.guild_channels(*guild).await.ok()?.models().await.ok()?;
             Some((g, member, channels))
         };
         let Some((g, member, channels)) = read.await else {
@@ -237,53 +295,18 @@ pub async fn discord_checks(token: &str, api: Option<&str>, admitted: &Admitted)
                 format!("the roles and channels of {guild_name} ({guild}) could not be read"),
                 "run doctor again",
             ));
-            lacking += 1;
+            tally.lacking += 1;
             continue;
         };
+        let server = Server { id: *guild, name: guild_name, owner: g.owner_id, me, my_roles: &member.roles, roles: &g.roles };
         for channel in &channels {
-            let voice_room = admitted.voice_rooms.iter().any(|(vg, vc)| *vg == guild.get() && *vc == channel.id.get());
-            let needs = match channel.kind {
-                ChannelType::GuildText | ChannelType::GuildAnnouncement => text_needs(),
-                ChannelType::GuildVoice | ChannelType::GuildStageVoice if voice_room => voice_needs(),
-                _ => continue,
-            };
-            let has = channel_permissions(
-                guild,
-                g.owner_id,
-                me.id,
-                &member.roles,
-                &g.roles,
-                channel.permission_overwrites.as_deref().unwrap_or(&[]),
-            );
-            let has = implicit_denials(has, matches!(channel.kind, ChannelType::GuildVoice | ChannelType::GuildStageVoice));
-            let name = channel.name.clone().unwrap_or_default();
-            if has.is_empty() && !voice_room {
-                // A room hidden from him is a room he was not meant to be in: said, not failed.
-                checks.push(Check::pass(
-                    "permissions",
-                    format!("#{name} ({}) in {guild_name} is hidden from him; he will not answer there", channel.id),
-                ));
-                continue;
-            }
-            if voice_room {
-                voice_rooms += 1
-            } else {
-                text_rooms += 1
-            }
-            let missing = needs - has;
-            if !missing.is_empty() {
-                lacking += 1;
-                let names = permission_names(missing).join(", ");
-                checks.push(Check::fail(
-                    "permissions",
-                    format!("in #{name} ({}) of {guild_name} he lacks {names}", channel.id),
-                    format!("Server Settings, Roles (his role), or #{name}'s Edit Channel, Permissions: allow {names} for him"),
-                ));
+            if let Some(check) = room(&server, channel, admitted, &mut tally) {
+                checks.push(check);
             }
         }
         for (vg, vc) in admitted.voice_rooms.iter().filter(|(vg, _)| *vg == guild.get()) {
             if !channels.iter().any(|c| c.id.get() == *vc) {
-                lacking += 1;
+                tally.lacking += 1;
                 checks.push(Check::fail(
                     "permissions",
                     format!("the voice room {vc} of CLANKIE_VOICE_ROOMS is not a channel of {vg}"),
@@ -292,27 +315,84 @@ pub async fn discord_checks(token: &str, api: Option<&str>, admitted: &Admitted)
             }
         }
     }
-    if lacking == 0 && !checked.is_empty() {
+    if tally.lacking == 0 && !guilds.is_empty() {
         checks.push(Check::pass(
             "permissions",
-            format!("every permission he needs in {text_rooms} text channel(s) and {voice_rooms} voice room(s)"),
+            format!(
+                "every permission he needs in {} text channel(s), {} forum(s) and {} voice room(s)",
+                tally.text_rooms, tally.forums, tally.voice_rooms
+            ),
         ));
     }
+}
 
-    let registered = match client.interaction(application.id).global_commands().await {
+/// A server as its permission computation needs it.
+struct Server<'a> {
+    id: Id<GuildMarker>,
+    name: &'a str,
+    owner: Id<UserMarker>,
+    me: Id<UserMarker>,
+    my_roles: &'a [Id<RoleMarker>],
+    roles: &'a [Role],
+}
+
+/// One room's line: `None` for a room he does not use (another kind, not admitted) or has all
+/// he needs in.
+fn room(server: &Server<'_>, channel: &Channel, admitted: &Admitted, tally: &mut Tally) -> Option<Check> {
+    let voice_room = admitted.voice_rooms.iter().any(|(vg, vc)| *vg == server.id.get() && *vc == channel.id.get());
+    let listed = admitted.channels.contains(&channel.id.get());
+    let admitted_here = admitted.channels.is_empty() || listed;
+    let needs = match channel.kind {
+        ChannelType::GuildText | ChannelType::GuildAnnouncement if admitted_here => text_needs(),
+        ChannelType::GuildForum if admitted_here => forum_needs(),
+        ChannelType::GuildVoice | ChannelType::GuildStageVoice if voice_room => voice_needs(),
+        _ => return None,
+    };
+    let voice = matches!(channel.kind, ChannelType::GuildVoice | ChannelType::GuildStageVoice);
+    let overwrites = channel.permission_overwrites.as_deref().unwrap_or(&[]);
+    let has = channel_permissions(server.id, server.owner, server.me, server.my_roles, server.roles, overwrites);
+    let has = implicit_denials(has, voice);
+    let name = channel.name.clone().unwrap_or_default();
+    if has.is_empty() && !voice_room && !listed {
+        // A room hidden from him is a room he was not meant to be in: said, not failed.
+        return Some(Check::pass(
+            "permissions",
+            format!("#{name} ({}) in {} is hidden from him; he will not answer there", channel.id, server.name),
+        ));
+    }
+    match channel.kind {
+        _ if voice_room => tally.voice_rooms += 1,
+        ChannelType::GuildForum => tally.forums += 1,
+        _ => tally.text_rooms += 1,
+    }
+    let missing = needs - has;
+    if missing.is_empty() {
+        return None;
+    }
+    tally.lacking += 1;
+    let names = permission_names(missing).join(", ");
+    Some(Check::fail(
+        "permissions",
+        format!("in #{name} ({}) of {} he lacks {names}", channel.id, server.name),
+        format!("Server Settings, Roles (his role), or #{name}'s Edit Channel, Permissions: allow {names} for him"),
+    ))
+}
+
+/// Whether his slash command is registered.
+async fn command(client: &twilight_http::Client, application: Id<ApplicationMarker>) -> Check {
+    let registered = match client.interaction(application).global_commands().await {
         Ok(r) => r.models().await.map(|c| c.iter().any(|c| c.name == crate::commands::COMMAND)).unwrap_or(false),
         Err(_) => false,
     };
     if registered {
-        checks.push(Check::pass("slash command", format!("/{} is registered", crate::commands::COMMAND)));
+        Check::pass("slash command", format!("/{} is registered", crate::commands::COMMAND))
     } else {
-        checks.push(Check::fail(
+        Check::fail(
             "slash command",
             format!("/{} is not registered", crate::commands::COMMAND),
             "start the gateway once: it registers the command when it starts",
-        ));
+        )
     }
-    checks
 }
 
 fn list_guilds(ids: &[u64], names: &HashMap<u64, String>) -> String {
@@ -380,10 +460,14 @@ mod tests {
             text_needs(),
             Permissions::VIEW_CHANNEL
                 | Permissions::SEND_MESSAGES
+                | Permissions::SEND_MESSAGES_IN_THREADS
                 | Permissions::READ_MESSAGE_HISTORY
                 | Permissions::ATTACH_FILES
                 | Permissions::ADD_REACTIONS
         );
+        // A forum's posts are threads: he answers in them, never starts one.
+        assert_eq!(forum_needs(), text_needs() - Permissions::SEND_MESSAGES);
+        assert!(forum_needs().contains(Permissions::SEND_MESSAGES_IN_THREADS));
         assert_eq!(permission_names(Permissions::SEND_MESSAGES | Permissions::SPEAK), ["Send Messages", "Speak"]);
     }
 }

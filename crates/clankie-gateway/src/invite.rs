@@ -31,6 +31,13 @@ pub static NEEDS: &[Need] = &[
         uses: "create_message(channel)",
     },
     Need {
+        permission: Permissions::SEND_MESSAGES_IN_THREADS,
+        name: "Send Messages in Threads",
+        why: "answer in threads and forum posts (Send Messages does not reach them)",
+        file: "crates/clankie-gateway/src/body.rs",
+        uses: "needs_send_messages_in_threads",
+    },
+    Need {
         permission: Permissions::READ_MESSAGE_HISTORY,
         name: "Read Message History",
         why: "read a room's recent messages into a lane (its history block)",
@@ -92,8 +99,40 @@ pub enum InviteError {
         "Discord refused the token (401): copy the bot's token again from the Developer Portal (your application, Bot, Reset Token) into CLANKIE_DISCORD_TOKEN"
     )]
     Unauthorized,
+    /// No answer at all: the network, not the token.
+    #[error("{at} could not be reached ({cause}): {}", unreachable_fix(*.stand_in))]
+    Unreachable { at: String, cause: String, stand_in: bool },
     #[error("reading the application from Discord: {0}")]
     Discord(String),
+}
+
+/// What to do when `api` (a stand-in's host:port, or Discord itself) gave no answer at all.
+pub(crate) fn unreachable_fix(stand_in: bool) -> &'static str {
+    if stand_in {
+        "start the stand-in CLANKIE_DISCORD_API names (`clankie loopback`), or unset CLANKIE_DISCORD_API for Discord itself"
+    } else {
+        "check this machine reaches https://discord.com (DNS, a firewall, an HTTPS proxy in HTTPS_PROXY), then run it again; in a container, run it where the gateway runs (`docker compose run --rm gateway clankie invite`)"
+    }
+}
+
+/// Whether `e` is no answer at all (refused, timed out, cut off), rather than Discord's answer.
+pub(crate) fn unanswered(e: &twilight_http::Error) -> bool {
+    use twilight_http::error::ErrorType;
+    matches!(e.kind(), ErrorType::RequestError | ErrorType::RequestTimedOut | ErrorType::RequestCanceled)
+}
+
+/// The innermost cause of `e` (such as "Connection refused"), which twilight's own words omit.
+pub(crate) fn root_cause(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut cause = e;
+    while let Some(inner) = cause.source() {
+        cause = inner;
+    }
+    cause.to_string()
+}
+
+/// Where the API is, as the person configured it.
+pub(crate) fn api_name(api: Option<&str>) -> String {
+    api.map_or_else(|| "Discord (discord.com)".to_owned(), |a| format!("the Discord API at {a}"))
 }
 
 /// The id of the application whose bot `token` is (`GET /applications/@me`), asked of `api`
@@ -102,6 +141,7 @@ pub async fn application_id(token: &str, api: Option<&str>) -> Result<u64, Invit
     let client = crate::rest::build(token, api);
     let failed = |e: twilight_http::Error| match e.kind() {
         twilight_http::error::ErrorType::Response { status, .. } if status.get() == 401 => InviteError::Unauthorized,
+        _ if unanswered(&e) => InviteError::Unreachable { at: api_name(api), cause: root_cause(&e), stand_in: api.is_some() },
         _ => InviteError::Discord(e.to_string()),
     };
     let response = client.current_user_application().await.map_err(failed)?;
@@ -157,7 +197,7 @@ mod tests {
         let asked: u64 = url.rsplit_once("permissions=").and_then(|(_, p)| p.parse().ok()).unwrap();
         assert_eq!(Permissions::from_bits_truncate(asked), seen, "{url}");
         assert!(url.starts_with("https://discord.com/oauth2/authorize?client_id=42&scope=bot%20applications.commands&"), "{url}");
-        // View, Send, Read History, Attach, Add Reactions, Connect, Speak.
-        assert_eq!(asked, 1024 | 2048 | 65536 | 32768 | 64 | 1_048_576 | 2_097_152, "{url}");
+        // View, Send, Send in Threads, Read History, Attach, Add Reactions, Connect, Speak.
+        assert_eq!(asked, 1024 | 2048 | (1 << 38) | 65536 | 32768 | 64 | 1_048_576 | 2_097_152, "{url}");
     }
 }

@@ -8,7 +8,9 @@
 //!
 //! Scripts are queued in process with [`StandIn::script`] or over HTTP with
 //! `POST /control/script`; `GET /control/requests` lists what was recorded;
-//! `POST /control/abandon` stops it listening while its open connections hang ([`StandIn::abandon`]).
+//! `POST /control/abandon` stops it listening while its open connections hang ([`StandIn::abandon`]);
+//! `POST /control/chat_completions` with `{"on": false}` leaves Anthropic's wire the only one
+//! that answers ([`StandIn::set_chat_completions`]).
 //! It also serves the OpenAI audio routes over the offline speech engines ([`audio`]).
 
 pub mod anthropic;
@@ -199,6 +201,9 @@ pub struct Shared {
     gates: Arc<tokio::sync::watch::Sender<std::collections::BTreeSet<String>>>,
     /// Anthropic's prompt cache, on its own clock.
     pub prompt_cache: anthropic::PromptCache,
+    /// Set by [`StandIn::set_chat_completions`]: `/v1/chat/completions` answers 404 as a route
+    /// Anthropic does not serve, so only the Messages wire answers.
+    chat_completions_off: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl Shared {
@@ -279,6 +284,12 @@ impl StandIn {
         });
     }
 
+    /// Serves OpenAI's `/v1/chat/completions` (`true`, as it starts) or answers it 404 as
+    /// Anthropic's API does, leaving `/v1/messages` the only model wire that answers.
+    pub fn set_chat_completions(&self, on: bool) {
+        self.shared.chat_completions_off.store(!on, std::sync::atomic::Ordering::SeqCst);
+    }
+
     /// Queues a script.
     pub fn script(&self, script: Script) {
         self.shared.lock().scripts.push(script);
@@ -332,10 +343,28 @@ pub fn router(shared: Shared) -> Router {
         .route("/control/script", post(add_script))
         .route("/control/requests", get(list_requests).delete(clear_requests))
         .route("/control/abandon", post(abandon_route))
+        .route("/control/chat_completions", post(chat_completions_route))
         // A request carrying a 25 MB picture as base64 is about 34 MB, as a provider takes it.
         .layer(axum::extract::DefaultBodyLimit::max(64 * 1024 * 1024))
         .with_state(shared)
         .merge(audio)
+}
+
+#[derive(Deserialize)]
+struct Switch {
+    on: bool,
+}
+
+/// `POST /control/chat_completions`: [`StandIn::set_chat_completions`] for a stand-in in a process of its own.
+async fn chat_completions_route(State(shared): State<Shared>, axum::Json(switch): axum::Json<Switch>) -> StatusCode {
+    shared.chat_completions_off.store(!switch.on, std::sync::atomic::Ordering::SeqCst);
+    StatusCode::NO_CONTENT
+}
+
+/// What Anthropic's API answers a route it does not have.
+fn not_served() -> Response {
+    let body = json!({ "type": "error", "error": { "type": "not_found_error", "message": "Not Found" } });
+    (StatusCode::NOT_FOUND, axum::Json(body)).into_response()
 }
 
 async fn add_script(State(shared): State<Shared>, axum::Json(script): axum::Json<Script>) -> StatusCode {
@@ -412,6 +441,9 @@ fn error_body(status: StatusCode, kind: &str, code: &str, message: &str) -> Resp
 }
 
 async fn completions(State(shared): State<Shared>, headers: HeaderMap, body: Bytes) -> Response {
+    if shared.chat_completions_off.load(std::sync::atomic::Ordering::SeqCst) {
+        return not_served();
+    }
     let Ok(body) = serde_json::from_slice::<Value>(&body) else {
         return error_body(StatusCode::BAD_REQUEST, "invalid_request_error", "invalid_json", "body is not JSON");
     };

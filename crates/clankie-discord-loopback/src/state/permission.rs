@@ -87,9 +87,15 @@ pub const DEFAULT_EVERYONE: u64 = CREATE_INSTANT_INVITE
     | SEND_POLLS
     | USE_EXTERNAL_APPS;
 
-/// What `clankie invite` asks for (3247168): View Channels, Send Messages, Read Message
-/// History, Attach Files, Add Reactions, Connect, Speak. The bot's managed role has these.
-pub const BOT_INVITE: u64 = VIEW_CHANNEL | SEND_MESSAGES | READ_MESSAGE_HISTORY | ATTACH_FILES | ADD_REACTIONS | CONNECT | SPEAK;
+/// What `clankie invite` asks for (274881154112): View Channels, Send Messages, Send Messages in
+/// Threads, Read Message History, Attach Files, Add Reactions, Connect, Speak. The bot's managed
+/// role has these.
+pub const BOT_INVITE: u64 =
+    VIEW_CHANNEL | SEND_MESSAGES | SEND_MESSAGES_IN_THREADS | READ_MESSAGE_HISTORY | ATTACH_FILES | ADD_REACTIONS | CONNECT | SPEAK;
+
+/// What `clankie invite` asked for before it asked for Send Messages in Threads (3247168): the
+/// managed role of a bot invited then.
+pub const BOT_INVITE_WITHOUT_THREADS: u64 = BOT_INVITE & !SEND_MESSAGES_IN_THREADS;
 
 /// What a voice channel takes away without CONNECT (Discord's implicit denial).
 pub const VOICE: u64 = PRIORITY_SPEAKER

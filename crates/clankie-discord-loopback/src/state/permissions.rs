@@ -180,7 +180,7 @@ mod tests {
     }
 
     #[test]
-    fn the_bits_are_discords_and_the_invite_is_3247168() {
+    fn the_bits_are_discords_and_the_invite_is_274881154112() {
         use twilight_model::guild::Permissions as P;
         let pairs = [
             (ADD_REACTIONS, P::ADD_REACTIONS),
@@ -201,7 +201,8 @@ mod tests {
         for (ours, theirs) in pairs {
             assert_eq!(ours, theirs.bits(), "{theirs:?}");
         }
-        assert_eq!(BOT_INVITE, 3_247_168);
+        assert_eq!(BOT_INVITE, 274_881_154_112);
+        assert_eq!(BOT_INVITE_WITHOUT_THREADS, 3_247_168);
         assert_eq!(ALL & P::all().bits(), P::all().bits(), "ALL holds every permission twilight knows");
     }
 }

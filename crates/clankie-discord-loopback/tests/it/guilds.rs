@@ -28,7 +28,7 @@ async fn the_guild_routes_deserialize_as_twilight_models_and_leave_out_the_absen
     let everyone = guild.roles.iter().find(|r| r.id.get() == GUILD).unwrap();
     assert_eq!(everyone.permissions, Permissions::from_bits_truncate(DEFAULT_EVERYONE));
     let bot_role = guild.roles.iter().find(|r| r.id.get() == BOT_ROLE).unwrap();
-    assert_eq!((bot_role.permissions.bits(), bot_role.managed), (3_247_168, true));
+    assert_eq!((bot_role.permissions.bits(), bot_role.managed), (274_881_154_112, true));
     assert_eq!(bot_role.tags.as_ref().and_then(|t| t.bot_id).map(|b| b.get()), Some(discord.config().bot_user_id));
 
     let channels = http.guild_channels(id(GUILD)).await.unwrap().models().await.unwrap();

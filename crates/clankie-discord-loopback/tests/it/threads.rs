@@ -353,6 +353,47 @@ async fn thread_posting_needs_send_messages_in_threads_and_a_regained_channel_sy
     assert_eq!(sync.threads.iter().map(|t| t.id.get()).collect::<Vec<_>>(), vec![thread]);
 }
 
+/// A server whose @everyone lacks Send Messages in Threads, with the bot invited before the
+/// invite asked for it: Discord refuses his post in a thread and in a forum post (403, 50013)
+/// while his post in the parent goes through; his own allow, or the invite's role of today,
+/// lets both through.
+#[tokio::test]
+async fn operator_a_server_whose_everyone_lacks_send_messages_in_threads_refuses_his_thread_and_forum_posts_with_50013() {
+    let lacking = || {
+        let mut config = with_forum();
+        for role in &mut config.roles {
+            match role.id {
+                GUILD => role.permissions &= !SEND_MESSAGES_IN_THREADS,
+                BOT_ROLE => role.permissions = BOT_INVITE_WITHOUT_THREADS,
+                _ => {}
+            }
+        }
+        config
+    };
+    let discord = loopback(lacking()).await;
+    let http = client(&discord);
+    let thread = discord.start_thread(GENERAL, None, "t", false);
+    let (post, _) =
+        discord.create_forum_post(FORUM, "ada", "a bug", &["bug"], NewMessage { content: "it breaks".into(), ..Default::default() });
+    assert_eq!(refusal(http.create_message(id(thread)).content("in the thread").await), (403, 50013));
+    assert_eq!(refusal(http.create_message(id(post)).content("in the post").await), (403, 50013));
+    http.create_message(id(GENERAL)).content("in the parent").await.unwrap();
+    assert!(discord.posts(thread).is_empty() && discord.posts(post).is_empty());
+
+    discord.set_bot_overwrite(GENERAL, SEND_MESSAGES_IN_THREADS, 0).unwrap();
+    http.create_message(id(thread)).content("allowed for him in the parent").await.unwrap();
+
+    let mut invited_today = lacking();
+    invited_today.roles.iter_mut().filter(|r| r.id == BOT_ROLE).for_each(|r| r.permissions = BOT_INVITE);
+    let discord = loopback(invited_today).await;
+    let http = client(&discord);
+    let thread = discord.start_thread(GENERAL, None, "t", false);
+    let (post, _) =
+        discord.create_forum_post(FORUM, "ada", "a bug", &["bug"], NewMessage { content: "it breaks".into(), ..Default::default() });
+    http.create_message(id(thread)).content("in the thread").await.unwrap();
+    http.create_message(id(post)).content("in the post").await.unwrap();
+}
+
 #[tokio::test]
 async fn mentions_carry_the_users_their_members_and_the_roles() {
     let discord = loopback(with_forum()).await;

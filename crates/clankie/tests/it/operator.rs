@@ -173,3 +173,39 @@ async fn operator_clankie_invite_prints_the_url_with_the_applications_id_and_the
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success() && stderr.contains("Discord refused the token (401)"), "{stderr}");
 }
+
+/// `clankie invite` against the API, as a person runs it: stdout and stderr, and whether it succeeded.
+async fn invite(api: &str, token: &str) -> (bool, String, String) {
+    let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_clankie"));
+    for (k, _) in std::env::vars().filter(|(k, _)| k.starts_with("CLANKIE_") || k.ends_with("BACKTRACE")) {
+        cmd.env_remove(k);
+    }
+    let out = cmd.arg("invite").env("CLANKIE_DISCORD_API", api).env("CLANKIE_DISCORD_TOKEN", token).output().await.unwrap();
+    (out.status.success(), String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
+/// He answers in threads and forum posts, where Send Messages has no effect: the invite asks
+/// for Send Messages in Threads (1 << 38) and says why.
+#[tokio::test]
+async fn operator_the_invite_integer_includes_send_messages_in_threads() {
+    let discord = clankie_discord_loopback::Loopback::serve("127.0.0.1:0".parse().unwrap(), Default::default()).await.unwrap();
+    let (ok, stdout, stderr) = invite(&discord.addr().to_string(), &discord.config().token).await;
+    assert!(ok, "{stderr}");
+    let asked: u64 = stdout.trim().rsplit_once("permissions=").and_then(|(_, p)| p.parse().ok()).unwrap_or_else(|| panic!("{stdout}"));
+    assert_ne!(asked & clankie_discord_loopback::permission::SEND_MESSAGES_IN_THREADS, 0, "the invite asks for {asked}");
+    assert!(stderr.contains("Send Messages in Threads: to answer in threads and forum posts"), "{stderr}");
+    println!("operator: clankie invite asks for {asked}");
+}
+
+/// Discord not reachable at all: `clankie invite` says so and what to do, not only that a
+/// response could not be received.
+#[tokio::test]
+async fn operator_clankie_invite_when_discord_cannot_be_reached_says_what_to_do() {
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).unwrap().to_string();
+    let (ok, _, stderr) = invite(&closed, "MTA5.not-a-real.token").await;
+    assert!(!ok);
+    assert!(stderr.contains(&format!("the Discord API at {closed} could not be reached")), "{stderr}");
+    assert!(stderr.contains("start the stand-in CLANKIE_DISCORD_API names"), "{stderr}");
+    assert!(!stderr.contains("not-a-real"), "the token was printed: {stderr}");
+    println!("operator: clankie invite with nothing listening: {}", stderr.trim());
+}
