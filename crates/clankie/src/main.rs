@@ -419,6 +419,13 @@ async fn run(settings: &Settings, trust: Option<VoiceTrust>) -> Result<()> {
         }
         None => eprintln!("Voice uses espeak-ng and pocketsphinx (phrases only): the local speech service did not start."),
     }
+    if let Some(trust) = &trust {
+        let roots = trust.roots.as_ref().map_or_else(
+            || format!("the system roots ({})", clankie_discord_loopback::voice::SYSTEM_ROOTS),
+            |r| format!("the roots your SSL_CERT_FILE named ({})", r.display()),
+        );
+        eprintln!("Voice trusts the loopback voice server's CA and {roots}, all in SSL_CERT_FILE={}.", trust.bundle.display());
+    }
     // Said only once he can hear: a message typed before the shard is identified is never heard.
     eprintln!("Waiting for the gateway's shard to be identified with the loopback Discord…");
     tokio::select! {
@@ -428,13 +435,6 @@ async fn run(settings: &Settings, trust: Option<VoiceTrust>) -> Result<()> {
         }
     }
     eprintln!("Open the sandbox room: {}", sandbox.url());
-    if let Some(trust) = &trust {
-        let roots = trust.roots.as_ref().map_or_else(
-            || format!("the system roots ({})", clankie_discord_loopback::voice::SYSTEM_ROOTS),
-            |r| format!("the roots your SSL_CERT_FILE named ({})", r.display()),
-        );
-        eprintln!("Voice trusts the loopback voice server's CA and {roots}, all in SSL_CERT_FILE={}.", trust.bundle.display());
-    }
     eprintln!("Open the operator console: {}", sandbox.console_url());
     eprintln!("Watch the bus in another terminal: cargo run -q -p clankie -- tap");
     eprintln!("Ctrl-C stops it.");
