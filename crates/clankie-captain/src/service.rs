@@ -5,6 +5,19 @@ use crate::{Captain, CaptainConfig};
 use anyhow::{Context, Result};
 use clankie_settings::Settings;
 
+/// The counters the alert rules read of a captain, registered at zero as it starts.
+const SERIES: &[clankie_http::series::Series] = &[
+    ("clankie_captain_outcomes_total", &[("kind", "replied")]),
+    ("clankie_captain_outcomes_total", &[("kind", "absorbed")]),
+    ("clankie_captain_outcomes_total", &[("kind", "silent")]),
+    ("clankie_captain_outcomes_total", &[("kind", "failed")]),
+    ("clankie_captain_outcomes_total", &[("kind", "withdrawn")]),
+    ("clankie_captain_stalls_total", &[]),
+    ("clankie_captain_fenced_runs_total", &[]),
+    ("clankie_captain_outbox_given_up_total", &[("code", crate::outbox::UNPUBLISHABLE)]),
+    ("clankie_part_restarts_total", &[("part", "captain.admitter")]),
+];
+
 /// Runs a captain replica from `CLANKIE_*` settings until SIGTERM, then drains.
 pub async fn run_from_env() -> Result<()> {
     // Installed first, so a stop that comes while the service is still starting is a clean one.
@@ -13,6 +26,7 @@ pub async fn run_from_env() -> Result<()> {
     settings.check_model_for_real_discord()?;
     let _traces = clankie_http::init_tracing(&settings.log, "captain");
     clankie_http::announce_settings(&settings, clankie_settings::Service::Captain);
+    clankie_http::series::counters_at_zero(SERIES);
     let bus = clankie_bus::Bus::connect(&settings, "captain").await?;
     bus.ensure_streams().await.context("declaring streams")?;
     let store = clankie_store::Store::connect(&settings.database_url).await.context("connecting to PostgreSQL")?;

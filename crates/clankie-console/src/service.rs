@@ -21,6 +21,7 @@ pub async fn run_from_env() -> Result<()> {
     let settings = Settings::from_env().context("reading CLANKIE_* settings")?;
     let _traces = clankie_http::init_tracing(&settings.log, "console");
     clankie_http::announce_settings(&settings, clankie_settings::Service::Console);
+    clankie_http::series::counters_at_zero(&[]);
     let Some(token) = settings.console_token.clone() else {
         bail!("CLANKIE_CONSOLE_TOKEN is not set; the console serves nobody without a token");
     };

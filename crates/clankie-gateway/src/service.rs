@@ -5,6 +5,21 @@ use crate::{Gateway, GatewayConfig};
 use anyhow::{Context, Result};
 use clankie_settings::Settings;
 
+/// The counters the alert rules read of a gateway, registered at zero as it starts: each close
+/// Discord does not take back (one is enough to alert), each REST refusal the rules count.
+const SERIES: &[clankie_http::series::Series] = &[
+    ("clankie_gateway_fenced_requests_total", &[]),
+    ("clankie_gateway_fatal_closes_total", &[("code", "4004")]),
+    ("clankie_gateway_fatal_closes_total", &[("code", "4010")]),
+    ("clankie_gateway_fatal_closes_total", &[("code", "4011")]),
+    ("clankie_gateway_fatal_closes_total", &[("code", "4012")]),
+    ("clankie_gateway_fatal_closes_total", &[("code", "4013")]),
+    ("clankie_gateway_fatal_closes_total", &[("code", "4014")]),
+    ("clankie_gateway_rest_errors_total", &[("status", "401")]),
+    ("clankie_gateway_rest_errors_total", &[("status", "403")]),
+    ("clankie_gateway_rest_errors_total", &[("status", "429")]),
+];
+
 /// Runs the gateway from `CLANKIE_*` settings until SIGTERM: ingest and body.
 pub async fn run_from_env() -> Result<()> {
     // Installed first, so a stop that comes while the service is still starting is a clean one.
@@ -13,13 +28,14 @@ pub async fn run_from_env() -> Result<()> {
     settings.check_token_for_real_discord()?;
     let _traces = clankie_http::init_tracing(&settings.log, "gateway");
     clankie_http::announce_settings(&settings, clankie_settings::Service::Gateway);
+    clankie_http::series::counters_at_zero(SERIES);
     let bus = clankie_bus::Bus::connect(&settings, "gateway").await?;
     bus.ensure_streams().await.context("declaring streams")?;
-    // Against Discord itself, a first start says how to invite him; a stand-in needs no invite.
-    if settings.discord_api.is_none() {
-        let (token, admitted) = (settings.discord_token.clone(), settings.discord_guilds.clone());
+    // A first start says how to invite him while he is missing from a server he is meant for.
+    {
+        let (token, api, admitted) = (settings.discord_token.clone(), settings.discord_api.clone(), settings.discord_guilds.clone());
         tokio::spawn(async move {
-            if let Some(url) = crate::invite::wanted_invite(&token, None, &admitted).await {
+            if let Some(url) = crate::invite::wanted_invite(&token, api.as_deref(), &admitted).await {
                 tracing::warn!(%url, "he is not in every server he is meant for yet: open this invite URL as someone who manages the server (`clankie doctor` checks the rest)");
             }
         });

@@ -10,6 +10,7 @@
 //! [`supervise`] runs a service's long-lived parts, so a part that panics is restarted and
 //! `/readyz` says which is down meanwhile.
 
+pub mod series;
 pub mod supervise;
 
 pub use supervise::{Parts, supervise};

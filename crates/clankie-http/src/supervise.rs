@@ -104,6 +104,8 @@ where
     F: FnMut() -> Fut,
     Fut: Future<Output = T>,
 {
+    // Exported from the start: the part's first restart is then an increase Prometheus sees.
+    metrics::counter!("clankie_part_restarts_total", "part" => name).increment(0);
     let mut backoff = FIRST_BACKOFF;
     loop {
         let started = tokio::time::Instant::now();

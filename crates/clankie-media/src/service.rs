@@ -12,6 +12,7 @@ pub async fn run_from_env() -> Result<()> {
     let settings = Settings::from_env().context("reading CLANKIE_* settings")?;
     let _traces = clankie_http::init_tracing(&settings.log, "media");
     clankie_http::announce_settings(&settings, clankie_settings::Service::Media);
+    clankie_http::series::counters_at_zero(&[]);
     let bus = clankie_bus::Bus::connect(&settings, "media").await?;
     bus.ensure_streams().await.context("declaring streams")?;
     clankie_http::spawn_endpoints(settings.http_addr, clankie_http::Readiness { bus: bus.clone(), store: None, parts: Default::default() });

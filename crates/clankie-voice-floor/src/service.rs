@@ -6,6 +6,14 @@ use crate::{VoiceConfig, VoiceFloor};
 use anyhow::{Context, Result};
 use clankie_settings::Settings;
 
+/// The counters the alert rules read of a voice floor, registered at zero as it starts.
+const SERIES: &[clankie_http::series::Series] = &[
+    ("clankie_voice_utterances_dropped_total", &[]),
+    ("clankie_speech_errors_total", &[("stage", "transcribe"), ("code", "speech_unreachable")]),
+    ("clankie_speech_errors_total", &[("stage", "synthesize"), ("code", "speech_unreachable")]),
+    ("clankie_part_restarts_total", &[("part", "voice.room")]),
+];
+
 /// Runs the voice floor from `CLANKIE_*` settings until SIGTERM, then leaves its rooms.
 ///
 /// The voice connection is `wss://`; a voice server with a private certificate (the loopback
@@ -17,6 +25,7 @@ pub async fn run_from_env() -> Result<()> {
     settings.check_model_for_real_discord()?;
     let _traces = clankie_http::init_tracing_with(&settings.log, "voice-floor", clankie_voice_body::drops::layer());
     clankie_http::announce_settings(&settings, clankie_settings::Service::VoiceFloor);
+    clankie_http::series::counters_at_zero(SERIES);
     let bus = clankie_bus::Bus::connect(&settings, "voice-floor").await?;
     bus.ensure_streams().await.context("declaring streams")?;
     let model = clankie_agent::model_from_settings(&settings).context("configuring the model")?;
