@@ -47,6 +47,7 @@ pub use state::config::{
     BOT_ROLE, ChannelKind, ChannelSpec, DaveConfig, GUILD_OWNER, LoopbackConfig, OTHER_BOT_ROLE, OTHER_GUILD, OverwriteSpec, RoleSpec,
     shard_of, showcase_channels,
 };
+pub use state::faults::FetchFault;
 pub use state::limits::{LimitCounts, Limits};
 pub use state::permission;
 pub use state::permissions::{base_permissions, channel_permissions};
@@ -238,6 +239,17 @@ impl Loopback {
     /// epoch): what the bot sent, whether or not it became a post.
     pub fn create_requests(&self, channel: u64) -> Vec<i64> {
         self.state.limits.create_requests(channel)
+    }
+
+    /// Arms a fault on `GET /channels/{id}` and `GET /channels/{c}/messages/{m}`, the fetches a
+    /// message's context is gathered with; `None` disarms it.
+    pub fn set_fetch_fault(&self, fault: Option<FetchFault>) {
+        self.state.fetch_faults.arm(fault);
+    }
+
+    /// How many of those fetches met an armed fault.
+    pub fn fetches_faulted(&self) -> u64 {
+        self.state.fetch_faults.met()
     }
 
     /// How many resumes succeeded.

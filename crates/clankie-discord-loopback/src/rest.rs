@@ -12,6 +12,7 @@ use axum::{Json, Router};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
+use crate::state::faults::FetchFault;
 use crate::state::permission;
 use crate::state::shapes::error_json;
 use crate::state::threads::{NewThread, ThreadError};
@@ -430,6 +431,9 @@ async fn channel(AxState(state): AxState<Arc<State>>, Path(channel): Path<u64>, 
     if let Err(r) = authorised(&state, &headers) {
         return r;
     }
+    if let Err(r) = fetch_fault(&state).await {
+        return r;
+    }
     match state.channel_json_for_bot(channel) {
         Ok(v) => Json(v).into_response(),
         Err(r) => refused(r),
@@ -439,7 +443,13 @@ async fn channel(AxState(state): AxState<Arc<State>>, Path(channel): Path<u64>, 
 /// `GET /channels/{c}/messages/{m}`: one message, a reply with the message it answers. Needs
 /// Read Message History (50001 without, as Discord answers); 10008 for one not in the channel.
 async fn get_message(AxState(state): AxState<Arc<State>>, Path((channel, message)): Path<(u64, u64)>, headers: HeaderMap) -> Response {
-    let perms = match authorised_in(&state, &headers, channel) {
+    if let Err(r) = authorised(&state, &headers) {
+        return r;
+    }
+    if let Err(r) = fetch_fault(&state).await {
+        return r;
+    }
+    let perms = match access(&state, channel) {
         Ok(p) => p,
         Err(r) => return r,
     };
@@ -449,6 +459,18 @@ async fn get_message(AxState(state): AxState<Arc<State>>, Path((channel, message
     match state.message(message).filter(|m| m.channel_id == channel && !m.spoken && !m.ephemeral) {
         Some(m) => Json(state.message_json(&m)).into_response(),
         None => unknown_message(),
+    }
+}
+
+/// The fault a test armed on the context fetches: the answer waits, or is Discord's refusal.
+async fn fetch_fault(state: &State) -> Result<(), Response> {
+    match state.fetch_faults.meet() {
+        Some(FetchFault::Slow(wait)) => {
+            tokio::time::sleep(wait).await;
+            Ok(())
+        }
+        Some(FetchFault::Refused) => Err(refused(Refusal::MissingAccess)),
+        None => Ok(()),
     }
 }
 

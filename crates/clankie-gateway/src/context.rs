@@ -17,7 +17,7 @@ use crate::Gateway;
 use crate::normalise::{self, Names};
 
 /// How long gathering may hold a message back before it is published with what was found.
-pub(crate) const GATHER_PATIENCE: Duration = Duration::from_secs(3);
+pub const GATHER_PATIENCE: Duration = Duration::from_secs(3);
 
 /// A channel as a message's context needs it.
 #[derive(Debug, Clone, Default)]
@@ -79,6 +79,12 @@ impl Places {
         if let Some(f) = self.channels.lock().unwrap_or_else(|p| p.into_inner()).get_mut(&id) {
             change(f);
         }
+    }
+
+    /// A message was edited or deleted: a thread started from it (the thread has its id) fetches
+    /// its starter again when next needed, so no message there carries the old words.
+    pub(crate) fn forget_starter(&self, message: u64) {
+        self.update(message, |f| f.starter = None);
     }
 
     /// A channel or thread changed or went: its facts are fetched again when next needed.

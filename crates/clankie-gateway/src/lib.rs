@@ -30,6 +30,8 @@ mod shard;
 mod typing;
 mod voice;
 
+pub use context::GATHER_PATIENCE;
+
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};

@@ -716,6 +716,13 @@ impl Gateway {
         {
             return true;
         }
+        // A thread started from this message quotes it as its starter with each of its messages:
+        // the kept copy goes, and the next message there fetches the words as they are now.
+        match &change {
+            Change::Edit(m) => self.inner.places.forget_starter(m.id.get()),
+            Change::Delete(d) => self.inner.places.forget_starter(d.id.get()),
+            Change::ThreadArchived(_) | Change::ThreadDeleted(_) => {}
+        }
         let event = match change {
             // His own messages and other bots' are not conversation he corrects.
             Change::Edit(m) if m.author.bot || (bot != 0 && m.author.id.get() == bot) => return true,

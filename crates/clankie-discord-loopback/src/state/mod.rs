@@ -5,6 +5,7 @@
 //! limits, interactions, voice) read and change it; it imports nothing of theirs.
 
 pub mod config;
+pub mod faults;
 mod guilds;
 pub mod interactions;
 pub mod limits;
@@ -71,6 +72,8 @@ pub(crate) struct State {
     pub grants: permissions::Keeper,
     /// The live threads. Locked after `inner` when both are, never the other way.
     threads: threads::Keeper,
+    /// A fault a test armed on the context fetches.
+    pub fetch_faults: faults::Keeper,
     /// When the loopback started: when the bot joined its guilds.
     started_ms: i64,
 }
@@ -104,6 +107,7 @@ impl State {
             interactions: interactions::Interactions::default(),
             grants: permissions::Keeper::seeded(&config),
             threads: threads::Keeper::default(),
+            fetch_faults: faults::Keeper::default(),
             started_ms: now_ms(),
             site: Site { config, addr },
         }

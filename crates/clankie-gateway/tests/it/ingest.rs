@@ -175,3 +175,89 @@ async fn chaos_nats_away_at_the_gateway_a_message_is_replayed_on_resume_not_drop
     );
     assert_eq!(ids, vec![lost_while_away.to_string(), next.to_string()], "each message stored once, in order");
 }
+
+/// Gathering a message's context is bounded in time: with Discord slow to answer the fetches
+/// (the chain above a reply, a linked message) or refusing them, the message is still
+/// published, within the gathering's patience, with what could be found; with the fault gone
+/// the same shapes carry their quotes (the control: the fetches are the ones faulted).
+#[tokio::test]
+async fn context_gathering_slow_or_refused_fetches_hold_no_message_past_its_patience() {
+    use clankie_discord_loopback::FetchFault;
+    const LOBBIES: u64 = 201;
+    let rig = Rig::new().await;
+    let ingress = record::<v1::Ingress>(&rig.bus, Family::IngressText).await;
+    let (_gateway, _task) = rig.gateway().await;
+    let linked = rig.say(LOBBIES, "cy", "the server password rotates on monday");
+    let first = rig.say(GENERAL, "bob", "who hosts tonight?");
+    let second = rig.discord.user_message(NewMessage {
+        channel_id: GENERAL,
+        author: "cy".into(),
+        content: "I think ada does".into(),
+        reply_to: Some(first),
+        ..Default::default()
+    });
+    until("the chain's messages in", Duration::from_secs(10), || ingress.all().iter().any(|i| i.delivery_id == second.to_string())).await;
+    // One message of each shape: a reply whose chain goes one further up, and a link.
+    let ask = |text: &str| {
+        let reply = rig.discord.user_message(NewMessage {
+            channel_id: GENERAL,
+            author: "ada".into(),
+            content: format!("@Clankie {text}, is that right?"),
+            reply_to: Some(second),
+            ..Default::default()
+        });
+        let link = rig.say(GENERAL, "ada", &format!("@Clankie {text}: https://discord.com/channels/{GUILD}/{LOBBIES}/{linked}"));
+        (reply, link)
+    };
+    // Published within the thread's patience and the gathering's own, plus a second's slack.
+    let bound = GATHER_PATIENCE_TWICE + Duration::from_secs(1);
+    let published = |ids: (u64, u64), started: tokio::time::Instant, what: &'static str| {
+        let ingress = &ingress;
+        async move {
+            let wanted = [ids.0.to_string(), ids.1.to_string()];
+            let deadline = started + bound + Duration::from_secs(30);
+            loop {
+                let got: Vec<v1::Ingress> = ingress.all().into_iter().filter(|i| wanted.contains(&i.delivery_id)).collect();
+                if got.len() == 2 {
+                    let took = started.elapsed();
+                    println!("context_gathering: {what}: both published {} ms after they were sent", took.as_millis());
+                    assert!(
+                        took < bound,
+                        "{what}: the messages waited {} ms on their context (bound {} ms)",
+                        took.as_millis(),
+                        bound.as_millis()
+                    );
+                    return got;
+                }
+                assert!(tokio::time::Instant::now() < deadline, "{what}: the messages were never published");
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+    };
+    let has = |got: &[v1::Ingress], kind: v1::QuotedKind| got.iter().any(|i| i.quoted.iter().any(|q| q.kind == kind as i32));
+
+    // Discord slow: each fetch answers after 30 s.
+    rig.discord.set_fetch_fault(Some(FetchFault::Slow(Duration::from_secs(30))));
+    let started = tokio::time::Instant::now();
+    let got = published(ask("slow"), started, "with every fetch answering after 30 s").await;
+    assert!(rig.discord.fetches_faulted() >= 1, "no fetch met the slow answer, so nothing was held");
+    assert!(!has(&got, v1::QuotedKind::ReplyChain) && !has(&got, v1::QuotedKind::Linked), "a slow answer was waited for: {got:?}");
+    assert!(has(&got, v1::QuotedKind::RepliedTo), "what Discord sent with the message is kept: {got:?}");
+
+    // Discord refusing: 403 Missing Access on each fetch.
+    let met = rig.discord.fetches_faulted();
+    rig.discord.set_fetch_fault(Some(FetchFault::Refused));
+    let started = tokio::time::Instant::now();
+    let got = published(ask("refused"), started, "with every fetch refused").await;
+    assert!(rig.discord.fetches_faulted() > met, "no fetch was refused");
+    assert!(!has(&got, v1::QuotedKind::ReplyChain) && !has(&got, v1::QuotedKind::Linked), "{got:?}");
+
+    // The fault gone: the same shapes carry the chain and the link.
+    rig.discord.set_fetch_fault(None);
+    let started = tokio::time::Instant::now();
+    let got = published(ask("answered"), started, "with Discord answering").await;
+    assert!(has(&got, v1::QuotedKind::ReplyChain), "the chain above the reply was not fetched: {got:?}");
+    assert!(has(&got, v1::QuotedKind::Linked), "the linked message was not fetched: {got:?}");
+}
+
+const GATHER_PATIENCE_TWICE: Duration = Duration::from_secs(clankie_gateway::GATHER_PATIENCE.as_secs() * 2);

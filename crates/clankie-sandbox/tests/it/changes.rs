@@ -335,3 +335,96 @@ async fn message_edit_then_delete_before_the_run_reads_the_correction_takes_the_
     assert_eq!(stored_anywhere(&store, "walrus-1").await, 0, "the first words are still stored");
     assert_eq!(stored_anywhere(&store, "narwhal-2").await, 0, "the edited words are still stored");
 }
+
+/// A change to a message another lane quotes reaches that lane too: a linked message in
+/// another channel, and a thread's starter in its parent. Edited, the quoting lane's next
+/// request shows the new words and not the old; deleted, neither.
+#[tokio::test]
+async fn message_edit_and_delete_of_a_quoted_message_reach_the_lanes_that_quote_it() {
+    const LOBBIES: u64 = 201;
+    let rig = Rig::new().await;
+    let guild = rig.sandbox.discord.config().guild_id;
+    let bus = rig.bus().await;
+    let receipts = clankie_testkit::record::<v1::Receipt>(&bus, Family::Receipt).await;
+    rig.standin.script(Script::any(Reply::text("Noted.")));
+    let to_him = |channel: u64, text: &str| {
+        rig.sandbox.discord.user_message(clankie_discord_loopback::NewMessage {
+            channel_id: channel,
+            author: "ada".into(),
+            content: format!("@Clankie {text}"),
+            mention: true,
+            ..Default::default()
+        })
+    };
+    // The next request after `asked` is answered: its text.
+    let next_request = |channel: u64, text: &'static str| {
+        let rig = &rig;
+        async move {
+            let before = rig.standin.requests().len();
+            let asked = to_him(channel, text);
+            rig.wait_outcomes(channel, &[asked]).await;
+            rig.standin.requests().into_iter().skip(before).find(|r| r.count(text) > 0).expect("the request").all_text()
+        }
+    };
+
+    // A linked message, quoted in the general channel's lane.
+    let linked = rig.say(LOBBIES, "cy", "the server password rotates on monday");
+    let first = to_him(GENERAL, &format!("what does https://discord.com/channels/{guild}/{LOBBIES}/{linked} say?"));
+    rig.wait_outcomes(GENERAL, &[first]).await;
+    // A thread's starter, quoted in the thread's lane.
+    let starter = rig.say(GENERAL, "bob", "the winter bracket starts in march");
+    let thread = rig.sandbox.discord.start_thread(GENERAL, Some(starter), "winter bracket", false);
+    let in_thread = to_him(thread, "when does it start?");
+    rig.wait_outcomes(thread, &[in_thread]).await;
+
+    // Both edited: each change is passed on to the lane quoting it (a copy, `<change>@<lane>`).
+    assert!(rig.sandbox.discord.user_edit(linked, "the server password rotates on friday".into()));
+    assert!(rig.sandbox.discord.user_edit(starter, "the winter bracket starts in april".into()));
+    let changes = || -> Vec<(String, String, Vec<String>)> {
+        receipts
+            .all()
+            .into_iter()
+            .filter(|r| r.kind.contains("change"))
+            .map(|r| (r.kind.clone(), r.delivery_id.clone(), r.codes.clone()))
+            .collect()
+    };
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    // A copy's receipt names it by a digest of its id (`<change>@<lane>` holds the lane's key).
+    let copies = |code: &str| {
+        receipts
+            .all()
+            .iter()
+            .filter(|r| r.kind == "captain.changed" && r.codes.iter().any(|c| c == code) && r.delivery_id.starts_with('#'))
+            .count()
+    };
+    loop {
+        if copies("edit") >= 2 {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the edits of {linked} (linked) and {starter} (starter) were not passed on to the lanes quoting them: {:?}",
+            changes()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let general = next_request(GENERAL, "and the password?").await;
+    assert!(
+        general.contains("rotates on friday") && !general.contains("rotates on monday"),
+        "the linked edit did not reach the lane quoting it"
+    );
+    let threaded = next_request(thread, "and the bracket?").await;
+    assert!(
+        threaded.contains("starts in april") && !threaded.contains("starts in march"),
+        "the starter's edit did not reach the thread's lane"
+    );
+
+    // Both deleted: neither lane shows either text.
+    assert!(rig.sandbox.discord.user_delete(linked));
+    assert!(rig.sandbox.discord.user_delete(starter));
+    until("the deletions passed on to the quoting lanes", Duration::from_secs(20), || copies("delete") >= 2).await;
+    let general = next_request(GENERAL, "anything else?").await;
+    assert!(!general.contains("rotates on"), "the deleted linked message is still in the general lane");
+    let threaded = next_request(thread, "anything more?").await;
+    assert!(!threaded.contains("the winter bracket starts"), "the deleted starter is still in the thread's lane");
+}

@@ -225,8 +225,25 @@ async fn thread_from_adas_message_first_request_holds_the_starter_and_the_parent
         assert!(tokio::time::Instant::now() < deadline, "the deleted thread's waiting message was never withdrawn");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+    let posts_before = rig.sandbox.discord.posts(thread).len();
     rig.standin.open_gate("deleted");
+    // The held run ends before its outcome is settled: a withdrawn message left in its queue
+    // would have reached the model by then, in a call after the gated one.
+    let held_outcome = {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Some(o) = store.outcome(&held.to_string()).await.unwrap() {
+                break o;
+            }
+            assert!(tokio::time::Instant::now() < deadline, "the held run never settled its outcome");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    };
+    assert_eq!(held_outcome.kind, v1::OutcomeKind::Replied, "{held_outcome:?}");
+    let gated_calls = rig.standin.requests().iter().filter(|r| r.count("one more question about seeds") > 0).count();
+    assert_eq!(gated_calls, 1, "the held run called the model again after the gate: something was steered in after the deletion");
     assert!(rig.standin.requests().iter().all(|r| r.count("walrus-7781") == 0), "a message of the deleted thread reached the model");
+    assert_eq!(store.outcome(&waiting.to_string()).await.unwrap().map(|o| o.kind), Some(v1::OutcomeKind::Withdrawn));
     // What the lane stored of the thread's messages goes with them; the starter, which lives in
     // the parent channel and was not deleted, stays where the lane quoted it.
     for gone in ["can you draft the rounds?", "back to the bracket: who seeds?"] {
@@ -236,8 +253,11 @@ async fn thread_from_adas_message_first_request_holds_the_starter_and_the_parent
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
     }
-    let _ = held;
     assert!(crate::entries_holding(&store, "who wants to plan the winter bracket with me?").await > 0);
+    // Nothing was posted in the deleted thread: its routes answer 404, and nothing got past them.
+    let posts = rig.sandbox.discord.posts(thread);
+    assert_eq!(posts.len(), posts_before, "a post reached the deleted thread: {posts:?}");
+    assert!(posts.iter().all(|p| p.content != "Seeds by rating."), "the held run's answer was posted in the deleted thread");
 }
 
 /// A private thread reaches him only once he is a member: mentioned there, he is added (as
@@ -427,4 +447,38 @@ async fn rich_a_message_link_a_poll_a_sticker_an_embed_a_forward_and_a_py_file_r
     let context = lines_in(&request, clankie_captain::prompt::CONTEXT_OPEN);
     let forwarded = context.iter().find(|l| l.attr("what") == Some("forwarded")).expect("a forwarded line");
     assert_eq!((forwarded.attr("from"), forwarded.content.as_str()), (Some("ada"), "meet at the north gate at noon"));
+}
+
+/// A link is followed only into a channel the owner admits: a message of a same-guild channel
+/// left off the owner's list reaches no request, though the link names this guild and Discord
+/// would let him read it; once the owner admits that channel, the same link is quoted.
+#[tokio::test]
+async fn links_into_a_same_guild_channel_the_owner_does_not_admit_are_dropped_and_quoted_once_it_is_admitted() {
+    let rig = Rig::new().await;
+    let guild = rig.sandbox.discord.config().guild_id;
+    let store = Store::connect(&rig.settings.database_url).await.unwrap();
+    let owner = store.owner_settings().await.unwrap();
+    store.set_owner_settings(&OwnerSettings { channels: vec![GENERAL], ..owner.clone() }).await.unwrap();
+    let linked = rig.say(LOBBIES, "cy", "the server password rotates on monday");
+    let link = format!("https://discord.com/channels/{guild}/{LOBBIES}/{linked}");
+
+    let asked = rig.sandbox.discord.user_message(to_him(GENERAL, "ada", &format!("what does {link} say?")));
+    rig.wait_outcomes(GENERAL, &[asked]).await;
+    assert_eq!(rig.outcome(GENERAL, asked).as_deref(), Some("replied"));
+    let request = request_for(&rig, "what does https://discord.com/channels/");
+    assert!(
+        lines_in(&request, clankie_captain::prompt::CONTEXT_OPEN).iter().all(|l| l.attr("what") != Some("linked")),
+        "a link into a channel the owner does not admit was quoted"
+    );
+    assert!(rig.standin.requests().iter().all(|r| r.count("password rotates") == 0), "the unadmitted channel's words reached the model");
+
+    // The owner admits the channel: the same link, asked again, is quoted.
+    store.set_owner_settings(&OwnerSettings { channels: vec![GENERAL, LOBBIES], ..owner }).await.unwrap();
+    let again = rig.sandbox.discord.user_message(to_him(GENERAL, "ada", &format!("and now, {link}?")));
+    rig.wait_outcomes(GENERAL, &[again]).await;
+    let request = request_for(&rig, "and now, https://discord.com/channels/");
+    let context = lines_in(&request, clankie_captain::prompt::CONTEXT_OPEN);
+    let quoted =
+        context.iter().find(|l| l.attr("what") == Some("linked")).unwrap_or_else(|| panic!("no linked line once admitted: {context:?}"));
+    assert_eq!((quoted.attr("from"), quoted.content.as_str()), (Some("cy"), "the server password rotates on monday"));
 }
