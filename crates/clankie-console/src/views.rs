@@ -30,11 +30,8 @@ pub async fn trail(store: &Store, delivery_id: &str, trace_url: Option<&str>) ->
     // The receipts name the trace their spans were in; a takeover's are in the same one.
     let mut traces: Vec<&str> = receipts.iter().filter_map(|r| r.receipt.ids.get("trace").map(String::as_str)).collect();
     traces.dedup();
-    let trace_rows: Vec<Value> = traces
-        .iter()
-        .take(1)
-        .map(|id| json!({ "trace_id": id, "trace_url": trace_url.map(|t| t.replace("{trace_id}", id)) }))
-        .collect();
+    let trace_rows: Vec<Value> =
+        traces.iter().take(1).map(|id| json!({ "trace_id": id, "trace_url": trace_url.map(|t| t.replace("{trace_id}", id)) })).collect();
     let lanes: Vec<String> = receipts.iter().map(|r| r.receipt.lane.clone()).collect();
     // How the reply ended at Discord: a refused post is the reply's failure, named by its
     // codes, even though the turn itself replied.

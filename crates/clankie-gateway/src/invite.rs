@@ -181,6 +181,30 @@ pub async fn wanted_invite(token: &str, api: Option<&str>, admitted: &[u64]) -> 
 mod tests {
     use super::*;
 
+    /// A file's code: its comments and its test module left out, so a use that only a comment
+    /// or a test mentions is no use.
+    fn code_only(source: &str) -> String {
+        let before_tests = source.split("#[cfg(test)]").next().unwrap_or_default();
+        before_tests
+            .lines()
+            .filter(|l| !l.trim_start().starts_with("//"))
+            .map(|l| match l.find(" // ") {
+                Some(at) => &l[..at],
+                None => l,
+            })
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+
+    #[test]
+    fn operator_the_invite_code_only_leaves_out_comments_and_tests() {
+        let source =
+            "let a = 1; // create_message(channel)\n/// needs create_reaction(x)\nfn f() { play() }\n#[cfg(test)]\nmod t { join() }";
+        let code = code_only(source);
+        assert!(code.contains("play()") && code.contains("let a = 1;"));
+        assert!(!code.contains("create_message") && !code.contains("create_reaction") && !code.contains("join()"), "{code}");
+    }
+
     #[test]
     fn operator_the_invite_asks_for_exactly_the_permissions_listed_each_used_where_it_says() {
         let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
@@ -190,7 +214,14 @@ mod tests {
             assert!(!seen.contains(need.permission), "{} is listed twice", need.name);
             seen |= need.permission;
             let source = std::fs::read_to_string(root.join(need.file)).unwrap_or_else(|e| panic!("{}: {e}", need.file));
-            assert!(source.contains(need.uses), "{} is needed for `{}` in {}, which is not there", need.name, need.uses, need.file);
+            let code = code_only(&source);
+            assert!(
+                code.contains(need.uses),
+                "{} is needed for `{}` in {}, whose code (not its comments or tests) lacks it",
+                need.name,
+                need.uses,
+                need.file
+            );
         }
         assert_eq!(permissions(), seen);
         let url = invite_url(42);

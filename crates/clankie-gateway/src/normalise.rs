@@ -149,8 +149,8 @@ pub fn as_people_see_it(content: &str, mentions: &[twilight_model::channel::mess
             }
             None => "@someone".to_owned(),
         },
-        Markup::Channel(id) => format!("#{}", names.channels.get(id).map_or("unknown-channel", String::as_str)),
-        Markup::Role(id) => format!("@{}", names.roles.get(id).map_or("unknown-role", String::as_str)),
+        Markup::Channel(id) => format!("#{}", names.channels.get(id).map_or_else(|| "unknown-channel".to_owned(), |n| display_bounded(n))),
+        Markup::Role(id) => format!("@{}", names.roles.get(id).map_or_else(|| "unknown-role".to_owned(), |n| display_bounded(n))),
         Markup::Emoji(name) => format!(":{name}:"),
     })
 }
@@ -605,11 +605,29 @@ mod tests {
         fn fuzz_mentions_and_message_links_in_hostile_words_are_bounded_and_never_panic() {
             let config = ProptestConfig { cases: cases(), failure_persistence: None, ..ProptestConfig::default() };
             let mut runner = proptest::test_runner::TestRunner::new(config);
-            let outcome = runner.run(&markup_text(), |content| {
-                let names = Names::default();
-                let shown = as_people_see_it(&content, &[], &names);
+            // Hostile names for the places the words mention: overlong, markup of their own, empty.
+            let name = prop_oneof![Just(String::new()), Just("<#1>".to_owned()), "[a-z💥<>#@&:]{0,40}", "[a-zé]{200,1000}",];
+            let strategy = (markup_text(), proptest::collection::vec(name, 1..6));
+            let outcome = runner.run(&strategy, |(content, pool)| {
+                let unresolved = as_people_see_it(&content, &[], &Names::default());
                 // A token of four characters at the least becomes a name of sixteen at the most.
-                prop_assert!(shown.chars().count() <= 4 * content.chars().count() + 1, "{content:?} became {shown:?}");
+                prop_assert!(unresolved.chars().count() <= 4 * content.chars().count() + 1, "{content:?} became {unresolved:?}");
+                // Every mentioned place resolved, to a name from the hostile pool.
+                let (channels, roles) = mentioned_places(&content);
+                let mut names = Names::default();
+                for (i, id) in channels.iter().enumerate() {
+                    names.channels.insert(*id, pool[i % pool.len()].clone());
+                }
+                for (i, id) in roles.iter().enumerate() {
+                    names.roles.insert(*id, pool[(i + 1) % pool.len()].clone());
+                }
+                let shown = as_people_see_it(&content, &[], &names);
+                // A token of four characters at the least becomes `#` or `@` and a bounded name.
+                let most = MAX_NAME_CHARS * 2 + 1;
+                prop_assert!(shown.chars().count() <= most.div_ceil(4) * content.chars().count() + 1, "{content:?} became {shown:?}");
+                for long in pool.iter().filter(|n| n.chars().count() > MAX_NAME_CHARS * 2) {
+                    prop_assert!(!shown.contains(long.as_str()), "a name of {} characters was shown whole", long.chars().count());
+                }
                 let links = message_links(&content);
                 prop_assert!(links.len() <= MAX_LINKS);
                 for (guild, channel, message) in links {

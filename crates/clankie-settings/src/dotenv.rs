@@ -27,7 +27,8 @@ pub fn parse(text: &str, lookup: impl Fn(&str) -> Option<String>) -> Result<Vec<
             continue;
         };
         let name = name.trim();
-        if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') || name.starts_with(|c: char| c.is_ascii_digit()) {
+        if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') || name.starts_with(|c: char| c.is_ascii_digit())
+        {
             return Err(format!("line {at}: `{}` is not a variable name", name.chars().take(40).collect::<String>()));
         }
         let known = |key: &str| lookup(key).or_else(|| set.iter().rev().find(|(n, _)| n == key).map(|(_, v)| v.clone()));

@@ -128,7 +128,9 @@ impl Settings {
         {
             return Err(SettingsError::Invalid {
                 var: "CLANKIE_TRACE_URL",
-                reason: format!("{url:?} has no {{trace_id}}: give your trace viewer's page for one trace with {{trace_id}} where the id goes, such as http://jaeger:16686/trace/{{trace_id}}"),
+                reason: format!(
+                    "{url:?} has no {{trace_id}}: give your trace viewer's page for one trace with {{trace_id}} where the id goes, such as http://jaeger:16686/trace/{{trace_id}}"
+                ),
             });
         }
         let voice_rooms = match var("CLANKIE_VOICE_ROOMS") {

@@ -116,14 +116,22 @@ impl LlamaServer {
     /// returning once it answers `/health`.
     pub fn start(options: &LlamaOptions, progress: &mut dyn FnMut(&str)) -> Result<LlamaServer, StackError> {
         let dir = ensure_llama(progress)?;
-        let server = crate::wheels::PythonServer::start("llama", "llama.cpp server", &dir, options.port, "/health", READY_WITHIN, |command, port| {
-            command.arg("-c").arg(LAUNCHER).arg(llama_model(&dir)).args([
-                port.to_string(),
-                options.n_ctx.to_string(),
-                options.threads.max(1).to_string(),
-                options.max_answer_tokens.to_string(),
-            ]);
-        })?;
+        let server = crate::wheels::PythonServer::start(
+            "llama",
+            "llama.cpp server",
+            &dir,
+            options.port,
+            "/health",
+            READY_WITHIN,
+            |command, port| {
+                command.arg("-c").arg(LAUNCHER).arg(llama_model(&dir)).args([
+                    port.to_string(),
+                    options.n_ctx.to_string(),
+                    options.threads.max(1).to_string(),
+                    options.max_answer_tokens.to_string(),
+                ]);
+            },
+        )?;
         Ok(LlamaServer { server })
     }
 

@@ -110,21 +110,29 @@ impl SpeechServer {
     /// returning once it answers `/healthz`.
     pub fn start(options: &SpeechOptions, progress: &mut dyn FnMut(&str)) -> Result<SpeechServer, StackError> {
         let dir = ensure_speech(progress)?;
-        let server = crate::wheels::PythonServer::start("speech", "speech service", &dir, options.port, "/healthz", READY_WITHIN, |command, port| {
-            command.arg("-c").arg(SERVER).args(["--die-with-stdin", "--port", &port.to_string()]).env("HF_HUB_OFFLINE", "1");
-            if let Some(host) = &options.host {
-                command.args(["--host", host]);
-            }
-            if let Some(whisper) = &options.whisper {
-                command.arg("--whisper").arg(whisper);
-            }
-            if let Some(voice) = &options.voice {
-                command.arg("--voice").arg(voice);
-            }
-            if options.no_turn {
-                command.args(["--turn", "none"]);
-            }
-        })?;
+        let server = crate::wheels::PythonServer::start(
+            "speech",
+            "speech service",
+            &dir,
+            options.port,
+            "/healthz",
+            READY_WITHIN,
+            |command, port| {
+                command.arg("-c").arg(SERVER).args(["--die-with-stdin", "--port", &port.to_string()]).env("HF_HUB_OFFLINE", "1");
+                if let Some(host) = &options.host {
+                    command.args(["--host", host]);
+                }
+                if let Some(whisper) = &options.whisper {
+                    command.arg("--whisper").arg(whisper);
+                }
+                if let Some(voice) = &options.voice {
+                    command.arg("--voice").arg(voice);
+                }
+                if options.no_turn {
+                    command.args(["--turn", "none"]);
+                }
+            },
+        )?;
         Ok(SpeechServer { server })
     }
 

@@ -171,6 +171,10 @@ mod pip_tests {
         assert!(pip_cause(tls).is_some_and(|c| c.starts_with("TLS to the package index failed")));
         let dns = "WARNING: Retrying ... NewConnectionError('<pip._vendor.urllib3.connection.HTTPSConnection>: Failed to establish a new connection: [Errno -3] Temporary failure in name resolution')\nERROR: No matching distribution found for x==1";
         assert!(pip_cause(dns).is_some_and(|c| c.contains("could not be reached")));
-        assert_eq!(pip_cause("ERROR: No matching distribution found for nosuchwheel==9"), None, "a real missing wheel is left as pip said it");
+        assert_eq!(
+            pip_cause("ERROR: No matching distribution found for nosuchwheel==9"),
+            None,
+            "a real missing wheel is left as pip said it"
+        );
     }
 }

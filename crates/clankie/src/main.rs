@@ -365,7 +365,9 @@ async fn speech(port: u16, host: String, whisper: Option<std::path::PathBuf>, vo
 async fn trail(settings: &Settings, delivery_id: &str) -> Result<()> {
     let url = redact_url(&settings.database_url);
     let store = clankie_store::Store::connect(&settings.database_url).await.with_context(|| format!("connecting to {url}"))?;
-    let Some(rows) = clankie_console::views::trail(&store, delivery_id, settings.trace_url.as_deref()).await.context("reading the trail")? else {
+    let Some(rows) =
+        clankie_console::views::trail(&store, delivery_id, settings.trace_url.as_deref()).await.context("reading the trail")?
+    else {
         bail!("nothing recorded for delivery {delivery_id:?}");
     };
     let mut out = std::io::stdout().lock();

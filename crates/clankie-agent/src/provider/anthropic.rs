@@ -419,6 +419,17 @@ mod tests {
             name: Some("read_page".into()),
             arguments: String::new()
         }));
+        // The tool input's JSON pieces, in order, on the tool call's index, joined to its input.
+        let pieces: Vec<&str> = items
+            .iter()
+            .filter_map(|i| match i {
+                StreamItem::ToolCallDelta { index: 0, id: None, name: None, arguments } => Some(arguments.as_str()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(pieces, ["{\"url\":", "\"x\"}"], "{items:?}");
+        let input: serde_json::Value = serde_json::from_str(&pieces.concat()).unwrap();
+        assert_eq!(input, serde_json::json!({ "url": "x" }));
         assert!(items.contains(&StreamItem::Finish("tool_calls".into())));
         let usage =
             Usage { input_tokens: 915, output_tokens: 7, cached_input_tokens: 900, reasoning_tokens: 0, cache_write_input_tokens: 5 };

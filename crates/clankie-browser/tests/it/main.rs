@@ -157,7 +157,11 @@ async fn browse_dismisses_dialogs_and_refuses_downloads() {
     // The control: the same Chromium, driven without the host's refusal, saves the download
     // there; so an empty folder after the host's browse is the host's doing.
     let saved_by_plain_chromium = plain_chromium_download(&pages.url("/payload"), &downloads).await;
-    assert!(!saved_by_plain_chromium.is_empty(), "plain Chromium saved nothing under {}: the check below would prove nothing", downloads.display());
+    assert!(
+        !saved_by_plain_chromium.is_empty(),
+        "plain Chromium saved nothing under {}: the check below would prove nothing",
+        downloads.display()
+    );
     std::fs::remove_dir_all(&downloads).unwrap();
     let host = host(&pages, 1, Duration::from_secs(20)).await;
     let page = host.browse(&pages.url("/alert"), false, &no_alive()).await.unwrap();
@@ -196,9 +200,7 @@ async fn plain_chromium_download(url: &str, downloads: &std::path::Path) -> Vec<
     let _ = client.goto(url).await;
     let finished = || -> Vec<std::ffi::OsString> {
         std::fs::read_dir(downloads)
-            .map(|d| {
-                d.filter_map(Result::ok).map(|e| e.file_name()).filter(|n| !n.to_string_lossy().ends_with(".crdownload")).collect()
-            })
+            .map(|d| d.filter_map(Result::ok).map(|e| e.file_name()).filter(|n| !n.to_string_lossy().ends_with(".crdownload")).collect())
             .unwrap_or_default()
     };
     let deadline = Instant::now() + Duration::from_secs(15);

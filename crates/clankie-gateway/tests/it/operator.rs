@@ -152,5 +152,20 @@ async fn operator_the_first_start_wants_an_invite_while_he_is_missing_from_an_ad
     let nowhere = LoopbackConfig { absent_guilds: vec![100, clankie_discord_loopback::OTHER_GUILD], ..LoopbackConfig::default() };
     let lonely = clankie_discord_loopback::Loopback::serve("127.0.0.1:0".parse().unwrap(), nowhere).await.unwrap();
     let found = clankie_gateway::invite::wanted_invite(&token, Some(&lonely.addr().to_string()), &[]).await;
-    assert_eq!(found, Some(url), "he is in no server at all");
+    assert_eq!(found, Some(url.clone()), "he is in no server at all");
+
+    // The start-up warning itself: a gateway whose settings name a server he is missing from
+    // says so once in its log, with the URL to open.
+    let rig = Rig::with(LoopbackConfig { absent_guilds: vec![clankie_discord_loopback::OTHER_GUILD], ..LoopbackConfig::default() }).await;
+    let url = clankie_gateway::invite::invite_url(rig.discord.config().bot_user_id);
+    let guilds = format!("100,{}", clankie_discord_loopback::OTHER_GUILD);
+    let _gateway = gateway_process(&rig, "gateway-invite", &[("CLANKIE_DISCORD_GUILDS", guilds.as_str())]);
+    let log = || std::fs::read_to_string(rig.dir.path().join("gateway-invite.log")).unwrap_or_default();
+    super::until("the start-up invite warning", Duration::from_secs(20), || {
+        log().contains("he is not in every server he is meant for yet")
+    })
+    .await;
+    let warned: Vec<String> = log().lines().filter(|l| l.contains("he is not in every server")).map(str::to_owned).collect();
+    assert_eq!(warned.len(), 1, "said once: {warned:?}");
+    assert!(warned[0].contains(&url), "the warning names the invite URL {url}: {}", warned[0]);
 }

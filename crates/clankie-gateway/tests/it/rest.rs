@@ -383,6 +383,14 @@ async fn handover_a_rest_holder_sigstopped_past_its_lease_and_resumed_sends_noth
         log().contains(fenced) || log().contains(lost) || creates_after() > 0
     })
     .await;
+    // Either line is a verdict some path reached, not proof that none other sends: watch past
+    // the hold's own length twice over (a request the woken post path sent would be at the
+    // loopback by then) for any create from the resumed holder.
+    let window = tokio::time::Instant::now() + Duration::from_millis(2 * 1_500 + 1_000);
+    while tokio::time::Instant::now() < window {
+        assert_eq!(creates_after(), 0, "the resumed holder sent a create after losing the lease:\n{}", log());
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
     let posts = rig.discord.posts(channel);
     println!(
         "handover: the holder stopped {} ms on its way to post; after its resume: {} create requests, stopped by {}",

@@ -14,6 +14,12 @@ fn sheet(name: &str) -> String {
         .repeat(30)
 }
 
+/// The newest presence line a request carries (`Elsewhere now: …`), if any.
+fn presence_told(text: &str) -> Option<String> {
+    let at = text.rfind("Elsewhere now: ")?;
+    Some(text[at..].lines().next().unwrap_or_default().trim_end_matches(['"', '\\']).to_owned())
+}
+
 #[tokio::test]
 async fn anthropic_a_durable_lanes_turns_read_their_prompt_from_the_cache_presence_changes_keep_it_and_a_persona_change_costs_one_turn() {
     let rig = Rig::with(&[("CLANKIE_MODEL_PROVIDER", "anthropic")]).await;
@@ -22,7 +28,7 @@ async fn anthropic_a_durable_lanes_turns_read_their_prompt_from_the_cache_presen
     let bus = rig.bus().await;
     let guild = rig.sandbox.discord.config().guild_id;
     let voice = rig.sandbox.discord.config().channels.iter().find(|c| c.voice).map_or(300, |c| c.id);
-    let mut shares = vec![];
+    let (mut shares, mut presence) = (vec![], vec![]);
     for turn in 0..6u64 {
         if turn == 4 {
             store.set_persona(&Persona { character_sheet: sheet("Clanky"), ..Default::default() }).await.unwrap();
@@ -36,7 +42,17 @@ async fn anthropic_a_durable_lanes_turns_read_their_prompt_from_the_cache_presen
             live_until_ms: 0,
         };
         bus.publish(&clankie_proto::Subject::VoiceSession { guild }, &session, None).await.unwrap();
-        tokio::time::sleep(Duration::from_millis(200)).await;
+        // Read where the self reads it: the turn's snapshot takes the last session published.
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        while bus
+            .last::<clankie_proto::v1::VoiceSession>(&clankie_proto::Subject::VoiceSession { guild })
+            .await
+            .unwrap()
+            .is_none_or(|s| s.session_id != session.session_id)
+        {
+            assert!(tokio::time::Instant::now() < deadline, "the presence change of turn {turn} was never readable");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
         rig.standin.script(Script::any(Reply::text(format!("Answer {turn}: the lobby opens at eight."))));
         let before = rig.standin.requests().len();
         let said = rig.say(GENERAL, "ada", &format!("@Clankie question {turn}: is the lobby up?"));
@@ -48,6 +64,16 @@ async fn anthropic_a_durable_lanes_turns_read_their_prompt_from_the_cache_presen
         let marks = r.body.to_string().matches("\"cache_control\"").count();
         assert_eq!(marks, 3, "tools, system prompt, conversation");
         shares.push(r.cached_estimate as f64 / r.token_estimate as f64);
+        presence.push(presence_told(&r.all_text()));
+    }
+    println!("anthropic through the captain: presence told per turn {presence:?}");
+    // Each change of presence reached the turn after it, as a note appended to the conversation
+    // (the cached prefix before it unchanged): in voice on the odd turns, nowhere on the even.
+    let in_voice = format!("voice channel {voice}");
+    assert!(presence[0].as_deref().is_none_or(|p| !p.contains(&in_voice)), "{presence:?}");
+    for (turn, told) in presence.iter().enumerate().skip(1) {
+        let told = told.as_deref().unwrap_or_else(|| panic!("turn {turn}'s request told no presence: {presence:?}"));
+        assert_eq!(told.contains(&in_voice), turn % 2 == 1, "turn {turn} was told {told:?}: {presence:?}");
     }
     println!("anthropic through the captain: cached share per turn {:?}", shares.iter().map(|s| format!("{s:.3}")).collect::<Vec<_>>());
     for (turn, share) in shares.iter().enumerate().filter(|(t, _)| ![0, 4].contains(t)) {

@@ -320,6 +320,12 @@ async fn sandbox_page_a_person_replies_starts_a_thread_and_posts_in_a_forum() {
     browser.find(Locator::Id("send")).await.unwrap().click().await.unwrap();
     until_page("a reply", || rig.sandbox.discord.messages(GENERAL).iter().any(|m| m.reply_to == Some(said) && m.author_name == "ada"))
         .await;
+    // He answers her reply where she wrote it: in the channel, threaded onto her message.
+    let hers = rig.sandbox.discord.messages(GENERAL).into_iter().find(|m| m.reply_to == Some(said) && m.author_name == "ada").unwrap();
+    rig.wait_outcomes(GENERAL, &[hers.id]).await;
+    assert_eq!(rig.outcome(GENERAL, hers.id).as_deref(), Some("replied"));
+    let answers: Vec<_> = rig.sandbox.discord.posts(GENERAL).into_iter().filter(|p| p.reply_to == Some(hers.id)).collect();
+    assert_eq!(answers.len(), 1, "one answer to her reply in the channel: {answers:?}");
 
     click_again(&browser, acts, 1, 2).await;
     browser.send_alert_text("raid plans").await.unwrap();
@@ -338,5 +344,7 @@ async fn sandbox_page_a_person_replies_starts_a_thread_and_posts_in_a_forum() {
     let post = rig.sandbox.discord.threads().into_iter().find(|t| t.parent == 260).expect("the post");
     rig.wait_outcomes(post.id, &[post.id]).await;
     assert_eq!(rig.outcome(post.id, post.id).as_deref(), Some("replied"), "answered in the post's thread");
+    assert_eq!(rig.sandbox.discord.posts(post.id).len(), 1, "his answer is in the post's thread");
+    assert!(rig.sandbox.discord.posts(260).is_empty() && rig.sandbox.discord.posts(said).is_empty(), "an answer went elsewhere");
     browser.close().await.unwrap();
 }

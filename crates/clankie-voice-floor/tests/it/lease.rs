@@ -222,6 +222,10 @@ async fn voice_actor_with_every_publish_held_10_s_a_second_persons_line_is_decid
     .await;
     let reached = rig.standin.requests().iter().find(|r| r.count("what time is it") > 0).map(|r| r.at_ms).unwrap_or_default();
     let took = reached - asked_at;
-    println!("voice_actor: with every publish held 10 s, bob's line reached the model {took} ms after he wrote it");
+    // The hold fired: the room's publishes were held while bob's line was decided, not merely
+    // asked to be (a hold that never fires would leave nothing for the line to wait behind).
+    let held = rig.log("floor-a").lines().filter(|l| l.contains("fault injected at voice.publish: holding 10000 ms")).count();
+    println!("voice_actor: with every publish held 10 s ({held} held), bob's line reached the model {took} ms after he wrote it");
+    assert!(held >= 1, "the voice.publish hold never fired:\n{}", rig.log("floor-a"));
     assert!(took < 1_000, "bob's line waited {took} ms behind the room's held publishes");
 }

@@ -27,7 +27,7 @@ fn trimmed(pcm: &[i16]) -> &[i16] {
 }
 
 #[tokio::test]
-async fn smart_turn_a_finished_question_ends_its_turn_at_the_detector_before_the_silence_bound() {
+async fn smart_turn_a_finished_question_is_never_heard_as_unfinished_and_most_turns_end_at_the_detector_before_the_silence_bound() {
     let speech = speech().await;
     let rig = Rig::new().await;
     let _floor = live_room_on(&rig, &speech).await;
@@ -76,6 +76,11 @@ async fn smart_turn_a_finished_question_ends_its_turn_at_the_detector_before_the
     // Nor did a turn end on the bound with no detector asked (`silence`).
     let unfinished_or_unasked = heard.iter().filter(|r| has_code(r, "silence_after_unfinished") || has_code(r, "silence")).count();
     assert_eq!(unfinished_or_unasked, 0, "a finished question was heard as unfinished, or the detector never asked: {heard:?}");
+    // Every turn ended one of two ways: at the detector's "finished", or at the bound because the
+    // detector's answer came after it. Not every turn at the detector: an inference is CPU-bound,
+    // and a loaded machine may answer one late; most do.
+    let late = heard.iter().filter(|r| has_code(r, "turn_detector_unavailable")).count();
+    assert_eq!(finished + late, heard.len(), "a turn ended neither at the detector nor on its late answer: {heard:?}");
     assert!(finished * 2 > heard.len(), "{finished} of {} turns ended at the detector: {heard:?}", heard.len());
     // Seen from outside the floor's own label: each turn's heard receipt came sooner after the
     // end of speech than the silence bound (`CLANKIE_VOICE_END_OF_TURN_MS`, 800 ms) would end it.

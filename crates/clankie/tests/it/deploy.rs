@@ -152,7 +152,10 @@ fn deploy_every_object_is_namespaced_clankie_or_cluster_scoped_in_every_overlay(
                 }
             }
         }
-        assert!(wrong.is_empty(), "{overlay} renders objects outside the clankie namespace (kubectl would put them wherever it points): {wrong:?}");
+        assert!(
+            wrong.is_empty(),
+            "{overlay} renders objects outside the clankie namespace (kubectl would put them wherever it points): {wrong:?}"
+        );
     }
 }
 
@@ -216,7 +219,10 @@ fn deploy_secrets_come_from_a_generator_over_an_ignored_file_and_reach_every_pod
     let gitignore = std::fs::read_to_string(workspace().join("deploy/k8s/.gitignore")).unwrap();
     assert!(gitignore.lines().any(|l| l.trim() == "base/secrets.env"), "{gitignore}");
     let sample = env_file_keys(&std::fs::read_to_string(base.join("secrets.env.example")).unwrap());
-    assert!(sample.iter().all(|(_, v)| !v.is_empty()), "a key of the sample is empty, and a service refuses an empty secret file: {sample:?}");
+    assert!(
+        sample.iter().all(|(_, v)| !v.is_empty()),
+        "a key of the sample is empty, and a service refuses an empty secret file: {sample:?}"
+    );
 
     for overlay in OVERLAYS {
         let root = deploy_copy();
@@ -283,7 +289,8 @@ fn deploy_secrets_come_from_a_generator_over_an_ignored_file_and_reach_every_pod
                 for needed in ["CLANKIE_DISCORD_TOKEN", "CLANKIE_DATABASE_URL", "CLANKIE_CONSOLE_TOKEN", "CLANKIE_MODEL_API_KEY"] {
                     assert!(env.contains_key(&format!("{needed}_FILE")), "{who} is not given {needed}_FILE");
                 }
-                let sources = clankie_settings::Sources::gather(gathered).unwrap_or_else(|e| panic!("{who}: its settings are refused: {e}"));
+                let sources =
+                    clankie_settings::Sources::gather(gathered).unwrap_or_else(|e| panic!("{who}: its settings are refused: {e}"));
                 assert!(
                     matches!(sources.origin("CLANKIE_DISCORD_TOKEN"), clankie_settings::Origin::SecretFile(_)),
                     "{who}: the token is not read from its file"
@@ -440,7 +447,11 @@ fn deploy_migrations_reapply_on_upgrade_before_the_captains_start() {
         std::fs::write(&kustomization, text.replace(&format!("newTag: \"{}\"", version()), "newTag: \"99.0.0\"")).unwrap();
         let upgraded = yaml_docs(&render_at(root.path(), overlay));
         let next = upgraded.iter().find(|d| d["kind"] == "Deployment" && d["metadata"]["name"] == "captain").unwrap();
-        assert_eq!(pod(next).unwrap()["initContainers"][0]["image"], "clankie:99.0.0", "{overlay}: the version did not reach the migrations");
+        assert_eq!(
+            pod(next).unwrap()["initContainers"][0]["image"],
+            "clankie:99.0.0",
+            "{overlay}: the version did not reach the migrations"
+        );
     }
 }
 
@@ -587,7 +598,8 @@ fn deploy_scrape_labels_let_every_rule_fire_in_compose_and_kubernetes() {
     let tests = std::fs::read_to_string(dir.join("clankie-rules.test.yml")).unwrap();
     let matchers: Vec<&str> = rules.match_indices("job=~\"").map(|(at, _)| rules[at + 6..].split('"').next().unwrap()).collect();
     assert!(!matchers.is_empty() && !rules.contains("job=\""), "the rules select jobs by one pattern: {matchers:?}");
-    let check = "import re, sys\nfor m in sys.argv[1].split(','):\n  for j in sys.argv[2].split(','):\n    print(m, j, bool(re.fullmatch(m, j)))";
+    let check =
+        "import re, sys\nfor m in sys.argv[1].split(','):\n  for j in sys.argv[2].split(','):\n    print(m, j, bool(re.fullmatch(m, j)))";
     let joined = jobs.iter().cloned().collect::<Vec<_>>().join(",");
     let out = Command::new("python3").args(["-c", check, &matchers.join(","), &joined]).output().unwrap();
     let said = String::from_utf8_lossy(&out.stdout);
@@ -607,7 +619,11 @@ fn deploy_scrape_labels_let_every_rule_fire_in_compose_and_kubernetes() {
         ));
     }
     let file = generated.path().join("scraped.test.yml");
-    std::fs::write(&file, format!("rule_files:\n  - {}\nevaluation_interval: 1m\ntests:\n{cases}", dir.join("clankie-rules.yml").display())).unwrap();
+    std::fs::write(
+        &file,
+        format!("rule_files:\n  - {}\nevaluation_interval: 1m\ntests:\n{cases}", dir.join("clankie-rules.yml").display()),
+    )
+    .unwrap();
     for test in [file, dir.join("clankie-rules.test.yml")] {
         let out = match Command::new("promtool").args(["test", "rules"]).arg(&test).current_dir(&dir).output() {
             Ok(out) => out,
@@ -634,7 +650,8 @@ fn deploy_the_observability_overlay_deploys_the_trace_store_it_exports_to() {
     let exposed = exposed.unwrap_or_else(|| panic!("the services export to {endpoint}, and Service {host} has no port {port}"));
     let workloads = selected(&docs, &serde_json::json!({ "matchLabels": service["spec"]["selector"] }));
     assert_eq!(workloads.len(), 1, "{host} selects {} workloads", workloads.len());
-    let ports: Vec<&Value> = pod(workloads[0]).unwrap()["containers"].as_array().unwrap().iter().flat_map(|c| c["ports"].as_array().unwrap()).collect();
+    let ports: Vec<&Value> =
+        pod(workloads[0]).unwrap()["containers"].as_array().unwrap().iter().flat_map(|c| c["ports"].as_array().unwrap()).collect();
     assert!(
         ports.iter().any(|p| p["name"] == exposed["targetPort"] || p["containerPort"] == exposed["targetPort"]),
         "{host}'s port {port} reaches no container port: {ports:?}"
@@ -715,6 +732,9 @@ fn deploy_compose_config_env_cli_and_alertmanager_as_an_operator_runs_them() {
         assert_eq!(env["CLANKIE_STATE_DIR"], "/srv/clankie", "{name}");
         assert_eq!(env["CLANKIE_CONFIG"], "/etc/clankie/site.toml", "{name}");
         let mounts = resolved["services"][name]["volumes"].to_string();
-        assert!(mounts.contains("clankie.example.toml:/etc/clankie/site.toml:ro"), "the file is not where CLANKIE_CONFIG says: {name}: {mounts}");
+        assert!(
+            mounts.contains("clankie.example.toml:/etc/clankie/site.toml:ro"),
+            "the file is not where CLANKIE_CONFIG says: {name}: {mounts}"
+        );
     }
 }

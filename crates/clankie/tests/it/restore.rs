@@ -76,8 +76,7 @@ async fn restore_a_dump_into_a_fresh_database_with_jetstream_kept_answers_the_ne
         sqlx::raw_sql(sqlx::AssertSqlSafe(sql)).execute(&mut admin).await.unwrap();
     }
     let pool = sqlx::PgPool::connect(cast.db.url()).await.unwrap();
-    let tables: i64 =
-        sqlx::query_scalar("SELECT count(*) FROM pg_tables WHERE schemaname = 'public'").fetch_one(&pool).await.unwrap();
+    let tables: i64 = sqlx::query_scalar("SELECT count(*) FROM pg_tables WHERE schemaname = 'public'").fetch_one(&pool).await.unwrap();
     assert_eq!(tables, 0, "the database was dropped and made afresh");
     run(pg_tool("pg_restore"), &["--no-owner", "--exit-on-error", "--dbname", cast.db.url(), dump.to_str().unwrap()]);
 

@@ -201,8 +201,7 @@ async fn run_announces_the_sandbox_room_once_its_shard_is_identified_and_a_messa
         .unwrap();
     let deadline = Instant::now() + Duration::from_secs(60);
     let outcome = loop {
-        let outcomes: Value =
-            http.get(format!("{sandbox}/control/outcomes?channel={channel}")).send().await.unwrap().json().await.unwrap();
+        let outcomes: Value = http.get(format!("{sandbox}/control/outcomes?channel={channel}")).send().await.unwrap().json().await.unwrap();
         let mine = outcomes.as_array().unwrap().iter().find(|o| o["message_id"] == sent["id"]).map(|o| o["outcome"].clone());
         if mine.is_some() || Instant::now() > deadline {
             break mine;

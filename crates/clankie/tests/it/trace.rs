@@ -76,7 +76,8 @@ fn ms(span: &Value) -> f64 {
 }
 
 #[tokio::test]
-async fn trace_one_message_with_a_picture_through_the_gateway_captain_and_media_processes_is_one_trace_from_receive_to_post_with_the_turns_token_counts() {
+async fn trace_one_message_with_a_picture_through_the_gateway_captain_and_media_processes_is_one_trace_from_receive_to_post_with_the_turns_token_counts()
+ {
     let otlp = receiver().await;
     let cast = Cast::start(LoopbackConfig::default()).await;
     let _dump = DumpLogsOnPanic(cast.dir.path().to_owned(), &["captain", "media", "gateway"]);
@@ -168,10 +169,56 @@ async fn trace_one_message_with_a_picture_through_the_gateway_captain_and_media_
     assert_eq!(first["trace_url"], format!("http://traces.example/trace/{trace}"));
     assert!(said.contains(&format!("trace {trace}: http://traces.example/trace/{trace}")), "{said}");
 
+    // The console's trail links the same trace through the same template.
+    let console_addr = std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).unwrap().to_string();
+    let _console = cast.service(
+        "console",
+        "console",
+        None,
+        &[
+            ("CLANKIE_CONSOLE_ADDR", &console_addr),
+            ("CLANKIE_CONSOLE_TOKEN", "op-token"),
+            ("CLANKIE_TRACE_URL", "http://traces.example/trace/{trace_id}"),
+        ],
+    );
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let http = reqwest::Client::new();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    let rows: Vec<Value> = loop {
+        let answered = http.get(format!("http://{console_addr}/api/trail/{id}")).bearer_auth("op-token").send().await;
+        if let Ok(r) = answered
+            && r.status().is_success()
+        {
+            break r.json().await.unwrap();
+        }
+        assert!(tokio::time::Instant::now() < deadline, "the console never served the trail");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(rows[0]["trace_id"], trace, "the console's trail names the trace first: {rows:?}");
+    assert_eq!(rows[0]["trace_url"], format!("http://traces.example/trace/{trace}"), "{rows:?}");
+
     let mut tree: Vec<&Value> = spans.iter().filter(|s| s["trace_id"] == trace).collect();
     tree.sort_by_key(|s| s["start_ns"].as_u64());
     for s in &tree {
         println!("  {:>8.1} ms  {}:{}", ms(s), s["service"].as_str().unwrap_or(""), s["name"].as_str().unwrap_or(""));
+    }
+}
+
+/// A `CLANKIE_TRACE_URL` with no `{trace_id}` would link every trail to the same page: each
+/// service refuses to start on it, naming the setting and what to write instead.
+#[tokio::test]
+async fn trace_url_without_a_trace_id_placeholder_is_refused_at_start_by_every_service() {
+    let cast = Cast::start(LoopbackConfig::default()).await;
+    for which in ["gateway", "captain", "console"] {
+        let mut child = cast.service(which, which, None, &[("CLANKIE_TRACE_URL", "http://jaeger:16686/search")]);
+        let status = tokio::time::timeout(Duration::from_secs(20), child.wait()).await;
+        let status = status.unwrap_or_else(|_| panic!("{which} started on a trace URL with no {{trace_id}}")).unwrap();
+        assert!(!status.success(), "{which} exited 0");
+        let log = std::fs::read_to_string(cast.dir.path().join(format!("{which}.log"))).unwrap_or_default();
+        assert!(
+            log.contains("CLANKIE_TRACE_URL") && log.contains("has no {trace_id}") && log.contains("/trace/{trace_id}"),
+            "{which} did not say what to write: {log}"
+        );
     }
 }
 
@@ -275,31 +322,58 @@ async fn trace_a_captain_sigkilled_mid_turn_leaves_the_takeovers_spans_in_the_me
 async fn trace_canary_words_in_the_message_the_answer_and_a_tool_url_appear_in_no_exported_attribute_or_event() {
     let otlp = receiver().await;
     let cast = Cast::start(LoopbackConfig::default()).await;
-    let _dump = DumpLogsOnPanic(cast.dir.path().to_owned(), &["captain", "gateway"]);
+    let _dump = DumpLogsOnPanic(cast.dir.path().to_owned(), &["captain", "media", "gateway"]);
     cast.standin
         .script(Script::any(Reply::tool("read_page", serde_json::json!({ "url": "http://127.0.0.1:9/canaryurlpath?q=canaryquery" }))));
     cast.standin.script(Script::any(Reply::text("canaryanswer is what I found.")));
     let env = exporting(&otlp);
     let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
-    let _captain = cast.service("captain", "captain", None, &env);
-    let _gateway = cast.service("gateway", "gateway", None, &env);
+    let mut services = vec![
+        cast.service("captain", "captain", None, &env),
+        cast.service("media", "media", None, &env),
+        cast.service("gateway", "gateway", None, &env),
+    ];
     assert!(cast.discord.wait_for_session(Duration::from_secs(20)).await, "the gateway never attached");
-    let id = cast.mention("ada", "@Clankie canarymessage please read that page");
+    // With a picture whose name and bytes are canaries too, so media's spans are among those read.
+    let id = cast.discord.user_message(clankie_discord_loopback::NewMessage {
+        channel_id: GENERAL,
+        author: "ada".into(),
+        content: "@Clankie canarymessage please read that page".into(),
+        mention: true,
+        attachments: vec![clankie_discord_loopback::NewAttachment {
+            filename: "canaryfile.png".into(),
+            content_type: "image/png".into(),
+            text: Some("canarypixels".into()),
+            ..Default::default()
+        }],
+        ..Default::default()
+    });
     until("the reply", Duration::from_secs(30), || cast.discord.posts(GENERAL).iter().any(|p| p.reply_to == Some(id))).await;
-    let spans = spans_when(&otlp, "the post's span with its ancestors and the tool's", |s| {
+    spans_when(&otlp, "the post's span with its ancestors, the tool's and media's", |s| {
         rooted(s, "gateway.post", id)
             && rooted(s, "gateway.outcome_reaction", id)
             && s.iter().any(|x| x["attributes"]["gen_ai.operation.name"] == "execute_tool")
+            && s.iter().any(|x| x["name"] == "media.attachment")
     })
     .await;
+    assert!(cast.discord.posts(GENERAL).iter().any(|p| p.content.contains("canaryanswer")), "the answer itself went out");
+    // Every span each service will ever export: each is stopped as an operator stops it
+    // (SIGTERM), flushing what it still held, before the spans are read.
+    for service in &mut services {
+        let pid = service.id().expect("the service runs").to_string();
+        assert!(std::process::Command::new("kill").args(["-TERM", &pid]).status().unwrap().success());
+        tokio::time::timeout(Duration::from_secs(20), service.wait()).await.expect("the service stopped on SIGTERM").unwrap();
+    }
+    let spans = spans(&otlp);
     let tool = spans.iter().find(|s| s["attributes"]["gen_ai.operation.name"] == "execute_tool").expect("the tool's span");
     assert_eq!(tool["attributes"]["gen_ai.tool.name"], "read_page");
-    assert!(cast.discord.posts(GENERAL).iter().any(|p| p.content.contains("canaryanswer")), "the answer itself went out");
+    let services: BTreeSet<&str> = spans.iter().filter_map(|s| s["service"].as_str()).collect();
+    assert!(["clankie-gateway", "clankie-captain", "clankie-media"].iter().all(|s| services.contains(s)), "spans of {services:?}");
     let exported = serde_json::to_string(&spans).unwrap();
-    for canary in ["canarymessage", "canaryanswer", "canaryurlpath", "canaryquery", "127.0.0.1:9/"] {
+    for canary in ["canarymessage", "canaryanswer", "canaryurlpath", "canaryquery", "127.0.0.1:9/", "canaryfile", "canarypixels"] {
         assert!(!exported.contains(canary), "{canary} was exported: {exported}");
     }
-    println!("canaries: {} spans exported, none with a canary", spans.len());
+    println!("canaries: {} spans of {services:?} exported once every service stopped, none with a canary", spans.len());
 }
 
 #[tokio::test]
