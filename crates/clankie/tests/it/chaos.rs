@@ -84,6 +84,18 @@ impl Cast {
         cmd.spawn().unwrap()
     }
 
+    /// `clankie trail <delivery>` against the cast's bus and database, as an operator runs it.
+    pub(crate) async fn trail(&self, delivery: &str) -> std::process::Output {
+        Command::new(env!("CARGO_BIN_EXE_clankie"))
+            .args(["trail", delivery])
+            .env("CLANKIE_NATS_URL", self.nats.url())
+            .env("CLANKIE_DATABASE_URL", self.db.url())
+            .env("CLANKIE_STATE_DIR", self.dir.path())
+            .output()
+            .await
+            .unwrap()
+    }
+
     /// `author` addresses him in the general channel; the message's id.
     pub(crate) fn mention(&self, author: &str, content: &str) -> u64 {
         self.say(author, content, true)

@@ -387,14 +387,7 @@ async fn operator_a_server_whose_everyone_lacks_send_messages_in_threads() {
     // The operator's view: `clankie trail` once the turn is settled.
     let deadline = Instant::now() + Duration::from_secs(30);
     let (trail, settled) = loop {
-        let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_clankie"))
-            .args(["trail", &delivery])
-            .env("CLANKIE_NATS_URL", cast.nats.url())
-            .env("CLANKIE_DATABASE_URL", cast.db.url())
-            .env("CLANKIE_STATE_DIR", cast.dir.path())
-            .output()
-            .await
-            .unwrap();
+        let out = cast.trail(&delivery).await;
         let trail = String::from_utf8_lossy(&out.stdout).into_owned();
         if let Some(settled) = trail.lines().find(|l| l.contains("\"outcome\"")).map(str::to_owned) {
             break (trail, settled);

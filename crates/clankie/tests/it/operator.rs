@@ -107,14 +107,7 @@ async fn operator_a_provider_404_for_a_misspelt_model_is_shown_in_the_trail_and_
     assert_eq!(outcome.kind, clankie_proto::v1::OutcomeKind::Failed);
     let said = "The model `gpt-4o-mnii` does not exist or you do not have access to it.";
 
-    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_clankie"))
-        .args(["trail", &delivery])
-        .env("CLANKIE_NATS_URL", cast.nats.url())
-        .env("CLANKIE_DATABASE_URL", cast.db.url())
-        .env("CLANKIE_STATE_DIR", cast.dir.path())
-        .output()
-        .await
-        .unwrap();
+    let out = cast.trail(&delivery).await;
     let text = String::from_utf8_lossy(&out.stdout).into_owned();
     let from_cli: Vec<serde_json::Value> = text.lines().filter_map(|l| serde_json::from_str(l).ok()).collect();
     let cli_said = from_cli.iter().find_map(|r| r["provider_message"].as_str());

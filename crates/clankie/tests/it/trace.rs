@@ -71,6 +71,24 @@ fn chain_names(chain: &[&Value]) -> Vec<String> {
     chain.iter().rev().map(|s| format!("{}:{}", s["service"].as_str().unwrap_or(""), s["name"].as_str().unwrap_or(""))).collect()
 }
 
+/// Ada mentions him in the general channel with a picture (`filename`, its bytes `pixels`), so
+/// media fetches it for the turn; the message's id.
+fn with_picture(cast: &Cast, content: &str, filename: &str, pixels: &str) -> u64 {
+    cast.discord.user_message(clankie_discord_loopback::NewMessage {
+        channel_id: GENERAL,
+        author: "ada".into(),
+        content: content.into(),
+        mention: true,
+        attachments: vec![clankie_discord_loopback::NewAttachment {
+            filename: filename.into(),
+            content_type: "image/png".into(),
+            text: Some(pixels.into()),
+            ..Default::default()
+        }],
+        ..Default::default()
+    })
+}
+
 fn ms(span: &Value) -> f64 {
     (span["end_ns"].as_u64().unwrap_or(0).saturating_sub(span["start_ns"].as_u64().unwrap_or(0))) as f64 / 1e6
 }
@@ -90,19 +108,7 @@ async fn trace_one_message_with_a_picture_through_the_gateway_captain_and_media_
     assert!(cast.discord.wait_for_session(Duration::from_secs(20)).await, "the gateway never attached");
 
     // With a picture, so media fetches it for the turn.
-    let id = cast.discord.user_message(clankie_discord_loopback::NewMessage {
-        channel_id: GENERAL,
-        author: "ada".into(),
-        content: "@Clankie when does the lobby open?".into(),
-        mention: true,
-        attachments: vec![clankie_discord_loopback::NewAttachment {
-            filename: "sign.png".into(),
-            content_type: "image/png".into(),
-            text: Some("pixels".into()),
-            ..Default::default()
-        }],
-        ..Default::default()
-    });
+    let id = with_picture(&cast, "@Clankie when does the lobby open?", "sign.png", "pixels");
     until("the reply", Duration::from_secs(30), || cast.discord.posts(GENERAL).iter().any(|p| p.reply_to == Some(id))).await;
     let spans = spans_when(&otlp, "the post's and the reaction's spans with their ancestors and the model call", |s| {
         rooted(s, "gateway.post", id)
@@ -335,19 +341,7 @@ async fn trace_canary_words_in_the_message_the_answer_and_a_tool_url_appear_in_n
     ];
     assert!(cast.discord.wait_for_session(Duration::from_secs(20)).await, "the gateway never attached");
     // With a picture whose name and bytes are canaries too, so media's spans are among those read.
-    let id = cast.discord.user_message(clankie_discord_loopback::NewMessage {
-        channel_id: GENERAL,
-        author: "ada".into(),
-        content: "@Clankie canarymessage please read that page".into(),
-        mention: true,
-        attachments: vec![clankie_discord_loopback::NewAttachment {
-            filename: "canaryfile.png".into(),
-            content_type: "image/png".into(),
-            text: Some("canarypixels".into()),
-            ..Default::default()
-        }],
-        ..Default::default()
-    });
+    let id = with_picture(&cast, "@Clankie canarymessage please read that page", "canaryfile.png", "canarypixels");
     until("the reply", Duration::from_secs(30), || cast.discord.posts(GENERAL).iter().any(|p| p.reply_to == Some(id))).await;
     spans_when(&otlp, "the post's span with its ancestors, the tool's and media's", |s| {
         rooted(s, "gateway.post", id)
