@@ -109,10 +109,13 @@ async fn smart_turn_a_sentence_with_a_500_ms_pause_in_the_middle_stays_one_utter
 /// What [`paused_sentence`] says.
 const PAUSED: &str = "I was thinking that we could go to the market tomorrow.";
 
-/// "I was thinking", half a second of quiet, "that we could go to the market tomorrow.", trimmed.
+/// "I was thinking that", half a second of quiet, "we could go to the market tomorrow.", trimmed.
+/// The pause comes after "that", where a sentence plainly goes on: Piper says a fragment alone
+/// with its own falling close, and "I was thinking" so said is a finished thought to Smart Turn
+/// as often as not (0.96 in one run), which is no mid-sentence pause.
 async fn paused_sentence(speech: &clankie_stack::SpeechServer) -> (Vec<i16>, u32) {
-    let (start, rate) = piper_clip(speech, "I was thinking").await;
-    let (end, end_rate) = piper_clip(speech, "that we could go to the market tomorrow.").await;
+    let (start, rate) = piper_clip(speech, "I was thinking that").await;
+    let (end, end_rate) = piper_clip(speech, "we could go to the market tomorrow.").await;
     assert_eq!(rate, end_rate);
     let mut sentence = trimmed(&start).to_vec();
     sentence.extend(std::iter::repeat_n(0i16, rate as usize / 2));
@@ -138,10 +141,13 @@ async fn heard_then_thanks(
         rig.discord.voice_speak(VOICE, "ada", pcm, rate).await.unwrap();
         until("the clip transcribed", Duration::from_secs(20), || transcripts.all().len() > before).await;
     }
-    until("the last clip heard", Duration::from_secs(20), || {
-        transcripts.all().last().is_some_and(|t| word_errors("Thank you.", &t.text).0 == 0)
-    })
-    .await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while !transcripts.all().last().is_some_and(|t| word_errors("Thank you.", &t.text).0 == 0) {
+        let heard: Vec<(Vec<String>, String)> =
+            rig.receipts("voice.heard").into_iter().map(|r| r.codes).zip(transcripts.all().into_iter().map(|t| t.text)).collect();
+        assert!(tokio::time::Instant::now() < deadline, "the last clip (\"Thank you.\") was never heard last: {heard:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     rig.receipts("voice.heard").into_iter().zip(transcripts.all().into_iter().map(|t| t.text)).collect()
 }
 
