@@ -31,15 +31,6 @@ pub async fn run_from_env() -> Result<()> {
     clankie_http::series::counters_at_zero(SERIES);
     let bus = clankie_bus::Bus::connect(&settings, "gateway").await?;
     bus.ensure_streams().await.context("declaring streams")?;
-    // A first start says how to invite him while he is missing from a server he is meant for.
-    {
-        let (token, api, admitted) = (settings.discord_token.clone(), settings.discord_api.clone(), settings.discord_guilds.clone());
-        tokio::spawn(async move {
-            if let Some(url) = crate::invite::wanted_invite(&token, api.as_deref(), &admitted).await {
-                tracing::warn!(%url, "he is not in every server he is meant for yet: open this invite URL as someone who manages the server (`clankie doctor` checks the rest)");
-            }
-        });
-    }
     let gateway = Gateway::new(bus.clone(), GatewayConfig::from_settings(&settings));
     clankie_http::spawn_endpoints(settings.http_addr, clankie_http::Readiness { bus, store: None, parts: gateway.parts() });
     gateway.run_until(stopped).await.context("gateway stopped")
