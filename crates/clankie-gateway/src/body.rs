@@ -63,38 +63,8 @@ struct Posted {
     refused: bool,
 }
 
-/// Discord's bucket for messages created in one channel: this many in any [`CREATE_SPAN`].
-const CREATES_PER_SPAN: usize = 5;
 /// The span of Discord's message-create bucket; [`crate::GatewayConfig::create_span`] holds the one in use.
 pub const CREATE_SPAN: Duration = Duration::from_secs(5);
-
-/// One channel's last creates, kept by its poster: a create waits until the one
-/// [`CREATES_PER_SPAN`] before it was answered a create span ago. Counted from answers, not
-/// sends, because a request reaches Discord before it is answered: however late a loaded
-/// machine sends one, or bunched twilight's bucket releases them, no span at Discord holds more.
-struct CreateWindow {
-    answered: std::collections::VecDeque<tokio::time::Instant>,
-    span: Duration,
-}
-
-impl CreateWindow {
-    fn new(span: Duration) -> CreateWindow {
-        CreateWindow { answered: Default::default(), span }
-    }
-
-    async fn wait(&self) {
-        if self.answered.len() >= CREATES_PER_SPAN {
-            tokio::time::sleep_until(self.answered[self.answered.len() - CREATES_PER_SPAN] + self.span).await;
-        }
-    }
-
-    fn answered(&mut self) {
-        self.answered.push_back(tokio::time::Instant::now());
-        while self.answered.len() > CREATES_PER_SPAN {
-            self.answered.pop_front();
-        }
-    }
-}
 
 /// An outbound message waiting for its channel's poster; dropping it ends its progress acks.
 struct Queued {
@@ -380,7 +350,6 @@ impl Gateway {
     /// One channel's poster: posts what its queue holds, in order, and ends once the queue
     /// has stayed empty for [`POSTER_IDLE`] (closing it first, so nothing sent is left behind).
     async fn post_in_channel(self, mut queue: mpsc::UnboundedReceiver<Queued>) {
-        let mut window = CreateWindow::new(self.inner.config.create_span);
         loop {
             let queued = match tokio::time::timeout(POSTER_IDLE, queue.recv()).await {
                 Ok(Some(queued)) => queued,
@@ -396,15 +365,15 @@ impl Gateway {
             let span = tracing::info_span!("delivery", otel.name = "gateway.post", delivery_id = %queued.d.delivery().event.delivery_id);
             queued.d.delivery().traced(&span);
             let Queued { d, _done } = queued;
-            tracing::Instrument::instrument(self.deliver(d, &mut window), span).await;
+            tracing::Instrument::instrument(self.deliver(d), span).await;
         }
     }
 
-    async fn deliver(&self, mut held: Held, window: &mut CreateWindow) {
+    async fn deliver(&self, mut held: Held) {
         let out = &held.delivery().event;
         let result = match v1::OutboundKind::try_from(out.kind) {
-            Ok(v1::OutboundKind::ToolCard) => self.tool_card(out, window).await,
-            Ok(v1::OutboundKind::Reply | v1::OutboundKind::TextUpdate) => self.post(out, window).await,
+            Ok(v1::OutboundKind::ToolCard) => self.tool_card(out).await,
+            Ok(v1::OutboundKind::Reply | v1::OutboundKind::TextUpdate) => self.post(out).await,
             Ok(v1::OutboundKind::Direct) => self.direct(out).await,
             _ => Err(PostError::Refused(0)),
         };
@@ -504,7 +473,7 @@ impl Gateway {
         }
     }
 
-    async fn post(&self, out: &v1::OutboundMessage, window: &mut CreateWindow) -> Result<(), PostError> {
+    async fn post(&self, out: &v1::OutboundMessage) -> Result<(), PostError> {
         let channel = Id::new_checked(out.channel_id).ok_or(PostError::Refused(0))?;
         let mut text = out.text.clone();
         let mut missing = 0;
@@ -550,7 +519,7 @@ impl Gateway {
                 body["attachments"] = files.iter().map(|f| json!({ "id": f.id, "filename": f.filename })).collect();
             }
             let bytes = serde_json::to_vec(&body).map_err(|_| PostError::Refused(0))?;
-            window.wait().await;
+            let mut create = self.inner.budget.create_turn(channel.get()).await;
             let slot = self.inner.budget.pace().await;
             let http = self.inner.http.get();
             let request = http.create_message(channel).payload_json(&bytes);
@@ -560,9 +529,10 @@ impl Gateway {
                 tokio::time::sleep(held).await;
             }
             self.fence()?;
+            create.sending();
             let posted = request.await;
             drop(slot);
-            window.answered();
+            drop(create);
             let posted = posted.map_err(|e| classify(&e))?;
             clankie_settings::fault::point("gateway.after_accept");
             if i == 0 {
@@ -628,7 +598,7 @@ impl Gateway {
     /// Posts, edits or removes a turn's tool card. The card's Discord message id lives in a
     /// shared bucket, so whichever gateway replica (or a restarted one) gets the edit or the
     /// removal finds the card another posted.
-    async fn tool_card(&self, out: &v1::OutboundMessage, window: &mut CreateWindow) -> Result<(), PostError> {
+    async fn tool_card(&self, out: &v1::OutboundMessage) -> Result<(), PostError> {
         let channel = Id::new_checked(out.channel_id).ok_or(PostError::Refused(0))?;
         let turn = out.idempotency_key.rsplit_once(':').map_or(out.idempotency_key.as_str(), |(turn, _)| turn);
         let turn = turn.strip_suffix(":edit").unwrap_or(turn);
@@ -648,18 +618,22 @@ impl Gateway {
         if !self.speaks_rest() {
             return Err(PostError::Retry);
         }
-        if matches!((v1::ToolCardOp::try_from(out.tool_card_op), existing), (Ok(v1::ToolCardOp::Post), None)) {
-            window.wait().await;
-        }
+        let mut create = match (v1::ToolCardOp::try_from(out.tool_card_op), existing) {
+            (Ok(v1::ToolCardOp::Post), None) => Some(self.inner.budget.create_turn(channel.get()).await),
+            _ => None,
+        };
         let slot = self.inner.budget.pace().await;
         self.fence()?;
+        if let Some(create) = &mut create {
+            create.sending();
+        }
         match (v1::ToolCardOp::try_from(out.tool_card_op), existing) {
             (Ok(v1::ToolCardOp::Post), None) => {
                 let body = json!({ "content": card_text(&out.tool_names), "nonce": nonce(&out.idempotency_key, 0), "enforce_nonce": true });
                 let bytes = serde_json::to_vec(&body).map_err(|_| PostError::Refused(0))?;
                 let posted = self.inner.http.get().create_message(channel).payload_json(&bytes).await;
                 drop(slot);
-                window.answered();
+                drop(create);
                 let posted = posted.map_err(|e| classify(&e))?;
                 let message = posted.model().await.map_err(|_| PostError::Retry)?;
                 if let Err(e) = cards.put(key.as_str(), message.id.get().to_string().into()).await {

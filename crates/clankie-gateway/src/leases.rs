@@ -42,6 +42,32 @@ pub struct Claim {
     pub expires_ms: i64,
     /// The shard's session as of its last stored message.
     pub session: Option<SavedSession>,
+    /// The REST owner's requests that still count at Discord, as of its last write.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spoken: Option<Spoken>,
+}
+
+/// What a REST holder's requests still count for at Discord, written with each renewal and
+/// when it hands the lease back, so the next holder's first requests stay inside the same
+/// limits: wall clock ms, since the next holder is another process.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Spoken {
+    /// When each request of the last second was answered (or, in flight, the moment written).
+    pub answered_ms: Vec<i64>,
+    /// Per channel, when each message create of the last create span was answered.
+    pub creates: Vec<(u64, Vec<i64>)>,
+}
+
+/// What a new REST holder learns of the tenure before it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RestHandover {
+    /// The previous holder, if another replica.
+    pub previous: Option<String>,
+    /// Its record as last written (complete when it handed the lease back).
+    pub spoken: Option<Spoken>,
+    /// When it lost the lease without handing it back: its lease's end, up to which it may
+    /// have sent requests its record does not hold.
+    pub unclean_end_ms: Option<i64>,
 }
 
 /// A claim this replica holds, with the revision its next write must match.
@@ -116,17 +142,32 @@ impl ShardLeases {
     }
 
     /// Claims the REST ownership ([`REST_OWNER_KEY`]) on the same terms as a shard.
-    pub async fn claim_rest(&self) -> Result<Option<Held>, LeaseError> {
-        self.claim_key(REST_OWNER_KEY).await
+    /// With the claim comes what the previous holder's requests still count for at Discord.
+    pub async fn claim_rest(&self) -> Result<Option<(Held, RestHandover)>, LeaseError> {
+        let (claimed, before) = self.claim_key_after(REST_OWNER_KEY).await?;
+        let Some(held) = claimed else { return Ok(None) };
+        let handover = match before {
+            Some(b) if b.claim.owner != self.replica => RestHandover {
+                previous: Some(b.claim.owner),
+                unclean_end_ms: (b.claim.expires_ms != 0).then_some(b.claim.expires_ms),
+                spoken: b.claim.spoken,
+            },
+            _ => RestHandover::default(),
+        };
+        Ok(Some((held, handover)))
     }
 
-    /// Renews the REST ownership for another TTL; [`LeaseError::RestLost`] when another took it.
-    pub async fn renew_rest(&self, held: &mut Held) -> Result<(), LeaseError> {
+    /// Renews the REST ownership for another TTL with the holder's record of what it spoke;
+    /// [`LeaseError::RestLost`] when another took it.
+    pub async fn renew_rest(&self, held: &mut Held, spoken: Spoken) -> Result<(), LeaseError> {
+        held.claim.spoken = Some(spoken);
         self.rewrite_key(REST_OWNER_KEY, LeaseError::RestLost, held, self.expiry(), None).await
     }
 
-    /// Hands the REST ownership back, for another replica to take at once.
-    pub async fn release_rest(&self, held: &mut Held) -> Result<(), LeaseError> {
+    /// Hands the REST ownership back, for another replica to take at once, with the holder's
+    /// complete record of what it spoke.
+    pub async fn release_rest(&self, held: &mut Held, spoken: Spoken) -> Result<(), LeaseError> {
+        held.claim.spoken = Some(spoken);
         self.rewrite_key(REST_OWNER_KEY, LeaseError::RestLost, held, 0, None).await
     }
 
@@ -136,20 +177,25 @@ impl ShardLeases {
     }
 
     async fn claim_key(&self, key: &str) -> Result<Option<Held>, LeaseError> {
+        Ok(self.claim_key_after(key).await?.0)
+    }
+
+    /// Claims `key`, with the entry the claim replaced.
+    async fn claim_key_after(&self, key: &str) -> Result<(Option<Held>, Option<Held>), LeaseError> {
         let current = self.read_key(key).await?;
         let (epoch, session) = match &current {
-            Some(h) if h.claim.owner != self.replica && h.claim.expires_ms > now_ms() => return Ok(None),
+            Some(h) if h.claim.owner != self.replica && h.claim.expires_ms > now_ms() => return Ok((None, current)),
             Some(h) => (h.claim.epoch + 1, h.claim.session.clone()),
             None => (1, None),
         };
-        let claim = Claim { owner: self.replica.clone(), epoch, expires_ms: self.expiry(), session };
+        let claim = Claim { owner: self.replica.clone(), epoch, expires_ms: self.expiry(), session, spoken: None };
         let value = serde_json::to_vec(&claim).map_err(bucket_error)?;
         let written = match &current {
             Some(h) => self.kv.update(key, value.into(), h.revision).await.map_err(|e| e.to_string()),
             None => self.kv.create(key, value.into()).await.map_err(|e| e.to_string()),
         };
         // Another replica's write got in first: not ours this time.
-        Ok(written.ok().map(|revision| Held { claim, revision }))
+        Ok((written.ok().map(|revision| Held { claim, revision }), current))
     }
 
     /// Renews a held claim for another TTL, storing `session` if given; fails with

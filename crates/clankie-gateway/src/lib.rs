@@ -183,7 +183,7 @@ impl Gateway {
     pub fn new(bus: Bus, config: GatewayConfig) -> Gateway {
         install_tls_provider();
         let http = Arc::new(rest::RestClient::new(&config));
-        let budget = Arc::new(rest::RestBudget::default());
+        let budget = Arc::new(rest::RestBudget::new(config.create_span));
         let typing = typing::TypingLoops::new(bus.clone(), http.clone(), budget.clone(), &config);
         let (hand_back, handed_back) = body::hand_back();
         Gateway {

@@ -37,7 +37,17 @@ impl Gateway {
                 return Ok(());
             }
             let held = match lease.claim_rest().await {
-                Ok(Some(held)) => held,
+                Ok(Some((held, handover))) => {
+                    self.inner.budget.take_over(&handover);
+                    if let Some(previous) = &handover.previous {
+                        tracing::info!(
+                            %previous,
+                            handed_over = handover.spoken.is_some() && handover.unclean_end_ms.is_none(),
+                            "the REST lease passed from another replica; its requests of the last seconds count against this one's first"
+                        );
+                    }
+                    held
+                }
                 Ok(None) => {
                     tokio::time::sleep(retry).await;
                     continue;
@@ -66,7 +76,7 @@ impl Gateway {
             let outcome = match outcome {
                 Ok(r) => Some(r),
                 Err(Some(mut held)) => {
-                    if let Err(e) = lease.release_rest(&mut held).await {
+                    if let Err(e) = lease.release_rest(&mut held, self.inner.budget.spoken()).await {
                         tracing::warn!(error = %e, "the REST lease could not be handed back; it runs out by itself");
                     }
                     None
@@ -128,7 +138,7 @@ impl Gateway {
             if now_ms() >= held.claim.expires_ms {
                 return None;
             }
-            match lease.renew_rest(&mut held).await {
+            match lease.renew_rest(&mut held, self.inner.budget.spoken()).await {
                 Ok(()) => self.inner.rest_until_ms.store(held.claim.expires_ms, Ordering::SeqCst),
                 Err(leases::LeaseError::RestLost) => return None,
                 Err(e) => tracing::warn!(error = %e, "the REST lease could not be renewed; trying again"),
@@ -200,6 +210,17 @@ pub(crate) fn build(token: &str, api: Option<&str>) -> twilight_http::Client {
 pub(crate) struct RestBudget {
     window: std::sync::Mutex<Window>,
     next_slot: std::sync::Mutex<tokio::time::Instant>,
+    creates: std::sync::Mutex<Creates>,
+}
+
+/// The message creates of the last create span, per channel, by when each was answered; and,
+/// after a tenure taken from a holder that did not hand over its record, when creates may
+/// start at all.
+#[derive(Debug)]
+struct Creates {
+    answered: std::collections::HashMap<u64, std::collections::VecDeque<tokio::time::Instant>>,
+    not_before: tokio::time::Instant,
+    span: Duration,
 }
 
 /// The requests counted against the last second: those in flight, and when the others were answered.
@@ -231,10 +252,44 @@ impl Drop for Slot<'_> {
     }
 }
 
-impl Default for RestBudget {
-    fn default() -> RestBudget {
-        RestBudget { window: Default::default(), next_slot: std::sync::Mutex::new(tokio::time::Instant::now()) }
+/// Discord's bucket for messages created in one channel: this many in any create span
+/// ([`crate::GatewayConfig::create_span`]).
+pub(crate) const CREATES_PER_SPAN: usize = 5;
+
+/// A message create's place in its channel's window: once the request may have left, dropping
+/// it counts the create as answered now, so a create cut off by a tenure's end still counts.
+#[must_use = "hold the turn until the create is answered"]
+pub(crate) struct CreateTurn<'a> {
+    budget: &'a RestBudget,
+    channel: u64,
+    sent: bool,
+}
+
+impl CreateTurn<'_> {
+    /// The request is about to leave: from here on it counts, answered or not.
+    pub(crate) fn sending(&mut self) {
+        self.sent = true;
     }
+}
+
+impl Drop for CreateTurn<'_> {
+    fn drop(&mut self) {
+        if self.sent {
+            self.budget.create_answered(self.channel, tokio::time::Instant::now());
+        }
+    }
+}
+
+/// `at` (wall clock, ms) as an instant of this process's clock.
+fn instant_of(at: i64) -> tokio::time::Instant {
+    let (now, now_ms) = (tokio::time::Instant::now(), now_ms());
+    let ago = Duration::from_millis(now_ms.saturating_sub(at).unsigned_abs());
+    if at <= now_ms { now.checked_sub(ago).unwrap_or(now) } else { now + ago }
+}
+
+/// `at` as wall clock ms, for another process to read.
+fn wall_ms_of(at: tokio::time::Instant) -> i64 {
+    now_ms() - tokio::time::Instant::now().saturating_duration_since(at).as_millis() as i64
 }
 
 /// Requests a second this replica sends at most: Discord's 50, less a margin for the way there.
@@ -243,6 +298,99 @@ pub const PACED_PER_SECOND: u32 = 45;
 const CROWDED_PER_SECOND: usize = 36;
 
 impl RestBudget {
+    /// A budget with no requests yet, whose channels take [`CREATES_PER_SPAN`] creates per `create_span`.
+    pub(crate) fn new(create_span: Duration) -> RestBudget {
+        let now = tokio::time::Instant::now();
+        RestBudget {
+            window: Default::default(),
+            next_slot: std::sync::Mutex::new(now),
+            creates: std::sync::Mutex::new(Creates { answered: Default::default(), not_before: now, span: create_span }),
+        }
+    }
+
+    /// Waits until `channel` may take another message create: until the one
+    /// [`CREATES_PER_SPAN`] before it was answered a create span ago. Counted from answers, not
+    /// sends, because a request reaches Discord before it is answered: however late a loaded
+    /// machine sends one, no span at Discord holds more. One poster per channel calls it.
+    pub(crate) async fn create_turn(&self, channel: u64) -> CreateTurn<'_> {
+        loop {
+            let free_at = {
+                let creates = self.creates.lock().unwrap_or_else(|p| p.into_inner());
+                let by_window = creates
+                    .answered
+                    .get(&channel)
+                    .filter(|a| a.len() >= CREATES_PER_SPAN)
+                    .map(|a| a[a.len() - CREATES_PER_SPAN] + creates.span);
+                by_window.map_or(creates.not_before, |w| w.max(creates.not_before))
+            };
+            if free_at <= tokio::time::Instant::now() {
+                return CreateTurn { budget: self, channel, sent: false };
+            }
+            tokio::time::sleep_until(free_at).await;
+        }
+    }
+
+    fn create_answered(&self, channel: u64, at: tokio::time::Instant) {
+        let mut creates = self.creates.lock().unwrap_or_else(|p| p.into_inner());
+        let answered = creates.answered.entry(channel).or_default();
+        let place = answered.partition_point(|t| *t <= at);
+        answered.insert(place, at);
+        while answered.len() > CREATES_PER_SPAN {
+            answered.pop_front();
+        }
+    }
+
+    /// What this replica's requests still count for at Discord, for the next REST holder:
+    /// the answers of the last second and each channel's creates of the last create span.
+    pub(crate) fn spoken(&self) -> crate::leases::Spoken {
+        let now = tokio::time::Instant::now();
+        let answered_ms = {
+            let mut window = self.window.lock().unwrap_or_else(|p| p.into_inner());
+            window.count(now);
+            // In flight: it reaches Discord now at the latest, and is answered later still.
+            let in_flight = std::iter::repeat_n(now_ms(), window.in_flight);
+            window.answered.iter().map(|t| wall_ms_of(*t)).chain(in_flight).collect()
+        };
+        let mut creates = self.creates.lock().unwrap_or_else(|p| p.into_inner());
+        let span = creates.span;
+        creates.answered.retain(|_, a| {
+            a.retain(|t| now.saturating_duration_since(*t) < span);
+            !a.is_empty()
+        });
+        let mut by_channel: Vec<(u64, Vec<i64>)> =
+            creates.answered.iter().map(|(c, a)| (*c, a.iter().map(|t| wall_ms_of(*t)).collect())).collect();
+        by_channel.sort_unstable();
+        crate::leases::Spoken { answered_ms, creates: by_channel }
+    }
+
+    /// Counts what the previous REST holder's requests still count for at Discord before this
+    /// replica's first: its record as it handed it over, and, when it lost the lease without
+    /// handing over (killed, paused, cut off from the bus), every request it may have sent up
+    /// to its lease's end: no request until a second past that end, no create until a create
+    /// span past it.
+    pub(crate) fn take_over(&self, handover: &crate::leases::RestHandover) {
+        if let Some(spoken) = &handover.spoken {
+            let mut window = self.window.lock().unwrap_or_else(|p| p.into_inner());
+            window.answered.extend(spoken.answered_ms.iter().map(|t| instant_of(*t)));
+            window.answered.make_contiguous().sort_unstable();
+            drop(window);
+            for (channel, answered) in &spoken.creates {
+                for at in answered {
+                    self.create_answered(*channel, instant_of(*at));
+                }
+            }
+        }
+        if let Some(ended_ms) = handover.unclean_end_ms {
+            let end = instant_of(ended_ms);
+            let mut window = self.window.lock().unwrap_or_else(|p| p.into_inner());
+            window.answered.extend(std::iter::repeat_n(end, PACED_PER_SECOND as usize));
+            window.answered.make_contiguous().sort_unstable();
+            drop(window);
+            let mut creates = self.creates.lock().unwrap_or_else(|p| p.into_inner());
+            creates.not_before = creates.not_before.max(end + creates.span);
+        }
+    }
+
     /// Waits for the next free slot and takes it; every REST request calls this first and
     /// holds the slot until it is answered.
     pub(crate) async fn pace(&self) -> Slot<'_> {

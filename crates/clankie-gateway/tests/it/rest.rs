@@ -286,6 +286,50 @@ async fn rest_budget_three_gateways_posting_150_replies_a_second_into_60_channel
     drop(replicas);
 }
 
+/// The REST holder posts five creates into one channel, filling Discord's window there, and is
+/// stopped by `stop` with five more replies waiting; its successor posts them. What arrived at
+/// Discord in that channel: the most creates in any 5 s, and the successor's first create's
+/// distance from the first of the five.
+async fn successor_after(stop: fn(&tokio::process::Child), how: &str) -> (usize, i64) {
+    let rig = Rig::new().await;
+    let mut replicas: HashMap<_, _> = ["gateway-a", "gateway-b"].iter().map(|n| (n.to_string(), gateway_process(&rig, n, &[]))).collect();
+    let owner = rest_owner(&rig).await;
+    let kv = rig.bus.key_value(clankie_gateway::leases::SHARDS_BUCKET, Duration::from_secs(3600)).await.unwrap();
+    let probe = clankie_gateway::leases::ShardLeases::new(kv, "probe", Duration::from_secs(1));
+    until_async_replicas(&probe, 2).await;
+    let channel = super::GENERAL;
+    for n in 0..10 {
+        rig.bus.publish(&Subject::BodySend { channel }, &reply(channel, &format!("reply:window:{n}"), &format!("window {n}")), None).await.unwrap();
+    }
+    until("the holder's five creates", Duration::from_secs(20), || rig.discord.create_requests(channel).len() >= 5).await;
+    stop(&replicas[&owner]);
+    until("all ten replies", Duration::from_secs(60), || rig.discord.posts(channel).len() >= 10).await;
+    let creates = rig.discord.create_requests(channel);
+    let most = most_within(&creates, 5_000);
+    let gap = creates.get(5).map_or(0, |sixth| sixth - creates[0]);
+    let successor = rig.rest_owner().await.unwrap_or_default();
+    println!(
+        "rest budget: {owner} {how} after five creates; {successor} sent the sixth {gap} ms after the first; most creates in any 5 s {most} ({} requests in all)",
+        creates.len()
+    );
+    replicas.clear();
+    (most, gap)
+}
+
+#[tokio::test]
+async fn rest_budget_a_successor_counts_the_creates_its_predecessor_handed_over_on_stopping() {
+    let (most, gap) = successor_after(sigterm, "stopped (SIGTERM)").await;
+    assert!(most <= 5, "a channel took {most} creates within 5 s across the handover");
+    assert!(gap >= 5_000, "the successor's first create came {gap} ms after the predecessor's first");
+}
+
+#[tokio::test]
+async fn rest_budget_a_successor_counts_the_creates_of_a_predecessor_killed_without_handing_over() {
+    let (most, gap) = successor_after(sigkill, "killed (SIGKILL)").await;
+    assert!(most <= 5, "a channel took {most} creates within 5 s across the handover");
+    assert!(gap >= 5_000, "the successor's first create came {gap} ms after the predecessor's first");
+}
+
 async fn until_async_replicas(probe: &clankie_gateway::leases::ShardLeases, count: usize) {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
     while probe.replicas_alive().await.unwrap() < count {
