@@ -34,6 +34,8 @@ pub struct ErasedMessages {
     pub by_stream: BTreeMap<&'static str, u64>,
     /// The Discord attachment ids their erased messages carried, for media to drop.
     pub attachments: Vec<u64>,
+    /// Other people's messages rewritten without their words, by stream name.
+    pub rewritten: BTreeMap<&'static str, u64>,
 }
 
 impl ErasedMessages {
@@ -61,6 +63,26 @@ fn author_of(family: Family, payload: &[u8]) -> Option<(u64, Vec<u64>)> {
     }
 }
 
+/// Another person's event that carries `author_id`'s words (quoted, or its thread's starter),
+/// with those words made into the forgotten marker; `None` when it carries none of theirs.
+fn without_carried(family: Family, payload: &[u8], author_id: u64) -> Option<Vec<u8>> {
+    let forget = |ingress: &mut v1::Ingress| {
+        clankie_proto::words::carried_authors(ingress).contains(&author_id)
+            && clankie_proto::words::forget_carried(ingress, |a, _| a == author_id) > 0
+    };
+    match family {
+        Family::IngressText => {
+            let mut ingress = v1::Ingress::decode(payload).ok()?;
+            forget(&mut ingress).then(|| ingress.encode_to_vec())
+        }
+        Family::LaneSteer => {
+            let mut steer = v1::Steer::decode(payload).ok()?;
+            forget(steer.ingress.as_mut()?).then(|| steer.encode_to_vec())
+        }
+        _ => None,
+    }
+}
+
 impl Bus {
     /// Erases every event of `author_id`'s from the streams that keep them (their messages
     /// and edits, typed room lines, steers of their messages, their transcribed speech),
@@ -70,6 +92,12 @@ impl Bus {
     /// answers the store has withdrawn (by the turn's delivery id each reply carries); and the
     /// experiences on the self stream they took part in, by id (by one of their `names` for an
     /// experience recorded before ids were kept), as the store's went.
+    ///
+    /// Other people's events that carry their words (a reply quoting them, a message in a
+    /// thread they started) are rewritten: republished on their subject with those words made
+    /// into the forgotten marker, and the original erased. A consumer takes the copy as one
+    /// more delivery of the same message, which it already handles (settled: acked; held: the
+    /// original answers for it).
     ///
     /// It tells every live voice room (`clankie.signal.forgotten`), which drops their lines from
     /// the ring it holds in memory: the store's copy is gone by now, and a room holds lines the
@@ -86,7 +114,8 @@ impl Bus {
             let Some(spec) = stream_for(family) else { continue };
             let fail = |detail: String| BusError::Stream { stream: spec.name, detail };
             let mut found = Vec::new();
-            self.read_family(family, |sequence, payload| {
+            let mut rewritten: Vec<(u64, String, Vec<u8>)> = Vec::new();
+            self.read_family_on(family, |sequence, subject, payload| {
                 let theirs = match family {
                     Family::BodySend => {
                         v1::OutboundMessage::decode(payload).ok().filter(|m| answered.contains(m.delivery_id.as_str())).map(|_| Vec::new())
@@ -103,13 +132,26 @@ impl Bus {
                 if let Some(attachments) = theirs {
                     found.push(sequence);
                     erased.attachments.extend(attachments);
+                } else if let Some(copy) = without_carried(family, payload, author_id) {
+                    rewritten.push((sequence, subject.to_owned(), copy));
                 }
             })
             .await?;
-            if found.is_empty() {
+            if found.is_empty() && rewritten.is_empty() {
                 continue;
             }
             let stream = self.js.get_stream(spec.name).await.map_err(|e| fail(e.to_string()))?;
+            for (sequence, subject, copy) in rewritten {
+                // The copy first: were the erase cut off between the two, the words stay
+                // until the next forget finds them, and nothing of anyone else's is lost.
+                let ack = self.js.publish(subject, copy.into()).await.map_err(|e| fail(format!("republishing sequence {sequence}: {e}")))?;
+                ack.await.map_err(|e| fail(format!("republishing sequence {sequence}: {e}")))?;
+                match stream.delete_message(sequence).await {
+                    Ok(_) => *erased.rewritten.entry(spec.name).or_default() += 1,
+                    Err(e) if e.to_string().contains("no message found") => {}
+                    Err(e) => return Err(fail(format!("erasing sequence {sequence}: {e}"))),
+                }
+            }
             let mut n = 0;
             for sequence in found {
                 match stream.delete_message(sequence).await {
@@ -145,6 +187,11 @@ impl Bus {
     /// first, up to the newest there was when the read began; nothing for a family no stream
     /// keeps.
     pub async fn read_family(&self, family: Family, mut seen: impl FnMut(u64, &[u8])) -> Result<(), BusError> {
+        self.read_family_on(family, |sequence, _, payload| seen(sequence, payload)).await
+    }
+
+    /// [`Bus::read_family`], with the subject each message was published on.
+    async fn read_family_on(&self, family: Family, mut seen: impl FnMut(u64, &str, &[u8])) -> Result<(), BusError> {
         let Some(spec) = stream_for(family) else { return Ok(()) };
         let stream = spec.name;
         let fail = |detail: String| BusError::Stream { stream, detail };
@@ -164,7 +211,7 @@ impl Bus {
                 Err(_) => return Err(fail(format!("no message within {NEXT_WITHIN:?} while reading"))),
             };
             let info = message.info().map_err(|e| fail(e.to_string()))?;
-            seen(info.stream_sequence, &message.payload);
+            seen(info.stream_sequence, message.subject.as_str(), &message.payload);
             if info.pending == 0 {
                 return Ok(());
             }

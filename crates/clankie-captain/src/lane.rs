@@ -204,15 +204,8 @@ impl Captain {
             return None;
         }
         // A person forgotten stays forgotten: what they wrote before it never comes back as history.
-        let forgotten = self.inner.store.forgotten_users().await.unwrap_or_else(|e| {
-            tracing::warn!(error = %e, "forgotten people not readable; history is left out");
-            vec![(0, i64::MAX)]
-        });
-        let forgot = |m: &v1::HistoryMessage| {
-            forgotten
-                .iter()
-                .any(|(author, at)| (*author == 0 || *author == m.author_id) && clankie_proto::time::snowflake_ms(m.message_id) < *at)
-        };
+        let forgotten = self.forgotten().await;
+        let forgot = |m: &v1::HistoryMessage| !clankie_self::audience::history_shows(&forgotten, m.author_id, m.message_id);
         let request = v1::HistoryRequest {
             channel_id: owner.channel_id,
             before_message_id: owner.delivery_id.parse().unwrap_or(0),
@@ -473,11 +466,34 @@ impl Captain {
 }
 
 impl Captain {
+    /// The people who asked to be forgotten; everyone, when the list cannot be read.
+    pub(crate) async fn forgotten(&self) -> clankie_self::audience::Forgotten {
+        match self.inner.store.forgotten_users().await {
+            Ok(people) => clankie_self::audience::Forgotten::new(people),
+            Err(e) => {
+                tracing::warn!(error = %e, "forgotten people not readable; other people's words are left out");
+                clankie_self::audience::Forgotten::unreadable()
+            }
+        }
+    }
+
+    /// `ingress` as the audience rule lets this lane see it (`clankie_self::audience`): other
+    /// people's words it carries, linked, quoted or starting its thread, checked against the
+    /// forgotten and the owner's admitted channels.
+    pub(crate) async fn ruled<'a>(&self, ingress: &'a v1::Ingress, admitted_channels: &[u64]) -> std::borrow::Cow<'a, v1::Ingress> {
+        let carries = !ingress.quoted.is_empty() || ingress.thread.as_ref().is_some_and(|t| t.starter.is_some());
+        if !carries {
+            return std::borrow::Cow::Borrowed(ingress);
+        }
+        let mut ruled = ingress.clone();
+        clankie_self::audience::rule_ingress(&mut ruled, &self.forgotten().await, admitted_channels);
+        std::borrow::Cow::Owned(ruled)
+    }
+
     /// A delivery as the model sees it: its attributed block with its context (what it replies
     /// to or links, pointed at where the conversation `held` it already; its poll, stickers,
     /// embeds, forwards and text files), and its pictures fetched through media.
-    /// A linked message is quoted only from a channel the owner admits (`admitted_channels`,
-    /// empty for all).
+    /// Other people's words in it are as the audience rule lets them be ([`Captain::ruled`]).
     async fn user_message(&self, h: &Held, held: &std::collections::HashSet<u64>, admitted_channels: &[u64]) -> UserMessage {
         let bound = self.inner.config.bounds.attachments_per_message;
         let pictures: Vec<&v1::Attachment> = h.ingress.attachments.iter().filter(|a| a.content_type.starts_with("image/")).collect();
@@ -489,12 +505,7 @@ impl Captain {
             .await;
         }
         let files = self.text_files(h).await;
-        let mut ingress = std::borrow::Cow::Borrowed(&h.ingress);
-        if !admitted_channels.is_empty()
-            && h.ingress.quoted.iter().any(|q| q.kind() == v1::QuotedKind::Linked && !admitted_channels.contains(&q.channel_id))
-        {
-            ingress.to_mut().quoted.retain(|q| q.kind() != v1::QuotedKind::Linked || admitted_channels.contains(&q.channel_id));
-        }
+        let ingress = self.ruled(&h.ingress, admitted_channels).await;
         let (text, lines) = prompt::message_in_context(&ingress, shown, &|id| held.contains(&id), &files);
         let mut message = UserMessage { lines, ..UserMessage::new(h.ingress.author_name.clone(), h.delivery_id(), text) };
         for a in pictures.into_iter().take(shown) {

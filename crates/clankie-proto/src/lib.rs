@@ -5,12 +5,14 @@
 //! - [`Subject`] and [`Family`]: the only place subject strings are built or parsed.
 //! - [`Event`]: ties each message type to the subjects that carry it.
 //! - [`json`]: decodes any event to proto3 JSON for taps and trails.
+//! - [`words`]: whose words an event holds, for the audience rule and a forget.
 
 pub mod json;
 mod lane;
 pub mod receipt;
 mod subject;
 pub mod time;
+pub mod words;
 
 pub use lane::{LaneKey, LaneKeyError};
 pub use subject::{Area, Family, Place, ReceiptKind, Subject, SubjectError};

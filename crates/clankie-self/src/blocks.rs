@@ -10,6 +10,11 @@
 use std::fmt::Write as _;
 
 /// Opens a cold lane's untrusted history block (tag and first line); tests count it.
+/// Every block of other people's words the prompt can hold, by tag: the system prompt's rule
+/// names each, so none reads as instructions (a test finds every opener in the code here).
+pub const UNTRUSTED_BLOCKS: &[&str] =
+    &["message", "untrusted_channel_history", "untrusted_message_context", "untrusted_thread_context", "untrusted_page"];
+
 pub const HISTORY_OPEN: &str = "<untrusted_channel_history>\nThe room's most recent messages before you were addressed";
 const HISTORY_CLOSE: &str = "</untrusted_channel_history>";
 

@@ -7,6 +7,7 @@
 //! system prompt for any thread, text lane or voice room. The privacy policy
 //! ([`policy`]) is applied inside it, so no caller can forget it.
 
+pub mod audience;
 mod assemble;
 pub mod blocks;
 pub mod experience;

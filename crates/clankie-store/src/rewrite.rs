@@ -321,6 +321,24 @@ impl Store {
             .bind(author_id as i64)
             .execute(&mut *tx)
             .await?;
+        // Other people's edits carry their words where they quote them: the words go, the edit stays.
+        let edits: Vec<(String, Vec<u8>)> =
+            sqlx::query_as("SELECT delivery_id, edit FROM message_changes WHERE author_id <> $1 AND edit IS NOT NULL FOR UPDATE")
+                .bind(author_id as i64)
+                .fetch_all(&mut *tx)
+                .await?;
+        for (delivery_id, edit) in edits {
+            use prost::Message as _;
+            let Ok(mut ingress) = clankie_proto::v1::Ingress::decode(edit.as_slice()) else { continue };
+            if clankie_proto::words::forget_carried(&mut ingress, |a, _| a == author_id) == 0 {
+                continue;
+            }
+            sqlx::query("UPDATE message_changes SET edit = $2 WHERE delivery_id = $1")
+                .bind(&delivery_id)
+                .bind(ingress.encode_to_vec())
+                .execute(&mut *tx)
+                .await?;
+        }
         tx.commit().await?;
         Ok(ForgottenRows { ring_lines, memories, experiences })
     }

@@ -314,9 +314,13 @@ impl Captain {
         }
         // A thread's subject, when the lane walks in cold and its conversation does not hold it
         // as it stands (new, renamed, retagged, or compacted away).
-        if behind
-            && !kind.system_lane
-            && let Some((block, lines)) = prompt::thread(&owner.ingress)
+        let ruled = if behind && !kind.system_lane && owner.ingress.thread.is_some() {
+            Some(self.ruled(&owner.ingress, &snapshot.settings.channels).await)
+        } else {
+            None
+        };
+        if let Some(ruled) = &ruled
+            && let Some((block, lines)) = prompt::thread(ruled)
             && !session.entries().iter().any(|e| matches!(&e.body, clankie_agent::EntryBody::User { text, .. } if *text == block))
         {
             held_ids.extend(lines.iter().copied());

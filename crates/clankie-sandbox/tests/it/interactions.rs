@@ -554,6 +554,72 @@ async fn erase_bobs_forget_me_leaves_adas_words_the_owners_fact_and_his_answers_
     assert_eq!(request.count("Your meeting tomorrow is cancelled as well, then."), 1, "his answer to ada left the next request");
 }
 
+/// The first request the stand-in got whose last message holds `needle`.
+fn request_with(rig: &Rig, needle: &str) -> clankie_model_standin::RecordedRequest {
+    rig.standin
+        .requests()
+        .into_iter()
+        .find(|r| r.messages().last().is_some_and(|m| m.to_string().contains(needle)))
+        .unwrap_or_else(|| panic!("no request answered {needle:?}"))
+}
+
+/// Bob's words travel inside other people's events: ada's reply quoting him, and the thread
+/// started from his message. His forget reaches them there (no stream and no table holds
+/// them), and after it neither ada's new reply to his old message nor a post in his thread,
+/// both fetched fresh from Discord, brings them back into a request.
+#[tokio::test]
+async fn erase_bobs_words_quoted_by_ada_go_with_his_forget_and_no_reply_or_thread_post_brings_them_back() {
+    const BOBS_WORDS: &str = "Pimblewick-quokka";
+    let rig = Rig::new().await;
+    let store = owned_by(&rig, "owner").await;
+    let to_him_replying = |author: &str, content: &str, reply_to: Option<u64>, channel: u64| clankie_discord_loopback::NewMessage {
+        channel_id: channel,
+        author: author.into(),
+        content: content.into(),
+        mention: true,
+        reply_to,
+        ..Default::default()
+    };
+    let bobs = rig.say(GENERAL, "bob", &format!("my cat is called {BOBS_WORDS}"));
+    rig.standin.script(Script::when("ada-heron", Reply::text("A fine name for a cat.")));
+    let adas = rig.sandbox.discord.user_message(to_him_replying("ada", "what do you make of that name? ada-heron", Some(bobs), GENERAL));
+    rig.wait_outcomes(GENERAL, &[adas]).await;
+    assert!(request_with(&rig, "ada-heron").count(BOBS_WORDS) >= 1, "bob's words never reached the model before his forget");
+    let thread = rig.sandbox.discord.start_thread(GENERAL, Some(bobs), "cat names", false);
+    let bus = rig.bus().await;
+    let (bobs_before, adas_before) = (crate::on_the_bus(&bus, BOBS_WORDS).await, crate::on_the_bus(&bus, "ada-heron").await);
+    let rows_before = crate::rows_holding(&store, BOBS_WORDS).await;
+    assert!(bobs_before >= 2, "bob's message and ada's quoting it were never both on the bus: {bobs_before}");
+    assert!(!rows_before.is_empty(), "bob's words were never stored");
+
+    let first = run(&rig, GENERAL, "bob", "forget-me", &[]).await;
+    let forgot = forgot(&rig, &first, Duration::from_secs(20)).await;
+    assert!(forgot.content.starts_with("Done"), "{}", forgot.content);
+    let (bobs_after, adas_after) = (crate::on_the_bus(&bus, BOBS_WORDS).await, crate::on_the_bus(&bus, "ada-heron").await);
+    let rows_after = crate::rows_holding(&store, BOBS_WORDS).await;
+    println!(
+        "erase: events holding bob's words {bobs_before} -> {bobs_after}, ada's {adas_before} -> {adas_after}; tables {rows_before:?} -> {rows_after:?}"
+    );
+    assert_eq!(bobs_after, 0, "bob's words are still in a stream, inside someone else's event");
+    assert_eq!(adas_after, adas_before, "ada's events left the streams with bob's words");
+    assert!(rows_after.is_empty(), "tables still hold bob's words: {rows_after:?}");
+    assert_eq!(crate::files_holding(&rig.attachment_root, BOBS_WORDS.as_bytes()), 0, "a file holds bob's words");
+
+    // After the forget, Discord still has his message: a new reply to it and a post in his
+    // thread fetch it fresh, and the rule keeps it from the model.
+    rig.standin.script(Script::when("ada-wren", Reply::text("Still a fine name.")));
+    let again = rig.sandbox.discord.user_message(to_him_replying("ada", "and what about it now? ada-wren", Some(bobs), GENERAL));
+    rig.wait_outcomes(GENERAL, &[again]).await;
+    rig.standin.script(Script::when("ada-kite", Reply::text("Whiskers, maybe.")));
+    let in_thread = rig.sandbox.discord.user_message(to_him_replying("ada", "any other names for it? ada-kite", None, thread));
+    rig.wait_outcomes(thread, &[in_thread]).await;
+    for needle in ["ada-wren", "ada-kite"] {
+        let request = request_with(&rig, needle);
+        assert_eq!(request.count(BOBS_WORDS), 0, "bob's words came back into the request answering {needle}");
+        assert!(request.count(clankie_self::audience::FORGOTTEN_WORDS) >= 1, "no marker where bob's words were ({needle})");
+    }
+}
+
 const TWENTY_GATE: &str = "the twenty have arrived";
 
 /// Bob asks to be forgotten twenty times at once, while a run of his holds his lane (so the

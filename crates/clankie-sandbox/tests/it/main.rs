@@ -49,3 +49,25 @@ pub async fn on_the_bus(bus: &clankie_bus::Bus, words: &str) -> usize {
     }
     n
 }
+
+/// The tables with rows that hold `words`, as text or inside a byte column (a stored protobuf
+/// event), with how many rows each.
+pub async fn rows_holding(store: &clankie_store::Store, words: &str) -> Vec<(String, i64)> {
+    let tables: Vec<String> = sqlx::query_scalar(
+        "SELECT table_name::text FROM information_schema.tables WHERE table_schema = 'public' AND table_type = 'BASE TABLE'",
+    )
+    .fetch_all(store.pool())
+    .await
+    .expect("the tables are listed");
+    // A byte column reads as text in hex: `\x…`.
+    let hex: String = words.bytes().map(|b| format!("{b:02x}")).collect();
+    let mut holding = Vec::new();
+    for t in tables {
+        let sql = format!("SELECT count(*) FROM \"{t}\" x WHERE strpos(x::text, $1) > 0 OR strpos(x::text, $2) > 0");
+        let n: i64 = sqlx::query_scalar(sqlx::AssertSqlSafe(sql)).bind(words).bind(&hex).fetch_one(store.pool()).await.expect("a table scan");
+        if n > 0 {
+            holding.push((t, n));
+        }
+    }
+    holding
+}
