@@ -1,6 +1,8 @@
 //! What he asks a server for when he is invited: the permissions the code uses, each with why
 //! and where, and the invite URL built from them and the application's id.
 
+use std::time::Duration;
+
 use twilight_model::guild::Permissions;
 
 /// One permission he needs: its name in Discord's server settings, what for, and the code that
@@ -151,17 +153,67 @@ pub async fn application_id(token: &str, api: Option<&str>) -> Result<u64, Invit
 
 /// Every server the bot is in, read 200 at a time as Discord pages them.
 pub(crate) async fn guilds_of(client: &twilight_http::Client) -> Result<Vec<twilight_model::user::CurrentUserGuild>, String> {
+    guilds_paced(client, None).await
+}
+
+/// [`guilds_of`], each page's request taking its place in `budget` first (giving way to replies).
+async fn guilds_paced(
+    client: &twilight_http::Client,
+    budget: Option<&crate::rest::RestBudget>,
+) -> Result<Vec<twilight_model::user::CurrentUserGuild>, String> {
     let mut all: Vec<twilight_model::user::CurrentUserGuild> = Vec::new();
     loop {
         let mut request = client.current_user_guilds().limit(200);
         if let Some(last) = all.last() {
             request = request.after(last.id);
         }
+        let _slot = match budget {
+            Some(b) => Some(b.give_way(INVITE_GIVES_WAY).await),
+            None => None,
+        };
         let page = request.await.map_err(|e| e.to_string())?.models().await.map_err(|e| e.to_string())?;
         let full = page.len() == 200;
         all.extend(page);
         if !full {
             return Ok(all);
+        }
+    }
+}
+
+/// How long the start's invite check waits for replies to leave room in the REST budget.
+const INVITE_GIVES_WAY: Duration = Duration::from_secs(5);
+
+/// Whether he is missing from where he is meant to be: in no server, or not in one of `admitted`.
+fn absent(guilds: &[twilight_model::user::CurrentUserGuild], admitted: &[u64]) -> bool {
+    guilds.is_empty() || admitted.iter().any(|g| !guilds.iter().any(|have| have.id.get() == *g))
+}
+
+impl crate::Gateway {
+    /// Logs the invite URL while he is missing from a server he is meant for: once per
+    /// process, from its first REST tenure (one replica speaks REST, so one says it), after
+    /// Discord took the token (a refused token is presented once, by `/gateway/bot`), each
+    /// request in the REST budget behind replies.
+    pub(crate) async fn say_invite(self) {
+        let mut accepted = self.inner.token_accepted.subscribe();
+        if accepted.wait_for(|a| *a).await.is_err() {
+            return;
+        }
+        let (budget, http) = (&self.inner.budget, self.inner.http.get());
+        let application = {
+            let _slot = budget.give_way(INVITE_GIVES_WAY).await;
+            if !self.speaks_rest() {
+                return;
+            }
+            match http.current_user_application().await {
+                Ok(response) => response.model().await.ok(),
+                Err(_) => None,
+            }
+        };
+        let Some(application) = application else { return };
+        let Ok(guilds) = guilds_paced(&http, Some(budget)).await else { return };
+        if absent(&guilds, &self.inner.config.guilds) {
+            let url = invite_url(application.id.get());
+            tracing::warn!(%url, "he is not in every server he is meant for yet: open this invite URL as someone who manages the server (`clankie doctor` checks the rest)");
         }
     }
 }
@@ -173,8 +225,7 @@ pub async fn wanted_invite(token: &str, api: Option<&str>, admitted: &[u64]) -> 
     let client = crate::rest::build(token, api);
     let application = client.current_user_application().await.ok()?.model().await.ok()?;
     let guilds = guilds_of(&client).await.ok()?;
-    let absent = guilds.is_empty() || admitted.iter().any(|g| !guilds.iter().any(|have| have.id.get() == *g));
-    absent.then(|| invite_url(application.id.get()))
+    absent(&guilds, admitted).then(|| invite_url(application.id.get()))
 }
 
 #[cfg(test)]

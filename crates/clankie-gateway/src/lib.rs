@@ -165,6 +165,8 @@ pub(crate) struct Inner {
     pub places: context::Places,
     /// Flipped once a shard has been identified (READY): from then on messages are heard.
     pub identified: tokio::sync::watch::Sender<bool>,
+    /// Flipped once Discord answered `/gateway/bot` for the token: requests beyond it may follow.
+    pub token_accepted: tokio::sync::watch::Sender<bool>,
 }
 
 /// A gateway replica. Cheap to clone.
@@ -207,6 +209,7 @@ impl Gateway {
                 handed_back,
                 places: context::Places::default(),
                 identified: tokio::sync::watch::channel(false).0,
+                token_accepted: tokio::sync::watch::channel(false).0,
             }),
         }
     }

@@ -32,6 +32,7 @@ impl Gateway {
         let retry = (config.rest_lease_ttl / 4).max(Duration::from_millis(50));
         let mut stopping = self.inner.stopping.subscribe();
         let mut later = false;
+        let mut invite_said = false;
         loop {
             if *stopping.borrow() {
                 return Ok(());
@@ -60,6 +61,9 @@ impl Gateway {
             };
             tracing::info!(epoch = held.claim.epoch, "this replica speaks Discord's REST API now");
             self.inner.rest_until_ms.store(held.claim.expires_ms, Ordering::SeqCst);
+            if !std::mem::replace(&mut invite_said, true) {
+                tokio::spawn(self.clone().say_invite());
+            }
             // Each part is supervised on its own: a panic in typing restarts typing, never posting.
             let parts = &self.inner.parts;
             let outcome = tokio::select! {

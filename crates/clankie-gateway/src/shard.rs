@@ -140,6 +140,7 @@ impl Gateway {
             };
             match asked {
                 Some(info) => {
+                    self.inner.token_accepted.send_replace(true);
                     let total = if configured > 0 { configured } else { info.shards.max(1) };
                     return Some((total, u32::from(info.session_start_limit.max_concurrency).max(1)));
                 }
@@ -171,15 +172,6 @@ impl Gateway {
         };
         self.inner.shard_total.store(total, Ordering::SeqCst);
         let config = &self.inner.config;
-        // Asked only once Discord took the token, so a refused one is presented once.
-        {
-            let (token, api, admitted) = (config.token.clone(), config.api.clone(), config.guilds.clone());
-            tokio::spawn(async move {
-                if let Some(url) = crate::invite::wanted_invite(&token, api.as_deref(), &admitted).await {
-                    tracing::warn!(%url, "he is not in every server he is meant for yet: open this invite URL as someone who manages the server (`clankie doctor` checks the rest)");
-                }
-            });
-        }
         let kv = self.inner.bus.key_value(leases::SHARDS_BUCKET, Duration::from_secs(7 * 24 * 3600)).await?;
         let leases = ShardLeases::new(kv.clone(), &config.replica, config.shard_lease_ttl);
         let queue = SharedIdentifyQueue::new(kv, max_concurrency);
