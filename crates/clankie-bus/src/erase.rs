@@ -144,7 +144,8 @@ impl Bus {
             for (sequence, subject, copy) in rewritten {
                 // The copy first: were the erase cut off between the two, the words stay
                 // until the next forget finds them, and nothing of anyone else's is lost.
-                let ack = self.js.publish(subject, copy.into()).await.map_err(|e| fail(format!("republishing sequence {sequence}: {e}")))?;
+                let ack =
+                    self.js.publish(subject, copy.into()).await.map_err(|e| fail(format!("republishing sequence {sequence}: {e}")))?;
                 ack.await.map_err(|e| fail(format!("republishing sequence {sequence}: {e}")))?;
                 match stream.delete_message(sequence).await {
                     Ok(_) => *erased.rewritten.entry(spec.name).or_default() += 1,

@@ -14,7 +14,8 @@ pub const FORGOTTEN_NAME: &str = "someone forgotten";
 /// thread's starter (his own left out).
 pub fn carried_authors(ingress: &v1::Ingress) -> Vec<u64> {
     let starter = ingress.thread.as_ref().and_then(|t| t.starter.as_ref());
-    let mut authors: Vec<u64> = ingress.quoted.iter().chain(starter).filter(|q| !q.is_him && q.author_id != 0).map(|q| q.author_id).collect();
+    let mut authors: Vec<u64> =
+        ingress.quoted.iter().chain(starter).filter(|q| !q.is_him && q.author_id != 0).map(|q| q.author_id).collect();
     authors.sort_unstable();
     authors.dedup();
     authors

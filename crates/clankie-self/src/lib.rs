@@ -7,8 +7,8 @@
 //! system prompt for any thread, text lane or voice room. The privacy policy
 //! ([`policy`]) is applied inside it, so no caller can forget it.
 
-pub mod audience;
 mod assemble;
+pub mod audience;
 pub mod blocks;
 pub mod experience;
 pub mod policy;

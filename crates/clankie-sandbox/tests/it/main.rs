@@ -64,7 +64,8 @@ pub async fn rows_holding(store: &clankie_store::Store, words: &str) -> Vec<(Str
     let mut holding = Vec::new();
     for t in tables {
         let sql = format!("SELECT count(*) FROM \"{t}\" x WHERE strpos(x::text, $1) > 0 OR strpos(x::text, $2) > 0");
-        let n: i64 = sqlx::query_scalar(sqlx::AssertSqlSafe(sql)).bind(words).bind(&hex).fetch_one(store.pool()).await.expect("a table scan");
+        let n: i64 =
+            sqlx::query_scalar(sqlx::AssertSqlSafe(sql)).bind(words).bind(&hex).fetch_one(store.pool()).await.expect("a table scan");
         if n > 0 {
             holding.push((t, n));
         }
