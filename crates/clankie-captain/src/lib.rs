@@ -508,6 +508,15 @@ impl Captain {
                 None
             }
             Ok(why) => {
+                // A private thread is its own audience: marked before anything lived there can
+                // reach another lane's self-context (`clankie_self::policy::may_know_of`).
+                if d.event.thread.as_ref().is_some_and(|t| t.kind() == v1::ThreadKind::Private)
+                    && let Err(e) = self.inner.store.mark_private(&lane).await
+                {
+                    tracing::warn!(%lane, error = %e, "a private thread could not be marked as its own audience; the delivery will come back");
+                    let _ = d.nak_after(config.backoff(d.delivered)).await;
+                    return None;
+                }
                 let author = d.event.author_id;
                 let limit = if admission::flood_guarded(&owner, &config.grants, author) { config.bounds.flood_per_minute } else { 0 };
                 let id = &d.event.delivery_id;

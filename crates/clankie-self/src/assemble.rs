@@ -10,7 +10,7 @@ use clankie_proto::LaneKey;
 
 use crate::Snapshot;
 use crate::experience::SUMMARY_MAX_CHARS;
-use crate::policy::{may_know, trusted_dm};
+use crate::policy::{may_know_of, trusted_dm};
 
 /// Experiences a prompt carries at most.
 pub const DIGEST_LIMIT: usize = 8;
@@ -60,7 +60,7 @@ fn context_parts(snapshot: &Snapshot, thread: &LaneKey) -> ContextParts {
         .iter()
         .map(|&(guild, channel)| LaneKey::Voice { guild, channel })
         .chain(snapshot.presence.lanes.iter().copied().filter(|l| !matches!(l, LaneKey::Voice { .. })))
-        .filter(|l| may_know(settings, thread, l))
+        .filter(|l| may_know_of(settings, &snapshot.private_lanes, thread, l))
         .map(|l| room(&l).replacen("the ", "", 1))
         .collect();
     let presence =
@@ -68,7 +68,7 @@ fn context_parts(snapshot: &Snapshot, thread: &LaneKey) -> ContextParts {
     let mut digest: Vec<String> = Vec::new();
     for e in &snapshot.experiences {
         let Ok(source) = e.thread.parse::<LaneKey>() else { continue };
-        if source.guild() != e.guild_id || !may_know(settings, thread, &source) {
+        if source.guild() != e.guild_id || !may_know_of(settings, &snapshot.private_lanes, thread, &source) {
             continue;
         }
         let summary = clean(&e.summary, SUMMARY_MAX_CHARS);
@@ -270,7 +270,29 @@ mod tests {
             memory: vec!["The lobby opens at eight.".into()],
             experiences,
             presence: Presence { lanes: vec![ROOM_G, ROOM_H, DM_A], voice: vec![(1, 11)] },
+            private_lanes: vec![],
             read_at_ms: 10 * 60_000,
+        }
+    }
+
+    #[test]
+    fn audience_a_private_threads_talk_people_and_presence_reach_no_other_lane() {
+        const PRIVATE: LaneKey = LaneKey::Room { guild: 1, channel: 12 };
+        let party = experience::talked(
+            &PRIVATE,
+            &[experience::Participant { id: 8, name: "nia" }, experience::Participant { id: 9, name: "pim" }],
+            "p",
+            9 * 60_000,
+        );
+        let mut snap = snapshot(vec![party]);
+        snap.presence.lanes.push(PRIVATE);
+        // As any thread of the guild, before the store marks it private: the guild sees it.
+        let open = self_context(&snap, &ROOM_G);
+        assert!(open.contains("nia") && open.contains("channel 12"), "{open}");
+        snap.private_lanes.push(PRIVATE);
+        let c = self_context(&snap, &ROOM_G);
+        for absent in ["nia", "pim", "channel 12"] {
+            assert!(!c.contains(absent), "{absent} reached a public channel: {c}");
         }
     }
 

@@ -71,6 +71,9 @@ pub struct Snapshot {
     /// Recent experiences, newest first: candidates only; [`assemble`] decides what is shown.
     pub experiences: Vec<v1::Experience>,
     pub presence: Presence,
+    /// Lanes that are their own audience (private threads): the policy keeps them from every
+    /// other lane ([`policy::may_know_of`]).
+    pub private_lanes: Vec<LaneKey>,
     /// When it was read, for "how long ago" in the digest.
     pub read_at_ms: i64,
 }
@@ -138,7 +141,8 @@ impl SelfSource {
                 Err(e) => tracing::warn!(error = %e, "voice presence unavailable"),
             }
         }
-        Ok(Snapshot { persona, settings, memory, experiences, presence: Presence { lanes, voice }, read_at_ms: now })
+        let private_lanes = self.store.private_lanes().await?.iter().filter_map(|l| l.parse().ok()).collect();
+        Ok(Snapshot { persona, settings, memory, experiences, presence: Presence { lanes, voice }, private_lanes, read_at_ms: now })
     }
 
     /// The self with nothing but the deployment's name and aliases: what a thread speaks

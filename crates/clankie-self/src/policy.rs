@@ -1,7 +1,7 @@
 //! Who may know what another thread lived.
 //!
-//! Nothing from a DM reaches any other thread; nothing from one guild reaches
-//! another. Within a guild, threads share experiences and presence. A DM
+//! Nothing from a DM reaches any other thread, nor anything from a private thread
+//! (its own audience); nothing from one guild reaches another. Within a guild, threads share experiences and presence. A DM
 //! thread hears of guild life only when the owner trusts that DM. The owner
 //! can make this stricter ([`Sharing::None`]) but never looser. The operator
 //! console is the owner's own thread: it hears of guild life as a trusted DM
@@ -20,6 +20,12 @@ pub fn may_know(settings: &OwnerSettings, reader: &LaneKey, source: &LaneKey) ->
         (Some(here), Some(there)) => here == there,
         (None, Some(_)) => trusted_dm(settings, reader) || matches!(reader, LaneKey::Console { .. }),
     }
+}
+
+/// [`may_know`], and never of a lane that is its own audience: a private thread, whose talk,
+/// people and very presence stay inside it (`private_lanes`, as the store marks them).
+pub fn may_know_of(settings: &OwnerSettings, private_lanes: &[LaneKey], reader: &LaneKey, source: &LaneKey) -> bool {
+    !private_lanes.contains(source) && may_know(settings, reader, source)
 }
 
 /// Whether `lane` is a DM or guild room the owner trusts: a privileged request there runs in the

@@ -378,6 +378,20 @@ impl Store {
             .rows_affected())
     }
 
+    /// Marks `lane` as its own audience (a private thread): what happens there stays there.
+    pub async fn mark_private(&self, lane: &clankie_proto::LaneKey) -> Result<(), StoreError> {
+        sqlx::query("INSERT INTO private_lanes (lane) VALUES ($1) ON CONFLICT (lane) DO NOTHING")
+            .bind(lane.to_string())
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
+    /// The lanes marked as their own audience ([`Store::mark_private`]).
+    pub async fn private_lanes(&self) -> Result<Vec<String>, StoreError> {
+        Ok(sqlx::query_scalar("SELECT lane FROM private_lanes ORDER BY lane").fetch_all(&self.pool).await?)
+    }
+
     /// Lanes where he is now: a run is live, or the room's exchange settled within `window`.
     pub async fn present_lanes(&self, window: Duration) -> Result<Vec<String>, StoreError> {
         Ok(sqlx::query_scalar(

@@ -291,6 +291,39 @@ async fn thread_private_he_is_mentioned_in_is_answered_and_he_hears_what_follows
     );
 }
 
+/// nia and pim talk with him in a private thread; omar then asks in #lobbies what he has been
+/// up to. The thread is its own audience: omar's request holds nothing of it, not its talk, not
+/// who was there, not that he is there, though the experience of it is recorded.
+#[tokio::test]
+async fn audience_a_private_threads_talk_and_participants_never_reach_a_public_channels_self_context() {
+    let rig = Rig::new().await;
+    let store = Store::connect(&rig.settings.database_url).await.unwrap();
+    let guild = rig.sandbox.discord.config().guild_id;
+    let thread = rig.sandbox.discord.start_thread(GENERAL, None, "party planning", true);
+    rig.standin.script(Script::when("nia-lark", Reply::text("A surprise party it is.")));
+    let nias = rig.sandbox.discord.user_message(to_him(thread, "nia", "help us plan the surprise party for omar, nia-lark"));
+    rig.wait_outcomes(thread, &[nias]).await;
+    rig.standin.script(Script::when("pim-finch", Reply::text("Cake noted.")));
+    let pims = rig.sandbox.discord.user_message(to_him(thread, "pim", "I will bring the cake, pim-finch"));
+    rig.wait_outcomes(thread, &[pims]).await;
+    let lane = clankie_proto::LaneKey::Room { guild, channel: thread }.to_string();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while !store.recent_experiences(Some(guild), 20, clankie_bus::now_ms()).await.unwrap().iter().any(|e| e.thread == lane) {
+        assert!(tokio::time::Instant::now() < deadline, "the private thread's experience was never recorded");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
+    rig.standin.script(Script::when("omar-owl", Reply::text("Oh, this and that.")));
+    let omars = rig.sandbox.discord.user_message(to_him(LOBBIES, "omar", "what have you been up to lately? omar-owl"));
+    rig.wait_outcomes(LOBBIES, &[omars]).await;
+    let request = request_for(&rig, "omar-owl");
+    let text = request.all_text();
+    println!("audience: omar's request holds a self-context: {}", text.contains("<self_context>"));
+    for absent in ["nia", "pim", "surprise", "party", "cake", &thread.to_string()] {
+        assert_eq!(request.count(absent), 0, "{absent:?} from the private thread reached #lobbies' request");
+    }
+}
+
 #[tokio::test]
 async fn thread_follows_its_parents_quiet() {
     let rig = Rig::new().await;
