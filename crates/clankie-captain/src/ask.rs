@@ -60,7 +60,7 @@ impl Captain {
         let system = clankie_self::assemble(&snapshot, &lane, clankie_self::Surface::Text { privileged: false });
         let run = inner.agent.start_with_tools(session, system, first, tools);
         let result = run.finish_keeping(&inner.store, &lease, config.lease_ttl).await;
-        self.record_proposals(&lease, &room, &req.delivery_id).await;
+        self.record_proposals(&lease, &room, &req.delivery_id, req.author_id).await;
         let _ = inner.store.release_lease(&lease).await;
         // Pictures it shared or took cannot be spoken: they go to the voice channel's chat.
         let pictures = room.artifacts();
@@ -105,15 +105,17 @@ impl Captain {
 
     /// A handoff's proposals, recorded under its lease (it settles no turn) with the owner's DM
     /// for each new one, then published.
-    async fn record_proposals(&self, lease: &clankie_store::Lease, room: &crate::tools::Room, delivery_id: &str) {
+    async fn record_proposals(&self, lease: &clankie_store::Lease, room: &crate::tools::Room, delivery_id: &str, asker: u64) {
         let facts = room.proposals();
         if facts.is_empty() {
             return;
         }
+        let drawn_from = room.drawn_from(&[asker]);
         let asking = self.owner_ask(&facts, room).await;
         let proposed_in = room.lane.to_string();
         let proposals = clankie_store::Proposals {
             facts: &facts,
+            drawn_from: &drawn_from,
             proposed_in: &proposed_in,
             proposed_for: delivery_id,
             ask: asking.as_ref().map(|a| a as &dyn clankie_store::AskOwner),

@@ -63,6 +63,9 @@ pub struct Settlement<'a> {
 #[derive(Clone, Copy)]
 pub struct Proposals<'a> {
     pub facts: &'a [String],
+    /// Whose words each fact was drawn from (by author id, in the order of `facts`): a forget
+    /// of any of them takes the fact with it, and a forget of no one else does.
+    pub drawn_from: &'a [Vec<u64>],
     /// The lane they were proposed in.
     pub proposed_in: &'a str,
     /// The delivery the turn answered.
@@ -92,14 +95,16 @@ impl std::fmt::Debug for Proposals<'_> {
 /// ids recorded by this call.
 async fn insert_proposals(tx: &mut Transaction<'_, Postgres>, lease: &Lease, p: &Proposals<'_>) -> Result<Vec<i64>, StoreError> {
     let mut recorded = Vec::new();
-    for fact in p.facts {
+    for (n, fact) in p.facts.iter().enumerate() {
+        let drawn_from: Vec<i64> = p.drawn_from.get(n).map(|ids| ids.iter().map(|&id| id as i64).collect()).unwrap_or_default();
         let id: Option<i64> = sqlx::query_scalar(
-            "INSERT INTO self_memory (fact, status, proposed_in, proposed_for) VALUES ($1, 'proposed', $2, $3)
+            "INSERT INTO self_memory (fact, status, proposed_in, proposed_for, drawn_from) VALUES ($1, 'proposed', $2, $3, $4)
              ON CONFLICT (proposed_for, fact) WHERE proposed_for IS NOT NULL DO NOTHING RETURNING id",
         )
         .bind(fact)
         .bind(p.proposed_in)
         .bind(p.proposed_for)
+        .bind(&drawn_from)
         .fetch_optional(&mut **tx)
         .await?;
         let Some(id) = id else { continue };

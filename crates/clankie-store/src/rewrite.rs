@@ -285,8 +285,9 @@ impl Store {
     }
 
     /// Records that `author_id` was forgotten (their id only) and removes what of theirs lives
-    /// outside the session trees, by provenance: their ring lines, memory proposed from one of
-    /// `deliveries` (their messages) or from a line they spoke, and experiences they took part
+    /// outside the session trees, by provenance: their ring lines, memory drawn from their
+    /// words (or, recorded before that was kept, proposed from one of `deliveries`, their
+    /// messages, or from a line they spoke), and experiences they took part
     /// in (by id; one recorded before ids were kept, under one of `names`). Memory of anyone
     /// else's making stays, whatever words it shares, and so do a namesake's experiences.
     pub async fn forget_rows(&self, author_id: u64, names: &[String], deliveries: &[String]) -> Result<ForgottenRows, StoreError> {
@@ -295,12 +296,16 @@ impl Store {
             .bind(author_id as i64)
             .execute(&mut *tx)
             .await?;
+        // A fact goes with the people it was drawn from, and only with them; one recorded
+        // before that was kept goes with the delivery it was proposed for.
         let memories = sqlx::query(
-            "DELETE FROM self_memory WHERE proposed_for = ANY($1)
-                OR proposed_for IN (SELECT delivery_id FROM voice_ring WHERE author_id = $2)",
+            "DELETE FROM self_memory WHERE drawn_from @> ARRAY[$3::bigint]
+                OR (drawn_from = '{}' AND (proposed_for = ANY($1)
+                    OR proposed_for IN (SELECT delivery_id FROM voice_ring WHERE author_id = $2)))",
         )
         .bind(deliveries)
         .bind(author_id.to_string())
+        .bind(author_id as i64)
         .execute(&mut *tx)
         .await?
         .rows_affected();

@@ -655,8 +655,16 @@ impl Captain {
         let asking = self.owner_ask(&facts, &turn.room).await;
         let answered = turn.owner.delivery_id().to_owned();
         let proposed_in = lane.to_string();
+        // Every author the turn read: its deliveries' and those their messages carried.
+        let read: Vec<u64> = settled
+            .iter()
+            .flat_map(|(h, _, _)| std::iter::once(h.ingress.author_id).chain(clankie_proto::words::carried_authors(&h.ingress)))
+            .filter(|a| *a != 0)
+            .collect();
+        let drawn_from = turn.room.drawn_from(&read);
         let proposals = (!facts.is_empty()).then(|| clankie_store::Proposals {
             facts: &facts,
+            drawn_from: &drawn_from,
             proposed_in: &proposed_in,
             proposed_for: &answered,
             ask: asking.as_ref().map(|a| a as &dyn clankie_store::AskOwner),

@@ -24,7 +24,14 @@ confidence."
                 .into(),
             parameters: json!({
                 "type": "object",
-                "properties": { "fact": { "type": "string", "description": "One sentence, at most 300 characters." } },
+                "properties": {
+                    "fact": { "type": "string", "description": "One sentence, at most 300 characters." },
+                    "from": {
+                        "type": "array",
+                        "items": { "type": "string" },
+                        "description": "The author_id of each person whose words the fact comes from."
+                    }
+                },
                 "required": ["fact"]
             }),
         }
@@ -39,7 +46,12 @@ confidence."
             if fact.chars().count() > MAX_FACT_CHARS {
                 return Err(ToolError::Invalid(format!("a fact is at most {MAX_FACT_CHARS} characters")));
             }
-            if !self.room.propose(fact) {
+            // Whose words it came from: a forget of that person takes the fact with it.
+            let named: Vec<u64> = arguments["from"]
+                .as_array()
+                .map(|ids| ids.iter().filter_map(|v| v.as_str().and_then(|s| s.trim().parse().ok()).or_else(|| v.as_u64())).collect())
+                .unwrap_or_default();
+            if !self.room.propose(fact, named) {
                 return Ok("you already proposed that in this turn".into());
             }
             tracing::info!(lane = %self.room.lane, turn = %self.room.turn_id, "memory proposed");

@@ -31,7 +31,7 @@ pub struct Room {
     /// Pictures a tool made but could not save; the reply says so in a short note.
     lost: Arc<std::sync::Mutex<Vec<String>>>,
     /// Memories the run proposed: recorded, and put to the owner, only when the turn settles.
-    proposals: Arc<std::sync::Mutex<Vec<String>>>,
+    proposals: Arc<std::sync::Mutex<Vec<(String, Vec<u64>)>>>,
 }
 
 impl Room {
@@ -64,18 +64,36 @@ impl Room {
 
     /// Keeps a memory the run proposed for the turn's settlement; `false` when this run
     /// already proposed the same fact.
-    pub fn propose(&self, fact: &str) -> bool {
+    pub fn propose(&self, fact: &str, named: Vec<u64>) -> bool {
         let mut proposals = self.proposals.lock().unwrap_or_else(|p| p.into_inner());
-        if proposals.iter().any(|f| f == fact) {
+        if proposals.iter().any(|(f, _)| f == fact) {
             return false;
         }
-        proposals.push(fact.to_owned());
+        proposals.push((fact.to_owned(), named));
         true
     }
 
     /// The memories the run proposed, in order.
     pub fn proposals(&self) -> Vec<String> {
-        self.proposals.lock().unwrap_or_else(|p| p.into_inner()).clone()
+        self.proposals.lock().unwrap_or_else(|p| p.into_inner()).iter().map(|(f, _)| f.clone()).collect()
+    }
+
+    /// Whose words each proposal was drawn from, in the order of [`Room::proposals`]: the
+    /// people the model named, among `read` (every author the run read), else all of `read`.
+    pub fn drawn_from(&self, read: &[u64]) -> Vec<Vec<u64>> {
+        let proposals = self.proposals.lock().unwrap_or_else(|p| p.into_inner());
+        proposals
+            .iter()
+            .map(|(_, named)| {
+                let mut from: Vec<u64> = named.iter().copied().filter(|n| read.contains(n)).collect();
+                if from.is_empty() {
+                    from = read.to_vec();
+                }
+                from.sort_unstable();
+                from.dedup();
+                from
+            })
+            .collect()
     }
 
     /// Notes a picture that was made but could not be saved.

@@ -620,6 +620,54 @@ async fn erase_bobs_words_quoted_by_ada_go_with_his_forget_and_no_reply_or_threa
     }
 }
 
+const PETS_GATE: &str = "bob's words are in the run";
+
+/// Ada's run is held while bob's message arrives and is absorbed into it; the run proposes a
+/// fact drawn from bob's words and names him. The fact goes with bob's forget, and ada's (whose
+/// turn it was) leaves it.
+#[tokio::test]
+async fn erase_a_fact_drawn_from_bobs_absorbed_message_goes_with_his_forget_and_survives_adas() {
+    let rig = Rig::new().await;
+    let store = owned_by(&rig, "owner").await;
+    let bus = rig.bus().await;
+    let receipts = clankie_testkit::record::<v1::Receipt>(&bus, Family::Receipt).await;
+    let bob = clankie_discord_loopback::Loopback::user_id("bob");
+    let fact = "Bob's dog is called Rufus.";
+    rig.standin.script(Script::when(
+        "ada-heron",
+        Reply::Gated {
+            gate: PETS_GATE.into(),
+            then: Box::new(Reply::tool("propose_memory", json!({ "fact": fact, "from": [bob.to_string()] }))),
+        },
+    ));
+    rig.standin.script(Script::when("ada-heron", Reply::text("Rufus, then.")));
+    let adas = rig.say(GENERAL, "ada", "@Clankie what are everyone's pets called? ada-heron");
+    until("ada's run at the model", Duration::from_secs(20), || rig.standin.requests().iter().any(|r| r.count("ada-heron") > 0)).await;
+    let bobs = rig.say(GENERAL, "bob", "@Clankie my dog is called Rufus, bob-quokka");
+    let admitted = bobs.to_string();
+    until("bob's message admitted", Duration::from_secs(20), || {
+        receipts.all().iter().any(|r| r.kind == "captain.admitted" && r.delivery_id == admitted)
+    })
+    .await;
+    rig.standin.open_gate(PETS_GATE);
+    rig.wait_outcomes(GENERAL, &[adas, bobs]).await;
+    assert_eq!(rig.outcome(GENERAL, bobs).as_deref(), Some("absorbed"), "bob's message was not absorbed into ada's run");
+    let kept = || async {
+        sqlx::query_scalar::<_, i64>("SELECT count(*) FROM self_memory WHERE fact = $1").bind(fact).fetch_one(store.pool()).await.unwrap()
+    };
+    assert_eq!(kept().await, 1, "the fact was never proposed");
+
+    let adas_forget = run(&rig, GENERAL, "ada", "forget-me", &[]).await;
+    assert!(forgot(&rig, &adas_forget, Duration::from_secs(20)).await.content.starts_with("Done"));
+    let after_ada = kept().await;
+    let bobs_forget = run(&rig, GENERAL, "bob", "forget-me", &[]).await;
+    assert!(forgot(&rig, &bobs_forget, Duration::from_secs(20)).await.content.starts_with("Done"));
+    let after_bob = kept().await;
+    println!("erase: the fact drawn from bob's words: after ada's forget {after_ada}, after bob's {after_bob}");
+    assert_eq!(after_ada, 1, "ada's forget took a fact drawn from bob's words");
+    assert_eq!(after_bob, 0, "bob's forget left a fact drawn from his words");
+}
+
 const TWENTY_GATE: &str = "the twenty have arrived";
 
 /// Bob asks to be forgotten twenty times at once, while a run of his holds his lane (so the
