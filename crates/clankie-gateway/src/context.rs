@@ -87,6 +87,16 @@ impl Places {
         self.update(message, |f| f.starter = None);
     }
 
+    /// `author` asked to be forgotten: every thread starter of theirs kept here is dropped, so
+    /// no later message carries their words from this cache.
+    pub(crate) fn forget_starters_of(&self, author: u64) {
+        for facts in self.channels.lock().unwrap_or_else(|p| p.into_inner()).values_mut() {
+            if matches!(&facts.starter, Some(Some(q)) if q.author_id == author) {
+                facts.starter = None;
+            }
+        }
+    }
+
     /// A channel or thread changed or went: its facts are fetched again when next needed.
     pub(crate) fn forget_channel(&self, id: u64) {
         self.channels.lock().unwrap_or_else(|p| p.into_inner()).remove(&id);
@@ -106,6 +116,21 @@ pub(crate) struct Gathered {
 }
 
 impl Gateway {
+    /// Drops a forgotten person's thread starters from the cache as each forget is signalled
+    /// (`clankie.signal.forgotten`). Until the bus is back a signal can be missed; the captain's
+    /// audience rule still keeps the words from the model.
+    pub(crate) async fn run_forgotten(&self) -> Result<(), crate::GatewayError> {
+        loop {
+            let mut forgotten =
+                std::pin::pin!(self.inner.bus.signals::<v1::ForgottenSignal>(clankie_proto::Family::SignalForgotten).await?);
+            while let Some(f) = futures::StreamExt::next(&mut forgotten).await {
+                self.inner.places.forget_starters_of(f.user_id);
+            }
+            // The subscription ended with the connection: taken again, never the gateway's end.
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+    }
+
     /// Gathers `message`'s context within [`GATHER_PATIENCE`]; past it, or on any refusal, the
     /// message goes on with what was found (it is never held back for good). The thread comes
     /// first, with a patience of its own: admission, quiet and trust follow a thread's parent.
@@ -318,4 +343,24 @@ fn reply_of(message: &Message, guild: Option<u64>) -> Option<(u64, u64)> {
         return None;
     }
     Some((r.channel_id.unwrap_or(message.channel_id).get(), r.message_id?.get()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn thread_started_by(author: u64) -> ChannelFacts {
+        let starter = v1::Quoted { author_id: author, text: format!("words of {author}"), ..Default::default() };
+        ChannelFacts { starter: Some(Some(starter)), ..Default::default() }
+    }
+
+    #[test]
+    fn erase_a_forgotten_persons_thread_starters_leave_the_cache_and_others_stay() {
+        let places = Places::default();
+        places.keep(1, thread_started_by(42));
+        places.keep(2, thread_started_by(7));
+        places.forget_starters_of(42);
+        assert!(places.channel(1).is_some_and(|f| f.starter.is_none()), "bob's starter is still cached");
+        assert!(places.channel(2).is_some_and(|f| matches!(f.starter, Some(Some(ref q)) if q.author_id == 7)), "ada's starter went too");
+    }
 }
