@@ -38,7 +38,7 @@ async fn browse_with_a_screenshot_posts_the_reply_with_the_picture() {
     // Each script bound to the request it answers: the turn's first call browses, the call that
     // read the page answers (another request of the stack must not take the browse).
     rig.standin.script(Script::when("show me the bracket page", browse(&pages.url("/bracket"), true)));
-    rig.standin.script(Script::when("untrusted_page", Reply::text("Here is the bracket page.")));
+    rig.standin.script(Script::when("<untrusted_page url=", Reply::text("Here is the bracket page.")));
     let asked = rig.say(GENERAL, "ada", "@Clankie show me the bracket page");
     rig.wait_outcomes(GENERAL, &[asked]).await;
     assert_eq!(rig.outcome(GENERAL, asked).as_deref(), Some("replied"));
@@ -48,12 +48,12 @@ async fn browse_with_a_screenshot_posts_the_reply_with_the_picture() {
     let posts = rig.sandbox.discord.posts(GENERAL);
     let reply = posts.iter().find(|p| p.reply_to == Some(asked) && p.content == "Here is the bracket page.").expect("the reply");
     let asked_of_model: Vec<(usize, bool)> =
-        rig.standin.requests().iter().map(|r| (r.count("show me the bracket page"), r.count("untrusted_page") > 0)).collect();
+        rig.standin.requests().iter().map(|r| (r.count("show me the bracket page"), r.count("<untrusted_page url=") > 0)).collect();
     assert_eq!(reply.attachments, ["127.0.0.1.png"], "the picture rides the reply (model requests: {asked_of_model:?})");
     // The tool result the model read: the phrase, inside an untrusted block.
     let second = &rig.standin.requests()[1];
     let text = second.all_text();
-    let block = text.split("<untrusted_page").nth(1).expect("an untrusted page block").split("</untrusted_page>").next().unwrap();
+    let block = text.split("<untrusted_page url=").nth(1).expect("an untrusted page block").split("</untrusted_page>").next().unwrap();
     assert!(block.contains(PHRASE), "{block}");
     // The picture is the configured viewport.
     let artifact = sent.all().into_iter().find(|m| m.kind == v1::OutboundKind::Reply as i32).unwrap().artifacts[0].id.clone();
@@ -159,7 +159,7 @@ async fn voice_actor_ask_clankie_browses_a_page_and_its_answer_is_spoken() {
     until("the spoken answer", Duration::from_secs(60), || !speaks.all().is_empty()).await;
     assert_eq!(speaks.all()[0].text, "The bracket opens at nine tonight.");
     let requests = rig.standin.requests();
-    let read = requests.iter().find(|r| r.all_text().contains("<untrusted_page")).expect("the captain read the page it browsed");
+    let read = requests.iter().find(|r| r.all_text().contains("<untrusted_page url=")).expect("the captain read the page it browsed");
     assert!(read.all_text().contains(PHRASE), "the page's words did not reach the handoff");
     assert_eq!(pages.hits("/bracket"), 1, "browsed once, through the guard's allow list");
     let last = requests.last().unwrap();

@@ -27,6 +27,7 @@ async fn migrations_apply_to_an_empty_database_and_rerun_as_a_no_op() {
             "lanes",
             "message_changes",
             "outbox",
+            "private_lanes",
             "receipts",
             "self_experiences",
             "self_file_applied",
