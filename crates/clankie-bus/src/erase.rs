@@ -66,10 +66,7 @@ fn author_of(family: Family, payload: &[u8]) -> Option<(u64, Vec<u64>)> {
 /// Another person's event that carries `author_id`'s words (quoted, or its thread's starter),
 /// with those words made into the forgotten marker; `None` when it carries none of theirs.
 fn without_carried(family: Family, payload: &[u8], author_id: u64) -> Option<Vec<u8>> {
-    let forget = |ingress: &mut v1::Ingress| {
-        clankie_proto::words::carried_authors(ingress).contains(&author_id)
-            && clankie_proto::words::forget_carried(ingress, |a, _| a == author_id) > 0
-    };
+    let forget = |ingress: &mut v1::Ingress| clankie_proto::words::forget_carried(ingress, |a, _| a == author_id) > 0;
     match family {
         Family::IngressText => {
             let mut ingress = v1::Ingress::decode(payload).ok()?;

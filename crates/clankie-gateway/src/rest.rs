@@ -235,6 +235,12 @@ struct Window {
 }
 
 impl Window {
+    /// Counts answers given at `at` (another holder's, taken over) in their place in time.
+    fn count_answered(&mut self, at: impl IntoIterator<Item = tokio::time::Instant>) {
+        self.answered.extend(at);
+        self.answered.make_contiguous().sort_unstable();
+    }
+
     fn count(&mut self, now: tokio::time::Instant) -> usize {
         while self.answered.front().is_some_and(|t| now.duration_since(*t) >= Duration::from_secs(1)) {
             self.answered.pop_front();
@@ -374,10 +380,7 @@ impl RestBudget {
     /// span past it.
     pub(crate) fn take_over(&self, handover: &crate::leases::RestHandover) {
         if let Some(spoken) = &handover.spoken {
-            let mut window = self.window.lock().unwrap_or_else(|p| p.into_inner());
-            window.answered.extend(spoken.answered_ms.iter().map(|t| instant_of(*t)));
-            window.answered.make_contiguous().sort_unstable();
-            drop(window);
+            self.window.lock().unwrap_or_else(|p| p.into_inner()).count_answered(spoken.answered_ms.iter().map(|t| instant_of(*t)));
             for (channel, answered) in &spoken.creates {
                 for at in answered {
                     self.create_answered(*channel, instant_of(*at));
@@ -386,10 +389,7 @@ impl RestBudget {
         }
         if let Some(ended_ms) = handover.unclean_end_ms {
             let end = instant_of(ended_ms);
-            let mut window = self.window.lock().unwrap_or_else(|p| p.into_inner());
-            window.answered.extend(std::iter::repeat_n(end, PACED_PER_SECOND as usize));
-            window.answered.make_contiguous().sort_unstable();
-            drop(window);
+            self.window.lock().unwrap_or_else(|p| p.into_inner()).count_answered(std::iter::repeat_n(end, PACED_PER_SECOND as usize));
             let mut creates = self.creates.lock().unwrap_or_else(|p| p.into_inner());
             creates.not_before = creates.not_before.max(end + creates.span);
         }
