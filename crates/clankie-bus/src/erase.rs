@@ -2,14 +2,15 @@
 //! handled (limits retention): a person's messages, typed room lines, steers carrying their
 //! messages and their transcribed speech are found by the author id each event carries (never
 //! by their words) and erased from their stream by sequence; his replies to turns only they
-//! started go from the egress stream by the turn they answered, and the experiences they took
-//! part in from the self stream by their id.
+//! started go from the egress stream by the turn they answered, his spoken answers to voice
+//! runs their words began from the voice stream, and the experiences they took part in from
+//! the self stream by their id.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use async_nats::jetstream::consumer::{DeliverPolicy, pull};
-use clankie_proto::{Family, Subject, v1};
+use clankie_proto::{Family, v1};
 use futures::StreamExt;
 use prost::Message as _;
 
@@ -20,6 +21,9 @@ use crate::{Bus, BusError, stream_for};
 pub struct Erasure<'a> {
     /// The id their events carry.
     pub author_id: u64,
+    /// When they were forgotten (ms since the epoch), as the store recorded it: words they
+    /// wrote before it are theirs to forget.
+    pub forgotten_at_ms: i64,
     /// The turns only they started, whose answers the store withdrew: his replies to them go.
     pub answered: &'a [String],
     /// The names they went by: the experiences they took part in that carry no ids (recorded
@@ -86,8 +90,8 @@ impl Bus {
     /// reading each stream once with an ordered consumer and deleting by sequence, with the
     /// server overwriting what it deletes. Events of anyone else stay. His replies on the
     /// egress stream to the turns in `answered` go too: the turns only they started, whose
-    /// answers the store has withdrawn (by the turn's delivery id each reply carries); and the
-    /// experiences on the self stream they took part in, by id (by one of their `names` for an
+    /// answers the store has withdrawn (by the turn's delivery id each reply carries); his
+    /// spoken answers (`Speak`) to voice runs one of their inputs began; and the experiences on the self stream they took part in, by id (by one of their `names` for an
     /// experience recorded before ids were kept), as the store's went.
     ///
     /// Other people's events that carry their words (a reply quoting them, a message in a
@@ -96,17 +100,21 @@ impl Bus {
     /// more delivery of the same message, which it already handles (settled: acked; held: the
     /// original answers for it).
     ///
-    /// It tells every live voice room (`clankie.signal.forgotten`), which drops their lines from
-    /// the ring it holds in memory: the store's copy is gone by now, and a room holds lines the
-    /// store no longer has. Once before the streams are read and once after, for a line of
-    /// theirs a room was still taking in from the stream meanwhile.
+    /// It records the forget in the audience bucket ([`Bus::record_forgotten`]) before the
+    /// streams are read: every live voice room drops their lines from the ring it holds in
+    /// memory, the gateways stop carrying their old words, and a process away meanwhile learns
+    /// it when it watches again.
     pub async fn erase_author(&self, who: Erasure<'_>) -> Result<ErasedMessages, BusError> {
         let author_id = who.author_id;
-        self.signal(&Subject::SignalForgotten, &v1::ForgottenSignal { user_id: author_id }).await?;
+        self.record_forgotten(author_id, who.forgotten_at_ms).await?;
         let mut erased = ErasedMessages::default();
         let answered: BTreeSet<&str> = who.answered.iter().map(String::as_str).collect();
-        let families =
-            AUTHORED.into_iter().chain((!answered.is_empty()).then_some(Family::BodySend)).chain(std::iter::once(Family::SelfExperience));
+        // The voice inputs of theirs found below: his spoken answer to a run one of them began goes too.
+        let mut began: BTreeSet<String> = BTreeSet::new();
+        let families = AUTHORED
+            .into_iter()
+            .chain((!answered.is_empty()).then_some(Family::BodySend))
+            .chain([Family::VoiceSpeak, Family::SelfExperience]);
         for family in families {
             let Some(spec) = stream_for(family) else { continue };
             let fail = |detail: String| BusError::Stream { stream: spec.name, detail };
@@ -117,6 +125,10 @@ impl Bus {
                     Family::BodySend => {
                         v1::OutboundMessage::decode(payload).ok().filter(|m| answered.contains(m.delivery_id.as_str())).map(|_| Vec::new())
                     }
+                    Family::VoiceSpeak => v1::Speak::decode(payload)
+                        .ok()
+                        .filter(|x| began.contains(&x.delivery_id) || answered.contains(x.delivery_id.as_str()))
+                        .map(|_| Vec::new()),
                     Family::SelfExperience => v1::Experience::decode(payload)
                         .ok()
                         .filter(|x| {
@@ -127,6 +139,11 @@ impl Bus {
                     _ => author_of(family, payload).filter(|(author, _)| *author == author_id).map(|(_, attachments)| attachments),
                 };
                 if let Some(attachments) = theirs {
+                    if matches!(family, Family::IngressRoom | Family::VoiceInput)
+                        && let Ok(input) = v1::RoomInput::decode(payload)
+                    {
+                        began.insert(input.delivery_id);
+                    }
                     found.push(sequence);
                     erased.attachments.extend(attachments);
                 } else if let Some(copy) = without_carried(family, payload, author_id) {
@@ -163,7 +180,6 @@ impl Bus {
         }
         erased.attachments.sort_unstable();
         erased.attachments.dedup();
-        self.signal(&Subject::SignalForgotten, &v1::ForgottenSignal { user_id: author_id }).await?;
         Ok(erased)
     }
 
@@ -196,23 +212,33 @@ impl Bus {
         let js_stream = self.js.get_stream(stream).await.map_err(|e| fail(e.to_string()))?;
         let config = pull::OrderedConfig { filter_subject: family.wildcard(), deliver_policy: DeliverPolicy::All, ..Default::default() };
         let mut consumer = js_stream.create_consumer(config).await.map_err(|e| fail(e.to_string()))?;
-        let pending = consumer.info().await.map_err(|e| fail(e.to_string()))?.num_pending;
-        if pending == 0 {
-            return Ok(());
-        }
-        let mut messages = consumer.messages().await.map_err(|e| fail(e.to_string()))?;
-        loop {
-            let message = match tokio::time::timeout(NEXT_WITHIN, messages.next()).await {
-                Ok(Some(Ok(m))) => m,
-                Ok(Some(Err(e))) => return Err(fail(e.to_string())),
-                Ok(None) => return Ok(()),
-                Err(_) => return Err(fail(format!("no message within {NEXT_WITHIN:?} while reading"))),
-            };
-            let info = message.info().map_err(|e| fail(e.to_string()))?;
-            seen(info.stream_sequence, message.subject.as_str(), &message.payload);
-            if info.pending == 0 {
+        let name = consumer.cached_info().name.clone();
+        let read = async {
+            let pending = consumer.info().await.map_err(|e| fail(e.to_string()))?.num_pending;
+            if pending == 0 {
                 return Ok(());
             }
+            let mut messages = consumer.messages().await.map_err(|e| fail(e.to_string()))?;
+            loop {
+                let message = match tokio::time::timeout(NEXT_WITHIN, messages.next()).await {
+                    Ok(Some(Ok(m))) => m,
+                    Ok(Some(Err(e))) => return Err(fail(e.to_string())),
+                    Ok(None) => return Ok(()),
+                    Err(_) => return Err(fail(format!("no message within {NEXT_WITHIN:?} while reading"))),
+                };
+                let info = message.info().map_err(|e| fail(e.to_string()))?;
+                seen(info.stream_sequence, message.subject.as_str(), &message.payload);
+                if info.pending == 0 {
+                    return Ok(());
+                }
+            }
+        };
+        let result = read.await;
+        // Gone at once, not after the server's inactivity threshold: a stream holds a bounded
+        // number of consumers, and many forgets in a row would fill it.
+        if let Err(e) = js_stream.delete_consumer(&name).await {
+            tracing::debug!(error = %e, "a read's consumer was left to the server's inactivity threshold");
         }
+        result
     }
 }

@@ -8,6 +8,7 @@
 //!   message never panics a service or loops in redelivery.
 //! - [`tap`] renders any clankie message as one JSON line.
 
+mod audience;
 mod blobs;
 mod consumer;
 mod erase;
@@ -29,6 +30,7 @@ pub use async_nats::Subscriber;
 pub use async_nats::connection::State as ConnectionState;
 pub use async_nats::jetstream::consumer::DeliverPolicy;
 pub use async_nats::jetstream::kv::{Operation as KeyValueOperation, Store as KeyValue, UpdateErrorKind as KeyValueUpdateErrorKind};
+pub use audience::{AUDIENCE_BUCKET, AudienceFact};
 pub use blobs::{BLOB_BUCKET, INLINE_MAX, blob_name};
 pub use consumer::{Consumer, ConsumerSpec, Delivery, Progress};
 pub use erase::{ErasedMessages, Erasure};

@@ -241,7 +241,10 @@ impl Captain {
             // his replies to turns only they started.
             let erased = match &forgotten {
                 Ok(f) => clankie_self::rewrite::erase_from_streams(&captain.inner.store, &captain.inner.bus, user, f).await,
-                Err(_) => captain.inner.bus.erase_author(clankie_bus::Erasure { author_id: user, answered: &[], names: &[] }).await,
+                Err(_) => {
+                    let who = clankie_bus::Erasure { author_id: user, forgotten_at_ms: clankie_bus::now_ms(), answered: &[], names: &[] };
+                    captain.inner.bus.erase_author(who).await
+                }
             };
             if let Err(e) = &erased {
                 tracing::warn!(error = %e, "a forget could not erase the person's messages from the streams");

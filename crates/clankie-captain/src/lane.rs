@@ -205,7 +205,7 @@ impl Captain {
         }
         // A person forgotten stays forgotten: what they wrote before it never comes back as history.
         let forgotten = self.forgotten().await;
-        let forgot = |m: &v1::HistoryMessage| !clankie_self::audience::history_shows(&forgotten, m.author_id, m.message_id);
+        let forgot = |m: &v1::HistoryMessage| !clankie_proto::audience::history_shows(&forgotten, m.author_id, m.message_id);
         let request = v1::HistoryRequest {
             channel_id: owner.channel_id,
             before_message_id: owner.delivery_id.parse().unwrap_or(0),
@@ -467,17 +467,17 @@ impl Captain {
 
 impl Captain {
     /// The people who asked to be forgotten; everyone, when the list cannot be read.
-    pub(crate) async fn forgotten(&self) -> clankie_self::audience::Forgotten {
+    pub(crate) async fn forgotten(&self) -> clankie_proto::audience::Forgotten {
         match self.inner.store.forgotten_users().await {
-            Ok(people) => clankie_self::audience::Forgotten::new(people),
+            Ok(people) => clankie_proto::audience::Forgotten::new(people),
             Err(e) => {
                 tracing::warn!(error = %e, "forgotten people not readable; other people's words are left out");
-                clankie_self::audience::Forgotten::unreadable()
+                clankie_proto::audience::Forgotten::unreadable()
             }
         }
     }
 
-    /// `ingress` as the audience rule lets this lane see it (`clankie_self::audience`): other
+    /// `ingress` as the audience rule lets this lane see it (`clankie_proto::audience`): other
     /// people's words it carries, linked, quoted or starting its thread, checked against the
     /// forgotten and the owner's admitted channels.
     pub(crate) async fn ruled<'a>(&self, ingress: &'a v1::Ingress, admitted_channels: &[u64]) -> std::borrow::Cow<'a, v1::Ingress> {
@@ -486,7 +486,7 @@ impl Captain {
             return std::borrow::Cow::Borrowed(ingress);
         }
         let mut ruled = ingress.clone();
-        clankie_self::audience::rule_ingress(&mut ruled, &self.forgotten().await, admitted_channels);
+        clankie_proto::audience::rule_ingress(&mut ruled, &self.forgotten().await, admitted_channels);
         std::borrow::Cow::Owned(ruled)
     }
 

@@ -9,6 +9,7 @@
 
 pub mod admission;
 mod ask;
+mod audience;
 pub mod commands;
 mod config;
 mod held;
@@ -273,6 +274,11 @@ impl Captain {
                         }
                     }
                 }
+            })));
+        let (store, bus) = (self.inner.store.clone(), self.inner.bus.clone());
+        let _audience =
+            clankie_http::Aborting(tokio::spawn(clankie_http::supervise::keep_running("captain.audience", parts.clone(), move || {
+                audience::keep_audience_told(store.clone(), bus.clone())
             })));
         let relay = self.inner.outbox.clone();
         let relay_after = self.inner.config.outbox_relay_after;

@@ -8,9 +8,12 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::Duration;
 
+use clankie_proto::audience::{self, Forgotten, LinkRefusal};
 use clankie_proto::v1;
 use twilight_model::channel::message::{MessageReferenceType, MessageType};
+use twilight_model::channel::permission_overwrite::PermissionOverwrite;
 use twilight_model::channel::{ChannelType, Message};
+use twilight_model::guild::{Permissions, Role};
 use twilight_model::id::Id;
 
 use crate::Gateway;
@@ -35,6 +38,8 @@ pub(crate) struct ChannelFacts {
     pub starter: Option<Option<v1::Quoted>>,
     /// He joined it (or asked to): Discord sends a thread's events to its members.
     pub joined: bool,
+    /// Its permission overwrites (a thread has none: its parent's apply).
+    pub overwrites: Vec<PermissionOverwrite>,
 }
 
 impl ChannelFacts {
@@ -49,6 +54,7 @@ impl ChannelFacts {
             archived: channel.thread_metadata.as_ref().is_some_and(|m| m.archived),
             starter: None,
             joined: channel.member.is_some(),
+            overwrites: channel.permission_overwrites.clone().unwrap_or_default(),
         }
     }
 
@@ -58,12 +64,34 @@ impl ChannelFacts {
     }
 }
 
-/// The channel facts and role names this gateway has learned, each kept until an event says
-/// it changed. Only the gateway's ingest reads and writes it, through its methods.
-#[derive(Debug, Default)]
+/// A guild as a link's permission check needs it: its owner and roles.
+#[derive(Debug, Clone, Default)]
+struct GuildRules {
+    owner: Option<u64>,
+    roles: Vec<Role>,
+}
+
+/// The audience facts the gateway has heard (`clankie_audience`): who is forgotten, and the
+/// owner's admitted channels (`None` until heard: no link is followed before then).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Heard {
+    pub forgotten: Forgotten,
+    pub admitted_channels: Option<Vec<u64>>,
+}
+
+/// The channel facts, guild roles and audience facts this gateway has learned, each kept until
+/// an event says it changed. Only the gateway's ingest reads and writes it, through its methods.
+#[derive(Debug)]
 pub(crate) struct Places {
     channels: Mutex<HashMap<u64, ChannelFacts>>,
-    roles: Mutex<HashMap<u64, HashMap<u64, String>>>,
+    guilds: Mutex<HashMap<u64, GuildRules>>,
+    heard: tokio::sync::watch::Sender<Heard>,
+}
+
+impl Default for Places {
+    fn default() -> Places {
+        Places { channels: Mutex::default(), guilds: Mutex::default(), heard: tokio::sync::watch::channel(Heard::default()).0 }
+    }
 }
 
 impl Places {
@@ -101,6 +129,35 @@ impl Places {
     pub(crate) fn forget_channel(&self, id: u64) {
         self.channels.lock().unwrap_or_else(|p| p.into_inner()).remove(&id);
     }
+
+    /// A guild's roles or owner changed: they are fetched again when next needed.
+    pub(crate) fn forget_guild(&self, id: u64) {
+        self.guilds.lock().unwrap_or_else(|p| p.into_inner()).remove(&id);
+    }
+
+    fn guild(&self, id: u64) -> Option<GuildRules> {
+        self.guilds.lock().unwrap_or_else(|p| p.into_inner()).get(&id).cloned()
+    }
+
+    fn keep_guild(&self, id: u64, change: impl FnOnce(&mut GuildRules)) {
+        change(self.guilds.lock().unwrap_or_else(|p| p.into_inner()).entry(id).or_default());
+    }
+
+    /// One audience fact heard: a forget also drops that person's cached thread starters.
+    pub(crate) fn hear(&self, fact: clankie_bus::AudienceFact) {
+        match fact {
+            clankie_bus::AudienceFact::Forgotten { user_id, at_ms } => {
+                self.forget_starters_of(user_id);
+                self.heard.send_modify(|h| h.forgotten.record(user_id, at_ms));
+            }
+            clankie_bus::AudienceFact::AdmittedChannels(channels) => self.heard.send_modify(|h| h.admitted_channels = Some(channels)),
+        }
+    }
+
+    /// What has been heard so far.
+    pub(crate) fn heard(&self) -> Heard {
+        self.heard.borrow().clone()
+    }
 }
 
 /// What gathering found for one message.
@@ -113,22 +170,35 @@ pub(crate) struct Gathered {
     /// The replied-to message when Discord did not send it.
     pub replied_to: Option<v1::Quoted>,
     pub thread: Option<v1::ThreadContext>,
+    /// Links not followed, each with why.
+    pub links_refused: Vec<LinkRefusal>,
 }
 
 impl Gateway {
-    /// Drops a forgotten person's thread starters from the cache as each forget is signalled
-    /// (`clankie.signal.forgotten`). Until the bus is back a signal can be missed; the captain's
-    /// audience rule still keeps the words from the model.
-    pub(crate) async fn run_forgotten(&self) -> Result<(), crate::GatewayError> {
-        loop {
-            let mut forgotten =
-                std::pin::pin!(self.inner.bus.signals::<v1::ForgottenSignal>(clankie_proto::Family::SignalForgotten).await?);
-            while let Some(f) = futures::StreamExt::next(&mut forgotten).await {
-                self.inner.places.forget_starters_of(f.user_id);
-            }
-            // The subscription ended with the connection: taken again, never the gateway's end.
-            tokio::time::sleep(Duration::from_secs(1)).await;
+    /// Hears the audience facts (`clankie_audience`): every one recorded, then each new one. A
+    /// forget drops the person's cached thread starters, and their old words fetched later come
+    /// in as the marker; links follow the owner's admitted channels.
+    pub(crate) async fn run_audience(&self) -> Result<(), crate::GatewayError> {
+        let mut facts = std::pin::pin!(self.inner.bus.audience_facts());
+        while let Some(fact) = futures::StreamExt::next(&mut facts).await {
+            self.inner.places.hear(fact);
         }
+        Ok(())
+    }
+
+    /// The owner's admitted channels once heard; past [`GATHER_PATIENCE`] unheard, `None` (no
+    /// link is followed on a list nobody has told this gateway).
+    async fn admitted_channels(&self) -> Option<Vec<u64>> {
+        let mut heard = self.inner.places.heard.subscribe();
+        let known = tokio::time::timeout(GATHER_PATIENCE, heard.wait_for(|h| h.admitted_channels.is_some())).await;
+        known.ok()?.ok()?.admitted_channels.clone()
+    }
+
+    /// Applies the audience rule to what `ingress` carries of other people's words before it is
+    /// published: a forgotten person's old words become the marker. How many it replaced.
+    pub(crate) fn rule_carried(&self, ingress: &mut v1::Ingress) -> usize {
+        let heard = self.inner.places.heard();
+        audience::rule_ingress(ingress, &heard.forgotten, &[]).forgotten
     }
 
     /// Gathers `message`'s context within [`GATHER_PATIENCE`]; past it, or on any refusal, the
@@ -202,6 +272,15 @@ impl Gateway {
             }
             let Some(facts) = self.channel_facts(channel).await else { continue };
             if facts.guild_id != guild {
+                continue;
+            }
+            let Some(admitted) = self.admitted_channels().await else {
+                out.links_refused.push(LinkRefusal::NotAdmitted);
+                continue;
+            };
+            let poster_views = self.poster_views(message, &facts).await;
+            if let Err(refusal) = audience::rule_link(channel, &admitted, poster_views) {
+                out.links_refused.push(refusal);
                 continue;
             }
             if let Some(m) = self.fetch_message(channel, id).await
@@ -291,8 +370,13 @@ impl Gateway {
     /// The names of `wanted` roles of a guild: kept ones, else the guild's roles fetched again.
     async fn role_names(&self, guild: u64, wanted: &[u64]) -> HashMap<u64, String> {
         let known = |places: &Places| {
-            let roles = places.roles.lock().unwrap_or_else(|p| p.into_inner());
-            roles.get(&guild).map(|r| wanted.iter().filter_map(|id| r.get(id).map(|n| (*id, n.clone()))).collect::<HashMap<_, _>>())
+            places.guild(guild).filter(|g| !g.roles.is_empty()).map(|g| {
+                g.roles
+                    .iter()
+                    .filter(|r| wanted.contains(&r.id.get()))
+                    .map(|r| (r.id.get(), normalise::display_bounded(&r.name)))
+                    .collect::<HashMap<_, _>>()
+            })
         };
         if let Some(found) = known(&self.inner.places)
             && found.len() == wanted.len()
@@ -304,10 +388,50 @@ impl Gateway {
         if let Ok(response) = self.inner.http.get().roles(guild_id).await
             && let Ok(roles) = response.models().await
         {
-            let names = roles.iter().map(|r| (r.id.get(), normalise::display_bounded(&r.name))).collect();
-            self.inner.places.roles.lock().unwrap_or_else(|p| p.into_inner()).insert(guild, names);
+            self.inner.places.keep_guild(guild, |g| g.roles = roles);
         }
         known(&self.inner.places).unwrap_or_default()
+    }
+
+    /// A guild's owner and roles: kept ones, else the guild fetched (and kept).
+    async fn guild_rules(&self, guild: u64) -> Option<GuildRules> {
+        if let Some(g) = self.inner.places.guild(guild).filter(|g| g.owner.is_some() && !g.roles.is_empty()) {
+            return Some(g);
+        }
+        let guild_id = Id::new_checked(guild)?;
+        let _slot = self.inner.budget.pace().await;
+        let fetched = self.inner.http.get().guild(guild_id).await.ok()?.model().await.ok()?;
+        self.inner.places.keep_guild(guild, |g| {
+            g.owner = Some(fetched.owner_id.get());
+            g.roles = fetched.roles;
+        });
+        self.inner.places.guild(guild)
+    }
+
+    /// Whether the poster of `message` may view the channel `facts` describe and read its history, as Discord
+    /// computes it from the guild's roles, the poster's and the channel's overwrites (a
+    /// thread's parent's). A private thread, whose members he cannot list, and anything he
+    /// could not look up count as not viewable.
+    async fn poster_views(&self, message: &Message, facts: &ChannelFacts) -> bool {
+        let (Some(guild), Some(member)) = (message.guild_id, message.member.as_ref()) else { return false };
+        let overwrites = if facts.is_thread() {
+            if facts.kind == Some(ChannelType::PrivateThread) {
+                return false;
+            }
+            match facts.parent_id {
+                Some(parent) => match self.channel_facts(parent).await {
+                    Some(p) => p.overwrites,
+                    None => return false,
+                },
+                None => return false,
+            }
+        } else {
+            facts.overwrites.clone()
+        };
+        let Some(rules) = self.guild_rules(guild.get()).await else { return false };
+        let Some(owner) = rules.owner.and_then(Id::new_checked) else { return false };
+        let permissions = crate::doctor::channel_permissions(guild, owner, message.author.id, &member.roles, &rules.roles, &overwrites);
+        permissions.contains(Permissions::VIEW_CHANNEL | Permissions::READ_MESSAGE_HISTORY)
     }
 
     /// One message, fetched; `None` when it is gone or hidden from him.

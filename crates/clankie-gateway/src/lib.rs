@@ -252,7 +252,7 @@ impl Gateway {
                 r = clankie_http::supervise("gateway.shards", parts, |p| self.after_rest_panic(p), || self.run_shards()) => r,
                 r = clankie_http::supervise("gateway.voice_sessions", parts, |_| {}, || self.run_voice_sessions()) => r,
                 r = clankie_http::supervise("gateway.voice_commands", parts, |_| {}, || self.run_voice_commands()) => r,
-                r = clankie_http::supervise("gateway.forgotten", parts, |_| {}, || self.run_forgotten()) => r,
+                r = clankie_http::supervise("gateway.audience", parts, |_| {}, || self.run_audience()) => r,
             }
         };
         tokio::pin!(rest, ingest);

@@ -396,6 +396,10 @@ impl Gateway {
                     }
                 }
                 Event::ChannelUpdate(channel) => self.inner.places.forget_channel(channel.id.get()),
+                Event::RoleCreate(r) => self.inner.places.forget_guild(r.guild_id.get()),
+                Event::RoleUpdate(r) => self.inner.places.forget_guild(r.guild_id.get()),
+                Event::RoleDelete(r) => self.inner.places.forget_guild(r.guild_id.get()),
+                Event::GuildUpdate(g) => self.inner.places.forget_guild(g.id.get()),
                 // Not worth a session save: a resume that replays a typing signal costs nothing.
                 Event::TypingStart(typing) => self.typing_signal(&typing).await,
                 Event::VoiceStateUpdate(state) => self.voice_state(&state.0).await,
@@ -494,7 +498,11 @@ impl Gateway {
             | EventTypeFlags::THREAD_CREATE
             | EventTypeFlags::THREAD_UPDATE
             | EventTypeFlags::THREAD_DELETE
-            | EventTypeFlags::CHANNEL_UPDATE;
+            | EventTypeFlags::CHANNEL_UPDATE
+            | EventTypeFlags::ROLE_CREATE
+            | EventTypeFlags::ROLE_UPDATE
+            | EventTypeFlags::ROLE_DELETE
+            | EventTypeFlags::GUILD_UPDATE;
         // Twilight hands every close frame on; a fatal one's code says what to mend.
         let mut closed_with = None;
         let close = |shard: &mut Shard<SharedIdentifyQueue>| {
@@ -589,7 +597,11 @@ impl Gateway {
                     | Event::ThreadCreate(_)
                     | Event::ThreadUpdate(_)
                     | Event::ThreadDelete(_)
-                    | Event::ChannelUpdate(_)),
+                    | Event::ChannelUpdate(_)
+                    | Event::RoleCreate(_)
+                    | Event::RoleUpdate(_)
+                    | Event::RoleDelete(_)
+                    | Event::GuildUpdate(_)),
                 ) => {
                     pending.fetch_add(1, Ordering::SeqCst);
                     let stored = matches!(
@@ -662,6 +674,8 @@ impl Gateway {
             ingress.quoted.insert(after_reply + i, q);
         }
         ingress.thread = gathered.thread;
+        let forgotten = self.rule_carried(&mut ingress) as i64;
+        let links_refused = gathered.links_refused.len() as i64;
         // Nothing of a chain when none is wanted; and a message quoted once, where it first came.
         if self.inner.config.reply_chain_depth == 0 {
             ingress.quoted.retain(|q| q.kind() != v1::QuotedKind::RepliedTo);
@@ -689,6 +703,8 @@ impl Gateway {
                         .with_count("chars", chars)
                         .with_count("attachments", attachments)
                         .with_count("quoted", quoted)
+                        .with_count("forgotten", forgotten)
+                        .with_count("links_refused", links_refused)
                         .with_flag("thread", in_thread)
                         .with_flag("duplicate", p.duplicate)
                 })

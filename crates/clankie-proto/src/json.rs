@@ -112,7 +112,6 @@ mod tests {
                 v1::Receipt,
                 v1::Experience,
                 v1::TypingSignal,
-                v1::ForgottenSignal,
                 v1::HistoryRequest,
                 v1::HistoryReply,
                 v1::Speak,

@@ -7,6 +7,7 @@
 //! - [`json`]: decodes any event to proto3 JSON for taps and trails.
 //! - [`words`]: whose words an event holds, for the audience rule and a forget.
 
+pub mod audience;
 pub mod json;
 mod lane;
 pub mod receipt;
@@ -41,7 +42,6 @@ impl Event for v1::FloorDecision {}
 impl Event for v1::Receipt {}
 impl Event for v1::Experience {}
 impl Event for v1::TypingSignal {}
-impl Event for v1::ForgottenSignal {}
 impl Event for v1::HistoryRequest {}
 impl Event for v1::HistoryReply {}
 impl Event for v1::Speak {}

@@ -82,9 +82,6 @@ pub enum Subject {
     Receipt { kind: ReceiptKind },
     /// `clankie.signal.typing.<guild|dm>.<channel>`: someone is typing (core NATS, no stream).
     SignalTyping { place: Place, channel: u64 },
-    /// `clankie.signal.forgotten`: a person was forgotten; live voice rooms drop their lines
-    /// (core NATS, no stream).
-    SignalForgotten,
     /// `clankie.rpc.history.<channel>`: request/reply for a channel's recent messages (no stream).
     RpcHistory { channel: u64 },
     /// `clankie.rpc.ask.<guild>.<channel>`: the voice room's `ask_clankie` handoff to the captain (no stream).
@@ -124,7 +121,6 @@ pub enum Family {
     SelfExperience,
     Receipt,
     SignalTyping,
-    SignalForgotten,
     RpcHistory,
     RpcAsk,
     RpcMediaResolve,
@@ -172,7 +168,7 @@ fn truncate(s: &str) -> String {
 
 impl Family {
     /// Every family, in catalogue order.
-    pub const ALL: [Family; 26] = [
+    pub const ALL: [Family; 25] = [
         Family::IngressText,
         Family::IngressRoom,
         Family::LaneSteer,
@@ -190,7 +186,6 @@ impl Family {
         Family::SelfExperience,
         Family::Receipt,
         Family::SignalTyping,
-        Family::SignalForgotten,
         Family::RpcHistory,
         Family::RpcAsk,
         Family::RpcMediaResolve,
@@ -221,7 +216,6 @@ impl Family {
             Family::SelfExperience => format!("{ROOT}.self.experience.*"),
             Family::Receipt => format!("{ROOT}.receipt.>"),
             Family::SignalTyping => format!("{ROOT}.signal.typing.*.*"),
-            Family::SignalForgotten => format!("{ROOT}.signal.forgotten"),
             Family::RpcHistory => format!("{ROOT}.rpc.history.*"),
             Family::RpcAsk => format!("{ROOT}.rpc.ask.*.*"),
             Family::RpcMediaResolve => format!("{ROOT}.rpc.media.resolve"),
@@ -252,7 +246,6 @@ impl Family {
             Family::SelfExperience => "clankie.v1.Experience",
             Family::Receipt => "clankie.v1.Receipt",
             Family::SignalTyping => "clankie.v1.TypingSignal",
-            Family::SignalForgotten => "clankie.v1.ForgottenSignal",
             Family::RpcHistory => "clankie.v1.HistoryRequest",
             Family::RpcAsk => "clankie.v1.AskRequest",
             Family::RpcMediaResolve => "clankie.v1.MediaResolveRequest",
@@ -280,7 +273,7 @@ impl Family {
             | Family::VoiceCommand => Area::Voice,
             Family::SelfExperience => Area::Shared,
             Family::Receipt => Area::Receipt,
-            Family::SignalTyping | Family::SignalForgotten => Area::Signal,
+            Family::SignalTyping => Area::Signal,
             Family::RpcHistory
             | Family::RpcAsk
             | Family::RpcMediaResolve
@@ -360,7 +353,6 @@ impl Subject {
             Subject::SelfExperience { .. } => Family::SelfExperience,
             Subject::Receipt { .. } => Family::Receipt,
             Subject::SignalTyping { .. } => Family::SignalTyping,
-            Subject::SignalForgotten => Family::SignalForgotten,
             Subject::RpcHistory { .. } => Family::RpcHistory,
             Subject::RpcAsk { .. } => Family::RpcAsk,
             Subject::RpcMediaResolve => Family::RpcMediaResolve,
@@ -423,7 +415,6 @@ impl Subject {
                 let place = if place == DM { Place::Dm } else { Place::Guild(id(3)?) };
                 Ok(Subject::SignalTyping { place, channel: id(4)? })
             }
-            ["signal", "forgotten"] => Ok(Subject::SignalForgotten),
             ["rpc", "ask", _, _] => Ok(Subject::RpcAsk { guild: id(3)?, channel: id(4)? }),
             ["rpc", "media", "resolve"] => Ok(Subject::RpcMediaResolve),
             ["rpc", "media", "attachment"] => Ok(Subject::RpcMediaAttachment),
@@ -468,7 +459,6 @@ impl fmt::Display for Subject {
             Subject::Receipt { kind } => write!(f, "{ROOT}.receipt.{kind}"),
             Subject::SignalTyping { place: Place::Guild(g), channel } => write!(f, "{ROOT}.signal.typing.{g}.{channel}"),
             Subject::SignalTyping { place: Place::Dm, channel } => write!(f, "{ROOT}.signal.typing.{DM}.{channel}"),
-            Subject::SignalForgotten => write!(f, "{ROOT}.signal.forgotten"),
             Subject::RpcHistory { channel } => write!(f, "{ROOT}.rpc.history.{channel}"),
         }
     }
@@ -510,7 +500,6 @@ mod tests {
             Subject::SelfExperience { place: Place::Dm },
             Subject::SignalTyping { place: Place::Guild(24), channel: 25 },
             Subject::SignalTyping { place: Place::Dm, channel: 26 },
-            Subject::SignalForgotten,
         ]
     }
 

@@ -1,6 +1,6 @@
 //! Whose words an event holds: its author's, and every other author's it carries (quoted,
 //! replied-to, linked and forwarded messages, its thread's starter). What the audience rule
-//! (`clankie_self::audience`) and a forget's erase of the streams both read, so they agree on
+//! (`crate::audience`) and a forget's erase of the streams both read, so they agree on
 //! where a person's words are.
 
 use crate::v1;

@@ -8,7 +8,6 @@
 //! ([`policy`]) is applied inside it, so no caller can forget it.
 
 mod assemble;
-pub mod audience;
 pub mod blocks;
 pub mod experience;
 pub mod policy;

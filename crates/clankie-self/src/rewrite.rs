@@ -123,7 +123,8 @@ pub struct Forgotten {
     /// Compaction summaries that summarised their words, rewritten to [`SUMMARY_FORGOTTEN`].
     pub summaries: u64,
     /// The turns only they started whose answers were withdrawn, by the delivery id that
-    /// began each: his replies to them leave the egress stream too.
+    /// began each, and the owner's DMs about facts drawn from them (`memory:<id>`): his
+    /// replies to them, and those DMs, leave the egress stream too.
     pub answered: Vec<String>,
     /// The names they went by in the sessions: experiences recorded before ids were kept
     /// (none carry `participant_ids`) leave the self stream and the store by them.
@@ -131,14 +132,17 @@ pub struct Forgotten {
     pub ring_lines: u64,
     pub memories: u64,
     pub experiences: u64,
+    /// His replies to turns only they started that were not yet posted: withdrawn unsent.
+    pub unsent_replies: u64,
     /// Lanes still held by a live run when the wait ran out: run the command again.
     pub lanes_busy: u64,
 }
 
 impl Forgotten {
-    /// What the streams' erase of `author_id` goes by, from what this forget found.
-    pub fn erasure(&self, author_id: u64) -> clankie_bus::Erasure<'_> {
-        clankie_bus::Erasure { author_id, answered: &self.answered, names: &self.names }
+    /// What the streams' erase of `author_id`, forgotten at `forgotten_at_ms`, goes by, from
+    /// what this forget found.
+    pub fn erasure(&self, author_id: u64, forgotten_at_ms: i64) -> clankie_bus::Erasure<'_> {
+        clankie_bus::Erasure { author_id, forgotten_at_ms, answered: &self.answered, names: &self.names }
     }
 }
 
@@ -150,7 +154,9 @@ pub async fn erase_from_streams(
     author_id: u64,
     forgotten: &Forgotten,
 ) -> Result<clankie_bus::ErasedMessages, clankie_bus::BusError> {
-    let erased = bus.erase_author(forgotten.erasure(author_id)).await?;
+    // When the store says: words written before it are the forget's, for every process.
+    let at_ms = store.forgotten_at(author_id).await.ok().flatten().unwrap_or_else(clankie_bus::now_ms);
+    let erased = bus.erase_author(forgotten.erasure(author_id, at_ms)).await?;
     if let Err(e) = store.erase_done(author_id).await {
         tracing::warn!(error = %e, "the streams' erase is done but the store still lists it as pending; the next forget erases again");
     }
@@ -231,9 +237,12 @@ async fn forget_lanes(store: &Store, author_id: u64, wait: Duration, mut progres
     // With what an earlier forget found and the bus never erased: that forget withdrew the
     // entries this one would learn it from.
     let found: Vec<String> = names.into_iter().collect();
+    let rows = store.forget_rows(author_id, &found, &deliveries, &forgotten.answered).await?;
+    // The owner's DMs about the facts that went leave the egress stream as his replies do.
+    forgotten.answered.extend(rows.memory_dms);
     (forgotten.answered, forgotten.names) = store.pending_erase(author_id, &forgotten.answered, &found).await?;
-    let rows = store.forget_rows(author_id, &forgotten.names, &deliveries).await?;
     forgotten.ring_lines = rows.ring_lines;
+    forgotten.unsent_replies = rows.unsent_replies;
     forgotten.memories = rows.memories;
     forgotten.experiences = rows.experiences;
     Ok(forgotten)

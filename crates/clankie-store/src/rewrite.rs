@@ -37,12 +37,16 @@ pub struct Rewritten {
     pub in_context: bool,
 }
 
-/// What forgetting a person removed outside the session trees, as counts.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+/// What forgetting a person removed outside the session trees: counts, and the DMs that go with the facts.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ForgottenRows {
     pub ring_lines: u64,
     pub memories: u64,
     pub experiences: u64,
+    /// His replies not yet posted to turns only they started (unsent outbox rows).
+    pub unsent_replies: u64,
+    /// The owner's DMs about the facts that went (`memory:<id>`), for the streams' erase.
+    pub memory_dms: Vec<String>,
 }
 
 fn held_words(rows: Vec<sqlx::postgres::PgRow>) -> Result<Vec<HeldWords>, StoreError> {
@@ -290,7 +294,13 @@ impl Store {
     /// messages, or from a line they spoke), and experiences they took part
     /// in (by id; one recorded before ids were kept, under one of `names`). Memory of anyone
     /// else's making stays, whatever words it shares, and so do a namesake's experiences.
-    pub async fn forget_rows(&self, author_id: u64, names: &[String], deliveries: &[String]) -> Result<ForgottenRows, StoreError> {
+    pub async fn forget_rows(
+        &self,
+        author_id: u64,
+        names: &[String],
+        deliveries: &[String],
+        answered: &[String],
+    ) -> Result<ForgottenRows, StoreError> {
         let mut tx = self.pool.begin().await?;
         sqlx::query("INSERT INTO forgotten_users (author_id) VALUES ($1) ON CONFLICT (author_id) DO UPDATE SET forgotten_at = now()")
             .bind(author_id as i64)
@@ -298,17 +308,22 @@ impl Store {
             .await?;
         // A fact goes with the people it was drawn from, and only with them; one recorded
         // before that was kept goes with the delivery it was proposed for.
-        let memories = sqlx::query(
+        let memory_ids: Vec<i64> = sqlx::query_scalar(
             "DELETE FROM self_memory WHERE drawn_from @> ARRAY[$3::bigint]
                 OR (drawn_from = '{}' AND (proposed_for = ANY($1)
-                    OR proposed_for IN (SELECT delivery_id FROM voice_ring WHERE author_id = $2)))",
+                    OR proposed_for IN (SELECT delivery_id FROM voice_ring WHERE author_id = $2)))
+             RETURNING id",
         )
         .bind(deliveries)
         .bind(author_id.to_string())
         .bind(author_id as i64)
-        .execute(&mut *tx)
-        .await?
-        .rows_affected();
+        .fetch_all(&mut *tx)
+        .await?;
+        let memories = memory_ids.len() as u64;
+        // The owner's DM about each of those facts holds its words: one not yet posted goes
+        // unsent (the DM's id is `memory:<id>`), and the streams' erase takes the posted copy.
+        let memory_dms: Vec<String> = memory_ids.iter().map(|id| format!("memory:{id}")).collect();
+        sqlx::query("DELETE FROM outbox WHERE id = ANY($1)").bind(&memory_dms).execute(&mut *tx).await?;
         let ring_lines =
             sqlx::query("DELETE FROM voice_ring WHERE author_id = $1").bind(author_id.to_string()).execute(&mut *tx).await?.rows_affected();
         let experiences = sqlx::query(
@@ -344,8 +359,18 @@ impl Store {
                 .execute(&mut *tx)
                 .await?;
         }
+        // His replies to turns only they started, not yet posted, hold his words to them: they
+        // are withdrawn like the turn's entries (a sent row keeps no payload).
+        let unsent_replies = sqlx::query(
+            "DELETE FROM outbox WHERE sent_at IS NULL
+               AND turn_id IN (SELECT turn_id FROM deliveries WHERE delivery_id = ANY($1))",
+        )
+        .bind(answered)
+        .execute(&mut *tx)
+        .await?
+        .rows_affected();
         tx.commit().await?;
-        Ok(ForgottenRows { ring_lines, memories, experiences })
+        Ok(ForgottenRows { ring_lines, memories, experiences, unsent_replies, memory_dms })
     }
 
     /// The ring lines of `author_id`, for what a forget must look for elsewhere.

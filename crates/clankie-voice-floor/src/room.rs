@@ -69,13 +69,15 @@ pub(crate) struct RoomParts {
     pub names: HashMap<u64, String>,
     /// Where the room reports its connection to the keeper, with its key and epoch.
     pub links: mpsc::UnboundedSender<(Key, i64, Link)>,
+    /// The people forgotten so far: their lines from before the forget never enter the ring.
+    pub forgotten: clankie_proto::audience::Forgotten,
 }
 
 enum RoomMsg {
     Connect(Connection),
     Live(oneshot::Sender<Result<(), VoiceError>>),
     Named(u64, String),
-    Forgotten(u64),
+    Forgotten(u64, i64),
 }
 
 /// The keeper's handle on one room actor. Dropping it ends the room, its body and its runs.
@@ -115,9 +117,10 @@ impl RoomHandle {
         let _ = self.mailbox.send(RoomMsg::Named(user, name));
     }
 
-    /// A person was forgotten: the room drops their lines from its ring.
-    pub fn forgotten(&self, user: u64) {
-        let _ = self.mailbox.send(RoomMsg::Forgotten(user));
+    /// A person was forgotten at `at_ms`: the room drops their lines from its ring, and any
+    /// of theirs from before it that reaches the room later.
+    pub fn forgotten(&self, user: u64, at_ms: i64) {
+        let _ = self.mailbox.send(RoomMsg::Forgotten(user, at_ms));
     }
 
     /// Whether a part of the room ended without being told to: its actor (a panic, or its body
@@ -200,6 +203,7 @@ struct RoomActor {
     ears: Ears,
     inputs: Option<RoomInputs>,
     ring: VecDeque<RingLine>,
+    forgotten: clankie_proto::audience::Forgotten,
     state: FloorState,
     seen: VecDeque<(String, Instant)>,
     /// The live run's steers, while it takes more inputs.
@@ -230,7 +234,7 @@ struct RoomActor {
 
 impl RoomActor {
     fn start(parts: RoomParts, fenced: watch::Sender<bool>) -> RoomActor {
-        let RoomParts { key, lease, lease_ttl, floor, store, body, tts, stt, turns, transcriptions, names, links } = parts;
+        let RoomParts { key, lease, lease_ttl, floor, store, body, tts, stt, turns, transcriptions, names, links, forgotten } = parts;
         let bus = floor.bus.clone();
         let vouching = Arc::new(AtomicBool::new(false));
         let lease_keeping = tokio::spawn(keep_room_lease(store.clone(), bus.clone(), lease.clone(), lease_ttl, vouching.clone(), fenced));
@@ -275,6 +279,7 @@ impl RoomActor {
             ears,
             inputs: None,
             ring: VecDeque::new(),
+            forgotten,
             state: FloorState::default(),
             seen: VecDeque::new(),
             run: None,
@@ -318,7 +323,7 @@ impl RoomActor {
                     Some(RoomMsg::Named(user, name)) => {
                         self.names.insert(user, name);
                     }
-                    Some(RoomMsg::Forgotten(user)) => self.forget(user),
+                    Some(RoomMsg::Forgotten(user, at_ms)) => self.forget(user, at_ms),
                     None => break,
                 },
                 d = next_input(&mut self.inputs) => match d {
@@ -389,7 +394,8 @@ impl RoomActor {
     /// A forgotten person's lines leave the ring here, by the room's owner, so no later room
     /// block holds them; their stored copies go after the room's pending writes (one of theirs
     /// may still be on its way to the store). His own lines stay.
-    fn forget(&mut self, user: u64) {
+    fn forget(&mut self, user: u64, at_ms: i64) {
+        self.forgotten.record(user, at_ms);
         let before = self.ring.len();
         self.ring.retain(|l| l.is_him || l.author_id != user);
         let dropped = before - self.ring.len();
@@ -695,6 +701,9 @@ impl RoomActor {
     /// Adds a line to the ring, and to the store under the room's lease, so the conversation
     /// outlives this owner.
     async fn push_line(&mut self, line: RingLine) {
+        if !line.is_him && self.forgotten.holds(line.author_id, line.at_ms) {
+            return;
+        }
         let row = clankie_store::RingRow {
             delivery_id: line.delivery_id.clone(),
             source: line.source as i32,

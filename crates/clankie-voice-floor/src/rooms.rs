@@ -120,6 +120,8 @@ struct Known {
     summoned: HashSet<Key>,
     /// Rooms the owner told him to leave (`clankie voice leave`), until their humans have gone.
     dismissed: HashSet<Key>,
+    /// The people forgotten, from the audience bucket: each room drops their older lines.
+    forgotten: clankie_proto::audience::Forgotten,
     /// When this replica last saw him out of each room (his voice state follows shortly).
     left_at: HashMap<Key, Instant>,
     /// Rooms whose voice server refused him for want of DAVE, and when.
@@ -202,8 +204,9 @@ impl RoomKeeper {
             .bus
             .consumer::<v1::VoiceServer>(ConsumerSpec::durable(servers_name, Family::VoiceServer).last_per_subject().fresh())
             .await?;
-        // A forget reaches the rooms live here now; a room taken later reads a ring without them.
-        let mut forgotten = std::pin::pin!(self.bus.signals::<v1::ForgottenSignal>(Family::SignalForgotten).await?);
+        // A forget reaches the rooms live here now, or when this replica watches again after
+        // being away; a room taken later reads a ring without them, and is told them all.
+        let mut audience = std::pin::pin!(self.bus.audience_facts());
         let mut tick = tokio::time::interval((self.config.lease_ttl / 4).max(Duration::from_millis(100)));
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
@@ -224,9 +227,12 @@ impl RoomKeeper {
                     self.owner_command(&d.event);
                     let _ = d.ack().await;
                 }
-                Some(f) = futures::StreamExt::next(&mut forgotten) => {
-                    for owned in self.owned.values() {
-                        owned.room.forgotten(f.user_id);
+                Some(fact) = futures::StreamExt::next(&mut audience) => {
+                    if let clankie_bus::AudienceFact::Forgotten { user_id, at_ms } = fact {
+                        self.known.forgotten.record(user_id, at_ms);
+                        for owned in self.owned.values() {
+                            owned.room.forgotten(user_id, at_ms);
+                        }
                     }
                 }
                 Some((key, epoch, link)) = self.links.recv() => self.link(key, epoch, link).await,
@@ -399,6 +405,7 @@ impl RoomKeeper {
             transcriptions: self.config.transcriptions,
             names: self.names.iter().filter(|((g, _), _)| *g == key.0).map(|((_, u), n)| (*u, n.clone())).collect(),
             links: self.links_tx.clone(),
+            forgotten: self.known.forgotten.clone(),
         });
         self.receipt("voice.room", key, epoch, |r| r.with_code("owned").with_count("epoch", epoch)).await;
         self.owned.insert(key, Owned { room, connection: None, failed: None, failures: 0, retry_at: None, asked: None, live: false });

@@ -616,15 +616,15 @@ async fn erase_bobs_words_quoted_by_ada_go_with_his_forget_and_no_reply_or_threa
     for needle in ["ada-wren", "ada-kite"] {
         let request = request_with(&rig, needle);
         assert_eq!(request.count(BOBS_WORDS), 0, "bob's words came back into the request answering {needle}");
-        assert!(request.count(clankie_self::audience::FORGOTTEN_WORDS) >= 1, "no marker where bob's words were ({needle})");
+        assert!(request.count(clankie_proto::audience::FORGOTTEN_WORDS) >= 1, "no marker where bob's words were ({needle})");
     }
 }
 
 const PETS_GATE: &str = "bob's words are in the run";
 
 /// Ada's run is held while bob's message arrives and is absorbed into it; the run proposes a
-/// fact drawn from bob's words and names him. The fact goes with bob's forget, and ada's (whose
-/// turn it was) leaves it.
+/// fact drawn from bob's words and names him. The fact goes with bob's forget, and the owner's
+/// DM about it from the egress stream; ada's forget (whose turn it was) leaves it.
 #[tokio::test]
 async fn erase_a_fact_drawn_from_bobs_absorbed_message_goes_with_his_forget_and_survives_adas() {
     let rig = Rig::new().await;
@@ -656,6 +656,12 @@ async fn erase_a_fact_drawn_from_bobs_absorbed_message_goes_with_his_forget_and_
         sqlx::query_scalar::<_, i64>("SELECT count(*) FROM self_memory WHERE fact = $1").bind(fact).fetch_one(store.pool()).await.unwrap()
     };
     assert_eq!(kept().await, 1, "the fact was never proposed");
+    // The owner's DM about the fact holds its words, on the egress stream once posted.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while crate::on_the_bus(&bus, fact).await == 0 {
+        assert!(tokio::time::Instant::now() < deadline, "the owner's DM about the fact never reached the egress stream");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 
     let adas_forget = run(&rig, GENERAL, "ada", "forget-me", &[]).await;
     assert!(forgot(&rig, &adas_forget, Duration::from_secs(20)).await.content.starts_with("Done"));
@@ -663,9 +669,13 @@ async fn erase_a_fact_drawn_from_bobs_absorbed_message_goes_with_his_forget_and_
     let bobs_forget = run(&rig, GENERAL, "bob", "forget-me", &[]).await;
     assert!(forgot(&rig, &bobs_forget, Duration::from_secs(20)).await.content.starts_with("Done"));
     let after_bob = kept().await;
-    println!("erase: the fact drawn from bob's words: after ada's forget {after_ada}, after bob's {after_bob}");
+    let dm_after_bob = crate::on_the_bus(&bus, fact).await;
+    println!(
+        "erase: the fact drawn from bob's words: after ada's forget {after_ada}, after bob's {after_bob}; events holding it after bob's {dm_after_bob}"
+    );
     assert_eq!(after_ada, 1, "ada's forget took a fact drawn from bob's words");
     assert_eq!(after_bob, 0, "bob's forget left a fact drawn from his words");
+    assert_eq!(dm_after_bob, 0, "the owner's DM about the fact is still on the egress stream");
 }
 
 const TWENTY_GATE: &str = "the twenty have arrived";

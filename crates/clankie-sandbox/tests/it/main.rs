@@ -3,6 +3,7 @@
 //! the model stand-in, durations compressed.
 
 mod anthropic;
+mod audience;
 mod browse;
 mod browser;
 mod changes;

@@ -107,7 +107,7 @@ async fn erase_finds_experiences_by_id_so_a_namesake_keeps_theirs_and_one_record
     store.insert_experience(&lived("from-before-ids", "bob", &[], before), ttl).await.unwrap();
     store.insert_experience(&lived("with-ada", "ada", &[1], before), ttl).await.unwrap();
 
-    let rows = store.forget_rows(2, &["bob".into()], &[]).await.unwrap();
+    let rows = store.forget_rows(2, &["bob".into()], &[], &[]).await.unwrap();
     assert_eq!(rows.experiences, 2, "his own, and the one from before ids was kept that names him");
     let mut left: Vec<String> = store.recent_experiences(None, 10, now_ms()).await.unwrap().into_iter().map(|e| e.experience_id).collect();
     left.sort();
@@ -119,4 +119,34 @@ async fn erase_finds_experiences_by_id_so_a_namesake_keeps_theirs_and_one_record
     // Once forgotten he may come back: what happens with him afterwards is kept.
     let later = lived("with-bob-again", "bob", &[2], now_ms() + 1_000);
     assert!(store.insert_experience(&later, ttl).await.unwrap(), "what happened after the forget is refused");
+}
+
+/// His replies waiting in the outbox to turns only the forgotten person started hold his words
+/// to them: the forget withdraws those rows unsent; a reply to anyone else's turn stays.
+#[tokio::test]
+async fn erase_withdraws_his_unsent_replies_to_turns_only_they_started_and_keeps_the_others() {
+    let (store, _db) = super::store().await;
+    let pool = store.pool();
+    sqlx::query("INSERT INTO lanes (lane, epoch) VALUES ('room:1:2', 1)").execute(pool).await.unwrap();
+    for (delivery, turn) in [("bobs-message", "bobs-turn"), ("adas-message", "adas-turn")] {
+        sqlx::query("INSERT INTO deliveries (delivery_id, lane, turn_id, outcome) VALUES ($1, 'room:1:2', $2, 'replied')")
+            .bind(delivery)
+            .bind(turn)
+            .execute(pool)
+            .await
+            .unwrap();
+        sqlx::query(
+            "INSERT INTO outbox (id, lane, turn_id, subject, payload) VALUES ($1, 'room:1:2', $2, 'clankie.body.send.2', '\\x0102')",
+        )
+        .bind(format!("reply-to-{turn}"))
+        .bind(turn)
+        .execute(pool)
+        .await
+        .unwrap();
+    }
+    let rows = store.forget_rows(2, &["bob".into()], &["bobs-message".into()], &["bobs-message".into()]).await.unwrap();
+    let left: Vec<String> = sqlx::query_scalar("SELECT id FROM outbox ORDER BY id").fetch_all(pool).await.unwrap();
+    println!("erase: unsent replies withdrawn {}, left {left:?}", rows.unsent_replies);
+    assert_eq!(rows.unsent_replies, 1);
+    assert_eq!(left, ["reply-to-adas-turn"], "his reply to bob's turn is still waiting to be posted, or ada's went with it");
 }

@@ -178,12 +178,31 @@ async fn erase_a_forgotten_persons_lines_leave_the_live_voice_rooms_next_room_bl
         (typed("ada", "the gate code is heron-33"), typed("ada", "my cat is called pelican-9"), typed("bob", "lunch is at noon"));
     until("the three lines in the room", Duration::from_secs(10), || heard(secret) && heard(other) && heard(lunch)).await;
 
-    // The control: before the forget, the room block holds all three lines.
+    // The control: before the forget, the room block holds all three lines. Ada asks, so his
+    // spoken answer is to a run her words began.
     rig.standin.script(Script::when("spoken aloud", Reply::text("Noted.")));
-    typed("bob", "Clankie, what did we say?");
+    let adas_question = typed("ada", "Clankie, what did we say?");
     until("the first answer's request", Duration::from_secs(30), || !spoken_requests(&rig).is_empty()).await;
     let before = spoken_requests(&rig).remove(0);
     assert!(before.count("heron-33") >= 1 && before.count("pelican-9") >= 1, "the room block lacked ada's lines");
+    let spoken_to = |delivery: u64| {
+        let bus = rig.bus.clone();
+        async move {
+            let mut n = 0;
+            bus.read_family(Family::VoiceSpeak, |_, payload| {
+                use prost::Message as _;
+                n += usize::from(v1::Speak::decode(payload).is_ok_and(|s| s.delivery_id == delivery.to_string()));
+            })
+            .await
+            .unwrap();
+            n
+        }
+    };
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while spoken_to(adas_question).await == 0 {
+        assert!(tokio::time::Instant::now() < deadline, "his spoken answer to ada never reached the voice stream");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 
     let ada = clankie_discord_loopback::Loopback::user_id("ada");
     let store = clankie_store::Store::connect(rig.db.url()).await.unwrap();
@@ -196,16 +215,67 @@ async fn erase_a_forgotten_persons_lines_leave_the_live_voice_rooms_next_room_bl
     until("the second answer's request", Duration::from_secs(30), || spoken_requests(&rig).len() >= 2).await;
     let after = spoken_requests(&rig).remove(1);
     let ring = store.ring(GUILD, VOICE, 64).await.unwrap();
+    let spoken_to_her = spoken_to(adas_question).await;
     println!(
-        "voice forget: the room dropped {:?} ring line(s); the next room block holds ada's lines {} and {} time(s), bob's {}; stored ring lines of hers {}",
+        "voice forget: the room dropped {:?} ring line(s); his spoken answers to her left on the voice stream {spoken_to_her}; the next room block holds ada's lines {} and {} time(s), bob's {}; stored ring lines of hers {}",
         forgotten()[0].counts.get("ring_lines"),
         after.count("heron-33"),
         after.count("pelican-9"),
         after.count("lunch is at noon"),
         ring.iter().filter(|r| r.author_id == ada).count()
     );
-    assert_eq!(forgotten()[0].counts.get("ring_lines"), Some(&2), "{:?}", forgotten());
+    assert_eq!(forgotten()[0].counts.get("ring_lines"), Some(&3), "{:?}", forgotten());
+    assert_eq!(spoken_to_her, 0, "his spoken answer to ada's question is still on the voice stream");
     assert_eq!((after.count("heron-33"), after.count("pelican-9")), (0, 0), "ada's lines are still in the room block");
     assert!(after.count("lunch is at noon") >= 1, "bob's line left the room block with hers");
     assert_eq!(ring.iter().filter(|r| r.author_id == ada).count(), 0, "her lines are still stored");
+}
+
+/// A voice floor whose connection to NATS is cut while a person is forgotten learns of the
+/// forget once it is back: the forget is a fact in the audience bucket, read again by a watch
+/// that takes up where it left off, not a signal that passes while the floor is away. The room
+/// stays owned throughout (no new epoch), so it is the live ring that drops her lines.
+#[tokio::test]
+async fn erase_a_voice_floor_reconnecting_during_the_forget_drops_the_persons_lines_from_its_ring() {
+    use clankie_model_standin::{Reply, Script};
+    let rig = Rig::new().await;
+    let relay = crate::Relay::start(rig.nats.port()).await;
+    let decisions = record::<v1::FloorDecision>(&rig.bus, Family::VoiceFloor).await;
+    let _floor = rig.voice_floor_with("floor-a", &[("CLANKIE_NATS_URL", relay.url())]);
+    crate::keeping(&rig, "floor-a").await;
+    rig.discord.voice_join(VOICE, "ada").unwrap();
+    until("the room live", Duration::from_secs(10), || rig.live() == Some(VOICE)).await;
+    rig.connected(Duration::from_secs(10)).await;
+    let typed = |author: &str, content: &str| typed(&rig, author, content);
+    let heard = |id: u64| decisions.all().iter().any(|d| d.delivery_id == id.to_string());
+    let (secret, lunch) = (typed("ada", "the gate code is heron-33"), typed("bob", "lunch is at noon"));
+    until("both lines in the room", Duration::from_secs(10), || heard(secret) && heard(lunch)).await;
+    let owned = || rig.receipts("voice.room").into_iter().filter(|r| r.codes.iter().any(|c| c == "owned")).count();
+    let owned_before = owned();
+
+    relay.cut();
+    let ada = clankie_discord_loopback::Loopback::user_id("ada");
+    let store = clankie_store::Store::connect(rig.db.url()).await.unwrap();
+    let forgotten = clankie_self::rewrite::forget_user(&store, ada, Duration::from_secs(20), |_| {}).await.unwrap();
+    clankie_self::rewrite::erase_from_streams(&store, &rig.bus, ada, &forgotten).await.unwrap();
+    relay.mend();
+    let forgets = || rig.receipts("voice.forgotten");
+    until("the room's forget, once the floor is back", Duration::from_secs(30), || !forgets().is_empty()).await;
+
+    rig.standin.script(Script::when("spoken aloud", Reply::text("Noted.")));
+    typed("bob", "Clankie, what did we say?");
+    until("the answer's request", Duration::from_secs(30), || !spoken_requests(&rig).is_empty()).await;
+    let request = spoken_requests(&rig).remove(0);
+    println!(
+        "voice forget while away: the room dropped {:?} ring line(s) once back; the room was taken {} time(s) before and {} after; the next room block holds ada's line {} time(s), bob's {}",
+        forgets()[0].counts.get("ring_lines"),
+        owned_before,
+        owned(),
+        request.count("heron-33"),
+        request.count("lunch is at noon")
+    );
+    assert_eq!(owned(), owned_before, "the room was taken again: this is not the live ring's forget");
+    assert_eq!(forgets()[0].counts.get("ring_lines"), Some(&1), "{:?}", forgets());
+    assert_eq!(request.count("heron-33"), 0, "ada's line is still in the room block");
+    assert!(request.count("lunch is at noon") >= 1, "bob's line left the room block with hers");
 }

@@ -333,3 +333,57 @@ pub async fn audio_restored(rig: &Rig, author: &str, since: i64, by_pid: Option<
 pub fn has_code(r: &v1::Receipt, code: &str) -> bool {
     r.codes.iter().any(|c| c == code)
 }
+
+/// A TCP relay in front of nats-server that the test can cut: every connection through it
+/// closed, and new ones refused, until it is mended. What a process sees when its network to
+/// NATS fails while the server and everyone else carry on.
+pub struct Relay {
+    port: u16,
+    cut: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    links: std::sync::Arc<std::sync::Mutex<Vec<tokio::task::AbortHandle>>>,
+    _accepting: clankie_http::Aborting,
+}
+
+impl Relay {
+    /// A relay to nats-server on `to` (a loopback port).
+    pub async fn start(to: u16) -> Relay {
+        use std::sync::atomic::Ordering;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let cut = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let links: std::sync::Arc<std::sync::Mutex<Vec<tokio::task::AbortHandle>>> = Default::default();
+        let (c, l) = (cut.clone(), links.clone());
+        let accepting = tokio::spawn(async move {
+            while let Ok((mut inbound, _)) = listener.accept().await {
+                if c.load(Ordering::SeqCst) {
+                    continue;
+                }
+                let link = tokio::spawn(async move {
+                    if let Ok(mut outbound) = tokio::net::TcpStream::connect(("127.0.0.1", to)).await {
+                        let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
+                    }
+                });
+                l.lock().unwrap().push(link.abort_handle());
+            }
+        });
+        Relay { port, cut, links, _accepting: clankie_http::Aborting(accepting) }
+    }
+
+    /// The URL a process connects to NATS through.
+    pub fn url(&self) -> String {
+        format!("nats://127.0.0.1:{}", self.port)
+    }
+
+    /// Closes every connection through the relay and refuses new ones.
+    pub fn cut(&self) {
+        self.cut.store(true, std::sync::atomic::Ordering::SeqCst);
+        for link in self.links.lock().unwrap().drain(..) {
+            link.abort();
+        }
+    }
+
+    /// Lets connections through again.
+    pub fn mend(&self) {
+        self.cut.store(false, std::sync::atomic::Ordering::SeqCst);
+    }
+}

@@ -1,22 +1,24 @@
 //! Whose words a text holds, and whether they may reach this lane: the one rule every path
-//! that puts other people's words in front of the model asks (history, reply chains, quoted
-//! and linked messages, forwards, thread starters).
+//! that puts other people's words in front of the model, into the store or onto the bus asks
+//! (history, reply chains, quoted and linked messages, forwards, thread starters). The
+//! gateway asks it before it fetches or publishes, the captain again before a request.
 //!
 //! A person who asked to be forgotten stays forgotten: words they wrote before the forget,
 //! fetched fresh from Discord for someone else's message, come in as [`FORGOTTEN_WORDS`] with
 //! no name or id. Words they write after it are theirs again. A linked message is quoted only
-//! from a channel the owner admits (an empty list admits every channel).
+//! from a channel the owner admits (an empty list admits every channel) and the poster may
+//! view as Discord computes it: a link never shows anyone what they could not read themselves.
 
-use clankie_proto::v1;
+use crate::v1;
 
-pub use clankie_proto::words::{FORGOTTEN_NAME, FORGOTTEN_WORDS};
+pub use crate::words::{FORGOTTEN_NAME, FORGOTTEN_WORDS};
 
 /// The people who asked to be forgotten, with when (ms since the epoch).
 #[derive(Debug, Clone, Default)]
 pub struct Forgotten(Vec<(u64, i64)>);
 
 impl Forgotten {
-    /// From the store's `forgotten_users`.
+    /// From the store's `forgotten_users`, or the audience bucket's facts.
     pub fn new(people: Vec<(u64, i64)>) -> Forgotten {
         Forgotten(people)
     }
@@ -25,6 +27,12 @@ impl Forgotten {
     /// words slips through for want of the list.
     pub fn unreadable() -> Forgotten {
         Forgotten(vec![(0, i64::MAX)])
+    }
+
+    /// Adds (or moves) one person's forget.
+    pub fn record(&mut self, author: u64, at_ms: i64) {
+        self.0.retain(|(who, _)| *who != author);
+        self.0.push((author, at_ms));
     }
 
     /// Whether words `author` wrote at `written_ms` belong to a forget: written before it.
@@ -38,6 +46,38 @@ impl Forgotten {
     }
 }
 
+/// Why a link is not followed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LinkRefusal {
+    /// The owner does not admit the linked channel.
+    NotAdmitted,
+    /// The poster may not view the linked channel (or read its history).
+    PosterCannotView,
+}
+
+impl LinkRefusal {
+    /// The receipt code that names it.
+    pub fn code(self) -> &'static str {
+        match self {
+            LinkRefusal::NotAdmitted => "link_not_admitted",
+            LinkRefusal::PosterCannotView => "link_poster_cannot_view",
+        }
+    }
+}
+
+/// Whether a message linked into `channel` may be fetched and quoted: the owner admits the
+/// channel (`admitted_channels` empty: every one) and the poster may view it (`poster_views`,
+/// computed from roles and overwrites as Discord does).
+pub fn rule_link(channel: u64, admitted_channels: &[u64], poster_views: bool) -> Result<(), LinkRefusal> {
+    if !admitted_channels.is_empty() && !admitted_channels.contains(&channel) {
+        return Err(LinkRefusal::NotAdmitted);
+    }
+    if !poster_views {
+        return Err(LinkRefusal::PosterCannotView);
+    }
+    Ok(())
+}
+
 /// What the rule changed in one message's context: quotes dropped (a link into a channel the
 /// owner does not admit), quotes whose words were a forgotten person's.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -47,25 +87,24 @@ pub struct Ruled {
 }
 
 /// Applies the rule to what `ingress` carries of other people's words, in place: its quoted
-/// messages and its thread's starter. `admitted_channels` is the owner's list (empty for all).
+/// messages and its thread's starter. `admitted_channels` is the owner's list (empty for all);
+/// whether the poster could view a link was the gateway's to ask before it fetched.
 pub fn rule_ingress(ingress: &mut v1::Ingress, forgotten: &Forgotten, admitted_channels: &[u64]) -> Ruled {
     let mut ruled = Ruled::default();
     let before = ingress.quoted.len();
-    ingress
-        .quoted
-        .retain(|q| q.kind() != v1::QuotedKind::Linked || admitted_channels.is_empty() || admitted_channels.contains(&q.channel_id));
+    ingress.quoted.retain(|q| q.kind() != v1::QuotedKind::Linked || rule_link(q.channel_id, admitted_channels, true).is_ok());
     ruled.dropped = before - ingress.quoted.len();
     if forgotten.is_empty() {
         return ruled;
     }
-    ruled.forgotten = clankie_proto::words::forget_carried(ingress, |author, written| forgotten.holds(author, written));
+    ruled.forgotten = crate::words::forget_carried(ingress, |author, written| forgotten.holds(author, written));
     ruled
 }
 
 /// Whether a history line `author` wrote as message `message_id` may be shown: not a
 /// forgotten person's from before their forget.
 pub fn history_shows(forgotten: &Forgotten, author: u64, message_id: u64) -> bool {
-    !forgotten.holds(author, clankie_proto::time::snowflake_ms(message_id))
+    !forgotten.holds(author, crate::time::snowflake_ms(message_id))
 }
 
 #[cfg(test)]
