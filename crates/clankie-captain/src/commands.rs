@@ -250,66 +250,19 @@ impl Captain {
                 tracing::warn!(error = %e, "a forget could not erase the person's messages from the streams");
             }
             // Their attachments, named by the messages just erased, leave the media root.
-            let media = match &erased {
-                Ok(b) if !b.attachments.is_empty() => {
-                    let ask = v1::MediaForgetRequest { attachment_ids: b.attachments.clone() };
-                    let asked = captain.inner.bus.request::<_, v1::MediaForgetReply>(&Subject::RpcMediaForget, &ask, MEDIA_FORGET_WITHIN);
-                    match asked.await {
-                        Ok(reply) if reply.error.is_empty() => Ok(reply),
-                        Ok(reply) => Err(reply.error),
-                        Err(e) => Err(e.to_string()),
-                    }
-                }
-                _ => Ok(v1::MediaForgetReply::default()),
-            };
+            let media = forget_media(&captain.inner.bus, &erased).await;
             if let Err(e) = &media {
                 tracing::warn!(error = %e, "a forget could not drop the person's attachments from media");
             }
-            let done = match (&forgotten, &erased) {
-                (Ok(f), _) if f.lanes_busy > 0 => refused("lanes_busy", "Some rooms stayed busy; run it again in a minute to finish."),
-                (Ok(_), Err(_)) => refused(
-                    "bus_unavailable",
-                    "Your stored words are gone, but I couldn't reach the message bus; run it again in a minute to finish.",
-                ),
-                (Ok(_), Ok(_)) if media.is_err() => refused(
-                    "media_unavailable",
-                    "Your words are gone, but I couldn't reach media to drop your attachments; run it again in a minute to finish.",
-                ),
-                (Ok(f), Ok(b)) => said(format!(
-                    "Done: I no longer hold your words ({} message(s) and lines in {} conversation(s); {} memory fact(s); {} event(s) erased from the message bus).",
-                    f.messages,
-                    f.lanes,
-                    f.memories,
-                    b.total()
-                )),
-                (Err(_), _) => store_unavailable(),
-            };
+            let done = forget_answer(&forgotten, &erased, &media);
             captain
                 .receipt("captain.forget", &interaction, &lane, |r| {
-                    let r = r.with_id("user", user).with_code(clankie_proto::command_reply_code(&done.code));
-                    let r = match &forgotten {
-                        Ok(f) => r
-                            .with_count("lanes", f.lanes as i64)
-                            .with_count("messages", f.messages as i64)
-                            .with_count("blocks", f.blocks as i64)
-                            .with_count("answers", f.answers as i64)
-                            .with_count("answers_kept", f.answers_kept as i64)
-                            .with_count("summaries", f.summaries as i64)
-                            .with_count("memories", f.memories as i64)
-                            .with_count("experiences", f.experiences as i64)
-                            .with_count("ring_lines", f.ring_lines as i64)
-                            .with_count("lanes_busy", f.lanes_busy as i64),
-                        Err(_) => r,
-                    };
-                    let erased = erased.as_ref().map(|b| b.by_stream.clone()).unwrap_or_default();
-                    let mut r = match &media {
-                        Ok(m) => r.with_count("attachments", m.attachments as i64).with_count("attachment_files", m.files as i64),
-                        Err(_) => r,
-                    };
-                    for (stream, n) in erased {
-                        r.counts.insert(format!("erased_{}", stream.to_lowercase()), n as i64);
-                    }
-                    r
+                    forget_receipt(
+                        r.with_id("user", user).with_code(clankie_proto::command_reply_code(&done.code)),
+                        &forgotten,
+                        &erased,
+                        &media,
+                    )
                 })
                 .await;
             match interaction.parse::<u64>() {
@@ -328,6 +281,86 @@ impl Captain {
             ..Default::default()
         }
     }
+}
+
+/// What a forget erased from the streams, the store's count, or why it could not.
+type Erased = Result<clankie_bus::ErasedMessages, clankie_bus::BusError>;
+/// What media dropped of a forgotten person's attachments, or why it could not.
+type MediaDropped = Result<v1::MediaForgetReply, String>;
+
+/// Asks media to drop the attachments the erased messages carried.
+async fn forget_media(bus: &clankie_bus::Bus, erased: &Erased) -> MediaDropped {
+    match erased {
+        Ok(b) if !b.attachments.is_empty() => {
+            let ask = v1::MediaForgetRequest { attachment_ids: b.attachments.clone() };
+            match bus.request::<_, v1::MediaForgetReply>(&Subject::RpcMediaForget, &ask, MEDIA_FORGET_WITHIN).await {
+                Ok(reply) if reply.error.is_empty() => Ok(reply),
+                Ok(reply) => Err(reply.error),
+                Err(e) => Err(e.to_string()),
+            }
+        }
+        _ => Ok(v1::MediaForgetReply::default()),
+    }
+}
+
+/// The answer edited over "forgetting…": the counts, or what to run again and why.
+fn forget_answer(
+    forgotten: &Result<clankie_self::rewrite::Forgotten, clankie_self::rewrite::ForgetError>,
+    erased: &Erased,
+    media: &MediaDropped,
+) -> v1::CommandReply {
+    match (&forgotten, &erased) {
+        (Ok(f), _) if f.lanes_busy > 0 => refused("lanes_busy", "Some rooms stayed busy; run it again in a minute to finish."),
+        (Ok(_), Err(_)) => refused(
+            "bus_unavailable",
+            "Your stored words are gone, but I couldn't reach the message bus; run it again in a minute to finish.",
+        ),
+        (Ok(_), Ok(_)) if media.is_err() => refused(
+            "media_unavailable",
+            "Your words are gone, but I couldn't reach media to drop your attachments; run it again in a minute to finish.",
+        ),
+        (Ok(f), Ok(b)) => said(format!(
+            "Done: I no longer hold your words ({} message(s) and lines in {} conversation(s); {} memory fact(s); {} event(s) erased from the message bus).",
+            f.messages,
+            f.lanes,
+            f.memories,
+            b.total()
+        )),
+        (Err(_), _) => store_unavailable(),
+    }
+}
+
+/// The forget's receipt: what each part removed, in counts.
+fn forget_receipt(
+    r: v1::Receipt,
+    forgotten: &Result<clankie_self::rewrite::Forgotten, clankie_self::rewrite::ForgetError>,
+    erased: &Erased,
+    media: &MediaDropped,
+) -> v1::Receipt {
+    let r = match forgotten {
+        Ok(f) => r
+            .with_count("lanes", f.lanes as i64)
+            .with_count("messages", f.messages as i64)
+            .with_count("blocks", f.blocks as i64)
+            .with_count("answers", f.answers as i64)
+            .with_count("answers_kept", f.answers_kept as i64)
+            .with_count("summaries", f.summaries as i64)
+            .with_count("memories", f.memories as i64)
+            .with_count("experiences", f.experiences as i64)
+            .with_count("ring_lines", f.ring_lines as i64)
+            .with_count("unsent_replies", f.unsent_replies as i64)
+            .with_count("lanes_busy", f.lanes_busy as i64),
+        Err(_) => r,
+    };
+    let erased = erased.as_ref().map(|b| b.by_stream.clone()).unwrap_or_default();
+    let mut r = match media {
+        Ok(m) => r.with_count("attachments", m.attachments as i64).with_count("attachment_files", m.files as i64),
+        Err(_) => r,
+    };
+    for (stream, n) in erased {
+        r.counts.insert(format!("erased_{}", stream.to_lowercase()), n as i64);
+    }
+    r
 }
 
 /// How long a forget waits for media to drop the person's attachments.

@@ -1,7 +1,7 @@
 //! One lane's life on this replica: take the lease, run the burst, steer what
 //! arrives meanwhile, record one outcome per delivery, hand the lane back.
 
-use clankie_agent::{Session, UserMessage};
+use clankie_agent::Session;
 use clankie_bus::{MsgId, now_ms};
 use clankie_proto::{LaneKey, ReceiptKind, Subject, v1};
 use clankie_store::{Lease, Outcome, StoreError, StoredChange, TurnEnd, TurnMode};
@@ -13,6 +13,10 @@ use crate::typing::Answering;
 use crate::{Captain, Held, Warm, prompt};
 
 mod changes;
+mod live;
+mod message;
+mod prepare;
+mod settle;
 mod turn;
 
 /// What the run's event loop saw, for the turn receipt.
@@ -462,112 +466,6 @@ impl Captain {
         if let Err(e) = self.inner.bus.publish_receipt(&receipt).await {
             tracing::warn!(error = %e, "receipt not published");
         }
-    }
-}
-
-impl Captain {
-    /// The people who asked to be forgotten; everyone, when the list cannot be read.
-    pub(crate) async fn forgotten(&self) -> clankie_proto::audience::Forgotten {
-        match self.inner.store.forgotten_users().await {
-            Ok(people) => clankie_proto::audience::Forgotten::new(people),
-            Err(e) => {
-                tracing::warn!(error = %e, "forgotten people not readable; other people's words are left out");
-                clankie_proto::audience::Forgotten::unreadable()
-            }
-        }
-    }
-
-    /// `ingress` as the audience rule lets this lane see it (`clankie_proto::audience`): other
-    /// people's words it carries, linked, quoted or starting its thread, checked against the
-    /// forgotten and the owner's admitted channels.
-    pub(crate) async fn ruled<'a>(&self, ingress: &'a v1::Ingress, admitted_channels: &[u64]) -> std::borrow::Cow<'a, v1::Ingress> {
-        let carries = !ingress.quoted.is_empty() || ingress.thread.as_ref().is_some_and(|t| t.starter.is_some());
-        if !carries {
-            return std::borrow::Cow::Borrowed(ingress);
-        }
-        let mut ruled = ingress.clone();
-        clankie_proto::audience::rule_ingress(&mut ruled, &self.forgotten().await, admitted_channels);
-        std::borrow::Cow::Owned(ruled)
-    }
-
-    /// A delivery as the model sees it: its attributed block with its context (what it replies
-    /// to or links, pointed at where the conversation `held` it already; its poll, stickers,
-    /// embeds, forwards and text files), and its pictures fetched through media.
-    /// Other people's words in it are as the audience rule lets them be ([`Captain::ruled`]).
-    async fn user_message(&self, h: &Held, held: &std::collections::HashSet<u64>, admitted_channels: &[u64]) -> UserMessage {
-        let bound = self.inner.config.bounds.attachments_per_message;
-        let pictures: Vec<&v1::Attachment> = h.ingress.attachments.iter().filter(|a| a.content_type.starts_with("image/")).collect();
-        let shown = pictures.len().min(bound);
-        if h.ingress.attachments.len() > bound {
-            self.receipt("captain.bounded", h.delivery_id(), &h.lane, |r| {
-                r.with_code("attachments_capped").with_count("attachments", h.ingress.attachments.len() as i64)
-            })
-            .await;
-        }
-        let files = self.text_files(h).await;
-        let ingress = self.ruled(&h.ingress, admitted_channels).await;
-        let (text, lines) = prompt::message_in_context(&ingress, shown, &|id| held.contains(&id), &files);
-        let mut message = UserMessage { lines, ..UserMessage::new(h.ingress.author_name.clone(), h.delivery_id(), text) };
-        for a in pictures.into_iter().take(shown) {
-            let request = v1::MediaAttachmentRequest { attachment: Some(a.clone()), delivery_id: h.delivery_id().to_owned() };
-            match self
-                .inner
-                .bus
-                .request::<_, v1::MediaResolveReply>(&Subject::RpcMediaAttachment, &request, self.inner.config.media_timeout)
-                .await
-            {
-                Ok(reply) if reply.error.is_empty() && !(reply.data.is_empty() && reply.blob.is_empty()) => {
-                    match self.inner.bus.bytes_of(reply.data, &reply.blob).await {
-                        Ok(data) => {
-                            use base64::Engine as _;
-                            let encoded = base64::engine::general_purpose::STANDARD.encode(&data);
-                            message.images.push(format!("data:{};base64,{encoded}", reply.content_type));
-                        }
-                        Err(e) => tracing::warn!(error = %e, "a big picture's blob could not be taken; the lane sees its name only"),
-                    }
-                }
-                Ok(reply) => tracing::warn!(code = %reply.error, "a picture could not be fetched; the lane sees its name only"),
-                Err(e) => tracing::warn!(error = %e, "media unreachable; the lane sees the picture's name only"),
-            }
-        }
-        message
-    }
-}
-
-impl Captain {
-    /// The text files among a delivery's attachments (`.txt`, `.md`, code), fetched through
-    /// media like pictures and read as UTF-8, each bounded; a file that is not text is left to
-    /// its name.
-    async fn text_files(&self, h: &Held) -> Vec<prompt::FileText> {
-        let mut out = Vec::new();
-        for a in h.ingress.attachments.iter().filter(|a| prompt::is_text_file(&a.filename, &a.content_type)).take(prompt::MAX_TEXT_FILES) {
-            let request = v1::MediaAttachmentRequest { attachment: Some(a.clone()), delivery_id: h.delivery_id().to_owned() };
-            let reply = match self
-                .inner
-                .bus
-                .request::<_, v1::MediaResolveReply>(&Subject::RpcMediaAttachment, &request, self.inner.config.media_timeout)
-                .await
-            {
-                Ok(reply) if reply.error.is_empty() => reply,
-                Ok(reply) => {
-                    tracing::warn!(code = %reply.error, "a text file could not be fetched; the lane sees its name only");
-                    continue;
-                }
-                Err(e) => {
-                    tracing::warn!(error = %e, "media unreachable; the lane sees the text file's name only");
-                    continue;
-                }
-            };
-            match self.inner.bus.bytes_of(reply.data, &reply.blob).await {
-                Ok(bytes) => {
-                    if let Some(text) = prompt::file_text(&bytes) {
-                        out.push(prompt::FileText { name: a.filename.clone(), text });
-                    }
-                }
-                Err(e) => tracing::warn!(error = %e, "a text file's blob could not be taken; the lane sees its name only"),
-            }
-        }
-        out
     }
 }
 
