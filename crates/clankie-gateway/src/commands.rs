@@ -15,7 +15,7 @@ use twilight_model::channel::message::{Component, MessageFlags};
 use twilight_model::http::interaction::{InteractionResponse, InteractionResponseData, InteractionResponseType};
 use twilight_model::id::Id;
 
-use crate::Gateway;
+use crate::state::Gateway;
 
 /// The one command; everything is a subcommand of it.
 pub const COMMAND: &str = "clankie";
@@ -177,18 +177,18 @@ impl Gateway {
             return;
         };
         let key = format!("set.{}", set_digest(&set));
-        let bucket = match self.inner.bus.key_value(COMMANDS_BUCKET, Duration::from_secs(30 * 24 * 3600)).await {
+        let bucket = match self.bus().key_value(COMMANDS_BUCKET, Duration::from_secs(30 * 24 * 3600)).await {
             Ok(b) => b,
             Err(e) => {
                 tracing::warn!(error = %e, "the commands bucket is unavailable; commands not registered");
                 return;
             }
         };
-        if bucket.create(&key, self.inner.config.replica.clone().into_bytes().into()).await.is_err() {
+        if bucket.create(&key, self.config().replica.clone().into_bytes().into()).await.is_err() {
             tracing::debug!("the command set is registered already");
             return;
         }
-        match self.inner.http.get().interaction(app).set_global_commands(&commands).await {
+        match self.http().interaction(app).set_global_commands(&commands).await {
             Ok(_) => {
                 tracing::info!(commands = commands.len(), "command set registered");
                 self.receipt("gateway.commands_registered", &key, |r| r.with_count("commands", commands.len() as i64)).await;
@@ -205,7 +205,7 @@ impl Gateway {
     pub(crate) async fn interaction(&self, interaction: Interaction) {
         let Some(request) = request_of(&interaction) else { return };
         let app = interaction.application_id;
-        let http = self.inner.http.get();
+        let http = self.http();
         let client = http.interaction(app);
         let button = request.command == "button";
         let deferred = InteractionResponse {
@@ -226,11 +226,11 @@ impl Gateway {
         // listened to before asking, so it cannot come first.
         let done = match request.interaction_id.parse::<u64>() {
             Ok(interaction) if request.command == "forget-me" => {
-                self.inner.bus.listen::<v1::CommandReply>(&Subject::RpcCommandDone { interaction }).await.ok()
+                self.bus().listen::<v1::CommandReply>(&Subject::RpcCommandDone { interaction }).await.ok()
             }
             _ => None,
         };
-        let asked = self.inner.bus.request_within::<_, v1::CommandReply>(&Subject::RpcCommand, &request, ANSWER_WITHIN, NO_CAPTAIN_FOR);
+        let asked = self.bus().request_within::<_, v1::CommandReply>(&Subject::RpcCommand, &request, ANSWER_WITHIN, NO_CAPTAIN_FOR);
         let reply = match asked.await {
             Ok(reply) => reply,
             Err(e) => {

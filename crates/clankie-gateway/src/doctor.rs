@@ -152,7 +152,7 @@ fn unauthorized(e: &twilight_http::Error) -> bool {
 /// Every Discord check, in the order a person mends them: a refused token ends the list there,
 /// since nothing after it can be read.
 pub async fn discord_checks(token: &str, api: Option<&str>, admitted: &Admitted) -> Vec<Check> {
-    let client = crate::rest::build(token, api);
+    let client = crate::rest::client::build(token, api);
     let mut checks = Vec::new();
     let me = match bot_user(&client, api).await {
         Ok(me) => me,

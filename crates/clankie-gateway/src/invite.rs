@@ -5,6 +5,10 @@ use std::time::Duration;
 
 use twilight_model::guild::Permissions;
 
+use crate::rest::budget::RestBudget;
+use crate::rest::client::build;
+use crate::state::Gateway;
+
 /// One permission he needs: its name in Discord's server settings, what for, and the code that
 /// needs it (a file of the workspace and a call in it, which a test finds there).
 #[derive(Debug, Clone, Copy)]
@@ -22,42 +26,42 @@ pub static NEEDS: &[Need] = &[
         permission: Permissions::VIEW_CHANNEL,
         name: "View Channels",
         why: "see the rooms he is admitted to and the messages in them",
-        file: "crates/clankie-gateway/src/shard.rs",
+        file: "crates/clankie-gateway/src/shard/socket.rs",
         uses: "Intents::GUILD_MESSAGES",
     },
     Need {
         permission: Permissions::SEND_MESSAGES,
         name: "Send Messages",
         why: "post his replies and show that he is typing",
-        file: "crates/clankie-gateway/src/body.rs",
+        file: "crates/clankie-gateway/src/body/post.rs",
         uses: "create_message(channel)",
     },
     Need {
         permission: Permissions::SEND_MESSAGES_IN_THREADS,
         name: "Send Messages in Threads",
         why: "answer in threads and forum posts (Send Messages does not reach them)",
-        file: "crates/clankie-gateway/src/body.rs",
+        file: "crates/clankie-gateway/src/body/post.rs",
         uses: "needs_send_messages_in_threads",
     },
     Need {
         permission: Permissions::READ_MESSAGE_HISTORY,
         name: "Read Message History",
         why: "read a room's recent messages into a lane (its history block)",
-        file: "crates/clankie-gateway/src/body.rs",
+        file: "crates/clankie-gateway/src/body/history.rs",
         uses: "channel_messages(channel)",
     },
     Need {
         permission: Permissions::ATTACH_FILES,
         name: "Attach Files",
         why: "share a picture with a reply (share_picture)",
-        file: "crates/clankie-gateway/src/body.rs",
+        file: "crates/clankie-gateway/src/body/post.rs",
         uses: "request.attachments(&files)",
     },
     Need {
         permission: Permissions::ADD_REACTIONS,
         name: "Add Reactions",
         why: "show each message's outcome as a reaction (CLANKIE_OUTCOME_REACTIONS)",
-        file: "crates/clankie-gateway/src/body.rs",
+        file: "crates/clankie-gateway/src/body/reactions.rs",
         uses: "create_reaction(channel, message, &emoji)",
     },
     Need {
@@ -140,7 +144,7 @@ pub(crate) fn api_name(api: Option<&str>) -> String {
 /// The id of the application whose bot `token` is (`GET /applications/@me`), asked of `api`
 /// (a stand-in's host:port) or of Discord itself.
 pub async fn application_id(token: &str, api: Option<&str>) -> Result<u64, InviteError> {
-    let client = crate::rest::build(token, api);
+    let client = build(token, api);
     let failed = |e: twilight_http::Error| match e.kind() {
         twilight_http::error::ErrorType::Response { status, .. } if status.get() == 401 => InviteError::Unauthorized,
         _ if unanswered(&e) => InviteError::Unreachable { at: api_name(api), cause: root_cause(&e), stand_in: api.is_some() },
@@ -159,7 +163,7 @@ pub(crate) async fn guilds_of(client: &twilight_http::Client) -> Result<Vec<twil
 /// [`guilds_of`], each page's request taking its place in `budget` first (giving way to replies).
 async fn guilds_paced(
     client: &twilight_http::Client,
-    budget: Option<&crate::rest::RestBudget>,
+    budget: Option<&RestBudget>,
 ) -> Result<Vec<twilight_model::user::CurrentUserGuild>, String> {
     let mut all: Vec<twilight_model::user::CurrentUserGuild> = Vec::new();
     loop {
@@ -188,17 +192,17 @@ fn absent(guilds: &[twilight_model::user::CurrentUserGuild], admitted: &[u64]) -
     guilds.is_empty() || admitted.iter().any(|g| !guilds.iter().any(|have| have.id.get() == *g))
 }
 
-impl crate::Gateway {
+impl Gateway {
     /// Logs the invite URL while he is missing from a server he is meant for: once per
     /// process, from its first REST tenure (one replica speaks REST, so one says it), after
     /// Discord took the token (a refused token is presented once, by `/gateway/bot`), each
     /// request in the REST budget behind replies.
     pub(crate) async fn say_invite(self) {
-        let mut accepted = self.inner.token_accepted.subscribe();
+        let mut accepted = self.token_accepted();
         if accepted.wait_for(|a| *a).await.is_err() {
             return;
         }
-        let (budget, http) = (&self.inner.budget, self.inner.http.get());
+        let (budget, http) = (self.budget(), self.http());
         let application = {
             let _slot = budget.give_way(INVITE_GIVES_WAY).await;
             if !self.speaks_rest() {
@@ -211,7 +215,7 @@ impl crate::Gateway {
         };
         let Some(application) = application else { return };
         let Ok(guilds) = guilds_paced(&http, Some(budget)).await else { return };
-        if absent(&guilds, &self.inner.config.guilds) {
+        if absent(&guilds, &self.config().guilds) {
             let url = invite_url(application.id.get());
             tracing::warn!(%url, "he is not in every server he is meant for yet: open this invite URL as someone who manages the server (`clankie doctor` checks the rest)");
         }
@@ -222,7 +226,7 @@ impl crate::Gateway {
 /// (`CLANKIE_DISCORD_GUILDS`): what a first start prints so the person can invite him. `None`
 /// when he is everywhere he should be, or Discord could not be asked (the shards say why).
 pub async fn wanted_invite(token: &str, api: Option<&str>, admitted: &[u64]) -> Option<String> {
-    let client = crate::rest::build(token, api);
+    let client = build(token, api);
     let application = client.current_user_application().await.ok()?.model().await.ok()?;
     let guilds = guilds_of(&client).await.ok()?;
     absent(&guilds, admitted).then(|| invite_url(application.id.get()))

@@ -185,10 +185,7 @@ pub fn message_links(content: &str) -> Vec<(u64, u64, u64)> {
 pub fn quoted(message: &Message, kind: v1::QuotedKind, bot_id: u64) -> v1::Quoted {
     let nick = message.member.as_ref().and_then(|m| m.nick.as_deref());
     let mut text = bounded(&as_people_see_it(&message.content, &message.mentions, &Names::default()), MAX_QUOTE_CHARS);
-    if !message.attachments.is_empty() {
-        let names: Vec<&str> = message.attachments.iter().take(MAX_ATTACHMENTS).map(|a| a.filename.as_str()).collect();
-        text.push_str(&format!(" [attached: {}]", bounded(&names.join(", "), MAX_FILENAME_CHARS)));
-    }
+    text.push_str(&attached(&message.attachments));
     v1::Quoted {
         kind: kind as i32,
         message_id: message.id.get(),
@@ -200,6 +197,16 @@ pub fn quoted(message: &Message, kind: v1::QuotedKind, bot_id: u64) -> v1::Quote
         at_ms: message.timestamp.as_micros() / 1_000,
         label: String::new(),
     }
+}
+
+/// What a quoted or forwarded message's attachments add to its words: their names, bounded;
+/// nothing when it has none.
+fn attached(attachments: &[twilight_model::channel::Attachment]) -> String {
+    if attachments.is_empty() {
+        return String::new();
+    }
+    let names: Vec<&str> = attachments.iter().take(MAX_ATTACHMENTS).map(|a| a.filename.as_str()).collect();
+    format!(" [attached: {}]", bounded(&names.join(", "), MAX_FILENAME_CHARS))
 }
 
 /// The parts of a message beyond its words, each a quoted item of its own author: a poll, its
@@ -239,10 +246,7 @@ pub fn parts(message: &Message, author_name: &str) -> Vec<v1::Quoted> {
                 text.push_str(&format!(" [{piece}]"));
             }
         }
-        if !m.attachments.is_empty() {
-            let names: Vec<&str> = m.attachments.iter().take(MAX_ATTACHMENTS).map(|a| a.filename.as_str()).collect();
-            text.push_str(&format!(" [attached: {}]", names.join(", ")));
-        }
+        text.push_str(&attached(&m.attachments));
         out.push(v1::Quoted { at_ms: m.timestamp.as_micros() / 1_000, ..part(v1::QuotedKind::Forwarded, "", text) });
     }
     out

@@ -1,6 +1,7 @@
-//! Voice on the shard: voice states and voice server updates forwarded as events, and join or
-//! leave commands turned into op 4. The audio itself never passes through the gateway; the
-//! voice-floor service connects songbird's driver from what is forwarded here.
+//! Voice on the shard: voice states and voice server updates forwarded as events, join or
+//! leave commands turned into op 4, and each guild's live voice session kept for routing. The
+//! audio itself never passes through the gateway; the voice-floor service connects songbird's
+//! driver from what is forwarded here.
 
 use std::time::Duration;
 
@@ -11,12 +12,13 @@ use twilight_model::gateway::payload::outgoing::UpdateVoiceState;
 use twilight_model::id::Id;
 use twilight_model::voice::VoiceState;
 
-use crate::{Gateway, GatewayError};
+use crate::error::GatewayError;
+use crate::state::Gateway;
 
 impl Gateway {
     /// Whether the gateway serves `guild` (`CLANKIE_DISCORD_GUILDS`; empty admits every guild).
     pub(crate) fn admitted(&self, guild: u64) -> bool {
-        let guilds = &self.inner.config.guilds;
+        let guilds = &self.config().guilds;
         guilds.is_empty() || guilds.contains(&guild)
     }
 
@@ -41,7 +43,7 @@ impl Gateway {
                 .map(|m| m.nick.clone().or_else(|| m.user.global_name.clone()).unwrap_or_else(|| m.user.name.clone()))
                 .unwrap_or_default(),
         };
-        if let Err(e) = self.inner.bus.publish(&Subject::VoiceMember { guild, user }, &member, None).await {
+        if let Err(e) = self.bus().publish(&Subject::VoiceMember { guild, user }, &member, None).await {
             tracing::warn!(error = %e, guild, user, "voice state not forwarded");
         }
     }
@@ -54,7 +56,7 @@ impl Gateway {
             return;
         }
         let server = v1::VoiceServer { guild_id: guild, endpoint: update.endpoint.clone(), token: update.token.clone(), at_ms: now_ms() };
-        if let Err(e) = self.inner.bus.publish(&Subject::VoiceServer { guild }, &server, None).await {
+        if let Err(e) = self.bus().publish(&Subject::VoiceServer { guild }, &server, None).await {
             tracing::warn!(error = %e, guild, "voice server update not forwarded");
         }
     }
@@ -63,7 +65,7 @@ impl Gateway {
     /// one of them sends each; a command that arrives before the shard is up waits for it.
     pub(crate) async fn run_voice_commands(&self) -> Result<(), GatewayError> {
         let spec = ConsumerSpec::durable("gateway-voice-commands", Family::VoiceCommand).with_ack_wait(Duration::from_secs(10));
-        let mut consumer = self.inner.bus.consumer::<v1::VoiceCommand>(spec).await?;
+        let mut consumer = self.bus().consumer::<v1::VoiceCommand>(spec).await?;
         loop {
             let d = consumer.next().await?;
             let command = &d.event;
@@ -84,9 +86,9 @@ impl Gateway {
                 continue;
             }
             // Op 4 goes out on the guild's shard; a replica not running it leaves the command to one that does.
-            let total = self.inner.shard_total.load(std::sync::atomic::Ordering::SeqCst).max(1);
+            let total = self.shard_total().load(std::sync::atomic::Ordering::SeqCst).max(1);
             let shard = ((command.guild_id >> 22) % u64::from(total)) as u32;
-            let sender = self.inner.shard_senders.read().unwrap_or_else(|p| p.into_inner()).get(&shard).cloned();
+            let sender = self.shard_senders().read().unwrap_or_else(|p| p.into_inner()).get(&shard).cloned();
             let sent = match sender {
                 Some(sender) => sender.command(&UpdateVoiceState::new(guild, channel, false, false)).is_ok(),
                 None => false,
@@ -99,5 +101,34 @@ impl Gateway {
                 let _ = d.nak_after(Duration::from_millis(500)).await;
             }
         }
+    }
+
+    /// Keeps every guild's live voice session as the voice side announces it, so ingest routes
+    /// a line typed in the live room's chat to the room.
+    pub(crate) async fn run_voice_sessions(&self) -> Result<(), GatewayError> {
+        // Every gateway replica needs every guild's current session, so each reads the stream from
+        // the last message per guild with a consumer of its own, named by its replica id and
+        // made afresh at start (a restart must read the current sessions again, not resume).
+        let name = format!("gateway-voice-{}", self.config().replica);
+        let mut spec = ConsumerSpec::durable(name, Family::VoiceSession).last_per_subject().fresh();
+        spec.ack_wait = Duration::from_secs(30);
+        let mut consumer = self.bus().consumer::<v1::VoiceSession>(spec).await?;
+        loop {
+            let d = consumer.next().await?;
+            {
+                let mut voice = self.voice_sessions().write().unwrap_or_else(|p| p.into_inner());
+                match d.event.channel_id {
+                    Some(_) => voice.insert(d.event.guild_id, d.event.clone()),
+                    None => voice.remove(&d.event.guild_id),
+                };
+            }
+            let _ = d.ack().await;
+        }
+    }
+
+    /// The live voice channel of a guild, as this gateway knows it: none once the session's
+    /// owner stopped vouching for it (it died with the room empty, say).
+    pub fn live_voice_channel(&self, guild: u64) -> Option<u64> {
+        self.voice_sessions().read().unwrap_or_else(|p| p.into_inner()).get(&guild).and_then(|s| s.live_channel(clankie_bus::now_ms()))
     }
 }

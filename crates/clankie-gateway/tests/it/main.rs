@@ -42,6 +42,8 @@ impl Rig {
         let settings = clankie_settings::Settings::for_endpoints(&nats.url(), "postgres://unused@127.0.0.1:1/x", dir.path()).unwrap();
         let bus = Bus::connect(&settings, "test").await.unwrap();
         bus.ensure_streams().await.unwrap();
+        // What a captain tells every gateway from the owner settings: here, every channel admitted.
+        bus.record_admitted_channels(&[]).await.unwrap();
         Rig { nats, dir, discord, bus }
     }
 

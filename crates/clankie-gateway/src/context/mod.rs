@@ -4,161 +4,26 @@
 //! mentioned members); the rest is fetched, bounded in count and in time, and a channel's facts
 //! are kept until a channel or thread event says they changed.
 
+pub(crate) mod places;
+
 use std::collections::HashMap;
-use std::sync::Mutex;
 use std::time::Duration;
 
-use clankie_proto::audience::{self, Forgotten, LinkRefusal};
+use clankie_proto::audience::{self, LinkRefusal};
 use clankie_proto::v1;
 use twilight_model::channel::message::{MessageReferenceType, MessageType};
-use twilight_model::channel::permission_overwrite::PermissionOverwrite;
 use twilight_model::channel::{ChannelType, Message};
-use twilight_model::guild::{Permissions, Role};
+use twilight_model::guild::Permissions;
 use twilight_model::id::Id;
 
-use crate::Gateway;
+use self::places::{ChannelFacts, GuildRules, Places};
+use crate::doctor::channel_permissions;
+use crate::error::GatewayError;
 use crate::normalise::{self, Names};
+use crate::state::Gateway;
 
 /// How long gathering may hold a message back before it is published with what was found.
 pub const GATHER_PATIENCE: Duration = Duration::from_secs(3);
-
-/// A channel as a message's context needs it.
-#[derive(Debug, Clone, Default)]
-pub(crate) struct ChannelFacts {
-    pub name: String,
-    pub kind: Option<ChannelType>,
-    pub guild_id: Option<u64>,
-    pub parent_id: Option<u64>,
-    /// A forum's tags, by id.
-    pub tags: Vec<(u64, String)>,
-    /// A forum post's applied tags.
-    pub applied: Vec<u64>,
-    pub archived: bool,
-    /// A thread's starter message, once fetched (`Some(None)`: it has none, or it is gone).
-    pub starter: Option<Option<v1::Quoted>>,
-    /// He joined it (or asked to): Discord sends a thread's events to its members.
-    pub joined: bool,
-    /// Its permission overwrites (a thread has none: its parent's apply).
-    pub overwrites: Vec<PermissionOverwrite>,
-}
-
-impl ChannelFacts {
-    fn of(channel: &twilight_model::channel::Channel) -> ChannelFacts {
-        ChannelFacts {
-            name: channel.name.clone().unwrap_or_default(),
-            kind: Some(channel.kind),
-            guild_id: channel.guild_id.map(|g| g.get()),
-            parent_id: channel.parent_id.map(|p| p.get()),
-            tags: channel.available_tags.iter().flatten().map(|t| (t.id.get(), t.name.clone())).collect(),
-            applied: channel.applied_tags.iter().flatten().map(|t| t.get()).collect(),
-            archived: channel.thread_metadata.as_ref().is_some_and(|m| m.archived),
-            starter: None,
-            joined: channel.member.is_some(),
-            overwrites: channel.permission_overwrites.clone().unwrap_or_default(),
-        }
-    }
-
-    /// A thread of any kind.
-    pub fn is_thread(&self) -> bool {
-        matches!(self.kind, Some(ChannelType::PublicThread | ChannelType::PrivateThread | ChannelType::AnnouncementThread))
-    }
-}
-
-/// A guild as a link's permission check needs it: its owner and roles.
-#[derive(Debug, Clone, Default)]
-struct GuildRules {
-    owner: Option<u64>,
-    roles: Vec<Role>,
-}
-
-/// The audience facts the gateway has heard (`clankie_audience`): who is forgotten, and the
-/// owner's admitted channels (`None` until heard: no link is followed before then).
-#[derive(Debug, Clone, Default)]
-pub(crate) struct Heard {
-    pub forgotten: Forgotten,
-    pub admitted_channels: Option<Vec<u64>>,
-}
-
-/// The channel facts, guild roles and audience facts this gateway has learned, each kept until
-/// an event says it changed. Only the gateway's ingest reads and writes it, through its methods.
-#[derive(Debug)]
-pub(crate) struct Places {
-    channels: Mutex<HashMap<u64, ChannelFacts>>,
-    guilds: Mutex<HashMap<u64, GuildRules>>,
-    heard: tokio::sync::watch::Sender<Heard>,
-}
-
-impl Default for Places {
-    fn default() -> Places {
-        Places { channels: Mutex::default(), guilds: Mutex::default(), heard: tokio::sync::watch::channel(Heard::default()).0 }
-    }
-}
-
-impl Places {
-    fn channel(&self, id: u64) -> Option<ChannelFacts> {
-        self.channels.lock().unwrap_or_else(|p| p.into_inner()).get(&id).cloned()
-    }
-
-    fn keep(&self, id: u64, facts: ChannelFacts) {
-        self.channels.lock().unwrap_or_else(|p| p.into_inner()).insert(id, facts);
-    }
-
-    fn update(&self, id: u64, change: impl FnOnce(&mut ChannelFacts)) {
-        if let Some(f) = self.channels.lock().unwrap_or_else(|p| p.into_inner()).get_mut(&id) {
-            change(f);
-        }
-    }
-
-    /// A message was edited or deleted: a thread started from it (the thread has its id) fetches
-    /// its starter again when next needed, so no message there carries the old words.
-    pub(crate) fn forget_starter(&self, message: u64) {
-        self.update(message, |f| f.starter = None);
-    }
-
-    /// `author` asked to be forgotten: every thread starter of theirs kept here is dropped, so
-    /// no later message carries their words from this cache.
-    pub(crate) fn forget_starters_of(&self, author: u64) {
-        for facts in self.channels.lock().unwrap_or_else(|p| p.into_inner()).values_mut() {
-            if matches!(&facts.starter, Some(Some(q)) if q.author_id == author) {
-                facts.starter = None;
-            }
-        }
-    }
-
-    /// A channel or thread changed or went: its facts are fetched again when next needed.
-    pub(crate) fn forget_channel(&self, id: u64) {
-        self.channels.lock().unwrap_or_else(|p| p.into_inner()).remove(&id);
-    }
-
-    /// A guild's roles or owner changed: they are fetched again when next needed.
-    pub(crate) fn forget_guild(&self, id: u64) {
-        self.guilds.lock().unwrap_or_else(|p| p.into_inner()).remove(&id);
-    }
-
-    fn guild(&self, id: u64) -> Option<GuildRules> {
-        self.guilds.lock().unwrap_or_else(|p| p.into_inner()).get(&id).cloned()
-    }
-
-    fn keep_guild(&self, id: u64, change: impl FnOnce(&mut GuildRules)) {
-        change(self.guilds.lock().unwrap_or_else(|p| p.into_inner()).entry(id).or_default());
-    }
-
-    /// One audience fact heard: a forget also drops that person's cached thread starters.
-    pub(crate) fn hear(&self, fact: clankie_bus::AudienceFact) {
-        match fact {
-            clankie_bus::AudienceFact::Forgotten { user_id, at_ms } => {
-                self.forget_starters_of(user_id);
-                self.heard.send_modify(|h| h.forgotten.record(user_id, at_ms));
-            }
-            clankie_bus::AudienceFact::AdmittedChannels(channels) => self.heard.send_modify(|h| h.admitted_channels = Some(channels)),
-        }
-    }
-
-    /// What has been heard so far.
-    pub(crate) fn heard(&self) -> Heard {
-        self.heard.borrow().clone()
-    }
-}
 
 /// What gathering found for one message.
 #[derive(Debug, Default)]
@@ -178,10 +43,10 @@ impl Gateway {
     /// Hears the audience facts (`clankie_audience`): every one recorded, then each new one. A
     /// forget drops the person's cached thread starters, and their old words fetched later come
     /// in as the marker; links follow the owner's admitted channels.
-    pub(crate) async fn run_audience(&self) -> Result<(), crate::GatewayError> {
-        let mut facts = std::pin::pin!(self.inner.bus.audience_facts());
+    pub(crate) async fn run_audience(&self) -> Result<(), GatewayError> {
+        let mut facts = std::pin::pin!(self.bus().audience_facts());
         while let Some(fact) = futures::StreamExt::next(&mut facts).await {
-            self.inner.places.hear(fact);
+            self.places().hear(fact);
         }
         Ok(())
     }
@@ -189,7 +54,7 @@ impl Gateway {
     /// The owner's admitted channels once heard; past [`GATHER_PATIENCE`] unheard, `None` (no
     /// link is followed on a list nobody has told this gateway).
     async fn admitted_channels(&self) -> Option<Vec<u64>> {
-        let mut heard = self.inner.places.heard.subscribe();
+        let mut heard = self.places().heard_changes();
         let known = tokio::time::timeout(GATHER_PATIENCE, heard.wait_for(|h| h.admitted_channels.is_some())).await;
         known.ok()?.ok()?.admitted_channels.clone()
     }
@@ -197,7 +62,7 @@ impl Gateway {
     /// Applies the audience rule to what `ingress` carries of other people's words before it is
     /// published: a forgotten person's old words become the marker. How many it replaced.
     pub(crate) fn rule_carried(&self, ingress: &mut v1::Ingress) -> usize {
-        let heard = self.inner.places.heard();
+        let heard = self.places().heard();
         audience::rule_ingress(ingress, &heard.forgotten, &[]).forgotten
     }
 
@@ -237,7 +102,7 @@ impl Gateway {
         // The reply chain, for a reply only (not a forward, not a crosspost): the replied-to
         // message comes with the message unless Discord did not fetch it; each one above it is
         // fetched, up to the configured depth, while it stays a reply within this guild.
-        let depth = self.inner.config.reply_chain_depth;
+        let depth = self.config().reply_chain_depth;
         let replied = message.referenced_message.as_ref().map(|r| r.id.get());
         if message.kind == MessageType::Reply && depth > 0 {
             let mut next = match (&message.referenced_message, reply_of(message, guild)) {
@@ -303,9 +168,9 @@ impl Gateway {
         }
         let bot = self.bot_id();
         if !facts.joined && message.mentions.iter().any(|m| m.id.get() == bot) {
-            let _slot = self.inner.budget.pace().await;
-            match self.inner.http.get().join_thread(message.channel_id).await {
-                Ok(_) => self.inner.places.update(channel, |f| f.joined = true),
+            let _slot = self.budget().pace().await;
+            match self.http().join_thread(message.channel_id).await {
+                Ok(_) => self.places().update(channel, |f| f.joined = true),
                 Err(e) => tracing::warn!(error = %e, "could not join a thread he was mentioned in"),
             }
         }
@@ -338,7 +203,7 @@ impl Gateway {
                     self.fetch_message(home, channel).await.map(|m| normalise::quoted(&m, v1::QuotedKind::ThreadStarter, bot))
                 };
                 if message.id.get() != channel {
-                    self.inner.places.update(channel, |f| f.starter = Some(s.clone()));
+                    self.places().update(channel, |f| f.starter = Some(s.clone()));
                 }
                 s
             }
@@ -356,14 +221,14 @@ impl Gateway {
 
     /// A channel's facts: kept ones, else fetched (and kept). `None` when Discord refuses.
     pub(crate) async fn channel_facts(&self, id: u64) -> Option<ChannelFacts> {
-        if let Some(f) = self.inner.places.channel(id) {
+        if let Some(f) = self.places().channel(id) {
             return Some(f);
         }
         let channel_id = Id::new_checked(id)?;
-        let _slot = self.inner.budget.pace().await;
-        let channel = self.inner.http.get().channel(channel_id).await.ok()?.model().await.ok()?;
+        let _slot = self.budget().pace().await;
+        let channel = self.http().channel(channel_id).await.ok()?.model().await.ok()?;
         let facts = ChannelFacts::of(&channel);
-        self.inner.places.keep(id, facts.clone());
+        self.places().keep(id, facts.clone());
         Some(facts)
     }
 
@@ -378,34 +243,34 @@ impl Gateway {
                     .collect::<HashMap<_, _>>()
             })
         };
-        if let Some(found) = known(&self.inner.places)
+        if let Some(found) = known(self.places())
             && found.len() == wanted.len()
         {
             return found;
         }
         let Some(guild_id) = Id::new_checked(guild) else { return HashMap::new() };
-        let _slot = self.inner.budget.pace().await;
-        if let Ok(response) = self.inner.http.get().roles(guild_id).await
+        let _slot = self.budget().pace().await;
+        if let Ok(response) = self.http().roles(guild_id).await
             && let Ok(roles) = response.models().await
         {
-            self.inner.places.keep_guild(guild, |g| g.roles = roles);
+            self.places().keep_guild(guild, |g| g.roles = roles);
         }
-        known(&self.inner.places).unwrap_or_default()
+        known(self.places()).unwrap_or_default()
     }
 
     /// A guild's owner and roles: kept ones, else the guild fetched (and kept).
     async fn guild_rules(&self, guild: u64) -> Option<GuildRules> {
-        if let Some(g) = self.inner.places.guild(guild).filter(|g| g.owner.is_some() && !g.roles.is_empty()) {
+        if let Some(g) = self.places().guild(guild).filter(|g| g.owner.is_some() && !g.roles.is_empty()) {
             return Some(g);
         }
         let guild_id = Id::new_checked(guild)?;
-        let _slot = self.inner.budget.pace().await;
-        let fetched = self.inner.http.get().guild(guild_id).await.ok()?.model().await.ok()?;
-        self.inner.places.keep_guild(guild, |g| {
+        let _slot = self.budget().pace().await;
+        let fetched = self.http().guild(guild_id).await.ok()?.model().await.ok()?;
+        self.places().keep_guild(guild, |g| {
             g.owner = Some(fetched.owner_id.get());
             g.roles = fetched.roles;
         });
-        self.inner.places.guild(guild)
+        self.places().guild(guild)
     }
 
     /// Whether the poster of `message` may view the channel `facts` describe and read its history, as Discord
@@ -430,29 +295,29 @@ impl Gateway {
         };
         let Some(rules) = self.guild_rules(guild.get()).await else { return false };
         let Some(owner) = rules.owner.and_then(Id::new_checked) else { return false };
-        let permissions = crate::doctor::channel_permissions(guild, owner, message.author.id, &member.roles, &rules.roles, &overwrites);
+        let permissions = channel_permissions(guild, owner, message.author.id, &member.roles, &rules.roles, &overwrites);
         permissions.contains(Permissions::VIEW_CHANNEL | Permissions::READ_MESSAGE_HISTORY)
     }
 
     /// One message, fetched; `None` when it is gone or hidden from him.
     async fn fetch_message(&self, channel: u64, id: u64) -> Option<Message> {
         let (channel, id) = (Id::new_checked(channel)?, Id::new_checked(id)?);
-        let _slot = self.inner.budget.pace().await;
-        self.inner.http.get().message(channel, id).await.ok()?.model().await.ok()
+        let _slot = self.budget().pace().await;
+        self.http().message(channel, id).await.ok()?.model().await.ok()
     }
 
     /// A thread changed: its facts are kept as the update says (the name, the archived flag,
     /// the tags). Whether it was archived by this update.
     pub(crate) fn thread_updated(&self, thread: &twilight_model::channel::Channel) -> bool {
         let id = thread.id.get();
-        let was_archived = self.inner.places.channel(id).map(|f| f.archived);
+        let was_archived = self.places().channel(id).map(|f| f.archived);
         let mut facts = ChannelFacts::of(thread);
-        if let Some(old) = self.inner.places.channel(id) {
+        if let Some(old) = self.places().channel(id) {
             facts.starter = old.starter;
             facts.joined = old.joined || facts.joined;
         }
         let archived = facts.archived;
-        self.inner.places.keep(id, facts);
+        self.places().keep(id, facts);
         archived && was_archived != Some(true)
     }
 }
@@ -467,24 +332,4 @@ fn reply_of(message: &Message, guild: Option<u64>) -> Option<(u64, u64)> {
         return None;
     }
     Some((r.channel_id.unwrap_or(message.channel_id).get(), r.message_id?.get()))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn thread_started_by(author: u64) -> ChannelFacts {
-        let starter = v1::Quoted { author_id: author, text: format!("words of {author}"), ..Default::default() };
-        ChannelFacts { starter: Some(Some(starter)), ..Default::default() }
-    }
-
-    #[test]
-    fn erase_a_forgotten_persons_thread_starters_leave_the_cache_and_others_stay() {
-        let places = Places::default();
-        places.keep(1, thread_started_by(42));
-        places.keep(2, thread_started_by(7));
-        places.forget_starters_of(42);
-        assert!(places.channel(1).is_some_and(|f| f.starter.is_none()), "bob's starter is still cached");
-        assert!(places.channel(2).is_some_and(|f| matches!(f.starter, Some(Some(ref q)) if q.author_id == 7)), "ada's starter went too");
-    }
 }

@@ -1,201 +1,15 @@
-//! One REST budget for the whole bot: only the replica holding the REST lease speaks Discord's
-//! REST API.
-//!
-//! Discord limits the bot, not a process: 50 requests a second in all and per-route buckets
-//! (5 message creates per 5 s in a channel). Twilight's rate limiter keeps inside both, but
-//! only for the requests of its own process; two replicas each believe they own the whole
-//! budget. So the replicas elect one REST owner by a lease in the shard bucket
-//! ([`REST_OWNER_KEY`](crate::leases::REST_OWNER_KEY), compare-and-set like a shard claim): it
-//! alone pulls outbound messages, typing actions and outcomes and answers history requests,
-//! and one limiter sees every request. The others run their shards (ingest) and wait to take
-//! over. A replica that loses the lease, or cannot renew it before it runs out, drops all of
-//! that work at once and naks, in stream order, every outbound message it held unsettled, so
-//! the next owner posts them at once and in order (a reply resumes at its next piece); one that
-//! stops hands those back before it hands back the lease. Its typing loops stop for the next
-//! owner to adopt.
+//! The REST budget: this replica's requests paced under Discord's global limit and each
+//! channel's create bucket, counted so typing and reactions give way to replies, and handed on
+//! to the next REST holder with the lease.
 
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use clankie_bus::now_ms;
 
-use crate::leases::{Held, ShardLeases};
-use crate::{Gateway, GatewayError, leases};
+use crate::leases::{RestHandover, Spoken};
 
-impl Gateway {
-    /// Takes the REST lease whenever it is free and does the REST work while it is held.
-    pub(crate) async fn run_rest(&self) -> Result<(), GatewayError> {
-        let config = &self.inner.config;
-        let kv = self.inner.bus.key_value(leases::SHARDS_BUCKET, Duration::from_secs(7 * 24 * 3600)).await?;
-        let lease = ShardLeases::new(kv, &config.replica, config.rest_lease_ttl);
-        let retry = (config.rest_lease_ttl / 4).max(Duration::from_millis(50));
-        let mut stopping = self.inner.stopping.subscribe();
-        let mut later = false;
-        let mut invite_said = false;
-        loop {
-            if *stopping.borrow() {
-                return Ok(());
-            }
-            let held = match lease.claim_rest().await {
-                Ok(Some((held, handover))) => {
-                    self.inner.budget.take_over(&handover);
-                    if let Some(previous) = &handover.previous {
-                        tracing::info!(
-                            %previous,
-                            handed_over = handover.spoken.is_some() && handover.unclean_end_ms.is_none(),
-                            "the REST lease passed from another replica; its requests of the last seconds count against this one's first"
-                        );
-                    }
-                    held
-                }
-                Ok(None) => {
-                    tokio::time::sleep(retry).await;
-                    continue;
-                }
-                Err(e) => {
-                    tracing::warn!(error = %e, "the REST lease is unreadable; trying again");
-                    tokio::time::sleep(retry).await;
-                    continue;
-                }
-            };
-            tracing::info!(epoch = held.claim.epoch, "this replica speaks Discord's REST API now");
-            self.inner.rest_until_ms.store(held.claim.expires_ms, Ordering::SeqCst);
-            if !std::mem::replace(&mut invite_said, true) {
-                tokio::spawn(self.clone().say_invite());
-            }
-            // Each part is supervised on its own: a panic in typing restarts typing, never posting.
-            let parts = &self.inner.parts;
-            let outcome = tokio::select! {
-                r = clankie_http::supervise("gateway.body", parts, |p| self.after_rest_panic(p), || self.run_body()) => Ok(r),
-                r = clankie_http::supervise("gateway.typing", parts, |p| self.after_rest_panic(p), || self.run_typing()) => Ok(r),
-                r = clankie_http::supervise("gateway.history", parts, |p| self.after_rest_panic(p), || self.run_history()) => Ok(r),
-                r = clankie_http::supervise("gateway.reactions", parts, |p| self.after_rest_panic(p), || self.run_outcome_reactions()) => Ok(r),
-                handing = self.keep(&lease, held, &mut stopping) => Err(handing),
-            };
-            self.inner.rest_until_ms.store(0, Ordering::SeqCst);
-            // What the body held goes back in order before the lease does, so the next holder
-            // finds it waiting when it starts pulling.
-            self.hand_back_held().await;
-            let outcome = match outcome {
-                Ok(r) => Some(r),
-                Err(Some(mut held)) => {
-                    if let Err(e) = lease.release_rest(&mut held, self.inner.budget.spoken()).await {
-                        tracing::warn!(error = %e, "the REST lease could not be handed back; it runs out by itself");
-                    }
-                    None
-                }
-                Err(None) => None,
-            };
-            self.inner.typing.stop_local();
-            let first_tenure = !std::mem::replace(&mut later, true);
-            match outcome {
-                // A setup fault (a consumer the settings cannot have) stops the replica at its
-                // first tenure, as at any start. A consumer that cannot be opened now (the bus
-                // mid-election, a request timed out) costs the tenure, never the replica, even
-                // the first: a cluster losing a node while the gateway starts is no setup fault.
-                Some(Err(e)) if first_tenure && e.is_setup_fault() => return Err(e),
-                Some(Err(e)) => {
-                    tracing::warn!(error = %e, "the REST work stopped; taking the lease again");
-                    tokio::time::sleep(retry).await;
-                }
-                Some(Ok(())) => tokio::time::sleep(retry).await,
-                None if *stopping.borrow() => {
-                    tracing::info!("stopping: the REST lease is handed back");
-                    return Ok(());
-                }
-                None => tracing::warn!("the REST lease was lost; this replica stops speaking REST"),
-            }
-        }
-    }
-
-    /// Whether this replica may make a REST request now: it holds the lease and the lease has
-    /// not run out by its own clock (a process paused past it must not post on waking).
-    pub(crate) fn speaks_rest(&self) -> bool {
-        now_ms() < self.inner.rest_until_ms.load(Ordering::SeqCst)
-    }
-
-    /// The last check before a REST request goes out, after every wait: a holder paused past its
-    /// lease (SIGSTOP, a frozen VM) finds it gone here and sends nothing; the next holder has
-    /// the message. The lease's end is kept in wall time, so a pause counts against it.
-    pub(crate) fn fence(&self) -> Result<(), crate::body::PostError> {
-        if self.speaks_rest() {
-            return Ok(());
-        }
-        metrics::counter!("clankie_gateway_fenced_requests_total").increment(1);
-        tracing::warn!("the REST lease ran out before a request went out; it is handed back unsent");
-        Err(crate::body::PostError::Retry)
-    }
-
-    /// Renews the lease every third of its life; returns when it is lost, when it could not be
-    /// renewed before its own expiry (a bus away that long, or this process paused), or, with
-    /// the lease to hand back once the body's messages are, when the replica is stopping.
-    async fn keep(&self, lease: &ShardLeases, mut held: Held, stopping: &mut tokio::sync::watch::Receiver<bool>) -> Option<Held> {
-        let mut tick = tokio::time::interval(self.inner.config.rest_lease_ttl / 3);
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        tick.tick().await;
-        loop {
-            tokio::select! {
-                _ = tick.tick() => {}
-                _ = async { let _ = stopping.wait_for(|s| *s).await; } => return Some(held),
-            }
-            if now_ms() >= held.claim.expires_ms {
-                return None;
-            }
-            match lease.renew_rest(&mut held, self.inner.budget.spoken()).await {
-                Ok(()) => self.inner.rest_until_ms.store(held.claim.expires_ms, Ordering::SeqCst),
-                Err(leases::LeaseError::RestLost) => return None,
-                Err(e) => tracing::warn!(error = %e, "the REST lease could not be renewed; trying again"),
-            }
-        }
-    }
-}
-
-/// What twilight's limiter says in the panic of every request made after its task died.
-pub(crate) const LIMITER_PANICKED: &str = "actor task panicked";
-
-/// Discord's REST client, replaceable: twilight's rate limiter is a task of its own, and once it
-/// has panicked every request through that client panics too. A REST part that panicked so gets
-/// a new client (counted as `clankie_gateway_rest_clients_rebuilt_total` and logged) before it
-/// starts again, never the broken one.
-pub(crate) struct RestClient {
-    current: RwLock<Arc<twilight_http::Client>>,
-    token: String,
-    api: Option<String>,
-    rebuilt: AtomicU64,
-}
-
-impl RestClient {
-    pub(crate) fn new(config: &crate::GatewayConfig) -> RestClient {
-        let (token, api) = (config.token.clone(), config.api.clone());
-        RestClient { current: RwLock::new(Arc::new(build(&token, api.as_deref()))), token, api, rebuilt: AtomicU64::new(0) }
-    }
-
-    /// The client to make a request with now.
-    pub(crate) fn get(&self) -> Arc<twilight_http::Client> {
-        self.current.read().unwrap_or_else(|p| p.into_inner()).clone()
-    }
-
-    /// Replaces the client (and with it the limiter) by a fresh one.
-    pub(crate) fn rebuild(&self) {
-        *self.current.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(build(&self.token, self.api.as_deref()));
-        let n = self.rebuilt.fetch_add(1, Ordering::SeqCst) + 1;
-        metrics::counter!("clankie_gateway_rest_clients_rebuilt_total").increment(1);
-        tracing::error!(rebuilt = n, "twilight's rate limiter had panicked: the REST client was rebuilt");
-    }
-
-    pub(crate) fn rebuilt(&self) -> u64 {
-        self.rebuilt.load(Ordering::SeqCst)
-    }
-}
-
-pub(crate) fn build(token: &str, api: Option<&str>) -> twilight_http::Client {
-    let mut builder = twilight_http::Client::builder().token(token.to_owned());
-    if let Some(api) = api {
-        builder = builder.proxy(api.to_owned(), true);
-    }
-    builder.build()
-}
+/// The span of Discord's message-create bucket; [`crate::GatewayConfig::create_span`] holds the one in use.
+pub const CREATE_SPAN: Duration = Duration::from_secs(5);
 
 /// This replica's REST requests: paced evenly under Discord's global limit, and counted so
 /// typing and reactions can give way to replies.
@@ -352,7 +166,7 @@ impl RestBudget {
 
     /// What this replica's requests still count for at Discord, for the next REST holder:
     /// the answers of the last second and each channel's creates of the last create span.
-    pub(crate) fn spoken(&self) -> crate::leases::Spoken {
+    pub(crate) fn spoken(&self) -> Spoken {
         let now = tokio::time::Instant::now();
         let answered_ms = {
             let mut window = self.window.lock().unwrap_or_else(|p| p.into_inner());
@@ -370,7 +184,7 @@ impl RestBudget {
         let mut by_channel: Vec<(u64, Vec<i64>)> =
             creates.answered.iter().map(|(c, a)| (*c, a.iter().map(|t| wall_ms_of(*t)).collect())).collect();
         by_channel.sort_unstable();
-        crate::leases::Spoken { answered_ms, creates: by_channel }
+        Spoken { answered_ms, creates: by_channel }
     }
 
     /// Counts what the previous REST holder's requests still count for at Discord before this
@@ -378,7 +192,7 @@ impl RestBudget {
     /// handing over (killed, paused, cut off from the bus), every request it may have sent up
     /// to its lease's end: no request until a second past that end, no create until a create
     /// span past it.
-    pub(crate) fn take_over(&self, handover: &crate::leases::RestHandover) {
+    pub(crate) fn take_over(&self, handover: &RestHandover) {
         if let Some(spoken) = &handover.spoken {
             self.window.lock().unwrap_or_else(|p| p.into_inner()).count_answered(spoken.answered_ms.iter().map(|t| instant_of(*t)));
             for (channel, answered) in &spoken.creates {

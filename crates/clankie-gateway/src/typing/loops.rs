@@ -1,24 +1,18 @@
-//! The typing loop: keeps Discord's indicator (which expires after 10 s) lit
-//! from the captain's start until its stop or the reply, whichever is first.
-//!
-//! Which channels are lit lives in a shared bucket, not in one process: a
-//! start and its stop may reach different gateway replicas, and a replica that
-//! dies leaves its lit channels for another to pick up. Each entry names the
-//! replica whose loop keeps it lit and when that loop last triggered; a loop
-//! ends when its entry goes (a stop, anywhere) and a replica adopts an entry
-//! whose loop has gone quiet.
+//! The typing loops themselves: one per lit channel, each keeping Discord's indicator lit while
+//! the shared bucket's entry says so, and the adoption of loops whose replica went quiet.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use clankie_bus::{Bus, ConsumerSpec, KeyValue, KeyValueOperation, now_ms};
-use clankie_proto::{Family, v1};
+use clankie_bus::{Bus, KeyValue, KeyValueOperation, now_ms};
 use futures::StreamExt;
 use serde::{Deserialize, Serialize};
 use twilight_model::id::Id;
 
-use crate::{Gateway, GatewayConfig, GatewayError};
+use crate::config::GatewayConfig;
+use crate::rest::budget::RestBudget;
+use crate::rest::client::RestClient;
 
 /// The bucket of lit channels.
 const TYPING_BUCKET: &str = "clankie-typing";
@@ -37,22 +31,19 @@ struct Lit {
 /// The typing loops this replica runs, one per channel, and the shared bucket.
 pub(crate) struct TypingLoops {
     bus: Bus,
-    http: Arc<crate::rest::RestClient>,
-    budget: Arc<crate::rest::RestBudget>,
+    http: Arc<RestClient>,
+    budget: Arc<RestBudget>,
     host: String,
-    interval: Duration,
+    /// How often a loop triggers the indicator; adoption runs every two of these.
+    pub(super) interval: Duration,
     max: Duration,
     bucket: tokio::sync::OnceCell<KeyValue>,
     loops: Arc<Mutex<HashMap<u64, tokio::task::JoinHandle<()>>>>,
 }
 
 impl TypingLoops {
-    pub(crate) fn new(
-        bus: Bus,
-        http: Arc<crate::rest::RestClient>,
-        budget: Arc<crate::rest::RestBudget>,
-        config: &GatewayConfig,
-    ) -> TypingLoops {
+    /// No loops yet; the bucket is opened on first use, so a replica starts without it.
+    pub(crate) fn new(bus: Bus, http: Arc<RestClient>, budget: Arc<RestBudget>, config: &GatewayConfig) -> TypingLoops {
         TypingLoops {
             bus,
             http,
@@ -175,7 +166,7 @@ impl TypingLoops {
 
     /// Takes over lit channels whose loop went quiet (its replica died), one replica winning
     /// each by the entry's revision.
-    async fn adopt_quiet(&self) {
+    pub(super) async fn adopt_quiet(&self) {
         let Some(bucket) = self.bucket().await else { return };
         let Ok(keys) = bucket.keys().await else { return };
         let keys: Vec<String> = keys.filter_map(|k| async move { k.ok() }).collect().await;
@@ -199,43 +190,6 @@ impl TypingLoops {
                 tracing::info!(channel, "kept lit a typing indicator whose gateway went quiet");
                 self.run_loop(channel);
             }
-        }
-    }
-}
-
-impl Gateway {
-    pub(crate) async fn run_typing(&self) -> Result<(), GatewayError> {
-        let mut spec = ConsumerSpec::durable("gateway-typing", Family::BodyTyping);
-        // A typing action is only worth anything now: a restarted gateway does not replay old
-        // ones (what was lit is in the bucket).
-        spec.deliver.deliver_policy = clankie_bus::DeliverPolicy::New;
-        let mut consumer = self.inner.bus.consumer::<v1::TypingAction>(spec).await?;
-        // Adopting quiet channels lists the bucket: on a task of its own, so it never delays a stop.
-        let gateway = self.clone();
-        let _adopt = clankie_http::Aborting(tokio::spawn(async move {
-            let typing = &gateway.inner.typing;
-            let mut tick = tokio::time::interval(typing.interval * 2);
-            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            loop {
-                tick.tick().await;
-                typing.adopt_quiet().await;
-            }
-        }));
-        let typing = &self.inner.typing;
-        loop {
-            let d = consumer.next().await?;
-            clankie_settings::fault::panic_once("gateway.typing");
-            let span = tracing::info_span!("delivery", otel.name = "gateway.typing", delivery_id = %d.event.delivery_id);
-            d.traced(&span);
-            let handle = async {
-                match v1::TypingOp::try_from(d.event.op) {
-                    Ok(v1::TypingOp::Start) => typing.start(d.event.channel_id).await,
-                    Ok(v1::TypingOp::Stop) => typing.stop(d.event.channel_id).await,
-                    _ => tracing::warn!("typing action with no op"),
-                }
-            };
-            tracing::Instrument::instrument(handle, span).await;
-            let _ = d.ack().await;
         }
     }
 }
