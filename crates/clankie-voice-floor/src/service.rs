@@ -1,8 +1,9 @@
 //! The service's process wiring, shared by its own binary and `clankie voice-floor`: settings,
 //! connections and endpoints are set up here so each `main` stays one line.
 
+use crate::config::VoiceConfig;
 use crate::rooms::{RoomConfig, RoomKeeper};
-use crate::{VoiceConfig, VoiceFloor};
+use crate::voice_floor::VoiceFloor;
 use anyhow::{Context, Result};
 use clankie_settings::Settings;
 
