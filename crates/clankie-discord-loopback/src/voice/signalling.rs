@@ -92,123 +92,143 @@ async fn serve(mut socket: WebSocket, server: Arc<VoiceServer>) {
     }
 }
 
+/// A close to end the socket with: its code and reason.
+type Close = Option<(u16, &'static str)>;
+
 /// The answer to one frame from the bot: frames to send, and a close to end with.
-fn answer(
-    server: &VoiceServer,
-    frame: &Value,
-    tx: &mpsc::UnboundedSender<WsOut>,
-    guild: &mut Option<u64>,
-) -> (Vec<String>, Option<(u16, &'static str)>) {
+fn answer(server: &VoiceServer, frame: &Value, tx: &mpsc::UnboundedSender<WsOut>, guild: &mut Option<u64>) -> (Vec<String>, Close) {
     let d = &frame["d"];
     let mut out: Vec<String> = Vec::new();
-    match frame["op"].as_u64() {
-        Some(0) => {
-            let g = id_of(&d["server_id"]);
-            let mut inner = server.lock();
-            let valid = inner.bot_state.get(&g).is_some_and(|(_, s)| d["session_id"].as_str() == Some(s))
-                && inner.tokens.get(&g).is_some_and(|t| d["token"].as_str() == Some(t));
-            if !valid {
-                VoiceServer::count(&mut inner, "identify_refused");
-                return (out, Some((4004, "Authentication failed.")));
-            }
-            let channel = inner.bot_state[&g].0;
-            let offered = d["max_dave_protocol_version"].as_u64().unwrap_or(0);
-            if server.dave.on && offered < u64::from(server.dave.required_version) {
-                // Discord's rule since March 2026: Hello, then 4017 for a client without DAVE.
-                VoiceServer::count(&mut inner, "dave_required_closed");
-                out.push(json!({ "op": 8, "d": { "heartbeat_interval": HEARTBEAT_MS } }).to_string());
-                return (out, Some((4017, "E2EE/DAVE protocol required.")));
-            }
-            let ssrc = random_u32() | 1;
-            let user = id_of(&d["user_id"]);
-            if let Some(old) = inner.conns.insert(
-                g,
-                Conn {
-                    channel,
-                    user,
-                    dave: false,
-                    session_id: d["session_id"].as_str().unwrap_or_default().to_owned(),
-                    token: d["token"].as_str().unwrap_or_default().to_owned(),
-                    ws: Some(tx.clone()),
-                    bot_udp: None,
-                    cipher: None,
-                    mode: String::new(),
-                },
-            ) {
-                if let Some(ws) = old.ws {
-                    // A second identify replaces the first connection, as Discord's does.
-                    let _ = ws.send(WsOut::Close(4005));
-                }
-                if old.dave && old.channel != channel {
-                    server.dave_step(&mut inner, old.channel, |g, k, now| g.bot_leaves(k, now));
-                }
-            }
-            VoiceServer::count(&mut inner, "identify");
-            *guild = Some(g);
-            let port = server.udp_addr().port();
-            out.push(json!({ "op": 8, "d": { "heartbeat_interval": HEARTBEAT_MS } }).to_string());
-            out.push(json!({ "op": 2, "d": { "ssrc": ssrc, "ip": "127.0.0.1", "port": port, "modes": MODES } }).to_string());
+    let close = match frame["op"].as_u64() {
+        Some(0) => identify(server, d, tx, guild, &mut out),
+        Some(1) => select_protocol(server, d, *guild, &mut out),
+        Some(3) => {
+            out.push(json!({ "op": 6, "d": d.clone() }).to_string());
+            None
         }
-        Some(1) => {
-            let Some(g) = *guild else { return (out, Some((4003, "Not authenticated."))) };
-            let mode = d["data"]["mode"].as_str().unwrap_or_default().to_owned();
-            let ip: Option<IpAddr> = d["data"]["address"].as_str().and_then(|a| a.parse().ok());
-            let port = d["data"]["port"].as_u64().and_then(|p| u16::try_from(p).ok());
-            let key: [u8; 32] = rand::random();
-            let mut inner = server.lock();
-            let (Some(conn), Some(cipher), Some(ip), Some(port)) = (inner.conns.get_mut(&g), Cipher::new(&mode, &key), ip, port) else {
-                return (out, Some((4016, "Unknown encryption mode.")));
-            };
-            conn.cipher = Some(cipher);
-            let chosen = if mode.starts_with("aead_aes256_gcm") { "selected_aes256_gcm" } else { "selected_xchacha20_poly1305" };
-            conn.mode = mode.clone();
-            conn.bot_udp = Some(SocketAddr::new(ip, port));
-            conn.dave = server.dave.on;
-            let (channel, user, dave) = (conn.channel, conn.user, conn.dave);
-            VoiceServer::count(&mut inner, chosen);
-            let version = if dave { DAVE_VERSION } else { 0 };
-            out.push(json!({ "op": 4, "d": { "mode": mode, "secret_key": key.to_vec(), "dave_protocol_version": version } }).to_string());
-            if dave {
-                // Op 11 and op 25 follow Session Description, through the socket's queue.
-                server.dave_step(&mut inner, channel, |g, k, now| g.bot_identifies(k, user, now));
-            }
-        }
-        Some(3) => out.push(json!({ "op": 6, "d": d.clone() }).to_string()),
-        Some(op @ (23 | 31)) => {
-            let Some(g) = *guild else { return (out, Some((4003, "Not authenticated."))) };
-            let transition = d["transition_id"].as_u64().and_then(|t| u16::try_from(t).ok()).unwrap_or(0);
-            let mut inner = server.lock();
-            if let Some(channel) = inner.conns.get(&g).filter(|c| c.dave).map(|c| c.channel) {
-                if op == 23 {
-                    server.dave_step(&mut inner, channel, |gr, k, now| gr.bot_ready(k, transition, now));
-                } else {
-                    VoiceServer::count(&mut inner, "dave_invalid_commit_welcome");
-                    server.dave_step(&mut inner, channel, |gr, k, now| gr.bot_invalid(k, transition, now));
-                }
-            }
-        }
-        Some(7) => {
-            let g = id_of(&d["server_id"]);
-            let mut inner = server.lock();
-            let resumed = match inner.conns.get_mut(&g) {
-                Some(conn) if d["session_id"].as_str() == Some(&conn.session_id) && d["token"].as_str() == Some(&conn.token) => {
-                    conn.ws = Some(tx.clone());
-                    true
-                }
-                _ => false,
-            };
-            if !resumed {
-                VoiceServer::count(&mut inner, "resume_refused");
-                return (out, Some((4006, "Session is no longer valid.")));
-            }
-            VoiceServer::count(&mut inner, "resume");
-            *guild = Some(g);
-            out.push(json!({ "op": 8, "d": { "heartbeat_interval": HEARTBEAT_MS } }).to_string());
-            out.push(json!({ "op": 9, "d": null }).to_string());
-        }
-        _ => {}
+        Some(op @ (23 | 31)) => dave_transition(server, op, d, *guild),
+        Some(7) => resume(server, d, tx, guild, &mut out),
+        _ => None,
+    };
+    (out, close)
+}
+
+/// Identify (op 0): refused without the session and token the gateway handed out (4004), or
+/// without DAVE when it is required (Hello, then 4017); else Hello and Ready, replacing an
+/// earlier connection of the guild.
+fn identify(server: &VoiceServer, d: &Value, tx: &mpsc::UnboundedSender<WsOut>, guild: &mut Option<u64>, out: &mut Vec<String>) -> Close {
+    let g = id_of(&d["server_id"]);
+    let mut inner = server.lock();
+    let valid = inner.bot_state.get(&g).is_some_and(|(_, s)| d["session_id"].as_str() == Some(s))
+        && inner.tokens.get(&g).is_some_and(|t| d["token"].as_str() == Some(t));
+    if !valid {
+        VoiceServer::count(&mut inner, "identify_refused");
+        return Some((4004, "Authentication failed."));
     }
-    (out, None)
+    let channel = inner.bot_state[&g].0;
+    let offered = d["max_dave_protocol_version"].as_u64().unwrap_or(0);
+    if server.dave.on && offered < u64::from(server.dave.required_version) {
+        // Discord's rule since March 2026: Hello, then 4017 for a client without DAVE.
+        VoiceServer::count(&mut inner, "dave_required_closed");
+        out.push(json!({ "op": 8, "d": { "heartbeat_interval": HEARTBEAT_MS } }).to_string());
+        return Some((4017, "E2EE/DAVE protocol required."));
+    }
+    let ssrc = random_u32() | 1;
+    let user = id_of(&d["user_id"]);
+    if let Some(old) = inner.conns.insert(
+        g,
+        Conn {
+            channel,
+            user,
+            dave: false,
+            session_id: d["session_id"].as_str().unwrap_or_default().to_owned(),
+            token: d["token"].as_str().unwrap_or_default().to_owned(),
+            ws: Some(tx.clone()),
+            bot_udp: None,
+            cipher: None,
+            mode: String::new(),
+        },
+    ) {
+        if let Some(ws) = old.ws {
+            // A second identify replaces the first connection, as Discord's does.
+            let _ = ws.send(WsOut::Close(4005));
+        }
+        if old.dave && old.channel != channel {
+            server.dave_step(&mut inner, old.channel, |g, k, now| g.bot_leaves(k, now));
+        }
+    }
+    VoiceServer::count(&mut inner, "identify");
+    *guild = Some(g);
+    let port = server.udp_addr().port();
+    out.push(json!({ "op": 8, "d": { "heartbeat_interval": HEARTBEAT_MS } }).to_string());
+    out.push(json!({ "op": 2, "d": { "ssrc": ssrc, "ip": "127.0.0.1", "port": port, "modes": MODES } }).to_string());
+    None
+}
+
+/// Select Protocol (op 1): the bot's UDP address and mode → Session Description (op 4) with a
+/// fresh key, then DAVE's opening ops when the call is encrypted end to end.
+fn select_protocol(server: &VoiceServer, d: &Value, guild: Option<u64>, out: &mut Vec<String>) -> Close {
+    let Some(g) = guild else { return Some((4003, "Not authenticated.")) };
+    let mode = d["data"]["mode"].as_str().unwrap_or_default().to_owned();
+    let ip: Option<IpAddr> = d["data"]["address"].as_str().and_then(|a| a.parse().ok());
+    let port = d["data"]["port"].as_u64().and_then(|p| u16::try_from(p).ok());
+    let key: [u8; 32] = rand::random();
+    let mut inner = server.lock();
+    let (Some(conn), Some(cipher), Some(ip), Some(port)) = (inner.conns.get_mut(&g), Cipher::new(&mode, &key), ip, port) else {
+        return Some((4016, "Unknown encryption mode."));
+    };
+    conn.cipher = Some(cipher);
+    let chosen = if mode.starts_with("aead_aes256_gcm") { "selected_aes256_gcm" } else { "selected_xchacha20_poly1305" };
+    conn.mode = mode.clone();
+    conn.bot_udp = Some(SocketAddr::new(ip, port));
+    conn.dave = server.dave.on;
+    let (channel, user, dave) = (conn.channel, conn.user, conn.dave);
+    VoiceServer::count(&mut inner, chosen);
+    let version = if dave { DAVE_VERSION } else { 0 };
+    out.push(json!({ "op": 4, "d": { "mode": mode, "secret_key": key.to_vec(), "dave_protocol_version": version } }).to_string());
+    if dave {
+        // Op 11 and op 25 follow Session Description, through the socket's queue.
+        server.dave_step(&mut inner, channel, |g, k, now| g.bot_identifies(k, user, now));
+    }
+    None
+}
+
+/// DAVE's Ready for Transition (op 23) or Invalid Commit/Welcome (op 31) from the bot.
+fn dave_transition(server: &VoiceServer, op: u64, d: &Value, guild: Option<u64>) -> Close {
+    let Some(g) = guild else { return Some((4003, "Not authenticated.")) };
+    let transition = d["transition_id"].as_u64().and_then(|t| u16::try_from(t).ok()).unwrap_or(0);
+    let mut inner = server.lock();
+    if let Some(channel) = inner.conns.get(&g).filter(|c| c.dave).map(|c| c.channel) {
+        if op == 23 {
+            server.dave_step(&mut inner, channel, |gr, k, now| gr.bot_ready(k, transition, now));
+        } else {
+            VoiceServer::count(&mut inner, "dave_invalid_commit_welcome");
+            server.dave_step(&mut inner, channel, |gr, k, now| gr.bot_invalid(k, transition, now));
+        }
+    }
+    None
+}
+
+/// Resume (op 7): the connection's session and token take it back (Hello, Resumed), else 4006.
+fn resume(server: &VoiceServer, d: &Value, tx: &mpsc::UnboundedSender<WsOut>, guild: &mut Option<u64>, out: &mut Vec<String>) -> Close {
+    let g = id_of(&d["server_id"]);
+    let mut inner = server.lock();
+    let resumed = match inner.conns.get_mut(&g) {
+        Some(conn) if d["session_id"].as_str() == Some(&conn.session_id) && d["token"].as_str() == Some(&conn.token) => {
+            conn.ws = Some(tx.clone());
+            true
+        }
+        _ => false,
+    };
+    if !resumed {
+        VoiceServer::count(&mut inner, "resume_refused");
+        return Some((4006, "Session is no longer valid."));
+    }
+    VoiceServer::count(&mut inner, "resume");
+    *guild = Some(g);
+    out.push(json!({ "op": 8, "d": { "heartbeat_interval": HEARTBEAT_MS } }).to_string());
+    out.push(json!({ "op": 9, "d": null }).to_string());
+    None
 }
 
 #[cfg(test)]

@@ -1,7 +1,6 @@
-//! Anthropic's Messages API, as Anthropic keeps its rules: `POST /v1/messages` answered with
-//! its server-sent events and error bodies, and a prompt cache that serves a prefix only up to
-//! a block the request marks with `cache_control`, matched byte for byte, never below the
-//! minimum cacheable length, for its TTL on a clock a test moves ([`PromptCache::advance`]).
+//! Anthropic's prompt cache, as Anthropic keeps its rules: a prefix served only up to a block the
+//! request marks with `cache_control`, matched byte for byte, never below the minimum cacheable
+//! length, for its TTL on a clock a test moves ([`PromptCache::advance`]).
 //!
 //! The prompt is rendered tools → system → messages, one block at a time. At each breakpoint
 //! the cache looks back up to [`LOOKBACK_BLOCKS`] block edges for a prefix it holds; the
@@ -14,13 +13,7 @@ use std::hash::{Hash, Hasher};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use axum::extract::State;
-use axum::http::{HeaderMap, StatusCode, header};
-use axum::response::{IntoResponse, Response};
-use bytes::Bytes;
 use serde_json::{Value, json};
-
-use crate::{RecordedRequest, Reply, Shared, admit, now_ms, pieces, sse_response};
 
 /// How many block edges back from a breakpoint the cache looks for a prefix it holds.
 pub const LOOKBACK_BLOCKS: usize = 20;
@@ -87,7 +80,9 @@ impl Cache {
 pub struct CacheUse {
     /// Input after the last breakpoint, or not cacheable.
     pub input_tokens: u64,
+    /// Input written to the cache: the prefix up to the last breakpoint not read from it.
     pub cache_creation_input_tokens: u64,
+    /// Input read from the cache: the furthest prefix it held within reach of a breakpoint.
     pub cache_read_input_tokens: u64,
 }
 
@@ -169,7 +164,7 @@ impl PromptCache {
 }
 
 /// What `body` would read and write, without touching the cache.
-fn plan(cache: &PromptCache, body: &Value) -> Result<(CacheUse, Writes), String> {
+pub(crate) fn plan(cache: &PromptCache, body: &Value) -> Result<(CacheUse, Writes), String> {
     let blocks = blocks(body)?;
     let breakpoints: Vec<usize> = blocks.iter().enumerate().filter(|(_, b)| b.ttl.is_some()).map(|(i, _)| i).collect();
     if breakpoints.len() > MAX_BREAKPOINTS {
@@ -216,212 +211,6 @@ fn plan(cache: &PromptCache, body: &Value) -> Result<(CacheUse, Writes), String>
     }
     let used = CacheUse { input_tokens: total - read - written, cache_creation_input_tokens: written, cache_read_input_tokens: read };
     Ok((used, Writes(writes)))
-}
-
-/// `POST /control/clock` `{"advance_ms": n}`: [`PromptCache::advance`] for a stand-in in a process of its own.
-pub(crate) async fn advance_clock(State(shared): State<Shared>, axum::Json(body): axum::Json<Value>) -> StatusCode {
-    shared.prompt_cache.advance(Duration::from_millis(body["advance_ms"].as_u64().unwrap_or(0)));
-    StatusCode::NO_CONTENT
-}
-
-fn error(status: StatusCode, kind: &str, message: &str) -> Response {
-    (status, axum::Json(json!({ "type": "error", "error": { "type": kind, "message": message } }))).into_response()
-}
-
-/// The error type Anthropic gives a status.
-fn kind_of(status: u16) -> &'static str {
-    match status {
-        401 => "authentication_error",
-        403 => "permission_error",
-        404 => "not_found_error",
-        413 => "request_too_large",
-        429 => "rate_limit_error",
-        529 => "overloaded_error",
-        500..=599 => "api_error",
-        _ => "invalid_request_error",
-    }
-}
-
-/// `POST /v1/messages`.
-pub(crate) async fn messages(State(shared): State<Shared>, headers: HeaderMap, body: Bytes) -> Response {
-    let Ok(body) = serde_json::from_slice::<Value>(&body) else {
-        return error(StatusCode::BAD_REQUEST, "invalid_request_error", "The request body is not valid JSON.");
-    };
-    if headers.get("anthropic-version").is_none() {
-        return error(StatusCode::BAD_REQUEST, "invalid_request_error", "anthropic-version: header is required");
-    }
-    if !body["max_tokens"].is_u64() {
-        return error(StatusCode::BAD_REQUEST, "invalid_request_error", "max_tokens: Field required");
-    }
-    let (used, writes) = match plan(&shared.prompt_cache, &body) {
-        Ok(planned) => planned,
-        Err(message) => return error(StatusCode::BAD_REQUEST, "invalid_request_error", &message),
-    };
-    let bearer_token = headers.get("x-api-key").and_then(|v| v.to_str().ok()).is_some_and(|v| !v.is_empty());
-    let request = RecordedRequest {
-        token_estimate: used.input_tokens + used.cache_creation_input_tokens + used.cache_read_input_tokens,
-        cached_estimate: used.cache_read_input_tokens,
-        cache_write_estimate: used.cache_creation_input_tokens,
-        body,
-        bearer_token,
-        at_ms: now_ms(),
-    };
-    let Some(reply) = admit(&shared, &request).await else { return std::future::pending().await };
-    let model = request.body["model"].as_str().unwrap_or_default().to_owned();
-    // Anthropic caches what it served: a refused request reads and writes nothing.
-    if !matches!(reply, Reply::RateLimited { .. } | Reply::InsufficientQuota | Reply::ModelNotFound | Reply::Status { .. }) {
-        shared.prompt_cache.commit(writes);
-    }
-    match reply {
-        Reply::RateLimited { retry_after_secs } => {
-            let mut resp =
-                error(StatusCode::TOO_MANY_REQUESTS, "rate_limit_error", "Number of request tokens has exceeded your rate limit.");
-            if let Ok(v) = retry_after_secs.to_string().parse() {
-                resp.headers_mut().insert(header::RETRY_AFTER, v);
-            }
-            resp
-        }
-        Reply::InsufficientQuota => error(
-            StatusCode::BAD_REQUEST,
-            "invalid_request_error",
-            "Your credit balance is too low to access the Anthropic API. Please go to Plans & Billing to upgrade or purchase credits.",
-        ),
-        Reply::ModelNotFound => error(StatusCode::NOT_FOUND, "not_found_error", &format!("model: {model}")),
-        Reply::Status { status } => {
-            let code = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-            let message = match status {
-                529 => "Overloaded",
-                401 => "invalid x-api-key",
-                _ => "The request could not be served.",
-            };
-            error(code, kind_of(status), message)
-        }
-        reply => stream(reply, model, used),
-    }
-}
-
-fn event(kind: &str, data: Value) -> Bytes {
-    Bytes::from(format!("event: {kind}\ndata: {data}\n\n"))
-}
-
-fn stream(reply: Reply, model: String, used: CacheUse) -> Response {
-    let (tx, rx) = tokio::sync::mpsc::channel::<std::io::Result<Bytes>>(16);
-    tokio::spawn(async move {
-        let send = |b: Bytes| {
-            let tx = tx.clone();
-            async move { tx.send(Ok(b)).await.is_ok() }
-        };
-        let start = json!({
-            "type": "message_start",
-            "message": {
-                "id": "msg_standin", "type": "message", "role": "assistant", "model": model, "content": [],
-                "stop_reason": null, "stop_sequence": null,
-                "usage": {
-                    "input_tokens": used.input_tokens,
-                    "cache_creation_input_tokens": used.cache_creation_input_tokens,
-                    "cache_read_input_tokens": used.cache_read_input_tokens,
-                    "output_tokens": 1,
-                },
-            },
-        });
-        if !send(event("message_start", start)).await {
-            return;
-        }
-        send(event("ping", json!({ "type": "ping" }))).await;
-        let text_block = |index: usize| {
-            event(
-                "content_block_start",
-                json!({ "type": "content_block_start", "index": index, "content_block": { "type": "text", "text": "" } }),
-            )
-        };
-        let text_delta = |index: usize, text: &str| {
-            event(
-                "content_block_delta",
-                json!({ "type": "content_block_delta", "index": index, "delta": { "type": "text_delta", "text": text } }),
-            )
-        };
-        let stop_block = |index: usize| event("content_block_stop", json!({ "type": "content_block_stop", "index": index }));
-        let mut out_chars = 0usize;
-        let stop_reason = match reply {
-            Reply::Text { text, chunk_chars, chunk_delay_ms, first_delay_ms, tail_delay_ms } => {
-                tokio::time::sleep(Duration::from_millis(first_delay_ms)).await;
-                send(text_block(0)).await;
-                for (i, piece) in pieces(&text, chunk_chars).into_iter().enumerate() {
-                    if i > 0 && chunk_delay_ms > 0 {
-                        tokio::time::sleep(Duration::from_millis(chunk_delay_ms)).await;
-                    }
-                    out_chars += piece.len();
-                    if !send(text_delta(0, &piece)).await {
-                        return;
-                    }
-                }
-                send(stop_block(0)).await;
-                tokio::time::sleep(Duration::from_millis(tail_delay_ms)).await;
-                Some("end_turn")
-            }
-            Reply::ToolCalls { calls, text } => {
-                let mut index = 0;
-                if !text.is_empty() {
-                    out_chars += text.len();
-                    send(text_block(0)).await;
-                    send(text_delta(0, &text)).await;
-                    send(stop_block(0)).await;
-                    index = 1;
-                }
-                for (i, call) in calls.iter().enumerate() {
-                    let args = call.arguments.to_string();
-                    out_chars += args.len();
-                    let head = json!({ "type": "content_block_start", "index": index, "content_block": { "type": "tool_use", "id": format!("toolu_standin_{i}"), "name": call.name, "input": {} } });
-                    send(event("content_block_start", head)).await;
-                    for piece in pieces(&args, 7) {
-                        let delta = json!({ "type": "content_block_delta", "index": index, "delta": { "type": "input_json_delta", "partial_json": piece } });
-                        send(event("content_block_delta", delta)).await;
-                    }
-                    send(stop_block(index)).await;
-                    index += 1;
-                }
-                Some("tool_use")
-            }
-            Reply::Stall { text_before } => {
-                if !text_before.is_empty() {
-                    send(text_block(0)).await;
-                    send(text_delta(0, &text_before)).await;
-                }
-                tx.closed().await;
-                return;
-            }
-            Reply::Drop { text_before } => {
-                if !text_before.is_empty() {
-                    send(text_block(0)).await;
-                    send(text_delta(0, &text_before)).await;
-                }
-                None
-            }
-            Reply::Reset { text_before } => {
-                if !text_before.is_empty() {
-                    send(text_block(0)).await;
-                    send(text_delta(0, &text_before)).await;
-                }
-                let whole = text_delta(0, "and the rest of it");
-                send(whole.slice(..whole.len() / 2)).await;
-                let _ = tx.send(Err(std::io::Error::new(std::io::ErrorKind::ConnectionReset, "stand-in reset"))).await;
-                return;
-            }
-            Reply::Empty => Some("end_turn"),
-            Reply::RateLimited { .. } | Reply::InsufficientQuota | Reply::Status { .. } | Reply::ModelNotFound | Reply::Gated { .. } => {
-                None
-            }
-        };
-        let Some(stop_reason) = stop_reason else { return };
-        let delta = json!({
-            "type": "message_delta",
-            "delta": { "stop_reason": stop_reason, "stop_sequence": null },
-            "usage": { "output_tokens": (out_chars as u64).div_ceil(4).max(1) },
-        });
-        send(event("message_delta", delta)).await;
-        send(event("message_stop", json!({ "type": "message_stop" }))).await;
-    });
-    sse_response(rx)
 }
 
 #[cfg(test)]
