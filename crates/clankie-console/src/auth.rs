@@ -7,11 +7,11 @@ use axum::http::{StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
-use crate::Console;
+use crate::state::Console;
 
 /// Passes a request on only when it carries the console's token.
 pub async fn require_token(State(console): State<Console>, request: Request, next: Next) -> Response {
-    let expected = console.inner.token.as_bytes();
+    let expected = console.token().as_bytes();
     let bearer = request
         .headers()
         .get(header::AUTHORIZATION)

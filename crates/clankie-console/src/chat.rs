@@ -13,7 +13,8 @@ use clankie_agent::{RunReply, Session, UserMessage};
 use clankie_proto::{LaneKey, ReceiptKind, v1};
 use serde_json::{Value, json};
 
-use crate::{Console, ConsoleError};
+use crate::error::ConsoleError;
+use crate::state::Console;
 
 /// The longest line the owner may send at once.
 const CHAT_MAX_CHARS: usize = 8_000;
@@ -40,8 +41,8 @@ const THREAD_SHOWN: usize = 100;
 /// `GET /api/chat`: the console thread so far, oldest first, as `{from: "owner"|"him", text}`,
 /// so a reloaded page shows the conversation it continues.
 pub async fn thread(State(console): State<Console>) -> Result<Json<Vec<Value>>, ConsoleError> {
-    let owner = console.inner.store.owner_settings().await?.owner_id.unwrap_or(0);
-    let entries = console.inner.store.entries(&format!("rooms/{}", LaneKey::Console { owner })).await?;
+    let owner = console.store().owner_settings().await?.owner_id.unwrap_or(0);
+    let entries = console.store().entries(&format!("rooms/{}", LaneKey::Console { owner })).await?;
     let mut lines: Vec<Value> = entries
         .iter()
         .filter_map(|e| serde_json::from_value::<clankie_agent::EntryBody>(e.body.clone()).ok())
@@ -65,28 +66,27 @@ impl Console {
     /// One turn of the owner's console thread.
     pub async fn chat(&self, text: &str) -> Result<Value, ConsoleError> {
         static SENT: AtomicU64 = AtomicU64::new(0);
-        let inner = &self.inner;
-        let settings = inner.store.owner_settings().await?;
+        let settings = self.store().owner_settings().await?;
         let owner = settings.owner_id.unwrap_or(0);
         let lane = LaneKey::Console { owner };
         let delivery_id = format!("console:{}:{}", clankie_bus::now_ms(), SENT.fetch_add(1, Ordering::Relaxed));
         let span = tracing::info_span!("console_chat", %lane, delivery_id = %delivery_id);
         let _enter = span.enter();
         // One turn at a time: a second line waits a bounded while for the first.
-        let lease = inner
-            .store
-            .acquire_lease_waiting(&lane, &inner.replica, inner.lease_ttl, 100, Duration::from_millis(100))
+        let lease = self
+            .store()
+            .acquire_lease_waiting(&lane, self.replica(), self.lease_ttl(), 100, Duration::from_millis(100))
             .await?
             .ok_or(ConsoleError::Busy)?;
         let answer = self.turn(&lease, &lane, owner, &delivery_id, text).await;
-        if let Err(e) = inner.store.release_lease(&lease).await {
+        if let Err(e) = self.store().release_lease(&lease).await {
             tracing::warn!(error = %e, "console lease not released; it will expire");
         }
         let (reply, code) = answer?;
         if let Ok(kind) = ReceiptKind::new("console.chat") {
             let receipt =
-                v1::Receipt::new(&kind, inner.bus.service(), &delivery_id, clankie_bus::now_ms()).with_lane(&lane).with_code(code);
-            if let Err(e) = inner.bus.publish_receipt(&receipt).await {
+                v1::Receipt::new(&kind, self.bus().service(), &delivery_id, clankie_bus::now_ms()).with_lane(&lane).with_code(code);
+            if let Err(e) = self.bus().publish_receipt(&receipt).await {
                 tracing::warn!(error = %e, "receipt not published");
             }
         }
@@ -101,9 +101,8 @@ impl Console {
         delivery_id: &str,
         text: &str,
     ) -> Result<(Value, &'static str), ConsoleError> {
-        let inner = &self.inner;
-        let snapshot = inner.selfhood.snapshot(lane).await?;
-        let session = Session::open(inner.store.clone(), lease.clone(), format!("rooms/{lane}")).await?;
+        let snapshot = self.selfhood().snapshot(lane).await?;
+        let session = Session::open(self.store().clone(), lease.clone(), format!("rooms/{lane}")).await?;
         let said = clankie_self::blocks::Said { author_name: "owner", author_id: owner, text };
         let message = clankie_self::blocks::message(&said, &[("via", "the operator console")]);
         let system = clankie_self::assemble(&snapshot, lane, clankie_self::Surface::Console);
@@ -112,8 +111,8 @@ impl Console {
             first.push(context);
         }
         first.push(UserMessage::new("owner", delivery_id, message));
-        let run = inner.agent.start(session, system, first);
-        let result = run.finish_keeping(&inner.store, lease, inner.lease_ttl).await;
+        let run = self.agent().start(session, system, first);
+        let result = run.finish_keeping(self.store(), lease, self.lease_ttl()).await;
         let base = json!({ "lane": lane.to_string(), "delivery_id": delivery_id });
         let with = |mut v: Value, key: &str, value: Value| {
             v[key] = value;

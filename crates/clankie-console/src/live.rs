@@ -1,7 +1,6 @@
 //! What the console follows on the bus: lane changes (from the captain's receipts), the tap,
 //! and voice rooms (members and floor decisions). Pushed to the page as server-sent events.
 
-use std::collections::{BTreeMap, VecDeque};
 use std::convert::Infallible;
 use std::sync::{Arc, Mutex};
 
@@ -12,89 +11,11 @@ use clankie_proto::{Family, v1};
 use futures::{Stream, StreamExt};
 use prost::Message as _;
 
-use crate::{Console, ConsoleError};
-
-/// Floor decisions the voice view keeps per room.
-const DECISIONS_KEPT: usize = 12;
-
-/// Who is in which voice channel, and each room's recent floor decisions, as the bus told it.
-#[derive(Clone, Default)]
-pub struct VoiceState {
-    inner: Arc<Mutex<VoiceInner>>,
-}
-
-#[derive(Default)]
-struct VoiceInner {
-    members: BTreeMap<(u64, u64), v1::VoiceMember>,
-    decisions: BTreeMap<(u64, u64), VecDeque<v1::FloorDecision>>,
-    dave: BTreeMap<(u64, u64), RoomDave>,
-}
-
-/// A voice room's end-to-end encryption as its newest `voice.connection` receipt told it.
-#[derive(Clone, Debug, Default, serde::Serialize)]
-pub struct RoomDave {
-    pub protocol_version: i64,
-    pub epoch: i64,
-    pub privacy_code: Option<String>,
-    pub at_ms: i64,
-}
-
-impl VoiceState {
-    fn member(&self, m: v1::VoiceMember) {
-        let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
-        if m.channel_id.is_some() {
-            inner.members.insert((m.guild_id, m.user_id), m);
-        } else {
-            inner.members.remove(&(m.guild_id, m.user_id));
-        }
-    }
-
-    fn decision(&self, d: v1::FloorDecision) {
-        let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
-        let kept = inner.decisions.entry((d.guild_id, d.channel_id)).or_default();
-        if kept.iter().any(|k| k.delivery_id == d.delivery_id && k.decided_at_ms == d.decided_at_ms) {
-            return;
-        }
-        kept.push_front(d);
-        kept.truncate(DECISIONS_KEPT);
-    }
-
-    fn connection(&self, r: &v1::Receipt) {
-        let id = |name: &str| r.ids.get(name).and_then(|v| v.parse::<u64>().ok());
-        let (Some(guild), Some(channel)) = (id("guild"), id("channel")) else { return };
-        let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
-        let dave = inner.dave.entry((guild, channel)).or_default();
-        if r.at_ms < dave.at_ms {
-            return;
-        }
-        *dave = RoomDave {
-            protocol_version: r.counts.get("dave_protocol_version").copied().unwrap_or(0),
-            epoch: r.counts.get("dave_epoch").copied().unwrap_or(0),
-            privacy_code: r.ids.get("dave_privacy_code").cloned(),
-            at_ms: r.at_ms,
-        };
-    }
-
-    /// The room's DAVE state, once a receipt said it.
-    pub fn dave(&self, room: (u64, u64)) -> Option<RoomDave> {
-        self.inner.lock().unwrap_or_else(|p| p.into_inner()).dave.get(&room).cloned()
-    }
-
-    /// Members of each (guild, channel), and the room's newest decisions first.
-    pub fn rooms(&self) -> BTreeMap<(u64, u64), (Vec<v1::VoiceMember>, Vec<v1::FloorDecision>)> {
-        let inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
-        let mut rooms: BTreeMap<(u64, u64), (Vec<v1::VoiceMember>, Vec<v1::FloorDecision>)> = BTreeMap::new();
-        for m in inner.members.values() {
-            if let Some(channel) = m.channel_id {
-                rooms.entry((m.guild_id, channel)).or_default().0.push(m.clone());
-            }
-        }
-        for (room, kept) in &inner.decisions {
-            rooms.entry(*room).or_default().1 = kept.iter().cloned().collect();
-        }
-        rooms
-    }
-}
+use crate::error::ConsoleError;
+use crate::state::Console;
+// The voice view's state lives in `voice`, beside the console state that holds it; named here too,
+// where it was first, for code that reaches it through `live`.
+pub use crate::voice::{RoomDave, VoiceState};
 
 /// Starts following the bus for `console`: receipts become lane updates; voice members and
 /// floor decisions are read from their streams (the last of each first, then as they come).
@@ -104,10 +25,10 @@ impl VoiceState {
 /// panics or whose subscription ends is logged by name and follows again, so the page never goes
 /// quietly stale. They hold the console weakly and end with it.
 pub(crate) async fn follow(console: Console) -> Result<(), ConsoleError> {
-    let receipts = subscribe_receipts(&console.inner).await?;
-    let voice = voice_consumers(&console.inner).await?;
-    let parts = console.inner.parts.clone();
-    let weak = Arc::downgrade(&console.inner);
+    let receipts = subscribe_receipts(&console).await?;
+    let voice = voice_consumers(&console).await?;
+    let parts = console.parts();
+    let weak = console.downgrade();
     let first = Arc::new(Mutex::new(Some(receipts)));
     let w = weak.clone();
     let following_receipts = tokio::spawn(clankie_http::supervise::keep_running("console.receipts", parts.clone(), move || {
@@ -116,8 +37,8 @@ pub(crate) async fn follow(console: Console) -> Result<(), ConsoleError> {
             let mut receipts = match first {
                 Some(receipts) => receipts,
                 None => {
-                    let Some(inner) = weak.upgrade() else { return std::future::pending().await };
-                    match subscribe_receipts(&inner).await {
+                    let Some(console) = weak.upgrade() else { return std::future::pending().await };
+                    match subscribe_receipts(&console).await {
                         Ok(receipts) => receipts,
                         Err(e) => return tracing::warn!(error = %e, "receipts not followed yet; trying again"),
                     }
@@ -125,8 +46,8 @@ pub(crate) async fn follow(console: Console) -> Result<(), ConsoleError> {
             };
             while let Some(msg) = receipts.next().await {
                 clankie_settings::fault::panic_once("console.receipts");
-                let Some(inner) = weak.upgrade() else { return std::future::pending().await };
-                lane_change(&Console { inner }, &msg.payload).await;
+                let Some(console) = weak.upgrade() else { return std::future::pending().await };
+                lane_change(&console, &msg.payload).await;
             }
             tracing::warn!("receipts no longer followed; following again");
         }
@@ -138,15 +59,15 @@ pub(crate) async fn follow(console: Console) -> Result<(), ConsoleError> {
             let (mut members, mut decisions) = match first {
                 Some(consumers) => consumers,
                 None => {
-                    let Some(inner) = weak.upgrade() else { return std::future::pending().await };
-                    match voice_consumers(&inner).await {
+                    let Some(console) = weak.upgrade() else { return std::future::pending().await };
+                    match voice_consumers(&console).await {
                         Ok(consumers) => consumers,
                         Err(e) => return tracing::warn!(error = %e, "voice not followed yet; trying again"),
                     }
                 }
             };
             loop {
-                let Some(voice) = weak.upgrade().map(|inner| inner.voice.clone()) else { return std::future::pending().await };
+                let Some(voice) = weak.upgrade().map(|console| console.voice().clone()) else { return std::future::pending().await };
                 tokio::select! {
                     d = members.next() => match d {
                         Ok(d) => { voice.member(d.event.clone()); let _ = d.ack().await; }
@@ -160,15 +81,13 @@ pub(crate) async fn follow(console: Console) -> Result<(), ConsoleError> {
             }
         }
     }));
-    let mut followers = console.inner.followers.lock().unwrap_or_else(|p| p.into_inner());
-    followers.push(clankie_http::Aborting(following_receipts));
-    followers.push(clankie_http::Aborting(following_voice));
+    console.keep_followers([clankie_http::Aborting(following_receipts), clankie_http::Aborting(following_voice)]);
     Ok(())
 }
 
-async fn subscribe_receipts(inner: &crate::Inner) -> Result<clankie_bus::Subscriber, ConsoleError> {
-    inner
-        .bus
+async fn subscribe_receipts(console: &Console) -> Result<clankie_bus::Subscriber, ConsoleError> {
+    console
+        .bus()
         .client()
         .subscribe(Family::Receipt.wildcard())
         .await
@@ -177,16 +96,16 @@ async fn subscribe_receipts(inner: &crate::Inner) -> Result<clankie_bus::Subscri
 
 type VoiceConsumers = (clankie_bus::Consumer<v1::VoiceMember>, clankie_bus::Consumer<v1::FloorDecision>);
 
-async fn voice_consumers(inner: &crate::Inner) -> Result<VoiceConsumers, ConsoleError> {
-    let replica = &inner.replica;
-    let members = inner
-        .bus
+async fn voice_consumers(console: &Console) -> Result<VoiceConsumers, ConsoleError> {
+    let replica = console.replica();
+    let members = console
+        .bus()
         .consumer::<v1::VoiceMember>(
             ConsumerSpec::durable(format!("console-members-{replica}"), Family::VoiceMember).last_per_subject().fresh(),
         )
         .await?;
-    let decisions = inner
-        .bus
+    let decisions = console
+        .bus()
         .consumer::<v1::FloorDecision>(
             ConsumerSpec::durable(format!("console-floor-{replica}"), Family::VoiceFloor).last_per_subject().fresh(),
         )
@@ -198,20 +117,20 @@ async fn voice_consumers(inner: &crate::Inner) -> Result<VoiceConsumers, Console
 async fn lane_change(c: &Console, payload: &[u8]) {
     let Ok(receipt) = v1::Receipt::decode(payload) else { return };
     if receipt.kind == "voice.connection" && receipt.codes.iter().any(|c| c == "dave") {
-        c.inner.voice.connection(&receipt);
+        c.voice().connection(&receipt);
         return;
     }
-    if receipt.lane.is_empty() || !receipt.kind.starts_with("captain.") || c.inner.lanes.receiver_count() == 0 {
+    if receipt.lane.is_empty() || !receipt.kind.starts_with("captain.") || c.lanes().receiver_count() == 0 {
         return;
     }
-    match c.inner.store.lane_view(&receipt.lane).await {
+    match c.store().lane_view(&receipt.lane).await {
         Ok(Some(mut view)) => {
             // The receipt can overtake its own stored copy: what it says of the run wins.
             if receipt.kind == "captain.run" {
                 view.cold = receipt.flags.get("cold").copied();
                 view.replica = receipt.ids.get("replica").cloned().or(view.replica);
             }
-            let _ = c.inner.lanes.send(view);
+            let _ = c.lanes().send(view);
         }
         Ok(None) => {}
         Err(e) => tracing::warn!(lane = %receipt.lane, error = %e, "lane view unavailable"),
@@ -220,7 +139,7 @@ async fn lane_change(c: &Console, payload: &[u8]) {
 
 /// `GET /api/lanes/events`: every lane change as a `lane` event carrying the lane's view.
 pub async fn lane_events(State(console): State<Console>) -> Sse<impl Stream<Item = Result<Event, Infallible>>> {
-    let changes = changes_of(console.inner.lanes.subscribe());
+    let changes = changes_of(console.lanes().subscribe());
     Sse::new(changes.map(|view| Ok(Event::default().event("lane").json_data(view).unwrap_or_default()))).keep_alive(KeepAlive::default())
 }
 
@@ -256,7 +175,7 @@ pub async fn tap(
     if !clankie_bus::tap::valid_filter(&subject) || !clankie_proto::Subject::filter_is_ours(&subject) {
         return Err(ConsoleError::BadRequest(format!("{subject:?} is not a filter on clankie subjects (e.g. clankie.ingress.>)")));
     }
-    let sub = console.inner.bus.client().subscribe(subject).await.map_err(|e| unsubscribed("console tap", e))?;
+    let sub = console.bus().client().subscribe(subject).await.map_err(|e| unsubscribed("console tap", e))?;
     let events = sub.map(|msg| {
         let line = clankie_bus::tap::render(msg.subject.as_str(), &msg.payload, std::time::SystemTime::now());
         Ok(Event::default().event("tap").data(line.to_string()))

@@ -3,7 +3,7 @@
 use anyhow::{Context, Result, bail};
 use clankie_settings::Settings;
 
-use crate::Console;
+use crate::state::Console;
 
 /// Connects, declares the streams, migrates and starts a console from settings with `token`.
 pub async fn start(settings: &Settings, token: String) -> Result<Console> {
@@ -28,12 +28,12 @@ pub async fn run_from_env() -> Result<()> {
     let console = start(&settings, token).await?;
     clankie_http::spawn_endpoints(
         settings.http_addr,
-        clankie_http::Readiness { bus: console.inner.bus.clone(), store: Some(console.inner.store.clone()), parts: console.parts() },
+        clankie_http::Readiness { bus: console.bus().clone(), store: Some(console.store().clone()), parts: console.parts() },
     );
-    let listener = tokio::net::TcpListener::bind(settings.console_addr)
+    let listener = tokio::net::TcpListener::bind(settings.console_addr())
         .await
-        .with_context(|| format!("listening on CLANKIE_CONSOLE_ADDR {}", settings.console_addr))?;
-    tracing::info!(addr = %settings.console_addr, "console serving");
+        .with_context(|| format!("listening on CLANKIE_CONSOLE_ADDR {}", settings.console_addr()))?;
+    tracing::info!(addr = %settings.console_addr(), "console serving");
     tokio::select! {
         served = console.serve(listener) => served.context("serving the console")?,
         () = stopped => tracing::info!("terminated; exiting"),

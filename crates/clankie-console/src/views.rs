@@ -8,14 +8,15 @@ use clankie_store::{MemoryStatus, OwnerSettings, Persona, Sharing, Store};
 use serde_json::{Value, json};
 
 use crate::diff;
-use crate::{Console, ConsoleError};
+use crate::error::ConsoleError;
+use crate::state::Console;
 
 /// Lanes the lanes view lists at most.
 const LANES_SHOWN: i64 = 200;
 
 /// `GET /api/lanes`: the most recently touched lanes, newest first.
 pub async fn lanes(State(console): State<Console>) -> Result<Json<Vec<clankie_store::LaneView>>, ConsoleError> {
-    Ok(Json(console.inner.store.lane_views(LANES_SHOWN).await?))
+    Ok(Json(console.store().lane_views(LANES_SHOWN).await?))
 }
 
 /// One delivery's trail: the trace it is in (when one was exported), every receipt across
@@ -82,7 +83,7 @@ pub async fn trail_route(State(console): State<Console>, Path(id): Path<String>)
     if id.is_empty() || id.len() > 120 || id.chars().any(char::is_control) {
         return Err(ConsoleError::BadRequest("a delivery id is a Discord message id or a voice utterance id".into()));
     }
-    trail(&console.inner.store, &id, console.inner.trace_url.as_deref()).await?.map(Json).ok_or(ConsoleError::NotFound)
+    trail(console.store(), &id, console.trace_url()).await?.map(Json).ok_or(ConsoleError::NotFound)
 }
 
 fn memory_json(m: &clankie_store::Memory) -> Value {
@@ -91,7 +92,7 @@ fn memory_json(m: &clankie_store::Memory) -> Value {
 
 /// `GET /api/memory`: proposals waiting for a decision, and what is approved.
 pub async fn memory(State(console): State<Console>) -> Result<Json<Value>, ConsoleError> {
-    let store = &console.inner.store;
+    let store = console.store();
     let proposed = store.memories(MemoryStatus::Proposed, 200).await?;
     let approved = store.memories(MemoryStatus::Approved, 200).await?;
     Ok(Json(json!({
@@ -101,7 +102,7 @@ pub async fn memory(State(console): State<Console>) -> Result<Json<Value>, Conso
 }
 
 async fn decide(console: &Console, id: i64, to: MemoryStatus) -> Result<Json<Value>, ConsoleError> {
-    if console.inner.store.decide_memory(id, MemoryStatus::Proposed, to).await? {
+    if console.store().decide_memory(id, MemoryStatus::Proposed, to).await? {
         tracing::info!(memory = id, decision = to.code(), "memory proposal decided in the console");
         Ok(Json(json!({ "id": id, "status": to.code() })))
     } else {
@@ -123,8 +124,8 @@ pub async fn reject(State(console): State<Console>, Path(id): Path<i64>) -> Resu
 /// block, the voice ring, memory, experiences and the streams; the answer counts what went. A lane a live
 /// run holds is waited for a while; `lanes_busy` says how many were not.
 pub async fn forget_user(State(console): State<Console>, Path(id): Path<u64>) -> Result<Json<Value>, ConsoleError> {
-    let f = clankie_self::rewrite::forget_user(&console.inner.store, id, std::time::Duration::from_secs(20), |_| {}).await?;
-    let erased = clankie_self::rewrite::erase_from_streams(&console.inner.store, &console.inner.bus, id, &f).await?;
+    let f = clankie_self::rewrite::forget_user(console.store(), id, std::time::Duration::from_secs(20), |_| {}).await?;
+    let erased = clankie_self::rewrite::erase_from_streams(console.store(), console.bus(), id, &f).await?;
     tracing::info!(
         lanes = f.lanes,
         messages = f.messages,
@@ -179,7 +180,7 @@ pub struct PersonaEdit {
 
 /// `GET /api/persona`.
 pub async fn persona(State(console): State<Console>) -> Result<Json<Value>, ConsoleError> {
-    let store = &console.inner.store;
+    let store = console.store();
     let p = store.persona().await?;
     let current = json!({ "name": p.name, "aliases": p.aliases, "character_sheet": p.character_sheet, "speaking_style": p.speaking_style });
     versioned(store, "persona", current, p.version).await
@@ -197,7 +198,7 @@ pub async fn set_persona(State(console): State<Console>, Json(edit): Json<Person
         speaking_style: edit.speaking_style,
         version: 0,
     };
-    let version = console.inner.store.set_persona(&p).await?;
+    let version = console.store().set_persona(&p).await?;
     tracing::info!(version, "persona edited in the console");
     persona(State(console)).await
 }
@@ -231,7 +232,7 @@ fn settings_json(s: &OwnerSettings) -> Value {
 
 /// `GET /api/settings`.
 pub async fn settings(State(console): State<Console>) -> Result<Json<Value>, ConsoleError> {
-    let store = &console.inner.store;
+    let store = console.store();
     let s = store.owner_settings().await?;
     versioned(store, "settings", settings_json(&s), s.version).await
 }
@@ -255,7 +256,7 @@ pub async fn set_settings(State(console): State<Console>, Json(edit): Json<Setti
         sharing,
         version: 0,
     };
-    let version = console.inner.store.set_owner_settings(&s).await?;
+    let version = console.store().set_owner_settings(&s).await?;
     tracing::info!(version, "owner settings edited in the console");
     settings(State(console)).await
 }
@@ -263,8 +264,8 @@ pub async fn set_settings(State(console): State<Console>, Json(edit): Json<Setti
 /// `GET /api/voice`: each voice room's keeper and lease, who is in it, its call's end-to-end
 /// encryption (DAVE epoch and privacy code) and its newest floor decisions.
 pub async fn voice(State(console): State<Console>) -> Result<Json<Vec<Value>>, ConsoleError> {
-    let leases = console.inner.store.voice_room_views().await?;
-    let mut rooms = console.inner.voice.rooms();
+    let leases = console.store().voice_room_views().await?;
+    let mut rooms = console.voice().rooms();
     for lease in &leases {
         let key = lease.room.split_once(':').and_then(|(g, c)| Some((g.parse().ok()?, c.parse().ok()?)));
         if let Some(key) = key {
@@ -282,7 +283,7 @@ pub async fn voice(State(console): State<Console>) -> Result<Json<Vec<Value>>, C
                 "epoch": lease.map(|l| l.epoch),
                 "live": lease.is_some_and(|l| l.live),
                 "him_present": members.iter().any(|m| m.is_him),
-                "dave": console.inner.voice.dave((guild, channel)),
+                "dave": console.voice().dave((guild, channel)),
                 "members": members.iter().map(|m| json!({ "user": m.user_id, "name": m.display_name, "is_him": m.is_him })).collect::<Vec<_>>(),
                 "decisions": decisions.iter().map(|d| json!({
                     "delivery_id": d.delivery_id,
@@ -308,7 +309,7 @@ pub struct FiguresQuery {
 /// `GET /api/figures?hours=`: turns, outcomes by kind and tokens per hour (24 by default, at most a week).
 /// The settings the console runs with and where each came from; secrets masked.
 pub async fn config(State(console): State<Console>) -> Json<Vec<Value>> {
-    Json(console.inner.in_effect.iter().map(|e| json!({ "name": e.name, "value": e.value, "origin": e.origin.to_string() })).collect())
+    Json(console.in_effect().iter().map(|e| json!({ "name": e.name, "value": e.value, "origin": e.origin.to_string() })).collect())
 }
 
 pub async fn figures(
@@ -316,5 +317,5 @@ pub async fn figures(
     Query(q): Query<FiguresQuery>,
 ) -> Result<Json<Vec<clankie_store::HourFigures>>, ConsoleError> {
     let hours = q.hours.unwrap_or(24).clamp(1, 168);
-    Ok(Json(console.inner.store.hourly_figures(hours).await?))
+    Ok(Json(console.store().hourly_figures(hours).await?))
 }

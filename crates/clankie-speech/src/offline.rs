@@ -7,7 +7,9 @@ use std::time::Duration;
 
 use tokio::process::Command;
 
-use crate::{Audio, SpeechError, SpeechToText, TextToSpeech};
+use crate::audio::Audio;
+use crate::engine::{SpeechToText, TextToSpeech};
+use crate::error::SpeechError;
 
 /// pocketsphinx-en-us's acoustic model and dictionary, as Debian installs them.
 const MODEL: &str = "/usr/share/pocketsphinx/model/en-us/en-us";

@@ -2,7 +2,9 @@
 
 use std::time::Duration;
 
-use crate::{Audio, SpeechError, SpeechToText, TextToSpeech};
+use crate::audio::Audio;
+use crate::engine::{SpeechToText, TextToSpeech};
+use crate::error::SpeechError;
 
 fn client(timeout: Duration) -> Result<reqwest::Client, SpeechError> {
     let _ = rustls::crypto::ring::default_provider().install_default();
