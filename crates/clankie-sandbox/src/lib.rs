@@ -240,7 +240,7 @@ impl Sandbox {
         settings: &Settings,
         tasks: &mut Services,
     ) -> Result<((SocketAddr, String), clankie_http::supervise::Parts), SandboxError> {
-        let addr = settings.console_addr;
+        let addr = settings.console_addr();
         let token = match &settings.console_token {
             Some(t) => t.clone(),
             None => clankie_console::auth::fresh_token().map_err(|source| SandboxError::ConsoleListen { addr, source })?,

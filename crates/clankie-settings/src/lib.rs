@@ -24,18 +24,20 @@ pub use catalogue::{Area, Kind, Service, Setting, Unit, catalogue};
 pub use source::{Effective, Origin, Sources, parse_flag};
 
 /// The wire the model endpoint speaks.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum ModelProvider {
     /// OpenAI's Chat Completions, and every server that copies it.
+    #[default]
     OpenAi,
     /// Anthropic's Messages API.
     Anthropic,
 }
 
 /// Whether the `browse` tool runs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum BrowseMode {
     /// On when Chromium and chromedriver are installed.
+    #[default]
     Auto,
     /// On; a missing browser is a startup error.
     On,
@@ -58,8 +60,9 @@ fn did_you_mean(closest: &Option<&'static str>) -> String {
     closest.map(|c| format!("; did you mean {c}?")).unwrap_or_default()
 }
 
-/// The configuration a service runs with.
-#[derive(Clone)]
+/// The configuration a service runs with. Its `Default` is the blank each area's reader fills
+/// in (`Settings::from_sources`), not a configuration to run with.
+#[derive(Clone, Default)]
 pub struct Settings {
     /// Root of local state.
     pub state_root: PathBuf,
@@ -121,14 +124,14 @@ pub struct Settings {
     pub outcome_reactions: bool,
     /// Typing re-trigger interval.
     pub typing_interval: Duration,
-    /// Where the embedded default serves the loopback Discord.
-    pub sandbox_addr: std::net::SocketAddr,
+    /// Where the embedded default serves the loopback Discord ([`Settings::sandbox_addr`]).
+    sandbox_addr: Option<std::net::SocketAddr>,
     /// Messages each sandbox room keeps, the newest.
     pub sandbox_messages_kept: usize,
     /// The captain's warm-session budget, in MiB.
     pub warm_cache_mib: usize,
-    /// Where the operator console listens.
-    pub console_addr: std::net::SocketAddr,
+    /// Where the operator console listens ([`Settings::console_addr`]).
+    console_addr: Option<std::net::SocketAddr>,
     /// The operator console's token; never logged.
     pub console_token: Option<String>,
     /// The trace viewer's page for one trace, `{trace_id}` where the id goes (`CLANKIE_TRACE_URL`).
@@ -263,6 +266,25 @@ pub struct Settings {
     pub notices: Vec<String>,
 }
 
+/// `CLANKIE_SANDBOX_ADDR`'s default.
+pub(crate) const SANDBOX_ADDR: std::net::SocketAddr =
+    std::net::SocketAddr::V4(std::net::SocketAddrV4::new(std::net::Ipv4Addr::LOCALHOST, 8700));
+/// `CLANKIE_CONSOLE_ADDR`'s default.
+pub(crate) const CONSOLE_ADDR: std::net::SocketAddr =
+    std::net::SocketAddr::V4(std::net::SocketAddrV4::new(std::net::Ipv4Addr::LOCALHOST, 8790));
+
+impl Settings {
+    /// Where the embedded default serves the loopback Discord.
+    pub fn sandbox_addr(&self) -> std::net::SocketAddr {
+        self.sandbox_addr.unwrap_or(SANDBOX_ADDR)
+    }
+
+    /// Where the operator console listens.
+    pub fn console_addr(&self) -> std::net::SocketAddr {
+        self.console_addr.unwrap_or(CONSOLE_ADDR)
+    }
+}
+
 impl fmt::Debug for Settings {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Settings")
@@ -291,10 +313,10 @@ impl fmt::Debug for Settings {
             .field("discord_guilds", &self.discord_guilds)
             .field("outcome_reactions", &self.outcome_reactions)
             .field("typing_interval", &self.typing_interval)
-            .field("sandbox_addr", &self.sandbox_addr)
+            .field("sandbox_addr", &self.sandbox_addr())
             .field("sandbox_messages_kept", &self.sandbox_messages_kept)
             .field("warm_cache_mib", &self.warm_cache_mib)
-            .field("console_addr", &self.console_addr)
+            .field("console_addr", &self.console_addr())
             .field("console_token", &self.console_token.as_ref().map(|_| "***"))
             .field("trace_url", &self.trace_url)
             .field("voice_rooms", &self.voice_rooms)

@@ -402,7 +402,7 @@ async fn run(settings: &Settings, trust: Option<VoiceTrust>) -> Result<()> {
     // The page shows every kind of room: an announcement channel and a forum beside the default ones.
     let extra_channels = clankie_discord_loopback::showcase_channels();
     let options = clankie_sandbox::SandboxOptions { voice_roots, say_aloud_tts, extra_channels, ..Default::default() };
-    let sandbox = clankie_sandbox::Sandbox::start_with(settings, settings.sandbox_addr, options)
+    let sandbox = clankie_sandbox::Sandbox::start_with(settings, settings.sandbox_addr(), options)
         .await
         .context("starting the embedded stack (is `clankie stack up` running?)")?;
     let model = match &settings.model_base_url {

@@ -114,75 +114,11 @@ pub async fn run(settings: &Settings, action: SelfAction) -> Result<()> {
     }
     match action {
         SelfAction::Show => show(&store, settings).await,
-        SelfAction::Persona { name, aliases, sheet, sheet_file, style } => {
-            let mut p = store.persona().await?;
-            if let Some(n) = name {
-                p.name = bounded("the name", n.trim().to_owned(), MAX_NAME_CHARS)?;
-            }
-            if let Some(a) = aliases {
-                p.aliases = a.split(',').map(|a| a.trim().to_owned()).filter(|a| !a.is_empty()).collect();
-            }
-            if let Some(path) = sheet_file {
-                let text = std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
-                p.character_sheet = bounded("the character sheet", text, MAX_PERSONA_CHARS)?;
-            }
-            if let Some(s) = sheet {
-                p.character_sheet = bounded("the character sheet", s, MAX_PERSONA_CHARS)?;
-            }
-            if let Some(s) = style {
-                p.speaking_style = bounded("the speaking style", s, MAX_PERSONA_CHARS)?;
-            }
-            let version = store.set_persona(&p).await?;
-            println!("persona saved (version {version}); every lane's next turn uses it");
-            Ok(())
-        }
+        SelfAction::Persona { name, aliases, sheet, sheet_file, style } => persona(&store, name, aliases, sheet, sheet_file, style).await,
         SelfAction::Settings { owner, operators, grants, guilds, channels, trusted_dms, trusted_rooms, sharing } => {
-            let mut s = store.owner_settings().await?;
-            if let Some(o) = owner {
-                s.owner_id = match id_list("owner", if o.trim() == "none" { "" } else { &o })?.as_slice() {
-                    [] => None,
-                    [one] => Some(*one),
-                    _ => bail!("--owner takes one Discord id"),
-                };
-            }
-            for (var, value, field) in [
-                ("operators", operators, &mut s.operators),
-                ("grants", grants, &mut s.grants),
-                ("guilds", guilds, &mut s.guilds),
-                ("channels", channels, &mut s.channels),
-                ("trusted-dms", trusted_dms, &mut s.trusted_dms),
-                ("trusted-rooms", trusted_rooms, &mut s.trusted_rooms),
-            ] {
-                if let Some(v) = value {
-                    *field = id_list(var, &v)?;
-                }
-            }
-            if let Some(code) = sharing {
-                s.sharing = Sharing::parse(code.trim()).with_context(|| format!("--sharing: {code:?} is neither `guild` nor `none`"))?;
-            }
-            let version = store.set_owner_settings(&s).await?;
-            println!("owner settings saved (version {version}); every lane's next turn uses them");
-            Ok(())
+            owner_settings(&store, owner, [operators, grants, guilds, channels, trusted_dms, trusted_rooms], sharing).await
         }
-        SelfAction::Apply { file } => {
-            let self_file = SelfFile::read(&file).with_context(|| format!("checking the self file {}", file.display()))?;
-            let report = store.apply_self_file(&self_file).await.with_context(|| format!("applying the self file {}", file.display()))?;
-            if report.is_empty() {
-                println!("nothing changed: every field the file gives is as it last applied it");
-            }
-            for field in &report.written {
-                println!("wrote {field}");
-            }
-            if report.memories_added > 0 {
-                println!("added {} approved memory fact(s)", report.memories_added);
-            }
-            for (what, version) in [("persona", report.persona_version), ("owner settings", report.settings_version)] {
-                if let Some(version) = version {
-                    println!("{what} saved (version {version}); every lane's next turn uses it");
-                }
-            }
-            Ok(())
-        }
+        SelfAction::Apply { file } => apply(&store, &file).await,
         SelfAction::Proposals => {
             let pending = store.memories(MemoryStatus::Proposed, 1000).await?;
             if pending.is_empty() {
@@ -205,36 +141,7 @@ pub async fn run(settings: &Settings, action: SelfAction) -> Result<()> {
             println!("memory #{id} approved");
             Ok(())
         }
-        SelfAction::ForgetUser { user_id, wait_secs } => {
-            let wait = std::time::Duration::from_secs(wait_secs);
-            let forgotten = clankie_self::rewrite::forget_user(&store, user_id, wait, |lane| println!("rewrote {lane}"))
-                .await
-                .with_context(|| format!("forgetting user {user_id}"))?;
-            let bus =
-                clankie_bus::Bus::connect(settings, "cli").await.context("connecting to NATS to erase their messages from the streams")?;
-            let erased = clankie_self::rewrite::erase_from_streams(&store, &bus, user_id, &forgotten)
-                .await
-                .with_context(|| format!("erasing user {user_id}'s messages from the streams"))?;
-            for (stream, n) in &erased.by_stream {
-                println!("erased {n} of their event(s) from {stream}");
-            }
-            println!(
-                "forgot user {user_id}: lanes {}, messages {}, blocks {}, answers {} (kept {} that answered others too), summaries {}, ring lines {}, memories {}, experiences {}",
-                forgotten.lanes,
-                forgotten.messages,
-                forgotten.blocks,
-                forgotten.answers,
-                forgotten.answers_kept,
-                forgotten.summaries,
-                forgotten.ring_lines,
-                forgotten.memories,
-                forgotten.experiences
-            );
-            if forgotten.lanes_busy > 0 {
-                bail!("{} lane(s) stayed busy with a live run for {wait_secs} s; run the command again", forgotten.lanes_busy);
-            }
-            Ok(())
-        }
+        SelfAction::ForgetUser { user_id, wait_secs } => forget_user(settings, &store, user_id, wait_secs).await,
         SelfAction::Experiences => {
             for e in store.recent_experiences(None, 200, clankie_bus::now_ms()).await? {
                 let place = e.guild_id.map_or("dm".to_owned(), |g| format!("guild {g}"));
@@ -286,5 +193,120 @@ async fn show(store: &Store, settings: &Settings) -> Result<()> {
     println!("proposals waiting: {}", store.memories(MemoryStatus::Proposed, 1000).await?.len());
     let present = store.present_lanes(settings.exchange_window).await?;
     println!("present in: {}", if present.is_empty() { "(no lane right now)".to_owned() } else { present.join(", ") });
+    Ok(())
+}
+
+/// `clankie self persona`: the fields given change, each bounded; the rest stay.
+async fn persona(
+    store: &Store,
+    name: Option<String>,
+    aliases: Option<String>,
+    sheet: Option<String>,
+    sheet_file: Option<std::path::PathBuf>,
+    style: Option<String>,
+) -> Result<()> {
+    let mut p = store.persona().await?;
+    if let Some(n) = name {
+        p.name = bounded("the name", n.trim().to_owned(), MAX_NAME_CHARS)?;
+    }
+    if let Some(a) = aliases {
+        p.aliases = a.split(',').map(|a| a.trim().to_owned()).filter(|a| !a.is_empty()).collect();
+    }
+    if let Some(path) = sheet_file {
+        let text = std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
+        p.character_sheet = bounded("the character sheet", text, MAX_PERSONA_CHARS)?;
+    }
+    if let Some(s) = sheet {
+        p.character_sheet = bounded("the character sheet", s, MAX_PERSONA_CHARS)?;
+    }
+    if let Some(s) = style {
+        p.speaking_style = bounded("the speaking style", s, MAX_PERSONA_CHARS)?;
+    }
+    let version = store.set_persona(&p).await?;
+    println!("persona saved (version {version}); every lane's next turn uses it");
+    Ok(())
+}
+
+/// `clankie self settings`: the owner, the id lists (operators, grants, guilds, channels,
+/// trusted DMs, trusted rooms) and the sharing given change; the rest stay.
+async fn owner_settings(store: &Store, owner: Option<String>, lists: [Option<String>; 6], sharing: Option<String>) -> Result<()> {
+    let [operators, grants, guilds, channels, trusted_dms, trusted_rooms] = lists;
+    let mut s = store.owner_settings().await?;
+    if let Some(o) = owner {
+        s.owner_id = match id_list("owner", if o.trim() == "none" { "" } else { &o })?.as_slice() {
+            [] => None,
+            [one] => Some(*one),
+            _ => bail!("--owner takes one Discord id"),
+        };
+    }
+    for (var, value, field) in [
+        ("operators", operators, &mut s.operators),
+        ("grants", grants, &mut s.grants),
+        ("guilds", guilds, &mut s.guilds),
+        ("channels", channels, &mut s.channels),
+        ("trusted-dms", trusted_dms, &mut s.trusted_dms),
+        ("trusted-rooms", trusted_rooms, &mut s.trusted_rooms),
+    ] {
+        if let Some(v) = value {
+            *field = id_list(var, &v)?;
+        }
+    }
+    if let Some(code) = sharing {
+        s.sharing = Sharing::parse(code.trim()).with_context(|| format!("--sharing: {code:?} is neither `guild` nor `none`"))?;
+    }
+    let version = store.set_owner_settings(&s).await?;
+    println!("owner settings saved (version {version}); every lane's next turn uses them");
+    Ok(())
+}
+
+/// `clankie self apply`: the self file checked, applied in one transaction, and what it wrote said.
+async fn apply(store: &Store, file: &std::path::Path) -> Result<()> {
+    let self_file = SelfFile::read(file).with_context(|| format!("checking the self file {}", file.display()))?;
+    let report = store.apply_self_file(&self_file).await.with_context(|| format!("applying the self file {}", file.display()))?;
+    if report.is_empty() {
+        println!("nothing changed: every field the file gives is as it last applied it");
+    }
+    for field in &report.written {
+        println!("wrote {field}");
+    }
+    if report.memories_added > 0 {
+        println!("added {} approved memory fact(s)", report.memories_added);
+    }
+    for (what, version) in [("persona", report.persona_version), ("owner settings", report.settings_version)] {
+        if let Some(version) = version {
+            println!("{what} saved (version {version}); every lane's next turn uses it");
+        }
+    }
+    Ok(())
+}
+
+/// `clankie self forget-user`: the store forgets them lane by lane, then the streams, and the counts are said.
+async fn forget_user(settings: &Settings, store: &Store, user_id: u64, wait_secs: u64) -> Result<()> {
+    let wait = std::time::Duration::from_secs(wait_secs);
+    let forgotten = clankie_self::rewrite::forget_user(store, user_id, wait, |lane| println!("rewrote {lane}"))
+        .await
+        .with_context(|| format!("forgetting user {user_id}"))?;
+    let bus = clankie_bus::Bus::connect(settings, "cli").await.context("connecting to NATS to erase their messages from the streams")?;
+    let erased = clankie_self::rewrite::erase_from_streams(store, &bus, user_id, &forgotten)
+        .await
+        .with_context(|| format!("erasing user {user_id}'s messages from the streams"))?;
+    for (stream, n) in &erased.by_stream {
+        println!("erased {n} of their event(s) from {stream}");
+    }
+    println!(
+        "forgot user {user_id}: lanes {}, messages {}, blocks {}, answers {} (kept {} that answered others too), summaries {}, ring lines {}, memories {}, experiences {}",
+        forgotten.lanes,
+        forgotten.messages,
+        forgotten.blocks,
+        forgotten.answers,
+        forgotten.answers_kept,
+        forgotten.summaries,
+        forgotten.ring_lines,
+        forgotten.memories,
+        forgotten.experiences
+    );
+    if forgotten.lanes_busy > 0 {
+        bail!("{} lane(s) stayed busy with a live run for {wait_secs} s; run the command again", forgotten.lanes_busy);
+    }
     Ok(())
 }
