@@ -10,6 +10,7 @@ mod erase;
 mod healthcheck;
 mod image;
 mod invariants;
+mod layout;
 mod manifests;
 mod modules;
 mod operator;

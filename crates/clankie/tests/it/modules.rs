@@ -453,3 +453,20 @@ fn the_circle_check_finds_a_circle_through_a_reexport_and_not_one_through_wiring
     assert_eq!(circles_in(&src, false), Vec::<String>::new(), "with the root left out");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The third rule of `layout.rs`: every crate's root in the graph too. A root wires its
+/// modules; what they share lives in a module of their own, so no module imports its root.
+#[test]
+fn layout_no_module_imports_an_item_of_its_crate_root_that_imports_it_back() {
+    let crates = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let mut found = Vec::new();
+    for krate in std::fs::read_dir(&crates).unwrap().filter_map(Result::ok) {
+        let src = krate.path().join("src");
+        if src.is_dir() {
+            let name = krate.file_name().to_string_lossy().into_owned();
+            found.extend(circles_in(&src, true).into_iter().map(|c| format!("{name}: {c}")));
+        }
+    }
+    println!("layout: {} circle(s) through a crate root", found.len());
+    assert!(found.is_empty(), "modules and their crate root importing each other:\n{}", found.join("\n"));
+}
