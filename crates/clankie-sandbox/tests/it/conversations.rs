@@ -307,11 +307,7 @@ async fn audience_a_private_threads_talk_and_participants_never_reach_a_public_c
     let pims = rig.sandbox.discord.user_message(to_him(thread, "pim", "I will bring the cake, pim-finch"));
     rig.wait_outcomes(thread, &[pims]).await;
     let lane = clankie_proto::LaneKey::Room { guild, channel: thread }.to_string();
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-    while !store.recent_experiences(Some(guild), 20, clankie_bus::now_ms()).await.unwrap().iter().any(|e| e.thread == lane) {
-        assert!(tokio::time::Instant::now() < deadline, "the private thread's experience was never recorded");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    crate::experience_recorded(&store, "the private thread's experience", |e| e.thread == lane).await;
 
     rig.standin.script(Script::when("omar-owl", Reply::text("Oh, this and that.")));
     let omars = rig.sandbox.discord.user_message(to_him(LOBBIES, "omar", "what have you been up to lately? omar-owl"));

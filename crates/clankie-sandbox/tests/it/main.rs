@@ -73,3 +73,13 @@ pub async fn rows_holding(store: &clankie_store::Store, words: &str) -> Vec<(Str
     }
     holding
 }
+
+/// Waits until the store holds an experience `lived` accepts (they are recorded off the
+/// stream, after the turn's outcome).
+pub async fn experience_recorded(store: &clankie_store::Store, what: &str, lived: impl Fn(&clankie_proto::v1::Experience) -> bool) {
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(20);
+    while !store.recent_experiences(None, 50, clankie_bus::now_ms()).await.expect("experiences are readable").iter().any(&lived) {
+        assert!(tokio::time::Instant::now() < deadline, "{what} was never recorded");
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+}

@@ -132,9 +132,18 @@ fn image_dockerignore_reads_as_docker_reads_it() {
     assert!(reaches_below(&rules[4].segments, &["deploy"]) && !reaches_below(&rules[4].segments, &["docs"]));
 }
 
+/// Where the copy of the build context lives: one path per target dir, so a second run checks
+/// only what changed, and outside it. Inside the target dir cargo records the copy's sources
+/// relative to the target dir, and a later checkout sharing the dir, whose crates have the same
+/// fingerprints, took the stale copy's sources for its own and its changed crates for fresh.
+fn context_dir(target: &std::path::Path) -> PathBuf {
+    use std::hash::{BuildHasher, BuildHasherDefault};
+    let hash = BuildHasherDefault::<std::collections::hash_map::DefaultHasher>::default().hash_one(target);
+    std::env::temp_dir().join(format!("clankie-image-context-{hash:016x}"))
+}
+
 /// The image's binary compiles from the context `.dockerignore` leaves: `cargo check --locked` of
-/// `clankie` in a copy of it. Its context lives beside the target dir it shares, at one path, so a
-/// second run checks only what changed.
+/// `clankie` in a copy of it, sharing the target dir.
 #[test]
 fn image_the_build_context_dockerignore_leaves_compiles_the_images_binary() {
     let root = workspace();
@@ -146,7 +155,7 @@ fn image_the_build_context_dockerignore_leaves_compiles_the_images_binary() {
     assert!(!files.iter().any(|f| f.starts_with("target") || f.starts_with(".git")), "build output or history in the context");
 
     let target = std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| root.join("target"));
-    let context = target.join("image-context");
+    let context = context_dir(&target);
     assemble(&root, &files, &context);
     let started = std::time::Instant::now();
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());

@@ -49,7 +49,7 @@ fn before_tests(text: &str) -> Vec<&str> {
 
 /// Source text with comments and string and char literals blanked to spaces, every line kept
 /// where it was.
-fn blanked(text: &str) -> String {
+pub(crate) fn blanked(text: &str) -> String {
     let b = text.as_bytes();
     let mut out = Vec::with_capacity(b.len());
     let mut i = 0;

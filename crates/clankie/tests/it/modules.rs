@@ -19,65 +19,7 @@ type ModPath = Vec<String>;
 
 /// Source text with comments, string and char literals blanked and `#[cfg(test)]` items removed.
 fn code_of(text: &str) -> String {
-    let b = text.as_bytes();
-    let mut out = String::with_capacity(text.len());
-    let mut i = 0;
-    let ident = |c: u8| c.is_ascii_alphanumeric() || c == b'_';
-    while i < b.len() {
-        if b[i..].starts_with(b"//") {
-            while i < b.len() && b[i] != b'\n' {
-                i += 1;
-            }
-        } else if b[i..].starts_with(b"/*") {
-            let mut depth = 0;
-            while i < b.len() {
-                if b[i..].starts_with(b"/*") {
-                    depth += 1;
-                    i += 2;
-                } else if b[i..].starts_with(b"*/") {
-                    depth -= 1;
-                    i += 2;
-                    if depth == 0 {
-                        break;
-                    }
-                } else {
-                    i += 1;
-                }
-            }
-            out.push(' ');
-        } else if b[i] == b'r'
-            && (i == 0 || !ident(b[i - 1]))
-            && b[i + 1..].iter().position(|c| *c != b'#').is_some_and(|n| b[i + 1 + n] == b'"')
-        {
-            let hashes = b[i + 1..].iter().take_while(|c| **c == b'#').count();
-            let close: Vec<u8> = std::iter::once(b'"').chain(std::iter::repeat_n(b'#', hashes)).collect();
-            i += 2 + hashes;
-            while i < b.len() && !b[i..].starts_with(&close) {
-                i += 1;
-            }
-            i += close.len();
-            out.push_str("\"\"");
-        } else if b[i] == b'"' {
-            i += 1;
-            while i < b.len() && b[i] != b'"' {
-                i += if b[i] == b'\\' { 2 } else { 1 };
-            }
-            i += 1;
-            out.push_str("\"\"");
-        } else if b[i] == b'\'' && (b.get(i + 1) == Some(&b'\\') || b.get(i + 2) == Some(&b'\'')) {
-            i += 1;
-            while i < b.len() && b[i] != b'\'' {
-                i += if b[i] == b'\\' { 2 } else { 1 };
-            }
-            i += 1;
-            out.push_str("' '");
-        } else {
-            let len = text[i..].chars().next().map_or(1, char::len_utf8);
-            out.push_str(&text[i..i + len]);
-            i += len;
-        }
-    }
-    without_test_items(&out)
+    without_test_items(&crate::layout::blanked(text))
 }
 
 fn without_test_items(code: &str) -> String {
