@@ -9,6 +9,7 @@ use clankie_model_standin::{RecordedRequest, Reply, Script};
 use clankie_proto::{Family, v1};
 use clankie_store::{OwnerSettings, Store};
 
+use crate::conversations::request_for;
 use crate::{GENERAL, Rig, until};
 
 const LOBBIES: u64 = 201;
@@ -18,16 +19,6 @@ const SEES: u64 = permission::VIEW_CHANNEL | permission::READ_MESSAGE_HISTORY | 
 
 fn to_him(channel: u64, author: &str, content: &str) -> NewMessage {
     NewMessage { channel_id: channel, author: author.into(), content: content.into(), mention: true, ..Default::default() }
-}
-
-/// The request whose last message holds `needle`.
-fn request_for(rig: &Rig, needle: &str) -> RecordedRequest {
-    rig.standin
-        .requests()
-        .into_iter()
-        .rev()
-        .find(|r| r.messages().last().is_some_and(|m| m.to_string().contains(needle)))
-        .unwrap_or_else(|| panic!("no request answered {needle:?}"))
 }
 
 async fn ingress_receipt(receipts: &clankie_testkit::Recorder<v1::Receipt>, delivery: u64) -> v1::Receipt {

@@ -36,7 +36,7 @@ async fn receipt(receipts: &clankie_testkit::Recorder<v1::Receipt>, kind: &str, 
 }
 
 /// The request whose last message is the one `needle` is in.
-fn request_for(rig: &Rig, needle: &str) -> RecordedRequest {
+pub(crate) fn request_for(rig: &Rig, needle: &str) -> RecordedRequest {
     rig.standin
         .requests()
         .into_iter()
