@@ -49,19 +49,22 @@ impl Bus {
 
     /// Records that `user_id` was forgotten at `at_ms`, for every process now and later.
     pub async fn record_forgotten(&self, user_id: u64, at_ms: i64) -> Result<(), BusError> {
-        let bucket = self.audience_bucket().await?;
-        let key = format!("{FORGOTTEN_PREFIX}{user_id}");
-        bucket.put(&key, Bytes::from(at_ms.to_string())).await.map_err(|e| kv_failed(&key, e))?;
-        Ok(())
+        self.record_fact(&format!("{FORGOTTEN_PREFIX}{user_id}"), at_ms.to_string()).await
     }
 
-    /// Records the owner's admitted channels when they differ from the ones recorded.
+    /// Records the owner's admitted channels.
     pub async fn record_admitted_channels(&self, channels: &[u64]) -> Result<(), BusError> {
+        self.record_fact(ADMITTED_KEY, channels.iter().map(u64::to_string).collect::<Vec<_>>().join(",")).await
+    }
+
+    /// Writes `value` under `key` only when the bucket holds something else: every watcher
+    /// acts on each write (a voice room withdraws ring lines and says so), and the captains
+    /// tell the same facts again and again.
+    async fn record_fact(&self, key: &str, value: String) -> Result<(), BusError> {
         let bucket = self.audience_bucket().await?;
-        let value = channels.iter().map(u64::to_string).collect::<Vec<_>>().join(",");
-        let current = bucket.get(ADMITTED_KEY).await.map_err(|e| kv_failed(ADMITTED_KEY, e))?;
+        let current = bucket.get(key).await.map_err(|e| kv_failed(key, e))?;
         if current.as_deref() != Some(value.as_bytes()) {
-            bucket.put(ADMITTED_KEY, Bytes::from(value)).await.map_err(|e| kv_failed(ADMITTED_KEY, e))?;
+            bucket.put(key, Bytes::from(value)).await.map_err(|e| kv_failed(key, e))?;
         }
         Ok(())
     }

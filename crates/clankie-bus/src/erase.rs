@@ -91,8 +91,9 @@ impl Bus {
     /// server overwriting what it deletes. Events of anyone else stay. His replies on the
     /// egress stream to the turns in `answered` go too: the turns only they started, whose
     /// answers the store has withdrawn (by the turn's delivery id each reply carries); his
-    /// spoken answers (`Speak`) to voice runs one of their inputs began; and the experiences on the self stream they took part in, by id (by one of their `names` for an
-    /// experience recorded before ids were kept), as the store's went.
+    /// spoken answers (`Speak`) to voice runs one of their inputs began; and the experiences on
+    /// the self stream they took part in, by id (by one of their `names` for an experience
+    /// recorded before ids were kept), as the store's went.
     ///
     /// Other people's events that carry their words (a reply quoting them, a message in a
     /// thread they started) are rewritten: republished on their subject with those words made

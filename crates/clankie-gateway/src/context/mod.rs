@@ -62,8 +62,7 @@ impl Gateway {
     /// Applies the audience rule to what `ingress` carries of other people's words before it is
     /// published: a forgotten person's old words become the marker. How many it replaced.
     pub(crate) fn rule_carried(&self, ingress: &mut v1::Ingress) -> usize {
-        let heard = self.places().heard();
-        audience::rule_ingress(ingress, &heard.forgotten, &[]).forgotten
+        self.places().rule_carried(ingress)
     }
 
     /// Gathers `message`'s context within [`GATHER_PATIENCE`]; past it, or on any refusal, the

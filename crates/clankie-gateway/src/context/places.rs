@@ -149,9 +149,11 @@ impl Places {
         }
     }
 
-    /// What has been heard so far.
-    pub(crate) fn heard(&self) -> Heard {
-        self.heard.borrow().clone()
+    /// Applies the audience rule to what `ingress` carries of other people's words, under the
+    /// heard facts as they stand (no copy of the forgotten list per message): a forgotten
+    /// person's old words become the marker. How many it replaced.
+    pub(crate) fn rule_carried(&self, ingress: &mut v1::Ingress) -> usize {
+        clankie_proto::audience::rule_ingress(ingress, &self.heard.borrow().forgotten, &[]).forgotten
     }
 
     /// Watches what is heard: a link waits for the owner's admitted channels to come in.
