@@ -1,6 +1,8 @@
 //! The gateway WebSocket, v10, JSON encoding: Hello, Identify → READY (shards and the
-//! identify spacing), heartbeats, Resume with replay, the command cap (4008), and the bot's
-//! voice state updates (op 4), which the voice layer answers.
+//! identify spacing), heartbeats (each logged), Resume with replay, the command cap (4008), and
+//! the bot's voice state updates (op 4), which the voice layer answers. A session's frames go
+//! out in turns, so a heartbeat is never stuck behind a backlog; a connection that falls further
+//! behind than its session keeps is cut, never skipped ahead.
 
 use std::sync::Arc;
 
@@ -13,8 +15,9 @@ use serde_json::{Value, json};
 
 use crate::state::State;
 use crate::state::limits::CommandWindow;
+use crate::state::messages::now_ms;
 use crate::state::permission;
-use crate::state::sessions::intent;
+use crate::state::sessions::{HeartbeatRecord, Next, intent};
 use crate::voice::{VoiceServer, bot_voice, guild_voice_states};
 
 /// The gateway's WebSocket route, over any router state that hands out the loopback's state and voice server.
@@ -40,22 +43,19 @@ async fn send(socket: &mut WebSocket, frame: String) -> bool {
     socket.send(Message::Text(frame.into())).await.is_ok()
 }
 
-/// Where one connection stands in its session: the session it identified or resumed as (none
-/// yet), the shard it holds, and how far along the session's log it has been sent.
+/// Frames a connection sends from its session's log before it reads again: a long backlog goes
+/// out in chunks, so a heartbeat that arrives meanwhile is read and acked promptly.
+const FRAMES_PER_TURN: usize = 64;
+
+/// Where one connection stands: its number, the session it identified or resumed as (none
+/// yet), the shard it holds, how far along the session's log it has been sent, and when it
+/// last heard a heartbeat (its Hello at first).
 struct Attached {
+    connection: u64,
     session: Option<String>,
     shard: u32,
     sent: u64,
-}
-
-/// Sends `frames` in order, each noted as sent; false if any failed to go (the rest are still tried).
-async fn send_all(socket: &mut WebSocket, frames: Vec<(u64, String)>, sent: &mut u64) -> bool {
-    let mut ok = true;
-    for (n, f) in frames {
-        ok &= send(socket, f).await;
-        *sent = n;
-    }
-    ok
+    last_beat_ms: i64,
 }
 
 /// Closes the socket with a gateway close code.
@@ -63,17 +63,58 @@ async fn close(socket: &mut WebSocket, code: u16, reason: &str) {
     let _ = socket.send(Message::Close(Some(axum::extract::ws::CloseFrame { code, reason: reason.into() }))).await;
 }
 
+/// What one turn of sending from the session's log came to.
+enum Sent {
+    /// Sent; `true` when more frames wait.
+    Ok(bool),
+    /// The socket failed.
+    Failed,
+    /// The log had moved past what the connection had yet to send: it is cut.
+    Behind,
+}
+
+/// Sends the next frames of the connection's session, at most [`FRAMES_PER_TURN`], in order.
+async fn send_turn(socket: &mut WebSocket, state: &State, at: &mut Attached) -> Sent {
+    let Some(sid) = &at.session else { return Sent::Ok(false) };
+    match state.sessions.next_frames(sid, at.sent, FRAMES_PER_TURN) {
+        Next::Behind => Sent::Behind,
+        Next::Frames { frames, more } => {
+            let from = at.sent;
+            let mut ok = true;
+            for (n, frame) in frames {
+                ok = send(socket, frame).await;
+                if !ok {
+                    break;
+                }
+                at.sent = n;
+            }
+            // The log's sequence numbers run without a gap, so how far it moved is how many went.
+            state.sessions.sent(at.sent - from);
+            if ok { Sent::Ok(more) } else { Sent::Failed }
+        }
+    }
+}
+
 async fn serve(mut socket: WebSocket, state: Arc<State>, voice: Arc<VoiceServer>) {
     let hello = json!({ "op": 10, "d": { "heartbeat_interval": state.config.heartbeat_interval_ms } }).to_string();
     if !send(&mut socket, hello).await {
         return;
     }
+    let connection = state.sessions.connect();
     let mut dispatched = state.sessions.dispatched.subscribe();
     let mut drop_all = state.sessions.drop_all.subscribe();
-    let mut at = Attached { session: None, shard: 0, sent: 0 };
+    let mut at = Attached { connection, session: None, shard: 0, sent: 0, last_beat_ms: now_ms() };
     let mut commands = CommandWindow::new(&state.config.limits);
+    // Frames wait in the session's log: send the next turn of them without another ring.
+    let mut pending = false;
     loop {
         tokio::select! {
+            // Cuts first, then what the client sent, so a heartbeat is never queued behind dispatches.
+            biased;
+            _ = drop_all.recv() => {
+                // A cut, not a goodbye: no close frame, so the client resumes.
+                break;
+            }
             incoming = socket.recv() => {
                 let Some(Ok(message)) = incoming else { break };
                 let text = match message {
@@ -82,6 +123,9 @@ async fn serve(mut socket: WebSocket, state: Arc<State>, voice: Arc<VoiceServer>
                     _ => continue,
                 };
                 if !commands.take() {
+                    if serde_json::from_str::<Value>(&text).is_ok_and(|f| f["op"] == 1) {
+                        heartbeat(&state, &mut at, now_ms(), false);
+                    }
                     // Discord disconnects a client past its command budget with 4008.
                     state.limits.gateway_closed();
                     close(&mut socket, 4008, "Rate limited.").await;
@@ -94,16 +138,30 @@ async fn serve(mut socket: WebSocket, state: Arc<State>, voice: Arc<VoiceServer>
                 if !command(&mut socket, &state, &voice, &frame, &mut at).await {
                     break;
                 }
+                pending = at.session.is_some();
             }
-            _ = dispatched.recv() => {
-                if let Some(sid) = &at.session {
-                    let frames = state.sessions.frames_after(sid, at.sent);
-                    if !send_all(&mut socket, frames, &mut at.sent).await { break; }
+            _ = std::future::ready(()), if pending => {
+                match send_turn(&mut socket, &state, &mut at).await {
+                    Sent::Ok(more) => {
+                        pending = more;
+                        if more {
+                            // Let the runtime look at the socket first: a heartbeat that came
+                            // meanwhile is only seen readable once its I/O driver has run.
+                            tokio::task::yield_now().await;
+                        }
+                    }
+                    Sent::Failed => break,
+                    Sent::Behind => {
+                        // Discord never skips within a live connection: cut it, without a close
+                        // frame, so the client resumes (and is told its session is gone).
+                        state.sessions.cut_behind();
+                        break;
+                    }
                 }
             }
-            _ = drop_all.recv() => {
-                // A cut, not a goodbye: no close frame, so the client resumes.
-                break;
+            _ = dispatched.recv() => {
+                // A ring (or a lag of them): frames wait in the log.
+                pending = at.session.is_some();
             }
         }
     }
@@ -112,10 +170,24 @@ async fn serve(mut socket: WebSocket, state: Arc<State>, voice: Arc<VoiceServer>
     }
 }
 
+/// Records a heartbeat this connection's loop read at `read_ms`, `acked` when its ACK went out.
+fn heartbeat(state: &State, at: &mut Attached, read_ms: i64, acked: bool) {
+    let since_last_ms = read_ms - at.last_beat_ms;
+    at.last_beat_ms = read_ms;
+    let interval_ms = state.config.heartbeat_interval_ms;
+    state.sessions.heartbeat(HeartbeatRecord { connection: at.connection, at_ms: read_ms, since_last_ms, interval_ms, acked });
+}
+
 /// One command from the client, by its op; false when the connection ends.
 async fn command(socket: &mut WebSocket, state: &State, voice: &VoiceServer, frame: &Value, at: &mut Attached) -> bool {
     match frame["op"].as_u64() {
-        Some(1) => send(socket, json!({ "op": 11 }).to_string()).await,
+        Some(1) => {
+            // When it was read is what counts, not when the ACK went out.
+            let read = now_ms();
+            let acked = send(socket, json!({ "op": 11 }).to_string()).await;
+            heartbeat(state, at, read, acked);
+            acked
+        }
         Some(2) => identify(socket, state, voice, &frame["d"], at).await,
         Some(4) => {
             update_voice_state(state, voice, &frame["d"], at);
@@ -127,8 +199,8 @@ async fn command(socket: &mut WebSocket, state: &State, voice: &VoiceServer, fra
 }
 
 /// Identify (op 2): refused with 4004 (token), 4014 (Message Content while the portal's switch
-/// is off) or 4010 (shard); else READY, then the GUILD_CREATEs that follow it in the session's
-/// log and anything dispatched since.
+/// is off) or 4010 (shard); else READY. The GUILD_CREATEs that follow it in the session's log
+/// and anything dispatched since go out from the serve loop, in turns.
 async fn identify(socket: &mut WebSocket, state: &State, voice: &VoiceServer, d: &Value, at: &mut Attached) -> bool {
     if !token_ok(state, d["token"].as_str().unwrap_or_default()) {
         state.sessions.refuse_identify();
@@ -158,13 +230,8 @@ async fn identify(socket: &mut WebSocket, state: &State, voice: &VoiceServer, d:
     if !send(socket, ready).await {
         return false;
     }
+    state.sessions.sent(1);
     at.sent = 1;
-    // The GUILD_CREATEs that follow READY in the session's log, and anything
-    // dispatched since.
-    let frames = state.sessions.frames_after(&id, at.sent);
-    if !send_all(socket, frames, &mut at.sent).await {
-        return false;
-    }
     at.session = Some(id);
     state.sessions.set_attached(at.shard, 1);
     true
@@ -186,15 +253,15 @@ fn update_voice_state(state: &State, voice: &VoiceServer, d: &Value, at: &Attach
     }
 }
 
-/// Resume (op 6): the session's missed dispatches replayed, or Invalid Session (op 9).
+/// Resume (op 6): the session's missed dispatches replayed (from the serve loop, in turns,
+/// RESUMED after them), or Invalid Session (op 9).
 async fn resume(socket: &mut WebSocket, state: &State, d: &Value, at: &mut Attached) -> bool {
     let sid = d["session_id"].as_str().unwrap_or_default().to_owned();
     let seq = d["seq"].as_u64().unwrap_or(0);
-    match (token_ok(state, d["token"].as_str().unwrap_or_default()), state.sessions.resume(&sid, seq)) {
-        (true, Some(frames)) => {
-            if !send_all(socket, frames, &mut at.sent).await {
-                return false;
-            }
+    let token = token_ok(state, d["token"].as_str().unwrap_or_default());
+    match token.then(|| state.sessions.resume(&sid, seq)).flatten() {
+        Some(from) => {
+            at.sent = from;
             if at.session.is_some() {
                 state.sessions.set_attached(at.shard, -1);
             }
@@ -203,6 +270,6 @@ async fn resume(socket: &mut WebSocket, state: &State, d: &Value, at: &mut Attac
             state.sessions.set_attached(at.shard, 1);
             true
         }
-        _ => send(socket, json!({ "op": 9, "d": false }).to_string()).await,
+        None => send(socket, json!({ "op": 9, "d": false }).to_string()).await,
     }
 }

@@ -51,6 +51,7 @@ pub use state::faults::FetchFault;
 pub use state::limits::{LimitCounts, Limits};
 pub use state::permission;
 pub use state::permissions::{base_permissions, channel_permissions};
+pub use state::sessions::HeartbeatRecord;
 pub use state::threads::{ANNOUNCEMENT_THREAD, PRIVATE_THREAD, PUBLIC_THREAD};
 pub use state::{MentionedUser, NewAttachment, NewEmbed, NewMessage, NewPoll, Post, StoredMessage, Thread, ThreadError};
 pub use state::{OverwriteError, Refusal};
@@ -235,6 +236,28 @@ impl Loopback {
         self.state.limits.arrivals()
     }
 
+    /// Makes every `/api/v10` request answered `latency` after it arrived (zero: at once), so a
+    /// client meets Discord's REST as slow; limits still count each request at its arrival.
+    pub fn set_rest_latency(&self, latency: Duration) {
+        self.state.limits.set_rest_latency(latency);
+    }
+
+    /// `/api/v10` requests by route kind (method and route template, ids as names:
+    /// `GET /channels/{channel}/messages/{message}`) since the start or the last reset.
+    pub fn rest_calls(&self) -> std::collections::BTreeMap<String, u64> {
+        self.state.limits.calls().0
+    }
+
+    /// How many `/api/v10` requests came since the start or the last reset.
+    pub fn rest_calls_total(&self) -> u64 {
+        self.state.limits.calls().1
+    }
+
+    /// Zeroes the REST calls counted, so a phase of a run can be measured alone.
+    pub fn reset_rest_calls(&self) {
+        self.state.limits.reset_calls();
+    }
+
     /// When each message-create request into `channel` arrived, oldest first (ms since the
     /// epoch): what the bot sent, whether or not it became a post.
     pub fn create_requests(&self, channel: u64) -> Vec<i64> {
@@ -255,6 +278,25 @@ impl Loopback {
     /// How many resumes succeeded.
     pub fn resumes(&self) -> u64 {
         self.state.sessions.resumes()
+    }
+
+    /// Every gateway Heartbeat (op 1) the connections sent, oldest first (the last 10,000):
+    /// when each was read, how long after the one before, and whether it was acked.
+    pub fn heartbeats(&self) -> Vec<HeartbeatRecord> {
+        self.state.sessions.heartbeats()
+    }
+
+    /// Live connections cut (without a close frame) because they fell further behind than their
+    /// session's 1,024 kept frames: Discord never skips frames within a connection.
+    pub fn connections_cut_behind(&self) -> u64 {
+        self.state.sessions.connections_cut_behind()
+    }
+
+    /// Frames appended to any session's log (READY, events, RESUMED) and frames connections
+    /// wrote from one (a replay counted again): equal once every connection caught up without
+    /// a resume.
+    pub fn gateway_frames(&self) -> (u64, u64) {
+        self.state.sessions.frame_counts()
     }
 
     /// Drops every gateway connection without a close frame, as a network cut would.
@@ -436,6 +478,26 @@ impl Loopback {
     /// an unknown thread. A user's message into an archived thread unarchives it first.
     pub fn set_archived(&self, thread: u64, archived: bool) -> bool {
         self.state.set_archived(thread, archived)
+    }
+
+    /// Renames a thread (THREAD_UPDATE with the whole thread when the name changed); false for
+    /// an unknown thread or a name not 1 to 100 characters.
+    pub fn rename_thread(&self, thread: u64, name: &str) -> bool {
+        self.state.rename_thread(thread, name)
+    }
+
+    /// Sets a forum post's tags to the named ones of its forum (THREAD_UPDATE with the whole
+    /// thread when they changed); false for an unknown thread, one not in a forum, or a tag
+    /// name the forum lacks.
+    pub fn set_post_tags(&self, thread: u64, tags: &[&str]) -> bool {
+        self.state.set_post_tags(thread, tags)
+    }
+
+    /// Renames a guild channel (CHANNEL_UPDATE with the channel as `GET /channels/{id}` answers
+    /// it, when the name changed); false for a thread, a DM, an unknown channel or a name not 1
+    /// to 100 characters.
+    pub fn rename_channel(&self, channel: u64, name: &str) -> bool {
+        self.state.rename_channel(channel, name)
     }
 
     /// Deletes a thread (THREAD_DELETE); its routes answer 404 10003 after. False for an unknown thread.

@@ -7,7 +7,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use axum::extract::{Request, State as AxState};
+use axum::extract::{MatchedPath, Request, State as AxState};
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
@@ -104,14 +104,31 @@ fn announce(headers: &mut HeaderMap, route: Route, limit: u32, remaining: u32, r
     insert(headers, "x-ratelimit-scope", "user");
 }
 
-/// The middleware in front of `/api/v10`: the limits, then the answer's way back.
+/// The middleware in front of `/api/v10`: the call counted by its kind, the limits (counted at
+/// arrival), the answer held until the REST latency after arrival has passed, then its way back.
 pub(crate) async fn enforce(AxState(state): AxState<Arc<State>>, request: Request, next: Next) -> Response {
+    let arrived = tokio::time::Instant::now();
+    let api = request.uri().path().starts_with("/api/v10/");
+    if api {
+        state.limits.count_call(call_kind(&request));
+    }
     let latency = Duration::from_millis(state.config.limits.answer_latency_ms);
     let response = limit(&state, request, next, latency).await;
+    let slow = state.limits.rest_latency();
+    if api && !slow.is_zero() {
+        tokio::time::sleep_until(arrived + slow).await;
+    }
     if !latency.is_zero() {
         tokio::time::sleep(latency).await;
     }
     response
+}
+
+/// A request's route kind: its method and route template under `/api/v10`, ids left as their
+/// names (`GET /channels/{channel}/messages/{message}`); the path itself for a route not matched.
+fn call_kind(request: &Request) -> String {
+    let path = request.extensions().get::<MatchedPath>().map_or(request.uri().path(), MatchedPath::as_str);
+    format!("{} {}", request.method(), path.strip_prefix("/api/v10").unwrap_or(path))
 }
 
 async fn limit(state: &Arc<State>, request: Request, next: Next, latency: Duration) -> Response {

@@ -1,5 +1,6 @@
 //! The control API's text side: users writing, editing and deleting messages, typing, running
-//! commands and pressing buttons; and what tests read back (messages, posts, outcomes, limits).
+//! commands and pressing buttons; threads, forum posts and channels started, archived, renamed
+//! and tagged; and what tests read back (messages, posts, outcomes, limits).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -48,6 +49,9 @@ where
         .route("/control/message_content", post(message_content))
         .route("/control/threads", post(new_thread))
         .route("/control/threads/{id}/archive", post(archive_thread))
+        .route("/control/threads/{id}/name", post(rename_thread))
+        .route("/control/threads/{id}/tags", post(post_tags))
+        .route("/control/channels/{id}/name", post(rename_channel))
         .route("/control/threads/{id}", delete(delete_thread))
         .route("/control/forum-posts", post(forum_post))
         .route("/control/members", post(member))
@@ -57,6 +61,13 @@ where
 /// the live threads, each naming its parent.
 async fn rooms(AxState(state): AxState<Arc<State>>) -> Json<Value> {
     let c = &state.config;
+    // Each channel under its name as it stands (the control API renames them).
+    let mut channels = c.channels.clone();
+    for channel in &mut channels {
+        if let Some(name) = state.channel_name(channel.id) {
+            channel.name = name;
+        }
+    }
     let threads: Vec<Value> = state
         .all_threads()
         .iter()
@@ -65,7 +76,7 @@ async fn rooms(AxState(state): AxState<Arc<State>>) -> Json<Value> {
     Json(json!({
         "bot_name": c.bot_name,
         "guild": { "id": c.guild_id, "name": c.guild_name },
-        "channels": c.channels,
+        "channels": channels,
         "dm_channels": c.dm_channels,
         "threads": threads,
     }))
@@ -144,6 +155,54 @@ async fn archive_thread(AxState(state): AxState<Arc<State>>, Path(id): Path<u64>
         return thread_error(ThreadError::UnknownThread(id));
     }
     Json(json!({ "id": id, "archived": a.archived })).into_response()
+}
+
+/// A thread or channel renamed (`POST /control/threads/{id}/name`, `POST /control/channels/{id}/name`).
+#[derive(Debug, Clone, Deserialize, Serialize)]
+pub struct Rename {
+    pub name: String,
+}
+
+/// Renames a thread: THREAD_UPDATE with the whole thread.
+async fn rename_thread(AxState(state): AxState<Arc<State>>, Path(id): Path<u64>, Json(r): Json<Rename>) -> Response {
+    let name = r.name.trim();
+    if state.thread(id).is_none() {
+        return thread_error(ThreadError::UnknownThread(id));
+    }
+    if !state.rename_thread(id, name) {
+        return error(StatusCode::BAD_REQUEST, "a thread's name is 1 to 100 characters");
+    }
+    Json(json!({ "id": id, "name": name })).into_response()
+}
+
+/// A forum post's tags set (`POST /control/threads/{id}/tags`), by name.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+pub struct PostTags {
+    pub tags: Vec<String>,
+}
+
+/// Sets a forum post's tags: THREAD_UPDATE with the whole thread.
+async fn post_tags(AxState(state): AxState<Arc<State>>, Path(id): Path<u64>, Json(p): Json<PostTags>) -> Response {
+    if state.thread(id).is_none() {
+        return thread_error(ThreadError::UnknownThread(id));
+    }
+    let tags: Vec<&str> = p.tags.iter().map(String::as_str).collect();
+    if !state.set_post_tags(id, &tags) {
+        return error(StatusCode::BAD_REQUEST, "not a forum post, or a tag its forum does not have");
+    }
+    Json(json!({ "id": id, "tags": p.tags })).into_response()
+}
+
+/// Renames a guild channel: CHANNEL_UPDATE with the whole channel.
+async fn rename_channel(AxState(state): AxState<Arc<State>>, Path(id): Path<u64>, Json(r): Json<Rename>) -> Response {
+    let name = r.name.trim();
+    if state.channel_name(id).is_none() {
+        return error(StatusCode::NOT_FOUND, "no guild channel of that id (a thread is renamed at /control/threads/{id}/name)");
+    }
+    if !state.rename_channel(id, name) {
+        return error(StatusCode::BAD_REQUEST, "a channel's name is 1 to 100 characters");
+    }
+    Json(json!({ "id": id, "name": name })).into_response()
 }
 
 async fn delete_thread(AxState(state): AxState<Arc<State>>, Path(id): Path<u64>) -> Response {

@@ -174,6 +174,10 @@ pub struct LoopbackConfig {
     /// Every guild's owner, who bypasses permissions; a person, so the bot can be refused.
     #[serde(default = "owner")]
     pub owner_id: u64,
+    /// How long after it arrived each `/api/v10` request is answered, in ms: Discord's REST as
+    /// slow as it can be, for a client to be measured against. 0 answers at once.
+    #[serde(default)]
+    pub rest_latency_ms: u64,
 }
 
 fn owner() -> u64 {
@@ -291,6 +295,7 @@ impl Default for LoopbackConfig {
             absent_guilds: Vec::new(),
             closed_dms: Vec::new(),
             owner_id: GUILD_OWNER,
+            rest_latency_ms: 0,
         }
     }
 }

@@ -166,9 +166,7 @@ impl State {
             return Err(Refusal::MissingAccess);
         }
         if let Some(placed) = self.placed(channel) {
-            let grants = self.grants.lock();
-            let overwrites = grants.overwrites.get(&channel).map(Vec::as_slice).unwrap_or_default();
-            return Ok(shapes::channel_json(placed.spec, placed.guild, placed.position, overwrites));
+            return Ok(self.channel_whole(&self.grants.lock(), &placed));
         }
         if let Some(thread) = self.thread(channel) {
             return Ok(self.thread_json(&thread));
@@ -267,11 +265,47 @@ impl State {
     /// A channel as the bot is shown it: whole when it can view it, obfuscated else.
     fn channel_object(&self, grants: &Grants, placed: &Placed<'_>, perms: u64) -> Value {
         if perms & permission::VIEW_CHANNEL != 0 {
-            let overwrites = grants.overwrites.get(&placed.spec.id).map(Vec::as_slice).unwrap_or_default();
-            shapes::channel_json(placed.spec, placed.guild, placed.position, overwrites)
+            self.channel_whole(grants, placed)
         } else {
             shapes::hidden_channel_json(placed.spec, placed.guild, placed.position)
         }
+    }
+
+    /// A guild channel as it stands: its overwrites and its name now.
+    fn channel_whole(&self, grants: &Grants, placed: &Placed<'_>) -> Value {
+        let overwrites = grants.overwrites.get(&placed.spec.id).map(Vec::as_slice).unwrap_or_default();
+        let mut v = shapes::channel_json(placed.spec, placed.guild, placed.position, overwrites);
+        if let Some(name) = grants.names.get(&placed.spec.id) {
+            v["name"] = json!(name);
+        }
+        v
+    }
+
+    /// A guild channel's name as it stands (renamed or configured); `None` for any other channel.
+    pub fn channel_name(&self, channel: u64) -> Option<String> {
+        let placed = self.placed(channel)?;
+        Some(self.grants.lock().names.get(&channel).cloned().unwrap_or_else(|| placed.spec.name.clone()))
+    }
+
+    /// Renames a guild channel (not a thread or DM), as a moderator does: CHANNEL_UPDATE with the
+    /// channel as the bot is shown it when the name changed, in a guild he is in. False for any
+    /// other channel or a name not 1 to 100 characters.
+    pub fn rename_channel(&self, channel: u64, name: &str) -> bool {
+        let Some(placed) = self.placed(channel) else { return false };
+        if !(1..=100).contains(&name.chars().count()) {
+            return false;
+        }
+        let update = {
+            let mut grants = self.grants.lock();
+            let before = grants.names.insert(channel, name.to_owned());
+            let changed = before.as_deref().unwrap_or(placed.spec.name.as_str()) != name;
+            changed.then(|| self.channel_object(&grants, &placed, self.permissions_in(&grants, &placed)))
+        };
+        // Nothing of a guild he is not in reaches him (`dispatch` sees to it).
+        if let Some(update) = update {
+            self.dispatch("CHANNEL_UPDATE", update);
+        }
+        true
     }
 
     fn placed_in(&self, guild: u64) -> Vec<Placed<'_>> {

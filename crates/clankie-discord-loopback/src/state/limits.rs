@@ -1,8 +1,10 @@
 //! Discord's limits as data: the numbers the loopback keeps, what it counted, and each bucket's
-//! window. The rate-limit layer reads and moves them on every request; tests read what arrived.
+//! window. The rate-limit layer reads and moves them on every request; tests read what arrived
+//! (and which routes were called). It also holds how slow REST answers are made to be.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
@@ -108,6 +110,8 @@ impl Window {
 #[derive(Default)]
 pub(crate) struct Keeper {
     inner: Mutex<Kept>,
+    /// How long after its arrival each REST request is answered, in ms (0: at once).
+    rest_latency_ms: AtomicU64,
 }
 
 #[derive(Default)]
@@ -124,6 +128,10 @@ pub(crate) struct Kept {
     /// When each message-create request arrived, by channel, the last [`CREATES_KEPT`] of each:
     /// requests, not posts (a create an enforced nonce answered with the earlier message is here too).
     pub creates: HashMap<u64, VecDeque<i64>>,
+    /// REST requests by route kind (`GET /channels/{channel}`) since the start or the last reset.
+    pub calls: BTreeMap<String, u64>,
+    /// Their sum.
+    pub calls_total: u64,
 }
 
 /// Message-create requests kept per channel for tests (over a minute at 5 a second).
@@ -133,8 +141,43 @@ pub(crate) const CREATES_KEPT: usize = 400;
 pub(crate) const ARRIVALS_KEPT: usize = 10_000;
 
 impl Keeper {
+    /// A keeper whose REST answers go out `rest_latency_ms` after each request arrived.
+    pub(crate) fn new(rest_latency_ms: u64) -> Keeper {
+        Keeper { rest_latency_ms: AtomicU64::new(rest_latency_ms), ..Keeper::default() }
+    }
+
     pub(crate) fn lock(&self) -> std::sync::MutexGuard<'_, Kept> {
         self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// How long after its arrival a REST request is answered now.
+    pub(crate) fn rest_latency(&self) -> Duration {
+        Duration::from_millis(self.rest_latency_ms.load(Ordering::Relaxed))
+    }
+
+    /// Makes REST answers go out `latency` after their requests arrived (zero: at once).
+    pub(crate) fn set_rest_latency(&self, latency: Duration) {
+        self.rest_latency_ms.store(u64::try_from(latency.as_millis()).unwrap_or(u64::MAX), Ordering::Relaxed);
+    }
+
+    /// Counts one REST request of `kind` (method and route template).
+    pub(crate) fn count_call(&self, kind: String) {
+        let mut kept = self.lock();
+        *kept.calls.entry(kind).or_default() += 1;
+        kept.calls_total += 1;
+    }
+
+    /// REST requests by route kind since the start or the last reset, and their sum.
+    pub(crate) fn calls(&self) -> (BTreeMap<String, u64>, u64) {
+        let kept = self.lock();
+        (kept.calls.clone(), kept.calls_total)
+    }
+
+    /// Zeroes the REST requests counted by kind, so a phase can be measured alone.
+    pub(crate) fn reset_calls(&self) {
+        let mut kept = self.lock();
+        kept.calls.clear();
+        kept.calls_total = 0;
     }
 
     /// What was counted so far.

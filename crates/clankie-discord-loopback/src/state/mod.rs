@@ -103,7 +103,7 @@ impl State {
         State {
             inner: Mutex::new(Inner { next_id: first, ..Default::default() }),
             sessions: Sessions::default(),
-            limits: limits::Keeper::default(),
+            limits: limits::Keeper::new(config.rest_latency_ms),
             interactions: interactions::Interactions::default(),
             grants: permissions::Keeper::seeded(&config),
             threads: threads::Keeper::default(),

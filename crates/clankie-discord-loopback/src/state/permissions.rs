@@ -53,13 +53,16 @@ pub fn channel_permissions(base: u64, guild: u64, member: u64, member_roles: &[u
     perms
 }
 
-/// The roles and overwrites as they stand, and the application's Message Content switch.
+/// The roles and overwrites as they stand, and the application's Message Content switch; and
+/// the guild channels renamed since the start, the one other thing of a guild that changes.
 pub(crate) struct Grants {
     pub roles: Vec<RoleSpec>,
     pub bot_roles: Vec<u64>,
     /// Each guild channel's overwrites.
     pub overwrites: HashMap<u64, Vec<OverwriteSpec>>,
     pub message_content: bool,
+    /// The names of guild channels renamed at run time, by channel (the others keep their configured one).
+    pub names: HashMap<u64, String>,
 }
 
 /// [`Grants`] behind a lock: read by every request, changed by the control API.
@@ -70,7 +73,8 @@ impl Keeper {
     pub fn seeded(config: &LoopbackConfig) -> Keeper {
         let (roles, bot_roles) = config.roles_with_defaults();
         let overwrites = config.channels.iter().map(|c| (c.id, c.overwrites.clone())).collect();
-        Keeper(Mutex::new(Grants { roles, bot_roles, overwrites, message_content: config.message_content_intent }))
+        let message_content = config.message_content_intent;
+        Keeper(Mutex::new(Grants { roles, bot_roles, overwrites, message_content, names: HashMap::new() }))
     }
 
     pub fn lock(&self) -> std::sync::MutexGuard<'_, Grants> {

@@ -1,9 +1,12 @@
 //! The gateway sessions as data: each session's dispatched frames (what a live connection sends
 //! next and a resume replays), the identify and resume counts, and which shards are attached.
 //! The gateway layer serves them over its WebSocket; the state appends to them as events happen.
+//! Also what the connections did: their heartbeats, the frames dispatched and sent, and the
+//! connections cut for falling behind.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use tokio::sync::{Notify, broadcast};
@@ -13,8 +16,37 @@ use crate::state::messages::now_ms;
 /// Discord's spacing of identifies within one `max_concurrency` bucket.
 const IDENTIFY_SPACING_MS: i64 = 5_000;
 /// Frames a session keeps for resuming; a resume from before them is refused (op 9), as
-/// Discord refuses one it can no longer replay.
-const RESUME_BUFFER: usize = 1024;
+/// Discord refuses one it can no longer replay. A live connection that falls further behind
+/// than this is cut, never skipped ahead.
+pub(crate) const RESUME_BUFFER: usize = 1024;
+/// Heartbeats kept for tests to read: the last this many, across every connection.
+pub(crate) const HEARTBEATS_KEPT: usize = 10_000;
+
+/// One gateway Heartbeat (op 1) as the loopback read it, so a test can tell whether a client
+/// kept its interval and whether a busy connection answered it late.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct HeartbeatRecord {
+    /// The WebSocket connection it came on (counted from 1 as connections open).
+    pub connection: u64,
+    /// When the loopback read it (ms since the epoch).
+    pub at_ms: i64,
+    /// Since this connection's previous heartbeat, or since its Hello for the first.
+    pub since_last_ms: i64,
+    /// The interval announced in Hello.
+    pub interval_ms: u64,
+    /// Whether its Heartbeat ACK (op 11) went out.
+    pub acked: bool,
+}
+
+/// What a live connection sends next from its session's log.
+#[derive(Debug)]
+pub(crate) enum Next {
+    /// Frames in order after where it stands, at most as many as asked; `more` when others
+    /// wait behind them.
+    Frames { frames: Vec<(u64, String)>, more: bool },
+    /// The log no longer holds every frame after where it stands: it fell too far behind.
+    Behind,
+}
 
 #[derive(Default)]
 struct GatewaySession {
@@ -120,6 +152,8 @@ struct Kept {
     attached_shards: HashMap<u32, usize>,
     /// Frames the next resume replays beyond what the client asked for.
     replay_extra: u64,
+    /// The last [`HEARTBEATS_KEPT`] heartbeats, oldest first.
+    heartbeats: VecDeque<HeartbeatRecord>,
 }
 
 /// Every gateway session of the loopback, and the signals its connections wait on.
@@ -130,6 +164,14 @@ pub(crate) struct Sessions {
     /// Rung to cut every connection without a close frame.
     pub drop_all: broadcast::Sender<()>,
     attached_changed: Notify,
+    /// Connections opened so far: the next one's number.
+    connections: AtomicU64,
+    /// Frames appended to any session's log (READY, events, RESUMED).
+    frames_dispatched: AtomicU64,
+    /// Frames connections wrote from a session's log (a replay counted again).
+    frames_sent: AtomicU64,
+    /// Live connections cut because their session's log no longer held what they had to send next.
+    cut_behind: AtomicU64,
 }
 
 impl Default for Sessions {
@@ -139,6 +181,10 @@ impl Default for Sessions {
             dispatched: broadcast::channel(1024).0,
             drop_all: broadcast::channel(4).0,
             attached_changed: Notify::new(),
+            connections: AtomicU64::new(0),
+            frames_dispatched: AtomicU64::new(0),
+            frames_sent: AtomicU64::new(0),
+            cut_behind: AtomicU64::new(0),
         }
     }
 }
@@ -158,6 +204,7 @@ impl Sessions {
         let needed = intent_of(t, !d["guild_id"].is_null());
         let blank = without_content(t, d, bot);
         let mut kept = self.lock();
+        let mut appended = 0;
         for session in kept.sessions.values_mut().filter(|s| s.shard == shard && needed.is_none_or(|i| s.intents & i != 0)) {
             let d = match &blank {
                 Some(blank) if session.intents & intent::MESSAGE_CONTENT == 0 => blank,
@@ -165,7 +212,9 @@ impl Sessions {
             };
             let frame = serde_json::json!({ "op": 0, "t": t, "s": session.seq + 1, "d": d }).to_string();
             session.push(frame);
+            appended += 1;
         }
+        self.frames_dispatched.fetch_add(appended, Ordering::Relaxed);
     }
 
     /// Wakes the live connections to send what was appended.
@@ -199,6 +248,7 @@ impl Sessions {
         for (t, d) in after {
             session.push(serde_json::json!({ "op": 0, "t": t, "s": session.seq + 1, "d": d }).to_string());
         }
+        self.frames_dispatched.fetch_add(session.seq, Ordering::Relaxed);
         kept.sessions.insert(id.clone(), session);
         (id, frame)
     }
@@ -236,8 +286,10 @@ impl Sessions {
         shards
     }
 
-    /// Resumes a session: the frames after `seq`, ending with RESUMED; `None` for an unknown session.
-    pub fn resume(&self, session: &str, seq: u64) -> Option<Vec<(u64, String)>> {
+    /// Resumes a session: appends RESUMED to its log and returns where the connection stands
+    /// in it (the frames after that are what it replays, RESUMED last); `None` for an unknown
+    /// session or one whose log no longer holds every frame after `seq`.
+    pub fn resume(&self, session: &str, seq: u64) -> Option<u64> {
         let mut kept = self.lock();
         let extra = std::mem::take(&mut kept.replay_extra);
         let seq = seq.saturating_sub(extra);
@@ -247,14 +299,63 @@ impl Sessions {
         }
         let resumed = serde_json::json!({ "op": 0, "t": "RESUMED", "s": s.seq + 1, "d": {} }).to_string();
         s.push(resumed);
-        let frames = s.log.iter().filter(|(n, _)| *n > seq).cloned().collect();
         kept.resumes += 1;
-        Some(frames)
+        drop(kept);
+        self.frames_dispatched.fetch_add(1, Ordering::Relaxed);
+        Some(seq)
     }
 
-    /// Frames of a session after `seq`.
-    pub fn frames_after(&self, session: &str, seq: u64) -> Vec<(u64, String)> {
-        self.lock().sessions.get(session).map(|s| s.log.iter().filter(|(n, _)| *n > seq).cloned().collect()).unwrap_or_default()
+    /// The next frames of a session after `seq`, at most `max` of them, or [`Next::Behind`]
+    /// when some after `seq` are gone from its log (Discord never skips within a live
+    /// connection). An unknown session has nothing to send.
+    pub fn next_frames(&self, session: &str, seq: u64, max: usize) -> Next {
+        let kept = self.lock();
+        let Some(s) = kept.sessions.get(session) else { return Next::Frames { frames: Vec::new(), more: false } };
+        if !s.holds_after(seq) {
+            return Next::Behind;
+        }
+        let mut after = s.log.iter().filter(|(n, _)| *n > seq);
+        let frames: Vec<(u64, String)> = after.by_ref().take(max).cloned().collect();
+        Next::Frames { frames, more: after.next().is_some() }
+    }
+
+    /// A new WebSocket connection's number, counted from 1.
+    pub fn connect(&self) -> u64 {
+        self.connections.fetch_add(1, Ordering::Relaxed) + 1
+    }
+
+    /// Records one heartbeat, letting the oldest go past [`HEARTBEATS_KEPT`].
+    pub fn heartbeat(&self, record: HeartbeatRecord) {
+        let mut kept = self.lock();
+        if kept.heartbeats.len() >= HEARTBEATS_KEPT {
+            kept.heartbeats.pop_front();
+        }
+        kept.heartbeats.push_back(record);
+    }
+
+    /// The heartbeats kept, oldest first.
+    pub fn heartbeats(&self) -> Vec<HeartbeatRecord> {
+        self.lock().heartbeats.iter().copied().collect()
+    }
+
+    /// Counts `n` frames a connection wrote from its session's log.
+    pub fn sent(&self, n: u64) {
+        self.frames_sent.fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// Frames appended to any session's log, and frames connections wrote from one.
+    pub fn frame_counts(&self) -> (u64, u64) {
+        (self.frames_dispatched.load(Ordering::Relaxed), self.frames_sent.load(Ordering::Relaxed))
+    }
+
+    /// Counts a live connection cut for falling behind its session's log.
+    pub fn cut_behind(&self) {
+        self.cut_behind.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Live connections cut for falling behind their session's log.
+    pub fn connections_cut_behind(&self) -> u64 {
+        self.cut_behind.load(Ordering::Relaxed)
     }
 
     pub fn set_attached(&self, shard: u32, delta: isize) {

@@ -183,23 +183,60 @@ impl State {
         true
     }
 
-    /// Archives or unarchives a thread: THREAD_UPDATE with its new metadata when it changed.
-    /// False for an unknown thread.
-    pub fn set_archived(&self, thread: u64, archived: bool) -> bool {
+    /// Changes a thread as `change` says (true when it changed something), then dispatches
+    /// THREAD_UPDATE with the whole thread if it did. False for an unknown thread.
+    fn update_thread(&self, thread: u64, change: impl FnOnce(&mut Thread) -> bool) -> bool {
         let changed = {
             let mut threads = self.threads.lock();
             let Some(t) = threads.get_mut(&thread) else { return false };
-            let changed = t.archived != archived;
-            if changed {
-                t.archived = archived;
-                t.archive_ms = now_ms();
-            }
-            changed.then(|| t.clone())
+            change(t).then(|| t.clone())
         };
         if let Some(t) = changed {
             self.dispatch_thread(&t, "THREAD_UPDATE", self.thread_json(&t));
         }
         true
+    }
+
+    /// Archives or unarchives a thread: THREAD_UPDATE with its new metadata when it changed.
+    /// False for an unknown thread.
+    pub fn set_archived(&self, thread: u64, archived: bool) -> bool {
+        self.update_thread(thread, |t| {
+            let changed = t.archived != archived;
+            if changed {
+                t.archived = archived;
+                t.archive_ms = now_ms();
+            }
+            changed
+        })
+    }
+
+    /// Renames a thread, as a moderator or its owner does: THREAD_UPDATE with the whole thread
+    /// when the name changed. False for an unknown thread or a name not 1 to 100 characters.
+    pub fn rename_thread(&self, thread: u64, name: &str) -> bool {
+        if !(1..=100).contains(&name.chars().count()) {
+            return false;
+        }
+        self.update_thread(thread, |t| {
+            let changed = t.name != name;
+            name.clone_into(&mut t.name);
+            changed
+        })
+    }
+
+    /// Sets a forum post's `applied_tags` to the named tags of its forum, in that order:
+    /// THREAD_UPDATE with the whole thread when they changed. False for an unknown thread, one
+    /// that is not a forum post, or a name its forum has no tag of.
+    pub fn set_post_tags(&self, thread: u64, tags: &[&str]) -> bool {
+        let Some(parent) = self.thread(thread).map(|t| t.parent) else { return false };
+        let Some(forum) = self.config.channels.iter().find(|c| c.id == parent && c.is_forum()) else { return false };
+        let Some(mut ids) = tags.iter().map(|t| forum.tag_id(t)).collect::<Option<Vec<u64>>>() else { return false };
+        let mut seen = std::collections::HashSet::new();
+        ids.retain(|id| seen.insert(*id));
+        self.update_thread(thread, |t| {
+            let changed = t.applied_tags.as_ref() != Some(&ids);
+            t.applied_tags = Some(ids);
+            changed
+        })
     }
 
     /// Deletes a thread: THREAD_DELETE `{id, guild_id, parent_id, type}`; its routes answer

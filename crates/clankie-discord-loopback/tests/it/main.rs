@@ -6,6 +6,9 @@ mod control;
 mod gateway;
 mod guilds;
 mod permissions;
+mod renames;
+mod rest;
+mod sessions;
 mod threads;
 
 use std::time::Duration;
