@@ -59,6 +59,11 @@ pub struct CaptainConfig {
     pub tool_card_delay: Duration,
     pub history_limit: u32,
     pub history_timeout: Duration,
+    /// How long a turn waits for the context of a message it reads that ingest left to fetch
+    /// (the body gathers within its own 3 s patience).
+    pub context_timeout: Duration,
+    /// How many messages of a reply chain a message is shown with (`CLANKIE_REPLY_CHAIN_DEPTH`).
+    pub reply_chain_depth: u32,
     /// User ids whose turns run one-shot with the elevated tools.
     pub grants: HashSet<u64>,
     /// Bounds of the read_page tool.
@@ -107,6 +112,8 @@ impl CaptainConfig {
             tool_card_delay: settings.tool_card_delay,
             history_limit: settings.history_limit,
             history_timeout: Duration::from_secs(2),
+            context_timeout: Duration::from_secs(4),
+            reply_chain_depth: settings.reply_chain_depth as u32,
             grants: settings.operator_grants.iter().copied().collect(),
             page_timeout: Duration::from_secs(10),
             page_max_bytes: 512 * 1024,

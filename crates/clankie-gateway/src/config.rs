@@ -44,7 +44,21 @@ pub struct GatewayConfig {
     /// How many messages of a reply chain a message is shown with: the one it replies to and
     /// those above it (`CLANKIE_REPLY_CHAIN_DEPTH`).
     pub reply_chain_depth: usize,
+    /// Events a shard may have read and not yet handled ([`INGEST_BUFFER`]): the reader never
+    /// waits; past this it stops taking events in and, once the backlog is stored, resumes from
+    /// the last stored one so Discord replays the rest.
+    pub ingest_buffer: usize,
+    /// Channels and threads whose facts are kept ([`PLACES_KEPT`]); the least recently used go first.
+    pub places_kept: usize,
 }
+
+/// The default [`GatewayConfig::ingest_buffer`]: a burst of tens of thousands of messages in a
+/// second is held whole (a few KiB each), well inside a replica's memory.
+pub const INGEST_BUFFER: usize = 50_000;
+
+/// The default [`GatewayConfig::places_kept`]: the channels and active threads of a large
+/// community, at a few hundred bytes each.
+pub const PLACES_KEPT: usize = 4_096;
 
 impl std::fmt::Debug for GatewayConfig {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -77,6 +91,8 @@ impl GatewayConfig {
             rest_lease_ttl: settings.rest_lease_ttl,
             create_span: CREATE_SPAN,
             reply_chain_depth: settings.reply_chain_depth,
+            ingest_buffer: INGEST_BUFFER,
+            places_kept: PLACES_KEPT,
         }
     }
 }

@@ -41,7 +41,7 @@ mod state;
 mod typing;
 mod voice;
 
-pub use config::GatewayConfig;
+pub use config::{GatewayConfig, INGEST_BUFFER, PLACES_KEPT};
 pub use context::GATHER_PATIENCE;
 pub use error::GatewayError;
 pub use state::Gateway;

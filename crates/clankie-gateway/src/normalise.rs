@@ -301,6 +301,7 @@ pub fn ingress_named(message: &Message, bot_id: u64, received_at_ms: i64, names:
         changed_message_id: 0,
         quoted,
         thread: None,
+        context_pending: false,
     }
 }
 

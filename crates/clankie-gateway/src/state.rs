@@ -75,6 +75,7 @@ impl Gateway {
         let budget = Arc::new(RestBudget::new(config.create_span));
         let typing = TypingLoops::new(bus.clone(), http.clone(), budget.clone(), &config);
         let (hand_back, handed_back) = held::hand_back();
+        let places = Places::new(config.places_kept);
         Gateway {
             inner: Arc::new(Inner {
                 bus,
@@ -94,7 +95,7 @@ impl Gateway {
                 budget,
                 hand_back,
                 handed_back,
-                places: Places::default(),
+                places,
                 identified: tokio::sync::watch::channel(false).0,
                 token_accepted: tokio::sync::watch::channel(false).0,
             }),

@@ -44,6 +44,8 @@ impl Event for v1::Experience {}
 impl Event for v1::TypingSignal {}
 impl Event for v1::HistoryRequest {}
 impl Event for v1::HistoryReply {}
+impl Event for v1::ContextRequest {}
+impl Event for v1::ContextReply {}
 impl Event for v1::Speak {}
 impl Event for v1::VoiceMember {}
 impl Event for v1::VoiceServer {}

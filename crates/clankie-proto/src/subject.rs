@@ -84,6 +84,8 @@ pub enum Subject {
     SignalTyping { place: Place, channel: u64 },
     /// `clankie.rpc.history.<channel>`: request/reply for a channel's recent messages (no stream).
     RpcHistory { channel: u64 },
+    /// `clankie.rpc.context.<channel>`: request/reply for what a message points at, asked by a lane before its turn (no stream).
+    RpcContext { channel: u64 },
     /// `clankie.rpc.ask.<guild>.<channel>`: the voice room's `ask_clankie` handoff to the captain (no stream).
     RpcAsk { guild: u64, channel: u64 },
     /// `clankie.rpc.media.resolve`: an artifact id to its path or bytes (no stream).
@@ -122,6 +124,7 @@ pub enum Family {
     Receipt,
     SignalTyping,
     RpcHistory,
+    RpcContext,
     RpcAsk,
     RpcMediaResolve,
     RpcMediaAttachment,
@@ -168,7 +171,7 @@ fn truncate(s: &str) -> String {
 
 impl Family {
     /// Every family, in catalogue order.
-    pub const ALL: [Family; 25] = [
+    pub const ALL: [Family; 26] = [
         Family::IngressText,
         Family::IngressRoom,
         Family::LaneSteer,
@@ -187,6 +190,7 @@ impl Family {
         Family::Receipt,
         Family::SignalTyping,
         Family::RpcHistory,
+        Family::RpcContext,
         Family::RpcAsk,
         Family::RpcMediaResolve,
         Family::RpcMediaAttachment,
@@ -217,6 +221,7 @@ impl Family {
             Family::Receipt => format!("{ROOT}.receipt.>"),
             Family::SignalTyping => format!("{ROOT}.signal.typing.*.*"),
             Family::RpcHistory => format!("{ROOT}.rpc.history.*"),
+            Family::RpcContext => format!("{ROOT}.rpc.context.*"),
             Family::RpcAsk => format!("{ROOT}.rpc.ask.*.*"),
             Family::RpcMediaResolve => format!("{ROOT}.rpc.media.resolve"),
             Family::RpcMediaAttachment => format!("{ROOT}.rpc.media.attachment"),
@@ -247,6 +252,7 @@ impl Family {
             Family::Receipt => "clankie.v1.Receipt",
             Family::SignalTyping => "clankie.v1.TypingSignal",
             Family::RpcHistory => "clankie.v1.HistoryRequest",
+            Family::RpcContext => "clankie.v1.ContextRequest",
             Family::RpcAsk => "clankie.v1.AskRequest",
             Family::RpcMediaResolve => "clankie.v1.MediaResolveRequest",
             Family::RpcMediaAttachment => "clankie.v1.MediaAttachmentRequest",
@@ -275,6 +281,7 @@ impl Family {
             Family::Receipt => Area::Receipt,
             Family::SignalTyping => Area::Signal,
             Family::RpcHistory
+            | Family::RpcContext
             | Family::RpcAsk
             | Family::RpcMediaResolve
             | Family::RpcMediaAttachment
@@ -354,6 +361,7 @@ impl Subject {
             Subject::Receipt { .. } => Family::Receipt,
             Subject::SignalTyping { .. } => Family::SignalTyping,
             Subject::RpcHistory { .. } => Family::RpcHistory,
+            Subject::RpcContext { .. } => Family::RpcContext,
             Subject::RpcAsk { .. } => Family::RpcAsk,
             Subject::RpcMediaResolve => Family::RpcMediaResolve,
             Subject::RpcMediaAttachment => Family::RpcMediaAttachment,
@@ -423,6 +431,7 @@ impl Subject {
             ["rpc", "command"] => Ok(Subject::RpcCommand),
             ["rpc", "command", "done", _] => Ok(Subject::RpcCommandDone { interaction: id(4)? }),
             ["rpc", "history", _] => Ok(Subject::RpcHistory { channel: id(3)? }),
+            ["rpc", "context", _] => Ok(Subject::RpcContext { channel: id(3)? }),
             ["receipt", ..] if tokens.len() > 2 => Ok(Subject::Receipt { kind: ReceiptKind::new(&tokens[2..].join("."))? }),
             _ => Err(unknown()),
         }
@@ -460,6 +469,7 @@ impl fmt::Display for Subject {
             Subject::SignalTyping { place: Place::Guild(g), channel } => write!(f, "{ROOT}.signal.typing.{g}.{channel}"),
             Subject::SignalTyping { place: Place::Dm, channel } => write!(f, "{ROOT}.signal.typing.{DM}.{channel}"),
             Subject::RpcHistory { channel } => write!(f, "{ROOT}.rpc.history.{channel}"),
+            Subject::RpcContext { channel } => write!(f, "{ROOT}.rpc.context.{channel}"),
         }
     }
 }
@@ -485,6 +495,7 @@ mod tests {
             Subject::VoiceFloor { guild: 16, channel: 17 },
             Subject::receipt("discord.voice.text_input").unwrap(),
             Subject::RpcHistory { channel: 18 },
+            Subject::RpcContext { channel: 18 },
             Subject::VoiceSpeak { guild: 19, channel: 20 },
             Subject::VoiceMember { guild: 23, user: 24 },
             Subject::VoiceServer { guild: 25 },

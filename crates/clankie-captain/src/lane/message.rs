@@ -8,6 +8,33 @@ use clankie_proto::{Subject, v1};
 use crate::{Captain, Held, prompt};
 
 impl Captain {
+    /// Fetches, side by side, the context ingest left to fetch for the messages a turn is about
+    /// to read (`context_pending`: a reply chain, a link, a thread's starter), and merges it in.
+    /// Past [`crate::CaptainConfig::context_timeout`] or without a body to ask, the turn reads
+    /// what ingest found.
+    pub(crate) async fn context_before_turn(&self, held: impl Iterator<Item = &mut Held>) {
+        let config = &self.inner.config;
+        let asks = held.filter(|h| h.ingress.context_pending && !h.is_change()).map(|h| async move {
+            let request = v1::ContextRequest {
+                guild_id: h.ingress.guild_id,
+                channel_id: h.ingress.channel_id,
+                message_id: h.message_id(),
+                reply_chain_depth: config.reply_chain_depth,
+            };
+            let subject = Subject::RpcContext { channel: h.ingress.channel_id };
+            let no_body = std::time::Duration::from_millis(500).min(config.context_timeout);
+            match self.inner.bus.request_within::<_, v1::ContextReply>(&subject, &request, config.context_timeout, no_body).await {
+                Ok(reply) if reply.error.is_empty() => {
+                    merge_context(&mut h.ingress, reply);
+                    h.ingress.context_pending = false;
+                }
+                Ok(reply) => tracing::warn!(code = %reply.error, "a message's context could not be gathered; the turn reads it without"),
+                Err(e) => tracing::warn!(error = %e, "a message's context was not gathered in time; the turn reads it without"),
+            }
+        });
+        futures::future::join_all(asks).await;
+    }
+
     /// The people who asked to be forgotten; everyone, when the list cannot be read.
     pub(crate) async fn forgotten(&self) -> clankie_proto::audience::Forgotten {
         match self.inner.store.forgotten_users().await {
@@ -104,5 +131,29 @@ impl Captain {
                 None
             }
         }
+    }
+}
+
+/// Merges what the body gathered into a message as ingest would have carried it: the
+/// replied-to message first (unless Discord sent it), then the chain above it and linked
+/// messages, each message once; the thread as gathered, its starter included.
+pub(crate) fn merge_context(ingress: &mut v1::Ingress, reply: v1::ContextReply) {
+    let mut at = ingress.quoted.iter().position(|q| q.kind() == v1::QuotedKind::RepliedTo).map_or(0, |i| i + 1);
+    if at == 0
+        && let Some(replied) = reply.replied_to
+    {
+        ingress.reply_to_him |= replied.is_him;
+        ingress.quoted.insert(0, replied);
+        at = 1;
+    }
+    for q in reply.quoted {
+        if q.message_id != 0 && ingress.quoted.iter().any(|held| held.message_id == q.message_id) {
+            continue;
+        }
+        ingress.quoted.insert(at, q);
+        at += 1;
+    }
+    if let Some(thread) = reply.thread {
+        ingress.thread = Some(thread);
     }
 }

@@ -18,7 +18,7 @@ impl Captain {
     pub(super) async fn prepare(&self, lease: Lease, burst: Vec<Held>, pending: &mut Vec<Held>) -> Option<(Turn, Start)> {
         let (inner, config, lane) = (&self.inner, &self.inner.config, lease.lane);
         let mut burst = burst.into_iter();
-        let owner = burst.next()?;
+        let mut owner = burst.next()?;
         let mut absorbed: Vec<Held> = burst.collect();
         if !config.one_shot {
             // What a dead run held may have been changed since: read as changed, or withdrawn.
@@ -26,6 +26,7 @@ impl Captain {
             self.apply_stored_changes(&lease, &mut gathered).await;
             absorbed.extend(gathered);
         }
+        self.context_before_turn(std::iter::once(&mut owner).chain(absorbed.iter_mut())).await;
         // The shared self is read afresh for every turn: an edit reaches a warm lane without a restart.
         let snapshot = match inner.selfhood.snapshot(&lane).await {
             Ok(s) => s,

@@ -29,6 +29,8 @@ pub(crate) struct RestBudget {
     window: std::sync::Mutex<Window>,
     next_slot: std::sync::Mutex<tokio::time::Instant>,
     creates: std::sync::Mutex<Creates>,
+    /// Requests waiting for a slot in [`RestBudget::pace`]: context fetches give way to them.
+    waiting: std::sync::atomic::AtomicUsize,
 }
 
 /// The message creates of the last create span, per channel, by when each was answered; and,
@@ -120,6 +122,9 @@ fn wall_ms_of(at: tokio::time::Instant) -> i64 {
 pub const PACED_PER_SECOND: u32 = 45;
 /// Requests in the last second past which typing and reactions wait.
 const CROWDED_PER_SECOND: usize = 36;
+/// Requests in the last second past which context fetches wait: their share is the budget's
+/// lower part, so replies keep the rest.
+const CONTEXT_PER_SECOND: usize = 20;
 
 impl RestBudget {
     /// A budget with no requests yet, whose channels take [`CREATES_PER_SPAN`] creates per `create_span`.
@@ -129,6 +134,7 @@ impl RestBudget {
             window: Default::default(),
             next_slot: std::sync::Mutex::new(now),
             creates: std::sync::Mutex::new(Creates { answered: Default::default(), not_before: now, span: create_span }),
+            waiting: Default::default(),
         }
     }
 
@@ -210,8 +216,31 @@ impl RestBudget {
     }
 
     /// Waits for the next free slot and takes it; every REST request calls this first and
-    /// holds the slot until it is answered.
+    /// holds the slot until it is answered. While one waits, context fetches do not take a slot.
     pub(crate) async fn pace(&self) -> Slot<'_> {
+        self.waiting.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        let slot = self.slot().await;
+        self.waiting.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+        slot
+    }
+
+    /// A slot for a context fetch, on the budget's low-priority share: taken only while no
+    /// other request waits for one and the last second used less than [`CONTEXT_PER_SECOND`],
+    /// so a reply is never queued behind a context fetch.
+    pub(crate) async fn pace_context(&self) -> Slot<'_> {
+        loop {
+            let quiet = self.waiting.load(std::sync::atomic::Ordering::SeqCst) == 0 && {
+                let mut window = self.window.lock().unwrap_or_else(|p| p.into_inner());
+                window.count(tokio::time::Instant::now()) < CONTEXT_PER_SECOND
+            };
+            if quiet {
+                return self.slot().await;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
+    async fn slot(&self) -> Slot<'_> {
         let slot = {
             let mut next = self.next_slot.lock().unwrap_or_else(|p| p.into_inner());
             let slot = (*next).max(tokio::time::Instant::now());
@@ -246,6 +275,6 @@ impl RestBudget {
         while self.crowded() && tokio::time::Instant::now() < deadline {
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
-        self.pace().await
+        self.slot().await
     }
 }

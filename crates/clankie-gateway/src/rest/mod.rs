@@ -74,6 +74,7 @@ impl Gateway {
                 r = clankie_http::supervise("gateway.body", parts, |p| self.after_rest_panic(p), || self.run_body()) => Ok(r),
                 r = clankie_http::supervise("gateway.typing", parts, |p| self.after_rest_panic(p), || self.run_typing()) => Ok(r),
                 r = clankie_http::supervise("gateway.history", parts, |p| self.after_rest_panic(p), || self.run_history()) => Ok(r),
+                r = clankie_http::supervise("gateway.context", parts, |p| self.after_rest_panic(p), || self.run_context()) => Ok(r),
                 r = clankie_http::supervise("gateway.reactions", parts, |p| self.after_rest_panic(p), || self.run_outcome_reactions()) => Ok(r),
                 handing = self.keep(&lease, held, &mut stopping) => Err(handing),
             };

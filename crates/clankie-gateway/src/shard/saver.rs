@@ -41,6 +41,12 @@ impl Saver {
         *self.latest.lock().unwrap_or_else(|p| p.into_inner()) = Some(saved.clone());
     }
 
+    /// Keeps a stored message's mark as the newest without writing the file: the claim carries
+    /// it at its next renewal, and the next [`Saver::save`] writes it.
+    pub(crate) fn note(&self, saved: &SavedSession) {
+        *self.latest.lock().unwrap_or_else(|p| p.into_inner()) = Some(saved.clone());
+    }
+
     /// Saves a new or resumed session and has the claim carry it at once.
     pub(crate) fn save_now(&self, saved: &SavedSession) {
         self.save(saved);

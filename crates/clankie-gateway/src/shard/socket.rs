@@ -14,10 +14,6 @@ use crate::leases::SharedIdentifyQueue;
 use crate::session::SavedSession;
 use crate::state::Gateway;
 
-/// Messages read from the shard and not yet stored that the shard may run ahead by; past
-/// it, reading waits for the publisher.
-const INGEST_QUEUE: usize = 1024;
-
 /// How one shard connection ended.
 enum Connection {
     /// Shutdown: closed for resume.
@@ -29,6 +25,17 @@ enum Connection {
     /// Discord closed it with a code it will not take back (a wrong token, a privileged intent
     /// not allowed): connecting again would be refused the same way.
     Fatal(u16),
+    /// The ingest buffer overflowed: what was taken in is stored, and the shard resumes from
+    /// there, so Discord replays what was let go.
+    Overflowed,
+}
+
+/// An event the shard read, for the publisher: with the session mark a stored one is saved at
+/// and the arrival stamp taken as it was read (whatever the publisher's backlog).
+pub(crate) struct Read {
+    pub event: Event,
+    pub mark: Option<SavedSession>,
+    pub stamp: i64,
 }
 
 /// What a person does about a close Discord will not take back.
@@ -84,6 +91,7 @@ fn wanted_events() -> EventTypeFlags {
         | EventTypeFlags::ROLE_UPDATE
         | EventTypeFlags::ROLE_DELETE
         | EventTypeFlags::GUILD_UPDATE
+        | EventTypeFlags::GUILD_CREATE
 }
 
 /// Saves the session as of now unless messages read before now are still unstored.
@@ -109,6 +117,7 @@ async fn stop_for_resume(
     pending: &AtomicUsize,
     unstored: &tokio::sync::watch::Receiver<bool>,
     saver: &Saver,
+    overflowed: bool,
 ) {
     // Let what was read be stored first (bounded), so the saved session is current.
     let drained = tokio::time::timeout(Duration::from_secs(5), async {
@@ -117,7 +126,8 @@ async fn stop_for_resume(
         }
     })
     .await;
-    if drained.is_ok() {
+    // Past an overflow the shard's session is ahead of what was taken in: the stored mark stands.
+    if drained.is_ok() && !overflowed {
         save_if_caught_up(shard, pending, saver);
     }
     // Drive the shard until the close frame is out.
@@ -143,6 +153,10 @@ impl Gateway {
             match connection? {
                 Connection::Stopped => return Ok(()),
                 Connection::Ended => return Err(GatewayError::Shard("the shard's event stream ended".into())),
+                Connection::Overflowed => {
+                    tracing::warn!("the ingest buffer overflowed; the shard resumes from the last stored message");
+                    continue;
+                }
                 Connection::Fatal(code) => {
                     metrics::counter!("clankie_gateway_fatal_closes_total", "code" => code.to_string()).increment(1);
                     tracing::error!(code, "{}", fatal_close_advice(code));
@@ -180,14 +194,24 @@ impl Gateway {
         let wanted = wanted_events();
         // Twilight hands every close frame on; a fatal one's code says what to mend.
         let mut closed_with = None;
-        // Messages are stored off the shard's loop, in order, through a bounded queue: the
-        // shard keeps reading (and heartbeating) while JetStream is slow, and the session is
-        // saved only as far as the last stored message.
-        let (queue, queued) = tokio::sync::mpsc::channel(INGEST_QUEUE);
+        // Events are handled off the shard's loop, in order: the shard is read (and heartbeats
+        // answered) at the speed Discord sends, whatever JetStream or the publisher does. The
+        // buffer is bounded by count: past it, events are let go unread by the publisher, and once
+        // it has stored the backlog the shard resumes from the last stored message, so Discord
+        // replays them. The session is saved only as far as the last stored message.
+        let (queue, queued) = tokio::sync::mpsc::unbounded_channel();
         let pending = Arc::new(AtomicUsize::new(0));
+        let drained = Arc::new(tokio::sync::Notify::new());
         let (unstored_tx, mut unstored) = tokio::sync::watch::channel(false);
-        let _publisher =
-            clankie_http::Aborting(tokio::spawn(self.clone().publish_queue(saver.clone(), queued, pending.clone(), unstored_tx)));
+        let _publisher = clankie_http::Aborting(tokio::spawn(self.clone().publish_queue(
+            saver.clone(),
+            queued,
+            pending.clone(),
+            drained.clone(),
+            unstored_tx,
+        )));
+        let buffer = self.config().ingest_buffer.max(1);
+        let mut overflowed = false;
         loop {
             let item = tokio::select! {
                 item = shard.next_event(wanted) => item,
@@ -197,8 +221,15 @@ impl Gateway {
                     return Ok(Connection::Unstored);
                 }
                 _ = stopping.changed() => {
-                    stop_for_resume(&mut shard, wanted, &pending, &unstored, saver).await;
+                    stop_for_resume(&mut shard, wanted, &pending, &unstored, saver, overflowed).await;
                     return Ok(Connection::Stopped);
+                }
+                _ = drained.notified(), if overflowed => {
+                    if pending.load(Ordering::SeqCst) > 0 {
+                        continue;
+                    }
+                    close_for_resume(&mut shard, wanted).await;
+                    return Ok(Connection::Overflowed);
                 }
             };
             let Some(item) = item else {
@@ -207,8 +238,18 @@ impl Gateway {
                 }
                 return Ok(Connection::Ended);
             };
-            let Some(read) = self.take_in(id, item, &shard, &pending, saver, &mut closed_with) else { continue };
-            if queue.send(read).await.is_err() {
+            let saves = (!overflowed).then_some((&*pending, saver));
+            let Some(read) = self.take_in(id, item, &shard, saves, &mut closed_with) else { continue };
+            if overflowed || pending.load(Ordering::SeqCst) >= buffer {
+                if !overflowed {
+                    overflowed = true;
+                    metrics::counter!("clankie_gateway_ingest_overflows_total").increment(1);
+                    tracing::warn!(buffer, "the ingest buffer is full; events are let go until the backlog is stored, then replayed");
+                }
+                continue;
+            }
+            pending.fetch_add(1, Ordering::SeqCst);
+            if queue.send(read).is_err() {
                 // The publisher stopped at an unstored message; the resume replays this too.
                 pending.fetch_sub(1, Ordering::SeqCst);
             }
@@ -243,16 +284,16 @@ impl Gateway {
 
     /// Takes in one item the shard read: a close frame's code is kept, READY, RESUMED and
     /// interactions are handled on the spot, and an event for the publisher comes back to be
-    /// queued, counted as pending, with the session mark a stored one is saved at.
+    /// queued, with the session mark a stored one is saved at. `saves` is `None` past an
+    /// overflow: the session is then ahead of what was taken in, and is not saved.
     fn take_in(
         &self,
         id: ShardId,
         item: Result<Event, twilight_gateway::error::ReceiveMessageError>,
         shard: &Shard<SharedIdentifyQueue>,
-        pending: &AtomicUsize,
-        saver: &Saver,
+        saves: Option<(&AtomicUsize, &Saver)>,
         closed_with: &mut Option<u16>,
-    ) -> Option<(Event, Option<SavedSession>)> {
+    ) -> Option<Read> {
         match item {
             Ok(Event::GatewayClose(frame)) => {
                 metrics::gauge!("clankie_gateway_shard_connected", "shard" => id.number().to_string()).set(0.0);
@@ -271,7 +312,9 @@ impl Gateway {
                 tokio::spawn(async move { gateway.register_commands(app).await });
                 tracing::info!("shard identified");
                 self.mark_identified();
-                save_if_caught_up(shard, pending, saver);
+                if let Some((pending, saver)) = saves {
+                    save_if_caught_up(shard, pending, saver);
+                }
                 None
             }
             // Answered on a task of its own, never behind the queue: Discord waits 3 s for the first answer.
@@ -284,7 +327,9 @@ impl Gateway {
             Ok(Event::Resumed) => {
                 metrics::gauge!("clankie_gateway_shard_connected", "shard" => id.number().to_string()).set(1.0);
                 tracing::info!("shard resumed");
-                save_if_caught_up(shard, pending, saver);
+                if let Some((pending, saver)) = saves {
+                    save_if_caught_up(shard, pending, saver);
+                }
                 None
             }
             Ok(
@@ -302,9 +347,9 @@ impl Gateway {
                 | Event::RoleCreate(_)
                 | Event::RoleUpdate(_)
                 | Event::RoleDelete(_)
-                | Event::GuildUpdate(_)),
+                | Event::GuildUpdate(_)
+                | Event::GuildCreate(_)),
             ) => {
-                pending.fetch_add(1, Ordering::SeqCst);
                 let stored = matches!(
                     event,
                     Event::MessageCreate(_)
@@ -315,7 +360,7 @@ impl Gateway {
                         | Event::ThreadDelete(_)
                 );
                 let mark = stored.then(|| mark(shard)).flatten();
-                Some((event, mark))
+                Some(Read { event, mark, stamp: self.arrivals().stamp() })
             }
             Ok(_) => None,
         }

@@ -67,6 +67,8 @@ impl Rig {
             // The stand-in's own message-create window, as Discord's bucket would be learned.
             create_span: Duration::from_millis(self.discord.config().limits.message_create_window_ms),
             reply_chain_depth: 3,
+            ingest_buffer: clankie_gateway::INGEST_BUFFER,
+            places_kept: clankie_gateway::PLACES_KEPT,
         }
     }
 

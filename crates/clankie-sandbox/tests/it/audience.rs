@@ -21,10 +21,12 @@ fn to_him(channel: u64, author: &str, content: &str) -> NewMessage {
     NewMessage { channel_id: channel, author: author.into(), content: content.into(), mention: true, ..Default::default() }
 }
 
-async fn ingress_receipt(receipts: &clankie_testkit::Recorder<v1::Receipt>, delivery: u64) -> v1::Receipt {
+/// The receipt of the context a lane asked for before reading `delivery` (links are followed
+/// there, never at ingest).
+async fn context_receipt(receipts: &clankie_testkit::Recorder<v1::Receipt>, delivery: u64) -> v1::Receipt {
     let id = delivery.to_string();
-    let found = || receipts.all().into_iter().find(|r| r.kind == "gateway.ingress" && r.delivery_id == id);
-    until("the ingress receipt", Duration::from_secs(20), || found().is_some()).await;
+    let found = || receipts.all().into_iter().find(|r| r.kind == "gateway.context" && r.delivery_id == id);
+    until("the context receipt", Duration::from_secs(20), || found().is_some()).await;
     found().expect("the receipt")
 }
 
@@ -72,7 +74,7 @@ async fn link_posted(
         &format!("what does https://discord.com/channels/{guild}/{from}/{linked} say? {needle}"),
     ));
     rig.wait_outcomes(GENERAL, &[asked]).await;
-    (request_for(rig, needle), ingress_receipt(receipts, asked).await)
+    (request_for(rig, needle), context_receipt(receipts, asked).await)
 }
 
 /// #mods is hidden from @everyone; mia may read it, eve may not. Eve posts a link to mia's

@@ -77,6 +77,8 @@ impl Rig {
             rest_lease_ttl: Duration::from_secs(5),
             create_span: Duration::from_millis(discord.config().limits.message_create_window_ms),
             reply_chain_depth: 3,
+            ingest_buffer: clankie_gateway::INGEST_BUFFER,
+            places_kept: clankie_gateway::PLACES_KEPT,
         };
         let gateway = Gateway::new(Bus::connect(&settings, "gateway").await.unwrap(), gateway_config);
         let running = gateway.clone();
