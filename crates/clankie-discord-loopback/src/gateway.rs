@@ -90,6 +90,7 @@ async fn send_turn(socket: &mut WebSocket, state: &State, at: &mut Attached) -> 
             }
             // The log's sequence numbers run without a gap, so how far it moved is how many went.
             state.sessions.sent(at.sent - from);
+            state.sessions.live_at(sid, Some(at.sent));
             if ok { Sent::Ok(more) } else { Sent::Failed }
         }
     }
@@ -165,7 +166,8 @@ async fn serve(mut socket: WebSocket, state: Arc<State>, voice: Arc<VoiceServer>
             }
         }
     }
-    if at.session.is_some() {
+    if let Some(sid) = &at.session {
+        state.sessions.live_at(sid, None);
         state.sessions.set_attached(at.shard, -1);
     }
 }
@@ -232,6 +234,7 @@ async fn identify(socket: &mut WebSocket, state: &State, voice: &VoiceServer, d:
     }
     state.sessions.sent(1);
     at.sent = 1;
+    state.sessions.live_at(&id, Some(1));
     at.session = Some(id);
     state.sessions.set_attached(at.shard, 1);
     true
@@ -266,6 +269,7 @@ async fn resume(socket: &mut WebSocket, state: &State, d: &Value, at: &mut Attac
                 state.sessions.set_attached(at.shard, -1);
             }
             at.shard = state.sessions.session_shard(&sid).unwrap_or(0);
+            state.sessions.live_at(&sid, Some(from));
             at.session = Some(sid);
             state.sessions.set_attached(at.shard, 1);
             true

@@ -193,6 +193,12 @@ impl EphemeralNats {
         self.port.port()
     }
 
+    /// The server's process id while it runs: a test pauses it (SIGSTOP) to stand for a
+    /// server that stops answering without closing its connections.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
     /// Kills the server, keeping its store, as an outage would.
     pub fn stop(&mut self) {
         if let Some(mut child) = self.child.take() {

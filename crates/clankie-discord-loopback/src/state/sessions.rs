@@ -19,6 +19,10 @@ const IDENTIFY_SPACING_MS: i64 = 5_000;
 /// Discord refuses one it can no longer replay. A live connection that falls further behind
 /// than this is cut, never skipped ahead.
 pub(crate) const RESUME_BUFFER: usize = 1024;
+/// Frames a live connection may have yet to send before it is given up on: Discord writes each
+/// event to a connection as it happens, so a burst waits in the connection's own queue, not in
+/// the resume buffer; only a client that stops reading for this long is cut.
+pub(crate) const LIVE_BACKLOG: usize = 100_000;
 /// Heartbeats kept for tests to read: the last this many, across every connection.
 pub(crate) const HEARTBEATS_KEPT: usize = 10_000;
 
@@ -58,6 +62,9 @@ struct GatewaySession {
     shard: u32,
     /// The intents it identified with: an event of an intent not asked for never reaches it.
     intents: u64,
+    /// How far its live connection has sent, while one is attached: frames after it are kept
+    /// (up to [`LIVE_BACKLOG`]) whatever the resume buffer's bound.
+    live_sent: Option<u64>,
 }
 
 /// Gateway intents by bit, as Discord numbers them.
@@ -126,6 +133,10 @@ impl GatewaySession {
         self.seq += 1;
         self.log.push_back((self.seq, frame));
         while self.log.len() > RESUME_BUFFER {
+            let unsent = self.live_sent.is_some_and(|sent| self.log.front().is_some_and(|(n, _)| *n > sent));
+            if unsent && self.log.len() <= LIVE_BACKLOG {
+                break;
+            }
             self.log.pop_front();
         }
     }
@@ -244,7 +255,7 @@ impl Sessions {
         }
         let id = format!("loopback-session-{}-{}", kept.identifies, now);
         let frame = serde_json::json!({ "op": 0, "t": "READY", "s": 1, "d": ready(&id) }).to_string();
-        let mut session = GatewaySession { seq: 1, log: [(1, frame.clone())].into(), shard, intents };
+        let mut session = GatewaySession { seq: 1, log: [(1, frame.clone())].into(), shard, intents, live_sent: None };
         for (t, d) in after {
             session.push(serde_json::json!({ "op": 0, "t": t, "s": session.seq + 1, "d": d }).to_string());
         }
@@ -336,6 +347,13 @@ impl Sessions {
     /// The heartbeats kept, oldest first.
     pub fn heartbeats(&self) -> Vec<HeartbeatRecord> {
         self.lock().heartbeats.iter().copied().collect()
+    }
+
+    /// Notes how far the live connection of `session` has sent (`None`: none is attached now).
+    pub fn live_at(&self, session: &str, sent: Option<u64>) {
+        if let Some(s) = self.lock().sessions.get_mut(session) {
+            s.live_sent = sent;
+        }
     }
 
     /// Counts `n` frames a connection wrote from its session's log.

@@ -224,20 +224,36 @@ impl RestBudget {
         slot
     }
 
-    /// A slot for a context fetch, on the budget's low-priority share: taken only while no
-    /// other request waits for one and the last second used less than [`CONTEXT_PER_SECOND`],
-    /// so a reply is never queued behind a context fetch.
+    /// A slot for a context fetch, on the budget's low-priority share: taken only when the next
+    /// slot is free now, no other request waits for one and the last second used fewer than
+    /// [`CONTEXT_PER_SECOND`]. A context fetch never holds a slot ahead, so a reply is never
+    /// queued behind one.
     pub(crate) async fn pace_context(&self) -> Slot<'_> {
         loop {
-            let quiet = self.waiting.load(std::sync::atomic::Ordering::SeqCst) == 0 && {
-                let mut window = self.window.lock().unwrap_or_else(|p| p.into_inner());
-                window.count(tokio::time::Instant::now()) < CONTEXT_PER_SECOND
-            };
-            if quiet {
-                return self.slot().await;
+            if let Some(slot) = self.slot_now() {
+                return slot;
             }
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
+    }
+
+    /// The next slot, if it is free now and the budget is quiet enough for a context fetch.
+    fn slot_now(&self) -> Option<Slot<'_>> {
+        if self.waiting.load(std::sync::atomic::Ordering::SeqCst) > 0 {
+            return None;
+        }
+        let now = tokio::time::Instant::now();
+        let mut next = self.next_slot.lock().unwrap_or_else(|p| p.into_inner());
+        if *next > now {
+            return None;
+        }
+        let mut window = self.window.lock().unwrap_or_else(|p| p.into_inner());
+        if window.count(now) >= CONTEXT_PER_SECOND {
+            return None;
+        }
+        *next = now + Duration::from_secs(1) / PACED_PER_SECOND;
+        window.in_flight += 1;
+        Some(Slot(self))
     }
 
     async fn slot(&self) -> Slot<'_> {
@@ -276,5 +292,42 @@ impl RestBudget {
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
         self.slot().await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A context fetch takes the budget's lower share only: past [`CONTEXT_PER_SECOND`] in the
+    /// last second it waits while a reply still goes, and it waits while a reply waits for a slot.
+    #[tokio::test(start_paused = true)]
+    async fn ingest_context_fetches_give_way_to_replies() {
+        let budget = RestBudget::new(CREATE_SPAN);
+        for _ in 0..CONTEXT_PER_SECOND {
+            drop(budget.pace().await);
+        }
+        let reply = tokio::time::timeout(Duration::from_millis(100), budget.pace()).await;
+        assert!(reply.is_ok(), "a reply waited inside the budget");
+        drop(reply);
+        let context = tokio::time::timeout(Duration::from_millis(300), budget.pace_context()).await;
+        assert!(context.is_err(), "a context fetch took a slot while the last second was past its share");
+        drop(context);
+        // The second gone by: ten context fetches asked for at once, then a reply: the reply is
+        // sent before all but the one that already held its slot.
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let contexts = (0..10).map(|_| async {
+            let _slot = budget.pace_context().await;
+            tokio::time::Instant::now()
+        });
+        let reply = async {
+            tokio::task::yield_now().await;
+            let _slot = budget.pace().await;
+            tokio::time::Instant::now()
+        };
+        let (contexts, reply) = tokio::join!(futures::future::join_all(contexts), reply);
+        let before = contexts.iter().filter(|at| **at < reply).count();
+        assert!(before <= 1, "the reply was queued behind {before} context fetches");
+        assert!(tokio::time::timeout(Duration::from_secs(2), budget.pace_context()).await.is_ok(), "a quiet budget held a context fetch");
     }
 }

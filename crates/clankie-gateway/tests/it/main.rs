@@ -2,6 +2,7 @@
 //! the cross-service module adds the real captain, PostgreSQL and the model stand-in.
 
 mod body;
+mod bounds;
 mod ingest;
 mod limiter;
 mod limits;

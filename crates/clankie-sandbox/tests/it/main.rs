@@ -11,6 +11,7 @@ mod cluster;
 mod console;
 mod conversations;
 mod erase;
+mod ingest;
 mod interactions;
 mod media;
 mod scenarios;
