@@ -51,6 +51,19 @@ fn shape(i: u64) -> (String, bool, bool) {
     (author, to_him, !to_him && i % 2 == 1)
 }
 
+/// The mix's `i`th message in #general, replying to `previous` when its shape says so.
+fn mix_message(i: u64, previous: Option<u64>) -> NewMessage {
+    let (author, to_him, reply) = shape(i);
+    NewMessage {
+        channel_id: GENERAL,
+        author,
+        content: if to_him { format!("@Clankie what about {i}?") } else { format!("chatter {i}") },
+        mention: to_him,
+        reply_to: if reply { previous } else { None },
+        ..Default::default()
+    }
+}
+
 /// One gateway over its own nats-server and the loopback: `count` messages of the mix
 /// dispatched at once; messages a second from the first dispatch until JetStream holds them all.
 async fn gateway_ingest(count: u64, latency: Duration) -> Result<f64> {
@@ -85,16 +98,7 @@ async fn gateway_ingest(count: u64, latency: Duration) -> Result<f64> {
     let started = Instant::now();
     let mut previous = None;
     for i in 0..count {
-        let (author, to_him, reply) = shape(i);
-        let id = discord.user_message(NewMessage {
-            channel_id: GENERAL,
-            author,
-            content: if to_him { format!("@Clankie what about {i}?") } else { format!("chatter {i}") },
-            mention: to_him,
-            reply_to: if reply { previous } else { None },
-            ..Default::default()
-        });
-        previous = Some(id);
+        previous = Some(discord.user_message(mix_message(i, previous)));
     }
     eprintln!("gateway: {count} dispatched in {:.1} s (REST at {} ms)", started.elapsed().as_secs_f64(), latency.as_millis());
     let deadline = Instant::now() + Duration::from_secs(600);
@@ -140,15 +144,7 @@ async fn mention_admission(count: u64, latency: Duration) -> Result<Mix> {
     let mut previous = Some(warm);
     let mut between_people = 0;
     for i in (0..count).filter(|i| !shape(*i).1) {
-        let (author, _, reply) = shape(i);
-        let id = discord.user_message(NewMessage {
-            channel_id: GENERAL,
-            author,
-            content: format!("chatter {i}"),
-            reply_to: if reply { previous } else { None },
-            ..Default::default()
-        });
-        previous = Some(id);
+        previous = Some(discord.user_message(mix_message(i, previous)));
         between_people += 1;
     }
     let settled = |n: usize| receipts.all().iter().filter(|r| r.kind == "captain.not_admitted").count() >= n;
@@ -163,16 +159,8 @@ async fn mention_admission(count: u64, latency: Duration) -> Result<Mix> {
     let mut sent_ms = BTreeMap::new();
     let started = Instant::now();
     for i in 0..count {
-        let (author, to_him, reply) = shape(i);
-        let id = discord.user_message(NewMessage {
-            channel_id: GENERAL,
-            author,
-            content: if to_him { format!("@Clankie what about {i}?") } else { format!("chatter {i}") },
-            mention: to_him,
-            reply_to: if reply { previous } else { None },
-            ..Default::default()
-        });
-        if to_him {
+        let id = discord.user_message(mix_message(i, previous));
+        if shape(i).1 {
             sent_ms.insert(id.to_string(), clankie_bus::now_ms());
         }
         previous = Some(id);

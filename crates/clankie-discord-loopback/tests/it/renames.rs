@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use clankie_discord_loopback::{ChannelKind, ChannelSpec, Loopback, LoopbackConfig, NewMessage};
+use clankie_discord_loopback::{Loopback, LoopbackConfig, NewMessage};
 use serde_json::Value;
 use twilight_model::channel::Channel;
 use twilight_model::gateway::payload::incoming::{GuildCreate, ThreadUpdate};
@@ -14,18 +14,6 @@ use crate::*;
 const GUILDS: u64 = 1 << 0;
 const QUIET: Duration = Duration::from_millis(400);
 const FORUM: u64 = 400;
-
-fn with_forum() -> LoopbackConfig {
-    let mut config = LoopbackConfig::default();
-    config.channels.push(ChannelSpec {
-        id: FORUM,
-        name: "ideas".into(),
-        kind: ChannelKind::Forum,
-        tags: vec!["bug".into(), "idea".into()],
-        ..Default::default()
-    });
-    config
-}
 
 /// A session with the GUILDS intent, past READY and the GUILD_CREATEs it got.
 async fn watching(discord: &Loopback) -> (Gateway, Vec<(String, Value)>) {
@@ -44,7 +32,7 @@ async fn only<T: serde::de::DeserializeOwned>(gateway: &mut Gateway, t: &str) ->
 
 #[tokio::test]
 async fn rename_thread_and_post_tags_dispatch_thread_update_with_the_whole_thread() {
-    let discord = loopback(with_forum()).await;
+    let discord = loopback(crate::threads::with_forum()).await;
     let http = client(&discord);
     let thread = discord.start_thread(GENERAL, None, "plans", false);
     let first = NewMessage { content: "trains".into(), ..Default::default() };
@@ -102,7 +90,7 @@ async fn rename_channel_dispatches_channel_update_and_rest_and_guild_create_show
 
 #[tokio::test]
 async fn rename_control_routes_rename_threads_and_channels_and_tag_posts() {
-    let discord = loopback(with_forum()).await;
+    let discord = loopback(crate::threads::with_forum()).await;
     let thread = discord.start_thread(GENERAL, None, "plans", false);
     let (post, _) = discord.create_forum_post(FORUM, "ada", "Late trains", &[], NewMessage { content: "x".into(), ..Default::default() });
 

@@ -28,7 +28,7 @@ const NEWS: u64 = 401;
 const MODS: u64 = 160;
 
 /// The default loopback with a forum (tags `bug`, `idea`), an announcement channel and a role.
-fn with_forum() -> LoopbackConfig {
+pub(crate) fn with_forum() -> LoopbackConfig {
     let mut config = LoopbackConfig::default();
     config.channels.push(ChannelSpec {
         id: FORUM,

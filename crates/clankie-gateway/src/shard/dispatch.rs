@@ -161,6 +161,12 @@ impl Gateway {
         true
     }
 
+    /// Lets a guild's kept roles and owner go; handled, so true.
+    fn guild_changed(&self, guild: twilight_model::id::Id<twilight_model::id::marker::GuildMarker>) -> bool {
+        self.places().forget_guild(guild.get());
+        true
+    }
+
     /// Everything but a new message, handled in its turn. False when it could not be stored.
     async fn handle_other(&self, event: Event, stamp: i64) -> bool {
         match event {
@@ -208,22 +214,11 @@ impl Gateway {
                 self.guild_seen(&guild);
                 true
             }
-            Event::RoleCreate(r) => {
-                self.places().forget_guild(r.guild_id.get());
-                true
-            }
-            Event::RoleUpdate(r) => {
-                self.places().forget_guild(r.guild_id.get());
-                true
-            }
-            Event::RoleDelete(r) => {
-                self.places().forget_guild(r.guild_id.get());
-                true
-            }
-            Event::GuildUpdate(g) => {
-                self.places().forget_guild(g.id.get());
-                true
-            }
+            // A guild's roles or owner changed: fetched again when next needed.
+            Event::RoleCreate(r) => self.guild_changed(r.guild_id),
+            Event::RoleUpdate(r) => self.guild_changed(r.guild_id),
+            Event::RoleDelete(r) => self.guild_changed(r.guild_id),
+            Event::GuildUpdate(g) => self.guild_changed(g.id),
             // Not worth a session save: a resume that replays a typing signal costs nothing.
             Event::TypingStart(typing) => {
                 self.typing_signal(&typing, stamp).await;
