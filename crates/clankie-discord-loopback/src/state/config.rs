@@ -178,10 +178,18 @@ pub struct LoopbackConfig {
     /// slow as it can be, for a client to be measured against. 0 answers at once.
     #[serde(default)]
     pub rest_latency_ms: u64,
+    /// Frames a live connection may have yet to send before it is cut, as Discord gives up on a
+    /// client that stops reading; 100,000 by default.
+    #[serde(default = "live_backlog")]
+    pub live_backlog_frames: usize,
 }
 
 fn owner() -> u64 {
     GUILD_OWNER
+}
+
+fn live_backlog() -> usize {
+    crate::state::sessions::LIVE_BACKLOG
 }
 
 fn on() -> bool {
@@ -296,6 +304,7 @@ impl Default for LoopbackConfig {
             closed_dms: Vec::new(),
             owner_id: GUILD_OWNER,
             rest_latency_ms: 0,
+            live_backlog_frames: live_backlog(),
         }
     }
 }

@@ -102,7 +102,7 @@ impl State {
         let first = ((now_ms() as u64).saturating_sub(DISCORD_EPOCH_MS)) << 22;
         State {
             inner: Mutex::new(Inner { next_id: first, ..Default::default() }),
-            sessions: Sessions::default(),
+            sessions: Sessions::with_live_backlog(config.live_backlog_frames),
             limits: limits::Keeper::new(config.rest_latency_ms),
             interactions: interactions::Interactions::default(),
             grants: permissions::Keeper::seeded(&config),

@@ -19,9 +19,10 @@ const IDENTIFY_SPACING_MS: i64 = 5_000;
 /// Discord refuses one it can no longer replay. A live connection that falls further behind
 /// than this is cut, never skipped ahead.
 pub(crate) const RESUME_BUFFER: usize = 1024;
-/// Frames a live connection may have yet to send before it is given up on: Discord writes each
-/// event to a connection as it happens, so a burst waits in the connection's own queue, not in
-/// the resume buffer; only a client that stops reading for this long is cut.
+/// The default frames a live connection may have yet to send before it is given up on
+/// (`LoopbackConfig::live_backlog_frames`): Discord writes each event to a connection as it
+/// happens, so a burst waits in the connection's own queue, not in the resume buffer; only a
+/// client that stops reading for this long is cut.
 pub(crate) const LIVE_BACKLOG: usize = 100_000;
 /// Heartbeats kept for tests to read: the last this many, across every connection.
 pub(crate) const HEARTBEATS_KEPT: usize = 10_000;
@@ -129,12 +130,12 @@ fn empty(d: &mut serde_json::Value) {
 }
 
 impl GatewaySession {
-    fn push(&mut self, frame: String) {
+    fn push(&mut self, frame: String, live_backlog: usize) {
         self.seq += 1;
         self.log.push_back((self.seq, frame));
         while self.log.len() > RESUME_BUFFER {
             let unsent = self.live_sent.is_some_and(|sent| self.log.front().is_some_and(|(n, _)| *n > sent));
-            if unsent && self.log.len() <= LIVE_BACKLOG {
+            if unsent && self.log.len() <= live_backlog {
                 break;
             }
             self.log.pop_front();
@@ -183,6 +184,15 @@ pub(crate) struct Sessions {
     frames_sent: AtomicU64,
     /// Live connections cut because their session's log no longer held what they had to send next.
     cut_behind: AtomicU64,
+    /// Frames a live connection may have yet to send before it is cut.
+    live_backlog: usize,
+}
+
+impl Sessions {
+    /// Sessions whose live connections may fall `live_backlog` frames behind before they are cut.
+    pub(crate) fn with_live_backlog(live_backlog: usize) -> Sessions {
+        Sessions { live_backlog, ..Sessions::default() }
+    }
 }
 
 impl Default for Sessions {
@@ -196,6 +206,7 @@ impl Default for Sessions {
             frames_dispatched: AtomicU64::new(0),
             frames_sent: AtomicU64::new(0),
             cut_behind: AtomicU64::new(0),
+            live_backlog: LIVE_BACKLOG,
         }
     }
 }
@@ -222,7 +233,7 @@ impl Sessions {
                 _ => d,
             };
             let frame = serde_json::json!({ "op": 0, "t": t, "s": session.seq + 1, "d": d }).to_string();
-            session.push(frame);
+            session.push(frame, self.live_backlog);
             appended += 1;
         }
         self.frames_dispatched.fetch_add(appended, Ordering::Relaxed);
@@ -257,7 +268,7 @@ impl Sessions {
         let frame = serde_json::json!({ "op": 0, "t": "READY", "s": 1, "d": ready(&id) }).to_string();
         let mut session = GatewaySession { seq: 1, log: [(1, frame.clone())].into(), shard, intents, live_sent: None };
         for (t, d) in after {
-            session.push(serde_json::json!({ "op": 0, "t": t, "s": session.seq + 1, "d": d }).to_string());
+            session.push(serde_json::json!({ "op": 0, "t": t, "s": session.seq + 1, "d": d }).to_string(), self.live_backlog);
         }
         self.frames_dispatched.fetch_add(session.seq, Ordering::Relaxed);
         kept.sessions.insert(id.clone(), session);
@@ -304,12 +315,14 @@ impl Sessions {
         let mut kept = self.lock();
         let extra = std::mem::take(&mut kept.replay_extra);
         let seq = seq.saturating_sub(extra);
+        let live_backlog = self.live_backlog;
         let s = kept.sessions.get_mut(session)?;
-        if !s.holds_after(seq) {
+        // Only the resume buffer replays, whatever a lagging connection's queue still held.
+        if !s.holds_after(seq) || s.seq.saturating_sub(seq) > RESUME_BUFFER as u64 {
             return None;
         }
         let resumed = serde_json::json!({ "op": 0, "t": "RESUMED", "s": s.seq + 1, "d": {} }).to_string();
-        s.push(resumed);
+        s.push(resumed, live_backlog);
         kept.resumes += 1;
         drop(kept);
         self.frames_dispatched.fetch_add(1, Ordering::Relaxed);

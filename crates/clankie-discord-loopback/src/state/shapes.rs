@@ -124,7 +124,7 @@ pub const HAS_SNAPSHOT: u64 = 1 << 14;
 
 /// A message as Discord shapes it. `member` gives a user's partial member in the message's
 /// guild: the gateway's MESSAGE_CREATE and MESSAGE_UPDATE carry one for the author and each
-/// mentioned user, REST answers none (pass `None`).
+/// mentioned user, and the guild's id; REST answers neither (pass `None`).
 pub(crate) fn message_json(
     state: &Site,
     m: &StoredMessage,
@@ -153,9 +153,10 @@ pub(crate) fn message_json(
         "flags": flags,
         "type": if m.reply_to.is_some() { 19 } else { 0 },
     });
-    if let Some(guild) = m.guild_id {
+    // `guild_id` and `member` are the gateway event's extra fields: REST's message object has neither.
+    if let (Some(guild), Some(member)) = (m.guild_id, member) {
         v["guild_id"] = json!(guild.to_string());
-        if let Some(member) = member.and_then(|f| f(m.author_id)) {
+        if let Some(member) = member(m.author_id) {
             v["member"] = member;
         }
     }
@@ -397,7 +398,7 @@ mod tests {
         assert_eq!(m.mentions[0].id.get(), 4242);
         assert_eq!(m.attachments[0].content_type.as_deref(), Some("image/png"));
         assert_eq!(m.referenced_message.unwrap().author.id.get(), 7);
-        assert_eq!(m.guild_id.map(|g| g.get()), Some(100));
+        assert_eq!(m.guild_id, None, "REST's message object carries no guild_id: only a gateway event adds it");
     }
 
     #[tokio::test]

@@ -64,11 +64,34 @@ async fn heartbeats_are_logged_per_connection_and_acked_ahead_of_a_dispatch_back
     assert_eq!(beats[1].since_last_ms, beats[1].at_ms - beats[0].at_ms);
 }
 
+/// A burst past the resume buffer waits in the live connection's own queue, as Discord writes
+/// each event to a connection as it happens: every frame arrives, in order, none skipped.
+#[tokio::test]
+async fn a_burst_past_the_resume_buffer_reaches_a_live_connection_whole() {
+    let discord = loopback(LoopbackConfig::default()).await;
+    let (mut gateway, _session) = typing_session(&discord).await;
+    for _ in 0..1100 {
+        discord.user_typing(GENERAL, "ada");
+    }
+    let mut seqs = Vec::new();
+    while seqs.len() < 1100 {
+        match gateway.next(Duration::from_secs(5)).await {
+            Some(Frame::Json(v)) if v["t"] == "TYPING_START" => seqs.push(v["s"].as_u64().unwrap_or(0)),
+            Some(Frame::Json(_)) => {}
+            other => panic!("the connection ended after {} frames: {other:?}", seqs.len()),
+        }
+    }
+    assert!(seqs.windows(2).all(|w| w[1] == w[0] + 1), "a frame was skipped");
+    assert_eq!(discord.connections_cut_behind(), 0);
+}
+
+/// A connection that falls past its live backlog (`live_backlog_frames`) is cut, never
+/// skipped ahead, and its resume is refused: the frames are gone.
 #[tokio::test]
 async fn a_connection_that_falls_past_the_resume_buffer_is_cut_and_its_resume_is_refused() {
-    let discord = loopback(LoopbackConfig::default()).await;
+    let discord = loopback(LoopbackConfig { live_backlog_frames: 1_050, ..LoopbackConfig::default() }).await;
     let (mut gateway, session) = typing_session(&discord).await;
-    // More than the 1,024 frames a session keeps, appended before the connection can send any.
+    // More than the connection's backlog, appended before it can send any.
     for _ in 0..1100 {
         discord.user_typing(GENERAL, "ada");
     }

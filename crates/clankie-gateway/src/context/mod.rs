@@ -449,12 +449,17 @@ impl Gateway {
     async fn context_for(&self, req: &v1::ContextRequest) -> v1::ContextReply {
         let deadline = tokio::time::Instant::now() + GATHER_PATIENCE;
         let fetched = tokio::time::timeout_at(deadline, self.fetch_message(req.channel_id, req.message_id)).await;
-        let Ok(Some(message)) = fetched else {
+        let Ok(Some(mut message)) = fetched else {
             return v1::ContextReply { error: "message_unavailable".into(), ..Default::default() };
         };
-        if message.guild_id.map(|g| g.get()) != req.guild_id {
-            return v1::ContextReply { error: "wrong_place".into(), ..Default::default() };
+        // REST's message object names no guild: the channel's facts say whose it is.
+        if let Some(guild) = req.guild_id {
+            let facts = tokio::time::timeout_at(deadline, self.channel_facts(req.channel_id)).await.ok().flatten();
+            if facts.and_then(|f| f.guild_id) != Some(guild) {
+                return v1::ContextReply { error: "wrong_place".into(), ..Default::default() };
+            }
         }
+        message.guild_id = req.guild_id.and_then(Id::new_checked);
         let gathered = self.gather(&message, deadline).await;
         let links_refused = gathered.links_refused.len() as u32;
         let mut carried = v1::Ingress { quoted: gathered.quoted, thread: gathered.thread, ..Default::default() };
