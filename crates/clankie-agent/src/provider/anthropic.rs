@@ -211,8 +211,9 @@ fn image_block(url: &str) -> Option<Value> {
             _ => None,
         }
     };
-    let known = ["image/png", "image/jpeg", "image/gif", "image/webp"];
-    match sniffed.or(known.contains(&labelled).then_some(labelled)) {
+    // Bytes that begin as no picture Anthropic reads would have the whole request refused
+    // ("Could not process image"), whatever their label says: they go in words.
+    match sniffed {
         Some(media_type) if bytes <= MAX_IMAGE_BYTES => {
             Some(json!({ "type": "image", "source": { "type": "base64", "media_type": media_type, "data": data } }))
         }
@@ -361,7 +362,10 @@ mod tests {
                     tool_calls: vec![ToolCall { id: "c1".into(), name: "read_page".into(), arguments: "{\"url\":\"x\"}".into() }],
                 },
                 ChatMessage::Tool { call_id: "c1".into(), name: "read_page".into(), content: "page".into() },
-                ChatMessage::User { text: "and this?".into(), images: vec!["data:image/png;base64,AAAA".into()] },
+                ChatMessage::User {
+                    text: "and this?".into(),
+                    images: vec!["data:image/png;base64,iVBORw0KGgoAAAANSUhEUgAAAAEAAAAB".into()],
+                },
             ],
             tools: vec![
                 ToolSpec { name: "read_page".into(), description: "d".into(), parameters: json!({"type": "object"}) },
@@ -465,6 +469,9 @@ mod tests {
         // A JPEG labelled PNG by its uploader.
         let jpeg = "data:image/png;base64,/9j/4AAQSkZJRgABAQ==";
         assert_eq!(image_block(jpeg).unwrap()["source"]["media_type"], "image/jpeg");
+        // Bytes that are no picture at all, labelled PNG: said in words, never an image block.
+        let not_a_picture = image_block("data:image/png;base64,cGl4ZWxz").unwrap();
+        assert_eq!(not_a_picture["type"], "text", "{not_a_picture}");
         let huge = format!("data:image/png;base64,iVBORw0KGgo{}", "A".repeat(8 * 1024 * 1024));
         let said = image_block(&huge).unwrap();
         assert_eq!(said["type"], "text");

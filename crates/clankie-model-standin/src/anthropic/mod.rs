@@ -2,6 +2,7 @@
 //! (`cache`), answered with Anthropic's error bodies or its server-sent events.
 
 pub(crate) mod cache;
+mod structure;
 
 use std::time::Duration;
 
@@ -52,6 +53,9 @@ pub(crate) async fn messages(State(shared): State<Shared>, headers: HeaderMap, b
     }
     if !body["max_tokens"].is_u64() {
         return error(StatusCode::BAD_REQUEST, "invalid_request_error", "max_tokens: Field required");
+    }
+    if let Err(message) = structure::check(&body) {
+        return error(StatusCode::BAD_REQUEST, "invalid_request_error", &message);
     }
     let (used, writes) = match cache::plan(&shared.prompt_cache, &body) {
         Ok(planned) => planned,

@@ -103,6 +103,9 @@ async fn anthropic_a_durable_lanes_turns_read_their_prompt_from_the_cache_presen
     assert_eq!(view.input_tokens as u64, requests.iter().map(|r| r.token_estimate).sum::<u64>());
 }
 
+/// The first bytes of a PNG (its signature and the start of its header), base64.
+const PNG_BYTES: &str = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAAB";
+
 #[tokio::test]
 async fn anthropic_a_picture_reaches_claude_as_an_image_block_through_the_captain() {
     let rig = Rig::with(&[("CLANKIE_MODEL_PROVIDER", "anthropic")]).await;
@@ -114,7 +117,8 @@ async fn anthropic_a_picture_reaches_claude_as_an_image_block_through_the_captai
         attachments: vec![clankie_discord_loopback::NewAttachment {
             filename: "map.png".into(),
             content_type: "image/png".into(),
-            text: Some("pixels".into()),
+            // A PNG's signature and header: Claude refuses bytes that are no picture of their type.
+            base64: Some(PNG_BYTES.into()),
             ..Default::default()
         }],
         ..Default::default()
@@ -126,6 +130,6 @@ async fn anthropic_a_picture_reaches_claude_as_an_image_block_through_the_captai
     assert_eq!(images.len(), 1, "the picture reached Claude as an image block");
     assert_eq!(images[0]["source"]["type"], "base64");
     assert_eq!(images[0]["source"]["media_type"], "image/png");
-    assert_eq!(images[0]["source"]["data"], "cGl4ZWxz", "the block carries the stored bytes");
+    assert_eq!(images[0]["source"]["data"], PNG_BYTES, "the block carries the stored bytes");
     assert!(rig.sandbox.discord.posts(GENERAL).iter().any(|p| p.content == "That's the lobby map."));
 }
