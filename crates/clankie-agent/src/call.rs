@@ -21,11 +21,7 @@ pub(crate) async fn call_with_retries(
         match result {
             Ok(turn) => {
                 stats.model_calls += 1;
-                stats.input_tokens += turn.usage.input_tokens;
-                stats.output_tokens += turn.usage.output_tokens;
-                stats.cached_input_tokens += turn.usage.cached_input_tokens;
-                stats.cache_write_input_tokens += turn.usage.cache_write_input_tokens;
-                stats.reasoning_tokens += turn.usage.reasoning_tokens;
+                bill(stats, &turn.usage);
                 return Ok(turn);
             }
             Err(ModelError::Transient { code, retry_after, .. }) if attempt < policy.max_retries => {
@@ -42,6 +38,15 @@ pub(crate) async fn call_with_retries(
             }
         }
     }
+}
+
+/// Counts what a call cost into the run's figures.
+fn bill(stats: &mut RunStats, usage: &crate::provider::Usage) {
+    stats.input_tokens += usage.input_tokens;
+    stats.output_tokens += usage.output_tokens;
+    stats.cached_input_tokens += usage.cached_input_tokens;
+    stats.cache_write_input_tokens += usage.cache_write_input_tokens;
+    stats.reasoning_tokens += usage.reasoning_tokens;
 }
 
 /// One model call as a GenAI span: who was asked, what it cost, why it stopped; never words.
@@ -100,7 +105,9 @@ async fn call_once_inner(request: &ModelRequest, ctx: &RunCtx, stats: &mut RunSt
     let sink = ctx.sink.clone();
     let uploaded = std::sync::Arc::new(move |bytes| sink.emit(AgentEvent::RequestSent { bytes }));
     let mut silence = SilenceGate::new();
-    streamed(&ctx.model, request, uploaded, ctx.config.bounds, &mut |item| match item {
+    // The usage the provider reported before an answer broke off: billed all the same.
+    let mut billed = None;
+    let result = streamed(&ctx.model, request, uploaded, ctx.config.bounds, &mut |item| match item {
         StreamItem::Text(t) => {
             ctx.sink.emit(AgentEvent::TextDelta { chars: t.chars().count() });
             if gate && silence.push(t) {
@@ -110,9 +117,14 @@ async fn call_once_inner(request: &ModelRequest, ctx: &RunCtx, stats: &mut RunSt
         }
         StreamItem::ToolCallDelta { arguments, .. } => ctx.sink.emit(AgentEvent::TextDelta { chars: arguments.chars().count() }),
         StreamItem::Alive => ctx.sink.emit(AgentEvent::ProviderAlive),
-        StreamItem::Finish(_) | StreamItem::Usage(_) | StreamItem::Done => {}
+        StreamItem::Usage(u) => billed = Some(*u),
+        StreamItem::Finish(_) | StreamItem::Done => {}
     })
-    .await
+    .await;
+    if let (Err(_), Some(usage)) = (&result, billed) {
+        bill(stats, &usage);
+    }
+    result
 }
 
 /// One streamed model call, inside its chat span: each item handed to `seen`, then gathered

@@ -264,7 +264,8 @@ impl Reader {
                 self.usage.cached_input_tokens = read;
                 self.usage.cache_write_input_tokens = written;
                 self.usage.output_tokens = u["output_tokens"].as_u64().unwrap_or(0);
-                vec![Ok(StreamItem::Alive)]
+                // Billed from here on: a stream that drops later is still on the invoice.
+                vec![Ok(StreamItem::Alive), Ok(StreamItem::Usage(self.usage))]
             }
             "content_block_start" => {
                 let block = &v["content_block"];

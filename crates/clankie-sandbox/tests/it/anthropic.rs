@@ -133,3 +133,36 @@ async fn anthropic_a_picture_reaches_claude_as_an_image_block_through_the_captai
     assert_eq!(images[0]["source"]["data"], PNG_BYTES, "the block carries the stored bytes");
     assert!(rig.sandbox.discord.posts(GENERAL).iter().any(|p| p.content == "That's the lobby map."));
 }
+
+/// Anthropic bills a call from its `message_start`: a stream that drops after it is on the
+/// invoice, so the turn's receipt counts it beside the retry that answered.
+#[tokio::test]
+async fn usage_a_stream_dropped_after_message_start_is_in_the_receipt() {
+    let rig = Rig::with(&[("CLANKIE_MODEL_PROVIDER", "anthropic")]).await;
+    let store = Store::connect(&rig.settings.database_url).await.unwrap();
+    rig.standin.script(Script::any(Reply::Drop { text_before: String::new() }));
+    rig.standin.script(Script::any(Reply::text("The lobby opens at eight.")));
+    let said = rig.say(GENERAL, "ada", "@Clankie when does the lobby open?");
+    rig.wait_outcomes(GENERAL, &[said]).await;
+    let requests = rig.standin.requests();
+    assert_eq!(requests.len(), 2, "the dropped call and the retry that answered");
+    let billed: u64 = requests.iter().map(|r| r.token_estimate).sum();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    let counts = loop {
+        let row: Option<(Value,)> = sqlx::query_as("SELECT counts FROM receipts WHERE kind = 'captain.turn' AND delivery_id = $1")
+            .bind(said.to_string())
+            .fetch_optional(store.pool())
+            .await
+            .unwrap();
+        if let Some((counts,)) = row {
+            break counts;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "the turn's receipt was never stored");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    println!(
+        "usage: the dropped call {} input tokens, the retry {}, the receipt {}",
+        requests[0].token_estimate, requests[1].token_estimate, counts["input_tokens"]
+    );
+    assert_eq!(counts["input_tokens"].as_u64(), Some(billed), "the dropped call's input is missing from the receipt: {counts}");
+}
