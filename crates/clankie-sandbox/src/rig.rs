@@ -71,6 +71,11 @@ impl Rig {
             ("CLANKIE_TOOL_CARD_DELAY_MS".into(), "300".into()),
             ("CLANKIE_CONSOLE_ADDR".into(), "127.0.0.1:0".into()),
         ];
+        // A whole suite run on another provider's wire (`anthropic`: the strict Messages API
+        // stand-in); a test's own extra still decides.
+        if let Ok(provider) = std::env::var("CLANKIE_TEST_MODEL_PROVIDER") {
+            vars.push(("CLANKIE_MODEL_PROVIDER".into(), provider));
+        }
         vars.extend(extra.iter().map(|(k, v)| (k.to_string(), v.to_string())));
         // A variable given twice takes its last value (an extra overrides a default).
         let var = |k: &str| vars.iter().rev().find(|(n, _)| n == k).map(|(_, v)| v.clone());

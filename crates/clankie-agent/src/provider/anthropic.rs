@@ -185,7 +185,46 @@ fn messages(history: &[ChatMessage]) -> Vec<Value> {
             _ => out.push((role, blocks)),
         }
     }
-    out.into_iter().map(|(role, content)| json!({ "role": role, "content": content })).collect()
+    made_valid(out).into_iter().map(|(role, content)| json!({ "role": role, "content": content })).collect()
+}
+
+/// The turns as Anthropic takes them whatever a deletion, a forget or a stub left of the
+/// history: the first turn the user's, every `tool_use` answered by a `tool_result` at the
+/// start of the next turn (one said to be gone where its result is no longer kept), and a
+/// result whose call is no longer kept said in words. The same history always comes out the
+/// same, so the cached prefix holds.
+fn made_valid(mut turns: Vec<(&'static str, Vec<Value>)>) -> Vec<(&'static str, Vec<Value>)> {
+    if turns.first().is_some_and(|(role, _)| *role == "assistant") {
+        turns.insert(0, ("user", vec![json!({ "type": "text", "text": "[the conversation's start is no longer kept]" })]));
+    }
+    for i in 0..turns.len() {
+        let asked: Vec<String> = if i == 0 {
+            Vec::new()
+        } else {
+            turns[i - 1].1.iter().filter(|b| b["type"] == "tool_use").filter_map(|b| b["id"].as_str().map(str::to_owned)).collect()
+        };
+        if turns[i].0 != "user" {
+            continue;
+        }
+        let blocks = std::mem::take(&mut turns[i].1);
+        let (mut results, mut rest): (Vec<Value>, Vec<Value>) = blocks.into_iter().partition(|b| b["type"] == "tool_result");
+        // A result whose call is gone goes in words; a call whose result is gone is answered so.
+        results.retain(|r| {
+            let answers = r["tool_use_id"].as_str().is_some_and(|id| asked.iter().any(|a| a == id));
+            if !answers {
+                let said = r["content"].as_str().unwrap_or_default();
+                rest.insert(0, json!({ "type": "text", "text": format!("[a tool's result, its call no longer kept] {said}") }));
+            }
+            answers
+        });
+        let unanswered: Vec<&String> = asked.iter().filter(|id| !results.iter().any(|r| r["tool_use_id"] == id.as_str())).collect();
+        for id in unanswered {
+            results.push(json!({ "type": "tool_result", "tool_use_id": id, "content": "[this result is no longer kept]" }));
+        }
+        results.extend(rest);
+        turns[i].1 = results;
+    }
+    turns
 }
 
 /// The largest picture Anthropic takes in one image block.
@@ -463,6 +502,33 @@ mod tests {
         assert_eq!(blocks.len(), 2, "{body}");
         assert!(blocks.iter().all(|b| !b["text"].as_str().unwrap().trim().is_empty()));
         assert!(blocks[1]["cache_control"].is_object(), "the mark is on the last, non-empty block");
+    }
+
+    #[test]
+    fn anthropic_a_history_left_odd_by_a_deletion_or_a_forget_goes_as_anthropic_takes_it() {
+        use crate::provider::ToolCall;
+        let call = |id: &str| ToolCall { id: id.into(), name: "read_page".into(), arguments: "{}".into() };
+        let history = vec![
+            // The first user message deleted: the history starts with his answer.
+            ChatMessage::Assistant { text: "Lobby 4.".into(), tool_calls: vec![] },
+            ChatMessage::User { text: "and the map?".into(), images: vec![] },
+            // A call whose result was forgotten, and words that came before a later result.
+            ChatMessage::Assistant { text: String::new(), tool_calls: vec![call("t1"), call("t2")] },
+            ChatMessage::User { text: "quick please".into(), images: vec![] },
+            ChatMessage::Tool { call_id: "t2".into(), content: "the map page".into(), name: "read_page".into() },
+            // A result whose call is no longer kept.
+            ChatMessage::Tool { call_id: "t9".into(), content: "an old page".into(), name: "read_page".into() },
+        ];
+        let turns = messages(&history);
+        let roles: Vec<&str> = turns.iter().map(|t| t["role"].as_str().unwrap()).collect();
+        assert_eq!(roles, ["user", "assistant", "user", "assistant", "user"], "{turns:#?}");
+        let last = turns[4]["content"].as_array().unwrap();
+        let kinds: Vec<&str> = last.iter().map(|b| b["type"].as_str().unwrap()).collect();
+        assert_eq!(kinds, ["tool_result", "tool_result", "text", "text"], "results first, each call answered: {last:#?}");
+        let answered: Vec<&str> = last.iter().filter_map(|b| b["tool_use_id"].as_str()).collect();
+        assert_eq!(answered, ["t2", "t1"]);
+        assert!(last[2]["text"].as_str().unwrap().contains("an old page"), "the orphan result is said in words");
+        assert_eq!(messages(&history), turns, "the same history comes out the same, so the cache holds");
     }
 
     #[test]

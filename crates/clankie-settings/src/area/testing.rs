@@ -79,7 +79,18 @@ pub(crate) const SETTINGS: &[Setting] = &[
     )
     .credentials()
     .env_only(),
+    Setting::new(
+        Area::Testing,
+        "CLANKIE_TEST_MODEL_PROVIDER",
+        Kind::Choice(&["openai", "anthropic"]),
+        "unset",
+        "The wire the sandbox tests' stacks speak to the model stand-in unless a test names its own; the suite runs its anthropic_, erase_, message_delete_ and message_edit_ tests again with `anthropic`, the strict Messages API stand-in.",
+        &[Tests],
+    )
+    .env_only(),
     Setting::new(Area::Testing, "CLANKIE_TEST_VOICE_LOG", Kind::Flag, "unset", "Prints the voice tests' timelines.", &[Tests]).env_only(),
+    Setting::new(Area::Testing, "CLANKIE_INGEST_BURST", Kind::Count, "20000", "Messages in the gateway's `ingest_` burst test (long mode: more).", &[Tests])
+        .env_only(),
     Setting::new(
         Area::Testing,
         "CLANKIE_UPDATE_SCREENSHOTS",
@@ -114,7 +125,16 @@ pub(crate) const SETTINGS: &[Setting] = &[
         "CLANKIE_BENCH_GATEWAY_MESSAGES",
         Kind::Count,
         "bench-sized",
-        "Messages the gateway bench sends.",
+        "Messages of the mix the gateway bench dispatches at once through one gateway, for its ingest rate.",
+        &[Bench],
+    )
+    .env_only(),
+    Setting::new(
+        Area::Testing,
+        "CLANKIE_BENCH_GATEWAY_MIX",
+        Kind::Count,
+        "2000",
+        "Messages of the mix the gateway bench sends at 200 a second through the whole stack, for a mention's time to admission and the REST calls.",
         &[Bench],
     )
     .env_only(),
