@@ -10,6 +10,8 @@
 
 mod audience;
 mod blobs;
+mod sent;
+pub use sent::Ack;
 mod consumer;
 mod erase;
 mod kv;
@@ -129,9 +131,6 @@ pub struct Published {
     /// The same `Nats-Msg-Id` was already stored inside the duplicate window.
     pub duplicate: bool,
 }
-
-/// JetStream's ack of an event [`Bus::publish_sent`] sent, awaited later.
-pub type Ack = std::pin::Pin<Box<dyn std::future::Future<Output = Result<Published, BusError>> + Send>>;
 
 /// A connection to NATS and JetStream, named after the service that holds it.
 #[derive(Clone)]
@@ -290,34 +289,6 @@ impl Bus {
     pub async fn publish<E: Event>(&self, subject: &Subject, event: &E, msg_id: Option<&MsgId>) -> Result<Published, BusError> {
         subject.check_payload::<E>()?;
         self.publish_bytes(subject.to_string(), Bytes::from(event.encode_to_vec()), msg_id).await
-    }
-
-    /// Sends `event` on `subject` and returns without waiting for JetStream's ack: the future
-    /// it gives waits for it. Events sent one after another on one connection are stored in
-    /// that order, so an ordered producer sends each in turn and awaits many acks at once. An
-    /// ack that fails transiently is retried as a whole publish (the msg id keeps it one).
-    pub async fn publish_sent<E: Event>(&self, subject: &Subject, event: &E, msg_id: &MsgId) -> Result<Ack, BusError> {
-        subject.check_payload::<E>()?;
-        let (name, payload, id) = (subject.to_string(), Bytes::from(event.encode_to_vec()), msg_id.as_str().to_owned());
-        // The current span's context travels with the event, so its consumer carries the trace on.
-        let trace = TraceContext::current();
-        let mut publish = jetstream::message::PublishMessage::build().payload(payload.clone()).message_id(id.as_str());
-        for (header, value) in trace.headers() {
-            publish = publish.header(header, value);
-        }
-        let sent = self.js.send_publish(name.clone(), publish).await;
-        let bus = self.clone();
-        Ok(Box::pin(async move {
-            let acked = match sent {
-                Ok(ack) => ack.await,
-                Err(e) => Err(e),
-            };
-            match acked {
-                Ok(ack) => Ok(Published { stream: ack.stream, sequence: ack.sequence, duplicate: ack.duplicate }),
-                Err(e) if transient(e.kind()) => bus.publish_with(name, payload, id, trace).await,
-                Err(e) => Err(BusError::Publish { subject: name, detail: e.to_string() }),
-            }
-        }))
     }
 
     /// Publishes raw bytes on a subject string, bypassing the contract; for tests of hostile input.
