@@ -273,6 +273,8 @@ impl Captain {
                 None => {}
             }
         }
+        // A message steered into a run is read as a turn reads one: with what it points at.
+        self.context_before_turn(std::iter::once(&mut held)).await;
         match steerer.steer(self.user_message(&held, held_ids, admitted_channels).await) {
             Ok(()) => {
                 answering.wrote(&held.ingress);

@@ -75,17 +75,7 @@ impl Gateway {
         };
         let (gateway, patience) = (self.clone(), self.config().publish_patience);
         Ingested::Sent(Box::pin(async move {
-            let published = match tokio::time::timeout(patience, ack).await {
-                Ok(Ok(p)) => p,
-                Ok(Err(e)) => {
-                    tracing::warn!(error = %e, "publish failed; Discord replays the message when the shard resumes");
-                    return false;
-                }
-                Err(_) => {
-                    tracing::warn!(patience_ms = patience.as_millis() as u64, "publish not acknowledged in time");
-                    return false;
-                }
-            };
+            let Some(published) = acked_within(patience, ack).await else { return false };
             gateway
                 .receipt("gateway.ingress", &delivery, |r| {
                     r.with_id("channel", channel)
@@ -189,18 +179,27 @@ impl Gateway {
         event: &E,
         id: &MsgId,
     ) -> Option<clankie_bus::Published> {
-        // The bus retries transient failures itself; past the patience the shard resumes later
-        // instead (a publish still buffered then is deduplicated by its id when it lands).
-        match tokio::time::timeout(self.config().publish_patience, self.bus().publish(subject, event, Some(id))).await {
-            Ok(Ok(p)) => Some(p),
-            Ok(Err(e)) => {
-                tracing::warn!(error = %e, "publish failed");
-                None
-            }
-            Err(_) => {
-                tracing::warn!(patience_ms = self.config().publish_patience.as_millis() as u64, "publish not acknowledged in time");
-                None
-            }
+        // The bus retries transient failures itself; past the patience the shard resumes later.
+        let patience = self.config().publish_patience;
+        acked_within(patience, self.bus().publish(subject, event, Some(id))).await
+    }
+}
+
+/// The publish `acked` within `patience`, or `None` (said in the log): past it the shard resumes
+/// from before the message, and a publish still buffered then is deduplicated by its id.
+async fn acked_within(
+    patience: std::time::Duration,
+    acked: impl std::future::Future<Output = Result<clankie_bus::Published, clankie_bus::BusError>>,
+) -> Option<clankie_bus::Published> {
+    match tokio::time::timeout(patience, acked).await {
+        Ok(Ok(p)) => Some(p),
+        Ok(Err(e)) => {
+            tracing::warn!(error = %e, "publish failed");
+            None
+        }
+        Err(_) => {
+            tracing::warn!(patience_ms = patience.as_millis() as u64, "publish not acknowledged in time");
+            None
         }
     }
 }

@@ -144,6 +144,40 @@ async fn reply_chain_of_4_replies_shows_3() {
     println!("reply_chain_of_3_adds_tokens: {} (of {} in the request)", block.chars().count() / 4, request.token_estimate);
 }
 
+/// A reply steered into a live run is read as a turn reads one: the chain above the message it
+/// replies to (which ingest leaves to fetch) is asked for before it is steered.
+#[tokio::test]
+async fn steer_a_reply_steered_into_a_live_run_carries_the_chain_above_it() {
+    let rig = Rig::with(&[("CLANKIE_HISTORY_LIMIT", "0")]).await;
+    let receipts = record_receipts(&rig).await;
+    let fact = rig.say(GENERAL, "bob", "the bus leaves at seven sharp");
+    let doubt = rig.sandbox.discord.user_message(NewMessage {
+        channel_id: GENERAL,
+        author: "cy".into(),
+        content: "no, it leaves at eight".into(),
+        reply_to: Some(fact),
+        ..Default::default()
+    });
+    receipt(&receipts, "gateway.ingress", doubt).await;
+    rig.standin.script(Script::any(Reply::Gated { gate: "steer".into(), then: Box::new(Reply::text("Let me look.")) }));
+    rig.standin.script(Script::any(Reply::text("Bob said seven, cy said eight.")));
+    let asked = rig.sandbox.discord.user_message(to_him(GENERAL, "ada", "when does the bus leave?"));
+    until("the run's first call", Duration::from_secs(20), || {
+        rig.standin.requests().iter().any(|r| r.count("when does the bus leave?") > 0)
+    })
+    .await;
+    let steered =
+        rig.sandbox.discord.user_message(NewMessage { reply_to: Some(doubt), ..to_him(GENERAL, "ada", "which of them is right?") });
+    receipt(&receipts, "captain.admitted", steered).await;
+    rig.standin.open_gate("steer");
+    rig.wait_outcomes(GENERAL, &[asked, steered]).await;
+    let request = request_for(&rig, "which of them is right?");
+    let context = lines_in(&request, clankie_captain::prompt::CONTEXT_OPEN);
+    let shown: Vec<(&str, &str)> = context.iter().map(|l| (l.attr("what").unwrap_or_default(), l.content.as_str())).collect();
+    assert!(shown.contains(&("replied_to", "no, it leaves at eight")), "{shown:?}");
+    assert!(shown.contains(&("reply_chain", "the bus leaves at seven sharp")), "the chain above the steered reply: {shown:?}");
+}
+
 #[tokio::test]
 async fn reply_chain_without_referenced_message_is_fetched() {
     let rig = Rig::with(&[("CLANKIE_HISTORY_LIMIT", "0")]).await;
