@@ -332,8 +332,11 @@ impl Gateway {
         tokio::spawn(async move {
             let _slot = gateway.budget().pace_context().await;
             match gateway.http().join_thread(thread).await {
-                Ok(_) => gateway.places().update(thread.get(), |f| f.joined = true),
-                Err(e) => tracing::warn!(error = %e, "could not join a thread he was mentioned in"),
+                Ok(_) => {}
+                Err(e) => {
+                    gateway.places().update(thread.get(), |f| f.joined = false);
+                    tracing::warn!(error = %e, "could not join a thread he was mentioned in");
+                }
             }
         });
     }

@@ -93,8 +93,6 @@ struct Kept {
     by_use: std::collections::BTreeMap<u64, u64>,
     clock: u64,
     bound: usize,
-    /// Threads a join was asked for, so a burst of mentions asks once.
-    joining: std::collections::HashSet<u64>,
 }
 
 impl Kept {
@@ -118,7 +116,6 @@ impl Kept {
         while self.facts.len() > self.bound.max(1) {
             let Some((_, oldest)) = self.by_use.pop_first() else { break };
             self.facts.remove(&oldest);
-            self.joining.remove(&oldest);
         }
     }
 
@@ -126,7 +123,6 @@ impl Kept {
         if let Some((_, used)) = self.facts.remove(&id) {
             self.by_use.remove(&used);
         }
-        self.joining.remove(&id);
     }
 }
 
@@ -183,9 +179,12 @@ impl Places {
         }
     }
 
-    /// Whether a join of `thread` is still to be asked for; asking marks it asked.
+    /// Whether a join of a kept `thread` is still to be asked for; asking marks it joined, so a
+    /// burst of mentions asks once (a refused join unmarks it).
     pub(crate) fn mark_joining(&self, thread: u64) -> bool {
-        self.kept().joining.insert(thread)
+        let mut asked = false;
+        self.update(thread, |f| asked = !std::mem::replace(&mut f.joined, true));
+        asked
     }
 
     /// A message was edited: a thread started from it (the thread has its id) quotes the new

@@ -21,7 +21,7 @@ use twilight_model::gateway::payload::incoming::MessageDelete;
 
 use super::ingest::{Change, Ingested};
 use super::saver::Saver;
-use super::socket::Read;
+use super::socket::{Read, is_stored};
 use crate::normalise;
 use crate::session::SavedSession;
 use crate::state::Gateway;
@@ -53,19 +53,17 @@ impl Acks {
     fn done(&mut self, mark: Option<SavedSession>) {
         let left = self.pending.fetch_sub(1, Ordering::SeqCst).saturating_sub(1);
         if let Some(mark) = mark {
+            self.saver.note(&mark);
             self.unsaved += 1;
-            if self.unsaved >= SAVES_BETWEEN_WRITES || (left == 0 && self.in_flight.is_empty()) {
-                self.saver.save(&mark);
-                self.unsaved = 0;
-            } else {
-                self.saver.note(&mark);
-            }
+        }
+        if self.unsaved > 0
+            && (self.unsaved >= SAVES_BETWEEN_WRITES || left == 0)
+            && let Some(latest) = self.saver.latest()
+        {
+            self.saver.save(&latest);
+            self.unsaved = 0;
         }
         if left == 0 {
-            if let Some(latest) = self.saver.latest().filter(|_| self.unsaved > 0) {
-                self.saver.save(&latest);
-                self.unsaved = 0;
-            }
             self.drained.notify_one();
         }
     }
@@ -141,16 +139,7 @@ impl Gateway {
             }
             return true;
         }
-        let publishes = matches!(
-            event,
-            Event::MessageUpdate(_)
-                | Event::MessageDelete(_)
-                | Event::MessageDeleteBulk(_)
-                | Event::ThreadUpdate(_)
-                | Event::ThreadDelete(_)
-                | Event::VoiceStateUpdate(_)
-                | Event::VoiceServerUpdate(_)
-        );
+        let publishes = is_stored(&event) || matches!(event, Event::VoiceStateUpdate(_) | Event::VoiceServerUpdate(_));
         if publishes && !acks.settle().await {
             return false;
         }

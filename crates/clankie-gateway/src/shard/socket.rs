@@ -350,21 +350,26 @@ impl Gateway {
                 | Event::GuildUpdate(_)
                 | Event::GuildCreate(_)),
             ) => {
-                let stored = matches!(
-                    event,
-                    Event::MessageCreate(_)
-                        | Event::MessageUpdate(_)
-                        | Event::MessageDelete(_)
-                        | Event::MessageDeleteBulk(_)
-                        | Event::ThreadUpdate(_)
-                        | Event::ThreadDelete(_)
-                );
-                let mark = stored.then(|| mark(shard)).flatten();
+                let mark = is_stored(&event).then(|| mark(shard)).flatten();
                 Some(Read { event, mark, stamp: self.arrivals().stamp() })
             }
             Ok(_) => None,
         }
     }
+}
+
+/// Whether handling `event` stores something in JetStream (a message, a change of one, a
+/// thread's end): it carries the session mark saved once it is stored.
+pub(super) fn is_stored(event: &Event) -> bool {
+    matches!(
+        event,
+        Event::MessageCreate(_)
+            | Event::MessageUpdate(_)
+            | Event::MessageDelete(_)
+            | Event::MessageDeleteBulk(_)
+            | Event::ThreadUpdate(_)
+            | Event::ThreadDelete(_)
+    )
 }
 
 fn error_kind(kind: &twilight_gateway::error::ReceiveMessageErrorType) -> &'static str {
