@@ -5,7 +5,7 @@ use futures::StreamExt;
 
 use crate::AgentEvent;
 use crate::ctx::{RetryPolicy, RunCtx, RunStats};
-use crate::provider::{Accumulator, AssistantTurn, Model, ModelError, ModelRequest, StreamBounds, StreamItem};
+use crate::provider::{Accumulator, AssistantTurn, Model, ModelError, ModelRequest, StreamBounds, StreamItem, Usage};
 use crate::silence::SilenceGate;
 
 pub(crate) async fn call_with_retries(
@@ -157,31 +157,40 @@ async fn streamed(
 /// One model call with bounded retries of transient failures, outside any session: for
 /// callers (the voice floor's responder) that keep their own context.
 pub async fn complete(model: &Model, request: &ModelRequest, retry: RetryPolicy) -> Result<AssistantTurn, ModelError> {
-    complete_streaming(model, request, retry, &mut |_| {}).await
+    complete_streaming(model, request, retry, &mut |_| {}, &mut Usage::default()).await
 }
 
 /// Like [`complete`], handing each piece of text to `on_text` as it streams in (the voice room
 /// speaks sentence by sentence). A call that already handed text on is not retried: what was
-/// said cannot be unsaid.
+/// said cannot be unsaid. Every attempt's usage is added to `billed`, one that broke off after
+/// the provider reported it included, as the provider bills it.
 pub async fn complete_streaming(
     model: &Model,
     request: &ModelRequest,
     retry: RetryPolicy,
     on_text: &mut (dyn FnMut(&str) + Send),
+    billed: &mut Usage,
 ) -> Result<AssistantTurn, ModelError> {
     let mut attempt = 0;
     loop {
         let mut handed_on = false;
+        let mut reported = None;
         let span = chat_span(model);
-        let mut seen = |item: &StreamItem| {
-            if let StreamItem::Text(t) = item {
+        let mut seen = |item: &StreamItem| match item {
+            StreamItem::Text(t) => {
                 handed_on |= !t.is_empty();
                 on_text(t);
             }
+            StreamItem::Usage(u) => reported = Some(*u),
+            _ => {}
         };
         let call = streamed(model, request, std::sync::Arc::new(|_| {}), StreamBounds::default(), &mut seen);
         let result = tracing::Instrument::instrument(call, span.clone()).await;
         record_chat(&span, &result);
+        match &result {
+            Ok(turn) => *billed += turn.usage,
+            Err(_) => *billed += reported.unwrap_or_default(),
+        }
         match result {
             Err(ModelError::Transient { retry_after, .. }) if attempt < retry.max_retries && !handed_on => {
                 attempt += 1;

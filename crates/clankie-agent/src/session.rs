@@ -123,7 +123,7 @@ pub const SUMMARY_PREFIX: &str = "Summary of the conversation before this point:
 pub const FORGOTTEN_ASKER_NOTE: &str =
     "(Someone the answer above also answered has since asked to be forgotten: their messages are withdrawn. Do not repeat what they said.)";
 
-/// A tool result from an earlier run longer than this is shown as a stub.
+/// A tool result longer than this, from before the session's latest compaction, is shown as a stub.
 pub const SETTLED_RESULT_MAX_CHARS: usize = 600;
 
 /// What a later run sees instead of `n` pictures an earlier turn was shown.
@@ -289,11 +289,13 @@ impl Session {
             .sum()
     }
 
-    /// Drops the bytes of every picture it holds, keeping their count: once their run is over
-    /// the model sees them only as a stub, and a warm session need not carry them. The store
-    /// keeps them whole.
+    /// Drops the bytes of every picture from before the latest compaction, keeping their count:
+    /// the model sees those only as a stub, and a warm session need not carry them. Later ones
+    /// are shown whole until the next compaction (so the prompt's prefix stays what a cache
+    /// holds) and count toward its budget. The store keeps them all whole.
     pub fn forget_pictures(&mut self) {
-        for e in &mut self.entries {
+        let stubbed = self.compacted_at().unwrap_or(0);
+        for e in &mut self.entries[..stubbed] {
             if let EntryBody::User { images, .. } = &mut e.body {
                 for image in images.iter_mut() {
                     *image = String::new();
@@ -348,6 +350,12 @@ impl Session {
         Ok(id)
     }
 
+    /// The index of the latest compaction entry: what came before it and is still kept is
+    /// shown as stubs from then on.
+    fn compacted_at(&self) -> Option<usize> {
+        self.entries.iter().rposition(|e| matches!(e.body, EntryBody::Compaction { .. }))
+    }
+
     /// The index of the first entry the model still sees in full, and the summary standing in for the rest.
     pub(crate) fn context_start(&self) -> (usize, Option<&str>) {
         let compaction = self.entries.iter().rev().find_map(|e| match &e.body {
@@ -371,11 +379,17 @@ impl Session {
         self.context_settled_before(0)
     }
 
-    /// Like [`Session::context`], but a long tool result among the first
-    /// `settled` entries (earlier runs, whose answers are already given) is
-    /// shown as a short stub: a page read for one answer is not paid for again
-    /// on every later call of a long-lived lane.
+    /// Like [`Session::context`], but a long tool result or a picture that a compaction kept
+    /// is shown as a short stub, unless it is among this run's own entries (from `settled` on):
+    /// a page read for one answer is not carried whole for the rest of a long-lived lane.
+    ///
+    /// Stubs are made at a compaction and nowhere else, because a compaction rewrites the
+    /// conversation's start anyway: between two compactions every later request repeats the
+    /// earlier ones byte for byte, so a provider's prompt cache serves all of it and the next
+    /// turn writes only what it adds. A stub made when the run that read the page ended would
+    /// change the prefix there, and every later turn would write the rest of it to the cache again.
     pub fn context_settled_before(&self, settled: usize) -> Vec<ChatMessage> {
+        let stubbed_before = self.compacted_at().map_or(0, |at| at.min(settled));
         let (start, summary) = self.context_start();
         let mut out = Vec::new();
         if let Some(summary) = summary {
@@ -387,8 +401,8 @@ impl Session {
                 continue;
             }
             match &entry.body {
-                // A picture is shown to the run it came with; later runs see a stub, as with long tool results.
-                EntryBody::User { text, images, .. } if start + i < settled && !images.is_empty() => {
+                // A picture a compaction kept is a stub from then on, as a long tool result is.
+                EntryBody::User { text, images, .. } if start + i < stubbed_before && !images.is_empty() => {
                     push_user(&mut out, format!("{text}\n{}", picture_stub(images.len())), &[])
                 }
                 EntryBody::User { text, images, .. } => push_user(&mut out, text.clone(), images),
@@ -407,7 +421,7 @@ impl Session {
                     }
                 }
                 EntryBody::ToolResult { call_id, name, content, .. } => {
-                    let content = if start + i < settled && content.chars().count() > SETTLED_RESULT_MAX_CHARS {
+                    let content = if start + i < stubbed_before && content.chars().count() > SETTLED_RESULT_MAX_CHARS {
                         format!(
                             "(the {name} result from an earlier turn, {} characters, is no longer shown; call {name} again if you need it)",
                             content.chars().count()

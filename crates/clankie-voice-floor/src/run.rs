@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::SystemTime;
 
-use clankie_agent::provider::{AssistantTurn, ChatMessage, ModelRequest, ToolSpec};
+use clankie_agent::provider::{AssistantTurn, ChatMessage, ModelRequest, ToolSpec, Usage};
 use clankie_agent::{RetryPolicy, silence};
 use clankie_bus::{MsgId, TraceContext, now_ms};
 use clankie_proto::{LaneKey, Subject, v1};
@@ -139,6 +139,8 @@ struct Run<'a> {
     covered: Vec<v1::RoomInput>,
     tail: Vec<ChatMessage>,
     calls: u32,
+    /// What the run's calls cost, as the provider reported it: on the run's response receipt.
+    billed: Usage,
     steers: mpsc::UnboundedReceiver<v1::RoomInput>,
     spoken: Spoken<'a>,
 }
@@ -181,7 +183,7 @@ impl Run<'_> {
                 spoken.say(round, &sentence);
             }
         };
-        let turn = match clankie_agent::complete_streaming(self.floor.model(), &request, self.retry, &mut speak_now).await {
+        let turn = match clankie_agent::complete_streaming(self.floor.model(), &request, self.retry, &mut speak_now, &mut self.billed).await {
             Ok(t) => t,
             Err(e) => return Round::Failed(e.failure_code().code()),
         };
@@ -265,11 +267,12 @@ impl VoiceFloor {
             covered: vec![first.clone()],
             tail: Vec::new(),
             calls: 0,
+            billed: Usage::default(),
             steers,
             spoken: Spoken { mouth: &room.mouth, key, run: &first.delivery_id, began: SystemTime::now(), said: Vec::new() },
         };
         let result = run.rounds().await;
-        let Run { covered, calls, steers, spoken: Spoken { said, .. }, .. } = run;
+        let Run { covered, calls, billed, steers, spoken: Spoken { said, .. }, .. } = run;
         let result = outcome(result, &said);
         // The body hears that nothing more of this answer follows.
         let _ = room.mouth.send(Said::now(v1::Speak {
@@ -281,28 +284,35 @@ impl VoiceFloor {
         // The room writes his line (what was heard of it) and takes back the steers: whatever
         // it sent after the last look here starts its next run.
         room.ended(RunEnd { first: first.clone(), covered: covered.clone(), verdict, said, result: result.clone(), steers });
-        self.settle(key, &covered, result, calls).await;
+        self.settle(key, &covered, result, calls, billed).await;
     }
 
     /// Announces a run's answer, already handed to the body sentence by sentence (or records its
     /// silence or failure), and gives every input it covered its outcome. His line in the ring is
     /// the room's to write.
-    async fn settle(&self, key: Key, covered: &[v1::RoomInput], result: Result<String, &'static str>, calls: u32) {
+    async fn settle(&self, key: Key, covered: &[v1::RoomInput], result: Result<String, &'static str>, calls: u32, billed: Usage) {
         let Some(first) = covered.first() else { return };
+        // Every response receipt carries what its calls cost, for the owner's bill.
+        let tokens = |r: v1::Receipt| {
+            r.with_count("input_tokens", billed.input_tokens as i64)
+                .with_count("output_tokens", billed.output_tokens as i64)
+                .with_count("cached_input_tokens", billed.cached_input_tokens as i64)
+                .with_count("cache_write_input_tokens", billed.cache_write_input_tokens as i64)
+        };
         let absorbed = |input: &v1::RoomInput| input.delivery_id != first.delivery_id;
         for input in covered.iter().filter(|i| absorbed(i)) {
             self.receipt("voice.outcome", input, |r| r.with_code("absorbed").with_id("into", first.delivery_id.as_str())).await;
         }
         let text = match result {
             Err(code) => {
-                self.receipt("voice.response", first, |r| r.with_code("failed").with_code(code)).await;
+                self.receipt("voice.response", first, |r| tokens(r.with_code("failed").with_code(code))).await;
                 self.receipt("voice.outcome", first, |r| r.with_code("failed").with_code(code)).await;
                 return;
             }
             Ok(text) => text,
         };
         if silence::is_silent(&text) || silence::strip_token(&text).is_empty() {
-            self.receipt("voice.response", first, |r| r.with_code("silent")).await;
+            self.receipt("voice.response", first, |r| tokens(r.with_code("silent"))).await;
             self.receipt("voice.outcome", first, |r| r.with_code("silent")).await;
             return;
         }
@@ -316,7 +326,8 @@ impl VoiceFloor {
             return;
         }
         self.receipt("voice.response", first, |r| {
-            r.with_code("spoke")
+            tokens(r)
+                .with_code("spoke")
                 .with_count("chars", words.chars().count() as i64)
                 .with_count("heard", covered.len() as i64)
                 .with_count("calls", i64::from(calls))

@@ -4,9 +4,10 @@
 //! breakpoint misses it. A lane's request is rendered tools → system → messages, and each of
 //! those is stable from turn to turn: the tools and the system prompt never change within a
 //! lane (what changes, presence and experiences, reaches the lane as messages), and the
-//! conversation only grows. So the breakpoints go at the end of the tools, the end of the
-//! system prompt and the end of the conversation: the next turn reads the whole of this one
-//! from the cache and writes only what it adds.
+//! conversation only grows (stubs are made only at a compaction). So the breakpoints go at the
+//! end of the tools, the end of the system prompt, the end of his last message before the newest
+//! and the end of the conversation: the next turn reads the whole of this one from the cache and
+//! writes only what it adds.
 
 use std::time::Duration;
 
@@ -70,6 +71,11 @@ impl std::fmt::Debug for AnthropicConfig {
     }
 }
 
+/// A message's last content block, where a cache mark goes.
+fn last_block(message: &mut Value) -> Option<&mut Value> {
+    message["content"].as_array_mut().and_then(|c| c.last_mut())
+}
+
 /// The client; cheap to clone.
 #[derive(Clone, Debug)]
 pub struct AnthropicClient {
@@ -111,10 +117,17 @@ impl AnthropicClient {
         if !request.system.is_empty() {
             body["system"] = json!([{ "type": "text", "text": request.system, "cache_control": mark.clone() }]);
         }
-        if let Some(block) =
-            body["messages"].as_array_mut().and_then(|m| m.last_mut()).and_then(|m| m["content"].as_array_mut()).and_then(|c| c.last_mut())
-        {
-            block["cache_control"] = mark;
+        if let Some(messages) = body["messages"].as_array_mut() {
+            // The fourth mark ends his last message before the newest: the cache looks back only
+            // 20 blocks from a mark, and a turn that adds more (a burst of pictures, a round of many
+            // tool calls) would otherwise miss what the turn before it wrote.
+            let newest = messages.len().saturating_sub(1);
+            if let Some(block) = messages[..newest].iter_mut().rev().find(|m| m["role"] == "assistant").and_then(last_block) {
+                block["cache_control"] = mark.clone();
+            }
+            if let Some(block) = messages.last_mut().and_then(last_block) {
+                block["cache_control"] = mark;
+            }
         }
         body
     }
@@ -392,7 +405,7 @@ mod tests {
     }
 
     #[test]
-    fn anthropic_breakpoints_end_the_tools_the_system_prompt_and_the_conversation() {
+    fn anthropic_breakpoints_end_the_tools_the_system_prompt_his_last_message_and_the_conversation() {
         let request = ModelRequest {
             system: "You are Clankie.".into(),
             messages: vec![
@@ -414,13 +427,14 @@ mod tests {
         };
         let body = client(CacheTtl::OneHour).body(&request);
         let marks = body.to_string().matches("\"cache_control\"").count();
-        assert_eq!(marks, 3, "{body}");
+        assert_eq!(marks, 4, "{body}");
         assert!(body["tools"][1]["cache_control"]["ttl"] == "1h" && body["tools"][0].get("cache_control").is_none());
         assert_eq!(body["system"][0]["cache_control"]["type"], "ephemeral");
         let turns = body["messages"].as_array().unwrap();
         // The tool result and the next words are one user turn: roles alternate.
         assert_eq!(turns.iter().map(|t| t["role"].as_str().unwrap()).collect::<Vec<_>>(), ["user", "assistant", "user"]);
         assert_eq!(turns[1]["content"][1]["input"]["url"], "x");
+        assert!(turns[1]["content"][1]["cache_control"]["ttl"] == "1h" && turns[1]["content"][0].get("cache_control").is_none());
         let last = turns[2]["content"].as_array().unwrap();
         assert_eq!(last[0]["type"], "tool_result");
         assert_eq!(last[1]["source"]["media_type"], "image/png");

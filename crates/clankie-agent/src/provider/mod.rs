@@ -100,6 +100,17 @@ pub struct Usage {
     pub cache_write_input_tokens: u64,
 }
 
+/// Several calls' usage summed, as one bill.
+impl std::ops::AddAssign for Usage {
+    fn add_assign(&mut self, other: Usage) {
+        self.input_tokens += other.input_tokens;
+        self.output_tokens += other.output_tokens;
+        self.cached_input_tokens += other.cached_input_tokens;
+        self.reasoning_tokens += other.reasoning_tokens;
+        self.cache_write_input_tokens += other.cache_write_input_tokens;
+    }
+}
+
 /// A piece of a streamed answer.
 #[derive(Debug, Clone, PartialEq)]
 pub enum StreamItem {

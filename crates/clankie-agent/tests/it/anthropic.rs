@@ -69,10 +69,42 @@ async fn anthropic_a_conversation_reads_its_prompt_from_the_cache_from_the_secon
         assert!(*share >= 0.85, "turn {turn} read only {share:.3} of its input from the cache");
     }
     assert!(shares[4] < 0.5, "a persona change is a new prefix: {:.3}", shares[4]);
-    // Breakpoints at the tools, the system prompt and the conversation's end: never past Anthropic's 4.
+    // Breakpoints at the tools, the system prompt, his last message before the newest and the
+    // conversation's end: never past Anthropic's 4.
     for r in rig.standin.requests() {
-        assert_eq!(r.body.to_string().matches("\"cache_control\"").count(), 2, "no tools here: the system prompt and the end");
+        let his = r.body["messages"].as_array().unwrap().iter().rev().skip(1).any(|m| m["role"] == "assistant");
+        let marks = r.body.to_string().matches("\"cache_control\"").count();
+        assert_eq!(marks, 2 + usize::from(his), "no tools here: the system prompt, his last message once there is one, and the end");
     }
+}
+
+/// The cache looks back only 20 blocks from a mark: a round of many tool calls adds more than
+/// that, and the mark at the end of his last message is what still finds the turn before it.
+#[tokio::test]
+async fn anthropic_a_round_of_many_tool_calls_still_reads_the_call_before_it_from_the_cache() {
+    let rig = Rig::new().await;
+    let agent = clankie_agent::Agent::new(claude(&rig, Some("k")), fast()).with_tool(Arc::new(ReadPage));
+    let calls: Vec<ScriptedCall> = (0..12)
+        .map(|n| ScriptedCall { name: "read_page".into(), arguments: json!({ "url": format!("https://example.com/{n}") }) })
+        .collect();
+    rig.standin.script(Script::any(Reply::ToolCalls { calls, text: String::new() }));
+    rig.standin.script(Script::any(Reply::text("Twelve pages, all about cats.")));
+    let (_, result) = drain(agent.start(rig.session().await, persona("Clankie"), vec![user("1", "read these twelve pages")])).await;
+    assert_eq!(result.outcome.unwrap(), RunReply::Words("Twelve pages, all about cats.".into()));
+    let requests = rig.standin.requests();
+    assert_eq!(requests.len(), 2);
+    let blocks: usize = requests[1].messages().iter().skip(1).filter_map(|m| m["content"].as_array()).map(Vec::len).sum();
+    assert!(blocks > 20, "the round adds {blocks} blocks, past the cache's lookback");
+    println!(
+        "anthropic: the first call {} tokens; after a round of {blocks} blocks the next read {} from the cache",
+        requests[0].token_estimate, requests[1].cached_estimate
+    );
+    assert!(
+        requests[1].cached_estimate >= requests[0].token_estimate,
+        "the call after the round read {} tokens from the cache, less than the {} of the call before it",
+        requests[1].cached_estimate,
+        requests[0].token_estimate
+    );
 }
 
 #[tokio::test]

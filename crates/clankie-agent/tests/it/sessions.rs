@@ -71,9 +71,11 @@ async fn a_stale_lease_cannot_extend_a_session() {
     assert!(rig.standin.requests().is_empty(), "nothing was sent for a lane this replica no longer owns");
 }
 
-/// A page read for one answer is shown in full while that run lasts, and as a stub to later runs.
+/// A page read for one answer stays whole in the conversation until the next compaction, so
+/// every later request repeats the earlier ones byte for byte (a prompt cache serves them);
+/// the compaction, which rewrites the conversation's start anyway, makes it a stub.
 #[tokio::test]
-async fn a_long_tool_result_is_a_stub_once_its_run_has_answered() {
+async fn a_long_tool_result_stays_whole_until_a_compaction_makes_it_a_stub() {
     struct LongPage;
     impl clankie_agent::Tool for LongPage {
         fn spec(&self) -> clankie_agent::provider::ToolSpec {
@@ -92,25 +94,51 @@ async fn a_long_tool_result_is_a_stub_once_its_run_has_answered() {
         }
     }
     let rig = Rig::new().await;
-    rig.standin.script(Script::any(Reply::tool("read_page", serde_json::json!({}))));
-    rig.standin.script(Script::any(Reply::text("Lobby 4 at eight.")));
-    rig.standin.script(Script::any(Reply::text("You're welcome.")));
-    let agent = rig.agent(fast());
-    let run = agent.start_with_tools(rig.session().await, "sys".into(), vec![user("1", "when is lobby 4?")], vec![super::arc(LongPage)]);
-    let (_, first) = drain(run).await;
-    first.outcome.unwrap();
-    let run = agent.start(first.session, "sys".into(), vec![user("2", "thanks")]);
-    let (_, second) = drain(run).await;
-    second.outcome.unwrap();
+    for reply in [
+        Reply::text("Hello."),
+        Reply::tool("read_page", serde_json::json!({})),
+        Reply::text("Lobby 4 at eight."),
+        Reply::text("You're welcome."),
+        Reply::text("SUMMARY: ada said hello."),
+        Reply::text("Noted."),
+    ] {
+        rig.standin.script(Script::any(reply));
+    }
+    // The page (about 1,260 tokens) fits the budget; the long fourth message tips it over, and
+    // what is kept reaches back to the page's turn.
+    let mut config = fast();
+    config.compaction = clankie_agent::compaction::CompactionPolicy { budget_tokens: 1_500, keep_recent_tokens: 1_700 };
+    let agent = rig.agent(config);
+    let tools = vec![super::arc(LongPage)];
+    let mut session = rig.session().await;
+    let mut last = None;
+    for (n, text) in ["hello", "when is lobby 4?", "thanks", &"a long note about the bracket ".repeat(70)].into_iter().enumerate() {
+        let run = agent.start_with_tools(session, "sys".into(), vec![user(&n.to_string(), text)], tools.clone());
+        let (_, result) = drain(run).await;
+        result.outcome.unwrap();
+        session = result.session;
+        last = Some(result.stats);
+    }
 
     let requests = rig.standin.requests();
-    assert_eq!(requests.len(), 3);
-    assert_eq!(requests[1].count("BRACKET"), 1, "the run that read the page sees it whole");
-    assert_eq!(requests[2].count("BRACKET"), 0, "a later run does not pay for it again");
-    assert_eq!(requests[2].count("the read_page result from an earlier turn, 5008 characters, is no longer shown"), 1);
-    assert!(requests[2].token_estimate + 1_000 < requests[1].token_estimate);
+    assert_eq!(requests.len(), 6, "four turns, one tool round, one compaction");
+    assert_eq!(requests[2].count("BRACKET"), 1, "the run that read the page sees it whole");
+    assert_eq!(requests[3].count("BRACKET"), 1, "the next turn sees it as it was");
+    println!(
+        "sessions: the page's last request {} tokens; the next turn's {} of which {} repeated",
+        requests[2].token_estimate, requests[3].token_estimate, requests[3].cached_estimate
+    );
+    assert!(requests[3].cached_estimate >= requests[2].token_estimate, "the next turn repeats the last request whole");
+    assert!(requests[4].all_text().contains("Summarise"), "the fifth call is the compaction");
+    assert_eq!(requests[5].count("SUMMARY: ada said hello."), 1, "the turn after it reads the summary");
+    assert_eq!(requests[5].count("BRACKET"), 0, "a page the compaction kept is a stub from then on");
+    assert_eq!(requests[5].count("the read_page result from an earlier turn, 5008 characters, is no longer shown"), 1);
+    // usage: the compaction's call is the turn's, counted in what its receipt is made from.
+    let stats = last.unwrap();
+    assert_eq!(stats.model_calls, 2, "the compaction and the answer");
+    assert_eq!(stats.input_tokens, requests[4].token_estimate + requests[5].token_estimate, "the compaction's input is billed to its turn");
     // The stored session keeps the page: a reload still has it.
-    assert!(second.session.context().iter().any(|m| format!("{m:?}").contains("BRACKET")));
+    assert!(session.context().iter().any(|m| format!("{m:?}").contains("BRACKET")));
 }
 
 /// A copy kept from an earlier epoch and refreshed under a later one holds what opening the

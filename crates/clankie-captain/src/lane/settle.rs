@@ -171,8 +171,8 @@ impl Captain {
         }
     }
 
-    /// Keeps the run's session for the lane's next turn on this replica (its pictures and what
-    /// a summary replaced dropped).
+    /// Keeps the run's session for the lane's next turn on this replica (the bytes of pictures a
+    /// compaction made stubs, and what a summary replaced, dropped).
     /// A turn apart never touched the social session, so the copy this replica holds of that
     /// stays current.
     fn keep_warm(&self, turn: &Turn, mut session: Session) {

@@ -47,6 +47,42 @@ async fn anthropic_a_read_page_round_trip_goes_as_tool_use_and_tool_result_block
     );
 }
 
+/// A page read in one turn stays in the conversation whole until a compaction, so the next
+/// turn's request repeats the last one byte for byte and reads all of it from the cache.
+#[tokio::test]
+async fn anthropic_a_read_page_round_trip_in_one_turn_is_read_whole_from_the_cache_by_the_next() {
+    let rig = Rig::new().await;
+    let long = format!("<p>The lobby opens at eight tonight.</p>{}", "<p>Bring your own snacks; pretzels preferred.</p>".repeat(60));
+    let page = TestPages::start("127.0.0.1", vec![("/lobby", Answer::html(&long))]).await.unwrap();
+    let mut settings = claude();
+    settings.push(("CLANKIE_EGRESS_ALLOW", page.addr().to_string()));
+    let (_captain, _task) = rig.captain_with("captain-a", &settings).await;
+    rig.standin.script(Script::any(Reply::tool("read_page", serde_json::json!({ "url": page.url("/lobby") }))));
+    rig.standin.script(Script::any(Reply::text("It opens at eight.")));
+    rig.standin.script(Script::any(Reply::text("Any time.")));
+    let asked = rig.say("ada", "@Clankie when does the lobby open?", true).await;
+    rig.wait_outcomes(&[asked]).await;
+    let thanked = rig.say("ada", "@Clankie thanks", true).await;
+    rig.wait_outcomes(&[thanked]).await;
+    assert_eq!(kind(&rig.outcome_of(thanked)[0]), v1::OutcomeKind::Replied);
+    let requests = rig.standin.requests();
+    assert_eq!(requests.len(), 3, "the read, the answer, the thanks");
+    let result = |r: &clankie_model_standin::RecordedRequest| r.body.to_string().matches("Bring your own snacks").count();
+    assert!(result(&requests[1]) >= 60, "the run that read the page saw it whole");
+    assert_eq!(result(&requests[2]), result(&requests[1]), "the next turn still shows the page as it was");
+    let (before, after) = (&requests[1], &requests[2]);
+    println!(
+        "anthropic: turn 1's last prompt {} tokens; turn 2 read {} from the cache, wrote {}, of {}",
+        before.token_estimate, after.cached_estimate, after.cache_write_estimate, after.token_estimate
+    );
+    assert!(
+        after.cached_estimate >= before.token_estimate,
+        "turn 2 read {} tokens from the cache, less than turn 1's whole prompt of {}",
+        after.cached_estimate,
+        before.token_estimate
+    );
+}
+
 #[tokio::test]
 async fn anthropic_silence_split_across_deltas_a_stall_a_529_then_success_and_a_401_each_settle_as_they_should() {
     let rig = Rig::new().await;

@@ -62,7 +62,8 @@ async fn anthropic_a_durable_lanes_turns_read_their_prompt_from_the_cache_presen
         let r = requests.last().unwrap();
         assert!(r.body["system"][0]["cache_control"].is_object(), "the system prompt ends in a breakpoint");
         let marks = r.body.to_string().matches("\"cache_control\"").count();
-        assert_eq!(marks, 3, "tools, system prompt, conversation");
+        let his = r.body["messages"].as_array().unwrap().iter().rev().skip(1).any(|m| m["role"] == "assistant");
+        assert_eq!(marks, 3 + usize::from(his), "tools, system prompt, his last message once there is one, conversation");
         shares.push(r.cached_estimate as f64 / r.token_estimate as f64);
         presence.push(presence_told(&r.all_text()));
     }
@@ -132,6 +133,49 @@ async fn anthropic_a_picture_reaches_claude_as_an_image_block_through_the_captai
     assert_eq!(images[0]["source"]["media_type"], "image/png");
     assert_eq!(images[0]["source"]["data"], PNG_BYTES, "the block carries the stored bytes");
     assert!(rig.sandbox.discord.posts(GENERAL).iter().any(|p| p.content == "That's the lobby map."));
+}
+
+/// A picture shown in one turn stays in the conversation until a compaction, so the next turn
+/// repeats the last request byte for byte and reads all of it from the cache.
+#[tokio::test]
+async fn anthropic_a_picture_in_one_turn_is_read_whole_from_the_cache_by_the_next() {
+    let rig = Rig::with(&[("CLANKIE_MODEL_PROVIDER", "anthropic")]).await;
+    let store = Store::connect(&rig.settings.database_url).await.unwrap();
+    store.set_persona(&Persona { character_sheet: sheet("Clankie"), ..Default::default() }).await.unwrap();
+    rig.standin.script(Script::any(Reply::text("That's the lobby map.")));
+    rig.standin.script(Script::any(Reply::text("Any time.")));
+    let asked = rig.sandbox.discord.user_message(clankie_discord_loopback::NewMessage {
+        channel_id: GENERAL,
+        author: "ada".into(),
+        content: "@Clankie what is this?".into(),
+        attachments: vec![clankie_discord_loopback::NewAttachment {
+            filename: "map.png".into(),
+            content_type: "image/png".into(),
+            base64: Some(PNG_BYTES.into()),
+            ..Default::default()
+        }],
+        ..Default::default()
+    });
+    rig.wait_outcomes(GENERAL, &[asked]).await;
+    let thanked = rig.say(GENERAL, "ada", "@Clankie thanks");
+    rig.wait_outcomes(GENERAL, &[thanked]).await;
+    let requests = rig.standin.requests();
+    assert_eq!(requests.len(), 2, "the picture's turn and the thanks");
+    let images = |r: &clankie_model_standin::RecordedRequest| {
+        r.messages().iter().filter_map(|m| m["content"].as_array()).flatten().filter(|b| b["type"] == "image").count()
+    };
+    assert_eq!((images(&requests[0]), images(&requests[1])), (1, 1), "the next turn still shows the picture");
+    let (before, after) = (&requests[0], &requests[1]);
+    println!(
+        "anthropic: the picture's turn {} tokens; the next read {} from the cache, wrote {}, of {}",
+        before.token_estimate, after.cached_estimate, after.cache_write_estimate, after.token_estimate
+    );
+    assert!(
+        after.cached_estimate >= before.token_estimate,
+        "the next turn read {} tokens from the cache, less than the picture's turn's whole prompt of {}",
+        after.cached_estimate,
+        before.token_estimate
+    );
 }
 
 /// Anthropic bills a call from its `message_start`: a stream that drops after it is on the

@@ -77,6 +77,11 @@ async fn spoken_round_trip_a_question_aloud_is_heard_answered_and_spoken() {
     for kind in ["voice.heard", "voice.transcribed", "voice.floor", "voice.response", "voice.playback"] {
         assert!(kinds.contains(&kind), "{kind} missing from the utterance's receipts: {kinds:?}");
     }
+    // usage: what the run's calls cost is on its response receipt, as the provider reported it.
+    let response = joined.iter().find(|r| r.kind == "voice.response").unwrap();
+    let billed: u64 = rig.standin.requests().iter().filter(|r| r.all_text().contains(VOICE_PROMPT)).map(|r| r.token_estimate).sum();
+    assert!(billed > 0);
+    assert_eq!(response.counts.get("input_tokens").copied(), Some(billed as i64), "the voice run's input is missing from its receipt");
     let all = format!("{:?}", rig.receipts.all());
     for word in ["capital", "france", "paris", "Paris"] {
         assert!(!all.contains(word), "a receipt carries the word {word:?}");
