@@ -89,7 +89,7 @@ struct Spoken<'a> {
     key: Key,
     /// The delivery id of the input that opened the run: its answers' ids start with it.
     run: &'a str,
-    /// When the run started, for the stage up to its first sentence.
+    /// When the run started (before its prompt was read), for the stage up to its first sentence.
     began: SystemTime,
     said: Vec<(usize, String)>,
 }
@@ -255,6 +255,8 @@ impl VoiceFloor {
         steers: mpsc::UnboundedReceiver<v1::RoomInput>,
     ) {
         let key = room.key;
+        // The first sentence's stage starts here: reading the self for the prompt is part of it.
+        let began = SystemTime::now();
         let (system, context) = self.persona(key).await;
         let mut run = Run {
             floor: &self,
@@ -269,7 +271,7 @@ impl VoiceFloor {
             calls: 0,
             billed: Usage::default(),
             steers,
-            spoken: Spoken { mouth: &room.mouth, key, run: &first.delivery_id, began: SystemTime::now(), said: Vec::new() },
+            spoken: Spoken { mouth: &room.mouth, key, run: &first.delivery_id, began, said: Vec::new() },
         };
         let result = run.rounds().await;
         let Run { covered, calls, billed, steers, spoken: Spoken { said, .. }, .. } = run;
