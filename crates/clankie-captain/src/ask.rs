@@ -60,6 +60,7 @@ impl Captain {
         let system = clankie_self::assemble(&snapshot, &lane, clankie_self::Surface::Text { privileged: false });
         let run = inner.agent.start_with_tools(session, system, first, tools);
         let result = run.finish_keeping(&inner.store, &lease, config.lease_ttl).await;
+        let spent = result.as_ref().map(|r| r.stats.clone()).unwrap_or_default();
         self.record_proposals(&lease, &room, &req.delivery_id, req.author_id).await;
         let _ = inner.store.release_lease(&lease).await;
         // Pictures it shared or took cannot be spoken: they go to the voice channel's chat.
@@ -88,7 +89,12 @@ impl Captain {
             Ok(Ok(RunReply::Failed(code))) => (failed(code.code()), code.code()),
             _ => (failed("run_failed"), "run_failed"),
         };
-        self.receipt("captain.handoff", &req.delivery_id, &lane, |r| r.with_code(code)).await;
+        // What the run spent, so the bill counts the voice room's handoffs too.
+        let s = spent;
+        self.receipt("captain.handoff", &req.delivery_id, &lane, |r| {
+            r.with_code(code).with_tokens(s.input_tokens, s.output_tokens, s.cached_input_tokens, s.cache_write_input_tokens)
+        })
+        .await;
         if reply.failure_code.is_empty() {
             let lived = clankie_self::experience::asked_to_act(
                 &lane,

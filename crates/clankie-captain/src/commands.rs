@@ -1,5 +1,5 @@
 //! The owner's controls inside Discord, answered for the gateway that received them
-//! (`clankie.rpc.command`): `/clankie status`, `memory`, `voice join|leave`, `quiet`, and
+//! (`clankie.rpc.command`): `/clankie status`, `memory`, `voice join|leave`, `quiet`, `usage`, and
 //! `forget-me`, which anyone may run for themselves; and the Approve / Reject buttons of a
 //! memory proposal, which work once and only for their lifetime. The owner and operators are
 //! known by id; anyone else is refused, and every answer leaves a content-free receipt.
@@ -112,6 +112,7 @@ impl Captain {
             "voice join" => self.voice(req, true).await,
             "voice leave" => self.voice(req, false).await,
             "quiet" => self.quiet(req).await,
+            "usage" => self.usage(req.days).await,
             "button" => self.button(req).await,
             _ => refused("unknown_command", "I don't know that command."),
         }
@@ -212,6 +213,20 @@ impl Captain {
         match self.inner.store.set_quiet(&lane_of(req), for_ms).await {
             Ok(0) => said("I'll answer here again.".into()),
             Ok(until) => said(format!("Quiet here until <t:{}:t>: I'll answer nobody in this channel till then.", until / 1000)),
+            Err(_) => store_unavailable(),
+        }
+    }
+
+    /// The bill of the last `days` UTC days (a week when 0), in the same words as the console's
+    /// and `clankie usage`'s, cut to Discord's limit.
+    async fn usage(&self, days: i64) -> v1::CommandReply {
+        use clankie_console::usage::{DEFAULT_DAYS, MAX_DAYS, text};
+        let days = if days == 0 { i64::from(DEFAULT_DAYS) } else { days };
+        let Some(days) = u32::try_from(days).ok().filter(|d| (1..=MAX_DAYS).contains(d)) else {
+            return refused("bad_days", &format!("Between 1 and {MAX_DAYS} days."));
+        };
+        match self.inner.store.usage(clankie_store::Since::Days(days)).await {
+            Ok(usage) => said(text(&usage.bill(&self.inner.config.prices), ANSWER_MAX_CHARS)),
             Err(_) => store_unavailable(),
         }
     }
@@ -501,6 +516,7 @@ fn command_code(command: &str) -> &'static str {
         "voice join" => "voice_join",
         "voice leave" => "voice_leave",
         "quiet" => "quiet",
+        "usage" => "usage",
         "forget-me" => "forget_me",
         "button" => "button",
         _ => "unknown",

@@ -46,6 +46,8 @@ pub struct CaptainConfig {
     pub button_lifetime: Duration,
     /// One minute of `/clankie quiet`.
     pub quiet_minute: Duration,
+    /// The prices `/clankie usage` reckons the bill at (`CLANKIE_PRICE_*`).
+    pub prices: clankie_store::Prices,
     /// What the sweeper keeps, and how often it runs.
     pub retention: clankie_store::Retention,
     pub sweep_every: Duration,
@@ -98,6 +100,7 @@ impl CaptainConfig {
             memory_dm: settings.memory_dm,
             button_lifetime: settings.button_lifetime,
             quiet_minute: settings.quiet_minute,
+            prices: clankie_console::prices::from_settings(settings),
             retention: clankie_store::Retention {
                 receipts: settings.retention_receipts,
                 records: settings.retention_records,

@@ -82,10 +82,14 @@ impl Console {
         if let Err(e) = self.store().release_lease(&lease).await {
             tracing::warn!(error = %e, "console lease not released; it will expire");
         }
-        let (reply, code) = answer?;
+        let (reply, code, spent) = answer?;
         if let Ok(kind) = ReceiptKind::new("console.chat") {
-            let receipt =
-                v1::Receipt::new(&kind, self.bus().service(), &delivery_id, clankie_bus::now_ms()).with_lane(&lane).with_code(code);
+            // What the turn spent, so the bill counts the console's lane too.
+            let s = spent;
+            let receipt = v1::Receipt::new(&kind, self.bus().service(), &delivery_id, clankie_bus::now_ms())
+                .with_lane(&lane)
+                .with_code(code)
+                .with_tokens(s.input_tokens, s.output_tokens, s.cached_input_tokens, s.cache_write_input_tokens);
             if let Err(e) = self.bus().publish_receipt(&receipt).await {
                 tracing::warn!(error = %e, "receipt not published");
             }
@@ -100,7 +104,7 @@ impl Console {
         owner: u64,
         delivery_id: &str,
         text: &str,
-    ) -> Result<(Value, &'static str), ConsoleError> {
+    ) -> Result<(Value, &'static str, clankie_agent::RunStats), ConsoleError> {
         let snapshot = self.selfhood().snapshot(lane).await?;
         let session = Session::open(self.store().clone(), lease.clone(), format!("rooms/{lane}")).await?;
         let said = clankie_self::blocks::Said { author_name: "owner", author_id: owner, text };
@@ -113,16 +117,18 @@ impl Console {
         first.push(UserMessage::new("owner", delivery_id, message));
         let run = self.agent().start(session, system, first);
         let result = run.finish_keeping(self.store(), lease, self.lease_ttl()).await;
+        let spent = result.as_ref().map(|r| r.stats.clone()).unwrap_or_default();
         let base = json!({ "lane": lane.to_string(), "delivery_id": delivery_id });
         let with = |mut v: Value, key: &str, value: Value| {
             v[key] = value;
             v
         };
-        Ok(match result.map(|r| r.outcome) {
+        let (reply, code) = match result.map(|r| r.outcome) {
             Ok(Ok(RunReply::Words(answer))) => (with(base, "answer", json!(answer)), "answered"),
             Ok(Ok(RunReply::Silent)) => (with(base, "silent", json!(true)), "silent"),
             Ok(Ok(RunReply::Failed(code))) => (with(base, "failure", json!(code.code())), code.code()),
             _ => (with(base, "failure", json!("run_failed")), "run_failed"),
-        })
+        };
+        Ok((reply, code, spent))
     }
 }

@@ -14,6 +14,8 @@ pub struct ConsoleConfig {
     pub in_effect: Vec<clankie_settings::Effective>,
     /// The trace viewer's page for one trace (`CLANKIE_TRACE_URL`), which the trail links to.
     pub trace_url: Option<String>,
+    /// The prices the Usage view's bill is reckoned at (`CLANKIE_PRICE_*`).
+    pub prices: clankie_store::Prices,
 }
 
 impl ConsoleConfig {
@@ -25,6 +27,7 @@ impl ConsoleConfig {
             lease_ttl: settings.lane_lease_ttl,
             in_effect: settings.sources.effective(Some(clankie_settings::Service::Console)),
             trace_url: settings.trace_url.clone(),
+            prices: crate::prices::from_settings(settings),
         }
     }
 }

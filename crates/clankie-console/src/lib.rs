@@ -7,6 +7,8 @@
 //! - Trails, memory, the persona and owner settings with their versions, voice rooms and
 //!   figures are read from the store ([`views`]).
 //! - Console chat is the owner's own thread of the one self, `console:<owner>` ([`chat`]).
+//! - The bill, in dollars at the configured prices per lane, room and day, as JSON and in the
+//!   words `/clankie usage` and `clankie usage` answer with ([`usage`]).
 //!
 //! This file only wires: the handle and what it holds are in `state`, its start in `start`, its
 //! routes in `routes`, its settings in `config`, its error in `error`, voice rooms in `voice`.
@@ -17,10 +19,12 @@ mod config;
 pub mod diff;
 mod error;
 pub mod live;
+pub mod prices;
 mod routes;
 pub mod service;
 mod start;
 mod state;
+pub mod usage;
 pub mod views;
 mod voice;
 

@@ -7,7 +7,7 @@ use axum::response::Html;
 use axum::routing::{get, post};
 
 use crate::state::Console;
-use crate::{auth, chat, live, views};
+use crate::{auth, chat, live, usage, views};
 
 /// Every route the console serves, for the manifests and the 401 test. `{id}` stands for a
 /// path parameter.
@@ -27,6 +27,7 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("PUT", "/api/settings"),
     ("GET", "/api/voice"),
     ("GET", "/api/figures"),
+    ("GET", "/api/usage"),
     ("GET", "/api/config"),
     ("GET", "/api/chat"),
     ("POST", "/api/chat"),
@@ -49,6 +50,7 @@ impl Console {
             .route("/api/settings", get(views::settings).put(views::set_settings))
             .route("/api/voice", get(views::voice))
             .route("/api/figures", get(views::figures))
+            .route("/api/usage", get(usage::route))
             .route("/api/config", get(views::config))
             .route("/api/chat", get(chat::thread).post(chat::route))
             .fallback(|| async { (StatusCode::NOT_FOUND, "not found\n") })

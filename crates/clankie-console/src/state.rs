@@ -28,6 +28,7 @@ struct Inner {
     lease_ttl: std::time::Duration,
     in_effect: Vec<clankie_settings::Effective>,
     trace_url: Option<String>,
+    prices: clankie_store::Prices,
     lanes: tokio::sync::broadcast::Sender<clankie_store::LaneView>,
     voice: VoiceState,
     /// Which of the console's parts are down, for readiness.
@@ -64,6 +65,7 @@ impl Console {
                 lease_ttl: config.lease_ttl,
                 in_effect: config.in_effect,
                 trace_url: config.trace_url,
+                prices: config.prices,
                 lanes,
                 voice,
                 parts: Default::default(),
@@ -120,6 +122,11 @@ impl Console {
     /// The trace viewer's page for one trace, which the trail links to.
     pub(crate) fn trace_url(&self) -> Option<&str> {
         self.inner.trace_url.as_deref()
+    }
+
+    /// The prices the Usage view's bill is reckoned at.
+    pub(crate) fn prices(&self) -> &clankie_store::Prices {
+        &self.inner.prices
     }
 
     /// Lane changes, sent by the receipts follower to every open lanes page.

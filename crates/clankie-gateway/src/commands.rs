@@ -51,6 +51,10 @@ pub fn command_set() -> Value {
             sub("quiet", "He answers nobody in this channel for a while", json!([{
                 "type": 4, "name": "minutes", "description": "For how long", "required": true, "min_value": 1, "max_value": 1440,
             }])),
+            // At most 90 days: the captain's `MAX_DAYS`, the longest bill it gives.
+            sub("usage", "What his model use cost: per day, lane and room", json!([{
+                "type": 4, "name": "days", "description": "Over the last how many days (7 when not given)", "required": false, "min_value": 1, "max_value": 90,
+            }])),
             sub("forget-me", "Erase what you said from his memory", json!([])),
         ],
     }])
@@ -88,6 +92,7 @@ pub fn request_of(interaction: &Interaction) -> Option<v1::CommandRequest> {
                 CommandOptionValue::SubCommand(options) => {
                     request.command = first.name.clone();
                     request.minutes = integer_option(options, "minutes").unwrap_or(0);
+                    request.days = integer_option(options, "days").unwrap_or(0);
                 }
                 _ => return None,
             }
@@ -295,7 +300,7 @@ mod tests {
         let set: Vec<Command> = serde_json::from_value(command_set()).expect("commands");
         assert_eq!(set.len(), 1);
         let names: Vec<&str> = set[0].options.iter().map(|o| o.name.as_str()).collect();
-        assert_eq!(names, ["status", "memory", "voice", "quiet", "forget-me"]);
+        assert_eq!(names, ["status", "memory", "voice", "quiet", "usage", "forget-me"]);
         assert_eq!(set_digest(&command_set()), set_digest(&command_set()));
     }
 

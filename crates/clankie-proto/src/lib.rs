@@ -146,6 +146,7 @@ pub const COMMAND_REPLY_CODES: &[&str] = &[
     "bus_unavailable",
     "bad_channel",
     "bad_minutes",
+    "bad_days",
     "not_in_guild",
     "lanes_busy",
     "forget_running",

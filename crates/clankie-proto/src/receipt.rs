@@ -56,6 +56,18 @@ impl v1::Receipt {
         self
     }
 
+    /// Adds what a run's model calls spent, under the count names the bill reads
+    /// (`clankie_store::Store::usage`): `input_tokens`, `output_tokens`, and of the input
+    /// `cached_input_tokens` (read from the prompt cache) and `cache_write_input_tokens`
+    /// (written to it).
+    pub fn with_tokens(self, input: u64, output: u64, cached: u64, cache_write: u64) -> v1::Receipt {
+        let count = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
+        self.with_count("input_tokens", count(input))
+            .with_count("output_tokens", count(output))
+            .with_count("cached_input_tokens", count(cached))
+            .with_count("cache_write_input_tokens", count(cache_write))
+    }
+
     /// Adds a flag.
     pub fn with_flag(mut self, key: &'static str, value: bool) -> v1::Receipt {
         self.flags.insert(key.to_owned(), value);

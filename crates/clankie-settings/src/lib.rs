@@ -246,6 +246,13 @@ pub struct Settings {
     pub tool_args_max_bytes: usize,
     /// Largest streamed model answer, in bytes.
     pub model_stream_max_bytes: usize,
+    /// Whose list prices the bill reckons at, and of when (`CLANKIE_PRICE_MODEL`).
+    pub price_model: String,
+    /// The bill's prices, US dollars per million tokens: plain input, output, cache reads, cache writes.
+    pub price_input: f64,
+    pub price_output: f64,
+    pub price_cache_read: f64,
+    pub price_cache_write: f64,
     /// Admissions one author may have per minute across lanes; 0 turns the flood guard off.
     pub flood_admissions_per_minute: u32,
     /// Whether the `browse` tool runs.
@@ -381,6 +388,7 @@ impl fmt::Debug for Settings {
             .field("tool_calls_per_step", &self.tool_calls_per_step)
             .field("tool_args_max_bytes", &self.tool_args_max_bytes)
             .field("model_stream_max_bytes", &self.model_stream_max_bytes)
+            .field("prices", &(&self.price_model, self.price_input, self.price_output, self.price_cache_read, self.price_cache_write))
             .field("flood_admissions_per_minute", &self.flood_admissions_per_minute)
             .finish()
     }

@@ -69,6 +69,8 @@ pub enum Kind {
     Flag,
     /// A whole number.
     Count,
+    /// A number that may have a fraction, such as a price.
+    Decimal,
     Duration(Unit),
     Size(Unit),
     /// One of the listed words.
@@ -95,6 +97,7 @@ impl Kind {
             Kind::Text => "text".into(),
             Kind::Flag => "on/off".into(),
             Kind::Count => "number".into(),
+            Kind::Decimal => "decimal number".into(),
             Kind::Duration(u) | Kind::Size(u) => format!("number ({})", u.name()),
             Kind::Choice(words) => words.join("/"),
             Kind::Url => "URL".into(),

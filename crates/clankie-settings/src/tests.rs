@@ -182,3 +182,16 @@ fn settings_an_empty_value_in_the_file_is_no_value_and_a_key_with_its_file_form_
     let shown = format!("{:?}", Sources::from_lookup(&|k| (k == "CLANKIE_MODEL_API_KEY").then(|| "sk-canary".to_owned())));
     assert!(!shown.contains("sk-canary") && shown.contains("CLANKIE_MODEL_API_KEY"), "{shown}");
 }
+
+#[test]
+fn the_bills_prices_default_to_dated_list_prices_and_refuse_what_is_not_a_price() {
+    let s = settings(&[]).unwrap();
+    assert_eq!((s.price_input, s.price_output, s.price_cache_read, s.price_cache_write), (3.0, 15.0, 0.30, 3.75));
+    assert_eq!(s.price_model, "Claude Sonnet 4.6, list prices of 2026-12-03");
+    let hour = settings(&[("CLANKIE_PRICE_CACHE_WRITE_USD_PER_MTOK", "6.0"), ("CLANKIE_PRICE_MODEL", " mine ")]).unwrap();
+    assert_eq!((hour.price_cache_write, hour.price_model.as_str()), (6.0, "mine"));
+    for bad in ["cheap", "-1", "NaN", "inf"] {
+        let err = settings(&[("CLANKIE_PRICE_INPUT_USD_PER_MTOK", bad)]).unwrap_err();
+        assert!(err.to_string().starts_with("CLANKIE_PRICE_INPUT_USD_PER_MTOK"), "{bad:?}: {err}");
+    }
+}

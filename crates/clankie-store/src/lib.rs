@@ -17,6 +17,7 @@ mod self_file;
 mod session;
 mod shared_self;
 mod turns;
+pub mod usage;
 mod views;
 mod voice_room;
 
@@ -35,6 +36,7 @@ pub use self_file::{MAX_FACT_CHARS, MAX_NAME_CHARS, MAX_PERSONA_CHARS, SELF_FILE
 pub use session::{Entry, NewEntry};
 pub use shared_self::{Memory, MemoryStatus, OwnerSettings, Persona, SelfVersion, Sharing};
 pub use turns::{Exchange, IngressFacts, Outcome, Recorded, StoredChange, TurnEnd, TurnMode, TurnStart, TurnTotals};
+pub use usage::{Bill, Prices, Since, Tokens, Usage};
 pub use views::{HourFigures, LaneView, RoomView};
 pub use voice_room::{RingRow, RoomLease};
 

@@ -1,8 +1,9 @@
 //! `clankie`: every service in one binary (`clankie gateway|captain|voice-floor|media|loopback|model-standin`),
-//! plus the operator's commands: the local stack, migrations, taps, trails, the shared self, health checks.
+//! plus the operator's commands: the local stack, migrations, taps, trails, the bill, the shared self, health checks.
 
 mod doctor;
 mod health;
+mod reports;
 mod selfcmd;
 
 use std::io::Write;
@@ -62,6 +63,16 @@ enum Command {
     Trail {
         /// The delivery id (the Discord message id, or a voice utterance id).
         delivery_id: String,
+    },
+    /// Print the bill: dollars at the configured prices (CLANKIE_PRICE_*) per day, lane and room,
+    /// the cached share and the share of spend on cache writes (content-free), as `/clankie usage` does.
+    Usage {
+        /// Over the last this many UTC days, today included (1 to 90).
+        #[arg(long, default_value_t = clankie_console::usage::DEFAULT_DAYS)]
+        days: u32,
+        /// Every lane, room and day as one JSON object, as the console's `/api/usage` answers.
+        #[arg(long)]
+        json: bool,
     },
     /// Show and edit the shared self: persona, owner settings, memory proposals, experiences.
     #[command(name = "self")]
@@ -285,7 +296,7 @@ async fn dispatch(cli: Cli, trust: Option<VoiceTrust>) -> Result<()> {
         }
         Command::Run => run(&settings, trust).await,
         Command::Voice { action } => voice(&settings, action).await,
-        Command::Audit { settle_ms } => audit(&settings, settle_ms).await,
+        Command::Audit { settle_ms } => reports::audit(&settings, settle_ms).await,
         Command::Gateway
         | Command::Captain
         | Command::VoiceFloor
@@ -296,7 +307,8 @@ async fn dispatch(cli: Cli, trust: Option<VoiceTrust>) -> Result<()> {
         | Command::Health { .. }
         | Command::Llama { .. }
         | Command::Speech { .. } => unreachable!("dispatched above"),
-        Command::Trail { delivery_id } => trail(&settings, &delivery_id).await,
+        Command::Trail { delivery_id } => reports::trail(&settings, &delivery_id).await,
+        Command::Usage { days, json } => reports::usage(&settings, days, json).await,
         Command::Invite => invite(&settings).await,
         Command::Doctor => {
             if !doctor::run(&settings).await {
@@ -359,27 +371,6 @@ async fn speech(port: u16, host: String, whisper: Option<std::path::PathBuf>, vo
     );
     clankie_http::terminated().await;
     drop(server);
-    Ok(())
-}
-
-async fn trail(settings: &Settings, delivery_id: &str) -> Result<()> {
-    let url = redact_url(&settings.database_url);
-    let store = clankie_store::Store::connect(&settings.database_url).await.with_context(|| format!("connecting to {url}"))?;
-    let Some(rows) =
-        clankie_console::views::trail(&store, delivery_id, settings.trace_url.as_deref()).await.context("reading the trail")?
-    else {
-        bail!("nothing recorded for delivery {delivery_id:?}");
-    };
-    let mut out = std::io::stdout().lock();
-    for row in rows {
-        if let Some(trace) = row["trace_id"].as_str() {
-            match row["trace_url"].as_str() {
-                Some(url) => eprintln!("trace {trace}: {url}"),
-                None => eprintln!("trace {trace} (set CLANKIE_TRACE_URL to your trace viewer's page to get a link)"),
-            }
-        }
-        writeln!(out, "{row}")?;
-    }
     Ok(())
 }
 
@@ -473,28 +464,6 @@ async fn local_speech(settings: &Settings) -> (Option<clankie_stack::SpeechServe
             (None, settings)
         }
     }
-}
-
-async fn audit(settings: &Settings, settle_ms: u64) -> Result<()> {
-    let url = redact_url(&settings.database_url);
-    let store = clankie_store::Store::connect(&settings.database_url).await.with_context(|| format!("connecting to {url}"))?;
-    let a = store.audit(std::time::Duration::from_millis(settle_ms)).await.context("reading the stored invariants")?;
-    println!("ingress_deliveries: {}", a.ingress_deliveries);
-    println!("deliveries_with_outcome: {}", a.with_outcome);
-    println!("deliveries_without_outcome: {}", a.without_outcome);
-    println!("deliveries_in_flight: {}", a.in_flight);
-    println!("replies_posted: {}", a.replies_posted);
-    println!("replies_posted_twice: {}", a.replies_posted_twice);
-    println!("outbox_unsent_past_bound: {}", a.outbox_unsent);
-    if a.without_outcome > 0 || a.replies_posted_twice > 0 || a.outbox_unsent > 0 {
-        bail!(
-            "{} deliveries lost their outcome, {} replies were posted twice, {} outbox rows were never published",
-            a.without_outcome,
-            a.replies_posted_twice,
-            a.outbox_unsent
-        );
-    }
-    Ok(())
 }
 
 async fn voice(settings: &Settings, action: VoiceAction) -> Result<()> {

@@ -83,7 +83,7 @@ pub struct RunCommand {
     #[serde(deserialize_with = "crate::state::messages::flexible_id::one")]
     pub channel_id: u64,
     pub author: String,
-    /// The subcommand of `/clankie`: `status`, `memory`, `voice`, `quiet`, `forget-me`.
+    /// The subcommand of `/clankie`: `status`, `memory`, `voice join`, `voice leave`, `quiet`, `usage`, `forget-me`.
     pub subcommand: String,
     /// Its options, by name: strings and integers.
     #[serde(default)]

@@ -304,6 +304,17 @@ async fn console_chat_is_answered_from_the_shared_assembly_and_holds_no_dm_conte
     assert!(expected.contains("operator console"));
     assert_eq!(request.count("quillfeather"), 0, "the console thread was told a DM's words");
     assert!(!store.entries(&format!("rooms/{lane}")).await.unwrap().is_empty(), "the console thread keeps a session");
+    // The console's line is in the bill, its own lane, counted from its receipt.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let usage = store.usage(clankie_store::Since::Days(1)).await.unwrap();
+        if let Some(spent) = usage.lanes.iter().find(|l| l.what == lane.to_string()) {
+            assert_eq!(spent.tokens.input, request.token_estimate as i64, "{usage:?}");
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "the console's line never reached the bill: {usage:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     browser.close().await.unwrap();
 }
 

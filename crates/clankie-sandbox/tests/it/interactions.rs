@@ -16,7 +16,7 @@ const LOBBIES: u64 = 201;
 const VOICE: u64 = 300;
 const DM: u64 = 900;
 
-async fn owned_by(rig: &Rig, owner: &str) -> Store {
+pub(crate) async fn owned_by(rig: &Rig, owner: &str) -> Store {
     let store = Store::connect(&rig.settings.database_url).await.unwrap();
     let settings =
         OwnerSettings { owner_id: Some(clankie_discord_loopback::Loopback::user_id(owner)), ..store.owner_settings().await.unwrap() };
@@ -25,7 +25,7 @@ async fn owned_by(rig: &Rig, owner: &str) -> Store {
 }
 
 /// Runs `/clankie <subcommand>` as `author` in `channel` and waits for its answer to be edited in.
-async fn run(rig: &Rig, channel: u64, author: &str, subcommand: &str, options: &[(&str, Value)]) -> InteractionRecord {
+pub(crate) async fn run(rig: &Rig, channel: u64, author: &str, subcommand: &str, options: &[(&str, Value)]) -> InteractionRecord {
     let options: BTreeMap<String, Value> = options.iter().map(|(k, v)| ((*k).to_owned(), v.clone())).collect();
     let started = rig
         .sandbox

@@ -16,6 +16,7 @@ mod interactions;
 mod media;
 mod scenarios;
 mod supervise;
+mod usage;
 mod voice;
 mod voice_trace;
 

@@ -122,6 +122,10 @@ async fn the_voice_room_hands_work_to_the_captain_and_says_what_came_of_it() {
             && r.iter().any(|r| r.kind == "captain.handoff" && r.delivery_id == id.to_string())
     })
     .await;
+    // The captain's run is in the bill: its receipt counts what its model call spent.
+    let handoff = receipts.all().into_iter().find(|r| r.kind == "captain.handoff").expect("the captain's handoff receipt");
+    assert_eq!(handoff.counts.get("input_tokens").copied(), Some(requests[1].token_estimate as i64), "{handoff:?}");
+    assert!(handoff.counts.get("output_tokens").is_some_and(|n| *n > 0), "{handoff:?}");
     assert!(rig.sandbox.discord.posts(VOICE).is_empty(), "the handoff posted nothing in text");
 }
 

@@ -135,6 +135,16 @@ pub(crate) fn model(g: &mut Given<'_>, s: &mut Settings) -> Result<(), SettingsE
     s.tool_calls_per_step = g.number("CLANKIE_TOOL_CALLS_PER_STEP", 8, 1, 128)? as usize;
     s.tool_args_max_bytes = g.number("CLANKIE_TOOL_ARGS_MAX_BYTES", 16 * 1024, 64, 16 * 1024 * 1024)? as usize;
     s.model_stream_max_bytes = g.number("CLANKIE_MODEL_STREAM_MAX_BYTES", 1 << 20, 1024, 1 << 30)? as usize;
+    prices(g, s)
+}
+
+/// The list prices the bill reckons at, in US dollars per million tokens, and whose they are.
+fn prices(g: &mut Given<'_>, s: &mut Settings) -> Result<(), SettingsError> {
+    s.price_model = g.text("CLANKIE_PRICE_MODEL", "Claude Sonnet 4.6, list prices of 2026-12-03").trim().to_owned();
+    s.price_input = g.decimal("CLANKIE_PRICE_INPUT_USD_PER_MTOK", 3.0, 0.0, 1_000_000.0)?;
+    s.price_output = g.decimal("CLANKIE_PRICE_OUTPUT_USD_PER_MTOK", 15.0, 0.0, 1_000_000.0)?;
+    s.price_cache_read = g.decimal("CLANKIE_PRICE_CACHE_READ_USD_PER_MTOK", 0.30, 0.0, 1_000_000.0)?;
+    s.price_cache_write = g.decimal("CLANKIE_PRICE_CACHE_WRITE_USD_PER_MTOK", 3.75, 0.0, 1_000_000.0)?;
     Ok(())
 }
 

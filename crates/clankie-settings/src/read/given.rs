@@ -42,6 +42,19 @@ impl<'a> Given<'a> {
         number(self.var(name), name, default, min, max)
     }
 
+    /// A decimal number from `min` to `max`, or `default`.
+    pub fn decimal(&self, name: &'static str, default: f64, min: f64, max: f64) -> Result<f64, SettingsError> {
+        let Some(value) = self.var(name) else { return Ok(default) };
+        let n: f64 = value.trim().parse().map_err(|_| SettingsError::Invalid {
+            var: name,
+            reason: format!("expected a number such as 3.75, got {:?}", truncate(&value)),
+        })?;
+        if !n.is_finite() || n < min || n > max {
+            return Err(SettingsError::Invalid { var: name, reason: format!("{n} is out of range: it must be from {min} to {max}") });
+        }
+        Ok(n)
+    }
+
     /// Milliseconds, at least `min`.
     pub fn ms(&self, name: &'static str, default: u64, min: u64) -> Result<Duration, SettingsError> {
         Ok(Duration::from_millis(self.number(name, default, min, u64::MAX / 2)?))

@@ -8,6 +8,7 @@ mod retention;
 mod self_file;
 mod sessions;
 mod shared_self;
+mod usage;
 
 use clankie_store::Store;
 use clankie_testkit::TestDb;

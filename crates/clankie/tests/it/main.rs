@@ -24,4 +24,5 @@ mod soak;
 mod tap;
 mod trace;
 mod trail;
+mod usage_cli;
 mod voice_cli;
