@@ -14,7 +14,7 @@ const PER_BURST: usize = 3;
 
 /// The bench's character: about 2,000 characters, a modest sheet for a community bot
 /// (the deployment in the design records sent some 16,600 input tokens per turn).
-const CHARACTER_SHEET: &str = "Clankie is the resident robot of a gaming community that mostly plays Deadlock and runs \
+pub(crate) const CHARACTER_SHEET: &str = "Clankie is the resident robot of a gaming community that mostly plays Deadlock and runs \
 weekly lobby nights. He was built, in his own telling, out of a retired arcade cabinet and a box of spare keyboard switches, \
 and he is fond of both. He knows the community's rhythms: lobby nights on Fridays, a bracket once a month, newcomers \
 arriving in bursts after a stream. He keeps track of who organises what, and he likes being useful: looking up a bracket, \
@@ -63,31 +63,48 @@ struct Economy {
 
 /// Tokens by the price each is billed at, over a whole replay.
 #[derive(Debug, Clone, Copy, Default)]
-struct Billed {
-    input: u64,
-    cache_write: u64,
-    cache_read: u64,
-    output: u64,
+pub(crate) struct Billed {
+    /// Input billed at the plain price: after the last breakpoint, or never cacheable.
+    pub(crate) input: u64,
+    /// Input written to the cache, at 1.25x.
+    pub(crate) cache_write: u64,
+    /// Input read from the cache, at 0.1x.
+    pub(crate) cache_read: u64,
+    /// Output, at the output price.
+    pub(crate) output: u64,
 }
 
 impl Billed {
     /// The share of all input read from the cache (the first request's included).
-    fn cached_share(&self) -> f64 {
+    pub(crate) fn cached_share(&self) -> f64 {
         self.cache_read as f64 / (self.input + self.cache_write + self.cache_read).max(1) as f64
+    }
+
+    /// Both counts together, to bill several sources as one.
+    pub(crate) fn plus(self, other: Billed) -> Billed {
+        Billed {
+            input: self.input + other.input,
+            cache_write: self.cache_write + other.cache_write,
+            cache_read: self.cache_read + other.cache_read,
+            output: self.output + other.output,
+        }
     }
 }
 
 /// A model's list prices, in US dollars per million tokens; the cache multipliers are
 /// Anthropic's (a 5-minute write 1.25x the input price, a read 0.1x).
-struct Bill {
-    model: String,
-    input: f64,
-    output: f64,
+pub(crate) struct Bill {
+    /// The model and the date its prices were read, printed beside the figures.
+    pub(crate) model: String,
+    /// Input, US dollars per million tokens.
+    pub(crate) input: f64,
+    /// Output, US dollars per million tokens.
+    pub(crate) output: f64,
 }
 
 impl Bill {
     /// The prices from `CLANKIE_BENCH_PRICE_*`, else Claude Sonnet 4.6's as Anthropic's pricing page listed them on 2026-12-03.
-    fn from_env() -> Bill {
+    pub(crate) fn from_env() -> Bill {
         let price = |name: &str, default: f64| std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default);
         Bill {
             model: std::env::var("CLANKIE_BENCH_PRICE_MODEL").unwrap_or_else(|_| "Claude Sonnet 4.6 (list prices of 2026-12-03)".into()),
@@ -96,14 +113,23 @@ impl Bill {
         }
     }
 
-    /// Dollars per 1,000 messages for `billed` over `messages` messages.
-    fn per_1000_messages(&self, billed: &Billed, messages: usize) -> f64 {
-        let dollars = (billed.input as f64 * self.input
+    /// The dollars `billed` costs.
+    pub(crate) fn dollars(&self, billed: &Billed) -> f64 {
+        (billed.input as f64 * self.input
             + billed.cache_write as f64 * self.input * 1.25
             + billed.cache_read as f64 * self.input * 0.1
             + billed.output as f64 * self.output)
-            / 1e6;
-        dollars * 1000.0 / messages.max(1) as f64
+            / 1e6
+    }
+
+    /// Of [`Bill::dollars`], what the cache writes cost: the share a re-cached prefix shows in.
+    pub(crate) fn write_dollars(&self, billed: &Billed) -> f64 {
+        billed.cache_write as f64 * self.input * 1.25 / 1e6
+    }
+
+    /// Dollars per 1,000 messages for `billed` over `messages` messages.
+    pub(crate) fn per_1000_messages(&self, billed: &Billed, messages: usize) -> f64 {
+        self.dollars(billed) * 1000.0 / messages.max(1) as f64
     }
 }
 

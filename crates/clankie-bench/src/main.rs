@@ -1,6 +1,7 @@
 //! `cargo run --release -p clankie-bench`: replays a conversation of bursts through the whole
 //! stack (real NATS and PostgreSQL, the model stand-in) against durable lanes and against the
-//! one-shot baseline, then drives the ingress path with an instant model, and prints one
+//! one-shot baseline (and, named, `economy-mix`: the same on a real mix of pages, pictures, a
+//! compaction and a voice room), then drives the ingress path with an instant model, and prints one
 //! `name: value` line per figure. Needs the local PostgreSQL (`clankie stack up`) and nats-server.
 //!
 //! This file reads the command line and runs the parts named, in order; each part is a file of
@@ -8,16 +9,35 @@
 
 mod admissions;
 mod economy;
+mod economy_mix;
+mod economy_mix_llama;
 mod figures;
 mod gateway;
 mod ingress;
 mod lanes;
+mod mix_bill;
+mod picture;
 mod rest;
 mod retention;
 mod rig;
 mod voice;
 
 use anyhow::Result;
+
+/// The parts the command line may name.
+const PARTS: [&str; 11] = [
+    "economy",
+    "economy-mix",
+    "ingress",
+    "admissions",
+    "admissions-traced",
+    "gateway",
+    "lanes",
+    "voice",
+    "voice-offline",
+    "rest",
+    "retention",
+];
 
 /// Which parts to run: every one by default, or those named on the command line.
 fn wanted(part: &str) -> bool {
@@ -36,12 +56,9 @@ async fn run() -> Result<()> {
     if std::env::args().nth(1).as_deref() == Some(admissions::ADMISSIONS_CHILD) {
         return admissions::child().await;
     }
-    if let Some(unknown) = std::env::args().skip(1).find(|a| {
-        !["economy", "ingress", "admissions", "admissions-traced", "gateway", "lanes", "voice", "voice-offline", "rest", "retention"]
-            .contains(&a.as_str())
-    }) {
+    if let Some(unknown) = std::env::args().skip(1).find(|a| !PARTS.contains(&a.as_str())) {
         anyhow::bail!(
-            "unknown part {unknown:?}: name any of economy, ingress, admissions, admissions-traced, gateway, lanes, voice, voice-offline, rest, retention (default: all but admissions, admissions-traced, gateway, voice-offline, rest and retention)"
+            "unknown part {unknown:?}: name any of economy, economy-mix, ingress, admissions, admissions-traced, gateway, lanes, voice, voice-offline, rest, retention (default: all but economy-mix, admissions, admissions-traced, gateway, voice-offline, rest and retention)"
         );
     }
     // Named only: the admissions flood twice, each in a process of its own, without traces and
@@ -52,6 +69,10 @@ async fn run() -> Result<()> {
     println!("nats_server: {}", rig::nats_server_version().await?);
     if wanted("economy") {
         economy::report().await?;
+    }
+    // Named only: four replays of the mix through the whole stack take some minutes more.
+    if std::env::args().skip(1).any(|a| a == "economy-mix") {
+        economy_mix::report().await?;
     }
     if wanted("ingress") {
         ingress::report().await?;
