@@ -107,11 +107,9 @@ async fn anthropic_a_durable_lanes_turns_read_their_prompt_from_the_cache_presen
 /// The first bytes of a PNG (its signature and the start of its header), base64.
 const PNG_BYTES: &str = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAAB";
 
-#[tokio::test]
-async fn anthropic_a_picture_reaches_claude_as_an_image_block_through_the_captain() {
-    let rig = Rig::with(&[("CLANKIE_MODEL_PROVIDER", "anthropic")]).await;
-    rig.standin.script(Script::any(Reply::text("That's the lobby map.")));
-    let asked = rig.sandbox.discord.user_message(clankie_discord_loopback::NewMessage {
+/// Ada asking him about a picture in #general.
+fn asked_about_a_picture() -> clankie_discord_loopback::NewMessage {
+    clankie_discord_loopback::NewMessage {
         channel_id: GENERAL,
         author: "ada".into(),
         content: "@Clankie what is this?".into(),
@@ -123,7 +121,14 @@ async fn anthropic_a_picture_reaches_claude_as_an_image_block_through_the_captai
             ..Default::default()
         }],
         ..Default::default()
-    });
+    }
+}
+
+#[tokio::test]
+async fn anthropic_a_picture_reaches_claude_as_an_image_block_through_the_captain() {
+    let rig = Rig::with(&[("CLANKIE_MODEL_PROVIDER", "anthropic")]).await;
+    rig.standin.script(Script::any(Reply::text("That's the lobby map.")));
+    let asked = rig.sandbox.discord.user_message(asked_about_a_picture());
     rig.wait_outcomes(GENERAL, &[asked]).await;
     let request = &rig.standin.requests()[0];
     let images: Vec<&Value> =
@@ -144,18 +149,7 @@ async fn anthropic_a_picture_in_one_turn_is_read_whole_from_the_cache_by_the_nex
     store.set_persona(&Persona { character_sheet: sheet("Clankie"), ..Default::default() }).await.unwrap();
     rig.standin.script(Script::any(Reply::text("That's the lobby map.")));
     rig.standin.script(Script::any(Reply::text("Any time.")));
-    let asked = rig.sandbox.discord.user_message(clankie_discord_loopback::NewMessage {
-        channel_id: GENERAL,
-        author: "ada".into(),
-        content: "@Clankie what is this?".into(),
-        attachments: vec![clankie_discord_loopback::NewAttachment {
-            filename: "map.png".into(),
-            content_type: "image/png".into(),
-            base64: Some(PNG_BYTES.into()),
-            ..Default::default()
-        }],
-        ..Default::default()
-    });
+    let asked = rig.sandbox.discord.user_message(asked_about_a_picture());
     rig.wait_outcomes(GENERAL, &[asked]).await;
     let thanked = rig.say(GENERAL, "ada", "@Clankie thanks");
     rig.wait_outcomes(GENERAL, &[thanked]).await;
