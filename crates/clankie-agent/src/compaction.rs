@@ -4,7 +4,7 @@
 //! The cut always falls on a user message, so a tool call and its result are
 //! never separated.
 
-use crate::provider::{ChatMessage, ModelRequest};
+use crate::provider::{CachePlan, ChatMessage, ModelRequest};
 use crate::session::{EntryBody, Session};
 
 /// When to compact and how much to keep.
@@ -103,6 +103,13 @@ pub(crate) fn plan(session: &Session, policy: &CompactionPolicy) -> Option<Plan>
     }
     Some(Plan {
         first_kept_id: entries[cut].id.clone(),
-        request: ModelRequest { system: SUMMARY_INSTRUCTION.to_owned(), messages: vec![ChatMessage::user(transcript)], tools: Vec::new() },
+        // Nothing of a summary call is sent again (the next one summarises a different transcript),
+        // so writing it to a provider's cache would only cost more than sending it plain.
+        request: ModelRequest {
+            system: SUMMARY_INSTRUCTION.to_owned(),
+            messages: vec![ChatMessage::user(transcript)],
+            tools: Vec::new(),
+            cache: CachePlan::Once,
+        },
     })
 }

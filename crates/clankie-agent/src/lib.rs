@@ -31,8 +31,8 @@ pub use error::AgentError;
 pub use events::{AgentEvent, EventSink};
 pub use from_settings::{config_from_settings, model_from_settings};
 pub use provider::{
-    AnthropicClient, AnthropicConfig, CacheTtl, DEFAULT_RESPONSE_TIMEOUT, Model, ModelError, OpenAiClient, OpenAiConfig, RehearsalModel,
-    StreamBounds,
+    AnthropicClient, AnthropicConfig, CachePlan, CacheTtl, DEFAULT_RESPONSE_TIMEOUT, Model, ModelError, OpenAiClient, OpenAiConfig,
+    RehearsalModel, StreamBounds,
 };
 pub use run::{Agent, Run, RunReply, RunResult};
 pub use session::{COMPACTION_KIND, EntryBody, FORGOTTEN_ASKER_NOTE, Session, SessionEntry, UserMessage, WITHDRAWN_KIND};

@@ -10,7 +10,7 @@ use tokio::sync::{mpsc, watch};
 use crate::call::call_with_retries;
 use crate::compaction::{self};
 use crate::ctx::{AgentConfig, RunCtx, RunStats};
-use crate::provider::{Model, ModelRequest};
+use crate::provider::{CachePlan, Model, ModelRequest};
 use crate::session::{EntryBody, Session, UserMessage};
 use crate::silence::{is_silent, strip_token};
 use crate::steer::Steerer;
@@ -220,7 +220,12 @@ async fn run_loop(session: &mut Session, stats: &mut RunStats, ctx: &RunCtx, fir
         deliver_steers(session, stats, ctx).await?;
         n += 1;
         ctx.sink.emit(AgentEvent::TurnStart { n });
-        let request = ModelRequest { system: ctx.system.clone(), messages: session.context_settled_before(settled), tools: specs.clone() };
+        let request = ModelRequest {
+            system: ctx.system.clone(),
+            messages: session.context_settled_before(settled),
+            tools: specs.clone(),
+            cache: CachePlan::Conversation,
+        };
         let answer = call_with_retries(&request, ctx, stats, true).await;
         let turn = match answer {
             Err(e) => {

@@ -289,12 +289,12 @@ impl Session {
             .sum()
     }
 
-    /// Drops the bytes of every picture from before the latest compaction, keeping their count:
+    /// Drops the bytes of every picture from before the run that made the latest compaction, keeping their count:
     /// the model sees those only as a stub, and a warm session need not carry them. Later ones
     /// are shown whole until the next compaction (so the prompt's prefix stays what a cache
     /// holds) and count toward its budget. The store keeps them all whole.
     pub fn forget_pictures(&mut self) {
-        let stubbed = self.compacted_at().unwrap_or(0);
+        let stubbed = self.stubbed_before();
         for e in &mut self.entries[..stubbed] {
             if let EntryBody::User { images, .. } = &mut e.body {
                 for image in images.iter_mut() {
@@ -350,10 +350,20 @@ impl Session {
         Ok(id)
     }
 
-    /// The index of the latest compaction entry: what came before it and is still kept is
-    /// shown as stubs from then on.
-    fn compacted_at(&self) -> Option<usize> {
-        self.entries.iter().rposition(|e| matches!(e.body, EntryBody::Compaction { .. }))
+    /// Where stubs end: the start of the run that made the latest compaction (0 with none). What
+    /// a compaction kept from before that run is shown as stubs from then on. That run's own
+    /// entries were shown whole after its compaction, so later turns show them whole too, and
+    /// repeat its last request byte for byte; the next compaction makes them stubs.
+    ///
+    /// A run's start is found after the last answer with no tool call before the compaction; a
+    /// run that took a steered message after such an answer is taken to start there, which only
+    /// makes a stub a turn early.
+    fn stubbed_before(&self) -> usize {
+        let Some(at) = self.entries.iter().rposition(|e| matches!(e.body, EntryBody::Compaction { .. })) else { return 0 };
+        self.entries[..at]
+            .iter()
+            .rposition(|e| matches!(&e.body, EntryBody::Assistant { tool_calls, .. } if tool_calls.is_empty()))
+            .map_or(0, |answer| answer + 1)
     }
 
     /// The index of the first entry the model still sees in full, and the summary standing in for the rest.
@@ -389,7 +399,7 @@ impl Session {
     /// turn writes only what it adds. A stub made when the run that read the page ended would
     /// change the prefix there, and every later turn would write the rest of it to the cache again.
     pub fn context_settled_before(&self, settled: usize) -> Vec<ChatMessage> {
-        let stubbed_before = self.compacted_at().map_or(0, |at| at.min(settled));
+        let stubbed_before = self.stubbed_before().min(settled);
         let (start, summary) = self.context_start();
         let mut out = Vec::new();
         if let Some(summary) = summary {

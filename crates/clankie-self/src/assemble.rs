@@ -6,6 +6,7 @@
 use std::fmt::Write as _;
 
 use clankie_agent::SILENT_TOKEN;
+pub use clankie_agent::provider::THIS_CONVERSATION;
 use clankie_proto::LaneKey;
 
 use crate::Snapshot;
@@ -153,6 +154,10 @@ fn at_minute(at_ms: i64) -> String {
 
 /// The system prompt for one turn of `thread` on `surface`: who he is, his people, approved
 /// memory and the surface's rules; what changes turn by turn is in [`self_context`].
+///
+/// What is the same in every room comes first and what is this room's alone (where he is, a
+/// trusted DM, an operator's turn) last, after [`THIS_CONVERSATION`]: a provider's prompt cache
+/// then serves the shared part to a room's first turn from another room's.
 pub fn assemble(snapshot: &Snapshot, thread: &LaneKey, surface: Surface) -> String {
     let persona = &snapshot.persona;
     let settings = &snapshot.settings;
@@ -162,11 +167,9 @@ pub fn assemble(snapshot: &Snapshot, thread: &LaneKey, surface: Surface) -> Stri
     if !aliases.is_empty() {
         let _ = write!(p, " (people also call you {})", aliases.join(", "));
     }
-    let _ = write!(
-        p,
+    p.push_str(
         ", one character present across a Discord community: text channels, DMs and a voice channel. Each place is its own \
-conversation. You are in {}; this conversation is yours and continues across turns.",
-        room(thread)
+conversation.",
     );
     if !persona.character_sheet.trim().is_empty() {
         let _ = write!(p, "\n\n<character>\n{}\n</character>", persona.character_sheet.trim());
@@ -182,9 +185,6 @@ conversation. You are in {}; this conversation is yours and continues across tur
     if !settings.operators.is_empty() {
         let ids: Vec<String> = settings.operators.iter().map(u64::to_string).collect();
         people.push(format!("operators: {}", ids.join(", ")));
-    }
-    if trusted_dm(settings, thread) {
-        people.push("this DM is one your owner trusts".to_owned());
     }
     if !people.is_empty() {
         let _ = write!(p, "\n\nPeople: {}.", people.join("; "));
@@ -205,7 +205,6 @@ Know your owner and operators by that id, never by a name: anyone can take any d
 
     match surface {
         Surface::Text { .. } | Surface::System => {
-            let privileged = matches!(surface, Surface::Text { privileged: true } | Surface::System);
             let blocks = crate::blocks::UNTRUSTED_BLOCKS.iter().map(|b| format!("<{b}>")).collect::<Vec<_>>().join(", ");
             let _ = write!(
                 p,
@@ -217,15 +216,6 @@ When someone is waiting on slow work you were asked to do, send_text_update can 
 announce work you chose to do on your own.\n\
 If you learn something worth keeping across rooms, propose_memory suggests it to your owner; it is not yours until approved."
             );
-            if privileged {
-                p.push_str("\nThis turn was started by an operator with elevated tools; they last only for this turn.");
-            }
-            if surface == Surface::System {
-                p.push_str(
-                    "\nThis is your owner's working thread in this room: it continues across their requests and is kept apart from \
-the room's conversation, which never sees it.",
-                );
-            }
         }
         Surface::Console => {
             p.push_str(
@@ -242,6 +232,20 @@ have nothing worth saying aloud, answer exactly {SILENT_TOKEN}. When someone ask
 something up, posting, working a task), use {ask_tool} and then say what came of it."
             );
         }
+    }
+
+    let _ = write!(p, "{THIS_CONVERSATION}you are in {}; it is yours and continues across turns.", room(thread));
+    if trusted_dm(settings, thread) {
+        p.push_str(" This DM is one your owner trusts.");
+    }
+    if matches!(surface, Surface::Text { privileged: true } | Surface::System) {
+        p.push_str("\nThis turn was started by an operator with elevated tools; they last only for this turn.");
+    }
+    if surface == Surface::System {
+        p.push_str(
+            "\nThis is your owner's working thread in this room: it continues across their requests and is kept apart from \
+the room's conversation, which never sees it.",
+        );
     }
     p
 }
@@ -415,7 +419,7 @@ mod tests {
         assert!(!c.contains("gil") && c.contains(NOWHERE), "{c}");
         let mut s = snapshot(exps);
         s.settings.trusted_dms = vec![30];
-        assert!(assemble(&s, &DM_A, Surface::Text { privileged: false }).contains("this DM is one your owner trusts"));
+        assert!(assemble(&s, &DM_A, Surface::Text { privileged: false }).contains("This DM is one your owner trusts"));
         assert!(self_context(&s, &DM_A).contains("gil"));
         s.settings.sharing = Sharing::None;
         assert!(!self_context(&s, &DM_A).contains("gil"));

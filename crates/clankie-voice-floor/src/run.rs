@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::SystemTime;
 
-use clankie_agent::provider::{AssistantTurn, ChatMessage, ModelRequest, ToolSpec, Usage};
+use clankie_agent::provider::{AssistantTurn, CachePlan, ChatMessage, ModelRequest, ToolSpec, Usage};
 use clankie_agent::{RetryPolicy, silence};
 use clankie_bus::{MsgId, TraceContext, now_ms};
 use clankie_proto::{LaneKey, Subject, v1};
@@ -183,7 +183,8 @@ impl Run<'_> {
                 spoken.say(round, &sentence);
             }
         };
-        let turn = match clankie_agent::complete_streaming(self.floor.model(), &request, self.retry, &mut speak_now, &mut self.billed).await {
+        let turn = match clankie_agent::complete_streaming(self.floor.model(), &request, self.retry, &mut speak_now, &mut self.billed).await
+        {
             Ok(t) => t,
             Err(e) => return Round::Failed(e.failure_code().code()),
         };
@@ -205,7 +206,10 @@ impl Run<'_> {
         // The ring already holds every line heard, steered ones included.
         let mut messages = vec![ChatMessage::user(self.context.clone()), ChatMessage::user(self.room.room_block().await)];
         messages.extend(self.tail.iter().cloned());
-        ModelRequest { system: self.system.clone(), messages, tools: vec![self.ask.clone()] }
+        // The next run repeats the tools, the system prompt and the self-context; the room block is
+        // redrawn at every line heard, so a cache write past it would never be read. A run's
+        // second round (after a tool) is rarely followed by a third: it is not written either.
+        ModelRequest { system: self.system.clone(), messages, tools: vec![self.ask.clone()], cache: CachePlan::Through(1) }
     }
 
     /// Answers the tool calls of `turn`, for the next call to read; `latest` is the input they

@@ -17,7 +17,7 @@ use futures::stream::BoxStream;
 use serde_json::{Value, json};
 
 use super::openai::{classify_status, encode, error_fields, http_client, post_in_parts};
-use super::{ChatMessage, ModelError, ModelRequest, StreamItem, Usage};
+use super::{CachePlan, ChatMessage, ModelError, ModelRequest, StreamItem, THIS_CONVERSATION, Usage};
 
 /// The most `cache_control` blocks one request may carry; Anthropic refuses a fifth.
 pub const MAX_BREAKPOINTS: usize = 4;
@@ -94,30 +94,56 @@ impl AnthropicClient {
         Ok(AnthropicClient { http: http_client()?, config })
     }
 
-    /// The request body, breakpoints included.
+    /// The request body, breakpoints included where [`ModelRequest::cache`] says the next call
+    /// reads them: none on a call made once, none after a part rebuilt for every call.
     pub fn body(&self, request: &ModelRequest) -> Value {
-        let mark = self.config.cache_ttl.cache_control();
+        let mark = match request.cache {
+            CachePlan::Once => None,
+            CachePlan::Conversation | CachePlan::Through(_) => Some(self.config.cache_ttl.cache_control()),
+        };
+        let through = match request.cache {
+            CachePlan::Through(n) => mark.as_ref().map(|m| (n, m)),
+            CachePlan::Conversation | CachePlan::Once => None,
+        };
         let mut body = json!({
             "model": self.config.model,
             "max_tokens": self.config.max_tokens,
             "stream": true,
-            "messages": messages(&request.messages),
+            "messages": messages(&request.messages, through),
         });
+        // The part of the system prompt every room shares, then this room's: two blocks, each
+        // marked, so a room's first turn reads the shared part another room wrote. The shared
+        // mark covers the tools before it, so theirs is left off (four marks at most).
+        let split = request.system.rfind(THIS_CONVERSATION).filter(|&at| at > 0);
         if !request.tools.is_empty() {
             let mut tools: Vec<Value> = request
                 .tools
                 .iter()
                 .map(|t| json!({ "name": t.name, "description": t.description, "input_schema": t.parameters }))
                 .collect();
-            if let Some(last) = tools.last_mut() {
+            if let (Some(last), Some(mark), None) = (tools.last_mut(), &mark, split) {
                 last["cache_control"] = mark.clone();
             }
             body["tools"] = Value::Array(tools);
         }
         if !request.system.is_empty() {
-            body["system"] = json!([{ "type": "text", "text": request.system, "cache_control": mark.clone() }]);
+            let parts = match split {
+                Some(at) => vec![&request.system[..at], &request.system[at..]],
+                None => vec![request.system.as_str()],
+            };
+            let blocks: Vec<Value> = parts
+                .into_iter()
+                .map(|text| {
+                    let mut block = json!({ "type": "text", "text": text });
+                    if let Some(mark) = &mark {
+                        block["cache_control"] = mark.clone();
+                    }
+                    block
+                })
+                .collect();
+            body["system"] = Value::Array(blocks);
         }
-        if let Some(messages) = body["messages"].as_array_mut() {
+        if let (CachePlan::Conversation, Some(mark), Some(messages)) = (request.cache, mark, body["messages"].as_array_mut()) {
             // The fourth mark ends his last message before the newest: the cache looks back only
             // 20 blocks from a mark, and a turn that adds more (a burst of pictures, a round of many
             // tool calls) would otherwise miss what the turn before it wrote.
@@ -164,9 +190,11 @@ impl AnthropicClient {
 /// Turns of the same role are joined, as the API wants them alternating. Anthropic refuses an
 /// empty text block, so none is sent: a turn with nothing in it (an answer the model ended
 /// without a word, say) is left out, and the turns around it join.
-fn messages(history: &[ChatMessage]) -> Vec<Value> {
+/// The turns, with `through`'s mark (if any) on the last block of its `n`-th message: the end of
+/// what the next call repeats.
+fn messages(history: &[ChatMessage], through: Option<(usize, &Value)>) -> Vec<Value> {
     let mut out: Vec<(&str, Vec<Value>)> = Vec::new();
-    for m in history {
+    for (i, m) in history.iter().enumerate() {
         let (role, blocks) = match m {
             ChatMessage::User { text, images } => {
                 let mut blocks: Vec<Value> = images.iter().filter_map(|url| image_block(url)).collect();
@@ -192,6 +220,12 @@ fn messages(history: &[ChatMessage]) -> Vec<Value> {
                 ("user", vec![json!({ "type": "tool_result", "tool_use_id": call_id, "content": content })])
             }
         };
+        let mut blocks = blocks;
+        if let (Some((n, mark)), Some(last)) = (through, blocks.last_mut())
+            && i + 1 == n
+        {
+            last["cache_control"] = mark.clone();
+        }
         match out.last_mut() {
             _ if blocks.is_empty() => {}
             Some((last, existing)) if *last == role => existing.extend(blocks),
@@ -424,6 +458,7 @@ mod tests {
                 ToolSpec { name: "read_page".into(), description: "d".into(), parameters: json!({"type": "object"}) },
                 ToolSpec { name: "send_text_update".into(), description: "d".into(), parameters: json!({"type": "object"}) },
             ],
+            cache: CachePlan::Conversation,
         };
         let body = client(CacheTtl::OneHour).body(&request);
         let marks = body.to_string().matches("\"cache_control\"").count();
@@ -439,6 +474,53 @@ mod tests {
         assert_eq!(last[0]["type"], "tool_result");
         assert_eq!(last[1]["source"]["media_type"], "image/png");
         assert!(last[2]["cache_control"].is_object() && last[1].get("cache_control").is_none());
+    }
+
+    #[test]
+    fn anthropic_the_system_prompts_shared_part_is_marked_apart_from_this_rooms() {
+        let system = format!("You are Clankie, one character.{THIS_CONVERSATION}you are in the guild text channel 10.");
+        let request = ModelRequest {
+            system,
+            messages: vec![ChatMessage::user("hi")],
+            tools: vec![ToolSpec { name: "read_page".into(), description: "d".into(), parameters: json!({"type": "object"}) }],
+            cache: CachePlan::Conversation,
+        };
+        let body = client(CacheTtl::FiveMinutes).body(&request);
+        let blocks = body["system"].as_array().unwrap();
+        assert_eq!(blocks.len(), 2, "{body}");
+        assert_eq!(blocks[0]["text"], "You are Clankie, one character.");
+        assert!(blocks[1]["text"].as_str().unwrap().starts_with(THIS_CONVERSATION));
+        assert!(blocks.iter().all(|b| b["cache_control"].is_object()), "{body}");
+        assert!(body["tools"][0].get("cache_control").is_none(), "the shared mark covers the tools");
+        assert_eq!(body.to_string().matches("\"cache_control\"").count(), 3, "{body}");
+    }
+
+    #[test]
+    fn anthropic_a_call_made_once_carries_no_breakpoints() {
+        let request = ModelRequest {
+            system: "Summarise.".into(),
+            messages: vec![ChatMessage::user("ada: hi\nyou: hello")],
+            tools: vec![],
+            cache: CachePlan::Once,
+        };
+        let body = client(CacheTtl::FiveMinutes).body(&request);
+        assert_eq!(body.to_string().matches("\"cache_control\"").count(), 0, "{body}");
+    }
+
+    #[test]
+    fn anthropic_a_prefix_through_a_message_is_marked_there_and_not_after_it() {
+        let tools = vec![ToolSpec { name: "ask".into(), description: "d".into(), parameters: json!({"type": "object"}) }];
+        let request = ModelRequest {
+            system: "You speak aloud.".into(),
+            messages: vec![ChatMessage::user("<self_context>…</self_context>"), ChatMessage::user("<room>ada: who is winning?</room>")],
+            tools,
+            cache: CachePlan::Through(1),
+        };
+        let body = client(CacheTtl::FiveMinutes).body(&request);
+        assert_eq!(body.to_string().matches("\"cache_control\"").count(), 3, "{body}");
+        // Both user messages are one turn; the mark ends the first, which the next call repeats.
+        let blocks = body["messages"][0]["content"].as_array().unwrap();
+        assert!(blocks[0]["cache_control"].is_object() && blocks[1].get("cache_control").is_none(), "{body}");
     }
 
     #[test]
@@ -508,6 +590,7 @@ mod tests {
                 ChatMessage::user("anyone?"),
             ],
             tools: vec![],
+            cache: CachePlan::Conversation,
         };
         let body = client(CacheTtl::FiveMinutes).body(&request);
         let turns = body["messages"].as_array().unwrap();
@@ -533,7 +616,7 @@ mod tests {
             // A result whose call is no longer kept.
             ChatMessage::Tool { call_id: "t9".into(), content: "an old page".into(), name: "read_page".into() },
         ];
-        let turns = messages(&history);
+        let turns = messages(&history, None);
         let roles: Vec<&str> = turns.iter().map(|t| t["role"].as_str().unwrap()).collect();
         assert_eq!(roles, ["user", "assistant", "user", "assistant", "user"], "{turns:#?}");
         let last = turns[4]["content"].as_array().unwrap();
@@ -542,7 +625,7 @@ mod tests {
         let answered: Vec<&str> = last.iter().filter_map(|b| b["tool_use_id"].as_str()).collect();
         assert_eq!(answered, ["t2", "t1"]);
         assert!(last[2]["text"].as_str().unwrap().contains("an old page"), "the orphan result is said in words");
-        assert_eq!(messages(&history), turns, "the same history comes out the same, so the cache holds");
+        assert_eq!(messages(&history, None), turns, "the same history comes out the same, so the cache holds");
     }
 
     #[test]

@@ -79,6 +79,29 @@ pub struct ModelRequest {
     pub system: String,
     pub messages: Vec<ChatMessage>,
     pub tools: Vec<ToolSpec>,
+    /// What the next call will send again unchanged: where a provider that caches on request
+    /// (Anthropic) marks the prompt.
+    pub cache: CachePlan,
+}
+
+/// Opens the part of a system prompt that is one room's alone (where he is, who may see it); what
+/// comes before it is the same in every room. A provider that caches on request marks the shared
+/// part apart, so a room's first turn reads it from another room's.
+pub const THIS_CONVERSATION: &str = "\n\nThis conversation: ";
+
+/// Which part of a request the next call repeats byte for byte. A provider that bills a cache
+/// write above the plain price (Anthropic, 1.25x) should write only what is read again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum CachePlan {
+    /// A conversation that only grows (a lane's turns, a run's tool rounds): the next call
+    /// repeats all of this one.
+    #[default]
+    Conversation,
+    /// The tools, the system prompt and the first `n` messages come again; what follows is
+    /// rebuilt for every call (the voice floor's room block, redrawn at every line heard).
+    Through(usize),
+    /// A call made once (a compaction's summary): nothing of it is read again.
+    Once,
 }
 
 /// Tokens one model call used, as the provider counted them.

@@ -123,7 +123,7 @@ mod tests {
         } else {
             vec![]
         };
-        ModelRequest { system: String::new(), messages, tools }
+        ModelRequest { system: String::new(), messages, tools, cache: Default::default() }
     }
 
     fn user(t: &str) -> ChatMessage {

@@ -205,3 +205,32 @@ async fn anthropic_five_breakpoints_are_refused_by_the_stand_in_with_anthropics_
     assert_eq!(error["error"]["message"], "A maximum of 4 blocks with cache_control may be provided. Found 5.");
     assert!(rig.standin.requests().is_empty(), "a refused request is not served");
 }
+
+/// A compaction's summary call is made once: the next one summarises a different transcript, so
+/// a cache write of it (1.25x the input price) would never be read. It goes with no breakpoints.
+#[tokio::test]
+async fn anthropic_a_compactions_summary_call_writes_nothing_to_the_cache() {
+    let rig = Rig::new().await;
+    let mut config = fast();
+    config.compaction = clankie_agent::compaction::CompactionPolicy { budget_tokens: 1_000, keep_recent_tokens: 100 };
+    let agent = clankie_agent::Agent::new(claude(&rig, Some("k")), config);
+    for reply in ["Noted.", "SUMMARY: ada left a long note.", "You're welcome."] {
+        rig.standin.script(Script::any(Reply::text(reply)));
+    }
+    // A note of some 1,500 tokens: past the budget, and past the cache's 1,024-token minimum, so
+    // a marked summary call would be written.
+    let mut session = rig.session().await;
+    for (n, text) in [&"a long note about the bracket ".repeat(200), "thanks"].into_iter().enumerate() {
+        let (_, result) = drain(agent.start(session, "sys".into(), vec![user(&n.to_string(), text)])).await;
+        result.outcome.unwrap();
+        session = result.session;
+    }
+    let requests = rig.standin.requests();
+    assert_eq!(requests.len(), 3, "two turns and one compaction");
+    let summary = &requests[1];
+    assert!(summary.body.to_string().contains("Summarise"), "the second call is the compaction");
+    println!("anthropic: the summary call sent {} tokens and wrote {} to the cache", summary.token_estimate, summary.cache_write_estimate);
+    assert!(summary.token_estimate > 1_024, "the transcript is past the cache's minimum");
+    assert_eq!(summary.body.to_string().matches("\"cache_control\"").count(), 0, "no breakpoints");
+    assert_eq!(summary.cache_write_estimate, 0, "nothing written to the cache");
+}

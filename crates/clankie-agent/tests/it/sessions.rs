@@ -3,6 +3,25 @@ use clankie_model_standin::{Reply, Script};
 
 use super::{Rig, TREE, drain, fast, user};
 
+/// A tool that reads a page of some 5,000 characters, past what a stub replaces.
+struct LongPage;
+impl clankie_agent::Tool for LongPage {
+    fn spec(&self) -> clankie_agent::provider::ToolSpec {
+        clankie_agent::provider::ToolSpec {
+            name: "read_page".into(),
+            description: "reads".into(),
+            parameters: serde_json::json!({ "type": "object", "properties": {} }),
+        }
+    }
+    fn execute<'a>(
+        &'a self,
+        _arguments: serde_json::Value,
+        _ctx: clankie_agent::ToolContext,
+    ) -> futures::future::BoxFuture<'a, Result<String, clankie_agent::ToolError>> {
+        Box::pin(async { Ok(format!("BRACKET {}", "x".repeat(5_000))) })
+    }
+}
+
 #[tokio::test]
 async fn a_session_reloaded_from_the_store_gives_the_identical_model_context() {
     let rig = Rig::new().await;
@@ -76,23 +95,6 @@ async fn a_stale_lease_cannot_extend_a_session() {
 /// the compaction, which rewrites the conversation's start anyway, makes it a stub.
 #[tokio::test]
 async fn a_long_tool_result_stays_whole_until_a_compaction_makes_it_a_stub() {
-    struct LongPage;
-    impl clankie_agent::Tool for LongPage {
-        fn spec(&self) -> clankie_agent::provider::ToolSpec {
-            clankie_agent::provider::ToolSpec {
-                name: "read_page".into(),
-                description: "reads".into(),
-                parameters: serde_json::json!({ "type": "object", "properties": {} }),
-            }
-        }
-        fn execute<'a>(
-            &'a self,
-            _arguments: serde_json::Value,
-            _ctx: clankie_agent::ToolContext,
-        ) -> futures::future::BoxFuture<'a, Result<String, clankie_agent::ToolError>> {
-            Box::pin(async { Ok(format!("BRACKET {}", "x".repeat(5_000))) })
-        }
-    }
     let rig = Rig::new().await;
     for reply in [
         Reply::text("Hello."),
@@ -139,6 +141,47 @@ async fn a_long_tool_result_stays_whole_until_a_compaction_makes_it_a_stub() {
     assert_eq!(stats.input_tokens, requests[4].token_estimate + requests[5].token_estimate, "the compaction's input is billed to its turn");
     // The stored session keeps the page: a reload still has it.
     assert!(session.context().iter().any(|m| format!("{m:?}").contains("BRACKET")));
+}
+
+/// A run whose own page tipped the lane over its budget compacts and answers with the page whole;
+/// the next turn shows it whole too, so it repeats that run's last request byte for byte and
+/// writes only what it adds. Stubbing the page there would rewrite everything after it.
+#[tokio::test]
+async fn prefix_stable_the_turn_after_a_compaction_repeats_the_compacting_runs_last_request() {
+    let rig = Rig::new().await;
+    for reply in [
+        Reply::text("Hello."),
+        Reply::tool("read_page", serde_json::json!({})),
+        Reply::text("SUMMARY: ada left a long note."),
+        Reply::text("Lobby 4 at eight."),
+        Reply::text("You're welcome."),
+    ] {
+        rig.standin.script(Script::any(reply));
+    }
+    // The note (about 530 tokens) and the page (about 1,260) together outgrow the budget once the
+    // page is read; what the compaction keeps (the page's turn, some 1,300) fits it.
+    let mut config = fast();
+    config.compaction = clankie_agent::compaction::CompactionPolicy { budget_tokens: 1_500, keep_recent_tokens: 1_700 };
+    let agent = rig.agent(config);
+    let tools = vec![super::arc(LongPage)];
+    let mut session = rig.session().await;
+    for (n, text) in [&"a long note about the bracket ".repeat(70), "when is lobby 4?", "thanks"].into_iter().enumerate() {
+        let run = agent.start_with_tools(session, "sys".into(), vec![user(&n.to_string(), text)], tools.clone());
+        let (_, result) = drain(run).await;
+        result.outcome.unwrap();
+        session = result.session;
+    }
+
+    let requests = rig.standin.requests();
+    assert_eq!(requests.len(), 5, "three turns, one tool round, one compaction");
+    assert!(requests[2].all_text().contains("Summarise"), "the page's run compacts before its answer");
+    assert_eq!(requests[3].count("BRACKET"), 1, "the run that read the page answers with it whole");
+    assert_eq!(requests[4].count("BRACKET"), 1, "the next turn shows it as that run did");
+    println!(
+        "sessions: the compacting run's last request {} tokens; the next turn's {} of which {} repeated",
+        requests[3].token_estimate, requests[4].token_estimate, requests[4].cached_estimate
+    );
+    assert!(requests[4].cached_estimate >= requests[3].token_estimate, "the next turn repeats the compacting run's last request whole");
 }
 
 /// A copy kept from an earlier epoch and refreshed under a later one holds what opening the

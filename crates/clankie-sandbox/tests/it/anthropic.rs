@@ -204,3 +204,72 @@ async fn usage_a_stream_dropped_after_message_start_is_in_the_receipt() {
     );
     assert_eq!(counts["input_tokens"].as_u64(), Some(billed), "the dropped call's input is missing from the receipt: {counts}");
 }
+
+/// The voice room's request is rebuilt at every line heard: the room block is new each time, so
+/// a breakpoint after it would write at 1.25x what no later request reads. Its marks end the
+/// tools, the system prompt and the self-context, which the next run repeats.
+#[tokio::test]
+async fn anthropic_the_voice_rooms_requests_mark_their_self_context_and_never_the_room_block() {
+    const VOICE: u64 = 300;
+    let rig = Rig::with(&[("CLANKIE_MODEL_PROVIDER", "anthropic")]).await;
+    let store = Store::connect(&rig.settings.database_url).await.unwrap();
+    store.set_persona(&Persona { character_sheet: sheet("Clankie"), ..Default::default() }).await.unwrap();
+    rig.voice_live(VOICE, "ada").await;
+    // The voice persona's system prompt says its words are spoken aloud; a text lane's never does.
+    let voice_requests = || rig.standin.requests().into_iter().filter(|r| r.body.to_string().contains("spoken aloud")).collect::<Vec<_>>();
+    for round in 0..2 {
+        let token = format!("[vc-{round}]");
+        rig.standin.script(Script::when(&token, Reply::text(format!("Blue team leads, round {round}."))));
+        rig.say(VOICE, "ada", &format!("clankie {token} who is winning?"));
+        super::until("the voice room's request", Duration::from_secs(20), || voice_requests().len() > round).await;
+    }
+    let requests = voice_requests();
+    for r in &requests {
+        let blocks = r.body["messages"][0]["content"].as_array().expect("the self-context and the room block, one user turn");
+        assert!(blocks.len() >= 2, "{}", r.body);
+        assert!(blocks[0]["cache_control"].is_object(), "the self-context ends in a breakpoint: {}", r.body);
+        let after: usize = r.body["messages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .flat_map(|m| m["content"].as_array().cloned().unwrap_or_default())
+            .skip(1)
+            .filter(|b| b.get("cache_control").is_some())
+            .count();
+        assert_eq!(after, 0, "no breakpoint after the self-context: {}", r.body);
+        println!(
+            "anthropic: a voice request of {} tokens read {} and wrote {}",
+            r.token_estimate, r.cached_estimate, r.cache_write_estimate
+        );
+        // The room block is billed plain: neither read from the cache nor written to it.
+        assert!(r.cached_estimate + r.cache_write_estimate < r.token_estimate, "the room block went to the cache");
+    }
+}
+
+/// What every room's system prompt shares (who he is, his people, memory, the rules) comes
+/// before what is one room's alone, and is marked apart: a room's first turn reads it from the
+/// cache another room's turn wrote, instead of writing it again at 1.25x.
+#[tokio::test]
+async fn anthropic_a_rooms_first_turn_reads_the_shared_persona_another_room_wrote() {
+    const LOBBIES: u64 = 201;
+    let rig = Rig::with(&[("CLANKIE_MODEL_PROVIDER", "anthropic")]).await;
+    let store = Store::connect(&rig.settings.database_url).await.unwrap();
+    store.set_persona(&Persona { character_sheet: sheet("Clankie"), ..Default::default() }).await.unwrap();
+    let mut firsts = Vec::new();
+    for channel in [GENERAL, LOBBIES] {
+        rig.standin.script(Script::any(Reply::text("The lobby opens at eight.")));
+        let before = rig.standin.requests().len();
+        let said = rig.say(channel, "ada", "@Clankie is the lobby up?");
+        rig.wait_outcomes(channel, &[said]).await;
+        firsts.push(rig.standin.requests()[before].clone());
+    }
+    let (general, lobbies) = (&firsts[0], &firsts[1]);
+    let shared = general.body["system"][0]["text"].as_str().expect("the shared part, a block of its own").to_owned();
+    assert_eq!(lobbies.body["system"][0]["text"].as_str(), Some(shared.as_str()), "both rooms share it byte for byte");
+    assert_ne!(general.body["system"][1], lobbies.body["system"][1], "each room's own part is its own");
+    println!(
+        "anthropic: #general's first turn {} tokens, wrote {}; #lobbies' first turn {} tokens, read {} from the cache, wrote {}",
+        general.token_estimate, general.cache_write_estimate, lobbies.token_estimate, lobbies.cached_estimate, lobbies.cache_write_estimate
+    );
+    assert!(lobbies.cached_estimate >= 1_024, "the second room's first turn read the shared part from the cache");
+}
