@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result};
 use clankie_model_standin::{RecordedRequest, Reply, Script};
 use clankie_sandbox::rig::{GENERAL, Rig};
+use clankie_store::{Prices, Tokens};
 
 /// Bursts in the replayed conversation, and messages per burst.
 const BURSTS: usize = 8;
@@ -56,80 +57,40 @@ struct Economy {
     /// Over the lane's turns after its first: the share of input tokens the provider said it
     /// served from its prompt cache (zero from a provider that does not say).
     cached_share_after_first: f64,
-    /// Every request's input as Anthropic bills it (plain, cache writes, cache reads), and the
-    /// turns' output tokens: what [`Bill`] prices.
-    billed: Billed,
+    /// Every request's input as Anthropic bills it (all of it, cache reads and writes among it),
+    /// and the turns' output tokens.
+    billed: Tokens,
 }
 
-/// Tokens by the price each is billed at, over a whole replay.
-#[derive(Debug, Clone, Copy, Default)]
-pub(crate) struct Billed {
-    /// Input billed at the plain price: after the last breakpoint, or never cacheable.
-    pub(crate) input: u64,
-    /// Input written to the cache, at 1.25x.
-    pub(crate) cache_write: u64,
-    /// Input read from the cache, at 0.1x.
-    pub(crate) cache_read: u64,
-    /// Output, at the output price.
-    pub(crate) output: u64,
+/// The prices the bench bills at: the deployment's own (`CLANKIE_PRICE_*`, Claude Sonnet 4.6's
+/// list prices by default), applied by the store's [`Tokens::dollars`], so the bench and
+/// `/clankie usage` cannot price the same tokens apart.
+pub(crate) fn prices() -> Result<Prices> {
+    let settings = clankie_settings::Settings::from_env().context("reading the CLANKIE_PRICE_* settings")?;
+    Ok(clankie_console::prices::from_settings(&settings))
 }
 
-impl Billed {
-    /// The share of all input read from the cache (the first request's included).
-    pub(crate) fn cached_share(&self) -> f64 {
-        self.cache_read as f64 / (self.input + self.cache_write + self.cache_read).max(1) as f64
-    }
-
-    /// Both counts together, to bill several sources as one.
-    pub(crate) fn plus(self, other: Billed) -> Billed {
-        Billed {
-            input: self.input + other.input,
-            cache_write: self.cache_write + other.cache_write,
-            cache_read: self.cache_read + other.cache_read,
-            output: self.output + other.output,
-        }
-    }
+/// The prices as one line: whose, and each per million tokens.
+pub(crate) fn prices_line(prices: &Prices) -> String {
+    format!(
+        "{} at ${}/MTok input, ${}/MTok output, ${}/MTok cache reads, ${}/MTok cache writes",
+        prices.label, prices.input, prices.output, prices.cache_read, prices.cache_write
+    )
 }
 
-/// A model's list prices, in US dollars per million tokens; the cache multipliers are
-/// Anthropic's (a 5-minute write 1.25x the input price, a read 0.1x).
-pub(crate) struct Bill {
-    /// The model and the date its prices were read, printed beside the figures.
-    pub(crate) model: String,
-    /// Input, US dollars per million tokens.
-    pub(crate) input: f64,
-    /// Output, US dollars per million tokens.
-    pub(crate) output: f64,
+/// Dollars per 1,000 messages for `tokens` over `messages` messages.
+pub(crate) fn per_1000_messages(tokens: &Tokens, prices: &Prices, messages: usize) -> f64 {
+    tokens.dollars(prices) * 1000.0 / messages.max(1) as f64
 }
 
-impl Bill {
-    /// The prices from `CLANKIE_BENCH_PRICE_*`, else Claude Sonnet 4.6's as Anthropic's pricing page listed them on 2026-12-03.
-    pub(crate) fn from_env() -> Bill {
-        let price = |name: &str, default: f64| std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default);
-        Bill {
-            model: std::env::var("CLANKIE_BENCH_PRICE_MODEL").unwrap_or_else(|_| "Claude Sonnet 4.6 (list prices of 2026-12-03)".into()),
-            input: price("CLANKIE_BENCH_PRICE_INPUT_USD_PER_MTOK", 3.0),
-            output: price("CLANKIE_BENCH_PRICE_OUTPUT_USD_PER_MTOK", 15.0),
-        }
-    }
-
-    /// The dollars `billed` costs.
-    pub(crate) fn dollars(&self, billed: &Billed) -> f64 {
-        (billed.input as f64 * self.input
-            + billed.cache_write as f64 * self.input * 1.25
-            + billed.cache_read as f64 * self.input * 0.1
-            + billed.output as f64 * self.output)
-            / 1e6
-    }
-
-    /// Of [`Bill::dollars`], what the cache writes cost: the share a re-cached prefix shows in.
-    pub(crate) fn write_dollars(&self, billed: &Billed) -> f64 {
-        billed.cache_write as f64 * self.input * 1.25 / 1e6
-    }
-
-    /// Dollars per 1,000 messages for `billed` over `messages` messages.
-    pub(crate) fn per_1000_messages(&self, billed: &Billed, messages: usize) -> f64 {
-        self.dollars(billed) * 1000.0 / messages.max(1) as f64
+/// A recorded request's input as the provider bills it: all of it, and of that what was read from
+/// and written to the cache.
+pub(crate) fn input_of(request: &RecordedRequest) -> Tokens {
+    Tokens {
+        input: request.token_estimate as i64,
+        cached: request.cached_estimate as i64,
+        cache_write: request.cache_write_estimate as i64,
+        output: 0,
     }
 }
 
@@ -162,12 +123,12 @@ pub(crate) async fn report() -> Result<()> {
     }
     // The bill on Claude: the same replay through the Anthropic client and its stand-in,
     // whose cache keeps Anthropic's rules, priced at a named model's list prices.
-    let bill = Bill::from_env();
+    let prices = prices()?;
     let oneshot = economy(true, 1, None, true).await?;
     let durable = economy(false, 1, None, true).await?;
     let messages = BURSTS * PER_BURST;
-    let (d, o) = (bill.per_1000_messages(&durable.billed, messages), bill.per_1000_messages(&oneshot.billed, messages));
-    println!("prices: {} at ${}/MTok input, ${}/MTok output, cache writes 1.25x, cache reads 0.1x", bill.model, bill.input, bill.output);
+    let (d, o) = (per_1000_messages(&durable.billed, &prices, messages), per_1000_messages(&oneshot.billed, &prices, messages));
+    println!("prices: {}", prices_line(&prices));
     println!("tokens_billed_durable_anthropic: {:?}", durable.billed);
     println!("tokens_billed_oneshot_anthropic: {:?}", oneshot.billed);
     println!("cached_tokens_share_durable_anthropic: {:.3}", durable.billed.cached_share());
@@ -229,12 +190,10 @@ async fn economy(one_shot: bool, captains: usize, model: Option<&str>, anthropic
         .fetch_one(store.pool())
         .await
         .context("reading the turns' output tokens")?;
-    let billed = Billed {
-        input: requests.iter().map(|r| r.token_estimate - r.cached_estimate - r.cache_write_estimate).sum(),
-        cache_write: requests.iter().map(|r| r.cache_write_estimate).sum(),
-        cache_read: requests.iter().map(|r| r.cached_estimate).sum(),
-        output: output as u64,
-    };
+    let mut billed = Tokens { output, ..Tokens::default() };
+    for r in &requests {
+        billed += input_of(r);
+    }
     if anthropic {
         log_cache_use(one_shot, &requests);
     }

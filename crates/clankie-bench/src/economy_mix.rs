@@ -3,7 +3,7 @@
 //! the bursts read a page, some carry a picture, the long lane compacts and a voice room talks,
 //! through the whole stack, durable against one-shot, on the Anthropic stand-in (Anthropic's
 //! cache rules) and the OpenAI-compatible stand-in, then (with `CLANKIE_BENCH_MODEL=llama`) the
-//! same requests on llama.cpp; each priced with the same [`Bill`].
+//! same requests on llama.cpp; each priced as `/clankie usage` prices ([`crate::economy::prices`]).
 
 use std::time::{Duration, Instant};
 
@@ -12,24 +12,30 @@ use clankie_model_standin::{RecordedRequest, Reply, Script};
 use clankie_sandbox::rig::{GENERAL, Rig};
 use clankie_testkit::pages::{Answer, TestPages};
 
-use crate::economy::{Bill, Billed, CHARACTER_SHEET};
+use clankie_store::{Prices, Tokens};
+
+use crate::economy::{CHARACTER_SHEET, input_of, per_1000_messages, prices, prices_line};
 use crate::mix_bill::{Mix, print_goals};
 
 /// The loopback guild's second text channel: the short lane, which must not compact.
 const LOBBIES: u64 = 201;
 /// The loopback guild's voice channel, live through the whole replay.
 const VOICE: u64 = 300;
-/// Bursts in the long lane (#general): enough that it outgrows the budget once.
-const LONG_BURSTS: usize = 12;
-/// Bursts in the short lane (#lobbies): a second room, so lanes take turns at the provider.
-const SHORT_BURSTS: usize = 6;
-/// Lines typed in the voice room's chat, one after every three bursts.
-const VOICE_LINES: usize = 6;
+/// Rounds of the conversation (`CLANKIE_BENCH_MIX_ROUNDS`, 6 by default). A round is two bursts
+/// in the long lane (#general), one in the short lane (#lobbies, a second room, so lanes take
+/// turns at the provider) and a line typed in the voice room's chat. More rounds make a lane
+/// live longer, so each token written to the cache is read more often.
+fn rounds() -> usize {
+    std::env::var("CLANKIE_BENCH_MIX_ROUNDS").ok().and_then(|v| v.parse().ok()).filter(|&n| n > 0).unwrap_or(6)
+}
 /// Messages per burst, as in the plain replay.
 const PER_BURST: usize = 3;
-/// The captain's context budget: low enough that #general (some 5,000 tokens of entries by its
-/// last burst) compacts once and #lobbies (under 3,000) never does. The default is 60,000.
-const CONTEXT_BUDGET_TOKENS: &str = "4000";
+/// The captain's context budget (`CLANKIE_BENCH_MIX_BUDGET_TOKENS`, 4,000 by default): low enough
+/// that #general (some 5,000 tokens of entries by its twelfth burst) compacts once in 6 rounds
+/// and #lobbies (under 3,000) never does. The deployment's default is 60,000.
+fn budget() -> String {
+    std::env::var("CLANKIE_BENCH_MIX_BUDGET_TOKENS").ok().filter(|v| v.parse::<u32>().is_ok()).unwrap_or_else(|| "4000".into())
+}
 /// What the compaction call is answered: a summary of the size the instruction asks for.
 const SUMMARY: &str = "Ada has been asking about the lobby schedule in #general all evening. He read the lobby pages she \
 linked and told her the opening times (lobby 1 at nine, lobby 4 at nine as well); she showed him the Hangout map and he \
@@ -83,8 +89,8 @@ impl Step {
 }
 
 /// The conversation: #general's bursts two at a time, #lobbies' and a voice line between them.
-/// A third of the text bursts read a page (#general's 1, 4, 7, 10; #lobbies' 2, 5), three carry a
-/// picture (#general's 2 and 8, #lobbies' 3).
+/// A third of the text bursts read a page (#general's 1, 4, 7, …; #lobbies' 2, 5, …), one in six
+/// of #general's carries a picture (2, 8, …), and one in six of #lobbies' (3, 9, …).
 fn schedule() -> Vec<Step> {
     let general = |k: usize| Step::Burst {
         channel: GENERAL,
@@ -92,7 +98,7 @@ fn schedule() -> Vec<Step> {
         k,
         kind: if k % 3 == 1 {
             Kind::Page
-        } else if k == 2 || k == 8 {
+        } else if k % 6 == 2 {
             Kind::Picture
         } else {
             Kind::Plain
@@ -104,23 +110,27 @@ fn schedule() -> Vec<Step> {
         k,
         kind: if k % 3 == 2 {
             Kind::Page
-        } else if k == 3 {
+        } else if k % 6 == 3 {
             Kind::Picture
         } else {
             Kind::Plain
         },
     };
     let mut steps = Vec::new();
-    for i in 0..VOICE_LINES {
+    for i in 0..rounds() {
         steps.extend([general(2 * i), lobbies(i), general(2 * i + 1), Step::Voice { i }]);
     }
-    debug_assert_eq!(steps.len(), LONG_BURSTS + SHORT_BURSTS + VOICE_LINES);
     steps
+}
+
+/// The text bursts of `kind` in the conversation.
+fn bursts(kind: Kind) -> usize {
+    schedule().iter().filter(|s| matches!(s, Step::Burst { kind: k, .. } if *k == kind)).count()
 }
 
 /// Messages the conversation sends, which the dollars are per 1,000 of.
 fn messages() -> usize {
-    (LONG_BURSTS + SHORT_BURSTS) * PER_BURST + VOICE_LINES
+    rounds() * (3 * PER_BURST + 1)
 }
 
 /// The provider a replay speaks to.
@@ -144,21 +154,28 @@ impl Provider {
 
 /// `economy-mix`: the mix replayed one-shot and durable on each stand-in, then on llama.cpp if asked.
 pub(crate) async fn report() -> Result<()> {
-    let bill = Bill::from_env();
+    let prices = prices()?;
     println!(
-        "economy_mix_prices: {} at ${}/MTok input, ${}/MTok output, cache writes 1.25x, cache reads 0.1x (the OpenAI-compatible stand-in and llama.cpp priced the same, their cached tokens at 0.1x, no writes)",
-        bill.model, bill.input, bill.output
+        "economy_mix_prices: {} (the OpenAI-compatible stand-in and llama.cpp priced the same, their cached tokens as cache reads, no writes)",
+        prices_line(&prices)
     );
     println!(
-        "economy_mix_conversation: {} messages: {LONG_BURSTS} bursts of {PER_BURST} in #general (budget {CONTEXT_BUDGET_TOKENS} tokens), {SHORT_BURSTS} in #lobbies, 6 of the 18 reading a page, 3 carrying a picture; {VOICE_LINES} lines typed in a live voice room",
-        messages()
+        "economy_mix_conversation: {} messages: {} bursts of {PER_BURST} in #general (budget {} tokens), {} in #lobbies, {} of the {} reading a page, {} carrying a picture; {} lines typed in a live voice room",
+        messages(),
+        2 * rounds(),
+        budget(),
+        rounds(),
+        bursts(Kind::Page),
+        3 * rounds(),
+        bursts(Kind::Picture),
+        rounds()
     );
     let pages = serve_pages().await?;
     let mut openai = None;
     for provider in [Provider::Anthropic, Provider::OpenAi] {
         let oneshot = replay(true, provider, &pages).await?;
         let durable = replay(false, provider, &pages).await?;
-        print_mix(&bill, provider.name(), &durable, &oneshot, provider == Provider::Anthropic);
+        print_mix(&prices, provider.name(), &durable, &oneshot, provider == Provider::Anthropic);
         if provider == Provider::OpenAi {
             openai = Some((oneshot, durable));
         }
@@ -166,30 +183,27 @@ pub(crate) async fn report() -> Result<()> {
     if std::env::var("CLANKIE_BENCH_MODEL").is_ok_and(|m| m == "llama")
         && let Some((oneshot, durable)) = openai
     {
-        crate::economy_mix_llama::report(&bill, &oneshot, &durable, messages()).await?;
+        crate::economy_mix_llama::report(&prices, &oneshot, &durable, messages()).await?;
     }
     Ok(())
 }
 
 /// Prints one provider's figures and the goals beside them.
-fn print_mix(bill: &Bill, p: &str, durable: &Mix, oneshot: &Mix, cache_goal: bool) {
+fn print_mix(prices: &Prices, p: &str, durable: &Mix, oneshot: &Mix, cache_goal: bool) {
     let mut d = 0.0;
     let mut o = 0.0;
     for (mode, mix) in [("oneshot", oneshot), ("durable", durable)] {
         let billed = mix.billed();
-        let usd = bill.per_1000_messages(&billed, messages());
+        let usd = per_1000_messages(&billed, prices, messages());
         println!("economy_mix_tokens_billed_{mode}_{p}: {billed:?}");
         println!("economy_mix_cached_share_{mode}_{p}: {:.3}", billed.cached_share());
-        println!(
-            "economy_mix_cache_write_share_of_spend_{mode}_{p}: {:.3}",
-            bill.write_dollars(&billed) / bill.dollars(&billed).max(f64::MIN_POSITIVE)
-        );
+        println!("economy_mix_cache_write_share_of_spend_{mode}_{p}: {:.3}", billed.cache_write_share_of_spend(prices));
         println!("economy_mix_usd_per_1000_messages_{mode}_{p}: {usd:.4}");
         // How often a token written to the cache is read back: what decides the writes' share of spend.
         if billed.cache_write > 0 {
-            println!("economy_mix_reads_per_written_token_{mode}_{p}: {:.2}", billed.cache_read as f64 / billed.cache_write as f64);
+            println!("economy_mix_reads_per_written_token_{mode}_{p}: {:.2}", billed.cached as f64 / billed.cache_write as f64);
         }
-        let by = |f: &dyn Fn(&Billed) -> String| mix.by_source.iter().map(|(s, b)| format!("{s}={}", f(b))).collect::<Vec<_>>().join(" ");
+        let by = |f: &dyn Fn(&Tokens) -> String| mix.by_source.iter().map(|(s, b)| format!("{s}={}", f(b))).collect::<Vec<_>>().join(" ");
         let requests = |source: &str| mix.requests.iter().filter(|(s, _)| *s == source).count();
         println!(
             "economy_mix_requests_by_source_{mode}_{p}: {}",
@@ -198,10 +212,10 @@ fn print_mix(bill: &Bill, p: &str, durable: &Mix, oneshot: &Mix, cache_goal: boo
         println!("economy_mix_cache_write_tokens_by_source_{mode}_{p}: {}", by(&|b| b.cache_write.to_string()));
         println!("economy_mix_cached_share_by_source_{mode}_{p}: {}", by(&|b| format!("{:.3}", b.cached_share())));
         // Input only (the turns' output is not split by source): which requests the input dollars went to.
-        let spend = bill.dollars(&billed).max(f64::MIN_POSITIVE);
+        let spend = billed.dollars(prices).max(f64::MIN_POSITIVE);
         println!(
             "economy_mix_input_share_of_spend_by_source_{mode}_{p}: {}",
-            by(&|b| format!("{:.3}", bill.dollars(&Billed { output: 0, ..*b }) / spend))
+            by(&|b| format!("{:.3}", Tokens { output: 0, ..*b }.dollars(prices) / spend))
         );
         println!("economy_mix_compactions_{mode}_{p}: {}", mix.compactions);
         println!("economy_mix_page_reads_{mode}_{p}: {}", mix.page_reads);
@@ -213,9 +227,8 @@ fn print_mix(bill: &Bill, p: &str, durable: &Mix, oneshot: &Mix, cache_goal: boo
             o = usd;
         }
     }
-    print_goals(bill, p, durable.billed(), d / o.max(f64::MIN_POSITIVE), cache_goal);
+    print_goals(prices, p, durable.billed(), d / o.max(f64::MIN_POSITIVE), cache_goal);
 }
-
 
 /// The pages the tool reads: one per page burst, each some 2,400 characters of text, so the
 /// result is over the 600 characters a stored result is stubbed past.
@@ -256,13 +269,14 @@ async fn replay(one_shot: bool, provider: Provider, pages: &TestPages) -> Result
     std::fs::create_dir_all(&state).context("the voice state directory")?;
     let (state_dir, allow) = (state.display().to_string(), pages.addr().to_string());
     let hold = std::env::var("CLANKIE_TYPING_HOLD_MS").unwrap_or_else(|_| "8000".into());
+    let budget = budget();
     let mut vars = vec![
         ("CLANKIE_STATE_DIR", state_dir.as_str()),
         ("CLANKIE_CAPTAIN_ONE_SHOT", if one_shot { "true" } else { "false" }),
         ("CLANKIE_TYPING_HOLD_MS", hold.as_str()),
         ("CLANKIE_FLOOD_ADMISSIONS_PER_MINUTE", "0"),
         ("CLANKIE_EGRESS_ALLOW", allow.as_str()),
-        ("CLANKIE_CONTEXT_BUDGET_TOKENS", CONTEXT_BUDGET_TOKENS),
+        ("CLANKIE_CONTEXT_BUDGET_TOKENS", budget.as_str()),
     ];
     if provider == Provider::Anthropic {
         vars.push(("CLANKIE_MODEL_PROVIDER", "anthropic"));
@@ -425,14 +439,12 @@ async fn settle(
             .fetch_one(store.pool())
             .await
             .context("reading the turns' tokens")?;
-    let tokens = |text: &str| (text.chars().count() as u64).div_ceil(4);
-    let mut by_source: Vec<(&'static str, Billed)> =
-        ["plain", "page", "picture", "voice", "compaction"].into_iter().map(|s| (s, Billed::default())).collect();
+    let tokens = |text: &str| (text.chars().count() as i64 + 3) / 4;
+    let mut by_source: Vec<(&'static str, Tokens)> =
+        ["plain", "page", "picture", "voice", "compaction"].into_iter().map(|s| (s, Tokens::default())).collect();
     for (source, r) in &requests {
         if let Some((_, b)) = by_source.iter_mut().find(|(s, _)| s == source) {
-            b.input += r.token_estimate - r.cached_estimate - r.cache_write_estimate;
-            b.cache_write += r.cache_write_estimate;
-            b.cache_read += r.cached_estimate;
+            *b += input_of(r);
             // The turns count the captain's output; the voice room's and compaction's are what they were scripted.
             b.output += match *source {
                 "voice" => tokens(VOICE_ANSWER),
@@ -442,7 +454,7 @@ async fn settle(
         }
     }
     if let Some((_, b)) = by_source.iter_mut().find(|(s, _)| *s == "plain") {
-        b.output += turn_output as u64;
+        b.output += turn_output;
     }
     let all_input: u64 = requests.iter().map(|(_, r)| r.token_estimate).sum();
     log_requests(one_shot, provider, &requests);

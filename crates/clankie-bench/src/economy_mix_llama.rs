@@ -15,14 +15,16 @@ use anyhow::{Context, Result};
 use serde_json::Value;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use crate::economy::{Bill, Billed};
+use clankie_store::{Prices, Tokens};
+
+use crate::economy::per_1000_messages;
 use crate::mix_bill::{Mix, print_goals};
 
 /// `economy_mix_*_llama`: both replays' requests, each on a server of its own (one slot, as
 /// `clankie llama` runs it), priced like the stand-ins' and with the same goals.
-pub(crate) async fn report(bill: &Bill, oneshot: &Mix, durable: &Mix, messages: usize) -> Result<()> {
+pub(crate) async fn report(prices: &Prices, oneshot: &Mix, durable: &Mix, messages: usize) -> Result<()> {
     let mut usd = Vec::new();
-    let mut durable_billed = Billed::default();
+    let mut durable_billed = Tokens::default();
     for (mode, mix) in [("oneshot", oneshot), ("durable", durable)] {
         let server = tokio::task::spawn_blocking(|| {
             clankie_stack::LlamaServer::start(&clankie_stack::LlamaOptions::default(), &mut |m| eprintln!("economy-mix: {m}"))
@@ -30,7 +32,7 @@ pub(crate) async fn report(bill: &Bill, oneshot: &Mix, durable: &Mix, messages: 
         .await?
         .context("starting the llama.cpp server")?;
         let before = server.metrics()?;
-        let mut by_source: Vec<(&'static str, Billed)> = Vec::new();
+        let mut by_source: Vec<(&'static str, Tokens)> = Vec::new();
         let mut refused = 0usize;
         for (n, (source, request)) in mix.requests.iter().enumerate() {
             let (prompt, cached) = match ask(server.port(), &for_llama(&request.body)).await {
@@ -45,24 +47,24 @@ pub(crate) async fn report(bill: &Bill, oneshot: &Mix, durable: &Mix, messages: 
             let entry = match by_source.iter().position(|(s, _)| s == source) {
                 Some(i) => &mut by_source[i].1,
                 None => {
-                    by_source.push((source, Billed::default()));
+                    by_source.push((source, Tokens::default()));
                     &mut by_source.last_mut().context("a source just added")?.1
                 }
             };
-            entry.input += prompt.saturating_sub(cached);
-            entry.cache_read += cached;
+            entry.input += prompt as i64;
+            entry.cached += cached as i64;
         }
         let after = server.metrics()?;
         // The answers are the stand-in replay's, scripted: their output is what it billed.
-        let billed = Billed { output: mix.billed().output, ..by_source.iter().fold(Billed::default(), |all, (_, b)| all.plus(*b)) };
-        let per_1000 = bill.per_1000_messages(&billed, messages);
+        let mut billed = Tokens { output: mix.billed().output, ..Tokens::default() };
+        for (_, b) in &by_source {
+            billed += Tokens { output: 0, ..*b };
+        }
+        let per_1000 = per_1000_messages(&billed, prices, messages);
         println!("economy_mix_tokens_billed_{mode}_llama: {billed:?}");
         println!("economy_mix_cached_share_{mode}_llama: {:.3}", billed.cached_share());
         // llama.cpp bills nothing for what it keeps: no cache writes, whatever is printed.
-        println!(
-            "economy_mix_cache_write_share_of_spend_{mode}_llama: {:.3}",
-            bill.write_dollars(&billed) / bill.dollars(&billed).max(f64::MIN_POSITIVE)
-        );
+        println!("economy_mix_cache_write_share_of_spend_{mode}_llama: {:.3}", billed.cache_write_share_of_spend(prices));
         println!("economy_mix_usd_per_1000_messages_{mode}_llama: {per_1000:.4}");
         let shares: Vec<String> = by_source.iter().map(|(s, b)| format!("{s}={:.3}", b.cached_share())).collect();
         println!("economy_mix_cached_share_by_source_{mode}_llama: {}", shares.join(" "));
@@ -78,7 +80,7 @@ pub(crate) async fn report(bill: &Bill, oneshot: &Mix, durable: &Mix, messages: 
         }
     }
     let ratio = usd.get(1).copied().unwrap_or(0.0) / usd.first().copied().unwrap_or(0.0).max(f64::MIN_POSITIVE);
-    print_goals(bill, "llama", durable_billed, ratio, true);
+    print_goals(prices, "llama", durable_billed, ratio, true);
     Ok(())
 }
 

@@ -174,33 +174,24 @@ pub(crate) const SETTINGS: &[Setting] = &[
         &[Bench],
     )
     .env_only(),
+    Setting::new(
+        Area::Testing,
+        "CLANKIE_BENCH_MIX_ROUNDS",
+        Kind::Count,
+        "6",
+        "Rounds of the economy-mix conversation (two bursts in #general, one in #lobbies, a voice line each).",
+        &[Bench],
+    )
+    .env_only(),
+    Setting::new(
+        Area::Testing,
+        "CLANKIE_BENCH_MIX_BUDGET_TOKENS",
+        Kind::Count,
+        "4000",
+        "The captain's context budget in the economy-mix replay.",
+        &[Bench],
+    )
+    .env_only(),
     Setting::new(Area::Testing, "CLANKIE_BENCH_SHOW", Kind::Flag, "false", "The bench prints its request bodies' shapes.", &[Bench])
         .env_only(),
-    Setting::new(
-        Area::Testing,
-        "CLANKIE_BENCH_PRICE_MODEL",
-        Kind::Text,
-        "Claude Sonnet 4.6 (list prices of 2026-12-03)",
-        "The model whose list prices the economy bench's bill names.",
-        &[Bench],
-    )
-    .env_only(),
-    Setting::new(
-        Area::Testing,
-        "CLANKIE_BENCH_PRICE_INPUT_USD_PER_MTOK",
-        Kind::Text,
-        "3.0",
-        "The bill's input price, US dollars per million tokens (cache writes 1.25x it, reads 0.1x).",
-        &[Bench],
-    )
-    .env_only(),
-    Setting::new(
-        Area::Testing,
-        "CLANKIE_BENCH_PRICE_OUTPUT_USD_PER_MTOK",
-        Kind::Text,
-        "15.0",
-        "The bill's output price, US dollars per million tokens.",
-        &[Bench],
-    )
-    .env_only(),
 ];
