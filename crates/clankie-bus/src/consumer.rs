@@ -464,6 +464,11 @@ impl<E> Delivery<E> {
         }
     }
 
+    /// The value of the header `name` the message carries, if any (the first, when repeated).
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.message.headers.as_ref()?.get(name).map(|v| v.as_str())
+    }
+
     fn ack_error(&self, e: impl std::fmt::Display) -> BusError {
         BusError::Ack { sequence: self.stream_sequence, detail: e.to_string() }
     }

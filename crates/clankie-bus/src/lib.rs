@@ -6,6 +6,8 @@
 //! - [`Bus::consumer`] opens a typed durable pull consumer. A payload that does not
 //!   decode is answered with a rejection receipt and a terminal ack, so one bad
 //!   message never panics a service or loops in redelivery.
+//! - [`Bus::schedule`] defines a reminder that nats-server itself publishes when it is due, and
+//!   [`Bus::due_reminders`] consumes what comes due ([`Firing`] names each firing).
 //! - [`tap`] renders any clankie message as one JSON line.
 
 mod audience;
@@ -14,7 +16,9 @@ mod sent;
 pub use sent::Ack;
 mod consumer;
 mod erase;
+mod error;
 mod kv;
+mod schedules;
 mod streams;
 pub mod tap;
 
@@ -22,7 +26,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use async_nats::jetstream;
 use bytes::Bytes;
-use clankie_proto::{Event, Family, ReceiptKind, Subject, SubjectError, v1};
+use clankie_proto::{Event, Family, ReceiptKind, Subject, v1};
 use clankie_settings::{Settings, redact_url};
 pub use clankie_trace::TraceContext;
 
@@ -36,8 +40,10 @@ pub use audience::{AUDIENCE_BUCKET, AudienceFact};
 pub use blobs::{BLOB_BUCKET, INLINE_MAX, blob_name};
 pub use consumer::{Consumer, ConsumerSpec, Delivery, Progress};
 pub use erase::{ErasedMessages, Erasure};
+pub use error::{BusError, OLDEST_NATS_SERVER, PINNED_NATS_SERVER, server_version_suffices};
 pub use kv::kv_key;
-pub use streams::{STREAMS, StreamSpec, stream_for};
+pub use schedules::{FIRING_TTL, Firing, Next, Schedule};
+pub use streams::{SCHEDULES_STREAM, STREAMS, StreamSpec, stream_for};
 
 /// Whether `subject` is one receipts are published on.
 fn is_receipt(subject: &str) -> bool {
@@ -53,54 +59,6 @@ pub const TRACED_RECEIPTS: [&str; 3] = ["gateway.ingress", "voice.heard", "capta
 
 /// The receipt kind of a message a consumer could not accept.
 pub const REJECTED: &str = "bus.rejected";
-
-/// Why a bus operation failed.
-#[derive(Debug, thiserror::Error)]
-pub enum BusError {
-    #[error("could not reach NATS at {url} within {waited:?} ({attempts} attempts): {last}")]
-    Connect { url: String, waited: Duration, attempts: u32, last: String },
-    #[error("JetStream stream {stream}: {detail}")]
-    Stream { stream: &'static str, detail: String },
-    #[error("consumer {consumer}: {detail}")]
-    Consumer { consumer: String, detail: String },
-    /// The server holds the durable consumer with settings JetStream cannot change in place.
-    #[error(
-        "consumer {consumer} of {stream} differs from what the settings ask in {fields} (held: {held}; asked: {asked}), which JetStream cannot change in place: delete the consumer (`nats consumer rm {stream} {consumer}`) and start the service again"
-    )]
-    ConsumerFixed { consumer: String, stream: &'static str, fields: String, held: String, asked: String },
-    #[error("publish to {subject}: {detail}")]
-    Publish { subject: String, detail: String },
-    #[error("ack of stream sequence {sequence}: {detail}")]
-    Ack { sequence: u64, detail: String },
-    #[error("the consumer's message stream ended")]
-    Closed,
-    #[error("request on {subject}: {detail}")]
-    Request { subject: String, detail: String },
-    #[error(transparent)]
-    Subject(#[from] SubjectError),
-    /// The server is older than the JetStream API the services speak; it would fail later, inside
-    /// a stream or consumer call, with a reply the client cannot read.
-    #[error(
-        "nats-server {found} at {url} is older than {needs}, the oldest Clankie runs on: upgrade it (the local stack, compose and the Kubernetes manifests pin {PINNED_NATS_SERVER})"
-    )]
-    ServerTooOld { url: String, found: String, needs: String },
-}
-
-/// The nats-server release the local stack, compose and Kubernetes pin, and the tests run.
-pub const PINNED_NATS_SERVER: &str = "2.15.1";
-
-/// The oldest nats-server whose JetStream API the services speak (major, minor, patch).
-pub const OLDEST_NATS_SERVER: (u32, u32, u32) = (2, 12, 0);
-
-/// Whether a server's version string (`2.15.1`, `2.12.0-RC.2`) is at least [`OLDEST_NATS_SERVER`];
-/// a version that cannot be read is given the benefit of the doubt.
-pub fn server_version_suffices(version: &str) -> bool {
-    let mut parts = version.trim_start_matches('v').split(['.', '-', '+']).map(|p| p.parse::<u32>());
-    match (parts.next(), parts.next(), parts.next()) {
-        (Some(Ok(major)), Some(Ok(minor)), patch) => (major, minor, patch.and_then(Result::ok).unwrap_or(0)) >= OLDEST_NATS_SERVER,
-        _ => true,
-    }
-}
 
 /// A JetStream deduplication id (`Nats-Msg-Id`).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -288,6 +246,13 @@ impl Bus {
     /// once and reported as `duplicate`.
     pub async fn publish<E: Event>(&self, subject: &Subject, event: &E, msg_id: Option<&MsgId>) -> Result<Published, BusError> {
         subject.check_payload::<E>()?;
+        if subject.family() == Family::ScheduleDef {
+            // A definition without its schedule headers would never fire: it goes through `schedule`.
+            return Err(BusError::Publish {
+                subject: subject.to_string(),
+                detail: "a schedule definition is published by Bus::schedule".into(),
+            });
+        }
         self.publish_bytes(subject.to_string(), Bytes::from(event.encode_to_vec()), msg_id).await
     }
 
@@ -317,15 +282,33 @@ impl Bus {
     }
 
     async fn publish_with(&self, subject: String, payload: Bytes, id: String, trace: TraceContext) -> Result<Published, BusError> {
-        let fail = |detail: String| BusError::Publish { subject: subject.clone(), detail };
+        self.publish_headed(&subject, payload, &id, &trace, &[])
+            .await
+            .map_err(|e| BusError::Publish { subject: subject.clone(), detail: e.to_string() })
+    }
+
+    /// Publishes with `headers` besides the dedup id and the trace, trying again through a
+    /// leader election or a reconnect for up to [`PUBLISH_PATIENCE`]; the client's own error
+    /// otherwise, so a caller can tell the server's refusal from a lost connection.
+    pub(crate) async fn publish_headed(
+        &self,
+        subject: &str,
+        payload: Bytes,
+        id: &str,
+        trace: &TraceContext,
+        headers: &[(async_nats::header::HeaderName, String)],
+    ) -> Result<Published, jetstream::context::PublishError> {
         let started = tokio::time::Instant::now();
         let mut delay = Duration::from_millis(100);
         loop {
-            let mut publish = jetstream::message::PublishMessage::build().payload(payload.clone()).message_id(id.as_str());
+            let mut publish = jetstream::message::PublishMessage::build().payload(payload.clone()).message_id(id);
             for (name, value) in trace.headers() {
                 publish = publish.header(name, value);
             }
-            let result = async { self.js.send_publish(subject.clone(), publish).await?.await }.await;
+            for (name, value) in headers {
+                publish = publish.header(name.clone(), value.as_str());
+            }
+            let result = async { self.js.send_publish(subject.to_owned(), publish).await?.await }.await;
             match result {
                 Ok(ack) => return Ok(Published { stream: ack.stream, sequence: ack.sequence, duplicate: ack.duplicate }),
                 // A stream between leaders answers "no stream found" and a lost connection loses the
@@ -335,7 +318,7 @@ impl Bus {
                     tokio::time::sleep(delay).await;
                     delay = (delay * 2).min(Duration::from_secs(2));
                 }
-                Err(e) => return Err(fail(e.to_string())),
+                Err(e) => return Err(e),
             }
         }
     }

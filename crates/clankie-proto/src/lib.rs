@@ -61,6 +61,7 @@ impl Event for v1::MediaRegisterRequest {}
 impl Event for v1::MediaRegisterReply {}
 impl Event for v1::MediaForgetRequest {}
 impl Event for v1::MediaForgetReply {}
+impl Event for v1::Reminder {}
 
 impl v1::FailureCode {
     /// The stable snake-case code written to outcomes, receipts and metrics.
@@ -161,6 +162,16 @@ pub fn command_reply_code(code: &str) -> &'static str {
         return "done";
     }
     COMMAND_REPLY_CODES.iter().copied().find(|c| *c == code).unwrap_or("other")
+}
+
+impl v1::Reminder {
+    /// The lane the reminder posts in: its guild channel, or its DM channel.
+    pub fn lane(&self) -> LaneKey {
+        match self.guild_id {
+            Some(guild) => LaneKey::Room { guild, channel: self.channel_id },
+            None => LaneKey::Dm { channel: self.channel_id },
+        }
+    }
 }
 
 impl v1::VoiceSession {

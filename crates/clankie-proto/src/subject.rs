@@ -78,6 +78,11 @@ pub enum Subject {
     VoiceCommand { guild: u64 },
     /// `clankie.self.experience.<guild|dm>`: a thread's first-person experience, for the shared self.
     SelfExperience { place: Place },
+    /// `clankie.schedule.def.<reminder>`: a reminder's schedule definition (its schedule in the
+    /// `Nats-Schedule` headers); one schedule per reminder, replaced by publishing again.
+    ScheduleDef { reminder: u64 },
+    /// `clankie.schedule.due.<reminder>`: a reminder come due, published by nats-server itself.
+    ScheduleDue { reminder: u64 },
     /// `clankie.receipt.<kind>`: content-free evidence.
     Receipt { kind: ReceiptKind },
     /// `clankie.signal.typing.<guild|dm>.<channel>`: someone is typing (core NATS, no stream).
@@ -121,6 +126,8 @@ pub enum Family {
     VoiceServer,
     VoiceCommand,
     SelfExperience,
+    ScheduleDef,
+    ScheduleDue,
     Receipt,
     SignalTyping,
     RpcHistory,
@@ -143,6 +150,8 @@ pub enum Area {
     Voice,
     /// What the shared self learns from its threads.
     Shared,
+    /// Reminders: their schedule definitions and the firings nats-server publishes when due.
+    Schedule,
     Receipt,
     /// Ephemeral signals on core NATS: outside every stream, since a lost one costs nothing.
     Signal,
@@ -171,7 +180,7 @@ fn truncate(s: &str) -> String {
 
 impl Family {
     /// Every family, in catalogue order.
-    pub const ALL: [Family; 26] = [
+    pub const ALL: [Family; 28] = [
         Family::IngressText,
         Family::IngressRoom,
         Family::LaneSteer,
@@ -187,6 +196,8 @@ impl Family {
         Family::VoiceServer,
         Family::VoiceCommand,
         Family::SelfExperience,
+        Family::ScheduleDef,
+        Family::ScheduleDue,
         Family::Receipt,
         Family::SignalTyping,
         Family::RpcHistory,
@@ -218,6 +229,8 @@ impl Family {
             Family::VoiceServer => format!("{ROOT}.voice.server.*"),
             Family::VoiceCommand => format!("{ROOT}.voice.command.*"),
             Family::SelfExperience => format!("{ROOT}.self.experience.*"),
+            Family::ScheduleDef => format!("{ROOT}.schedule.def.*"),
+            Family::ScheduleDue => format!("{ROOT}.schedule.due.*"),
             Family::Receipt => format!("{ROOT}.receipt.>"),
             Family::SignalTyping => format!("{ROOT}.signal.typing.*.*"),
             Family::RpcHistory => format!("{ROOT}.rpc.history.*"),
@@ -249,6 +262,7 @@ impl Family {
             Family::VoiceServer => "clankie.v1.VoiceServer",
             Family::VoiceCommand => "clankie.v1.VoiceCommand",
             Family::SelfExperience => "clankie.v1.Experience",
+            Family::ScheduleDef | Family::ScheduleDue => "clankie.v1.Reminder",
             Family::Receipt => "clankie.v1.Receipt",
             Family::SignalTyping => "clankie.v1.TypingSignal",
             Family::RpcHistory => "clankie.v1.HistoryRequest",
@@ -278,6 +292,7 @@ impl Family {
             | Family::VoiceServer
             | Family::VoiceCommand => Area::Voice,
             Family::SelfExperience => Area::Shared,
+            Family::ScheduleDef | Family::ScheduleDue => Area::Schedule,
             Family::Receipt => Area::Receipt,
             Family::SignalTyping => Area::Signal,
             Family::RpcHistory
@@ -295,7 +310,8 @@ impl Family {
 
 impl Area {
     /// Every area, in catalogue order.
-    pub const ALL: [Area; 8] = [Area::Ingress, Area::Lane, Area::Body, Area::Voice, Area::Shared, Area::Receipt, Area::Signal, Area::Rpc];
+    pub const ALL: [Area; 9] =
+        [Area::Ingress, Area::Lane, Area::Body, Area::Voice, Area::Shared, Area::Schedule, Area::Receipt, Area::Signal, Area::Rpc];
 
     /// Whether JetStream stores this area's subjects.
     pub fn is_streamed(self) -> bool {
@@ -310,6 +326,7 @@ impl Area {
             Area::Body => "body",
             Area::Voice => "voice",
             Area::Shared => "self",
+            Area::Schedule => "schedule",
             Area::Receipt => "receipt",
             Area::Signal => "signal",
             Area::Rpc => "rpc",
@@ -358,6 +375,8 @@ impl Subject {
             Subject::VoiceServer { .. } => Family::VoiceServer,
             Subject::VoiceCommand { .. } => Family::VoiceCommand,
             Subject::SelfExperience { .. } => Family::SelfExperience,
+            Subject::ScheduleDef { .. } => Family::ScheduleDef,
+            Subject::ScheduleDue { .. } => Family::ScheduleDue,
             Subject::Receipt { .. } => Family::Receipt,
             Subject::SignalTyping { .. } => Family::SignalTyping,
             Subject::RpcHistory { .. } => Family::RpcHistory,
@@ -419,6 +438,8 @@ impl Subject {
                 let place = if place == DM { Place::Dm } else { Place::Guild(id(3)?) };
                 Ok(Subject::SelfExperience { place })
             }
+            ["schedule", "def", _] => Ok(Subject::ScheduleDef { reminder: id(3)? }),
+            ["schedule", "due", _] => Ok(Subject::ScheduleDue { reminder: id(3)? }),
             ["signal", "typing", place, _] => {
                 let place = if place == DM { Place::Dm } else { Place::Guild(id(3)?) };
                 Ok(Subject::SignalTyping { place, channel: id(4)? })
@@ -465,6 +486,8 @@ impl fmt::Display for Subject {
             Subject::RpcCommandDone { interaction } => write!(f, "{ROOT}.rpc.command.done.{interaction}"),
             Subject::SelfExperience { place: Place::Guild(g) } => write!(f, "{ROOT}.self.experience.{g}"),
             Subject::SelfExperience { place: Place::Dm } => write!(f, "{ROOT}.self.experience.{DM}"),
+            Subject::ScheduleDef { reminder } => write!(f, "{ROOT}.schedule.def.{reminder}"),
+            Subject::ScheduleDue { reminder } => write!(f, "{ROOT}.schedule.due.{reminder}"),
             Subject::Receipt { kind } => write!(f, "{ROOT}.receipt.{kind}"),
             Subject::SignalTyping { place: Place::Guild(g), channel } => write!(f, "{ROOT}.signal.typing.{g}.{channel}"),
             Subject::SignalTyping { place: Place::Dm, channel } => write!(f, "{ROOT}.signal.typing.{DM}.{channel}"),
@@ -511,6 +534,8 @@ mod tests {
             Subject::SelfExperience { place: Place::Dm },
             Subject::SignalTyping { place: Place::Guild(24), channel: 25 },
             Subject::SignalTyping { place: Place::Dm, channel: 26 },
+            Subject::ScheduleDef { reminder: 27 },
+            Subject::ScheduleDue { reminder: 28 },
         ]
     }
 
@@ -544,9 +569,27 @@ mod tests {
             "clankie.receipt",
             "clankie.receipt.Bad",
             "clankie.voice.floor.1.2.3",
+            "clankie.schedule.def",
+            "clankie.schedule.def.x",
+            "clankie.schedule.due.1.2",
+            "clankie.schedule.next.1",
         ] {
             assert!(Subject::parse(bad).is_err(), "{bad} parsed");
         }
+    }
+
+    #[test]
+    fn a_reminders_definition_and_its_firings_share_a_streamed_area_and_never_collide() {
+        // nats-server publishes a firing only on a subject of the definition's own stream, and
+        // refuses a target that collides with the definition's subject.
+        let (def, due) = (Subject::ScheduleDef { reminder: 7 }, Subject::ScheduleDue { reminder: 7 });
+        assert_eq!(def.family().area(), Area::Schedule);
+        assert_eq!(due.family().area(), Area::Schedule);
+        assert!(Area::Schedule.is_streamed());
+        assert!(!wildcard_matches(&Family::ScheduleDef.wildcard(), &due.to_string()));
+        assert!(!wildcard_matches(&Family::ScheduleDue.wildcard(), &def.to_string()));
+        assert_eq!(Family::ScheduleDef.payload(), Family::ScheduleDue.payload());
+        assert!(due.check_payload::<v1::Reminder>().is_ok());
     }
 
     #[test]

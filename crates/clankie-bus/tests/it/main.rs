@@ -2,3 +2,4 @@
 
 mod connect;
 mod consume;
+mod schedules;
