@@ -92,30 +92,20 @@ impl Step {
 /// A third of the text bursts read a page (#general's 1, 4, 7, …; #lobbies' 2, 5, …), one in six
 /// of #general's carries a picture (2, 8, …), and one in six of #lobbies' (3, 9, …).
 fn schedule() -> Vec<Step> {
-    let general = |k: usize| Step::Burst {
-        channel: GENERAL,
-        room: "general",
+    // A room's `k`-th burst: a page where `k % 3 == page`, a picture where `k % 6 == picture`.
+    let burst = |channel: u64, room: &'static str, page: usize, picture: usize, k: usize| Step::Burst {
+        channel,
+        room,
         k,
-        kind: if k % 3 == 1 {
+        kind: if k % 3 == page {
             Kind::Page
-        } else if k % 6 == 2 {
+        } else if k % 6 == picture {
             Kind::Picture
         } else {
             Kind::Plain
         },
     };
-    let lobbies = |k: usize| Step::Burst {
-        channel: LOBBIES,
-        room: "lobbies",
-        k,
-        kind: if k % 3 == 2 {
-            Kind::Page
-        } else if k % 6 == 3 {
-            Kind::Picture
-        } else {
-            Kind::Plain
-        },
-    };
+    let (general, lobbies) = (|k| burst(GENERAL, "general", 1, 2, k), |k| burst(LOBBIES, "lobbies", 2, 3, k));
     let mut steps = Vec::new();
     for i in 0..rounds() {
         steps.extend([general(2 * i), lobbies(i), general(2 * i + 1), Step::Voice { i }]);

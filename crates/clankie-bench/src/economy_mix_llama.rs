@@ -58,7 +58,7 @@ pub(crate) async fn report(prices: &Prices, oneshot: &Mix, durable: &Mix, messag
         // The answers are the stand-in replay's, scripted: their output is what it billed.
         let mut billed = Tokens { output: mix.billed().output, ..Tokens::default() };
         for (_, b) in &by_source {
-            billed += Tokens { output: 0, ..*b };
+            billed += *b;
         }
         let per_1000 = per_1000_messages(&billed, prices, messages);
         println!("economy_mix_tokens_billed_{mode}_llama: {billed:?}");

@@ -195,7 +195,7 @@ impl AnthropicClient {
 fn messages(history: &[ChatMessage], through: Option<(usize, &Value)>) -> Vec<Value> {
     let mut out: Vec<(&str, Vec<Value>)> = Vec::new();
     for (i, m) in history.iter().enumerate() {
-        let (role, blocks) = match m {
+        let (role, mut blocks) = match m {
             ChatMessage::User { text, images } => {
                 let mut blocks: Vec<Value> = images.iter().filter_map(|url| image_block(url)).collect();
                 if !text.trim().is_empty() {
@@ -220,7 +220,6 @@ fn messages(history: &[ChatMessage], through: Option<(usize, &Value)>) -> Vec<Va
                 ("user", vec![json!({ "type": "tool_result", "tool_use_id": call_id, "content": content })])
             }
         };
-        let mut blocks = blocks;
         if let (Some((n, mark)), Some(last)) = (through, blocks.last_mut())
             && i + 1 == n
         {
