@@ -25,11 +25,8 @@ use crate::state::shapes::{error_json, user_json};
 /// A user runs `/clankie <subcommand>`: dispatches INTERACTION_CREATE (type 2). Returns the interaction.
 pub(crate) fn run_command(state: &State, c: RunCommand) -> Result<InteractionRecord, InteractionError> {
     let guild = state.guild_of(c.channel_id).map_err(|()| InteractionError::UnknownChannel)?;
-    let options: Vec<Value> = c
-        .options
-        .iter()
-        .map(|(name, value)| json!({ "name": name, "type": if value.is_number() { 4 } else { 3 }, "value": value }))
-        .collect();
+    let options: Vec<Value> =
+        c.options.iter().map(|(name, value)| json!({ "name": name, "type": option_type(value), "value": value })).collect();
     let (name, options) = match c.subcommand.split_once(' ') {
         // A subcommand group's member, as `voice join`.
         Some((group, sub)) => (group.to_owned(), vec![json!({ "name": sub, "type": 1, "options": options })]),
@@ -40,6 +37,15 @@ pub(crate) fn run_command(state: &State, c: RunCommand) -> Result<InteractionRec
         "options": [{ "name": name, "type": if name == "voice" { 2 } else { 1 }, "options": options }],
     });
     Ok(interaction(state, 2, c.channel_id, guild, &c.author, data, None))
+}
+
+/// An option's type as Discord names it: 5 for a boolean, 4 for an integer, 3 for the rest (strings).
+fn option_type(value: &Value) -> u8 {
+    match value {
+        Value::Bool(_) => 5,
+        Value::Number(_) => 4,
+        _ => 3,
+    }
 }
 
 /// A user presses a button on a message: dispatches INTERACTION_CREATE (type 3).
@@ -76,14 +82,23 @@ fn interaction(
         "token": token, "version": 1, "channel_id": channel.to_string(), "data": data,
         "entitlements": [], "locale": "en-US", "app_permissions": "0",
     });
+    // Discord sends the channel the interaction came from, partially: its id and type.
+    let channel_type = match (state.thread(channel), guild) {
+        (Some(thread), _) => thread.kind,
+        (None, Some(_)) => 0,
+        (None, None) => 1,
+    };
+    d["channel"] = json!({ "id": channel.to_string(), "type": channel_type });
     match guild {
         Some(g) => {
             d["guild_id"] = json!(g.to_string());
             d["authorizing_integration_owners"] = json!({ "0": g.to_string() });
             d["context"] = json!(0);
+            // Discord gives an interaction in a guild the member's permissions in its channel.
+            let permissions = state.member_permissions(channel, user_id).map(|p| p.to_string());
             d["member"] = json!({
                 "user": user, "roles": [], "joined_at": null, "deaf": false, "mute": false, "flags": 0,
-                "nick": null, "communication_disabled_until": null,
+                "nick": null, "communication_disabled_until": null, "permissions": permissions,
             });
         }
         None => {

@@ -433,6 +433,20 @@ impl Loopback {
         self.state.set_bot_overwrite(channel, allow, deny)
     }
 
+    /// Sets (replaces) a user's member overwrite on a guild channel (`allow` = `deny` = 0 removes
+    /// it), as a moderator does; CHANNEL_UPDATE reaches the bot where he views the channel.
+    /// Returns the user's permissions there now.
+    pub fn set_member_overwrite(&self, channel: u64, user: u64, allow: u64, deny: u64) -> Result<u64, OverwriteError> {
+        self.state.set_member_overwrite(channel, user, allow, deny)
+    }
+
+    /// A member's permissions in a channel as an interaction there carries them (`member.permissions`):
+    /// @everyone's, their roles' and the overwrites, a thread's its parent's; `None` in a DM or an
+    /// unknown channel.
+    pub fn member_permissions(&self, channel: u64, user: u64) -> Option<u64> {
+        self.state.member_permissions(channel, user)
+    }
+
     /// Flips the application's Message Content switch, as the Developer Portal does.
     pub fn set_message_content_intent(&self, on: bool) {
         self.state.set_message_content_intent(on);

@@ -55,6 +55,23 @@ pub fn command_set() -> Value {
             sub("usage", "What his model use cost: per day, lane and room", json!([{
                 "type": 4, "name": "days", "description": "Over the last how many days (7 when not given)", "required": false, "min_value": 1, "max_value": 90,
             }])),
+            // Discord takes a subcommand's required options before its optional ones.
+            sub("remind", "Remind you of something later, here or by DM", json!([
+                { "type": 3, "name": "what", "description": "What to remind you of", "required": true, "max_length": 300 },
+                {
+                    "type": 3, "name": "when", "description": "When: in 10 minutes, tomorrow 9:00, 2026-12-24 18:00 (your time zone)",
+                    "required": true, "max_length": 100,
+                },
+                { "type": 5, "name": "dm", "description": "Send it to you alone, by DM", "required": false },
+                {
+                    "type": 3, "name": "every", "description": "Owner only: a repeating check-in, as cron with seconds first (0 0 19 * * FRI)",
+                    "required": false, "max_length": 100,
+                },
+            ])),
+            sub("reminders", "Your pending reminders, to cancel", json!([])),
+            sub("timezone", "Your time zone, which reminders are read in", json!([{
+                "type": 3, "name": "zone", "description": "An IANA name such as Europe/Berlin; empty shows yours", "required": false, "max_length": 64,
+            }])),
             sub("forget-me", "Erase what you said from his memory", json!([])),
         ],
     }])
@@ -76,6 +93,8 @@ pub fn request_of(interaction: &Interaction) -> Option<v1::CommandRequest> {
         user_id,
         guild_id: interaction.guild_id.map(|g| g.get()),
         channel_id: interaction.channel.as_ref().map(|c| c.id.get()).or(interaction.channel_id_compat())?,
+        member_permissions: interaction.member.as_ref().and_then(|m| m.permissions).map(|p| p.bits()),
+        in_thread: interaction.channel.as_ref().is_some_and(|c| c.kind.is_thread()),
         ..Default::default()
     };
     match (&interaction.kind, interaction.data.as_ref()?) {
@@ -93,6 +112,11 @@ pub fn request_of(interaction: &Interaction) -> Option<v1::CommandRequest> {
                     request.command = first.name.clone();
                     request.minutes = integer_option(options, "minutes").unwrap_or(0);
                     request.days = integer_option(options, "days").unwrap_or(0);
+                    request.text = string_option(options, "what").unwrap_or_default();
+                    request.when = string_option(options, "when").unwrap_or_default();
+                    request.cron = string_option(options, "every").unwrap_or_default();
+                    request.direct = bool_option(options, "dm").unwrap_or(false);
+                    request.time_zone = string_option(options, "zone").unwrap_or_default();
                 }
                 _ => return None,
             }
@@ -124,6 +148,13 @@ fn integer_option(options: &[CommandDataOption], name: &str) -> Option<i64> {
     options.iter().find(|o| o.name == name).and_then(|o| match &o.value {
         CommandOptionValue::Integer(i) => Some(*i),
         CommandOptionValue::String(s) => s.parse().ok(),
+        _ => None,
+    })
+}
+
+fn bool_option(options: &[CommandDataOption], name: &str) -> Option<bool> {
+    options.iter().find(|o| o.name == name).and_then(|o| match &o.value {
+        CommandOptionValue::Boolean(b) => Some(*b),
         _ => None,
     })
 }
@@ -293,6 +324,8 @@ const FINAL_ANSWER_WITHIN: Duration = Duration::from_secs(14 * 60);
 
 #[cfg(test)]
 mod tests {
+    use twilight_model::guild::Permissions;
+
     use super::*;
 
     #[test]
@@ -300,8 +333,79 @@ mod tests {
         let set: Vec<Command> = serde_json::from_value(command_set()).expect("commands");
         assert_eq!(set.len(), 1);
         let names: Vec<&str> = set[0].options.iter().map(|o| o.name.as_str()).collect();
-        assert_eq!(names, ["status", "memory", "voice", "quiet", "usage", "forget-me"]);
+        assert_eq!(names, ["status", "memory", "voice", "quiet", "usage", "remind", "reminders", "timezone", "forget-me"]);
         assert_eq!(set_digest(&command_set()), set_digest(&command_set()));
+    }
+
+    #[test]
+    fn slash_every_subcommand_takes_its_required_options_first() {
+        for sub in command_set()[0]["options"].as_array().expect("subcommands") {
+            let required: Vec<bool> =
+                sub["options"].as_array().into_iter().flatten().map(|o| o["required"].as_bool().unwrap_or(false)).collect();
+            assert!(required.windows(2).all(|w| w[0] || !w[1]), "{}: a required option after an optional one", sub["name"]);
+        }
+    }
+
+    /// An INTERACTION_CREATE's `d` as Discord sends it for `/clankie <sub>` in a guild channel.
+    fn slash_in_guild(sub: &str, options: Value, permissions: &str) -> Interaction {
+        serde_json::from_value(json!({
+            "id": "1300000000000000001", "application_id": "4242", "type": 2, "token": "itok", "version": 1,
+            "guild_id": "100", "channel_id": "200", "channel": { "id": "200", "type": 0 },
+            "authorizing_integration_owners": { "0": "100" }, "context": 0, "entitlements": [], "locale": "en-US",
+            "app_permissions": "0",
+            "member": {
+                "user": { "id": "10042", "username": "ada", "discriminator": "0", "global_name": null, "avatar": null },
+                "roles": [], "joined_at": null, "deaf": false, "mute": false, "flags": 0, "nick": null,
+                "communication_disabled_until": null, "permissions": permissions,
+            },
+            "data": {
+                "id": "77", "name": COMMAND, "type": 1,
+                "options": [{ "name": sub, "type": 1, "options": options }],
+            },
+        }))
+        .expect("an interaction")
+    }
+
+    #[test]
+    fn slash_remind_reads_what_when_dm_and_every() {
+        let options = json!([
+            { "name": "what", "type": 3, "value": "call the venue" },
+            { "name": "when", "type": 3, "value": "tomorrow 9:00" },
+            { "name": "dm", "type": 5, "value": true },
+            { "name": "every", "type": 3, "value": "0 0 19 * * FRI" },
+        ]);
+        let denied_sending = (Permissions::all() - Permissions::SEND_MESSAGES).bits();
+        let request = request_of(&slash_in_guild("remind", options, &denied_sending.to_string())).expect("ours");
+        assert_eq!(request.command, "remind");
+        assert_eq!((request.user_id, request.guild_id, request.channel_id), (10042, Some(100), 200));
+        assert_eq!(request.text, "call the venue");
+        assert_eq!(request.when, "tomorrow 9:00");
+        assert!(request.direct);
+        assert_eq!(request.cron, "0 0 19 * * FRI");
+        assert_eq!(request.member_permissions, Some(denied_sending));
+
+        let plain = json!([{ "name": "what", "type": 3, "value": "tea" }, { "name": "when", "type": 3, "value": "in 10 minutes" }]);
+        let request = request_of(&slash_in_guild("remind", plain, "0")).expect("ours");
+        assert_eq!((request.direct, request.cron.as_str(), request.member_permissions), (false, "", Some(0)));
+
+        let zone = json!([{ "name": "zone", "type": 3, "value": "Europe/Berlin" }]);
+        let request = request_of(&slash_in_guild("timezone", zone, "2048")).expect("ours");
+        assert_eq!((request.command.as_str(), request.time_zone.as_str()), ("timezone", "Europe/Berlin"));
+    }
+
+    #[test]
+    fn slash_in_a_dm_has_no_member_permissions() {
+        let interaction: Interaction = serde_json::from_value(json!({
+            "id": "1300000000000000002", "application_id": "4242", "type": 2, "token": "itok", "version": 1,
+            "channel_id": "900", "channel": { "id": "900", "type": 1 }, "authorizing_integration_owners": { "0": "0" },
+            "context": 1, "entitlements": [], "locale": "en-US",
+            "app_permissions": "0",
+            "user": { "id": "10042", "username": "ada", "discriminator": "0", "global_name": null, "avatar": null },
+            "data": { "id": "77", "name": COMMAND, "type": 1, "options": [{ "name": "reminders", "type": 1, "options": [] }] },
+        }))
+        .expect("an interaction");
+        let request = request_of(&interaction).expect("ours");
+        assert_eq!((request.command.as_str(), request.guild_id, request.member_permissions), ("reminders", None, None));
     }
 
     #[test]

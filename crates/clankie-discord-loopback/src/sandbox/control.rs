@@ -409,7 +409,8 @@ async fn control_commands(AxState(state): AxState<Arc<State>>) -> Json<Value> {
     Json(json!({ "overwrites": overwrites, "sets": sets, "at_ms": now_ms() }))
 }
 
-/// The bot's member overwrite on a channel (`POST /control/permissions`); both 0 removes it.
+/// A member overwrite on a channel (`POST /control/permissions`): the bot's, or with `user` that
+/// user's (named as they write); both 0 removes it.
 #[derive(Debug, Clone, Deserialize, Serialize)]
 pub struct SetPermissions {
     pub channel: u64,
@@ -417,21 +418,46 @@ pub struct SetPermissions {
     pub allow: u64,
     #[serde(default)]
     pub deny: u64,
+    #[serde(default)]
+    pub user: Option<String>,
 }
 
-/// Sets the bot's overwrite, so a refusal can be shown at run time; answers the bot's
-/// permissions there now (`null` in a guild it is not in).
+/// The user a permissions request names, if it names one.
+fn named_user(user: Option<&str>) -> Option<u64> {
+    user.map(str::trim).filter(|u| !u.is_empty()).map(State::user_id)
+}
+
+/// Sets the bot's overwrite, so a refusal can be shown at run time, or a user's, so a command
+/// meets a member without some permission; answers the permissions there now of whom it was set
+/// for (the bot's `null` in a guild it is not in).
 async fn set_permissions(AxState(state): AxState<Arc<State>>, Json(p): Json<SetPermissions>) -> Response {
-    match state.set_bot_overwrite(p.channel, p.allow, p.deny) {
+    let set = match named_user(p.user.as_deref()) {
+        Some(user) => state.set_member_overwrite(p.channel, user, p.allow, p.deny).map(Some),
+        None => state.set_bot_overwrite(p.channel, p.allow, p.deny),
+    };
+    match set {
         Ok(permissions) => Json(json!({ "permissions": permissions })).into_response(),
         Err(e @ OverwriteError::UnknownChannel(_)) => (StatusCode::NOT_FOUND, Json(json!({ "error": e.to_string() }))).into_response(),
         Err(e @ OverwriteError::NotAGuildChannel(_)) => (StatusCode::BAD_REQUEST, Json(json!({ "error": e.to_string() }))).into_response(),
     }
 }
 
-/// `GET /control/permissions?channel=`: the bot's permissions in a channel (`null` where it has none).
-async fn permissions(AxState(state): AxState<Arc<State>>, Query(q): Query<ChannelQuery>) -> Json<Value> {
-    Json(json!({ "permissions": state.bot_permissions(q.channel) }))
+/// A query for someone's permissions in a channel: the bot's, or the named user's.
+#[derive(Deserialize)]
+struct PermissionsQuery {
+    channel: u64,
+    #[serde(default)]
+    user: Option<String>,
+}
+
+/// `GET /control/permissions?channel=[&user=]`: the bot's (or the user's) permissions in a
+/// channel (`null` where there are none).
+async fn permissions(AxState(state): AxState<Arc<State>>, Query(q): Query<PermissionsQuery>) -> Json<Value> {
+    let permissions = match named_user(q.user.as_deref()) {
+        Some(user) => state.member_permissions(q.channel, user),
+        None => state.bot_permissions(q.channel),
+    };
+    Json(json!({ "permissions": permissions }))
 }
 
 /// The application's Message Content switch (`POST /control/message_content`).

@@ -206,6 +206,30 @@ impl State {
     /// remove it. Dispatches CHANNEL_UPDATE as Discord does (obfuscated if the bot can no longer
     /// view it). Returns the bot's permissions there now (`None` in a guild it is not in).
     pub fn set_bot_overwrite(&self, channel: u64, allow: u64, deny: u64) -> Result<Option<u64>, OverwriteError> {
+        let (placed, before, perms) = self.replace_overwrite(channel, self.config.bot_user_id, allow, deny)?;
+        if !self.bot_in_guild(placed.guild) {
+            return Ok(None);
+        }
+        if before & permission::VIEW_CHANNEL == 0 && perms & permission::VIEW_CHANNEL != 0 {
+            self.sync_threads_of(channel, placed.guild);
+        }
+        Ok(Some(perms))
+    }
+
+    /// Sets (replaces) a user's member overwrite on a guild channel, as a moderator does; both 0
+    /// remove it. The bot is shown the changed overwrites (CHANNEL_UPDATE) where he can view the
+    /// channel. Returns the user's permissions there now.
+    pub fn set_member_overwrite(&self, channel: u64, user: u64, allow: u64, deny: u64) -> Result<u64, OverwriteError> {
+        if user == self.config.bot_user_id {
+            return self.set_bot_overwrite(channel, allow, deny).map(|_| self.member_permissions(channel, user).unwrap_or(0));
+        }
+        let (placed, _, _) = self.replace_overwrite(channel, user, allow, deny)?;
+        Ok(self.user_permissions_in(&placed, user))
+    }
+
+    /// Replaces `member`'s overwrite on a guild channel and dispatches CHANNEL_UPDATE where the
+    /// bot is shown the channel; the channel, and the bot's permissions there before and after.
+    fn replace_overwrite(&self, channel: u64, member: u64, allow: u64, deny: u64) -> Result<(Placed<'_>, u64, u64), OverwriteError> {
         let Some(placed) = self.placed(channel) else {
             return Err(if self.config.dm_channels.contains(&channel) {
                 OverwriteError::NotAGuildChannel(channel)
@@ -213,27 +237,50 @@ impl State {
                 OverwriteError::UnknownChannel(channel)
             });
         };
-        let bot = self.config.bot_user_id;
         let (before, perms, update) = {
             let mut grants = self.grants.lock();
             let before = self.permissions_in(&grants, &placed);
             let overwrites = grants.overwrites.entry(channel).or_default();
-            overwrites.retain(|o| !(o.member && o.id == bot));
+            overwrites.retain(|o| !(o.member && o.id == member));
             if allow != 0 || deny != 0 {
-                overwrites.push(OverwriteSpec { id: bot, member: true, allow, deny });
+                overwrites.push(OverwriteSpec { id: member, member: true, allow, deny });
             }
             let perms = self.permissions_in(&grants, &placed);
             (before, perms, self.channel_object(&grants, &placed, perms))
         };
-        if self.bot_in_guild(placed.guild) {
+        // Another's overwrite changes nothing of a channel he is shown obfuscated.
+        let shown = member == self.config.bot_user_id || perms & permission::VIEW_CHANNEL != 0;
+        if self.bot_in_guild(placed.guild) && shown {
             self.dispatch("CHANNEL_UPDATE", update);
-            if before & permission::VIEW_CHANNEL == 0 && perms & permission::VIEW_CHANNEL != 0 {
-                self.sync_threads_of(channel, placed.guild);
-            }
-            Ok(Some(perms))
-        } else {
-            Ok(None)
         }
+        Ok((placed, before, perms))
+    }
+
+    /// A member's permissions in a channel as Discord computes them for an interaction there: the
+    /// bot's as [`State::bot_permissions`]; another's from @everyone, their roles and the
+    /// overwrites (the guild's owner has all); a thread's its parent's. `None` in a DM or an
+    /// unknown channel.
+    pub fn member_permissions(&self, channel: u64, user: u64) -> Option<u64> {
+        if user == self.config.bot_user_id {
+            return self.bot_permissions(channel);
+        }
+        match self.placed(channel) {
+            Some(placed) => Some(self.user_permissions_in(&placed, user)),
+            None => self.member_permissions(self.thread(channel)?.parent, user),
+        }
+    }
+
+    fn user_permissions_in(&self, placed: &Placed<'_>, user: u64) -> u64 {
+        // Taken before the grants: the people's lock is never taken while they are held.
+        let roles = self.lock().people.member(placed.guild, user).map(|m| m.roles.clone()).unwrap_or_default();
+        let grants = self.grants.lock();
+        let roles: Vec<u64> = roles
+            .into_iter()
+            .filter(|id| grants.roles.iter().any(|r| r.id == *id && self.config.guild_of_role(r) == placed.guild))
+            .collect();
+        let base = base_permissions(placed.guild, user == self.config.owner_id, &grants.roles, &roles);
+        let overwrites = grants.overwrites.get(&placed.spec.id).map(Vec::as_slice).unwrap_or_default();
+        channel_permissions(base, placed.guild, user, &roles, overwrites, placed.spec.voice)
     }
 
     /// The application's Message Content switch as it stands.

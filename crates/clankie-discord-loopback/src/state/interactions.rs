@@ -83,9 +83,10 @@ pub struct RunCommand {
     #[serde(deserialize_with = "crate::state::messages::flexible_id::one")]
     pub channel_id: u64,
     pub author: String,
-    /// The subcommand of `/clankie`: `status`, `memory`, `voice join`, `voice leave`, `quiet`, `usage`, `forget-me`.
+    /// The subcommand of `/clankie`: `status`, `memory`, `voice join`, `voice leave`, `quiet`, `usage`,
+    /// `remind`, `reminders`, `timezone`, `forget-me`.
     pub subcommand: String,
-    /// Its options, by name: strings and integers.
+    /// Its options, by name: strings, integers and booleans.
     #[serde(default)]
     pub options: BTreeMap<String, Value>,
 }

@@ -49,3 +49,21 @@ async fn the_control_message_content_route_flips_the_applications_flag() {
     let after = flags(http.current_user_application().await.unwrap().model().await.unwrap());
     assert!(!after.contains(ApplicationFlags::GATEWAY_MESSAGE_CONTENT_LIMITED));
 }
+
+#[tokio::test]
+async fn the_control_permissions_route_sets_a_users_overwrite_and_leaves_the_bots() {
+    let discord = loopback(LoopbackConfig::default()).await;
+    let ada = clankie_discord_loopback::Loopback::user_id("ada");
+    let body = format!(r#"{{"channel": {GENERAL}, "deny": {SEND_MESSAGES}, "user": "ada"}}"#);
+    let (status, answer) = raw(&discord, "POST", "/control/permissions", false, &body).await;
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(answer["permissions"].as_u64(), Some(DEFAULT_EVERYONE & !SEND_MESSAGES & !SENDING), "{answer}");
+    assert_eq!(discord.member_permissions(GENERAL, ada), answer["permissions"].as_u64());
+    let (_, read) = raw(&discord, "GET", &format!("/control/permissions?channel={GENERAL}&user=ada"), false, "").await;
+    assert_eq!(read["permissions"], answer["permissions"]);
+    assert_ne!(discord.bot_permissions(GENERAL).unwrap() & SEND_MESSAGES, 0, "the bot's are its own");
+    let (_, read) = raw(&discord, "GET", &format!("/control/permissions?channel={DM}&user=ada"), false, "").await;
+    assert!(read["permissions"].is_null(), "a DM has no member permissions: {read}");
+    let body = format!(r#"{{"channel": {DM}, "deny": 1024, "user": "ada"}}"#);
+    assert_eq!(raw(&discord, "POST", "/control/permissions", false, &body).await.0, 400);
+}

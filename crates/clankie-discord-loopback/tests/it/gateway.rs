@@ -4,6 +4,7 @@
 
 use std::time::Duration;
 
+use clankie_discord_loopback::interactions::RunCommand;
 use clankie_discord_loopback::permission::*;
 use clankie_discord_loopback::{BOT_ROLE, LoopbackConfig, NewMessage, OTHER_GUILD};
 use twilight_model::channel::permission_overwrite::PermissionOverwriteType;
@@ -134,4 +135,62 @@ async fn message_content_switched_off_at_run_time_closes_an_identify_asking_for_
     gateway.identify(&discord, GUILD_MESSAGES | MESSAGE_CONTENT).await;
     let seen = gateway.dispatches(QUIET).await;
     assert_eq!(seen.first().map(|(t, _)| t.as_str()), Some("READY"));
+}
+
+/// The INTERACTION_CREATE `author`'s `/clankie remind` in `channel` dispatched, read as twilight reads it.
+async fn command_seen(
+    discord: &clankie_discord_loopback::Loopback,
+    gateway: &mut Gateway,
+    channel: u64,
+    author: &str,
+) -> twilight_model::application::interaction::Interaction {
+    let options = [("what", serde_json::json!("tea")), ("when", serde_json::json!("in 10 minutes")), ("dm", serde_json::json!(true))];
+    let options = options.into_iter().map(|(k, v)| (k.to_owned(), v)).collect();
+    let command = RunCommand { channel_id: channel, author: author.into(), subcommand: "remind".into(), options };
+    discord.run_command(command).unwrap();
+    let seen = gateway.dispatches(QUIET).await;
+    let (_, created) = seen.iter().find(|(t, _)| t == "INTERACTION_CREATE").expect("an INTERACTION_CREATE");
+    serde_json::from_value(created["d"].clone()).expect("an interaction twilight reads")
+}
+
+#[tokio::test]
+async fn interactions_carry_the_members_permissions_in_the_channel() {
+    let discord = loopback(LoopbackConfig::default()).await;
+    let mut gateway = Gateway::connect(&discord).await;
+    gateway.identify(&discord, GUILDS | GUILD_MESSAGES).await;
+    gateway.dispatches(QUIET).await;
+    let (ada, bob) = (clankie_discord_loopback::Loopback::user_id("ada"), clankie_discord_loopback::Loopback::user_id("bob"));
+
+    let now = discord.set_member_overwrite(GENERAL, ada, 0, SEND_MESSAGES).unwrap();
+    assert_eq!(now & SEND_MESSAGES, 0);
+    let seen = gateway.dispatches(QUIET).await;
+    let kinds: Vec<&str> = seen.iter().map(|(t, _)| t.as_str()).collect();
+    assert_eq!(kinds, vec!["CHANNEL_UPDATE"], "the bot is shown the changed overwrites");
+    let update: twilight_model::channel::Channel = serde_json::from_value(seen[0].1["d"].clone()).unwrap();
+    let theirs = update.permission_overwrites.unwrap_or_default().into_iter().find(|o| o.id.get() == ada).expect("ada's overwrite");
+    assert_eq!((theirs.kind, theirs.deny.bits()), (PermissionOverwriteType::Member, SEND_MESSAGES));
+    assert_ne!(discord.bot_permissions(GENERAL).unwrap() & SEND_MESSAGES, 0, "the bot's own are untouched");
+
+    let adas = command_seen(&discord, &mut gateway, GENERAL, "ada").await;
+    let perms = adas.member.and_then(|m| m.permissions).expect("a member's permissions");
+    assert!(!perms.contains(Permissions::SEND_MESSAGES), "{perms:?}");
+    assert!(perms.contains(Permissions::VIEW_CHANNEL));
+    assert_eq!(Some(perms.bits()), discord.member_permissions(GENERAL, ada));
+
+    let bobs = command_seen(&discord, &mut gateway, GENERAL, "bob").await;
+    let perms = bobs.member.and_then(|m| m.permissions).expect("a member's permissions");
+    assert_eq!(perms.bits(), DEFAULT_EVERYONE, "without overwrites a member has @everyone's");
+    assert_eq!(discord.member_permissions(LOBBIES, ada), Some(DEFAULT_EVERYONE), "the overwrite is GENERAL's alone");
+
+    // A thread's are its parent's; a DM has no member, and so none.
+    let thread = discord.start_thread(GENERAL, None, "plans", false);
+    gateway.dispatches(QUIET).await;
+    let in_thread = command_seen(&discord, &mut gateway, thread, "ada").await;
+    assert_eq!(in_thread.member.and_then(|m| m.permissions).map(|p| p.bits()), discord.member_permissions(GENERAL, ada));
+    let in_dm = command_seen(&discord, &mut gateway, DM, "bob").await;
+    assert!(in_dm.member.is_none() && in_dm.user.is_some());
+    assert_eq!(discord.member_permissions(DM, bob), None);
+
+    discord.set_member_overwrite(GENERAL, ada, 0, 0).unwrap();
+    assert_eq!(discord.member_permissions(GENERAL, ada), Some(DEFAULT_EVERYONE), "both 0 removes the overwrite");
 }
