@@ -50,7 +50,16 @@ impl ErasedMessages {
 }
 
 /// The families whose events carry a person's words, each with the author id it names.
-const AUTHORED: [Family; 5] = [Family::IngressText, Family::IngressRoom, Family::LaneSteer, Family::VoiceInput, Family::VoiceTranscript];
+const AUTHORED: [Family; 7] = [
+    Family::IngressText,
+    Family::IngressRoom,
+    Family::LaneSteer,
+    Family::VoiceInput,
+    Family::VoiceTranscript,
+    // A reminder's definition and its firings hold the asker's words.
+    Family::ScheduleDef,
+    Family::ScheduleDue,
+];
 
 /// How long a read of a stream may wait for its next message before it gives up.
 const NEXT_WITHIN: Duration = Duration::from_secs(10);
@@ -63,6 +72,7 @@ fn author_of(family: Family, payload: &[u8]) -> Option<(u64, Vec<u64>)> {
         Family::IngressRoom | Family::VoiceInput => v1::RoomInput::decode(payload).ok().map(|r| (r.author_id, Vec::new())),
         Family::LaneSteer => v1::Steer::decode(payload).ok().and_then(|s| s.ingress).map(ingress),
         Family::VoiceTranscript => v1::Transcript::decode(payload).ok().map(|t| (t.speaker_id, Vec::new())),
+        Family::ScheduleDef | Family::ScheduleDue => v1::Reminder::decode(payload).ok().map(|r| (r.asker_id, Vec::new())),
         _ => None,
     }
 }

@@ -16,6 +16,8 @@ pub enum Admitted {
     Named,
     /// The room is in a live exchange with him (recently settled, or a run is live).
     LiveExchange,
+    /// A reminder he set for someone came due: he keeps his word whoever else is talking.
+    Reminder,
 }
 
 /// Why a delivery was not admitted; the code goes into a receipt.
@@ -50,6 +52,7 @@ impl Admitted {
             Admitted::ReplyToHim => "reply_to_him",
             Admitted::Named => "named",
             Admitted::LiveExchange => "live_exchange",
+            Admitted::Reminder => "reminder",
         }
     }
 }
@@ -87,6 +90,9 @@ pub fn admit(ingress: &v1::Ingress, exchange_live: bool, named: bool) -> Result<
     if ingress.author_is_bot {
         return Err(Refused::BotAuthor);
     }
+    if ingress.reminder.is_some() {
+        return Ok(Admitted::Reminder);
+    }
     if ingress.guild_id.is_none() {
         return Ok(Admitted::Dm);
     }
@@ -120,6 +126,9 @@ mod tests {
         assert_eq!(admit(&msg(Some(1), false, false, false), false, true), Ok(Admitted::Named));
         assert_eq!(admit(&msg(Some(1), false, false, true), false, true), Err(Refused::BotAuthor), "a bot naming him is still a bot");
         assert_eq!(admit(&msg(None, true, false, true), true, false), Err(Refused::BotAuthor));
+        let mut due = msg(Some(1), false, false, false);
+        due.reminder = Some(v1::Reminder::default());
+        assert_eq!(admit(&due, false, false), Ok(Admitted::Reminder), "a reminder come due needs no exchange");
         assert!(!needs_exchange(&msg(None, false, false, false)));
         assert!(needs_exchange(&msg(Some(1), false, false, false)));
     }

@@ -56,6 +56,7 @@ impl Captain {
         first.push(UserMessage::new(req.author_name.clone(), req.delivery_id.clone(), text));
         // The text lane's tools, under the same egress guard: what the voice persona is told its text self can do.
         let room = crate::tools::Room::new(lane, format!("{lane}~ask~{}", req.delivery_id), 0);
+        room.asked_by(req.author_id, &req.author_name);
         let tools = self.tools_for(&lease, &room, false);
         let system = clankie_self::assemble(&snapshot, &lane, clankie_self::Surface::Text { privileged: false });
         let run = inner.agent.start_with_tools(session, system, first, tools);

@@ -1,6 +1,7 @@
 //! The owner's controls inside Discord, answered for the gateway that received them
 //! (`clankie.rpc.command`): `/clankie status`, `memory`, `voice join|leave`, `quiet`, `usage`, and
-//! `forget-me`, which anyone may run for themselves; and the Approve / Reject buttons of a
+//! `forget-me`, which anyone may run for themselves (as `remind`, `reminders` and `timezone`,
+//! answered in `crate::remind_commands`); and the Approve / Reject buttons of a
 //! memory proposal, which work once and only for their lifetime. The owner and operators are
 //! known by id; anyone else is refused, and every answer leaves a content-free receipt.
 
@@ -60,15 +61,15 @@ fn pressed(req: &v1::CommandRequest, id: i64, note: &str, code: &str, keep: impl
     v1::CommandReply { text, buttons, code: code.to_owned(), more: false }
 }
 
-fn refused(code: &str, text: &str) -> v1::CommandReply {
+pub(crate) fn refused(code: &str, text: &str) -> v1::CommandReply {
     v1::CommandReply { text: text.to_owned(), code: code.to_owned(), ..Default::default() }
 }
 
-fn store_unavailable() -> v1::CommandReply {
+pub(crate) fn store_unavailable() -> v1::CommandReply {
     refused("store_unavailable", "I can't reach my memory right now; try again in a moment.")
 }
 
-fn said(text: String) -> v1::CommandReply {
+pub(crate) fn said(text: String) -> v1::CommandReply {
     v1::CommandReply { text, ..Default::default() }
 }
 
@@ -98,6 +99,10 @@ impl Captain {
         let store = &self.inner.store;
         if req.command == "forget-me" {
             return self.forget_me(req).await;
+        }
+        // Anyone's own reminders and time zone: `crate::remind_commands`.
+        if let Some(reply) = self.reminder_command(req).await {
+            return reply;
         }
         let settings = match store.owner_settings().await {
             Ok(s) => s,
@@ -264,6 +269,14 @@ impl Captain {
             if let Err(e) = &erased {
                 tracing::warn!(error = %e, "a forget could not erase the person's messages from the streams");
             }
+            // Their reminders go: rows, time zone and every schedule.
+            let reminders = match captain.forget_reminders(user).await {
+                Ok(n) => n as i64,
+                Err(e) => {
+                    tracing::warn!(error = %e, "a forget could not remove the person's reminders");
+                    -1
+                }
+            };
             // Their attachments, named by the messages just erased, leave the media root.
             let media = forget_media(&captain.inner.bus, &erased).await;
             if let Err(e) = &media {
@@ -273,7 +286,7 @@ impl Captain {
             captain
                 .receipt("captain.forget", &interaction, &lane, |r| {
                     forget_receipt(
-                        r.with_id("user", user).with_code(clankie_proto::command_reply_code(&done.code)),
+                        r.with_id("user", user).with_code(clankie_proto::command_reply_code(&done.code)).with_count("reminders", reminders),
                         &forgotten,
                         &erased,
                         &media,
@@ -518,6 +531,9 @@ fn command_code(command: &str) -> &'static str {
         "quiet" => "quiet",
         "usage" => "usage",
         "forget-me" => "forget_me",
+        "remind" => "remind",
+        "reminders" => "reminders",
+        "timezone" => "timezone",
         "button" => "button",
         _ => "unknown",
     }

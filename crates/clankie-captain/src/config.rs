@@ -15,6 +15,11 @@ pub struct Bounds {
     pub picture_bytes: usize,
     /// Admissions one author may have per minute across all lanes; 0 is off.
     pub flood_per_minute: u32,
+    /// Reminders one person, and one room, may have pending; 0 is no bound.
+    pub reminders_per_person: u32,
+    pub reminders_per_room: u32,
+    /// How far ahead a reminder may be set.
+    pub reminder_horizon: Duration,
 }
 
 /// How the captain behaves; every duration is configuration so tests can compress it.
@@ -80,6 +85,8 @@ pub struct CaptainConfig {
     pub bounds: Bounds,
     /// The browser host behind the `browse` tool; none leaves the tool out.
     pub browser: Option<std::sync::Arc<clankie_browser::BrowserHost>>,
+    /// The time zone reminders are read in for someone who set none (`CLANKIE_TIME_ZONE`).
+    pub time_zone: String,
 }
 
 impl CaptainConfig {
@@ -128,8 +135,12 @@ impl CaptainConfig {
                 attachments_per_message: settings.attachments_per_message,
                 picture_bytes: 25 * 1024 * 1024,
                 flood_per_minute: settings.flood_admissions_per_minute,
+                reminders_per_person: settings.reminders_per_person,
+                reminders_per_room: settings.reminders_per_room,
+                reminder_horizon: Duration::from_secs(u64::from(settings.reminder_horizon_days) * 24 * 3600),
             },
             browser: None,
+            time_zone: settings.time_zone.clone(),
         }
     }
 

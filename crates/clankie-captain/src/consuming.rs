@@ -59,6 +59,8 @@ impl Captain {
         // Likewise every thread's experiences land in the shared self.
         let mut experiences =
             self.inner.bus.consumer::<v1::Experience>(ConsumerSpec::durable("experiences-recorder", Family::SelfExperience)).await?;
+        // Reminders nats-server fired: each taken by one replica and made a delivery of its lane.
+        let mut due = self.inner.bus.due_reminders("captain-reminders").await?;
         let mut expiry = tokio::time::interval(std::time::Duration::from_secs(600));
         // Every replica sees every typing signal: any of them may hold a run for it.
         let typing = self.inner.bus.signals::<v1::TypingSignal>(Family::SignalTyping).await?;
@@ -93,6 +95,11 @@ impl Captain {
                     tokio::spawn(async move { captain.answer_ask(msg).await });
                 }
                 d = ingress.next() => admitters.admit(d?).await,
+                d = due.next() => {
+                    let d = d?;
+                    let span = tracing::info_span!("reminder", otel.name = "captain.reminder_due", reminder = d.event.reminder_id);
+                    self.take_due(d).instrument(span).await;
+                }
                 d = steers.next() => {
                     let d = d?;
                     let id = d.event.ingress.as_ref().map(|i| i.delivery_id.clone()).unwrap_or_default();

@@ -134,6 +134,11 @@ impl Held {
         self.ingress.delivery_id.parse().unwrap_or(0)
     }
 
+    /// Whether this is a reminder come due that goes to its asker alone, by DM.
+    pub fn is_direct_reminder(&self) -> bool {
+        self.ingress.reminder.as_ref().is_some_and(|r| r.direct)
+    }
+
     /// Whether this is an edit or a deletion of a message sent before, not a message.
     pub fn is_change(&self) -> bool {
         self.ingress.change() != v1::MessageChange::None

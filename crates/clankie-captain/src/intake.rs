@@ -141,7 +141,9 @@ impl Captain {
                     return None;
                 }
                 let author = d.event.author_id;
-                let limit = if admission::flood_guarded(&owner, &config.grants, author) { config.bounds.flood_per_minute } else { 0 };
+                // A reminder come due is his word kept, not their flooding.
+                let guarded = admission::flood_guarded(&owner, &config.grants, author) && d.event.reminder.is_none();
+                let limit = if guarded { config.bounds.flood_per_minute } else { 0 };
                 let id = &d.event.delivery_id;
                 // When the person wrote it (the gateway's receipt of it), not when this captain got to it.
                 let written = if d.event.received_at_ms > 0 { d.event.received_at_ms } else { clankie_bus::now_ms() };

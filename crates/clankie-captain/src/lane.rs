@@ -380,12 +380,19 @@ impl Captain {
     fn reply_message(&self, room: &Room, owner: &str, text: &str) -> v1::OutboundMessage {
         let lane = room.lane;
         let key = format!("reply:{}", room.turn_id);
+        // A reminder for its asker alone goes by DM: no reply in the room, no attachments.
+        let (kind, reply_to) = match room.direct() {
+            Some(_) => (v1::OutboundKind::Direct, None),
+            // A reminder come due answers no Discord message: it posts plainly.
+            None => (v1::OutboundKind::Reply, Some(room.answering()).filter(|m| *m != 0)),
+        };
         v1::OutboundMessage {
             idempotency_key: key,
-            kind: v1::OutboundKind::Reply as i32,
+            kind: kind as i32,
+            direct_user_id: room.direct().unwrap_or(0),
             guild_id: lane.guild(),
             channel_id: lane.channel(),
-            reply_to_message_id: Some(room.answering()),
+            reply_to_message_id: reply_to,
             text: room.with_notes(text),
             artifacts: room.artifacts(),
             lane: lane.to_string(),
@@ -421,7 +428,7 @@ impl Captain {
             kind: v1::OutboundKind::ToolCard as i32,
             guild_id: lane.guild(),
             channel_id: lane.channel(),
-            reply_to_message_id: Some(room.answering()),
+            reply_to_message_id: Some(room.answering()).filter(|m| *m != 0),
             lane: lane.to_string(),
             delivery_id: room.answering().to_string(),
             tool_card_op: op as i32,

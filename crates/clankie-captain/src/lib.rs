@@ -20,10 +20,13 @@ pub mod outbox;
 mod parts;
 pub mod prompt;
 mod registry;
+mod remind_commands;
+mod reminders;
 pub mod service;
 pub mod tools;
 pub mod typing;
 pub mod warm;
+mod when;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -38,6 +41,7 @@ use tokio::sync::mpsc;
 
 pub use config::{Bounds, CaptainConfig};
 pub use held::Held;
+pub use reminders::MAX_REMINDER_CHARS;
 
 /// Why the captain stopped.
 #[derive(Debug, thiserror::Error)]

@@ -26,7 +26,20 @@ pub fn message(ingress: &v1::Ingress, pictures: usize) -> String {
         extra.push(("attachments", attached.as_str()));
         extra.push(("pictures_shown", shown.as_str()));
     }
+    // A reminder come due is not a new message: he set it for them earlier, and it is due now.
+    let reminder = ingress.reminder.as_ref().map(reminder_note);
+    if let Some(note) = &reminder {
+        extra.push(("reminder", note.as_str()));
+    }
     blocks::message(&said, &extra)
+}
+
+/// What a reminder's block says of it: that it is one he set for them, when, and where it goes.
+fn reminder_note(r: &v1::Reminder) -> String {
+    let set = jiff::Timestamp::from_millisecond(r.created_at_ms).map(|t| t.strftime("%Y-%m-%d %H:%M UTC").to_string()).unwrap_or_default();
+    let kind = if r.cron.is_empty() { "a reminder" } else { "a repeating check-in" };
+    let to = if r.direct { "; your answer goes to them alone, by DM" } else { "" };
+    format!("{kind} you set for them on {set}, due now: remind them of what they asked{to}")
 }
 
 /// A text file attached to a message, read for the model: its name and its words, bounded.

@@ -302,6 +302,8 @@ pub fn ingress_named(message: &Message, bot_id: u64, received_at_ms: i64, names:
         quoted,
         thread: None,
         context_pending: false,
+        // Only a captain makes a reminder's delivery: nothing from Discord is one.
+        reminder: None,
     }
 }
 

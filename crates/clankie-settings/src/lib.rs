@@ -255,6 +255,13 @@ pub struct Settings {
     pub price_cache_write: f64,
     /// Admissions one author may have per minute across lanes; 0 turns the flood guard off.
     pub flood_admissions_per_minute: u32,
+    /// Reminders one person, and one room, may have pending; 0 is no bound.
+    pub reminders_per_person: u32,
+    pub reminders_per_room: u32,
+    /// How many days ahead a reminder may be set.
+    pub reminder_horizon_days: u32,
+    /// The time zone reminders are read in for someone who set none (an IANA name).
+    pub time_zone: String,
     /// Whether the `browse` tool runs.
     pub browse: BrowseMode,
     /// Browsers one captain runs at once.
@@ -390,6 +397,7 @@ impl fmt::Debug for Settings {
             .field("model_stream_max_bytes", &self.model_stream_max_bytes)
             .field("prices", &(&self.price_model, self.price_input, self.price_output, self.price_cache_read, self.price_cache_write))
             .field("flood_admissions_per_minute", &self.flood_admissions_per_minute)
+            .field("reminders", &(self.reminders_per_person, self.reminders_per_room, self.reminder_horizon_days, &self.time_zone))
             .finish()
     }
 }

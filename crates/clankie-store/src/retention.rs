@@ -41,6 +41,8 @@ pub struct Swept {
     pub one_shot_entries: u64,
     /// Stored edits and deletions of messages, past the age a copy of them could still arrive.
     pub message_changes: u64,
+    /// Reminders that fired for the last time or were cancelled.
+    pub reminders: u64,
 }
 
 impl Swept {
@@ -55,6 +57,7 @@ impl Swept {
             + self.abandoned_entries
             + self.one_shot_entries
             + self.message_changes
+            + self.reminders
     }
 }
 
@@ -87,8 +90,10 @@ impl Store {
                 batch,
             )
             .await?;
+        let reminders = self.sweep_ended_reminders(records, batch).await?;
         Ok(Swept {
             abandoned_entries,
+            reminders,
             message_changes: self
                 .sweep_with(
                     "DELETE FROM message_changes WHERE delivery_id IN (SELECT delivery_id FROM message_changes
@@ -200,6 +205,17 @@ impl Store {
 
     /// Runs `sql` (a batched delete taking the age in seconds and the batch size) until a
     /// batch comes back short.
+    /// Reminders that fired for the last time or were cancelled, once `age_secs` old.
+    async fn sweep_ended_reminders(&self, age_secs: f64, batch: i64) -> Result<u64, StoreError> {
+        self.sweep_with(
+            "DELETE FROM reminders WHERE reminder_id IN (SELECT reminder_id FROM reminders
+               WHERE ended IS NOT NULL AND ended_at < now() - make_interval(secs => $1) LIMIT $2)",
+            age_secs,
+            batch,
+        )
+        .await
+    }
+
     async fn sweep_with(&self, sql: &'static str, age_secs: f64, batch: i64) -> Result<u64, StoreError> {
         let mut swept = 0;
         loop {

@@ -59,7 +59,7 @@ impl Captain {
                 Some(held) = inbox.recv() => {
                     if held.is_change() {
                         self.change_live(&mut turn, &steerer, held, pending).await;
-                    } else if turn.apart || turn.grants.has(held.ingress.author_id) {
+                    } else if turn.apart || turn.grants.has(held.ingress.author_id) || held.is_direct_reminder() {
                         pending.push(held);
                     } else {
                         let id = held.delivery_id().to_owned();
@@ -115,7 +115,7 @@ impl Captain {
     async fn on_event(&self, event: AgentEvent, turn: &Turn, presence: &mut Presence, steer_sent: &mut Vec<(String, Instant)>) {
         let lane = turn.lease.lane;
         match event {
-            AgentEvent::WordsComing if !presence.typing_lit => {
+            AgentEvent::WordsComing if !presence.typing_lit && turn.room.direct().is_none() => {
                 presence.typing_lit = true;
                 presence.card_due = None;
                 self.typing(&lane, turn.owner.delivery_id(), v1::TypingOp::Start).await;
@@ -123,6 +123,7 @@ impl Captain {
             AgentEvent::SteerDelivered { delivery_id } => {
                 if let Some(h) = turn.absorbed.iter().find(|h| h.delivery_id() == delivery_id) {
                     turn.room.capture(h.message_id());
+                    turn.room.asked_by(h.ingress.author_id, &h.ingress.author_name);
                     // Off the run's loop: a slow or absent database must not hold up its events.
                     let (store, lease, author, message) =
                         (self.inner.store.clone(), turn.lease.clone(), h.ingress.author_id, h.message_id());
@@ -146,7 +147,7 @@ impl Captain {
                         self.tool_card(&turn.room, v1::ToolCardOp::Edit, &presence.tools_seen, presence.card_edits).await;
                     }
                 }
-                if !presence.typing_lit && !presence.card_posted && presence.card_due.is_none() {
+                if !presence.typing_lit && !presence.card_posted && presence.card_due.is_none() && turn.room.direct().is_none() {
                     presence.card_due = Some(Instant::now() + self.inner.config.tool_card_delay);
                 }
             }

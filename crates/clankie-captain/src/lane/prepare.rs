@@ -8,7 +8,7 @@ use clankie_store::{Lease, TurnMode, TurnStart};
 
 use super::Opened;
 use super::turn::*;
-use crate::tools::{Browse, DescribeRuntime, ProposeMemory, ReadPage, Room, SendTextUpdate, SharePicture};
+use crate::tools::{Browse, DescribeRuntime, ProposeMemory, ReadPage, Remind, Room, SendTextUpdate, SharePicture};
 use crate::{Captain, Held, prompt};
 
 impl Captain {
@@ -51,7 +51,11 @@ impl Captain {
         held_ids.extend(std::iter::once(&owner).chain(absorbed.iter()).map(Held::message_id));
         let first = self.first_messages(&lease, &owner, &absorbed, &session, opened, &kind, &grants, &snapshot, &mut held_ids).await;
         let newest = absorbed.iter().chain(std::iter::once(&owner)).max_by_key(|h| h.message_id()).unwrap_or(&owner);
-        let room = Room::new(lane, turn_id.clone(), newest.message_id());
+        let mut room = Room::new(lane, turn_id.clone(), newest.message_id());
+        room.asked_by(newest.ingress.author_id, &newest.ingress.author_name);
+        if kind.direct {
+            room = room.direct_to(owner.ingress.author_id);
+        }
         let mode = if kind.one_shot { TurnMode::OneShot } else { TurnMode::Durable };
         let started = inner
             .store
@@ -102,10 +106,17 @@ impl Captain {
     fn kind_of(&self, grants: &Grants, snapshot: &Snapshot, owner: &Held, absorbed: &mut Vec<Held>, pending: &mut Vec<Held>) -> Kind {
         let config = &self.inner.config;
         let author = owner.ingress.author_id;
-        let privileged = grants.has(author);
-        let (same, other): (Vec<Held>, Vec<Held>) = std::mem::take(absorbed)
-            .into_iter()
-            .partition(|h| if privileged { h.ingress.author_id == author } else { !grants.has(h.ingress.author_id) });
+        let direct = owner.is_direct_reminder();
+        let privileged = grants.has(author) && !direct;
+        let (same, other): (Vec<Held>, Vec<Held>) = std::mem::take(absorbed).into_iter().partition(|h| {
+            if direct || h.is_direct_reminder() {
+                false
+            } else if privileged {
+                h.ingress.author_id == author
+            } else {
+                !grants.has(h.ingress.author_id)
+            }
+        });
         *absorbed = same;
         pending.extend(other);
         // In a room the owner trusts, a privileged request goes on in the room's durable system
@@ -115,8 +126,8 @@ impl Captain {
         let trusted = policy::trusted_room(&snapshot.settings, &owner.lane)
             || policy::trusted_room(&snapshot.settings, &crate::home_lane_of(&owner.ingress));
         let system_lane = privileged && trusted && !config.one_shot;
-        let one_shot = (privileged && !system_lane) || config.one_shot;
-        Kind { privileged, system_lane, one_shot, trusted }
+        let one_shot = (privileged && !system_lane) || config.one_shot || direct;
+        Kind { privileged, system_lane, one_shot, trusted, direct }
     }
 
     /// The session the run goes on: this replica's warm copy, or the tree its kind names read
@@ -163,7 +174,7 @@ impl Captain {
         // What reaches the model as messages of its own stays out of the history block: this run's
         // deliveries, and the lane's other admitted, unsettled ones, which come to it as steers.
         let mut carried: Vec<u64> = std::iter::once(owner).chain(absorbed.iter()).map(|h| h.message_id()).collect();
-        if behind && !kind.system_lane {
+        if behind && !kind.system_lane && !kind.direct {
             match self.inner.store.unsettled_admissions(&lane, self.inner.config.gather_window).await {
                 Ok(rows) => carried.extend(rows.iter().filter_map(|(id, _)| id.parse::<u64>().ok())),
                 Err(e) => tracing::warn!(%lane, error = %e, "unsettled admissions not readable for the history block"),
@@ -172,6 +183,7 @@ impl Captain {
         // The operator's work in a trusted room stays out of the room's conversation, even as history.
         if behind
             && !kind.system_lane
+            && !kind.direct
             && let Some((block, lines)) =
                 self.history_block(&owner.ingress, session.newest_delivery(), &carried, |a| kind.trusted && grants.has(a)).await
         {
@@ -181,7 +193,7 @@ impl Captain {
         }
         // A thread's subject, when the lane walks in cold and its conversation does not hold it
         // as it stands (new, renamed, retagged, or compacted away).
-        let ruled = if behind && !kind.system_lane && owner.ingress.thread.is_some() {
+        let ruled = if behind && !kind.system_lane && !kind.direct && owner.ingress.thread.is_some() {
             Some(self.ruled(&owner.ingress, &snapshot.settings.channels).await)
         } else {
             None
@@ -222,6 +234,7 @@ impl Captain {
             )),
         ];
         tools.push(Arc::new(ProposeMemory { room: room.clone() }));
+        tools.push(Arc::new(Remind { captain: self.clone(), room: room.clone() }));
         if let Some(host) = &config.browser {
             tools.push(Arc::new(Browse::new(host.clone(), inner.bus.clone(), room.clone())));
         }

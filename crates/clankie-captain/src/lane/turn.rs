@@ -86,6 +86,9 @@ pub(super) struct Kind {
     pub(super) one_shot: bool,
     /// A grantee's work in this room stays out of its conversation, even as history.
     pub(super) trusted: bool,
+    /// A reminder that goes to its asker alone, by DM: run one-shot and alone, shown nothing of
+    /// the room, so neither the room's words reach a DM nor the DM's the room's conversation.
+    pub(super) direct: bool,
 }
 
 impl Kind {

@@ -3,6 +3,7 @@
 mod browse;
 mod memory;
 mod read_page;
+mod remind;
 mod runtime;
 mod share_picture;
 mod text_update;
@@ -10,6 +11,7 @@ mod text_update;
 pub use browse::Browse;
 pub use memory::{MAX_FACT_CHARS, ProposeMemory};
 pub use read_page::ReadPage;
+pub use remind::Remind;
 pub use runtime::DescribeRuntime;
 pub use share_picture::SharePicture;
 pub use text_update::{MAX_TEXT_UPDATE_CHARS, SendTextUpdate};
@@ -32,6 +34,10 @@ pub struct Room {
     lost: Arc<std::sync::Mutex<Vec<String>>>,
     /// Memories the run proposed: recorded, and put to the owner, only when the turn settles.
     proposals: Arc<std::sync::Mutex<Vec<(String, Vec<u64>)>>>,
+    /// Who wrote the message answered (id and name): whom a reminder set now is for.
+    asker: Arc<std::sync::Mutex<(u64, String)>>,
+    /// The reply goes to this person alone, by DM (a reminder asked for so): no typing, no card.
+    direct_to: Option<u64>,
 }
 
 impl Room {
@@ -44,7 +50,30 @@ impl Room {
             artifacts: Arc::default(),
             lost: Arc::default(),
             proposals: Arc::default(),
+            asker: Arc::default(),
+            direct_to: None,
         }
+    }
+
+    /// The reply goes to `user` alone, by DM.
+    pub fn direct_to(mut self, user: u64) -> Room {
+        self.direct_to = Some(user);
+        self
+    }
+
+    /// Whom the reply goes to alone, by DM; `None` when it is posted in the room.
+    pub fn direct(&self) -> Option<u64> {
+        self.direct_to
+    }
+
+    /// Notes who wrote the message answered now.
+    pub fn asked_by(&self, author_id: u64, author_name: &str) {
+        *self.asker.lock().unwrap_or_else(|p| p.into_inner()) = (author_id, author_name.to_owned());
+    }
+
+    /// Who wrote the message answered now (0 when nobody did: a voice ask without one).
+    pub fn asker(&self) -> (u64, String) {
+        self.asker.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
     /// The message replies and updates thread onto.

@@ -187,6 +187,10 @@ pub(crate) fn lanes(g: &mut Given<'_>, s: &mut Settings) -> Result<(), SettingsE
     s.experience_ttl = g.secs("CLANKIE_EXPERIENCE_TTL_SECS", 24 * 3600, 1)?;
     s.history_max_chars = g.number("CLANKIE_HISTORY_MAX_CHARS", 8_000, 0, 1_000_000)? as usize;
     s.flood_admissions_per_minute = g.number("CLANKIE_FLOOD_ADMISSIONS_PER_MINUTE", 20, 0, 1_000_000)? as u32;
+    s.reminders_per_person = g.number("CLANKIE_REMINDERS_PER_PERSON", 10, 0, 1_000_000)? as u32;
+    s.reminders_per_room = g.number("CLANKIE_REMINDERS_PER_ROOM", 50, 0, 1_000_000)? as u32;
+    s.reminder_horizon_days = g.number("CLANKIE_REMINDER_HORIZON_DAYS", 366, 1, 36_600)? as u32;
+    s.time_zone = g.text("CLANKIE_TIME_ZONE", "UTC");
     s.self_file = g.var("CLANKIE_SELF_FILE").map(|f| absolute("CLANKIE_SELF_FILE", &f)).transpose()?;
     Ok(())
 }

@@ -14,7 +14,7 @@ pub(crate) const GENERAL: u64 = 200;
 /// What the services under test run against: a `nats-server` and a database of the test's own
 /// (migrated, streams declared), the loopback Discord and the model stand-in.
 pub(crate) struct Cast {
-    pub(crate) nats: TestNats,
+    pub(crate) nats: Nats,
     pub(crate) db: TestDb,
     pub(crate) dir: TestDir,
     pub(crate) discord: Loopback,
@@ -23,16 +23,60 @@ pub(crate) struct Cast {
     pub(crate) bus: clankie_bus::Bus,
 }
 
+/// The cast's nats-server: one, or a cluster whose streams are replicated on every node.
+pub(crate) enum Nats {
+    One(TestNats),
+    Cluster(clankie_testkit::TestNatsCluster),
+}
+
+impl Nats {
+    /// Where a service connects: every node, comma-separated, for a cluster.
+    pub(crate) fn url(&self) -> String {
+        match self {
+            Nats::One(nats) => nats.url(),
+            Nats::Cluster(cluster) => cluster.urls(),
+        }
+    }
+
+    /// How many replicas each stream keeps.
+    pub(crate) fn replicas(&self) -> usize {
+        match self {
+            Nats::One(_) => 1,
+            Nats::Cluster(_) => 3,
+        }
+    }
+}
+
 impl Cast {
     pub(crate) async fn start(discord: LoopbackConfig) -> Cast {
-        let (nats, db, dir) = (TestNats::start().unwrap(), TestDb::create().await, TestDir::new());
+        Cast::on(Nats::One(TestNats::start().unwrap()), discord).await
+    }
+
+    /// A cast over a 3-node cluster, every stream replicated on each node.
+    pub(crate) async fn on_a_cluster(discord: LoopbackConfig) -> Cast {
+        Cast::on(Nats::Cluster(clankie_testkit::TestNatsCluster::start(3).unwrap()), discord).await
+    }
+
+    async fn on(nats: Nats, discord: LoopbackConfig) -> Cast {
+        let (db, dir) = (TestDb::create().await, TestDir::new());
         let discord = Loopback::serve("127.0.0.1:0".parse().unwrap(), discord).await.unwrap();
         let standin = StandIn::start().await.unwrap();
-        let settings = clankie_settings::Settings::for_endpoints(&nats.url(), db.url(), dir.path()).unwrap();
+        let vars = [
+            ("CLANKIE_NATS_URL", nats.url()),
+            ("CLANKIE_STREAM_REPLICAS", nats.replicas().to_string()),
+            ("CLANKIE_DATABASE_URL", db.url().to_owned()),
+            ("CLANKIE_STATE_DIR", dir.path().display().to_string()),
+        ];
+        let settings = clankie_settings::Settings::from_lookup(|k| vars.iter().find(|(n, _)| *n == k).map(|(_, v)| v.clone())).unwrap();
         let store = clankie_store::Store::connect(db.url()).await.unwrap();
         store.migrate().await.unwrap();
         let bus = clankie_bus::Bus::connect(&settings, "test").await.unwrap();
-        bus.ensure_streams().await.unwrap();
+        // A cluster takes a moment to elect its JetStream leader.
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        while let Err(e) = bus.ensure_streams().await {
+            assert!(tokio::time::Instant::now() < deadline, "the streams were never made: {e}");
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
         Cast { nats, db, dir, discord, standin, store, bus }
     }
 
@@ -62,6 +106,7 @@ impl Cast {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_clankie"));
         cmd.arg(which)
             .env("CLANKIE_NATS_URL", self.nats.url())
+            .env("CLANKIE_STREAM_REPLICAS", self.nats.replicas().to_string())
             .env("CLANKIE_DATABASE_URL", self.db.url())
             .env("CLANKIE_STATE_DIR", self.dir.path())
             .env("CLANKIE_REPLICA_ID", replica)

@@ -14,6 +14,7 @@ mod layout;
 mod manifests;
 mod modules;
 mod operator;
+mod remind;
 mod restore;
 mod run_voice;
 mod secrets;
