@@ -4,6 +4,7 @@ mod fencing;
 mod migrations;
 mod outbox;
 mod outcomes;
+mod reminders;
 mod retention;
 mod self_file;
 mod sessions;
