@@ -4,8 +4,8 @@
 //! - [`Console::router`] serves the page and its JSON and server-sent-event routes; every
 //!   route, the page included, wants the token ([`auth`]) and answers 401 without it.
 //! - Lanes live and the tap are pushed from the bus ([`live`]).
-//! - Trails, memory, the persona and owner settings with their versions, voice rooms and
-//!   figures are read from the store ([`views`]).
+//! - Trails, memory, the persona and owner settings with their versions, voice rooms, figures
+//!   and pending reminders are read from the store ([`views`]).
 //! - Console chat is the owner's own thread of the one self, `console:<owner>` ([`chat`]).
 //! - The bill, in dollars at the configured prices per lane, room and day, as JSON and in the
 //!   words `/clankie usage` and `clankie usage` answer with ([`usage`]).

@@ -27,6 +27,7 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("PUT", "/api/settings"),
     ("GET", "/api/voice"),
     ("GET", "/api/figures"),
+    ("GET", "/api/reminders"),
     ("GET", "/api/usage"),
     ("GET", "/api/config"),
     ("GET", "/api/chat"),
@@ -50,6 +51,7 @@ impl Console {
             .route("/api/settings", get(views::settings).put(views::set_settings))
             .route("/api/voice", get(views::voice))
             .route("/api/figures", get(views::figures))
+            .route("/api/reminders", get(views::reminders))
             .route("/api/usage", get(usage::route))
             .route("/api/config", get(views::config))
             .route("/api/chat", get(chat::thread).post(chat::route))

@@ -1,6 +1,6 @@
 //! What the console reads from the store: lanes, trails, memory, the persona and owner
-//! settings with their versions, voice rooms and figures. Content-free except the shared
-//! self, which is the owner's to read and edit.
+//! settings with their versions, voice rooms, figures and pending reminders. Content-free
+//! except the shared self, which is the owner's to read and edit, and a room reminder's words.
 
 use axum::Json;
 use axum::extract::{Path, Query, State};
@@ -298,6 +298,31 @@ pub async fn voice(State(console): State<Console>) -> Result<Json<Vec<Value>>, C
         })
         .collect();
     Ok(Json(out))
+}
+
+/// A reminder as the console lists it. Its words only where the room could read them anyway: a
+/// DM's or a direct reminder's words are the asker's alone, even from the owner.
+fn reminder_json(r: &clankie_store::StoredReminder) -> Value {
+    let in_a_room = !r.direct && r.lane.parse::<clankie_proto::LaneKey>().is_ok_and(|l| !matches!(l, clankie_proto::LaneKey::Dm { .. }));
+    json!({
+        // Snowflakes pass 2^53, which a page's numbers cannot hold.
+        "reminder_id": r.reminder_id.to_string(),
+        "lane": r.lane,
+        "asker_id": r.asker_id.to_string(),
+        "due_at_ms": r.due_at_ms,
+        "cron": r.cron,
+        "time_zone": r.time_zone,
+        "direct": r.direct,
+        "fired": r.fired,
+        "created_at_ms": r.created_at_ms,
+        "text": in_a_room.then_some(r.text.as_str()),
+    })
+}
+
+/// `GET /api/reminders`: everyone's pending reminders, soonest first, check-ins last.
+pub async fn reminders(State(console): State<Console>) -> Result<Json<Value>, ConsoleError> {
+    let pending = console.store().pending_reminders(None).await?;
+    Ok(Json(json!({ "reminders": pending.iter().map(reminder_json).collect::<Vec<_>>(), "at_ms": clankie_bus::now_ms() })))
 }
 
 /// The figures' query: how many hours back.

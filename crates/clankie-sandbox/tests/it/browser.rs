@@ -348,3 +348,41 @@ async fn sandbox_page_a_person_replies_starts_a_thread_and_posts_in_a_forum() {
     assert!(rig.sandbox.discord.posts(260).is_empty() && rig.sandbox.discord.posts(said).is_empty(), "an answer went elsewhere");
     browser.close().await.unwrap();
 }
+
+/// The sandbox page's Reminders panel: `/clankie reminders` run as the page's person, its answer
+/// and Cancel buttons shown, and a press cancelling the reminder it names.
+#[tokio::test]
+async fn sandbox_page_shows_pending_reminders() {
+    let rig = Rig::new().await;
+    let when = serde_json::json!("in 2 hours");
+    let what = serde_json::json!("water the lobby fern");
+    let set = super::interactions::run(&rig, GENERAL, "ada", "remind", &[("when", when), ("what", what)]).await;
+    let store = clankie_store::Store::connect(&rig.settings.database_url).await.unwrap();
+    let pending = store.pending_reminders(None).await.unwrap();
+    assert_eq!(pending.len(), 1, "the reminder was not set: {}", set.content);
+    let id = pending[0].reminder_id;
+
+    let driver = Driver::start().await;
+    let profile = clankie_testkit::TestDir::new();
+    let browser = browser_on(&rig.sandbox.url(), &driver, &profile).await;
+    browser.wait().for_element(Locator::Css("button.room.active")).await.expect("a room chosen");
+    browser.find(Locator::Id("reminders-open")).await.unwrap().click().await.unwrap();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    let mut shown = String::new();
+    while !shown.contains("water the lobby fern") {
+        assert!(tokio::time::Instant::now() < deadline, "the panel shows: {shown:?}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        shown = text_of(&browser, "reminders-text").await;
+    }
+    assert!(shown.contains(&id.to_string()), "the panel does not name reminder {id}: {shown}");
+    let cancel = browser.find(Locator::Css(&format!("#reminders-buttons button[data-custom-id=\"reminder:cancel:{id}\"]"))).await;
+    cancel.expect("its Cancel button").click().await.unwrap();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while !text_of(&browser, "reminders-text").await.contains("cancelled") {
+        assert!(tokio::time::Instant::now() < deadline, "the press was not answered: {}", text_of(&browser, "reminders-text").await);
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(store.pending_reminders(None).await.unwrap().is_empty(), "the press on the page did not cancel it");
+    assert!(browser.find_all(Locator::Css("#reminders-buttons button")).await.unwrap().is_empty(), "its Cancel button stayed");
+    browser.close().await.unwrap();
+}

@@ -427,3 +427,82 @@ async fn settings_the_console_shows_the_values_it_runs_with_and_where_each_came_
     assert!(rows.iter().all(|r| r["name"] != "CLANKIE_DISCORD_TOKEN"), "the console shows a setting it never reads");
     assert!(!body.contains(&token), "the console's token is shown");
 }
+
+#[tokio::test]
+async fn console_lists_pending_reminders_without_private_words() {
+    let rig = Rig::new().await;
+    let (addr, token) = rig.sandbox.console.clone();
+    let store = store(&rig).await;
+    let guild = clankie_discord_loopback::LoopbackConfig::default().guild_id;
+    let ada = clankie_discord_loopback::Loopback::user_id("ada");
+    let soon = clankie_bus::now_ms() + 3_600_000;
+    let room = clankie_store::StoredReminder {
+        reminder_id: 1_234_567_890_123_456_789,
+        lane: general().to_string(),
+        guild_id: Some(guild),
+        channel_id: GENERAL,
+        asker_id: ada,
+        text: "water the lobby fern".into(),
+        due_at_ms: soon,
+        time_zone: "Europe/Berlin".into(),
+        created_at_ms: clankie_bus::now_ms(),
+        ..Default::default()
+    };
+    let direct = clankie_store::StoredReminder {
+        reminder_id: 1_234_567_890_123_456_790,
+        text: "ring the dentist".into(),
+        due_at_ms: soon + 60_000,
+        direct: true,
+        ..room.clone()
+    };
+    let dm = clankie_store::StoredReminder {
+        reminder_id: 1_234_567_890_123_456_791,
+        lane: LaneKey::Dm { channel: DM }.to_string(),
+        guild_id: None,
+        channel_id: DM,
+        text: "take the quillfeather pills".into(),
+        due_at_ms: 0,
+        cron: "0 9 * * *".into(),
+        ..room.clone()
+    };
+    for r in [&room, &direct, &dm] {
+        assert_eq!(store.add_reminder(r, 0, 0).await.unwrap(), clankie_store::Added::New);
+    }
+
+    let (code, text) = status(addr, "GET", "/api/reminders", None).await;
+    assert_eq!(code, 401, "the reminders were listed without the token: {text}");
+    assert!(!text.contains("fern"), "a refusal held a reminder's words");
+    let (code, text) = status(addr, "GET", "/api/reminders", Some(&format!("Bearer {token}"))).await;
+    assert_eq!(code, 200, "{text}");
+    let body: Value = serde_json::from_str(text.split("\r\n\r\n").nth(1).unwrap_or_default()).expect("JSON reminders");
+    assert!(body["at_ms"].as_i64().is_some_and(|t| t > 0), "{body}");
+    let listed = body["reminders"].as_array().expect("a list");
+    let ids: Vec<&str> = listed.iter().filter_map(|r| r["reminder_id"].as_str()).collect();
+    assert_eq!(ids, ["1234567890123456789", "1234567890123456790", "1234567890123456791"], "soonest first, the check-in last: {body}");
+    assert_eq!(listed[0]["text"], "water the lobby fern", "a room's reminder shows its words");
+    assert!(listed[1]["text"].is_null() && listed[2]["text"].is_null(), "a direct or DM reminder's words were shown: {body}");
+    for words in ["dentist", "quillfeather"] {
+        assert!(!body.to_string().contains(words), "the console listed private words {words:?}");
+    }
+    assert_eq!(listed[0]["asker_id"], ada.to_string());
+    assert_eq!((listed[0]["lane"].as_str(), listed[0]["due_at_ms"].as_i64()), (Some(room.lane.as_str()), Some(soon)));
+    assert_eq!((listed[1]["direct"].as_bool(), listed[0]["fired"].as_i64()), (Some(true), Some(0)));
+    assert_eq!((listed[2]["cron"].as_str(), listed[2]["time_zone"].as_str()), (Some("0 9 * * *"), Some("Europe/Berlin")));
+    assert_eq!(listed[2]["lane"], format!("dm:{DM}"));
+    assert!(listed[2]["created_at_ms"].as_i64().is_some_and(|t| t > 0));
+
+    // The page's Reminders view lists the same, with the private words left out.
+    let driver = Driver::start().await;
+    let profile = clankie_testkit::TestDir::new();
+    let browser = console_page(&rig, &driver, &profile).await;
+    tab(&browser, "reminders").await;
+    until("the reminders listed", Duration::from_secs(10), async || {
+        js(&browser, "return document.querySelectorAll('#reminders tr.reminder').length").await.as_u64() == Some(3)
+    })
+    .await;
+    let shown = js_text(&browser, "return document.getElementById('reminders').textContent").await;
+    assert!(shown.contains("water the lobby fern") && shown.contains("0 9 * * *") && shown.contains(&ada.to_string()), "{shown}");
+    assert_eq!(shown.matches("(private)").count(), 2, "{shown}");
+    assert!(!shown.contains("dentist") && !shown.contains("quillfeather"), "the page shows private words: {shown}");
+    browser.close().await.unwrap();
+}
