@@ -25,7 +25,8 @@ mod voice;
 use anyhow::Result;
 
 /// The parts the command line may name.
-const PARTS: [&str; 11] = [
+const PARTS: [&str; 12] = [
+    "day",
     "economy",
     "economy-mix",
     "ingress",
@@ -58,7 +59,7 @@ async fn run() -> Result<()> {
     }
     if let Some(unknown) = std::env::args().skip(1).find(|a| !PARTS.contains(&a.as_str())) {
         anyhow::bail!(
-            "unknown part {unknown:?}: name any of economy, economy-mix, ingress, admissions, admissions-traced, gateway, lanes, voice, voice-offline, rest, retention (default: all but economy-mix, admissions, admissions-traced, gateway, voice-offline, rest and retention)"
+            "unknown part {unknown:?}: name any of day, economy, economy-mix, ingress, admissions, admissions-traced, gateway, lanes, voice, voice-offline, rest, retention (default: all but day, economy-mix, admissions, admissions-traced, gateway, voice-offline, rest and retention)"
         );
     }
     // Named only: the admissions flood twice, each in a process of its own, without traces and
@@ -101,6 +102,12 @@ async fn run() -> Result<()> {
     }
     if std::env::args().skip(1).any(|a| a == "voice-offline") {
         voice::report_offline().await?;
+    }
+    // Named only: every service as a process of its own over a simulated day, at each scale.
+    if std::env::args().skip(1).any(|a| a == "day") {
+        let clankie = std::env::current_exe()?.with_file_name("clankie");
+        anyhow::ensure!(clankie.exists(), "day runs the services from {}: build it first (cargo build --release -p clankie)", clankie.display());
+        clankie_bench::day::report(&clankie).await?;
     }
     Ok(())
 }

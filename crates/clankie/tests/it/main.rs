@@ -4,6 +4,7 @@ mod alerts;
 mod audit;
 mod chaos;
 mod chaos_model_server;
+mod day;
 mod deploy;
 mod doctor;
 mod erase;

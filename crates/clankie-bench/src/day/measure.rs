@@ -1,0 +1,62 @@
+//! What a service process costs, read from `/proc` as the kernel counts it, and what the day
+//! leaves in PostgreSQL and JetStream.
+
+/// One reading of a process: CPU time so far, resident memory now and at its peak.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ProcSample {
+    /// User and system CPU, in clock ticks.
+    pub cpu_ticks: u64,
+    pub rss_kib: u64,
+    pub peak_rss_kib: u64,
+}
+
+/// Reads `/proc/<pid>/stat` (utime and stime, fields 14 and 15) and `/proc/<pid>/status`
+/// (VmRSS, VmHWM); `None` once the process is gone.
+pub fn sample(pid: u32) -> Option<ProcSample> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name may hold spaces: the fields are counted after its closing parenthesis.
+    let after = &stat[stat.rfind(')')? + 2..];
+    let fields: Vec<&str> = after.split_whitespace().collect();
+    let ticks = fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let kib = |key: &str| {
+        status.lines().find(|l| l.starts_with(key)).and_then(|l| l.split_whitespace().nth(1)).and_then(|v| v.parse().ok()).unwrap_or(0)
+    };
+    Some(ProcSample { cpu_ticks: ticks, rss_kib: kib("VmRSS:"), peak_rss_kib: kib("VmHWM:") })
+}
+
+/// The kernel's clock ticks a second (`getconf CLK_TCK`), 100 where it cannot be asked.
+pub fn ticks_per_second() -> u64 {
+    std::process::Command::new("getconf")
+        .arg("CLK_TCK")
+        .output()
+        .ok()
+        .and_then(|o| String::from_utf8(o.stdout).ok())
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(100)
+}
+
+/// The database's size on disk, as PostgreSQL reports it.
+pub async fn database_bytes(pool: &sqlx::PgPool) -> anyhow::Result<i64> {
+    Ok(sqlx::query_scalar("SELECT pg_database_size(current_database())").fetch_one(pool).await?)
+}
+
+/// The bytes every stream holds together.
+pub async fn jetstream_bytes(bus: &clankie_bus::Bus) -> anyhow::Result<u64> {
+    let mut total = 0;
+    for spec in clankie_bus::STREAMS {
+        let mut stream = bus.jetstream().get_stream(spec.name).await?;
+        total += stream.info().await?.state.bytes;
+    }
+    Ok(total)
+}
+
+/// The `q` quantile of `values` (nearest rank), 0 for none.
+pub fn percentile(values: &[f64], q: f64) -> f64 {
+    if values.is_empty() {
+        return 0.0;
+    }
+    let mut sorted = values.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    sorted[((q * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len()) - 1]
+}
