@@ -130,8 +130,24 @@ impl Captain {
         v1::CommandReply { text, buttons, ..Default::default() }
     }
 
+    /// Anyone's own zone; the owner's and operators' for someone else too (`user`).
     async fn timezone_command(&self, req: &v1::CommandRequest) -> v1::CommandReply {
         let zone = req.time_zone.trim();
+        let whose = req.for_user.filter(|u| *u != req.user_id);
+        if let Some(user) = whose {
+            if !self.may_repeat(req.user_id).await {
+                return refused("not_owner", "Only my owner and operators can set someone else's time zone.");
+            }
+            if zone.is_empty() {
+                return refused("zone_required", "Give the zone to set, such as Europe/Berlin.");
+            }
+            let Some(found) = crate::when::zone(zone) else { return refusal(&Refused::BadZone(zone.to_owned())) };
+            let name = found.iana_name().unwrap_or("UTC").to_owned();
+            return match self.inner.store.set_time_zone(user, &name).await {
+                Ok(()) => said(format!("<@{user}>'s time zone is now {name}.")),
+                Err(_) => store_unavailable(),
+            };
+        }
         if zone.is_empty() {
             return match self.inner.store.time_zone(req.user_id).await {
                 Ok(Some(z)) => said(format!("Your time zone is {z}.")),

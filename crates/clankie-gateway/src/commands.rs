@@ -71,6 +71,8 @@ pub fn command_set() -> Value {
             sub("reminders", "Your pending reminders, to cancel", json!([])),
             sub("timezone", "Your time zone, which reminders are read in", json!([{
                 "type": 3, "name": "zone", "description": "An IANA name such as Europe/Berlin; empty shows yours", "required": false, "max_length": 64,
+            }, {
+                "type": 6, "name": "user", "description": "Owner only: someone else's", "required": false,
             }])),
             sub("forget-me", "Erase what you said from his memory", json!([])),
         ],
@@ -117,6 +119,7 @@ pub fn request_of(interaction: &Interaction) -> Option<v1::CommandRequest> {
                     request.cron = string_option(options, "every").unwrap_or_default();
                     request.direct = bool_option(options, "dm").unwrap_or(false);
                     request.time_zone = string_option(options, "zone").unwrap_or_default();
+                    request.for_user = string_option(options, "user").and_then(|u| u.parse().ok());
                 }
                 _ => return None,
             }
@@ -139,6 +142,7 @@ fn string_option(options: &[CommandDataOption], name: &str) -> Option<String> {
     options.iter().find(|o| o.name == name).and_then(|o| match &o.value {
         CommandOptionValue::String(s) => Some(s.clone()),
         CommandOptionValue::Channel(c) => Some(c.get().to_string()),
+        CommandOptionValue::User(u) => Some(u.get().to_string()),
         CommandOptionValue::Integer(i) => Some(i.to_string()),
         _ => None,
     })

@@ -269,7 +269,16 @@ async fn remind_a_past_time_a_room_the_person_cannot_write_in_and_the_per_person
     assert!(full.contains("You have 2 reminders waiting already"), "{full}");
     let (_, far) = command(&cast, "bob", GENERAL, "remind", json!({ "what": "renew", "when": "2030-01-01 09:00" })).await;
     assert!(far.contains("days ahead"), "{far}");
-    println!("remind refusals: past {past:?}; cannot write {cannot:?}; limit {full:?}; horizon {far:?}");
+    // A person's zone is theirs to set, or the owner's; nobody else's.
+    let carl_id = carl.to_string();
+    let (_, not_yours) = command(&cast, "ada", GENERAL, "timezone", json!({ "zone": "Asia/Tokyo", "user": carl_id })).await;
+    assert!(not_yours.contains("Only my owner"), "{not_yours}");
+    let (_, owners) = command(&cast, "owner", GENERAL, "timezone", json!({ "zone": "Asia/Tokyo", "user": carl_id })).await;
+    assert!(owners.contains("Asia/Tokyo"), "{owners}");
+    assert_eq!(cast.store.time_zone(carl).await.unwrap().as_deref(), Some("Asia/Tokyo"));
+    let (_, unknown) = command(&cast, "ada", GENERAL, "timezone", json!({ "zone": "Mars/Olympus" })).await;
+    assert!(unknown.contains("I don't know the time zone"), "{unknown}");
+    println!("remind refusals: past {past:?}; cannot write {cannot:?}; limit {full:?}; horizon {far:?}; zone {not_yours:?}");
     let receipts: Vec<String> = sqlx::query_scalar("SELECT kind FROM receipts WHERE kind = 'captain.command'").fetch_all(cast.store.pool()).await.unwrap();
     assert!(receipts.len() >= 7);
 }
