@@ -106,7 +106,11 @@ async fn run() -> Result<()> {
     // Named only: every service as a process of its own over a simulated day, at each scale.
     if std::env::args().skip(1).any(|a| a == "day") {
         let clankie = std::env::current_exe()?.with_file_name("clankie");
-        anyhow::ensure!(clankie.exists(), "day runs the services from {}: build it first (cargo build --release -p clankie)", clankie.display());
+        anyhow::ensure!(
+            clankie.exists(),
+            "day runs the services from {}: build it first (cargo build --release -p clankie)",
+            clankie.display()
+        );
         clankie_bench::day::report(&clankie).await?;
     }
     Ok(())

@@ -43,18 +43,24 @@ fn parse_memory_button(custom_id: &str) -> Option<(&str, i64, i64)> {
     Some((decision, id.parse().ok()?, expires.parse().ok()?))
 }
 
-/// The answer to a memory button press: the pressed message again with only proposal `id`'s
-/// line changed (`note` after it) and only the buttons `keep` allows, so the other proposals on
-/// it stay decidable. A press whose message came without its words gets the note alone.
-fn pressed(req: &v1::CommandRequest, id: i64, note: &str, code: &str, keep: impl Fn(&v1::CommandButton) -> bool) -> v1::CommandReply {
-    let line_of = format!("#{id} ");
-    if !req.message_text.lines().any(|l| l.starts_with(&line_of)) {
-        return v1::CommandReply { text: format!("Memory #{id}: {note}."), code: code.to_owned(), ..Default::default() };
+/// The answer to a button press on a list (memory proposals, reminders): the pressed message
+/// again with only the line starting `line_of` changed (`note` after it) and only the buttons
+/// `keep` allows, so the other items on it stay decidable. A press whose message came without
+/// its words gets `item` and the note alone.
+pub(crate) fn pressed(
+    req: &v1::CommandRequest,
+    (line_of, item): (&str, &str),
+    note: &str,
+    code: &str,
+    keep: impl Fn(&v1::CommandButton) -> bool,
+) -> v1::CommandReply {
+    if !req.message_text.lines().any(|l| l.starts_with(line_of)) {
+        return v1::CommandReply { text: format!("{item}: {note}."), code: code.to_owned(), ..Default::default() };
     }
     let text = req
         .message_text
         .lines()
-        .map(|l| if l.starts_with(&line_of) { format!("{l} — {note}") } else { l.to_owned() })
+        .map(|l| if l.starts_with(line_of) { format!("{l} — {note}") } else { l.to_owned() })
         .collect::<Vec<_>>()
         .join("\n");
     let buttons = req.message_buttons.iter().filter(|b| keep(b)).cloned().collect();
@@ -165,11 +171,14 @@ impl Captain {
         };
         // The custom id comes back from the client: its expiry is only believed up to the
         // lifetime counted from the message's own snowflake time.
+        let item = (format!("#{id} "), format!("Memory #{id}"));
         let made_ms = (req.message_id != 0).then(|| clankie_proto::time::snowflake_ms(req.message_id));
         let expires = made_ms.map_or(expires, |m| expires.min(m + self.inner.config.button_lifetime.as_millis() as i64));
         if now_ms() > expires {
             let note = "this button has expired; use `/clankie memory` for fresh ones";
-            return pressed(req, id, note, "expired", |b| parse_memory_button(&b.custom_id).is_some_and(|(_, _, e)| e >= now_ms()));
+            return pressed(req, (&item.0, &item.1), note, "expired", |b| {
+                parse_memory_button(&b.custom_id).is_some_and(|(_, _, e)| e >= now_ms())
+            });
         }
         let to = match decision {
             "approve" => MemoryStatus::Approved,
@@ -178,8 +187,8 @@ impl Captain {
         };
         let theirs = |b: &v1::CommandButton| parse_memory_button(&b.custom_id).is_none_or(|(_, other, _)| other != id);
         match self.inner.store.decide_memory(id, MemoryStatus::Proposed, to).await {
-            Ok(true) => pressed(req, id, if to == MemoryStatus::Approved { "approved" } else { "rejected" }, "", theirs),
-            Ok(false) => pressed(req, id, "already decided; nothing changed", "already_decided", theirs),
+            Ok(true) => pressed(req, (&item.0, &item.1), if to == MemoryStatus::Approved { "approved" } else { "rejected" }, "", theirs),
+            Ok(false) => pressed(req, (&item.0, &item.1), "already decided; nothing changed", "already_decided", theirs),
             Err(_) => store_unavailable(),
         }
     }

@@ -6,7 +6,7 @@
 use clankie_proto::v1;
 
 use crate::Captain;
-use crate::commands::{refused, said, store_unavailable};
+use crate::commands::{pressed, refused, said, store_unavailable};
 use crate::reminders::{Ask, Refused, reminder_id};
 
 /// Discord's permission bits a post needs: to see the channel, and to send in it or its threads.
@@ -100,7 +100,11 @@ impl Captain {
             // Other people's words stay theirs: the owner sees that they have one, not what it says.
             let what = if r.asker_id == req.user_id { format!("\"{}\"", r.text) } else { format!("for <@{}>", r.asker_id) };
             lines.push(format!("{} {what}, {when}, {place}", r.reminder_id));
-            buttons.push(v1::CommandButton { custom_id: cancel_button(r.reminder_id), label: format!("Cancel {}", r.reminder_id), danger: true });
+            buttons.push(v1::CommandButton {
+                custom_id: cancel_button(r.reminder_id),
+                label: format!("Cancel {}", r.reminder_id),
+                danger: true,
+            });
         }
         if pending.len() > LISTED {
             lines.push(format!("…and {} more.", pending.len() - LISTED));
@@ -118,16 +122,7 @@ impl Captain {
             Ok(false) => "not waiting any more",
             Err(r) => return refusal(&r),
         };
-        let line_of = format!("{id} ");
-        let text = req
-            .message_text
-            .lines()
-            .map(|l| if l.starts_with(&line_of) { format!("{l} — {note}") } else { l.to_owned() })
-            .collect::<Vec<_>>()
-            .join("\n");
-        let text = if text.is_empty() { format!("Reminder {id}: {note}.") } else { text };
-        let buttons = req.message_buttons.iter().filter(|b| b.custom_id != cancel_button(id)).cloned().collect();
-        v1::CommandReply { text, buttons, ..Default::default() }
+        pressed(req, (&format!("{id} "), &format!("Reminder {id}")), note, "", |b| b.custom_id != cancel_button(id))
     }
 
     /// Anyone's own zone; the owner's and operators' for someone else too (`user`).

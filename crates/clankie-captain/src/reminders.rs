@@ -210,7 +210,11 @@ impl Captain {
             });
         }
         self.receipt("captain.reminder", &ask.delivery_id, &lane, |r| {
-            r.with_code("set").with_id("reminder", ask.id).with_id("user", ask.asker_id).with_flag("repeating", due_at_ms == 0).with_flag("direct", ask.direct)
+            r.with_code("set")
+                .with_id("reminder", ask.id)
+                .with_id("user", ask.asker_id)
+                .with_flag("repeating", due_at_ms == 0)
+                .with_flag("direct", ask.direct)
         })
         .await;
         Ok(Set { line: line(ask.id) })
@@ -228,7 +232,8 @@ impl Captain {
         self.inner.bus.cancel_schedule(id).await.map_err(|_| Refused::Unavailable)?;
         let cancelled = store.cancel_reminder(id).await.map_err(|_| Refused::Unavailable)?;
         let lane = lane_of(r.guild_id, r.channel_id);
-        self.receipt("captain.reminder", &r.delivery_id, &lane, |x| x.with_code("cancelled").with_id("reminder", id).with_id("user", by)).await;
+        self.receipt("captain.reminder", &r.delivery_id, &lane, |x| x.with_code("cancelled").with_id("reminder", id).with_id("user", by))
+            .await;
         Ok(cancelled)
     }
 

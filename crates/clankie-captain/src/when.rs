@@ -157,7 +157,9 @@ fn day_and_time(text: &str, today: Date) -> Result<(Day, Time), WhenError> {
     let mut time = time.ok_or(WhenError::Unreadable)?;
     match pm {
         Some(_) if time.hour() == 0 || time.hour() > 12 => return Err(WhenError::Unreadable),
-        Some(true) if time.hour() < 12 => time = Time::new(time.hour() + 12, time.minute(), time.second(), 0).map_err(|_| WhenError::Unreadable)?,
+        Some(true) if time.hour() < 12 => {
+            time = Time::new(time.hour() + 12, time.minute(), time.second(), 0).map_err(|_| WhenError::Unreadable)?
+        }
         Some(false) if time.hour() == 12 => time = Time::new(0, time.minute(), time.second(), 0).map_err(|_| WhenError::Unreadable)?,
         _ => {}
     }
@@ -235,6 +237,9 @@ mod tests {
         assert!(zone("UTC").is_some());
         assert!(zone("America/New_York").is_some());
         assert!(zone("Mars/Olympus").is_none());
-        assert_eq!(spoken(&resolve("tomorrow 9:00", "2026-12-07T17:30:00Z".parse().unwrap(), &zone("Europe/Berlin").unwrap()).unwrap()), "Tue 8 Dec 2026, 09:00 (Europe/Berlin)");
+        assert_eq!(
+            spoken(&resolve("tomorrow 9:00", "2026-12-07T17:30:00Z".parse().unwrap(), &zone("Europe/Berlin").unwrap()).unwrap()),
+            "Tue 8 Dec 2026, 09:00 (Europe/Berlin)"
+        );
     }
 }

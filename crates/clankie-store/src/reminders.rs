@@ -82,8 +82,10 @@ impl Store {
             .bind(r.asker_id as i64)
             .execute(&mut *tx)
             .await?;
-        let known: Option<i64> =
-            sqlx::query_scalar("SELECT reminder_id FROM reminders WHERE reminder_id = $1").bind(r.reminder_id as i64).fetch_optional(&mut *tx).await?;
+        let known: Option<i64> = sqlx::query_scalar("SELECT reminder_id FROM reminders WHERE reminder_id = $1")
+            .bind(r.reminder_id as i64)
+            .fetch_optional(&mut *tx)
+            .await?;
         if known.is_some() {
             return Ok(Added::Again);
         }
@@ -179,8 +181,10 @@ impl Store {
     /// Returns the ids, whose schedules the caller cancels.
     pub async fn forget_reminders(&self, user: u64) -> Result<Vec<u64>, StoreError> {
         let mut tx = self.pool.begin().await?;
-        let ids: Vec<i64> =
-            sqlx::query_scalar("DELETE FROM reminders WHERE asker_id = $1 RETURNING reminder_id").bind(user as i64).fetch_all(&mut *tx).await?;
+        let ids: Vec<i64> = sqlx::query_scalar("DELETE FROM reminders WHERE asker_id = $1 RETURNING reminder_id")
+            .bind(user as i64)
+            .fetch_all(&mut *tx)
+            .await?;
         sqlx::query("DELETE FROM time_zones WHERE user_id = $1").bind(user as i64).execute(&mut *tx).await?;
         tx.commit().await?;
         Ok(ids.into_iter().map(|i| i as u64).collect())

@@ -120,7 +120,13 @@ pub async fn run(config: &DayConfig, clankie: &Path) -> Result<Report> {
     let discord = Loopback::serve("127.0.0.1:0".parse()?, places.loopback()).await?;
     let standin = StandIn::start().await?;
     for _ in 0..config.messages / 5 {
-        let reply = Reply::Text { text: "Sure, noted.".into(), chunk_chars: 64, chunk_delay_ms: 0, first_delay_ms: config.think_ms, tail_delay_ms: 0 };
+        let reply = Reply::Text {
+            text: "Sure, noted.".into(),
+            chunk_chars: 64,
+            chunk_delay_ms: 0,
+            first_delay_ms: config.think_ms,
+            tail_delay_ms: 0,
+        };
         standin.script(Script::any(reply));
     }
     let env = Env { nats: nats.url(), db: db.url().to_owned(), dir: dir.path().to_owned(), discord: &discord, model: standin.base_url() };
@@ -287,8 +293,11 @@ fn first_words(discord: &Loopback, sent: &[Sent]) -> Vec<f64> {
 /// (`day.svg` in the working directory).
 pub async fn report(clankie: &Path) -> Result<()> {
     let var = |k: &str| std::env::var(k).ok();
-    let scales: Vec<usize> =
-        var("CLANKIE_BENCH_DAY_LANES").unwrap_or_else(|| "1000,10000,100000".into()).split(',').filter_map(|s| s.trim().parse().ok()).collect();
+    let scales: Vec<usize> = var("CLANKIE_BENCH_DAY_LANES")
+        .unwrap_or_else(|| "1000,10000,100000".into())
+        .split(',')
+        .filter_map(|s| s.trim().parse().ok())
+        .collect();
     let messages = var("CLANKIE_BENCH_DAY_MESSAGES").and_then(|v| v.parse().ok()).unwrap_or(20_000);
     let per_second = var("CLANKIE_BENCH_DAY_RATE").and_then(|v| v.parse().ok()).unwrap_or(40.0);
     let mut reports = Vec::new();

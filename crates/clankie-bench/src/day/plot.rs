@@ -67,7 +67,8 @@ pub fn verdict(reports: &[Report]) -> Vec<String> {
     let mut lines = Vec::new();
     let names: Vec<&str> = reports.first().map(|r| r.services.iter().map(|s| s.name).collect()).unwrap_or_default();
     for name in names {
-        let values: Vec<f64> = reports.iter().filter_map(|r| r.services.iter().find(|s| s.name == name)).map(|s| s.cpu_s_per_1000).collect();
+        let values: Vec<f64> =
+            reports.iter().filter_map(|r| r.services.iter().find(|s| s.name == name)).map(|s| s.cpu_s_per_1000).collect();
         let (min, max) = values.iter().fold((f64::MAX, 0.0_f64), |(lo, hi), v| (lo.min(*v), hi.max(*v)));
         let spread = if min > 0.0 { max / min - 1.0 } else { 0.0 };
         let held = if spread <= FLAT_WITHIN { "flat" } else { "not flat" };

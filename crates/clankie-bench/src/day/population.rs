@@ -99,7 +99,14 @@ fn picture() -> NewAttachment {
 
 /// The day's `i`th step. `sent` is how many messages went before; `last_in` the newest message
 /// id in a channel (for replies); a burst keeps to the channel its first message chose.
-pub fn step(i: u64, places: &Places, random: &mut Random, sent: usize, last_in: &dyn Fn(u64) -> Option<u64>, burst: &mut Option<(u64, u32)>) -> Step {
+pub fn step(
+    i: u64,
+    places: &Places,
+    random: &mut Random,
+    sent: usize,
+    last_in: &dyn Fn(u64) -> Option<u64>,
+    burst: &mut Option<(u64, u32)>,
+) -> Step {
     let roll = random.below(1_000);
     if sent > 10 && roll < 20 {
         return Step::Edit { nth: random.below(sent as u64) as usize };
@@ -117,7 +124,10 @@ pub fn step(i: u64, places: &Places, random: &mut Random, sent: usize, last_in: 
         };
         let content = if mention { format!("@Clankie what about {i}?") } else { format!("hey, about {i}?") };
         let attachments = if random.below(20) == 0 { vec![picture()] } else { Vec::new() };
-        return Step::Say { message: NewMessage { channel_id: channel, author, content, mention, attachments, ..Default::default() }, to_him: true };
+        return Step::Say {
+            message: NewMessage { channel_id: channel, author, content, mention, attachments, ..Default::default() },
+            to_him: true,
+        };
     }
     // Between people: a burst of three in one channel now and then, half of them replies.
     let channel = match burst {

@@ -66,10 +66,7 @@ async fn remind_forget_leaves_none_of_a_persons_reminders_and_ended_ones_are_swe
     assert!(store.reminder_fired(4, now_ms(), true).await.unwrap());
     assert!(store.cancel_reminder(5).await.unwrap());
     assert!(!store.cancel_reminder(5).await.unwrap(), "cancelled once");
-    sqlx::query("UPDATE reminders SET ended_at = now() - interval '8 days' WHERE ended IS NOT NULL")
-        .execute(store.pool())
-        .await
-        .unwrap();
+    sqlx::query("UPDATE reminders SET ended_at = now() - interval '8 days' WHERE ended IS NOT NULL").execute(store.pool()).await.unwrap();
     let week = Duration::from_secs(7 * 24 * 3600);
     let swept = store.sweep(&Retention { receipts: week, records: week, replaced_entries: week, batch: 1 }).await.unwrap();
     assert_eq!(swept.reminders, 2);

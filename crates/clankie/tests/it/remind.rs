@@ -50,8 +50,10 @@ async fn command(cast: &Cast, author: &str, channel: u64, subcommand: &str, opti
     loop {
         let run = RunCommand { channel_id: channel, author: author.into(), subcommand: subcommand.into(), options: options.clone() };
         let started = cast.discord.run_command(run).unwrap();
-        until("the answer edited in", Duration::from_secs(60), || cast.discord.interaction(started.id).is_some_and(|r| !r.content.is_empty()))
-            .await;
+        until("the answer edited in", Duration::from_secs(60), || {
+            cast.discord.interaction(started.id).is_some_and(|r| !r.content.is_empty())
+        })
+        .await;
         let answer = cast.discord.interaction(started.id).unwrap();
         // A captain still starting is not listening yet: asked again, as a person would.
         if !answer.content.contains("can't do that right now") {
@@ -107,7 +109,11 @@ async fn remind_me_in_5_seconds_posts_once_in_the_room_5_s_later_typing_first_ac
     let late = posts[0].at_ms - due_at;
     let typed: Vec<i64> = cast.discord.typing(GENERAL).into_iter().filter(|t| *t >= due_at - 500 && *t <= posts[0].at_ms).collect();
     let outcomes = reminder_outcomes(&cast).await;
-    println!("remind 5 s: posts {}, posted {late:+} ms from due, typing {} time(s) before it, outcomes {outcomes:?}", posts.len(), typed.len());
+    println!(
+        "remind 5 s: posts {}, posted {late:+} ms from due, typing {} time(s) before it, outcomes {outcomes:?}",
+        posts.len(),
+        typed.len()
+    );
     assert_eq!(posts.len(), 1, "one post for one reminder, with two captains: {posts:?}");
     assert!((-2_000..=2_000).contains(&late), "posted {late} ms from its due time");
     assert!(!typed.is_empty(), "typing came first");
@@ -162,7 +168,10 @@ async fn remind_cancelled_before_due_posts_nothing_and_forget_me_removes_the_per
     let message = cast.discord.interaction(list_id).unwrap().message_id.unwrap();
     let press = PressButton { message_id: message, author: "ada".into(), custom_id: format!("reminder:cancel:{id}") };
     let pressed = cast.discord.press_button(press).unwrap();
-    until("the cancel answered", Duration::from_secs(30), || cast.discord.interaction(pressed.id).is_some_and(|r| r.content.contains("cancelled"))).await;
+    until("the cancel answered", Duration::from_secs(30), || {
+        cast.discord.interaction(pressed.id).is_some_and(|r| r.content.contains("cancelled"))
+    })
+    .await;
     // Past its time and the firing's way to a post: nothing comes.
     tokio::time::sleep(Duration::from_secs(8)).await;
     assert!(posts_saying(&cast.discord, GENERAL, "Water the plants").is_empty());
@@ -175,7 +184,10 @@ async fn remind_cancelled_before_due_posts_nothing_and_forget_me_removes_the_per
     let bobs = cast.store.pending_reminders(Some(Loopback::user_id("bob"))).await.unwrap();
     assert_eq!(bobs.len(), 1);
     let (forget_id, _) = command(&cast, "bob", GENERAL, "forget-me", json!({})).await;
-    until("the forget done", Duration::from_secs(60), || cast.discord.interaction(forget_id).is_some_and(|r| !r.content.starts_with("Forgetting"))).await;
+    until("the forget done", Duration::from_secs(60), || {
+        cast.discord.interaction(forget_id).is_some_and(|r| !r.content.starts_with("Forgetting"))
+    })
+    .await;
     assert!(cast.store.pending_reminders(Some(Loopback::user_id("bob"))).await.unwrap().is_empty());
     assert_eq!(cast.store.time_zone(Loopback::user_id("bob")).await.unwrap(), None);
     assert_eq!(cast.store.reminder(bobs[0].reminder_id).await.unwrap(), None);
@@ -187,7 +199,10 @@ async fn remind_cancelled_before_due_posts_nothing_and_forget_me_removes_the_per
 async fn remind_the_captain_sigkilled_while_the_reminders_turn_runs_posts_once() {
     let cast = cast_with("owner").await;
     let _dump = DumpLogsOnPanic(cast.dir.path().to_owned(), &["captain-a", "captain-b", "gateway"]);
-    let mut captains = [("captain-a", cast.service("captain", "captain-a", None, &FAST)), ("captain-b", cast.service("captain", "captain-b", None, &FAST))];
+    let mut captains = [
+        ("captain-a", cast.service("captain", "captain-a", None, &FAST)),
+        ("captain-b", cast.service("captain", "captain-b", None, &FAST)),
+    ];
     let _gateway = gateway(&cast).await;
     // The reminder's turn thinks 4 s: long enough to be killed in.
     script_reminder(&cast, json!({ "what": "feed the cat", "when": "in 3 seconds" }), "Will do.", "Feed the cat, ada.", 4_000);
@@ -221,16 +236,24 @@ async fn remind_a_cron_check_in_fires_on_each_of_three_due_times_and_stops_when_
     for n in 1..=6 {
         cast.standin.script(Script::when(DUE, Reply::text(format!("Check-in {n}: how is the build?"))));
     }
-    let (refused_id, refused) = command(&cast, "ada", GENERAL, "remind", json!({ "what": "the build", "when": "now", "every": "*/4 * * * * *" })).await;
+    let (refused_id, refused) =
+        command(&cast, "ada", GENERAL, "remind", json!({ "what": "the build", "when": "now", "every": "*/4 * * * * *" })).await;
     assert!(refused.contains("Only my owner"), "{refused_id}: {refused}");
-    let (_, set) = command(&cast, "owner", GENERAL, "remind", json!({ "what": "how is the build?", "when": "now", "every": "*/4 * * * * *" })).await;
+    let (_, set) =
+        command(&cast, "owner", GENERAL, "remind", json!({ "what": "how is the build?", "when": "now", "every": "*/4 * * * * *" })).await;
     assert!(set.contains("until it is cancelled"), "{set}");
     until("three check-ins", Duration::from_secs(40), || posts_saying(&cast.discord, GENERAL, "Check-in").len() >= 3).await;
     let id = cast.store.pending_reminders(None).await.unwrap()[0].reminder_id;
     let (list_id, _) = command(&cast, "owner", GENERAL, "reminders", json!({})).await;
     let message = cast.discord.interaction(list_id).unwrap().message_id.unwrap();
-    let pressed = cast.discord.press_button(PressButton { message_id: message, author: "owner".into(), custom_id: format!("reminder:cancel:{id}") }).unwrap();
-    until("the cancel answered", Duration::from_secs(30), || cast.discord.interaction(pressed.id).is_some_and(|r| r.content.contains("cancelled"))).await;
+    let pressed = cast
+        .discord
+        .press_button(PressButton { message_id: message, author: "owner".into(), custom_id: format!("reminder:cancel:{id}") })
+        .unwrap();
+    until("the cancel answered", Duration::from_secs(30), || {
+        cast.discord.interaction(pressed.id).is_some_and(|r| r.content.contains("cancelled"))
+    })
+    .await;
     // A firing already out when it was cancelled may still post; none after that.
     tokio::time::sleep(Duration::from_secs(3)).await;
     let after_cancel = posts_saying(&cast.discord, GENERAL, "Check-in").len();
@@ -262,7 +285,8 @@ async fn remind_a_past_time_a_room_the_person_cannot_write_in_and_the_per_person
     assert!(by_dm.starts_with("I'll remind you") && by_dm.contains("by DM"), "a DM needs no right to write in the room: {by_dm}");
 
     for n in 1..=2 {
-        let (_, ok) = command(&cast, "ada", GENERAL, "remind", json!({ "what": format!("errand {n}"), "when": format!("in {n} hours") })).await;
+        let (_, ok) =
+            command(&cast, "ada", GENERAL, "remind", json!({ "what": format!("errand {n}"), "when": format!("in {n} hours") })).await;
         assert!(ok.starts_with("I'll remind you"), "{ok}");
     }
     let (_, full) = command(&cast, "ada", GENERAL, "remind", json!({ "what": "errand 3", "when": "in 3 hours" })).await;
@@ -279,7 +303,8 @@ async fn remind_a_past_time_a_room_the_person_cannot_write_in_and_the_per_person
     let (_, unknown) = command(&cast, "ada", GENERAL, "timezone", json!({ "zone": "Mars/Olympus" })).await;
     assert!(unknown.contains("I don't know the time zone"), "{unknown}");
     println!("remind refusals: past {past:?}; cannot write {cannot:?}; limit {full:?}; horizon {far:?}; zone {not_yours:?}");
-    let receipts: Vec<String> = sqlx::query_scalar("SELECT kind FROM receipts WHERE kind = 'captain.command'").fetch_all(cast.store.pool()).await.unwrap();
+    let receipts: Vec<String> =
+        sqlx::query_scalar("SELECT kind FROM receipts WHERE kind = 'captain.command'").fetch_all(cast.store.pool()).await.unwrap();
     assert!(receipts.len() >= 7);
 }
 
