@@ -10,6 +10,9 @@
 mod measure;
 pub mod plot;
 pub mod population;
+mod report;
+
+pub use report::{Report, ServiceFigures};
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -45,56 +48,6 @@ impl DayConfig {
     /// CI's day: 1,000 lanes, 2,000 messages at 40 a second.
     pub fn short() -> DayConfig {
         DayConfig { lanes: 1_000, messages: 2_000, per_second: 40.0, think_ms: 300, seed: 7, drain: Duration::from_secs(120) }
-    }
-}
-
-/// One service's cost over the day.
-#[derive(Debug, Clone)]
-pub struct ServiceFigures {
-    pub name: &'static str,
-    pub cpu_s_per_1000: f64,
-    pub peak_rss_mib: f64,
-    pub end_rss_mib: f64,
-}
-
-/// What a day measured.
-#[derive(Debug, Clone)]
-pub struct Report {
-    pub lanes: usize,
-    pub messages: usize,
-    pub services: Vec<ServiceFigures>,
-    pub pg_bytes_per_message: f64,
-    pub jetstream_bytes_per_message: f64,
-    pub sustained_per_s: f64,
-    pub first_word_p50_ms: f64,
-    pub first_word_p99_ms: f64,
-    /// Messages to him that were answered, of those sent and not deleted.
-    pub answered: usize,
-    pub to_him: usize,
-    /// Messages (not deleted) with neither an outcome nor a refusal's receipt.
-    pub without_outcome: usize,
-}
-
-impl Report {
-    /// `name: value` lines, as every bench part prints them.
-    pub fn lines(&self) -> Vec<String> {
-        let l = self.lanes;
-        let mut out = vec![
-            format!("day_{l}_lanes_messages: {}", self.messages),
-            format!("day_{l}_lanes_sustained_messages_per_s: {:.1}", self.sustained_per_s),
-            format!("day_{l}_lanes_first_word_p50_ms: {:.0}", self.first_word_p50_ms),
-            format!("day_{l}_lanes_first_word_p99_ms: {:.0}", self.first_word_p99_ms),
-            format!("day_{l}_lanes_answered: {} of {}", self.answered, self.to_him),
-            format!("day_{l}_lanes_postgres_bytes_per_message: {:.0}", self.pg_bytes_per_message),
-            format!("day_{l}_lanes_jetstream_bytes_per_message: {:.0}", self.jetstream_bytes_per_message),
-            format!("day_{l}_lanes_without_outcome: {}", self.without_outcome),
-        ];
-        for s in &self.services {
-            out.push(format!("day_{l}_lanes_cpu_s_per_1000_messages[{}]: {:.2}", s.name, s.cpu_s_per_1000));
-            out.push(format!("day_{l}_lanes_peak_rss_mib[{}]: {:.1}", s.name, s.peak_rss_mib));
-            out.push(format!("day_{l}_lanes_end_rss_mib[{}]: {:.1}", s.name, s.end_rss_mib));
-        }
-        out
     }
 }
 
@@ -136,7 +89,9 @@ pub async fn run(config: &DayConfig, clankie: &Path) -> Result<Report> {
     }
     let deadline = Instant::now() + Duration::from_secs(180);
     while discord.attached_shards().len() < population::SHARDS as usize {
-        anyhow::ensure!(Instant::now() < deadline, "only {:?} of 16 shards attached in 180 s", discord.attached_shards());
+        if Instant::now() >= deadline {
+            anyhow::bail!("only {:?} of 16 shards attached in 180 s; the services said:\n{}", discord.attached_shards(), logs(dir.path()));
+        }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     let pids: Vec<(&'static str, u32)> = children.iter().filter_map(|(n, c)| c.id().map(|p| (*n, p))).collect();
@@ -183,6 +138,19 @@ pub async fn run(config: &DayConfig, clankie: &Path) -> Result<Report> {
     })
 }
 
+/// The first lines each service wrote, for an error that says why it did not come up.
+fn logs(dir: &Path) -> String {
+    SERVICES
+        .iter()
+        .map(|name| {
+            let log = std::fs::read_to_string(dir.join(format!("{name}.log"))).unwrap_or_default();
+            // What it said first: an error that stops a service is its first words, before its backtrace.
+            format!("== {name}\n{}", log.lines().take(4).collect::<Vec<_>>().join("\n"))
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
 /// What each service process is started with.
 struct Env<'a> {
     nats: String,
@@ -209,10 +177,16 @@ impl Env<'_> {
             .env("CLANKIE_OUTCOME_REACTIONS", "true")
             .env("CLANKIE_CONSOLE_ADDR", "127.0.0.1:0")
             .env("CLANKIE_CONSOLE_TOKEN", "day-token")
-            .env("CLANKIE_LOG", "warn")
+            .env("CLANKIE_LOG", std::env::var("CLANKIE_BENCH_DAY_LOG").unwrap_or_else(|_| "warn".into()))
+            // The bench's own voice CA is nothing the services read.
+            .env_remove("SSL_CERT_FILE")
             .stdout(std::process::Stdio::null())
             .stderr(log)
             .kill_on_drop(true);
+        // The bench's settings are the bench's: a service reads only its own.
+        for (key, _) in std::env::vars().filter(|(k, _)| k.starts_with("CLANKIE_BENCH_")) {
+            cmd.env_remove(key);
+        }
         Ok(cmd.spawn().with_context(|| format!("starting {name} from {}", clankie.display()))?)
     }
 }

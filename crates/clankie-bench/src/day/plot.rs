@@ -3,7 +3,7 @@
 
 use std::fmt::Write as _;
 
-use super::Report;
+use super::report::Report;
 
 /// How much a service's CPU per 1,000 messages may move across the scales and still be flat.
 pub const FLAT_WITHIN: f64 = 0.20;

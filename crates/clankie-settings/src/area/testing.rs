@@ -194,4 +194,28 @@ pub(crate) const SETTINGS: &[Setting] = &[
     .env_only(),
     Setting::new(Area::Testing, "CLANKIE_BENCH_SHOW", Kind::Flag, "false", "The bench prints its request bodies' shapes.", &[Bench])
         .env_only(),
+    Setting::new(
+        Area::Testing,
+        "CLANKIE_BENCH_DAY_LANES",
+        Kind::Text,
+        "1000,10000,100000",
+        "The scales the bench's `day` runs, as the lanes the store holds as the day begins, comma-separated.",
+        &[Bench],
+    )
+    .env_only(),
+    Setting::new(Area::Testing, "CLANKIE_BENCH_DAY_MESSAGES", Kind::Count, "20000", "Messages in each of the bench's `day` runs.", &[Bench])
+        .env_only(),
+    Setting::new(Area::Testing, "CLANKIE_BENCH_DAY_RATE", Kind::Decimal, "40", "Messages a second the bench's `day` writes.", &[Bench])
+        .env_only(),
+    Setting::new(
+        Area::Testing,
+        "CLANKIE_BENCH_DAY_PLOT",
+        Kind::Text,
+        "day.svg",
+        "Where the bench's `day` writes its plot of CPU per 1,000 messages against lanes (SVG).",
+        &[Bench],
+    )
+    .env_only(),
+    Setting::new(Area::Testing, "CLANKIE_BENCH_DAY_LOG", Kind::Text, "warn", "The services' `CLANKIE_LOG` in the bench's `day`.", &[Bench])
+        .env_only(),
 ];

@@ -29,6 +29,7 @@ async fn migrations_apply_to_an_empty_database_and_rerun_as_a_no_op() {
             "outbox",
             "private_lanes",
             "receipts",
+            "reminders",
             "self_experiences",
             "self_file_applied",
             "self_memory",
@@ -36,6 +37,7 @@ async fn migrations_apply_to_an_empty_database_and_rerun_as_a_no_op() {
             "self_settings",
             "self_versions",
             "session_entries",
+            "time_zones",
             "turns",
             "voice_ring",
             "voice_rooms"
