@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 
-use crate::figures::percentile;
+use clankie_bench::figures::percentile;
 use crate::rig::{bare_captain, bare_captains};
 
 /// `admissions`, named only: the flood at one captain and at two, then the admit latency at 1,000 a second.

@@ -15,7 +15,7 @@ use clankie_discord_loopback::NewMessage;
 use clankie_proto::{Family, v1};
 use clankie_sandbox::rig::GENERAL;
 
-use crate::figures::percentile;
+use clankie_bench::figures::percentile;
 
 /// REST latencies measured, in ms.
 const LATENCIES_MS: [u64; 3] = [0, 100, 300];

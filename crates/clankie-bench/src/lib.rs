@@ -2,3 +2,4 @@
 //! (`day_` in the `clankie` crate's tests) and whose full mode the bench prints.
 
 pub mod day;
+pub mod figures;

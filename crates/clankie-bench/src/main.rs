@@ -11,7 +11,6 @@ mod admissions;
 mod economy;
 mod economy_mix;
 mod economy_mix_llama;
-mod figures;
 mod gateway;
 mod ingress;
 mod lanes;

@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 
-use crate::figures::percentile;
+use clankie_bench::figures::percentile;
 
 /// `rest`, named only: `CLANKIE_BENCH_REST_SECS` (20 unsaid) of flood at 150 replies a second.
 pub(crate) async fn report() -> Result<()> {

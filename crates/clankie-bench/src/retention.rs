@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Result;
 
-use crate::figures::percentile;
+use clankie_bench::figures::percentile;
 
 /// `retention`, named only: `CLANKIE_BENCH_MESSAGES_PER_DAY` (10,000 unsaid) for 30 days.
 pub(crate) async fn report() -> Result<()> {

@@ -8,7 +8,7 @@ use anyhow::Result;
 use clankie_model_standin::{Reply, Script};
 use clankie_sandbox::rig::Rig;
 
-use crate::figures::percentile;
+use clankie_bench::figures::percentile;
 
 /// `voice`: the speech service's pace, then a voice run with DAVE and one in passthrough.
 pub(crate) async fn report() -> Result<()> {

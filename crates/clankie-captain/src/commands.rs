@@ -524,10 +524,7 @@ fn status_text(running: Vec<String>, present: Vec<String>, voice: Option<String>
 
 /// The lane a command concerns: where it was run.
 fn lane_of(req: &v1::CommandRequest) -> LaneKey {
-    match req.guild_id {
-        Some(guild) => LaneKey::Room { guild, channel: req.channel_id },
-        None => LaneKey::Dm { channel: req.channel_id },
-    }
+    crate::lane_at(req.guild_id, req.channel_id)
 }
 
 /// The receipt code of a command: its name, never its options.

@@ -93,9 +93,14 @@ pub struct Captain {
 
 /// The lane a text delivery belongs to.
 pub fn lane_of(ingress: &v1::Ingress) -> LaneKey {
-    match ingress.guild_id {
-        Some(guild) => LaneKey::Room { guild, channel: ingress.channel_id },
-        None => LaneKey::Dm { channel: ingress.channel_id },
+    lane_at(ingress.guild_id, ingress.channel_id)
+}
+
+/// The text lane of a place: a guild channel (a thread is a channel), or a DM with no guild.
+pub fn lane_at(guild_id: Option<u64>, channel_id: u64) -> LaneKey {
+    match guild_id {
+        Some(guild) => LaneKey::Room { guild, channel: channel_id },
+        None => LaneKey::Dm { channel: channel_id },
     }
 }
 

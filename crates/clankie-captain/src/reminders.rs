@@ -8,10 +8,10 @@
 use std::time::{Duration, SystemTime};
 
 use clankie_bus::{BusError, Delivery, MsgId, Schedule};
-use clankie_proto::{LaneKey, Subject, v1};
+use clankie_proto::{Subject, v1};
 use clankie_store::{Added, StoredReminder};
 
-use crate::Captain;
+use crate::{Captain, lane_at};
 use crate::when::{self, WhenError};
 
 /// The longest reminder text taken.
@@ -100,14 +100,6 @@ pub(crate) fn reminder_id(parts: &[&str]) -> u64 {
     (hash & (i64::MAX as u64)).max(1)
 }
 
-/// The lane a reminder runs in: the room it was asked in, or the DM.
-pub(crate) fn lane_of(guild_id: Option<u64>, channel_id: u64) -> LaneKey {
-    match guild_id {
-        Some(guild) => LaneKey::Room { guild, channel: channel_id },
-        None => LaneKey::Dm { channel: channel_id },
-    }
-}
-
 impl Captain {
     /// The zone `user`'s reminders are read in, and its name: theirs, else the deployment's.
     pub(crate) async fn zone_of(&self, user: u64) -> Result<(jiff::tz::TimeZone, String), Refused> {
@@ -149,7 +141,7 @@ impl Captain {
             let line = format!("on `{cron}` ({zone_name}) until it is cancelled");
             (Schedule::Cron { expression: cron, time_zone: Some(zone_name.clone()) }, 0, line)
         };
-        let lane = lane_of(ask.guild_id, ask.channel_id);
+        let lane = lane_at(ask.guild_id, ask.channel_id);
         let created_at_ms = now.as_millisecond();
         let stored = StoredReminder {
             reminder_id: ask.id,
@@ -231,7 +223,7 @@ impl Captain {
         // The schedule goes first: a row marked cancelled with its schedule still live would fire.
         self.inner.bus.cancel_schedule(id).await.map_err(|_| Refused::Unavailable)?;
         let cancelled = store.cancel_reminder(id).await.map_err(|_| Refused::Unavailable)?;
-        let lane = lane_of(r.guild_id, r.channel_id);
+        let lane = lane_at(r.guild_id, r.channel_id);
         self.receipt("captain.reminder", &r.delivery_id, &lane, |x| x.with_code("cancelled").with_id("reminder", id).with_id("user", by))
             .await;
         Ok(cancelled)
@@ -252,7 +244,7 @@ impl Captain {
     pub(crate) async fn take_due(&self, d: Delivery<v1::Reminder>) {
         let firing = d.firing();
         let r = &d.event;
-        let lane = lane_of(r.guild_id, r.channel_id);
+        let lane = lane_at(r.guild_id, r.channel_id);
         let delivery_id = format!("reminder:{}", firing.key());
         let stored = match self.inner.store.reminder(firing.reminder).await {
             Ok(stored) => stored,

@@ -50,13 +50,3 @@ pub async fn jetstream_bytes(bus: &clankie_bus::Bus) -> anyhow::Result<u64> {
     }
     Ok(total)
 }
-
-/// The `q` quantile of `values` (nearest rank), 0 for none.
-pub fn percentile(values: &[f64], q: f64) -> f64 {
-    if values.is_empty() {
-        return 0.0;
-    }
-    let mut sorted = values.to_vec();
-    sorted.sort_by(f64::total_cmp);
-    sorted[((q * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len()) - 1]
-}

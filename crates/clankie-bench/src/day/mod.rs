@@ -24,7 +24,7 @@ use clankie_model_standin::{Reply, Script, StandIn};
 use clankie_testkit::{TestDb, TestDir, TestNats};
 use tokio::process::{Child, Command};
 
-use measure::{ProcSample, percentile, sample};
+use measure::{ProcSample, sample};
 use population::{Places, Random, Step};
 
 /// The services a day runs, each a process of its own.
@@ -108,7 +108,8 @@ pub async fn run(config: &DayConfig, clankie: &Path) -> Result<Report> {
     store.sweep(&clankie_store::Retention { receipts: week, records: week, replaced_entries: week, batch: 5_000 }).await?;
     let pg_after = measure::database_bytes(store.pool()).await?;
     let js_after = measure::jetstream_bytes(&bus).await?;
-    let first_words = first_words(&discord, &sent);
+    let mut first_words = first_words(&discord, &sent);
+    first_words.sort_by(f64::total_cmp);
     let hz = measure::ticks_per_second() as f64;
     let thousands = config.messages as f64 / 1000.0;
     let services = pids
@@ -130,8 +131,8 @@ pub async fn run(config: &DayConfig, clankie: &Path) -> Result<Report> {
         pg_bytes_per_message: (pg_after - pg_before) as f64 / sent.len() as f64,
         jetstream_bytes_per_message: js_after.saturating_sub(js_before) as f64 / sent.len() as f64,
         sustained_per_s: sent.len() as f64 / took.as_secs_f64(),
-        first_word_p50_ms: percentile(&first_words, 0.50),
-        first_word_p99_ms: percentile(&first_words, 0.99),
+        first_word_p50_ms: crate::figures::percentile(&first_words, 0.50),
+        first_word_p99_ms: crate::figures::percentile(&first_words, 0.99),
         answered: first_words.len(),
         to_him: to_him.len(),
         without_outcome: without,
