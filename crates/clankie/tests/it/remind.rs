@@ -78,11 +78,14 @@ async fn reminder_outcomes(cast: &Cast) -> Vec<(String, String)> {
 }
 
 /// ada asks him by mention; the model calls `remind` with `arguments`, then says `ack`; when the
-/// reminder comes due its turn answers `due_words` after thinking `think_ms`.
+/// reminder comes due its turn answers `due_words` after thinking `think_ms`, streamed over about
+/// half a second as a model writes: typing lights at the first words, and an answer that came
+/// whole at once would race its own typing start to the gateway.
 fn script_reminder(cast: &Cast, arguments: Value, ack: &str, due_words: &str, think_ms: u64) {
     cast.standin.script(Script::when("remind me", Reply::tool("remind", arguments)));
     cast.standin.script(Script::any(Reply::text(ack)));
-    let due = Reply::Text { text: due_words.into(), chunk_chars: 64, chunk_delay_ms: 0, first_delay_ms: think_ms, tail_delay_ms: 0 };
+    let chunk_chars = due_words.len().div_ceil(6).max(1);
+    let due = Reply::Text { text: due_words.into(), chunk_chars, chunk_delay_ms: 100, first_delay_ms: think_ms, tail_delay_ms: 0 };
     cast.standin.script(Script::when(DUE, due));
 }
 
