@@ -112,11 +112,12 @@ pub fn home_lane_of(ingress: &v1::Ingress) -> LaneKey {
     }
 }
 
-/// The key a receipt is stored under once: its stream sequence alone would repeat after the
-/// receipts stream is deleted and made again (sequences start at 1 again, and every new
-/// receipt would be taken for one already stored), so the time the stream stored it comes too.
-pub fn receipt_dedup_key(published_ns: i128, stream_sequence: u64) -> String {
-    format!("receipts:{published_ns}:{stream_sequence}")
+/// The key a receipt is stored under once, as its row id: the time in nanoseconds the receipts
+/// stream stored it. Every redelivery of it carries that time; its stream sequence alone would
+/// repeat after the stream is deleted and made again, and a text key cost each receipt an index
+/// of its own.
+pub fn receipt_key(published_ns: i128) -> i64 {
+    i64::try_from(published_ns).unwrap_or(i64::MAX)
 }
 
 impl Captain {

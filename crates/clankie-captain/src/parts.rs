@@ -7,7 +7,7 @@ use std::sync::Arc;
 use clankie_bus::{ConsumerSpec, Delivery};
 use clankie_proto::{Family, v1};
 
-use crate::{Captain, CaptainError, audience, receipt_dedup_key};
+use crate::{Captain, CaptainError, audience, receipt_key};
 
 impl Captain {
     /// Starts the parts; each ends when its guard is dropped (with the loop that started them).
@@ -127,8 +127,7 @@ impl Captain {
             }
             let captain = self.clone();
             tokio::spawn(async move {
-                let rows: Vec<(&v1::Receipt, String)> =
-                    batch.iter().map(|d| (&d.event, receipt_dedup_key(d.published_ns, d.stream_sequence))).collect();
+                let rows: Vec<(&v1::Receipt, i64)> = batch.iter().map(|d| (&d.event, receipt_key(d.published_ns))).collect();
                 let stored = captain.inner.store.insert_receipts(&rows).await;
                 drop(writer);
                 metrics::histogram!("clankie_captain_receipt_batch").record(batch.len() as f64);

@@ -11,8 +11,8 @@ use clankie_bus::{BusError, Delivery, MsgId, Schedule};
 use clankie_proto::{Subject, v1};
 use clankie_store::{Added, StoredReminder};
 
-use crate::{Captain, lane_at};
 use crate::when::{self, WhenError};
+use crate::{Captain, lane_at};
 
 /// The longest reminder text taken.
 pub const MAX_REMINDER_CHARS: usize = 300;

@@ -14,15 +14,16 @@ pub struct StoredReceipt {
 }
 
 impl Store {
-    /// Stores a receipt. With a `dedup_key` (a stream sequence, say) a second
-    /// insert of the same key is ignored; returns whether a row was written.
-    pub async fn insert_receipt(&self, receipt: &v1::Receipt, dedup_key: Option<&str>) -> Result<bool, StoreError> {
+    /// Stores a receipt. With a `key` (see [`Store::insert_receipts`]) a second insert of the
+    /// same key is ignored; without one the row takes the next id. Returns whether a row was
+    /// written.
+    pub async fn insert_receipt(&self, receipt: &v1::Receipt, key: Option<i64>) -> Result<bool, StoreError> {
         let done = sqlx::query(
-            "INSERT INTO receipts (dedup_key, kind, delivery_id, service, lane, at, ids, counts, flags, codes)
-             VALUES ($1, $2, $3, $4, $5, to_timestamp($6::double precision / 1000), $7, $8, $9, $10)
-             ON CONFLICT (dedup_key) DO NOTHING",
+            "INSERT INTO receipts (id, kind, delivery_id, service, lane, at, ids, counts, flags, codes)
+             VALUES (COALESCE($1, nextval('receipts_id_seq')), $2, $3, $4, $5, to_timestamp($6::double precision / 1000), $7, $8, $9, $10)
+             ON CONFLICT (id) DO NOTHING",
         )
-        .bind(dedup_key)
+        .bind(key)
         .bind(&receipt.kind)
         .bind(&receipt.delivery_id)
         .bind(&receipt.service)
@@ -37,25 +38,27 @@ impl Store {
         Ok(done.rows_affected() == 1)
     }
 
-    /// Stores many receipts in one statement, each under its dedup key (a second copy of a key
-    /// is ignored); returns how many rows were written. The receipts recorder writes what it
-    /// pulled together this way, instead of one round-trip each.
-    pub async fn insert_receipts(&self, batch: &[(&v1::Receipt, String)]) -> Result<u64, StoreError> {
+    /// Stores many receipts in one statement, each under its key, which becomes its row id (a
+    /// second copy of a key is ignored); returns how many rows were written. The receipts
+    /// recorder writes what it pulled together this way, instead of one round-trip each. A key
+    /// is the time in nanoseconds the receipts stream stored the receipt: a redelivery repeats
+    /// it, and it is far above any id the row sequence gives a receipt stored without a key.
+    pub async fn insert_receipts(&self, batch: &[(&v1::Receipt, i64)]) -> Result<u64, StoreError> {
         if batch.is_empty() {
             return Ok(0);
         }
         let col = |f: fn(&v1::Receipt) -> String| batch.iter().map(|(r, _)| f(r)).collect::<Vec<String>>();
         let json = |f: fn(&v1::Receipt) -> serde_json::Value| batch.iter().map(|(r, _)| f(r)).collect::<Vec<serde_json::Value>>();
         let done = sqlx::query(
-            "INSERT INTO receipts (dedup_key, kind, delivery_id, service, lane, at, ids, counts, flags, codes)
+            "INSERT INTO receipts (id, kind, delivery_id, service, lane, at, ids, counts, flags, codes)
              SELECT k, kind, d, svc, lane, to_timestamp(at_ms::double precision / 1000), ids, counts, flags,
                     ARRAY(SELECT jsonb_array_elements_text(codes))
-             FROM UNNEST($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::bigint[],
+             FROM UNNEST($1::bigint[], $2::text[], $3::text[], $4::text[], $5::text[], $6::bigint[],
                          $7::jsonb[], $8::jsonb[], $9::jsonb[], $10::jsonb[])
                   AS b(k, kind, d, svc, lane, at_ms, ids, counts, flags, codes)
-             ON CONFLICT (dedup_key) DO NOTHING",
+             ON CONFLICT (id) DO NOTHING",
         )
-        .bind(batch.iter().map(|(_, k)| k.clone()).collect::<Vec<String>>())
+        .bind(batch.iter().map(|(_, k)| *k).collect::<Vec<i64>>())
         .bind(col(|r| r.kind.clone()))
         .bind(col(|r| r.delivery_id.clone()))
         .bind(col(|r| r.service.clone()))

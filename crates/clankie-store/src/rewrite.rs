@@ -112,7 +112,8 @@ impl Store {
     /// message's context, or a thread's starter): an edit or a deletion of it reaches them too.
     pub async fn other_lanes_quoting(&self, lane: &str, message_id: u64) -> Result<Vec<String>, StoreError> {
         Ok(sqlx::query_scalar(
-            "SELECT DISTINCT lane FROM session_entries WHERE kind = 'user' AND body->'lines' @> $2::jsonb AND lane <> $1 ORDER BY lane",
+            "SELECT DISTINCT lane FROM session_entries WHERE kind = 'user' AND body ? 'lines' AND body->'lines' @> $2::jsonb AND lane <> $1
+             ORDER BY lane",
         )
         .bind(lane)
         .bind(Json(serde_json::json!([message_id])))

@@ -71,7 +71,7 @@ async fn an_exchange_is_live_only_inside_its_window() {
 }
 
 #[tokio::test]
-async fn receipts_are_stored_once_per_dedup_key_and_read_back_by_delivery() {
+async fn receipts_are_stored_once_per_key_and_read_back_by_delivery() {
     let (store, _db) = super::store().await;
     let kind = ReceiptKind::new("captain.turn").unwrap();
     let receipt = v1::Receipt::new(&kind, "captain", "77", 1_700_000_000_123)
@@ -80,8 +80,8 @@ async fn receipts_are_stored_once_per_dedup_key_and_read_back_by_delivery() {
         .with_count("input_tokens", 1200)
         .with_flag("typing_lit", true)
         .with_code("captain_turn_stalled");
-    assert!(store.insert_receipt(&receipt, Some("CLANKIE_RECEIPTS:1")).await.unwrap());
-    assert!(!store.insert_receipt(&receipt, Some("CLANKIE_RECEIPTS:1")).await.unwrap());
+    assert!(store.insert_receipt(&receipt, Some(1_796_000_000_000_000_001)).await.unwrap());
+    assert!(!store.insert_receipt(&receipt, Some(1_796_000_000_000_000_001)).await.unwrap());
     let other = v1::Receipt::new(&kind, "captain", "78", 1_700_000_000_200);
     assert!(store.insert_receipt(&other, None).await.unwrap());
     let got = store.receipts_for_delivery("77").await.unwrap();
@@ -90,7 +90,7 @@ async fn receipts_are_stored_once_per_dedup_key_and_read_back_by_delivery() {
 }
 
 #[tokio::test]
-async fn ingest_concurrency_receipts_are_stored_in_one_batch_once_per_dedup_key_and_read_back_whole() {
+async fn ingest_concurrency_receipts_are_stored_in_one_batch_once_per_key_and_read_back_whole() {
     let (store, _db) = super::store().await;
     let kind = ReceiptKind::new("captain.turn").unwrap();
     let first = v1::Receipt::new(&kind, "captain", "77", 1_700_000_000_123)
@@ -101,8 +101,9 @@ async fn ingest_concurrency_receipts_are_stored_in_one_batch_once_per_dedup_key_
         .with_code("durable")
         .with_code("replied");
     let second = v1::Receipt::new(&kind, "gateway", "77", 1_700_000_000_456);
-    let batch = vec![(&first, "receipts:1".to_owned()), (&second, "receipts:2".to_owned()), (&first, "receipts:1".to_owned())];
-    assert_eq!(store.insert_receipts(&batch).await.unwrap(), 2, "one row per dedup key");
+    let (one, two) = (1_796_000_000_000_000_001, 1_796_000_000_000_000_002);
+    let batch = vec![(&first, one), (&second, two), (&first, one)];
+    assert_eq!(store.insert_receipts(&batch).await.unwrap(), 2, "one row per key");
     assert_eq!(store.insert_receipts(&batch).await.unwrap(), 0, "a batch that comes back writes nothing twice");
     assert_eq!(store.insert_receipts(&[]).await.unwrap(), 0);
     let got: Vec<v1::Receipt> = store.receipts_for_delivery("77").await.unwrap().into_iter().map(|r| r.receipt).collect();
