@@ -5,8 +5,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 
-use clankie_bench::figures::percentile;
 use crate::rig::{bare_captain, bare_captains};
+use clankie_bench::figures::percentile;
 
 /// `admissions`, named only: the flood at one captain and at two, then the admit latency at 1,000 a second.
 pub(crate) async fn report() -> Result<()> {

@@ -50,3 +50,22 @@ pub async fn jetstream_bytes(bus: &clankie_bus::Bus) -> anyhow::Result<u64> {
     }
     Ok(total)
 }
+
+/// Each table's bytes on disk (with its TOAST) and each index's, by name, so a day can say
+/// where its bytes went.
+pub async fn relation_bytes(pool: &sqlx::PgPool) -> anyhow::Result<std::collections::BTreeMap<String, i64>> {
+    let rows: Vec<(String, String, i64)> = sqlx::query_as(
+        "SELECT CASE c.relkind WHEN 'i' THEN 'index' ELSE 'table' END, c.relname::text,
+                CASE c.relkind WHEN 'i' THEN pg_relation_size(c.oid) ELSE pg_table_size(c.oid) END
+         FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+         WHERE n.nspname = 'public' AND c.relkind IN ('r', 'i')",
+    )
+    .fetch_all(pool)
+    .await?;
+    Ok(rows.into_iter().map(|(kind, name, bytes)| (format!("{kind} {name}"), bytes)).collect())
+}
+
+/// How many receipts of each kind the store holds, by kind.
+pub async fn receipt_kinds(pool: &sqlx::PgPool) -> anyhow::Result<Vec<(String, i64)>> {
+    Ok(sqlx::query_as("SELECT kind, count(*) FROM receipts GROUP BY kind ORDER BY count(*) DESC").fetch_all(pool).await?)
+}

@@ -98,8 +98,18 @@ pub async fn run(config: &DayConfig, clankie: &Path) -> Result<Report> {
     let before: Vec<ProcSample> = pids.iter().map(|(_, p)| sample(*p).unwrap_or_default()).collect();
     let (pg_before, js_before) = (measure::database_bytes(store.pool()).await?, measure::jetstream_bytes(&bus).await?);
 
+    // Halfway through, what the store holds is the start of steady state; it is then vacuumed as
+    // autovacuum would, so space rows updated in the first half left is reused by the second.
+    let (half_tx, half_rx) = tokio::sync::oneshot::channel::<usize>();
+    let pool = store.pool().clone();
+    let midpoint = tokio::spawn(async move {
+        let sent = half_rx.await?;
+        let held = (sent, measure::database_bytes(&pool).await?, measure::relation_bytes(&pool).await?);
+        sqlx::query("VACUUM").execute(&pool).await?;
+        anyhow::Ok(held)
+    });
     let started = Instant::now();
-    let sent = drive(config, &places, &discord, &standin).await;
+    let sent = drive(config, &places, &discord, &standin, half_tx).await;
     let without = settle(&store, &sent, config.drain).await?;
     let took = started.elapsed();
 
@@ -107,6 +117,20 @@ pub async fn run(config: &DayConfig, clankie: &Path) -> Result<Report> {
     let week = Duration::from_secs(7 * 24 * 3600);
     store.sweep(&clankie_store::Retention { receipts: week, records: week, replaced_entries: week, batch: 5_000 }).await?;
     let pg_after = measure::database_bytes(store.pool()).await?;
+    let (sent_at_half, pg_half, relations_half) = midpoint.await??;
+    let second_half = sent.len().saturating_sub(sent_at_half).max(1) as f64;
+    let mut pg_by_relation: Vec<(String, f64)> = measure::relation_bytes(store.pool())
+        .await?
+        .into_iter()
+        .map(|(name, after)| {
+            let grew = after - relations_half.get(&name).copied().unwrap_or(0);
+            (name, grew as f64 / second_half)
+        })
+        .filter(|(_, per)| *per >= 10.0)
+        .collect();
+    pg_by_relation.sort_by(|a, b| b.1.total_cmp(&a.1));
+    let receipts_by_kind =
+        measure::receipt_kinds(store.pool()).await?.into_iter().map(|(kind, n)| (kind, n as f64 / sent.len() as f64)).collect();
     let js_after = measure::jetstream_bytes(&bus).await?;
     let mut first_words = first_words(&discord, &sent);
     first_words.sort_by(f64::total_cmp);
@@ -128,7 +152,10 @@ pub async fn run(config: &DayConfig, clankie: &Path) -> Result<Report> {
         lanes: config.lanes,
         messages: sent.len(),
         services,
-        pg_bytes_per_message: (pg_after - pg_before) as f64 / sent.len() as f64,
+        pg_bytes_per_message: (pg_after - pg_half) as f64 / second_half,
+        pg_bytes_per_message_whole_day: (pg_after - pg_before) as f64 / sent.len() as f64,
+        pg_by_relation,
+        receipts_by_kind,
         jetstream_bytes_per_message: js_after.saturating_sub(js_before) as f64 / sent.len() as f64,
         sustained_per_s: sent.len() as f64 / took.as_secs_f64(),
         first_word_p50_ms: crate::figures::percentile(&first_words, 0.50),
@@ -193,7 +220,15 @@ impl Env<'_> {
 }
 
 /// Writes the day's messages at its rate; returns what was sent.
-async fn drive(config: &DayConfig, places: &Places, discord: &Loopback, standin: &StandIn) -> Vec<Sent> {
+/// `half` is told how many were sent once half the day's messages are.
+async fn drive(
+    config: &DayConfig,
+    places: &Places,
+    discord: &Loopback,
+    standin: &StandIn,
+    half: tokio::sync::oneshot::Sender<usize>,
+) -> Vec<Sent> {
+    let mut half = Some(half);
     let mut random = Random::new(config.seed);
     let mut sent: Vec<Sent> = Vec::with_capacity(config.messages);
     let mut last_in: HashMap<u64, u64> = HashMap::new();
@@ -222,6 +257,11 @@ async fn drive(config: &DayConfig, places: &Places, discord: &Loopback, standin:
         }
         if i.is_multiple_of(1_000) {
             standin.forget_requests();
+        }
+        if sent.len() >= config.messages / 2
+            && let Some(half) = half.take()
+        {
+            let _ = half.send(sent.len());
         }
     }
     sent

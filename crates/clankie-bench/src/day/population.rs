@@ -7,8 +7,12 @@ use clankie_discord_loopback::{ChannelSpec, LoopbackConfig, NewAttachment, NewMe
 
 /// Gateway shards, and so guilds: one per shard.
 pub const SHARDS: u32 = 16;
-/// Guild channels at most; lanes past this many are DMs.
-pub const MAX_CHANNELS: usize = 2_000;
+/// The community's busy guild channels, the same at every scale; lanes past these are DMs.
+/// A scale's messages then have one shape (the same rooms, the same share of DMs) and only
+/// the lanes held differ, so CPU per message against lanes measures what holding lanes costs.
+pub const CHANNELS: usize = 500;
+/// Of the messages to him, the share in a guild channel (a mention) rather than a DM, in tenths.
+const MENTION_TENTHS: u64 = 7;
 /// Members the authors are drawn from.
 pub const MEMBERS: u64 = 100_000;
 /// The first guild channel's id, and the first DM channel's.
@@ -25,8 +29,8 @@ pub struct Places {
 impl Places {
     /// `lanes` places: guild channels first, spread over the shards' guilds, then DMs.
     pub fn for_lanes(lanes: usize) -> Places {
-        let channels = (0..lanes.min(MAX_CHANNELS) as u64).map(|i| (guild_of(i % u64::from(SHARDS)), FIRST_CHANNEL + i)).collect();
-        let dms = (0..lanes.saturating_sub(MAX_CHANNELS) as u64).map(|i| FIRST_DM + i).collect();
+        let channels = (0..lanes.min(CHANNELS) as u64).map(|i| (guild_of(i % u64::from(SHARDS)), FIRST_CHANNEL + i)).collect();
+        let dms = (0..lanes.saturating_sub(CHANNELS) as u64).map(|i| FIRST_DM + i).collect();
         Places { channels, dms }
     }
 
@@ -115,12 +119,12 @@ pub fn step(
         return Step::Delete { nth: random.below(sent as u64) as usize };
     }
     let author = format!("member{}", random.below(MEMBERS));
-    // About one in ten to him: a mention in a channel, or a DM.
+    // About one in ten to him: seven in ten of those a mention in a channel, the rest a DM.
     if random.below(10) == 0 {
-        let lane = random.below(places.lanes() as u64) as usize;
-        let (channel, mention) = match places.channels.get(lane) {
-            Some((_, c)) => (*c, true),
-            None => (places.dms[lane - places.channels.len()], false),
+        let (channel, mention) = if places.dms.is_empty() || random.below(10) < MENTION_TENTHS {
+            (places.channels[random.below(places.channels.len() as u64) as usize].1, true)
+        } else {
+            (places.dms[random.below(places.dms.len() as u64) as usize], false)
         };
         let content = if mention { format!("@Clankie what about {i}?") } else { format!("hey, about {i}?") };
         let attachments = if random.below(20) == 0 { vec![picture()] } else { Vec::new() };

@@ -15,7 +15,17 @@ pub struct Report {
     pub lanes: usize,
     pub messages: usize,
     pub services: Vec<ServiceFigures>,
+    /// PostgreSQL's growth a message at steady state: over the day's second half, after the
+    /// store was vacuumed at its midpoint as autovacuum would, so rows updated in place cost
+    /// what they hold rather than their dead versions too.
     pub pg_bytes_per_message: f64,
+    /// The growth a message over the whole day, from an empty start, with nothing vacuumed.
+    pub pg_bytes_per_message_whole_day: f64,
+    /// Where PostgreSQL's bytes went at steady state: each table (without its indexes) and each
+    /// index that grew by at least 10 bytes a message, largest first.
+    pub pg_by_relation: Vec<(String, f64)>,
+    /// Receipts a message, by kind, largest first.
+    pub receipts_by_kind: Vec<(String, f64)>,
     pub jetstream_bytes_per_message: f64,
     pub sustained_per_s: f64,
     pub first_word_p50_ms: f64,
@@ -38,9 +48,16 @@ impl Report {
             format!("day_{l}_lanes_first_word_p99_ms: {:.0}", self.first_word_p99_ms),
             format!("day_{l}_lanes_answered: {} of {}", self.answered, self.to_him),
             format!("day_{l}_lanes_postgres_bytes_per_message: {:.0}", self.pg_bytes_per_message),
+            format!("day_{l}_lanes_postgres_bytes_per_message_whole_day: {:.0}", self.pg_bytes_per_message_whole_day),
             format!("day_{l}_lanes_jetstream_bytes_per_message: {:.0}", self.jetstream_bytes_per_message),
             format!("day_{l}_lanes_without_outcome: {}", self.without_outcome),
         ];
+        for (relation, bytes) in &self.pg_by_relation {
+            out.push(format!("day_{l}_lanes_postgres_bytes_per_message[{relation}]: {bytes:.0}"));
+        }
+        for (kind, per) in &self.receipts_by_kind {
+            out.push(format!("day_{l}_lanes_receipts_per_message[{kind}]: {per:.3}"));
+        }
         for s in &self.services {
             out.push(format!("day_{l}_lanes_cpu_s_per_1000_messages[{}]: {:.2}", s.name, s.cpu_s_per_1000));
             out.push(format!("day_{l}_lanes_peak_rss_mib[{}]: {:.1}", s.name, s.peak_rss_mib));
@@ -49,4 +66,3 @@ impl Report {
         out
     }
 }
-

@@ -16,6 +16,7 @@ async fn day_short_mode_every_message_has_its_outcome_and_the_report_has_every_f
     assert!(report.answered * 10 >= report.to_him * 9, "he answered {} of {}", report.answered, report.to_him);
     assert!(report.first_word_p50_ms > 0.0 && report.first_word_p99_ms >= report.first_word_p50_ms);
     assert!(report.pg_bytes_per_message > 0.0 && report.jetstream_bytes_per_message > 0.0);
+    assert!(report.pg_by_relation.iter().any(|(name, _)| name == "table receipts"), "where the bytes went: {:?}", report.pg_by_relation);
     assert!(report.sustained_per_s > 0.0);
     let names: Vec<&str> = report.services.iter().map(|s| s.name).collect();
     assert_eq!(names, SERVICES, "a figure for every service");
