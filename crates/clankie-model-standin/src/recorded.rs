@@ -38,6 +38,11 @@ impl RecordedRequest {
         self.messages().iter().map(message_text).collect::<Vec<_>>().join("\n")
     }
 
+    /// The last message's text: what a model answers, where the rest is what it was shown.
+    pub fn last_text(&self) -> String {
+        self.messages().last().map(message_text).unwrap_or_default()
+    }
+
     /// How many times `needle` occurs across the messages.
     pub fn count(&self, needle: &str) -> usize {
         self.all_text().matches(needle).count()

@@ -10,6 +10,9 @@ pub struct Script {
     /// Only a request whose messages contain this text takes the script.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub when_request_contains: Option<String>,
+    /// Only a request whose last message contains this text takes the script.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub when_last_message_contains: Option<String>,
     /// What that request is answered.
     pub reply: Reply,
 }
@@ -100,11 +103,17 @@ impl Reply {
 impl Script {
     /// A script any request takes.
     pub fn any(reply: Reply) -> Script {
-        Script { when_request_contains: None, reply }
+        Script { when_request_contains: None, when_last_message_contains: None, reply }
     }
 
     /// A script only a request mentioning `needle` takes.
     pub fn when(needle: impl Into<String>, reply: Reply) -> Script {
-        Script { when_request_contains: Some(needle.into()), reply }
+        Script { when_request_contains: Some(needle.into()), when_last_message_contains: None, reply }
+    }
+
+    /// A script only a request whose last message mentions `needle` takes: what a model is
+    /// asked now, not what it was shown before.
+    pub fn when_last(needle: impl Into<String>, reply: Reply) -> Script {
+        Script { when_request_contains: None, when_last_message_contains: Some(needle.into()), reply }
     }
 }

@@ -49,8 +49,11 @@ impl Shared {
 
     fn take(&self, request: &RecordedRequest) -> Reply {
         let mut inner = self.lock();
-        let text = request.all_text();
-        let pos = inner.scripts.iter().position(|s| s.when_request_contains.as_ref().is_none_or(|n| text.contains(n.as_str())));
+        let (text, last) = (request.all_text(), request.last_text());
+        let pos = inner.scripts.iter().position(|s| {
+            s.when_request_contains.as_ref().is_none_or(|n| text.contains(n.as_str()))
+                && s.when_last_message_contains.as_ref().is_none_or(|n| last.contains(n.as_str()))
+        });
         match pos {
             Some(i) => inner.scripts.remove(i).reply,
             None => Reply::text("ok"),

@@ -72,15 +72,20 @@ pub async fn run(config: &DayConfig, clankie: &Path) -> Result<Report> {
     population::seed_lanes(store.pool(), &places).await.context("seeding the lanes")?;
     let discord = Loopback::serve("127.0.0.1:0".parse()?, places.loopback()).await?;
     let standin = StandIn::start().await?;
+    // As a model in a busy room would: it answers what is asked of it, and stays silent when a
+    // live exchange admits chatter not meant for it (silent lets the exchange age out).
+    let thinking = |text: &str| Reply::Text {
+        text: text.into(),
+        chunk_chars: 64,
+        chunk_delay_ms: 0,
+        first_delay_ms: config.think_ms,
+        tail_delay_ms: 0,
+    };
     for _ in 0..config.messages / 5 {
-        let reply = Reply::Text {
-            text: "Sure, noted.".into(),
-            chunk_chars: 64,
-            chunk_delay_ms: 0,
-            first_delay_ms: config.think_ms,
-            tail_delay_ms: 0,
-        };
-        standin.script(Script::any(reply));
+        standin.script(Script::when_last(population::HIS_NAME, thinking("Sure, noted.")));
+    }
+    for _ in 0..config.messages / 2 {
+        standin.script(Script::any(thinking(clankie_agent::silence::SILENT_TOKEN)));
     }
     let env = Env { nats: nats.url(), db: db.url().to_owned(), dir: dir.path().to_owned(), discord: &discord, model: standin.base_url() };
     let mut children: Vec<(&'static str, Child)> = Vec::new();
@@ -98,18 +103,20 @@ pub async fn run(config: &DayConfig, clankie: &Path) -> Result<Report> {
     let before: Vec<ProcSample> = pids.iter().map(|(_, p)| sample(*p).unwrap_or_default()).collect();
     let (pg_before, js_before) = (measure::database_bytes(store.pool()).await?, measure::jetstream_bytes(&bus).await?);
 
-    // Halfway through, what the store holds is the start of steady state; it is then vacuumed as
-    // autovacuum would, so space rows updated in the first half left is reused by the second.
-    let (half_tx, half_rx) = tokio::sync::oneshot::channel::<usize>();
-    let pool = store.pool().clone();
+    // Halfway through, the store is vacuumed as autovacuum would, so space that rows updated in
+    // the first half left is reused by the second; what it holds then (its tables' free space
+    // maps made) is the start of steady state, and the messages sent by then are counted.
+    let (half_tx, half_rx) = tokio::sync::oneshot::channel::<()>();
+    let counted = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let (pool, sent_by_then) = (store.pool().clone(), counted.clone());
     let midpoint = tokio::spawn(async move {
-        let sent = half_rx.await?;
-        let held = (sent, measure::database_bytes(&pool).await?, measure::relation_bytes(&pool).await?);
+        half_rx.await?;
         sqlx::query("VACUUM").execute(&pool).await?;
-        anyhow::Ok(held)
+        let bytes = (measure::database_bytes(&pool).await?, measure::relation_bytes(&pool).await?);
+        anyhow::Ok((sent_by_then.load(std::sync::atomic::Ordering::SeqCst), bytes.0, bytes.1))
     });
     let started = Instant::now();
-    let sent = drive(config, &places, &discord, &standin, half_tx).await;
+    let sent = drive(config, &places, &discord, &standin, (half_tx, &counted)).await;
     let without = settle(&store, &sent, config.drain).await?;
     let took = started.elapsed();
 
@@ -152,6 +159,7 @@ pub async fn run(config: &DayConfig, clankie: &Path) -> Result<Report> {
         lanes: config.lanes,
         messages: sent.len(),
         services,
+        cpu_resolution_s_per_1000: 2.0 / hz / thousands,
         pg_bytes_per_message: (pg_after - pg_half) as f64 / second_half,
         pg_bytes_per_message_whole_day: (pg_after - pg_before) as f64 / sent.len() as f64,
         pg_by_relation,
@@ -220,14 +228,15 @@ impl Env<'_> {
 }
 
 /// Writes the day's messages at its rate; returns what was sent.
-/// `half` is told how many were sent once half the day's messages are.
+/// `progress` is told once half the day's messages are sent, and counts every one sent.
 async fn drive(
     config: &DayConfig,
     places: &Places,
     discord: &Loopback,
     standin: &StandIn,
-    half: tokio::sync::oneshot::Sender<usize>,
+    progress: (tokio::sync::oneshot::Sender<()>, &std::sync::atomic::AtomicUsize),
 ) -> Vec<Sent> {
+    let (half, counted) = progress;
     let mut half = Some(half);
     let mut random = Random::new(config.seed);
     let mut sent: Vec<Sent> = Vec::with_capacity(config.messages);
@@ -245,6 +254,7 @@ async fn drive(
                 let id = discord.user_message(message);
                 last_in.insert(channel, id);
                 sent.push(Sent { id, channel, at_ms: clankie_bus::now_ms(), to_him, deleted: false });
+                counted.store(sent.len(), std::sync::atomic::Ordering::SeqCst);
             }
             Step::Edit { nth } => {
                 discord.user_edit(sent[nth].id, format!("edited {i}"));
@@ -261,7 +271,7 @@ async fn drive(
         if sent.len() >= config.messages / 2
             && let Some(half) = half.take()
         {
-            let _ = half.send(sent.len());
+            let _ = half.send(());
         }
     }
     sent

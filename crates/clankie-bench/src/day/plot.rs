@@ -62,7 +62,9 @@ pub fn svg(reports: &[Report]) -> String {
 }
 
 /// Each goal, held or not, as `name: value` lines: every service's curve flat within 20%,
-/// PostgreSQL at most 2 KB a message, and every message its outcome.
+/// PostgreSQL at most 2 KB a message, and every message its outcome. A service that costs next
+/// to nothing a message (the voice floor, media) is flat when its scales differ by no more
+/// than the kernel's clock can tell apart: two ticks a scale.
 pub fn verdict(reports: &[Report]) -> Vec<String> {
     let mut lines = Vec::new();
     let names: Vec<&str> = reports.first().map(|r| r.services.iter().map(|s| s.name).collect()).unwrap_or_default();
@@ -71,11 +73,53 @@ pub fn verdict(reports: &[Report]) -> Vec<String> {
             reports.iter().filter_map(|r| r.services.iter().find(|s| s.name == name)).map(|s| s.cpu_s_per_1000).collect();
         let (min, max) = values.iter().fold((f64::MAX, 0.0_f64), |(lo, hi), v| (lo.min(*v), hi.max(*v)));
         let spread = if min > 0.0 { max / min - 1.0 } else { 0.0 };
-        let held = if spread <= FLAT_WITHIN { "flat" } else { "not flat" };
-        lines.push(format!("day_curve_spread[{name}]: {:.0}% ({held} within {:.0}%)", spread * 100.0, FLAT_WITHIN * 100.0));
+        let resolution = reports.iter().map(|r| r.cpu_resolution_s_per_1000).fold(0.0_f64, f64::max);
+        let within = FLAT_WITHIN * 100.0;
+        let held = match (spread <= FLAT_WITHIN, max - min <= resolution) {
+            (true, _) => format!("flat within {within:.0}%"),
+            (false, true) => "flat: the scales differ by no more than the clock's two ticks".to_owned(),
+            (false, false) => format!("not flat within {within:.0}%"),
+        };
+        lines.push(format!("day_curve_spread[{name}]: {:.0}% ({held})", spread * 100.0));
     }
     let pg = reports.iter().map(|r| r.pg_bytes_per_message).fold(0.0_f64, f64::max);
     lines.push(format!("day_postgres_bytes_per_message_most: {pg:.0} (goal at most {PG_BYTES_GOAL:.0})"));
     lines.push(format!("day_without_outcome_total: {}", reports.iter().map(|r| r.without_outcome).sum::<usize>()));
     lines
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::day::ServiceFigures;
+
+    fn report(lanes: usize, cpu: f64) -> Report {
+        Report {
+            lanes,
+            messages: 10_000,
+            services: vec![ServiceFigures { name: "voice-floor", cpu_s_per_1000: cpu, peak_rss_mib: 1.0, end_rss_mib: 1.0 }],
+            cpu_resolution_s_per_1000: 0.002,
+            pg_bytes_per_message: 0.0,
+            pg_bytes_per_message_whole_day: 0.0,
+            pg_by_relation: Vec::new(),
+            receipts_by_kind: Vec::new(),
+            jetstream_bytes_per_message: 0.0,
+            sustained_per_s: 0.0,
+            first_word_p50_ms: 0.0,
+            first_word_p99_ms: 0.0,
+            answered: 0,
+            to_him: 0,
+            without_outcome: 0,
+        }
+    }
+
+    #[test]
+    fn day_curve_a_spread_the_clock_cannot_tell_apart_is_flat_and_a_real_one_is_not() {
+        let idle = verdict(&[report(1_000, 0.009), report(100_000, 0.011)]);
+        assert!(idle[0].contains("22%") && idle[0].contains("the clock's two ticks"), "{idle:?}");
+        let busy = verdict(&[report(1_000, 1.0), report(100_000, 1.5)]);
+        assert!(busy[0].contains("not flat within 20%"), "{busy:?}");
+        let near = verdict(&[report(1_000, 1.0), report(100_000, 1.1)]);
+        assert!(near[0].contains("(flat within 20%)"), "{near:?}");
+    }
 }

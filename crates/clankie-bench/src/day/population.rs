@@ -11,6 +11,8 @@ pub const SHARDS: u32 = 16;
 /// A scale's messages then have one shape (the same rooms, the same share of DMs) and only
 /// the lanes held differ, so CPU per message against lanes measures what holding lanes costs.
 pub const CHANNELS: usize = 500;
+/// The name every message to him carries, in a mention or a DM.
+pub const HIS_NAME: &str = "Clankie";
 /// Of the messages to him, the share in a guild channel (a mention) rather than a DM, in tenths.
 const MENTION_TENTHS: u64 = 7;
 /// Members the authors are drawn from.
@@ -126,7 +128,7 @@ pub fn step(
         } else {
             (places.dms[random.below(places.dms.len() as u64) as usize], false)
         };
-        let content = if mention { format!("@Clankie what about {i}?") } else { format!("hey, about {i}?") };
+        let content = if mention { format!("@{HIS_NAME} what about {i}?") } else { format!("hey {HIS_NAME}, about {i}?") };
         let attachments = if random.below(20) == 0 { vec![picture()] } else { Vec::new() };
         return Step::Say {
             message: NewMessage { channel_id: channel, author, content, mention, attachments, ..Default::default() },

@@ -15,6 +15,9 @@ pub struct Report {
     pub lanes: usize,
     pub messages: usize,
     pub services: Vec<ServiceFigures>,
+    /// The least difference in CPU-seconds per 1,000 messages the kernel's clock can show: two
+    /// ticks (one at each reading) over the day's messages.
+    pub cpu_resolution_s_per_1000: f64,
     /// PostgreSQL's growth a message at steady state: over the day's second half, after the
     /// store was vacuumed at its midpoint as autovacuum would, so rows updated in place cost
     /// what they hold rather than their dead versions too.
@@ -59,7 +62,7 @@ impl Report {
             out.push(format!("day_{l}_lanes_receipts_per_message[{kind}]: {per:.3}"));
         }
         for s in &self.services {
-            out.push(format!("day_{l}_lanes_cpu_s_per_1000_messages[{}]: {:.2}", s.name, s.cpu_s_per_1000));
+            out.push(format!("day_{l}_lanes_cpu_s_per_1000_messages[{}]: {:.3}", s.name, s.cpu_s_per_1000));
             out.push(format!("day_{l}_lanes_peak_rss_mib[{}]: {:.1}", s.name, s.peak_rss_mib));
             out.push(format!("day_{l}_lanes_end_rss_mib[{}]: {:.1}", s.name, s.end_rss_mib));
         }
