@@ -65,6 +65,26 @@ pub async fn relation_bytes(pool: &sqlx::PgPool) -> anyhow::Result<std::collecti
     Ok(rows.into_iter().map(|(kind, name, bytes)| (format!("{kind} {name}"), bytes)).collect())
 }
 
+/// Each relation's growth since `before`, a message of `messages`, where it is at least 10
+/// bytes a message, largest first.
+pub async fn relations_grown(
+    pool: &sqlx::PgPool,
+    before: &std::collections::BTreeMap<String, i64>,
+    messages: f64,
+) -> anyhow::Result<Vec<(String, f64)>> {
+    let mut grown: Vec<(String, f64)> = relation_bytes(pool)
+        .await?
+        .into_iter()
+        .map(|(name, after)| {
+            let grew = after - before.get(&name).copied().unwrap_or(0);
+            (name, grew as f64 / messages)
+        })
+        .filter(|(_, per)| *per >= 10.0)
+        .collect();
+    grown.sort_by(|a, b| b.1.total_cmp(&a.1));
+    Ok(grown)
+}
+
 /// How many receipts of each kind the store holds, by kind.
 pub async fn receipt_kinds(pool: &sqlx::PgPool) -> anyhow::Result<Vec<(String, i64)>> {
     Ok(sqlx::query_as("SELECT kind, count(*) FROM receipts GROUP BY kind ORDER BY count(*) DESC").fetch_all(pool).await?)

@@ -60,20 +60,9 @@ struct Sent {
     deleted: bool,
 }
 
-/// Runs one day against the `clankie` binary at `clankie`.
-pub async fn run(config: &DayConfig, clankie: &Path) -> Result<Report> {
-    let (nats, db, dir) = (TestNats::start()?, TestDb::create().await, TestDir::new());
-    let settings = clankie_settings::Settings::for_endpoints(&nats.url(), db.url(), dir.path())?;
-    let store = clankie_store::Store::connect(db.url()).await?;
-    store.migrate().await?;
-    let bus = clankie_bus::Bus::connect(&settings, "bench").await?;
-    bus.ensure_streams().await?;
-    let places = Places::for_lanes(config.lanes);
-    population::seed_lanes(store.pool(), &places).await.context("seeding the lanes")?;
-    let discord = Loopback::serve("127.0.0.1:0".parse()?, places.loopback()).await?;
-    let standin = StandIn::start().await?;
-    // As a model in a busy room would: it answers what is asked of it, and stays silent when a
-    // live exchange admits chatter not meant for it (silent lets the exchange age out).
+/// Scripts the model as one in a busy room: it answers what is asked of it, and stays silent
+/// when a live exchange admits chatter not meant for it (silent lets the exchange age out).
+fn script_model(standin: &StandIn, config: &DayConfig) {
     let thinking = |text: &str| Reply::Text {
         text: text.into(),
         chunk_chars: 64,
@@ -87,6 +76,21 @@ pub async fn run(config: &DayConfig, clankie: &Path) -> Result<Report> {
     for _ in 0..config.messages / 2 {
         standin.script(Script::any(thinking(clankie_agent::silence::SILENT_TOKEN)));
     }
+}
+
+/// Runs one day against the `clankie` binary at `clankie`.
+pub async fn run(config: &DayConfig, clankie: &Path) -> Result<Report> {
+    let (nats, db, dir) = (TestNats::start()?, TestDb::create().await, TestDir::new());
+    let settings = clankie_settings::Settings::for_endpoints(&nats.url(), db.url(), dir.path())?;
+    let store = clankie_store::Store::connect(db.url()).await?;
+    store.migrate().await?;
+    let bus = clankie_bus::Bus::connect(&settings, "bench").await?;
+    bus.ensure_streams().await?;
+    let places = Places::for_lanes(config.lanes);
+    population::seed_lanes(store.pool(), &places).await.context("seeding the lanes")?;
+    let discord = Loopback::serve("127.0.0.1:0".parse()?, places.loopback()).await?;
+    let standin = StandIn::start().await?;
+    script_model(&standin, config);
     let env = Env { nats: nats.url(), db: db.url().to_owned(), dir: dir.path().to_owned(), discord: &discord, model: standin.base_url() };
     let mut children: Vec<(&'static str, Child)> = Vec::new();
     for name in SERVICES {
@@ -126,16 +130,7 @@ pub async fn run(config: &DayConfig, clankie: &Path) -> Result<Report> {
     let pg_after = measure::database_bytes(store.pool()).await?;
     let (sent_at_half, pg_half, relations_half) = midpoint.await??;
     let second_half = sent.len().saturating_sub(sent_at_half).max(1) as f64;
-    let mut pg_by_relation: Vec<(String, f64)> = measure::relation_bytes(store.pool())
-        .await?
-        .into_iter()
-        .map(|(name, after)| {
-            let grew = after - relations_half.get(&name).copied().unwrap_or(0);
-            (name, grew as f64 / second_half)
-        })
-        .filter(|(_, per)| *per >= 10.0)
-        .collect();
-    pg_by_relation.sort_by(|a, b| b.1.total_cmp(&a.1));
+    let pg_by_relation = measure::relations_grown(store.pool(), &relations_half, second_half).await?;
     let receipts_by_kind =
         measure::receipt_kinds(store.pool()).await?.into_iter().map(|(kind, n)| (kind, n as f64 / sent.len() as f64)).collect();
     let js_after = measure::jetstream_bytes(&bus).await?;
