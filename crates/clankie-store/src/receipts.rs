@@ -13,9 +13,30 @@ pub struct StoredReceipt {
     pub receipt: v1::Receipt,
 }
 
+// What a stored receipt keeps: the ids, counts and flags that say something. A count of zero,
+// a flag that is false and an empty id are left out, as protobuf leaves out a zero field, so a
+// reader takes an absent count as 0 and an absent flag as false. Zeros were a third of a
+// receipt's bytes, and receipts are most of the store's growth per message.
+
+/// The ids of `r` that are not empty.
+fn said_ids(r: &v1::Receipt) -> HashMap<&str, &str> {
+    r.ids.iter().filter(|(_, v)| !v.is_empty()).map(|(k, v)| (k.as_str(), v.as_str())).collect()
+}
+
+/// The counts of `r` that are not zero.
+fn said_counts(r: &v1::Receipt) -> HashMap<&str, i64> {
+    r.counts.iter().filter(|(_, v)| **v != 0).map(|(k, v)| (k.as_str(), *v)).collect()
+}
+
+/// The flags of `r` that are set.
+fn said_flags(r: &v1::Receipt) -> HashMap<&str, bool> {
+    r.flags.iter().filter(|(_, v)| **v).map(|(k, _)| (k.as_str(), true)).collect()
+}
+
 impl Store {
-    /// Stores a receipt. With a `key` (see [`Store::insert_receipts`]) a second insert of the
-    /// same key is ignored; without one the row takes the next id. Returns whether a row was
+    /// Stores a receipt, keeping only the ids, counts and flags that say something: no zero
+    /// count, false flag or empty id. With a `key` (see [`Store::insert_receipts`]) a second
+    /// insert of the same key is ignored; without one the row takes the next id. Returns whether a row was
     /// written.
     pub async fn insert_receipt(&self, receipt: &v1::Receipt, key: Option<i64>) -> Result<bool, StoreError> {
         let done = sqlx::query(
@@ -29,9 +50,9 @@ impl Store {
         .bind(&receipt.service)
         .bind(&receipt.lane)
         .bind(receipt.at_ms)
-        .bind(Json(&receipt.ids))
-        .bind(Json(&receipt.counts))
-        .bind(Json(&receipt.flags))
+        .bind(Json(said_ids(receipt)))
+        .bind(Json(said_counts(receipt)))
+        .bind(Json(said_flags(receipt)))
         .bind(&receipt.codes)
         .execute(&self.pool)
         .await?;
@@ -64,9 +85,9 @@ impl Store {
         .bind(col(|r| r.service.clone()))
         .bind(col(|r| r.lane.clone()))
         .bind(batch.iter().map(|(r, _)| r.at_ms).collect::<Vec<i64>>())
-        .bind(json(|r| serde_json::json!(r.ids)))
-        .bind(json(|r| serde_json::json!(r.counts)))
-        .bind(json(|r| serde_json::json!(r.flags)))
+        .bind(json(|r| serde_json::json!(said_ids(r))))
+        .bind(json(|r| serde_json::json!(said_counts(r))))
+        .bind(json(|r| serde_json::json!(said_flags(r))))
         .bind(json(|r| serde_json::json!(r.codes)))
         .execute(&self.pool)
         .await?;

@@ -66,7 +66,7 @@ macro_rules! lane_view_sql {
     SELECT l.lane, l.epoch,
            COALESCE(CASE WHEN l.lease_expires_at > now() THEN l.lease_owner END, r.ids->>'replica') AS replica,
            (l.lease_owner IS NOT NULL AND l.lease_expires_at > now() AND t_open.turn_id IS NOT NULL) AS running,
-           (r.flags->>'cold')::boolean AS cold,
+           CASE WHEN r.flags IS NOT NULL THEN COALESCE((r.flags->>'cold')::boolean, false) END AS cold,
            t_end.outcome AS last_outcome,
            (extract(epoch from t_end.ended_at) * 1000)::bigint AS last_at_ms,
            CASE WHEN l.quiet_until > now() THEN (extract(epoch from l.quiet_until) * 1000)::bigint END AS quiet_until_ms,

@@ -94,8 +94,9 @@ async fn anthropic_a_durable_lanes_turns_read_their_prompt_from_the_cache_presen
     };
     let last = &receipts.last().expect("turn receipts").0;
     let request = rig.standin.requests().pop().unwrap();
-    assert_eq!(last["cached_input_tokens"].as_u64(), Some(request.cached_estimate), "{last}");
-    assert_eq!(last["cache_write_input_tokens"].as_u64(), Some(request.cache_write_estimate), "{last}");
+    // The store leaves a zero count out.
+    assert_eq!(last["cached_input_tokens"].as_u64().unwrap_or(0), request.cached_estimate, "{last}");
+    assert_eq!(last["cache_write_input_tokens"].as_u64().unwrap_or(0), request.cache_write_estimate, "{last}");
     // The console's lanes view shows the lane's cached share, from the same counts.
     let lane = clankie_proto::LaneKey::Room { guild, channel: GENERAL }.to_string();
     let view = store.lane_view(&lane).await.unwrap().expect("the lane's view");

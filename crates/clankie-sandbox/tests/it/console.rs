@@ -247,7 +247,7 @@ async fn console_approving_a_proposal_in_the_page_reaches_the_next_request_of_a_
     let last = rig.standin.requests().pop().unwrap();
     assert_eq!(last.messages()[0]["content"].as_str().unwrap().matches(fact).count(), 1, "the system prompt holds the approved memory");
     assert!(last.count("hello ada") >= 1, "the lane went on from its session");
-    let cold: Vec<Option<String>> = sqlx::query_scalar("SELECT flags->>'cold' FROM receipts WHERE kind = 'captain.run' ORDER BY id")
+    let cold: Vec<Option<String>> = sqlx::query_scalar("SELECT coalesce(flags->>'cold', 'false') FROM receipts WHERE kind = 'captain.run' ORDER BY id")
         .fetch_all(store.pool())
         .await
         .unwrap();

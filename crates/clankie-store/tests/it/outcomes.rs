@@ -164,3 +164,19 @@ async fn flood_guard_a_backlog_admitted_in_one_burst_is_counted_by_when_it_was_w
     assert_eq!(admitted, 25, "a backlog written at 20 a minute was taken for a flood");
     assert_eq!(flooded, 20, "the 21st message of a 10 s burst was admitted");
 }
+
+#[tokio::test]
+async fn a_stored_receipt_keeps_what_it_says_and_leaves_its_zeros_out() {
+    let (store, _db) = super::store().await;
+    let kind = ReceiptKind::new("gateway.ingress").unwrap();
+    let said = v1::Receipt::new(&kind, "gateway", "79", 1_700_000_000_123).with_id("channel", "10").with_count("chars", 24).with_flag("thread", true);
+    let with_zeros = said.clone().with_id("thread", "").with_count("quoted", 0).with_flag("duplicate", false);
+    assert!(store.insert_receipt(&with_zeros, Some(1_796_000_000_000_000_079)).await.unwrap());
+    let (zeros, twin) = (with_zeros.clone(), said.clone().with_lane(&LANE));
+    assert_eq!(store.insert_receipts(&[(&zeros.with_lane(&LANE), 1_796_000_000_000_000_080)]).await.unwrap(), 1);
+    let got: Vec<v1::Receipt> = store.receipts_for_delivery("79").await.unwrap().into_iter().map(|r| r.receipt).collect();
+    assert_eq!(got, [said, twin], "a zero count, a false flag and an empty id are not stored, one receipt at a time or in a batch");
+    let (counts, flags): (serde_json::Value, serde_json::Value) =
+        sqlx::query_as("SELECT counts, flags FROM receipts WHERE id = 1796000000000000079").fetch_one(store.pool()).await.unwrap();
+    assert_eq!((counts, flags), (serde_json::json!({"chars": 24}), serde_json::json!({"thread": true})), "the row holds no zero");
+}
