@@ -53,10 +53,13 @@ pub enum EntryBody {
     },
     Assistant {
         text: String,
+        /// Left out of the stored body when empty, as most answers call no tool.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
         tool_calls: Vec<ToolCall>,
         stop_reason: String,
         usage: Usage,
         /// The provider's own message when the call failed; kept here, never in a receipt or log.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
         provider_error: Option<String>,
         /// Someone this answered has since been forgotten. It stays, since it answered others
         /// too, and the model is told their words are gone, so it does not repeat them.

@@ -111,16 +111,21 @@ pub struct Usage {
     pub output_tokens: u64,
     /// Of `input_tokens`, those the provider served from its prompt cache
     /// (`prompt_tokens_details.cached_tokens`): what a stable prompt prefix saves.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "is_zero")]
     pub cached_input_tokens: u64,
     /// Of `output_tokens`, those spent reasoning (`completion_tokens_details.reasoning_tokens`).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "is_zero")]
     pub reasoning_tokens: u64,
     /// Of `input_tokens`, those written to the prompt cache at this call (Anthropic's
     /// `cache_creation_input_tokens`, billed above the base price); 0 where the provider
     /// caches on its own.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "is_zero")]
     pub cache_write_input_tokens: u64,
+}
+
+/// A count a stored entry leaves out when it is zero, as it reads back.
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// Several calls' usage summed, as one bill.

@@ -336,3 +336,26 @@ async fn erase_an_answer_marked_for_someone_forgotten_is_followed_by_a_note_to_t
         ]
     );
 }
+
+#[tokio::test]
+async fn a_stored_answer_leaves_out_its_empty_parts_and_reads_back_whole() {
+    let rig = Rig::new().await;
+    rig.standin.script(Script::any(Reply::text("plain answer")));
+    let agent = rig.agent(fast());
+    let (_, done) = drain(agent.start(rig.session().await, "sys".into(), vec![user("1", "a question")])).await;
+    assert_eq!(done.outcome.unwrap(), RunReply::Words("plain answer".into()));
+    let stored = rig.store.entries(TREE).await.unwrap();
+    let answer = &stored.iter().find(|e| e.kind == "assistant").expect("the answer is stored").body;
+    for empty in ["tool_calls", "provider_error", "reasoning_tokens", "cache_write_input_tokens"] {
+        assert!(answer.get(empty).is_none() && answer["usage"].get(empty).is_none(), "{empty} stored: {answer}");
+    }
+    let reloaded = Session::open(rig.store.clone(), done.session.lease().clone(), TREE).await.unwrap();
+    assert_eq!(reloaded.context(), done.session.context(), "the lean body reads back as the answer it was");
+    // A body stored whole before still reads.
+    let whole = serde_json::json!({"type": "assistant", "text": "t", "tool_calls": [], "stop_reason": "stop",
+        "usage": {"input_tokens": 5, "output_tokens": 1, "cached_input_tokens": 0, "reasoning_tokens": 0, "cache_write_input_tokens": 0},
+        "provider_error": null});
+    let lean: clankie_agent::EntryBody = serde_json::from_value(whole).unwrap();
+    assert_eq!(serde_json::to_value(&lean).unwrap(), serde_json::json!({"type": "assistant", "text": "t", "stop_reason": "stop",
+        "usage": {"input_tokens": 5, "output_tokens": 1}}));
+}
