@@ -520,7 +520,8 @@ async fn supervise_a_voice_room_actor_that_panics_is_taken_again_and_the_next_li
 async fn voice_actor_a_transcriber_at_4x_real_time_keeps_the_ears_under_their_bound_and_memory_flat() {
     use clankie_model_standin::audio::{AudioReply, AudioRoute, AudioScript};
     const EARS_HELD: i64 = 8;
-    let lines = super::voice_clips(100) * 4;
+    // At least 40 lines, so one kept line each would be far past what full ears hold.
+    let lines = (super::voice_clips(100) * 4).max(40);
     let rig = Rig::new().await;
     rig.standin.audio().set_phrases(&PHRASES);
     let (line, rate) = clip("good morning everyone").await;
@@ -588,10 +589,12 @@ floor anonymous RSS {:?} KiB (after line 5, once every line was settled)",
     assert_eq!(transcribed.len() + dropped.len(), heard.len(), "a line was neither transcribed nor dropped");
     // The ears' bound, plus the one line being transcribed and the one just handed over.
     assert!(most <= EARS_HELD + 2, "{most} lines waited at once: {waiting:?}");
-    // Flat: with every line transcribed or dropped the ears hold nothing, so the floor is back
-    // where it was after line 5 but for the allocator's own steps (512 KiB); one that kept each
-    // line it heard (16 kHz mono, about 48 KiB a line here) would be 15 lines' worth past it.
-    let allowed = 512;
+    // Flat: the ears' high-water mark (their bound and the two lines in flight, at 16 kHz mono as
+    // they hold a line) may stay with the allocator after they empty, with its own steps (512
+    // KiB); a floor that kept each line it heard would hold lines - 5 lines more than at line 5.
+    let line_kib = line_ms * 32 / 1024;
+    let allowed = 512 + (EARS_HELD as u64 + 2) * line_kib;
+    assert!((lines as u64 - 5) * line_kib > 3 * allowed / 2, "too few lines to tell a leak from the ears' bound");
     let grew = memory[1].saturating_sub(memory[0]);
     println!(
         "voice_actor: the floor's anonymous memory grew {grew} KiB over {} lines once they were settled (allowed {allowed} KiB)",
